@@ -1,0 +1,1 @@
+"""Loadout's desktop front end (PySide6) and command line."""

@@ -1,0 +1,1 @@
+"""The Qt window. Only this package (and app.gui.*) imports PySide6."""

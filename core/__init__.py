@@ -1,0 +1,1 @@
+"""Loadout's engine: Qt-free model reading, detection, loading, patching and memory management."""

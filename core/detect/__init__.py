@@ -1,0 +1,1 @@
+"""What a model file is, from its header alone."""

@@ -1,0 +1,78 @@
+"""What detection says about a file: the shapes of the `loadout inspect --json` contract."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+Kind = Literal[
+    "checkpoint",
+    "diffusion_model",
+    "vae",
+    "text_encoder",
+    "lora",
+    "controlnet",
+    "upscale_model",
+    "embedding",
+    "unknown",
+]
+Role = Literal["diffusion_model", "vae", "text_encoder"]
+
+
+@dataclass(frozen=True)
+class Component:
+    """One part of a file (a checkpoint has several; a standalone VAE has one)."""
+
+    role: Role
+    family: str
+    prefix: str  # key prefix inside the file, "" for a standalone file
+    tensors: int
+    params: int
+    bytes: int
+    dtype: str  # dominant storage dtype, short form ("fp16", "bf16", "fp8_e4m3fn", "Q4_K", "mixed")
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "role": self.role,
+            "family": self.family,
+            "prefix": self.prefix,
+            "tensors": self.tensors,
+            "params": self.params,
+            "bytes": self.bytes,
+            "dtype": self.dtype,
+        }
+
+
+@dataclass(frozen=True)
+class LoraSummary:
+    format: str  # "kohya" | "diffusers" | "peft" | "lycoris" | "comfyui" | ...
+    algorithms: tuple[
+        str, ...
+    ]  # sorted: "lora", "locon", "loha", "lokr", "dora", "glora", "oft", "boft", "diff"
+    rank: int | None  # most common rank; None when the algorithm has none
+    modules: int
+    targets: dict[str, int]  # {"diffusion_model": n, "text_encoder": n}
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "format": self.format,
+            "algorithms": list(self.algorithms),
+            "rank": self.rank,
+            "modules": self.modules,
+            "targets": dict(self.targets),
+        }
+
+
+@dataclass(frozen=True)
+class Detection:
+    """The verdict on one file. Pure data: detection never reads tensors."""
+
+    kind: Kind
+    family: str | None = None
+    variant: str | None = None
+    layout: str | None = None  # "original" | "diffusers" | "comfyui" | ...
+    components: tuple[Component, ...] = ()
+    lora: LoraSummary | None = None
+    warnings: tuple[str, ...] = ()
+    # Facts read from shapes that later stages use (model channels, depth, ...).
+    fields: dict[str, Any] = field(default_factory=dict)

@@ -1,0 +1,139 @@
+"""One entry point for "what tensors does this file hold?", whatever its format.
+
+The format is decided by the file's first bytes, not its extension (a ``.sft`` or a misnamed
+``.ckpt`` that is really safetensors is read as safetensors).
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from core.errors import FileAccessError, FileFormatError
+from core.files.gguf import read_gguf_header
+from core.files.pickle_safe import read_pickle_index
+from core.files.safetensors import read_header
+from core.files.tensor_info import TensorInfo
+
+MODEL_EXTENSIONS = (".safetensors", ".sft", ".ckpt", ".pt", ".pth", ".bin", ".gguf")
+
+
+@dataclass
+class TensorIndex:
+    """Every tensor's name, dtype and shape, plus the file's metadata."""
+
+    path: Path
+    format: str  # "safetensors" | "pickle" | "gguf"
+    file_size: int
+    tensors: dict[str, TensorInfo]
+    metadata: dict[str, Any] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def _describe_magic(head: bytes) -> str:
+    if head.startswith(b"\x89PNG"):
+        return "it is a PNG image"
+    if head.startswith(b"\xff\xd8\xff"):
+        return "it is a JPEG image"
+    if head.startswith((b"<!DOCTYPE", b"<html", b"<HTML")):
+        return "it is a web page (often a download that returned an error page)"
+    if head.startswith(b"version https://git-lfs"):
+        return "it is a Git LFS pointer, not the model itself"
+    try:
+        head.decode("utf-8")
+        return "it is a text file"
+    except UnicodeDecodeError:
+        return "its contents are not a known model format"
+
+
+def sniff_format(path: Path, head: bytes, size: int) -> str | None:
+    """'safetensors', 'pickle', 'gguf', or None, from the first bytes of the file."""
+    if head.startswith(b"GGUF"):
+        return "gguf"
+    if head.startswith(b"PK\x03\x04"):
+        return "pickle"
+    if len(head) >= 9 and head[8:9] == b"{":
+        return "safetensors"
+    if head[:1] == b"\x80" and len(head) > 1 and 2 <= head[1] <= 5:
+        return "pickle"
+    if path.suffix.lower() in (".safetensors", ".sft") and size < 9:
+        return "safetensors"  # too short to tell: the safetensors reader explains what is wrong
+    return None
+
+
+def _check_path(p: Path) -> os.stat_result:
+    try:
+        st = p.stat()
+    except FileNotFoundError:
+        raise FileAccessError(
+            f"{p} does not exist",
+            why="no file or folder has that name",
+            fix="Check the path, or rescan the library",
+            code="not_found",
+        ) from None
+    except OSError as exc:
+        raise FileAccessError(
+            f"{p} cannot be read",
+            why=exc.strerror or str(exc),
+            fix="Check the file's permissions",
+            code="unreadable",
+        ) from None
+    if stat.S_ISDIR(st.st_mode):
+        raise FileAccessError(
+            f"{p} is a folder",
+            why="a model is a single file",
+            fix="Pick a file inside it",
+            code="is_directory",
+        )
+    if not stat.S_ISREG(st.st_mode):
+        raise FileAccessError(
+            f"{p} is not a regular file",
+            why="it is a device, socket or pipe",
+            fix="Pick a model file",
+            code="not_a_file",
+        )
+    return st
+
+
+def read_tensor_index(path: str | os.PathLike[str]) -> TensorIndex:
+    """Read a model file's tensor index from its header. Raises a LoadoutError on bad input."""
+    p = Path(path)
+    st = _check_path(p)
+    try:
+        with open(p, "rb") as fh:
+            head = fh.read(16)
+    except OSError as exc:
+        raise FileAccessError(
+            f"{p} cannot be read",
+            why=exc.strerror or str(exc),
+            fix="Check the file's permissions",
+            code="unreadable",
+        ) from None
+    fmt = sniff_format(p, head, st.st_size)
+    if fmt is None:
+        if st.st_size == 0:
+            raise FileFormatError(
+                f"{p.name} is empty",
+                why="it has 0 bytes",
+                fix="The download or copy did not finish; get the file again",
+                code="empty_file",
+            )
+        raise FileFormatError(
+            f"{p.name} is not a model file",
+            why=_describe_magic(head),
+            fix="Pick a .safetensors, .ckpt/.pt or .gguf model file",
+            code="not_a_model",
+        )
+    if fmt == "safetensors":
+        h = read_header(p)
+        return TensorIndex(p, fmt, st.st_size, h.tensors, dict(h.metadata), list(h.warnings))
+    if fmt == "gguf":
+        g = read_gguf_header(p)
+        meta = {k: v for k, v in g.metadata.items() if not k.startswith("tokenizer.")}
+        return TensorIndex(p, fmt, st.st_size, g.tensors, meta, [], {"gguf_version": g.version})
+    idx = read_pickle_index(p)
+    return TensorIndex(p, fmt, st.st_size, idx.tensors, {}, idx.warnings, idx.extra)

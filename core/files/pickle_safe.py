@@ -1,0 +1,381 @@
+"""Pickle checkpoints (.ckpt .pt .pth .bin), read without ever running code from them.
+
+Two readers:
+
+* :func:`read_pickle_index` reads *only* the pickle stream (``data.pkl`` inside a torch zip) with
+  a restricted unpickler whose tensor constructors return :class:`TensorInfo` records. No tensor
+  data is read and no callable from the file is invoked; globals outside a short allow-list are
+  refused, and a few known-harmless training leftovers (Lightning callbacks, numpy scalars) become
+  inert placeholders that are never imported.
+* :func:`load_pickle_state_dict` loads tensors with ``torch.load(weights_only=True)``.
+"""
+
+from __future__ import annotations
+
+import collections
+import io
+import os
+import pickle
+import struct
+import zipfile
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from core.errors import FileFormatError, UnsafeFileError
+from core.files.dtypes import DTYPES, nbytes_for
+from core.files.tensor_info import TensorInfo
+
+#: A data.pkl bigger than this is not a model checkpoint's index.
+PICKLE_INDEX_CAP = 256 * 1024 * 1024
+
+PICKLE_WARNING = (
+    "pickle format: this file type can carry code. Loadout reads it without running anything, "
+    "but convert it to .safetensors to be safe elsewhere (loadout convert)"
+)
+
+_STORAGE_DTYPES = {
+    "DoubleStorage": "F64",
+    "FloatStorage": "F32",
+    "HalfStorage": "F16",
+    "BFloat16Storage": "BF16",
+    "LongStorage": "I64",
+    "IntStorage": "I32",
+    "ShortStorage": "I16",
+    "CharStorage": "I8",
+    "ByteStorage": "U8",
+    "BoolStorage": "BOOL",
+    "Float8_e4m3fnStorage": "F8_E4M3",
+    "Float8_e5m2Storage": "F8_E5M2",
+}
+
+#: Modules whose objects appear in training checkpoints beside the weights. They are replaced by
+#: inert placeholders (never imported, never called).
+_INERT_PREFIXES = (
+    "pytorch_lightning.",
+    "lightning.",
+    "lightning_fabric.",
+    "omegaconf.",
+    "numpy.",
+    "_codecs.",
+    "typing.",
+)
+
+
+@dataclass(frozen=True)
+class _StorageType:
+    dtype: str
+
+
+@dataclass
+class _StorageRef:
+    dtype: str
+    key: str
+    numel: int
+
+
+class _Inert:
+    """Stands in for an object of a class Loadout does not import. Accepts any state."""
+
+    _qualname = "object"
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self._args = args
+
+    def __setstate__(self, state: Any) -> None:
+        self._state = state
+
+    def __call__(self, *args: Any, **kwargs: Any) -> _Inert:
+        return _Inert()
+
+    def __repr__(self) -> str:
+        return f"<not loaded: {self._qualname}>"
+
+
+@dataclass(frozen=True)
+class _TensorStub:
+    info: TensorInfo
+    storage_key: str
+
+
+def _rebuild_tensor(storage: Any, storage_offset: int, size: Any, stride: Any, *rest: Any) -> _TensorStub:
+    if not isinstance(storage, _StorageRef):
+        raise pickle.UnpicklingError("tensor without storage")
+    shape = tuple(int(s) for s in size)
+    dt = DTYPES[storage.dtype]
+    numel = 1
+    for s in shape:
+        numel *= s
+    return _TensorStub(TensorInfo(storage.dtype, shape, nbytes_for(dt, numel)), storage.key)
+
+
+def _rebuild_parameter(data: Any, *rest: Any) -> Any:
+    return data
+
+
+class _IndexUnpickler(pickle.Unpickler):
+    def __init__(self, stream: io.BytesIO, storages: set[str] | None, path: Path) -> None:
+        super().__init__(stream)
+        self._storages = storages
+        self._path = path
+        self.placeholders: set[str] = set()
+
+    def find_class(self, module: str, name: str) -> Any:
+        full = f"{module}.{name}"
+        if module == "torch" and name in _STORAGE_DTYPES:
+            return _StorageType(_STORAGE_DTYPES[name])
+        if full in (
+            "torch._utils._rebuild_tensor_v2",
+            "torch._utils._rebuild_tensor",
+            "torch._utils._rebuild_tensor_v3",
+        ):
+            return _rebuild_tensor
+        if full in ("torch._utils._rebuild_parameter", "torch._utils._rebuild_parameter_with_state"):
+            return _rebuild_parameter
+        if full == "collections.OrderedDict":
+            return collections.OrderedDict
+        if full == "torch.Size":
+            return tuple
+        if full in ("builtins.set", "builtins.frozenset", "builtins.slice", "builtins.complex"):
+            return {"set": set, "frozenset": frozenset, "slice": slice, "complex": complex}[name]
+        if full in ("torch.device", "torch.dtype") or (
+            full.startswith("torch.")
+            and name in ("float32", "float16", "bfloat16", "float64", "int64", "int32", "uint8", "bool")
+        ):
+            return lambda *a, **k: str(a[0]) if a else name
+        if module.startswith(_INERT_PREFIXES) or module in ("numpy", "_codecs"):
+            self.placeholders.add(full)
+            return type(name, (_Inert,), {"_qualname": full})
+        raise UnsafeFileError(
+            f"{self._path.name} was refused: its pickle data references {full}",
+            why="loading it would run that code; a model checkpoint needs nothing of the kind, "
+            "so the file is damaged or malicious",
+            fix="Delete the file, or get a .safetensors version of the model from a source you trust",
+            code="unsafe_pickle",
+        )
+
+    def persistent_load(self, pid: Any) -> Any:
+        if not (isinstance(pid, tuple) and len(pid) >= 5 and pid[0] == "storage"):
+            raise pickle.UnpicklingError(f"unsupported persistent id {pid!r}")
+        storage_type, key, _location, numel = pid[1], str(pid[2]), pid[3], pid[4]
+        if not isinstance(storage_type, _StorageType):
+            raise pickle.UnpicklingError(f"unsupported storage type {storage_type!r}")
+        if self._storages is not None and key not in self._storages:
+            raise FileFormatError(
+                f"{self._path.name} is incomplete: tensor storage {key} is missing",
+                why="the archive was cut off or damaged",
+                fix="Download the file again",
+                code="truncated",
+            )
+        return _StorageRef(storage_type.dtype, key, int(numel))
+
+
+@dataclass
+class PickleIndex:
+    tensors: dict[str, TensorInfo]
+    extra: dict[str, Any] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
+
+
+_STATE_DICT_KEYS = (
+    "state_dict",
+    "model",
+    "module",
+    "model_state_dict",
+    "params_ema",
+    "params",
+    "ema",
+    "string_to_param",
+)
+
+
+def _flatten(obj: Any, prefix: str, out: dict[str, TensorInfo], depth: int = 0) -> None:
+    if depth > 4:
+        return
+    if isinstance(obj, _TensorStub):
+        out[prefix.rstrip(".")] = obj.info
+    elif isinstance(obj, Mapping):
+        for k, v in obj.items():
+            _flatten(v, f"{prefix}{k}.", out, depth + 1)
+
+
+def find_state_dict(top: Any) -> tuple[Any, str]:
+    """The mapping that holds the weights, and the wrapper key it was found under ("" if none)."""
+    if isinstance(top, Mapping):
+        for key in _STATE_DICT_KEYS:
+            inner = top.get(key)
+            if (
+                isinstance(inner, Mapping)
+                and inner
+                and any(isinstance(v, (_TensorStub, torch.Tensor, Mapping)) for v in inner.values())
+            ):
+                if key == "string_to_param":  # A1111 textual inversion: keep the whole file
+                    return top, ""
+                return inner, key
+    return top, ""
+
+
+def _scalar_extras(top: Any) -> dict[str, Any]:
+    extras: dict[str, Any] = {}
+    if isinstance(top, Mapping):
+        for key in ("global_step", "epoch", "name", "step"):
+            value = top.get(key)
+            if isinstance(value, (int, float, str)) and not isinstance(value, bool):
+                extras[key] = value
+    return extras
+
+
+def read_pickle_index(path: str | os.PathLike[str]) -> PickleIndex:
+    """Names, dtypes and shapes of the tensors in a pickle checkpoint, without reading them."""
+    p = Path(path)
+    with open(p, "rb") as fh:
+        magic = fh.read(4)
+    if magic.startswith(b"PK"):
+        return _read_zip_index(p)
+    return _read_plain_index(p)
+
+
+def _read_zip_index(p: Path) -> PickleIndex:
+    try:
+        zf = zipfile.ZipFile(p)
+    except (zipfile.BadZipFile, OSError) as exc:
+        raise FileFormatError(
+            f"{p.name} is a damaged PyTorch archive",
+            why=f"the zip directory cannot be read ({exc})",
+            fix="The download was probably cut off; get the file again",
+            code="truncated",
+        ) from None
+    with zf:
+        names = zf.namelist()
+        pkl = [n for n in names if n.endswith("data.pkl")]
+        if not pkl:
+            raise FileFormatError(
+                f"{p.name} is a zip file but not a PyTorch checkpoint",
+                why="it has no data.pkl",
+                fix="Pick a model file",
+                code="not_a_model",
+            )
+        entry = min(pkl, key=len)
+        root = entry[: -len("data.pkl")]
+        storages = {n[len(root) + 5 :] for n in names if n.startswith(root + "data/")}
+        info = zf.getinfo(entry)
+        if info.file_size > PICKLE_INDEX_CAP:
+            raise FileFormatError(
+                f"{p.name} has a {info.file_size:,}-byte pickle index",
+                why="that is far larger than any checkpoint's",
+                code="header_too_large",
+            )
+        try:
+            data = zf.read(entry)
+        except (zipfile.BadZipFile, OSError, EOFError) as exc:
+            raise FileFormatError(
+                f"{p.name} is a damaged PyTorch archive",
+                why=str(exc),
+                fix="Get the file again",
+                code="truncated",
+            ) from None
+    return _unpickle_index(p, data, storages)
+
+
+def _read_plain_index(p: Path) -> PickleIndex:
+    size = p.stat().st_size
+    if size > PICKLE_INDEX_CAP:
+        # A legacy (pre-1.6) torch file keeps data after the pickles: let torch read it safely.
+        return _legacy_index(p)
+    data = p.read_bytes()
+    try:
+        return _unpickle_index(p, data, None)
+    except (pickle.UnpicklingError, FileFormatError):
+        return _legacy_index(p)
+
+
+def _unpickle_index(p: Path, data: bytes, storages: set[str] | None) -> PickleIndex:
+    unpickler = _IndexUnpickler(io.BytesIO(data), storages, p)
+    try:
+        top = unpickler.load()
+    except (UnsafeFileError, FileFormatError):
+        raise
+    except (
+        pickle.UnpicklingError,
+        EOFError,
+        ValueError,
+        TypeError,
+        AttributeError,
+        IndexError,
+        KeyError,
+        RecursionError,
+        MemoryError,
+        struct.error,
+    ) as exc:
+        raise FileFormatError(
+            f"{p.name} is not a readable pickle checkpoint",
+            why=f"{type(exc).__name__}: {exc}"[:300],
+            fix="Get the file again, or a .safetensors version",
+            code="invalid_pickle",
+        ) from None
+    sd, wrapper = find_state_dict(top)
+    tensors: dict[str, TensorInfo] = {}
+    _flatten(sd, "", tensors)
+    out = PickleIndex(tensors, _scalar_extras(top), [PICKLE_WARNING])
+    if wrapper:
+        out.extra["wrapper"] = wrapper
+    if unpickler.placeholders:
+        shown = ", ".join(sorted(unpickler.placeholders)[:3])
+        out.warnings.append(f"training leftovers were skipped, not loaded: {shown}")
+    return out
+
+
+def _legacy_index(p: Path) -> PickleIndex:
+    sd = load_pickle_state_dict(p)
+    tensors = {
+        k: TensorInfo(_torch_dtype_name(v.dtype), tuple(v.shape), v.numel() * v.element_size())
+        for k, v in sd.items()
+    }
+    return PickleIndex(tensors, {}, [PICKLE_WARNING, "legacy PyTorch format: read in full to inspect"])
+
+
+def _torch_dtype_name(dtype: torch.dtype) -> str:
+    from core.files.dtypes import name_of_torch_dtype
+
+    return name_of_torch_dtype(dtype)
+
+
+def load_pickle_state_dict(path: str | os.PathLike[str]) -> dict[str, torch.Tensor]:
+    """Tensors of a pickle checkpoint via ``torch.load(weights_only=True)``; nothing else runs."""
+    p = Path(path)
+    # Check first with the restricted reader: it explains refusals better than torch does.
+    with open(p, "rb") as fh:
+        zipped = fh.read(2) == b"PK"
+    if zipped:
+        read_pickle_index(p)
+    try:
+        top = torch.load(p, map_location="cpu", weights_only=True, mmap=zipped)
+    except pickle.UnpicklingError as exc:
+        raise UnsafeFileError(
+            f"{p.name} was refused: it holds objects other than tensors",
+            why=str(exc).splitlines()[0][:300],
+            fix="Get a .safetensors version of the model from a source you trust",
+            code="unsafe_pickle",
+        ) from None
+    except (RuntimeError, EOFError, OSError, ValueError) as exc:
+        raise FileFormatError(
+            f"{p.name} is not a readable PyTorch checkpoint",
+            why=str(exc).splitlines()[0][:300],
+            fix="Get the file again",
+            code="invalid_pickle",
+        ) from None
+    sd, _ = find_state_dict(top)
+    out: dict[str, torch.Tensor] = {}
+
+    def walk(obj: Any, prefix: str, depth: int) -> None:
+        if isinstance(obj, torch.Tensor):
+            out[prefix.rstrip(".")] = obj
+        elif isinstance(obj, Mapping) and depth < 5:
+            for k, v in obj.items():
+                walk(v, f"{prefix}{k}.", depth + 1)
+
+    walk(sd, "", 0)
+    return out

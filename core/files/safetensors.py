@@ -1,0 +1,296 @@
+"""safetensors: a header reader that validates everything and reads no tensor data, and a
+memory-mapped lazy reader that hands out zero-copy tensors.
+
+Layout: 8-byte little-endian header length N, N bytes of UTF-8 JSON
+``{name: {"dtype", "shape", "data_offsets": [begin, end]}, "__metadata__": {str: str}}``, then
+the data. Offsets are relative to the end of the header.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import mmap
+import os
+import struct
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, BinaryIO, TypeGuard
+
+import torch
+
+from core.errors import FileFormatError
+from core.files.dtypes import DTYPES, nbytes_for
+from core.files.tensor_info import TensorInfo
+
+#: The reference implementation refuses headers over 100 MB; so do we, by default.
+HEADER_SIZE_CAP = 100 * 1024 * 1024
+_FIX_REDOWNLOAD = "Download the file again, or re-save it with a tool you trust"
+
+
+@dataclass(frozen=True)
+class SafetensorsHeader:
+    """A validated header: tensors in file order, metadata, where the data starts."""
+
+    path: Path
+    tensors: dict[str, TensorInfo]
+    offsets: dict[str, tuple[int, int]]
+    metadata: dict[str, str]
+    data_start: int
+    file_size: int
+    warnings: list[str] = field(default_factory=list)
+
+
+def _bad(path: Path, what: str, why: str, *, code: str = "invalid_file", fix: str = "") -> FileFormatError:
+    return FileFormatError(
+        f"{path.name} is not a valid safetensors file: {what}",
+        why=why,
+        fix=fix or _FIX_REDOWNLOAD,
+        code=code,
+    )
+
+
+def read_header_from(
+    fh: BinaryIO, path: Path, file_size: int, *, cap: int = HEADER_SIZE_CAP
+) -> SafetensorsHeader:
+    """Read and validate the header of an open file. Reads at most 8 + min(N, cap) bytes."""
+    if file_size == 0:
+        raise _bad(
+            path,
+            "the file is empty",
+            "it has 0 bytes",
+            code="empty_file",
+            fix="The download or copy did not finish; get the file again",
+        )
+    if file_size < 8:
+        raise _bad(
+            path,
+            f"the file has only {file_size} bytes",
+            "a safetensors file starts with an 8-byte header length",
+            code="truncated",
+        )
+    fh.seek(0)
+    (n,) = struct.unpack("<Q", fh.read(8))
+    if n > cap:
+        raise _bad(
+            path,
+            f"the header claims {n:,} bytes",
+            f"that is over the {cap // (1024 * 1024)} MB limit for a header, so the file "
+            "is damaged or not safetensors",
+            code="header_too_large",
+        )
+    if 8 + n > file_size:
+        raise _bad(
+            path,
+            f"the header claims {n:,} bytes but the file has only {file_size:,}",
+            "the file is truncated or is not safetensors",
+            code="truncated",
+        )
+    raw = fh.read(n)
+    if len(raw) != n:
+        raise _bad(
+            path, "the header could not be read in full", "the file shrank while reading", code="truncated"
+        )
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise _bad(
+            path, "the header is not UTF-8 text", f"byte {exc.start} is invalid", code="invalid_header"
+        ) from None
+    try:
+        obj = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise _bad(
+            path, "the header is not valid JSON", f"{exc.msg} at character {exc.pos}", code="invalid_header"
+        ) from None
+    if not isinstance(obj, dict):
+        raise _bad(
+            path,
+            "the header is not a JSON object",
+            f"it is a JSON {type(obj).__name__}",
+            code="invalid_header",
+        )
+    data_start = 8 + n
+    return _validate(path, obj, data_start, file_size)
+
+
+def _int_list(value: Any) -> TypeGuard[list[int]]:
+    return isinstance(value, list) and all(type(v) is int for v in value)
+
+
+def _validate(path: Path, obj: dict[str, Any], data_start: int, file_size: int) -> SafetensorsHeader:
+    warnings: list[str] = []
+    metadata: dict[str, str] = {}
+    raw_meta = obj.pop("__metadata__", None)
+    if raw_meta is not None:
+        if not isinstance(raw_meta, dict):
+            raise _bad(
+                path,
+                "__metadata__ is not an object",
+                f"it is a JSON {type(raw_meta).__name__}",
+                code="invalid_header",
+            )
+        for k, v in raw_meta.items():
+            if isinstance(v, str):
+                metadata[str(k)] = v
+            else:
+                metadata[str(k)] = json.dumps(v)
+                warnings.append(f"metadata value {k!r} is not a string; shown as JSON")
+
+    tensors: dict[str, TensorInfo] = {}
+    offsets: dict[str, tuple[int, int]] = {}
+    data_size = file_size - data_start
+    for name, entry in obj.items():
+        if not isinstance(entry, dict):
+            raise _bad(path, f"the entry for tensor {name!r} is not an object", "", code="invalid_header")
+        dtype_name = entry.get("dtype")
+        dt = DTYPES.get(dtype_name) if isinstance(dtype_name, str) else None
+        if dt is None:
+            raise _bad(
+                path,
+                f"tensor {name!r} has unknown dtype {dtype_name!r}",
+                "known dtypes are " + ", ".join(DTYPES),
+                code="unknown_dtype",
+                fix="If the file is new, update Loadout; otherwise the file is damaged",
+            )
+        shape = entry.get("shape")
+        if not _int_list(shape) or any(s < 0 for s in shape):
+            raise _bad(
+                path,
+                f"tensor {name!r} has an invalid shape {shape!r}",
+                "a shape is a list of non-negative integers",
+                code="invalid_shape",
+            )
+        offs = entry.get("data_offsets")
+        if not _int_list(offs) or len(offs) != 2:
+            raise _bad(
+                path,
+                f"tensor {name!r} has invalid data_offsets {offs!r}",
+                "data_offsets is a list of two integers [begin, end]",
+                code="invalid_offsets",
+            )
+        begin, end = offs
+        numel = math.prod(shape)
+        expected = nbytes_for(dt, numel)
+        if begin < 0 or end < begin:
+            raise _bad(
+                path,
+                f"tensor {name!r} has data_offsets {offs}",
+                "begin must be >= 0 and <= end",
+                code="invalid_offsets",
+            )
+        if end - begin != expected:
+            raise _bad(
+                path,
+                f"tensor {name!r} spans {end - begin:,} bytes but its shape {tuple(shape)} "
+                f"of {dt.name} needs {expected:,}",
+                "the header does not match its data",
+                code="invalid_offsets",
+            )
+        if end > data_size:
+            raise _bad(
+                path,
+                f"tensor {name!r} ends at byte {end:,} of a {data_size:,}-byte data area",
+                "the file is truncated",
+                code="truncated",
+            )
+        tensors[name] = TensorInfo(dt.name, tuple(shape), expected)
+        offsets[name] = (begin, end)
+
+    # In order, no overlap, no gaps (the reference implementation's rule). Zero-size tensors
+    # may sit anywhere.
+    spans = sorted((b, e, n) for n, (b, e) in offsets.items() if e > b)
+    cursor = 0
+    for b, e, n in spans:
+        if b < cursor:
+            raise _bad(
+                path,
+                f"tensor {n!r} overlaps the tensor before it",
+                f"it starts at byte {b:,}, inside data that ends at {cursor:,}",
+                code="invalid_offsets",
+            )
+        if b > cursor:
+            raise _bad(
+                path,
+                f"there is a gap of {b - cursor:,} bytes before tensor {n!r}",
+                "tensor data must be packed back to back",
+                code="invalid_offsets",
+            )
+        cursor = e
+    if cursor < data_size:
+        warnings.append(f"{data_size - cursor:,} bytes of unused data after the last tensor")
+    return SafetensorsHeader(path, tensors, offsets, metadata, data_start, file_size, warnings)
+
+
+def read_header(path: str | os.PathLike[str], *, cap: int = HEADER_SIZE_CAP) -> SafetensorsHeader:
+    """Read and fully validate the header of a safetensors file. Never reads tensor data."""
+    p = Path(path)
+    with open(p, "rb") as fh:
+        size = os.fstat(fh.fileno()).st_size
+        return read_header_from(fh, p, size, cap=cap)
+
+
+class SafetensorsFile:
+    """A memory-mapped safetensors file handing out zero-copy tensors.
+
+    The mapping is copy-on-write: a tensor modified in place gets private pages and the file is
+    never written. Pages are read from disk only when a tensor's data is touched.
+    """
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.header = read_header(path)
+        self.path = self.header.path
+        self._fh = open(self.path, "rb")  # noqa: SIM115 - lives as long as the mapping
+        size = self.header.file_size
+        self._mmap: mmap.mmap | None = (
+            mmap.mmap(self._fh.fileno(), size, access=mmap.ACCESS_COPY) if size > 0 else None
+        )
+
+    def __enter__(self) -> SafetensorsFile:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        # Tensors handed out keep the mapping alive through their buffer; closing the file
+        # descriptor is always safe.
+        self._fh.close()
+
+    def keys(self) -> list[str]:
+        return list(self.header.tensors)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.header.tensors)
+
+    def __len__(self) -> int:
+        return len(self.header.tensors)
+
+    @property
+    def metadata(self) -> dict[str, str]:
+        return self.header.metadata
+
+    def tensor(self, name: str) -> torch.Tensor:
+        """The named tensor as a view on the mapped file (copied only when misaligned)."""
+        info = self.header.tensors[name]
+        dt = DTYPES[info.dtype]
+        tdt = dt.torch_dtype
+        if tdt is None:
+            raise FileFormatError(
+                f"tensor {name!r} in {self.path.name} is stored as {dt.name}",
+                why="this version of torch cannot represent that dtype",
+                fix="Update torch, or convert the file to a supported dtype",
+                code="unsupported_dtype",
+            )
+        if info.numel == 0:
+            return torch.empty(info.shape, dtype=tdt)
+        begin, end = self.header.offsets[name]
+        start = self.header.data_start + begin
+        assert self._mmap is not None
+        itemsize = max(1, dt.bits // 8)
+        if start % itemsize:
+            flat = torch.frombuffer(bytearray(self._mmap[start : start + (end - begin)]), dtype=tdt)
+        else:
+            flat = torch.frombuffer(self._mmap, dtype=tdt, count=info.numel, offset=start)
+        return flat.view(info.shape)

@@ -1,0 +1,1 @@
+"""Checkpoint -> ModelBundle; key conversions between naming schemes; save."""

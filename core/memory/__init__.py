@@ -1,0 +1,1 @@
+"""Devices and probes, VRAM policy, MemoryManager, pinned memory, streams, interrupt."""

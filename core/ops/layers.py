@@ -1,0 +1,155 @@
+"""Cast-at-forward layers.
+
+Every network in ``core.models`` is built from an :class:`OpSet`, never from ``torch.nn`` layers
+directly. These layers
+
+* skip random initialisation (weights always come from a file, so initialising them is wasted
+  time: building an SDXL UNet takes milliseconds);
+* cast weight and bias to the input's device and dtype at forward when they differ ("manual
+  cast"), without ever changing the stored parameters.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import cast
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+def cast_to(t: torch.Tensor | None, like: torch.Tensor) -> torch.Tensor | None:
+    """``t`` on ``like``'s device and dtype; the same tensor object when nothing changes."""
+    if t is None:
+        return None
+    if t.device == like.device and t.dtype == like.dtype:
+        return t
+    return t.to(device=like.device, dtype=like.dtype, non_blocking=True)
+
+
+class CastWeights:
+    """Mixin: the weight and bias to compute with for one input, cast as needed."""
+
+    def reset_parameters(self) -> None:  # no random init: weights come from the file
+        return None
+
+    def cast_weight_bias(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+        weight: torch.Tensor = getattr(self, "weight")  # noqa: B009 - set by the torch base class
+        bias: torch.Tensor | None = getattr(self, "bias", None)
+        w = cast_to(weight, x)
+        assert w is not None
+        return w, cast_to(bias, x)
+
+
+class Linear(CastWeights, nn.Linear):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        w, b = self.cast_weight_bias(x)
+        return F.linear(x, w, b)
+
+
+class Conv1d(CastWeights, nn.Conv1d):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        w, b = self.cast_weight_bias(x)
+        out: torch.Tensor = self._conv_forward(x, w, b)
+        return out
+
+
+class Conv2d(CastWeights, nn.Conv2d):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        w, b = self.cast_weight_bias(x)
+        out: torch.Tensor = self._conv_forward(x, w, b)
+        return out
+
+
+class Conv3d(CastWeights, nn.Conv3d):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        w, b = self.cast_weight_bias(x)
+        out: torch.Tensor = self._conv_forward(x, w, b)
+        return out
+
+
+class ConvTranspose1d(CastWeights, nn.ConvTranspose1d):
+    def forward(self, x: torch.Tensor, output_size: list[int] | None = None) -> torch.Tensor:
+        pad = self._output_padding(
+            x,
+            output_size,
+            list(self.stride),
+            list(self.padding),  # type: ignore[arg-type]
+            list(self.kernel_size),
+            1,
+            list(self.dilation),
+        )
+        w, b = self.cast_weight_bias(x)
+        padding = cast(tuple[int, ...], self.padding)
+        return F.conv_transpose1d(x, w, b, self.stride, padding, pad, self.groups, self.dilation)
+
+
+class ConvTranspose2d(CastWeights, nn.ConvTranspose2d):
+    def forward(self, x: torch.Tensor, output_size: list[int] | None = None) -> torch.Tensor:
+        pad = self._output_padding(
+            x,
+            output_size,
+            list(self.stride),
+            list(self.padding),  # type: ignore[arg-type]
+            list(self.kernel_size),
+            2,
+            list(self.dilation),
+        )
+        w, b = self.cast_weight_bias(x)
+        padding = cast(tuple[int, ...], self.padding)
+        return F.conv_transpose2d(x, w, b, self.stride, padding, pad, self.groups, self.dilation)
+
+
+class GroupNorm(CastWeights, nn.GroupNorm):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.weight is None:
+            return F.group_norm(x, self.num_groups, None, None, self.eps)
+        w, b = self.cast_weight_bias(x)
+        return F.group_norm(x, self.num_groups, w, b, self.eps)
+
+
+class LayerNorm(CastWeights, nn.LayerNorm):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.weight is None:
+            return F.layer_norm(x, self.normalized_shape, None, None, self.eps)
+        w, b = self.cast_weight_bias(x)
+        return F.layer_norm(x, self.normalized_shape, w, b, self.eps)
+
+
+class RMSNorm(CastWeights, nn.RMSNorm):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        w = cast_to(self.weight, x) if self.weight is not None else None
+        return F.rms_norm(x, self.normalized_shape, w, self.eps)
+
+
+class Embedding(CastWeights, nn.Embedding):
+    def forward(self, x: torch.Tensor, out_dtype: torch.dtype | None = None) -> torch.Tensor:
+        w = self.weight
+        if w.device != x.device:
+            w = w.to(x.device)
+        out = F.embedding(
+            x, w, self.padding_idx, self.max_norm, self.norm_type, self.scale_grad_by_freq, self.sparse
+        )
+        return out if out_dtype is None else out.to(out_dtype)
+
+
+@dataclass(frozen=True)
+class OpSet:
+    """The layer classes one model is built from. Networks take ``ops: OpSet`` and use
+    ``ops.Linear(...)`` etc., so the memory manager can swap in streaming or fp8 variants."""
+
+    name: str = "manual_cast"
+    Linear: type[nn.Linear] = Linear
+    Conv1d: type[nn.Conv1d] = Conv1d
+    Conv2d: type[nn.Conv2d] = Conv2d
+    Conv3d: type[nn.Conv3d] = Conv3d
+    ConvTranspose1d: type[nn.ConvTranspose1d] = ConvTranspose1d
+    ConvTranspose2d: type[nn.ConvTranspose2d] = ConvTranspose2d
+    GroupNorm: type[nn.GroupNorm] = GroupNorm
+    LayerNorm: type[nn.LayerNorm] = LayerNorm
+    RMSNorm: type[nn.RMSNorm] = RMSNorm
+    Embedding: type[nn.Embedding] = Embedding
+
+
+default_ops = OpSet()

@@ -1,0 +1,1 @@
+"""ModelPatcher and weight adapters (LoRA, LoHa, LoKr, DoRA, ...)."""
