@@ -7,6 +7,11 @@ friendly text in one place. ``code`` is a stable machine-readable identifier (us
 from __future__ import annotations
 
 
+def _sentence(text: str) -> str:
+    text = text.strip().rstrip(".")
+    return text[:1].upper() + text[1:] + "."
+
+
 class LoadoutWarning(UserWarning):
     """Warnings raised by the engine itself (tests turn them into errors)."""
 
@@ -26,11 +31,9 @@ class LoadoutError(Exception):
 
     @property
     def message(self) -> str:
-        parts = [self.what.rstrip(".") + "."]
-        if self.why:
-            parts.append(self.why.rstrip(".") + ".")
-        if self.fix:
-            parts.append(self.fix.rstrip(".") + ".")
+        # "what" often starts with a file name, whose case is kept.
+        parts = [self.what.strip().rstrip(".") + "."]
+        parts += [_sentence(p) for p in (self.why, self.fix) if p]
         return " ".join(parts)
 
     def to_json(self) -> dict[str, str]:

@@ -90,7 +90,7 @@ class _Reader:
 
     def string(self) -> str:
         n = self.u64()
-        if n > _MAX_STRING or self.fh.tell() + n > self.size:
+        if n > _MAX_STRING:
             raise self._bad(f"a string claims {n:,} bytes")
         return self.read(n).decode("utf-8", errors="replace")
 

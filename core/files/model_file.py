@@ -60,8 +60,11 @@ def sniff_format(path: Path, head: bytes, size: int) -> str | None:
         return "safetensors"
     if head[:1] == b"\x80" and len(head) > 1 and 2 <= head[1] <= 5:
         return "pickle"
-    if path.suffix.lower() in (".safetensors", ".sft") and size < 9:
-        return "safetensors"  # too short to tell: the safetensors reader explains what is wrong
+    # Named safetensors: let its reader explain what is wrong when the file is too short to
+    # tell, or when the length prefix is plausible (a header that is not a JSON object).
+    named_st = path.suffix.lower() in (".safetensors", ".sft")
+    if named_st and (size < 9 or 8 + int.from_bytes(head[:8], "little") <= size):
+        return "safetensors"
     return None
 
 
@@ -84,9 +87,9 @@ def _check_path(p: Path) -> os.stat_result:
         ) from None
     if stat.S_ISDIR(st.st_mode):
         raise FileAccessError(
-            f"{p} is a folder",
-            why="a model is a single file",
-            fix="Pick a file inside it",
+            f"{p} is a folder with no model files in it",
+            why="a model is a single file (" + ", ".join(MODEL_EXTENSIONS) + ")",
+            fix="Pick a model file, or a folder that holds some",
             code="is_directory",
         )
     if not stat.S_ISREG(st.st_mode):
@@ -105,7 +108,7 @@ def read_tensor_index(path: str | os.PathLike[str]) -> TensorIndex:
     st = _check_path(p)
     try:
         with open(p, "rb") as fh:
-            head = fh.read(16)
+            head = fh.read(64)
     except OSError as exc:
         raise FileAccessError(
             f"{p} cannot be read",

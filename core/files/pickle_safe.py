@@ -17,6 +17,7 @@ import io
 import os
 import pickle
 import struct
+import warnings
 import zipfile
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -286,10 +287,31 @@ def _read_plain_index(p: Path) -> PickleIndex:
         # A legacy (pre-1.6) torch file keeps data after the pickles: let torch read it safely.
         return _legacy_index(p)
     data = p.read_bytes()
-    try:
-        return _unpickle_index(p, data, None)
-    except (pickle.UnpicklingError, FileFormatError):
+    if _starts_with_legacy_magic(data):
         return _legacy_index(p)
+    return _unpickle_index(p, data, None)
+
+
+_LEGACY_MAGIC = 0x1950A86A20F9469CFC6C
+
+
+class _NoGlobalsUnpickler(pickle.Unpickler):
+    """Reads plain data only: any reference to a class or function is refused."""
+
+    def find_class(self, module: str, name: str) -> Any:
+        raise pickle.UnpicklingError(f"global {module}.{name} refused")
+
+    def persistent_load(self, pid: Any) -> Any:
+        raise pickle.UnpicklingError("persistent id refused")
+
+
+def _starts_with_legacy_magic(data: bytes) -> bool:
+    """Legacy (pre-1.6) torch files begin with a pickled magic number, then more pickles."""
+    try:
+        first = _NoGlobalsUnpickler(io.BytesIO(data[:64])).load()
+    except Exception:
+        return False
+    return isinstance(first, int) and first == _LEGACY_MAGIC
 
 
 def _unpickle_index(p: Path, data: bytes, storages: set[str] | None) -> PickleIndex:
@@ -350,9 +372,15 @@ def load_pickle_state_dict(path: str | os.PathLike[str]) -> dict[str, torch.Tens
     with open(p, "rb") as fh:
         zipped = fh.read(2) == b"PK"
     if zipped:
-        read_pickle_index(p)
+        _read_zip_index(p)
+    elif p.stat().st_size <= PICKLE_INDEX_CAP:
+        data = p.read_bytes()
+        if not _starts_with_legacy_magic(data):
+            _unpickle_index(p, data, None)
     try:
-        top = torch.load(p, map_location="cpu", weights_only=True, mmap=zipped)
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=".*pickle protocol.*", category=UserWarning)
+            top = torch.load(p, map_location="cpu", weights_only=True, mmap=zipped)
     except pickle.UnpicklingError as exc:
         raise UnsafeFileError(
             f"{p.name} was refused: it holds objects other than tensors",
