@@ -1,0 +1,118 @@
+"""Writing safetensors files atomically and without doubling memory.
+
+Tensors are streamed one at a time into a temporary file beside the target, which is flushed,
+fsynced and renamed over the target only when everything was written. A crash, an interrupt or a
+full disk leaves the target as it was (absent or the old file) and removes the temporary file.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from core.errors import FileAccessError, LoadoutError
+from core.files.dtypes import name_of_torch_dtype
+
+_ALIGN = 8
+
+
+@dataclass(frozen=True)
+class WriteProgress:
+    tensors_done: int
+    tensors_total: int
+    bytes_done: int
+    bytes_total: int
+
+
+def _nbytes(t: torch.Tensor) -> int:
+    return t.numel() * t.element_size()
+
+
+def _raw(t: torch.Tensor) -> memoryview:
+    flat = t.detach().to("cpu").contiguous().reshape(-1)
+    if flat.numel() == 0:
+        return memoryview(b"")
+    return memoryview(flat.view(torch.uint8).numpy())
+
+
+def refuse_same_file(out: Path, *inputs: Path) -> None:
+    """Raise when ``out`` is one of ``inputs`` (same file, even through a link)."""
+    for inp in inputs:
+        try:
+            same = out.exists() and os.path.samefile(out, inp)
+        except OSError:
+            same = False
+        if same or out.resolve() == inp.resolve():
+            raise FileAccessError(
+                f"the output {out} is the input file",
+                why="writing over a model while reading it would destroy it",
+                fix="Choose another output name",
+                code="output_is_input",
+            )
+
+
+def write_safetensors(
+    path: str | os.PathLike[str],
+    tensors: Mapping[str, torch.Tensor],
+    metadata: Mapping[str, str] | None = None,
+    *,
+    progress: Callable[[WriteProgress], None] | None = None,
+    check: Callable[[], None] | None = None,
+) -> Path:
+    """Write ``tensors`` to ``path`` atomically. ``check`` is called between tensors (it raises
+    to stop, e.g. on interrupt); ``progress`` is told after each tensor."""
+    out = Path(path)
+    names = list(tensors)
+    header: dict[str, object] = {}
+    if metadata:
+        header["__metadata__"] = {str(k): str(v) for k, v in metadata.items()}
+    offset = 0
+    for name in names:
+        t = tensors[name]
+        n = _nbytes(t)
+        header[name] = {
+            "dtype": name_of_torch_dtype(t.dtype),
+            "shape": list(t.shape),
+            "data_offsets": [offset, offset + n],
+        }
+        offset += n
+    raw_header = json.dumps(header, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+    raw_header += b" " * ((-len(raw_header)) % _ALIGN)
+    total = 8 + len(raw_header) + offset
+    out.parent.mkdir(parents=True, exist_ok=True)
+    free = shutil.disk_usage(out.parent).free
+    if free < total:
+        raise LoadoutError(
+            f"not enough disk space to write {out.name}",
+            why=f"it needs {total / 1e9:.2f} GB and {free / 1e9:.2f} GB are free on that disk",
+            fix="Free some space or choose another folder",
+            code="disk_full",
+        )
+    fd, tmp_name = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".partial", dir=out.parent)
+    tmp = Path(tmp_name)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(len(raw_header).to_bytes(8, "little"))
+            fh.write(raw_header)
+            done = 0
+            for i, name in enumerate(names):
+                if check is not None:
+                    check()
+                fh.write(_raw(tensors[name]))
+                done += _nbytes(tensors[name])
+                if progress is not None:
+                    progress(WriteProgress(i + 1, len(names), done, offset))
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, out)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return out
