@@ -39,7 +39,7 @@ def _raw(t: torch.Tensor) -> memoryview:
     flat = t.detach().to("cpu").contiguous().reshape(-1)
     if flat.numel() == 0:
         return memoryview(b"")
-    return memoryview(flat.view(torch.uint8).numpy())
+    return memoryview(flat.view(torch.uint8).numpy().data)
 
 
 def refuse_same_file(out: Path, *inputs: Path) -> None:
