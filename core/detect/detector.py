@@ -1,0 +1,265 @@
+"""Detection: ``{key: TensorInfo}`` plus metadata -> :class:`Detection`.
+
+The order matters and is the whole policy:
+
+1. adapters (LoRA and friends) — their key names are unmistakable;
+2. textual-inversion embeddings;
+3. all-in-one checkpoints, split into components by key prefix, each component detected on its
+   own prefix-stripped view;
+4. standalone files: ControlNet before diffusion model (a ControlNet has ``input_blocks`` too),
+   then VAE, text encoder, upscaler;
+5. otherwise ``unknown``, with the nearest candidates in ``warnings``.
+
+Where shapes cannot decide (SD1 vs SDXL VAE, SD2 eps vs v), file-name and metadata hints may pick
+among the candidates the shapes allow, and the result says so.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import core.detect.diffusion_families
+import core.detect.encoder_families  # noqa: F401 - registers the families
+from core.detect.aux_kinds import match_embedding, match_upscale
+from core.detect.checkpoint import split_components
+from core.detect.diffusion import match_controlnet, match_diffusion
+from core.detect.encoders import match_text_encoder, match_vae
+from core.detect.keyview import KeyView
+from core.detect.lora import analyze_lora
+from core.detect.metadata import family_hints
+from core.detect.registry import REGISTRY, Match
+from core.detect.types import Component, Detection, Kind, Role
+from core.files.dtypes import DTYPES
+from core.files.tensor_info import TensorInfo
+
+_ROLE_MATCHERS = {
+    "diffusion_model": match_diffusion,
+    "vae": match_vae,
+    "text_encoder": match_text_encoder,
+}
+
+
+def dominant_dtype(view: Mapping[str, TensorInfo]) -> str:
+    """The storage dtype holding most of the bytes, as a person reads it ("fp16", "Q4_K")."""
+    by_bytes: dict[str, int] = {}
+    for info in view.values():
+        by_bytes[info.dtype] = by_bytes.get(info.dtype, 0) + info.nbytes
+    if not by_bytes:
+        return "none"
+    name = max(by_bytes, key=lambda d: by_bytes[d])
+    dt = DTYPES.get(name)
+    return dt.short if dt is not None else name
+
+
+def _component(role: Role, family: str, prefix: str, view: KeyView) -> Component:
+    return Component(
+        role=role,
+        family=family,
+        prefix=prefix,
+        tensors=len(view),
+        params=view.params(),
+        bytes=view.nbytes(),
+        dtype=dominant_dtype(view),
+    )
+
+
+def _same_group(a: str, b: str) -> bool:
+    fa, fb = REGISTRY.get(a), REGISTRY.get(b)
+    return fa is not None and fb is not None and fa.group == fb.group
+
+
+def _apply_hints(match: Match, filename: str | None, metadata: Mapping[str, str]) -> tuple[Match, list[str]]:
+    """Resolve what shapes cannot decide with file-name/metadata hints, saying what was done.
+
+    ``fields["ambiguous_with"]`` lists families with the same shapes: a hint may pick one of the
+    same group (vae-flux vs vae-sd3, wan2.1 vs wan2.2); one of another group (the SD1/SD2/SDXL
+    models a vae-sd serves) becomes the variant. ``fields["ambiguous_variants"]`` lists variants
+    shapes cannot see (SD2 v-prediction); a hint may name one.
+    """
+    ambiguous = [str(f) for f in match.fields.get("ambiguous_with") or []]
+    variants = [str(v) for v in match.fields.get("ambiguous_variants") or []]
+    if not ambiguous and not variants:
+        return match, []
+    hints = family_hints(filename, metadata)
+    family, variant, fields, notes = match.family, match.variant, dict(match.fields), []
+    same = [f for f in ambiguous if _same_group(f, match.family)]
+    served = [f for f in ambiguous if f not in same]
+    if same:
+        allowed = [match.family, *same]
+        hint = next((h for h in hints if h.exact and h.family in allowed), None)
+        if hint is None:
+            notes.append(f"shapes cannot tell {' / '.join(allowed)} apart; shown as {family}")
+        elif hint.family != family:
+            family = str(hint.family)
+            fields["hinted_by"] = hint.source
+            notes.append(f"shapes cannot tell {' / '.join(allowed)} apart; {family} is a hint ({hint.text})")
+    if served:
+        hint = next((h for h in hints if h.family in served), None)
+        if hint is None:
+            notes.append(f"shapes cannot tell which of {' / '.join(served)} this {family} is for")
+        else:
+            variant = str(hint.family)
+            notes.append(f"for {variant}: a hint, shapes cannot tell ({hint.text})")
+    if variants:
+        hint = next((h for h in hints if h.variant in variants), None)
+        if hint is None:
+            notes.append(f"shapes cannot tell whether this is {' or '.join(variants)}; check its model page")
+        else:
+            variant = hint.variant
+            notes.append(f"{variant}: a hint, shapes cannot tell ({hint.text})")
+    chosen = Match(family, match.layout, variant, fields, match.warnings, match.score)
+    return chosen, notes
+
+
+def _best(
+    role: str, view: KeyView, filename: str | None, metadata: Mapping[str, str]
+) -> tuple[Match | None, list[str]]:
+    matches = _ROLE_MATCHERS[role](view)
+    if not matches:
+        return None, []
+    best, notes = _apply_hints(matches[0], filename, metadata)
+    return best, [*best.warnings, *notes]
+
+
+def detect(
+    tensors: Mapping[str, TensorInfo],
+    metadata: Mapping[str, str] | None = None,
+    filename: str | None = None,
+) -> Detection:
+    """Classify a file from its tensor index. Pure: reads no data, mutates nothing."""
+    meta: Mapping[str, str] = metadata or {}
+    view = KeyView(tensors)
+    if len(view) == 0:
+        return Detection(kind="unknown", warnings=("the file holds no tensors",))
+
+    lora = analyze_lora(view, meta)
+    if lora is not None:
+        return Detection(
+            kind="lora",
+            family=lora.base_family,
+            layout=lora.summary.format,
+            lora=lora.summary,
+            warnings=tuple([*lora.warnings, lora.base_evidence] if lora.base_evidence else lora.warnings),
+        )
+
+    emb = match_embedding(view)
+    if emb is not None:
+        return Detection(
+            kind="embedding", family=emb.family, layout=emb.layout, warnings=emb.warnings, fields=emb.fields
+        )
+
+    checkpoint = _detect_checkpoint(view, filename, meta)
+    if checkpoint is not None:
+        return checkpoint
+    return _detect_standalone(view, filename, meta)
+
+
+def _detect_checkpoint(view: KeyView, filename: str | None, meta: Mapping[str, str]) -> Detection | None:
+    slots = split_components(view)
+    prefixed = [s for s in slots if s.prefix]
+    if not prefixed:
+        return None
+    components: list[Component] = []
+    warnings: list[str] = []
+    diffusion: Match | None = None
+    for slot in slots:
+        sub = slot.view(view)
+        match, notes = _best(slot.role, sub, filename, meta)
+        warnings.extend(notes)
+        if match is None:
+            family = "unknown"
+            warnings.append(f"the {slot.role.replace('_', ' ')} under '{slot.prefix}' was not recognised")
+        else:
+            family = match.family
+        if slot.role == "diffusion_model" and diffusion is None:
+            diffusion = match
+        components.append(_component(slot.role, family, slot.prefix, sub))
+    roles = {c.role for c in components}
+    kind: Kind
+    if diffusion is not None and roles == {"diffusion_model"}:
+        kind = "diffusion_model"
+        warnings.append(
+            "this file holds only a diffusion model (no VAE or text encoders); load the VAE and "
+            "text encoders from separate files"
+        )
+    elif diffusion is None and "diffusion_model" not in roles:
+        # Only VAE / text encoder parts under checkpoint prefixes (e.g. an extracted VAE).
+        if len(components) == 1:
+            comp = components[0]
+            return Detection(
+                kind=comp.role,
+                family=comp.family,
+                layout="original",
+                components=tuple(components),
+                warnings=tuple(warnings),
+            )
+        kind = "checkpoint"
+    else:
+        kind = "checkpoint"
+    return Detection(
+        kind=kind,
+        family=diffusion.family if diffusion else None,
+        variant=diffusion.variant if diffusion else None,
+        layout=diffusion.layout if diffusion else "original",
+        components=tuple(components),
+        warnings=tuple(dict.fromkeys(warnings)),
+        fields=dict(diffusion.fields) if diffusion else {},
+    )
+
+
+def _detect_standalone(view: KeyView, filename: str | None, meta: Mapping[str, str]) -> Detection:
+    cn = match_controlnet(view)
+    if cn is not None:
+        return Detection(
+            kind="controlnet",
+            family=cn.family,
+            variant=cn.variant,
+            layout=cn.layout,
+            warnings=cn.warnings,
+            fields=dict(cn.fields),
+        )
+    roles: tuple[Role, ...] = ("diffusion_model", "vae", "text_encoder")
+    for r in roles:
+        match, notes = _best(r, view, filename, meta)
+        if match is not None:
+            return Detection(
+                kind=r,
+                family=match.family,
+                variant=match.variant,
+                layout=match.layout,
+                components=(_component(r, match.family, "", view),),
+                warnings=tuple(notes),
+                fields=dict(match.fields),
+            )
+    up = match_upscale(view)
+    if up is not None:
+        return Detection(
+            kind="upscale_model",
+            family=up.family,
+            variant=up.variant,
+            layout=up.layout,
+            warnings=up.warnings,
+            fields=dict(up.fields),
+        )
+    return Detection(kind="unknown", warnings=tuple(_candidates(view)))
+
+
+def _candidates(view: KeyView) -> list[str]:
+    top = sorted(view.top_level().items(), key=lambda kv: -kv[1])[:5]
+    shown = ", ".join(f"{name} ({n})" for name, n in top)
+    return [
+        f"not a model family Loadout knows; its keys start with {shown}",
+        "if this is a model you use, please report it with the output of `loadout inspect --json`",
+    ]
+
+
+def detection_to_json(det: Detection) -> dict[str, Any]:
+    return {
+        "kind": det.kind,
+        "family": det.family,
+        "variant": det.variant,
+        "layout": det.layout,
+        "components": [c.to_json() for c in det.components],
+        "lora": det.lora.to_json() if det.lora else None,
+    }

@@ -1,0 +1,114 @@
+"""One :class:`Family` record per diffusion family: the table detection reads.
+
+Shapes are read once per architecture (a UNet reader, an MMDiT reader, ...); each family's rule asks
+its architecture's classifier and keeps the verdict only when it names that family. Adding a family
+is adding a row here (and, for a new architecture, one classifier).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from core.detect.diffusion_dit import (
+    classify_cascade,
+    classify_hidream,
+    classify_hunyuan_dit,
+    classify_lumina2,
+    classify_pixart,
+    classify_qwen_image,
+)
+from core.detect.diffusion_mmdit import classify_auraflow, classify_flux, classify_sd3
+from core.detect.diffusion_unet import classify_unet
+from core.detect.diffusion_video import classify_hunyuan_video, classify_ltxv, classify_wan
+from core.detect.keyview import KeyView
+from core.detect.registry import REGISTRY, Family, Match, Registry
+
+Classifier = Callable[[KeyView], list[Match]]
+
+CHECKPOINT_PREFIX = ("model.diffusion_model.",)
+
+
+@dataclass(frozen=True)
+class FamilyRule:
+    """A family's rule: its architecture's classifier, filtered to that family's verdicts."""
+
+    family: str
+    classify: Classifier
+
+    def __call__(self, view: KeyView) -> Match | None:
+        return next((m for m in self.classify(view) if m.family == self.family), None)
+
+
+@dataclass(frozen=True)
+class Row:
+    id: str
+    title: str
+    classify: Classifier
+    latent_channels: int | None
+    default_dtype: str = "bf16"
+    signature: tuple[str, ...] = ()  # only for families read from one key layout
+    prefixes: tuple[str, ...] = CHECKPOINT_PREFIX
+    notes: str = ""
+
+
+DIFFUSION_ROWS: tuple[Row, ...] = (
+    Row("sd1", "Stable Diffusion 1.x", classify_unet, 4, "fp16"),
+    Row(
+        "sd2", "Stable Diffusion 2.x", classify_unet, 4, "fp16", notes="v-prediction is not visible in shapes"
+    ),
+    Row("sdxl", "Stable Diffusion XL", classify_unet, 4, "fp16"),
+    Row("sdxl-refiner", "Stable Diffusion XL Refiner", classify_unet, 4, "fp16"),
+    Row("ssd-1b", "Segmind SSD-1B", classify_unet, 4, "fp16"),
+    Row("segmind-vega", "Segmind Vega", classify_unet, 4, "fp16"),
+    Row("sd3", "Stable Diffusion 3 Medium", classify_sd3, 16, "fp16"),
+    Row("sd3.5-medium", "Stable Diffusion 3.5 Medium", classify_sd3, 16),
+    Row("sd3.5-large", "Stable Diffusion 3.5 Large", classify_sd3, 16),
+    Row("flux-dev", "FLUX.1 [dev]", classify_flux, 16, notes="Kontext [dev] has the same shapes"),
+    Row("flux-schnell", "FLUX.1 [schnell]", classify_flux, 16),
+    Row("flux-fill", "FLUX.1 Fill [dev]", classify_flux, 16),
+    Row("chroma", "Chroma", classify_flux, 16),
+    Row("auraflow", "AuraFlow", classify_auraflow, 4, prefixes=("model.",)),
+    Row("hunyuan-dit", "Hunyuan-DiT", classify_hunyuan_dit, 4, "fp16", ("mlp_t5.0.weight",)),
+    Row("pixart-alpha", "PixArt-α", classify_pixart, 4, "fp16"),
+    Row("pixart-sigma", "PixArt-Σ", classify_pixart, 4, "fp16"),
+    Row("stable-cascade-c", "Stable Cascade stage C", classify_cascade, 16, signature=("clf.1.weight",)),
+    Row("stable-cascade-b", "Stable Cascade stage B", classify_cascade, 4, signature=("clf.1.weight",)),
+    Row("lumina2", "Lumina Image 2.0", classify_lumina2, 16),
+    Row("z-image", "Z-Image", classify_lumina2, 16, notes="Lumina 2 architecture at width 3840"),
+    Row("hidream", "HiDream-I1", classify_hidream, 16, signature=("caption_projection.0.linear.weight",)),
+    Row("qwen-image", "Qwen-Image", classify_qwen_image, 16, signature=("txt_norm.weight", "img_in.weight")),
+    Row("wan2.1", "Wan 2.1", classify_wan, 16, signature=("patch_embedding.weight",)),
+    Row(
+        "wan2.2",
+        "Wan 2.2",
+        classify_wan,
+        None,
+        signature=("patch_embedding.weight",),
+        notes="48 latent channels for TI2V-5B, 16 for the A14B models",
+    ),
+    Row("hunyuan-video", "HunyuanVideo", classify_hunyuan_video, 16),
+    Row("ltxv", "LTX-Video", classify_ltxv, 128),
+)
+
+
+def register_diffusion_families(registry: Registry) -> None:
+    """Add every diffusion family to ``registry`` (raises if one is already there)."""
+    for row in DIFFUSION_ROWS:
+        registry.add(
+            Family(
+                id=row.id,
+                group="diffusion",
+                title=row.title,
+                signature=row.signature,
+                rule=FamilyRule(row.id, row.classify),
+                prefixes=row.prefixes,
+                latent_channels=row.latent_channels,
+                default_dtype=row.default_dtype,
+                notes=row.notes,
+            )
+        )
+
+
+if "sd1" not in REGISTRY:  # importing twice (reloads in tests) must not register twice
+    register_diffusion_families(REGISTRY)
