@@ -8,6 +8,7 @@ never mutates the mapping it was given.
 
 from __future__ import annotations
 
+import bisect
 import re
 from collections.abc import Iterable, Iterator, Mapping
 from functools import cached_property
@@ -25,8 +26,9 @@ class KeyView(Mapping[str, TensorInfo]):
         self.prefix = prefix
         if prefix:
             n = len(prefix)
+            parent = tensors if isinstance(tensors, KeyView) else KeyView(tensors)
             self._own: Mapping[str, TensorInfo] = {
-                k[n:]: v for k, v in tensors.items() if k.startswith(prefix)
+                k[n:]: tensors[k] for k in parent._keys_with_prefix(prefix)
             }
         else:
             self._own = tensors
@@ -43,6 +45,23 @@ class KeyView(Mapping[str, TensorInfo]):
 
     def __contains__(self, key: object) -> bool:
         return key in self._own
+
+    @cached_property
+    def _sorted(self) -> list[str]:
+        return sorted(self._own)
+
+    def _keys_with_prefix(self, prefix: str) -> list[str]:
+        """Keys starting with ``prefix``: a contiguous range of the sorted keys (two bisections)."""
+        keys = self._sorted
+        lo = bisect.bisect_left(keys, prefix)
+        hi = bisect.bisect_left(keys, prefix[:-1] + chr(ord(prefix[-1]) + 1)) if prefix else len(keys)
+        return keys[lo:hi]
+
+    def has_prefix(self, prefix: str) -> bool:
+        """Whether any key starts with ``prefix`` (O(log n))."""
+        keys = self._sorted
+        i = bisect.bisect_left(keys, prefix)
+        return i < len(keys) and keys[i].startswith(prefix)
 
     # Queries ----------------------------------------------------------------------------
     def sub(self, prefix: str) -> KeyView:

@@ -200,8 +200,20 @@ def _leftover_warnings(stray: list[str], incomplete: list[str]) -> list[str]:
     return warnings
 
 
+#: Any of these in a key name (suffixes end at the newline) means the file may be an adapter;
+#: without one it cannot be. Plain substring tests run at C speed over all keys joined.
+_ADAPTER_MARKS = (
+    "lora", "hada_", "lokr_", "oft_", "dora_scale", "lycoris", ".alpha\n", ".diff\n", ".diff_b\n",
+    ".set_weight\n", ".reshape_weight\n", ".on_input\n", ".a1.weight\n", ".a2.weight\n",
+    ".b1.weight\n", ".b2.weight\n", ".rescale\n", ".w_norm\n", ".b_norm\n",
+)  # fmt: skip
+
+
 def analyze_lora(view: KeyView, metadata: Mapping[str, str] | None = None) -> LoraAnalysis | None:
     """What the adapter file behind ``view`` is, or None when its keys are not an adapter's."""
+    joined = "\n".join(view) + "\n"
+    if not any(mark in joined for mark in _ADAPTER_MARKS):
+        return None  # fast path: no key names an adapter factor (checkpoints, VAEs, encoders)
     groups, spellings, stray = _group(view)
     modules, left, incomplete = _build(view, groups, spellings)
     adapter_keys = sum(len(m.keys) for m in modules)

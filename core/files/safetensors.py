@@ -8,16 +8,18 @@ the data. Offsets are relative to the end of the header.
 
 from __future__ import annotations
 
+import gc
 import json
-import math
 import mmap
 import os
 import struct
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, BinaryIO, TypeGuard
+from typing import Any, BinaryIO
 
+import orjson
 import torch
 
 from core.errors import FileFormatError
@@ -26,6 +28,9 @@ from core.files.tensor_info import TensorInfo
 
 #: The reference implementation refuses headers over 100 MB; so do we, by default.
 HEADER_SIZE_CAP = 100 * 1024 * 1024
+_BITS = {name: d.bits for name, d in DTYPES.items()}
+
+
 _FIX_REDOWNLOAD = "Download the file again, or re-save it with a tool you trust"
 
 
@@ -93,13 +98,15 @@ def read_header_from(
             path, "the header could not be read in full", "the file shrank while reading", code="truncated"
         )
     try:
-        text = raw.decode("utf-8")
+        raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise _bad(
             path, "the header is not UTF-8 text", f"byte {exc.start} is invalid", code="invalid_header"
         ) from None
     try:
-        obj = json.loads(text)
+        # orjson parses a 2,500-tensor header in about half the time of the standard library.
+        with _gc_paused():
+            obj = orjson.loads(raw)
     except json.JSONDecodeError as exc:
         raise _bad(
             path, "the header is not valid JSON", f"{exc.msg} at character {exc.pos}", code="invalid_header"
@@ -112,11 +119,92 @@ def read_header_from(
             code="invalid_header",
         )
     data_start = 8 + n
-    return _validate(path, obj, data_start, file_size)
+    with _gc_paused():
+        return _validate(path, obj, data_start, file_size)
 
 
-def _int_list(value: Any) -> TypeGuard[list[int]]:
-    return isinstance(value, list) and all(type(v) is int for v in value)
+@contextmanager
+def _gc_paused() -> Iterator[None]:
+    """Pause the cyclic garbage collector: building thousands of small tuples otherwise triggers
+    collections that walk every live object (torch's included) and cost more than the parsing.
+    The code inside creates no reference cycles."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
+def _numel(shape: Any) -> int:
+    """Element count of a valid shape (a list of non-negative ints), or -1 for anything else."""
+    if type(shape) is not list:
+        return -1
+    n = 1
+    for dim in shape:
+        if type(dim) is not int or dim < 0:
+            return -1
+        n *= dim
+    return n
+
+
+def _entry_error(path: Path, name: str, entry: Any, data_size: int) -> FileFormatError:
+    """The specific error for a tensor entry the fast path rejected."""
+    if type(entry) is not dict:
+        return _bad(path, f"the entry for tensor {name!r} is not an object", "", code="invalid_header")
+    dtype_name = entry.get("dtype")
+    dt = DTYPES.get(dtype_name) if type(dtype_name) is str else None
+    if dt is None:
+        return _bad(
+            path,
+            f"tensor {name!r} has unknown dtype {dtype_name!r}",
+            "known dtypes are " + ", ".join(DTYPES),
+            code="unknown_dtype",
+            fix="If the file is new, update Loadout; otherwise the file is damaged",
+        )
+    shape: Any = entry.get("shape")
+    numel = _numel(shape)
+    if numel < 0:
+        return _bad(
+            path,
+            f"tensor {name!r} has an invalid shape {shape!r}",
+            "a shape is a list of non-negative integers",
+            code="invalid_shape",
+        )
+    offs = entry.get("data_offsets")
+    if type(offs) is not list or len(offs) != 2 or type(offs[0]) is not int or type(offs[1]) is not int:
+        return _bad(
+            path,
+            f"tensor {name!r} has invalid data_offsets {offs!r}",
+            "data_offsets is a list of two integers [begin, end]",
+            code="invalid_offsets",
+        )
+    begin, end = offs
+    expected = nbytes_for(dt, numel)
+    if begin < 0 or end < begin:
+        return _bad(
+            path,
+            f"tensor {name!r} has data_offsets {offs}",
+            "begin must be >= 0 and <= end",
+            code="invalid_offsets",
+        )
+    if end - begin != expected:
+        return _bad(
+            path,
+            f"tensor {name!r} spans {end - begin:,} bytes but its shape {tuple(shape)} "
+            f"of {dt.name} needs {expected:,}",
+            "the header does not match its data",
+            code="invalid_offsets",
+        )
+    if end > data_size:
+        return _bad(
+            path,
+            f"tensor {name!r} ends at byte {end:,} of a {data_size:,}-byte data area",
+            "the file is truncated",
+            code="truncated",
+        )
+    return _bad(path, f"the entry for tensor {name!r} is malformed", repr(entry)[:200], code="invalid_header")
 
 
 def _validate(path: Path, obj: dict[str, Any], data_start: int, file_size: int) -> SafetensorsHeader:
@@ -141,61 +229,32 @@ def _validate(path: Path, obj: dict[str, Any], data_start: int, file_size: int) 
     tensors: dict[str, TensorInfo] = {}
     offsets: dict[str, tuple[int, int]] = {}
     data_size = file_size - data_start
+    bits_of = _BITS
     for name, entry in obj.items():
-        if not isinstance(entry, dict):
-            raise _bad(path, f"the entry for tensor {name!r} is not an object", "", code="invalid_header")
-        dtype_name = entry.get("dtype")
-        dt = DTYPES.get(dtype_name) if isinstance(dtype_name, str) else None
-        if dt is None:
-            raise _bad(
-                path,
-                f"tensor {name!r} has unknown dtype {dtype_name!r}",
-                "known dtypes are " + ", ".join(DTYPES),
-                code="unknown_dtype",
-                fix="If the file is new, update Loadout; otherwise the file is damaged",
-            )
-        shape = entry.get("shape")
-        if not _int_list(shape) or any(s < 0 for s in shape):
-            raise _bad(
-                path,
-                f"tensor {name!r} has an invalid shape {shape!r}",
-                "a shape is a list of non-negative integers",
-                code="invalid_shape",
-            )
-        offs = entry.get("data_offsets")
-        if not _int_list(offs) or len(offs) != 2:
-            raise _bad(
-                path,
-                f"tensor {name!r} has invalid data_offsets {offs!r}",
-                "data_offsets is a list of two integers [begin, end]",
-                code="invalid_offsets",
-            )
-        begin, end = offs
-        numel = math.prod(shape)
-        expected = nbytes_for(dt, numel)
-        if begin < 0 or end < begin:
-            raise _bad(
-                path,
-                f"tensor {name!r} has data_offsets {offs}",
-                "begin must be >= 0 and <= end",
-                code="invalid_offsets",
-            )
-        if end - begin != expected:
-            raise _bad(
-                path,
-                f"tensor {name!r} spans {end - begin:,} bytes but its shape {tuple(shape)} "
-                f"of {dt.name} needs {expected:,}",
-                "the header does not match its data",
-                code="invalid_offsets",
-            )
-        if end > data_size:
-            raise _bad(
-                path,
-                f"tensor {name!r} ends at byte {end:,} of a {data_size:,}-byte data area",
-                "the file is truncated",
-                code="truncated",
-            )
-        tensors[name] = TensorInfo(dt.name, tuple(shape), expected)
+        # The fast path: headers of thousands of tensors are common, and this runs for every file
+        # the library indexes. Anything unusual goes to _entry_error, which says what is wrong.
+        try:
+            dtype_name = entry["dtype"]
+            shape = entry["shape"]
+            begin, end = entry["data_offsets"]
+            bits = bits_of[dtype_name]
+            numel = 1
+            for dim in shape:
+                if type(dim) is not int or dim < 0:
+                    raise ValueError
+                numel *= dim
+        except Exception:
+            raise _entry_error(path, name, entry, data_size) from None
+        if (
+            type(shape) is not list
+            or type(begin) is not int
+            or type(end) is not int
+            or begin < 0
+            or end - begin != (numel * bits + 7) // 8
+            or end > data_size
+        ):
+            raise _entry_error(path, name, entry, data_size)
+        tensors[name] = TensorInfo(dtype_name, tuple(shape), end - begin)
         offsets[name] = (begin, end)
 
     # In order, no overlap, no gaps (the reference implementation's rule). Zero-size tensors

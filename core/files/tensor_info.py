@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from typing import NamedTuple
 
 
-@dataclass(frozen=True, slots=True)
-class TensorInfo:
-    """dtype (safetensors spelling, or a GGUF type name such as "Q4_K"), shape, and size."""
+class TensorInfo(NamedTuple):
+    """dtype (safetensors spelling, or a GGUF type name such as "Q4_K"), shape, and size.
+
+    A named tuple rather than a dataclass: headers hold thousands of entries and building them is
+    on the path of every file the library indexes.
+    """
 
     dtype: str
     shape: tuple[int, ...]
