@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
+
+from core.errors import LoadoutError
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -12,9 +15,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--demo", action="store_true", help="open the window on the demo library")
     parser.add_argument("--screenshot", metavar="FILE", help="with --demo: save a screenshot and exit")
     sub = parser.add_subparsers(dest="command")
-    from app.commands import inspect_cmd
+    from app.commands import check_cmd, inspect_cmd
 
     inspect_cmd.register(sub)
+    check_cmd.register(sub)
     return parser
 
 
@@ -25,7 +29,27 @@ def main(argv: Sequence[str] | None = None) -> int:
         from app.gui.launch import run_gui
 
         return run_gui(demo=args.demo, screenshot=args.screenshot)
-    code: int = args.handler(args)
+    try:
+        code: int = args.handler(args)
+    except BrokenPipeError:
+        # The reader went away (`loadout inspect ... | head`): not an error of ours.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
+    except KeyboardInterrupt:
+        print("loadout: stopped.", file=sys.stderr)
+        return 130
+    except LoadoutError as exc:
+        print(f"loadout: {exc.message}", file=sys.stderr)
+        return 2
+    except Exception as exc:
+        if os.environ.get("LOADOUT_DEBUG"):
+            raise
+        print(
+            f"loadout: internal error ({type(exc).__name__}: {exc}). This is a bug in Loadout; "
+            "run again with LOADOUT_DEBUG=1 for the details and please report them.",
+            file=sys.stderr,
+        )
+        return 3
     return code
 
 

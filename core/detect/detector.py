@@ -52,7 +52,14 @@ def dominant_dtype(view: Mapping[str, TensorInfo]) -> str:
     return dt.short if dt is not None else name
 
 
-def _component(role: Role, family: str, prefix: str, view: KeyView) -> Component:
+def _component(
+    role: Role,
+    family: str,
+    prefix: str,
+    view: KeyView,
+    layout: str = "original",
+    exclude: tuple[str, ...] = (),
+) -> Component:
     return Component(
         role=role,
         family=family,
@@ -61,6 +68,8 @@ def _component(role: Role, family: str, prefix: str, view: KeyView) -> Component
         params=view.params(),
         bytes=view.nbytes(),
         dtype=dominant_dtype(view),
+        layout=layout,
+        exclude=exclude,
     )
 
 
@@ -174,7 +183,8 @@ def _detect_checkpoint(view: KeyView, filename: str | None, meta: Mapping[str, s
             family = match.family
         if slot.role == "diffusion_model" and diffusion is None:
             diffusion = match
-        components.append(_component(slot.role, family, slot.prefix, sub))
+        layout = match.layout if match is not None else "original"
+        components.append(_component(slot.role, family, slot.prefix, sub, layout, slot.exclude))
     roles = {c.role for c in components}
     kind: Kind
     if diffusion is not None and roles == {"diffusion_model"}:
@@ -228,7 +238,7 @@ def _detect_standalone(view: KeyView, filename: str | None, meta: Mapping[str, s
                 family=match.family,
                 variant=match.variant,
                 layout=match.layout,
-                components=(_component(r, match.family, "", view),),
+                components=(_component(r, match.family, "", view, match.layout),),
                 warnings=tuple(notes),
                 fields=dict(match.fields),
             )

@@ -30,6 +30,8 @@ class Component:
     params: int
     bytes: int
     dtype: str  # dominant storage dtype, short form ("fp16", "bf16", "fp8_e4m3fn", "Q4_K", "mixed")
+    layout: str = "original"  # key naming of this component (not part of the inspect JSON)
+    exclude: tuple[str, ...] = ()  # for prefix "": key prefixes that belong to other components
 
     def to_json(self) -> dict[str, Any]:
         return {

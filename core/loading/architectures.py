@@ -1,0 +1,207 @@
+"""Which network each family is, and how a file's keys become that network's keys.
+
+One :class:`Architecture` per network, covering the families that share it. Conversions are
+functions over a *mapping of tensors*: the same code converts real memory-mapped tensors when
+loading and meta tensors (shapes only, no data) for ``loadout check``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import nn
+
+from core.detect.types import Role
+from core.loading.convert.dit_diffusers import (
+    chroma_diffusers_to_original,
+    flux_diffusers_to_original,
+    sd3_diffusers_to_original,
+)
+from core.loading.convert.open_clip import hf_to_open_clip, open_clip_to_hf
+from core.loading.convert.unet_diffusers import unet_diffusers_to_original
+from core.loading.convert.vae_diffusers import vae_diffusers_to_original
+from core.models.chroma import Chroma, ChromaConfig
+from core.models.clip import CLIPTextConfig, CLIPTextModel
+from core.models.flux import Flux, FluxConfig
+from core.models.mmdit import MMDiT, MMDiTConfig
+from core.models.t5 import T5Config, T5Encoder
+from core.models.unet import UNetConfig, UNetModel
+from core.models.vae import AutoencoderKL, VAEConfig, latent_format_for
+
+Tensors = Mapping[str, torch.Tensor]
+Shapes = dict[str, tuple[int, ...]]
+#: file layout -> module layout, given the family (conversions may need a preset config)
+Converter = Callable[[Tensors, str], Tensors]
+
+
+def _shapes(t: Tensors) -> Shapes:
+    return {k: tuple(v.shape) for k, v in t.items()}
+
+
+@dataclass(frozen=True)
+class Architecture:
+    name: str
+    role: Role
+    families: tuple[str, ...]
+    configure: Callable[[Shapes, str], Any]  # module-layout shapes, family -> config
+    build: Callable[[Any, torch.device | str | None, torch.dtype | None], nn.Module]
+    to_module: Mapping[str, Converter] = field(default_factory=dict)  # by file layout
+    to_file: Mapping[str, Converter] = field(default_factory=dict)  # module layout -> file layout
+    normalize: Converter | None = None  # after the layout conversion (aliases, tied weights)
+    harmless: frozenset[str] = frozenset()  # extra file keys known to be safe to ignore
+    optional: frozenset[str] = frozenset()  # module keys a file may lack
+
+    def convert_in(self, tensors: Tensors, layout: str, family: str) -> Tensors:
+        conv = self.to_module.get(layout)
+        out = tensors if conv is None else conv(tensors, family)
+        return out if self.normalize is None else self.normalize(out, family)
+
+    def convert_out(self, tensors: Tensors, layout: str, family: str) -> Tensors:
+        conv = self.to_file.get(layout)
+        return tensors if conv is None else conv(tensors, family)
+
+
+# --- UNet ---------------------------------------------------------------------------------------
+_UNET_PRESETS: dict[str, Callable[[int], UNetConfig]] = {
+    "sd1": lambda c: UNetConfig.sd1(in_channels=c),
+    "sd2": lambda c: UNetConfig.sd2(in_channels=c),
+    "sdxl": lambda c: UNetConfig.sdxl(in_channels=c),
+    "sdxl-refiner": lambda c: UNetConfig.sdxl_refiner(),
+    "ssd-1b": lambda c: UNetConfig.ssd_1b(),
+    "segmind-vega": lambda c: UNetConfig.segmind_vega(),
+}
+
+
+def _unet_from_diffusers(t: Tensors, family: str) -> Tensors:
+    in_ch = t["conv_in.weight"].shape[1] if "conv_in.weight" in t else 4
+    return unet_diffusers_to_original(t, _UNET_PRESETS[family](in_ch))
+
+
+UNET = Architecture(
+    "unet",
+    "diffusion_model",
+    tuple(_UNET_PRESETS),
+    configure=lambda shapes, family: UNetConfig.from_shapes(shapes),
+    build=lambda cfg, device, dtype: UNetModel(cfg, device=device, dtype=dtype),
+    to_module={"diffusers": _unet_from_diffusers},
+)
+
+# --- MMDiT / Flux / Chroma ------------------------------------------------------------------------
+_MMDIT_PRESETS = {
+    "sd3": MMDiTConfig.sd3_medium,
+    "sd3.5-medium": MMDiTConfig.sd35_medium,
+    "sd3.5-large": MMDiTConfig.sd35_large,
+}
+MMDIT = Architecture(
+    "mmdit",
+    "diffusion_model",
+    tuple(_MMDIT_PRESETS),
+    configure=lambda shapes, family: MMDiTConfig.from_shapes(shapes),
+    build=lambda cfg, device, dtype: MMDiT(cfg, device=device, dtype=dtype),
+    to_module={"diffusers": lambda t, fam: sd3_diffusers_to_original(t, _MMDIT_PRESETS[fam]())},
+)
+
+_FLUX_PRESETS = {"flux-dev": FluxConfig.dev, "flux-schnell": FluxConfig.schnell, "flux-fill": FluxConfig.fill}
+FLUX = Architecture(
+    "flux",
+    "diffusion_model",
+    tuple(_FLUX_PRESETS),
+    configure=lambda shapes, family: FluxConfig.from_shapes(shapes),
+    build=lambda cfg, device, dtype: Flux(cfg, device=device, dtype=dtype),
+    to_module={"diffusers": lambda t, fam: flux_diffusers_to_original(t, _FLUX_PRESETS[fam]())},
+)
+
+CHROMA = Architecture(
+    "chroma",
+    "diffusion_model",
+    ("chroma",),
+    configure=lambda shapes, family: ChromaConfig.from_shapes(shapes),
+    build=lambda cfg, device, dtype: Chroma(cfg, device=device, dtype=dtype),
+    to_module={"diffusers": lambda t, fam: chroma_diffusers_to_original(t, ChromaConfig())},
+)
+
+# --- VAE ------------------------------------------------------------------------------------------
+
+
+def _vae_config(shapes: Shapes, family: str) -> VAEConfig:
+    fmt = latent_format_for(family) if family in ("vae-sd3",) else None
+    return VAEConfig.from_shapes(shapes, latent_format=fmt)
+
+
+def _vae_from_diffusers(t: Tensors, family: str) -> Tensors:
+    latent = t["decoder.conv_in.weight"].shape[1]
+    return vae_diffusers_to_original(t, VAEConfig.sd() if latent == 4 else VAEConfig.flux())
+
+
+VAE = Architecture(
+    "kl-vae",
+    "vae",
+    ("vae-sd", "vae-flux", "vae-sd3"),
+    configure=_vae_config,
+    build=lambda cfg, device, dtype: AutoencoderKL(cfg, device=device, dtype=dtype),
+    to_module={"diffusers": _vae_from_diffusers},
+)
+
+# --- Text encoders --------------------------------------------------------------------------------
+_CLIP_LAYERS = {"clip-l": 12, "clip-h": 24, "clip-g": 32}
+
+
+def _clip_layers(t: Tensors) -> int:
+    n = 0
+    while (
+        f"transformer.resblocks.{n}.ln_1.weight" in t
+        or f"text_model.encoder.layers.{n}.layer_norm1.weight" in t
+    ):
+        n += 1
+    return n
+
+
+CLIP = Architecture(
+    "clip-text",
+    "text_encoder",
+    tuple(_CLIP_LAYERS),
+    configure=lambda shapes, family: CLIPTextConfig.from_shapes(shapes),
+    build=lambda cfg, device, dtype: CLIPTextModel(cfg, device=device, dtype=dtype),
+    to_module={
+        "open_clip": lambda t, fam: open_clip_to_hf(
+            {k: v for k, v in t.items() if not k.startswith("visual.") and k != "logit_scale"},
+            num_layers=_clip_layers(t),
+        )
+    },
+    to_file={"open_clip": lambda t, fam: hf_to_open_clip(t, num_layers=_clip_layers(t))},
+    harmless=frozenset({"text_model.embeddings.position_ids", "logit_scale"}),
+)
+
+
+def _t5_aliases(t: Tensors, family: str) -> Tensors:
+    """``encoder.embed_tokens.weight`` is a tied copy of ``shared.weight``: use it when alone."""
+    if "shared.weight" not in t and "encoder.embed_tokens.weight" in t:
+        out = dict(t)
+        out["shared.weight"] = out.pop("encoder.embed_tokens.weight")
+        return out
+    return t
+
+
+T5 = Architecture(
+    "t5-encoder",
+    "text_encoder",
+    ("t5-xxl", "t5-base", "umt5-xxl"),
+    configure=lambda shapes, family: T5Config.from_shapes(shapes),
+    build=lambda cfg, device, dtype: T5Encoder(cfg, device=device, dtype=dtype),
+    normalize=_t5_aliases,
+    harmless=frozenset({"encoder.embed_tokens.weight"}),
+)
+
+ARCHITECTURES: tuple[Architecture, ...] = (UNET, MMDIT, FLUX, CHROMA, VAE, CLIP, T5)
+_BY_FAMILY: dict[str, Architecture] = {f: a for a in ARCHITECTURES for f in a.families}
+
+
+def architecture_for(family: str) -> Architecture | None:
+    return _BY_FAMILY.get(family)
+
+
+def loadable_families() -> tuple[str, ...]:
+    return tuple(_BY_FAMILY)

@@ -1,0 +1,248 @@
+"""Loading model files into working networks.
+
+``load_checkpoint`` turns an all-in-one file into a :class:`ModelBundle`; ``load_diffusion_model``,
+``load_vae`` and ``load_text_encoder`` load component files (ComfyUI's ``diffusion_models/``,
+``vae/``, ``text_encoders/``). Each component is planned first (network and keys checked on the
+meta device, no data read), then filled tensor by tensor from the memory map: zero copies where
+the dtype already matches, progress per tensor, and the interrupt check between tensors.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from core.detect.detector import detect
+from core.detect.keyview import KeyView
+from core.detect.types import Component, Detection, Role
+from core.errors import FileFormatError, ModelMismatchError
+from core.files.model_file import TensorIndex, read_tensor_index
+from core.files.pickle_safe import load_pickle_state_dict
+from core.files.safetensors import SafetensorsFile
+from core.loading.assign import LoadProgress, assign_weights
+from core.loading.plan import ComponentPlan, LazyTensors, mismatch_error, plan_component
+
+
+@dataclass(frozen=True)
+class LoadOptions:
+    dtype: torch.dtype | None = None  # None: keep each tensor's stored dtype (zero-copy)
+    device: str = "cpu"
+    progress: Callable[[LoadProgress], None] | None = None
+    check: Callable[[], None] | None = None  # raises to stop (the interrupt flag)
+
+
+@dataclass
+class LoadedComponent:
+    role: Role
+    family: str
+    prefix: str  # where its keys live in the source file ("" for a component file)
+    layout: str  # key naming in the source file
+    module: nn.Module
+    config: Any
+    plan: ComponentPlan
+
+    @property
+    def nbytes(self) -> int:
+        return sum(t.numel() * t.element_size() for t in self.module.state_dict().values())
+
+
+@dataclass
+class ModelBundle:
+    """What one file held, loaded: the diffusion model, text encoders and VAE (each optional)."""
+
+    path: Path
+    detection: Detection
+    metadata: dict[str, str]
+    diffusion_model: LoadedComponent | None = None
+    text_encoders: list[LoadedComponent] = field(default_factory=list)
+    vae: LoadedComponent | None = None
+    #: file tensors that belong to no component (scheduler buffers, position ids...), kept lazily
+    #: so that saving writes them back and a round trip loses nothing
+    extras: dict[str, Callable[[], torch.Tensor]] = field(default_factory=dict)
+
+    @property
+    def components(self) -> list[LoadedComponent]:
+        found = [self.diffusion_model, *self.text_encoders, self.vae]
+        return [c for c in found if c is not None]
+
+
+class _Source:
+    """Tensors of one file, by full key."""
+
+    def __init__(self, index: TensorIndex) -> None:
+        self.index = index
+        name = index.path.name
+        if index.format == "safetensors":
+            self._file: SafetensorsFile | None = SafetensorsFile(index.path)
+            self.get: Callable[[str], torch.Tensor] = self._file.tensor
+        elif index.format == "pickle":
+            self._file = None
+            tensors = load_pickle_state_dict(index.path)
+            self.get = tensors.__getitem__
+        else:
+            raise FileFormatError(
+                f"{name} is a {index.format.upper()} file, which Loadout can inspect but not load yet",
+                why="quantised GGUF weights need a dequantising layer that is not implemented",
+                fix="Use a .safetensors version of the model",
+                code="unsupported_format",
+            )
+
+
+def _view(index: TensorIndex, comp: Component) -> KeyView:
+    whole = KeyView(index.tensors)
+    if comp.prefix:
+        return whole.sub(comp.prefix)
+    if comp.exclude:
+        return KeyView({k: v for k, v in index.tensors.items() if not k.startswith(comp.exclude)})
+    return whole
+
+
+def _load_component(
+    source: _Source, index: TensorIndex, comp: Component, options: LoadOptions
+) -> LoadedComponent:
+    name = index.path.name
+    view = _view(index, comp)
+    plan = plan_component(view, comp.role, comp.family, comp.layout, prefix=comp.prefix, name=name)
+    if not plan.report.ok:
+        raise mismatch_error(plan, name)
+    real = plan.architecture.convert_in(
+        LazyTensors(list(view), source.get, comp.prefix), comp.layout, comp.family
+    )
+    module = plan.module
+    keys = {k: k for k in module.state_dict(keep_vars=True)}
+    assign_weights(
+        module,
+        real.__getitem__,
+        keys,
+        component=f"{comp.role} ({comp.family})",
+        dtype=options.dtype,
+        device=options.device,
+        check=options.check,
+        progress=options.progress,
+    )
+    module.eval()
+    return LoadedComponent(comp.role, comp.family, comp.prefix, comp.layout, module, plan.config, plan)
+
+
+def inspect_for_loading(path: str | os.PathLike[str]) -> tuple[TensorIndex, Detection]:
+    index = read_tensor_index(path)
+    meta = {k: v for k, v in index.metadata.items() if isinstance(v, str)}
+    return index, detect(index.tensors, meta, index.path.name)
+
+
+_WHERE = {
+    "lora": "add it to the LoRA stack of a loaded model instead",
+    "embedding": "it is a textual-inversion embedding: use it in a prompt of a loaded model",
+    "controlnet": "ControlNets load beside a model, not as one",
+    "upscale_model": "upscalers are not diffusion models",
+    "vae": "load it as a VAE (loadout: load_vae) beside a checkpoint or diffusion model",
+    "text_encoder": "load it as a text encoder beside a diffusion model",
+    "diffusion_model": "load it as a diffusion model, and add a VAE and text encoders from separate files",
+    "unknown": "run `loadout inspect` on it to see what it holds",
+}
+
+
+def _wrong_kind(name: str, det: Detection, wanted: str) -> ModelMismatchError:
+    what = det.kind.replace("_", " ")
+    fam = (
+        f" for {det.family}"
+        if det.family and det.kind in ("lora", "controlnet", "embedding")
+        else (f" ({det.family})" if det.family else "")
+    )
+    return ModelMismatchError(
+        f"{name} is a {what}{fam}, not a {wanted.replace('_', ' ')}",
+        why=f"a {wanted.replace('_', ' ')} was expected here",
+        fix=_WHERE.get(det.kind, "pick another file"),
+        code="wrong_kind",
+    )
+
+
+def load_checkpoint(path: str | os.PathLike[str], options: LoadOptions | None = None) -> ModelBundle:
+    """Load an all-in-one checkpoint: every component it holds."""
+    opts = options or LoadOptions()
+    index, det = inspect_for_loading(path)
+    name = index.path.name
+    if det.kind != "checkpoint":
+        raise _wrong_kind(name, det, "checkpoint")
+    unknown = [c for c in det.components if c.family == "unknown"]
+    if unknown:
+        part = unknown[0].role.replace("_", " ")
+        raise ModelMismatchError(
+            f"{name}: the {part} under '{unknown[0].prefix}' is not a known model",
+            why="its keys match no family Loadout knows",
+            fix="Run `loadout inspect` on the file for details",
+            code="unknown_component",
+        )
+    # Plan every component before reading any data: a bad file fails fast and loads nothing.
+    for comp in det.components:
+        plan = plan_component(
+            _view(index, comp), comp.role, comp.family, comp.layout, prefix=comp.prefix, name=name
+        )
+        if not plan.report.ok:
+            raise mismatch_error(plan, name)
+    source = _Source(index)
+    bundle = ModelBundle(index.path, det, {k: v for k, v in index.metadata.items() if isinstance(v, str)})
+    used: set[str] = set()
+    for comp in det.components:
+        loaded = _load_component(source, index, comp, opts)
+        used.update(_consumed(index, comp, loaded))
+        if comp.role == "diffusion_model":
+            bundle.diffusion_model = loaded
+        elif comp.role == "vae":
+            bundle.vae = loaded
+        else:
+            bundle.text_encoders.append(loaded)
+    for key in index.tensors:
+        if key not in used:
+            bundle.extras[key] = _getter(source, key)
+    return bundle
+
+
+def _consumed(index: TensorIndex, comp: Component, loaded: LoadedComponent) -> set[str]:
+    """File keys (with prefix) that went into the component's module.
+
+    With the original layout that is exactly the module's keys; a converted layout (open_clip,
+    diffusers) consumes every key it maps, which is all of the component's keys but the known
+    harmless extras (CLIP's ``logit_scale``, ``position_ids``...), which stay extras."""
+    view = _view(index, comp)
+    arch = loaded.plan.architecture
+    if comp.layout in arch.to_module:
+        return {comp.prefix + k for k in view if k not in arch.harmless}
+    module_keys = set(loaded.module.state_dict(keep_vars=True))
+    return {comp.prefix + k for k in view if k in module_keys}
+
+
+def _getter(source: _Source, key: str) -> Callable[[], torch.Tensor]:
+    return lambda: source.get(key)
+
+
+def _load_single(path: str | os.PathLike[str], role: Role, options: LoadOptions | None) -> LoadedComponent:
+    opts = options or LoadOptions()
+    index, det = inspect_for_loading(path)
+    name = index.path.name
+    comps = [c for c in det.components if c.role == role]
+    if det.kind == "checkpoint" and comps:
+        comp = comps[0]  # a checkpoint holds this part too: load just it
+    elif det.kind == role and comps:
+        comp = comps[0]
+    else:
+        raise _wrong_kind(name, det, role)
+    return _load_component(_Source(index), index, comp, opts)
+
+
+def load_diffusion_model(path: str | os.PathLike[str], options: LoadOptions | None = None) -> LoadedComponent:
+    return _load_single(path, "diffusion_model", options)
+
+
+def load_vae(path: str | os.PathLike[str], options: LoadOptions | None = None) -> LoadedComponent:
+    return _load_single(path, "vae", options)
+
+
+def load_text_encoder(path: str | os.PathLike[str], options: LoadOptions | None = None) -> LoadedComponent:
+    return _load_single(path, "text_encoder", options)
