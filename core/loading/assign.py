@@ -16,6 +16,7 @@ import torch
 from torch import nn
 
 from core.errors import InterruptedByUser, ModelMismatchError
+from core.models.state import set_tensor
 
 
 @dataclass(frozen=True)
@@ -74,17 +75,6 @@ def compare_layout(
     return KeyReport(missing, unexpected, mismatches, ignored)
 
 
-def _set_tensor(module: nn.Module, key: str, value: torch.Tensor) -> None:
-    owner_name, _, leaf = key.rpartition(".")
-    owner = module.get_submodule(owner_name) if owner_name else module
-    if leaf in owner._parameters:
-        owner._parameters[leaf] = nn.Parameter(value, requires_grad=False)
-    elif leaf in owner._buffers:
-        owner._buffers[leaf] = value
-    else:
-        raise KeyError(key)
-
-
 def assign_weights(
     module: nn.Module,
     get_tensor: Callable[[str], torch.Tensor],
@@ -129,7 +119,7 @@ def assign_weights(
         to_dtype = dtype if (dtype is not None and t.is_floating_point()) else t.dtype
         if t.dtype != to_dtype or t.device != target:
             t = t.to(device=target, dtype=to_dtype)
-        _set_tensor(module, mkey, t)
+        set_tensor(module, mkey, t)
         done_bytes += t.numel() * t.element_size()
         if progress is not None:
             progress(LoadProgress(component, i + 1, len(keys), done_bytes, total_bytes))
