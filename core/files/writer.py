@@ -8,6 +8,7 @@ full disk leaves the target as it was (absent or the old file) and removes the t
 from __future__ import annotations
 
 import json
+import math
 import os
 import shutil
 import tempfile
@@ -42,6 +43,12 @@ def _raw(t: torch.Tensor) -> memoryview:
     return memoryview(flat.view(torch.uint8).numpy().data)
 
 
+def header_dtype(header: Mapping[str, object], name: str) -> str:
+    entry = header[name]
+    assert isinstance(entry, dict)
+    return str(entry["dtype"])
+
+
 def refuse_same_file(out: Path, *inputs: Path) -> None:
     """Raise when ``out`` is one of ``inputs`` (same file, even through a link)."""
     for inp in inputs:
@@ -65,21 +72,31 @@ def write_safetensors(
     *,
     progress: Callable[[WriteProgress], None] | None = None,
     check: Callable[[], None] | None = None,
+    specs: Mapping[str, tuple[torch.dtype, tuple[int, ...]]] | None = None,
 ) -> Path:
     """Write ``tensors`` to ``path`` atomically. ``check`` is called between tensors (it raises
-    to stop, e.g. on interrupt); ``progress`` is told after each tensor."""
+    to stop, e.g. on interrupt); ``progress`` is told after each tensor.
+
+    ``tensors`` may compute each tensor on access (a cast, a merge): give ``specs`` (dtype and
+    shape per name) and each tensor is then produced exactly once, while it is written."""
     out = Path(path)
     names = list(tensors)
     header: dict[str, object] = {}
     if metadata:
         header["__metadata__"] = {str(k): str(v) for k, v in metadata.items()}
     offset = 0
+    sizes: dict[str, int] = {}
     for name in names:
-        t = tensors[name]
-        n = _nbytes(t)
+        if specs is not None:
+            dtype, shape = specs[name]
+        else:
+            t = tensors[name]
+            dtype, shape = t.dtype, tuple(t.shape)
+        n = math.prod(shape) * dtype.itemsize
+        sizes[name] = n
         header[name] = {
-            "dtype": name_of_torch_dtype(t.dtype),
-            "shape": list(t.shape),
+            "dtype": name_of_torch_dtype(dtype),
+            "shape": list(shape),
             "data_offsets": [offset, offset + n],
         }
         offset += n
@@ -105,8 +122,11 @@ def write_safetensors(
             for i, name in enumerate(names):
                 if check is not None:
                     check()
-                fh.write(_raw(tensors[name]))
-                done += _nbytes(tensors[name])
+                t = tensors[name]
+                if _nbytes(t) != sizes[name] or name_of_torch_dtype(t.dtype) != header_dtype(header, name):
+                    raise ValueError(f"tensor {name!r} does not match its announced dtype and shape")
+                fh.write(_raw(t))
+                done += sizes[name]
                 if progress is not None:
                     progress(WriteProgress(i + 1, len(names), done, offset))
             fh.flush()

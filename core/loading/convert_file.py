@@ -1,0 +1,117 @@
+"""``loadout convert``: change a file's dtype and/or turn a pickle checkpoint into safetensors.
+
+Tensors stream from the source one at a time (memory-mapped for safetensors), so converting a
+7 GB checkpoint never holds it twice. Only floating-point tensors change dtype. For fp8, only
+matrices and convolution kernels are converted (as fp8 checkpoints are saved): vectors (biases,
+norms) keep their dtype, and values are clamped to the fp8 range instead of becoming NaN.
+The write is atomic and the input is never modified.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
+
+import torch
+
+from core.errors import LoadoutError
+from core.files.dtypes import DTYPES as DTYPE_INFO
+from core.files.model_file import read_tensor_index
+from core.files.pickle_safe import load_pickle_state_dict
+from core.files.safetensors import SafetensorsFile
+from core.files.writer import WriteProgress, refuse_same_file, write_safetensors
+
+DTYPES: dict[str, torch.dtype] = {
+    "fp32": torch.float32,
+    "fp16": torch.float16,
+    "bf16": torch.bfloat16,
+    "fp8_e4m3fn": torch.float8_e4m3fn,
+}
+
+
+def parse_dtype(name: str) -> torch.dtype:
+    try:
+        return DTYPES[name]
+    except KeyError:
+        raise LoadoutError(
+            f"unknown dtype {name!r}", fix="Use one of: " + ", ".join(DTYPES), code="bad_argument"
+        ) from None
+
+
+def cast_tensor(t: torch.Tensor, dtype: torch.dtype | None) -> torch.Tensor:
+    if dtype is None or not t.is_floating_point() or t.dtype == dtype:
+        return t
+    if dtype.itemsize == 1:  # fp8: weights only, clamped to the representable range
+        if t.ndim < 2:
+            return t
+        limit = torch.finfo(dtype).max
+        return t.to(torch.float32).clamp_(-limit, limit).to(dtype)
+    return t.to(dtype)
+
+
+class _Converted(Mapping[str, torch.Tensor]):
+    """The source's tensors, cast on access (one at a time while the writer streams them)."""
+
+    def __init__(
+        self, keys: list[str], get: Callable[[str], torch.Tensor], dtype: torch.dtype | None
+    ) -> None:
+        self._keys, self._get, self._dtype = keys, get, dtype
+
+    def __getitem__(self, key: str) -> torch.Tensor:
+        return cast_tensor(self._get(key), self._dtype)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._keys)
+
+    def __len__(self) -> int:
+        return len(self._keys)
+
+
+def convert_file(
+    src: str | os.PathLike[str],
+    out: str | os.PathLike[str],
+    dtype: torch.dtype | None = None,
+    *,
+    progress: Callable[[WriteProgress], None] | None = None,
+    check: Callable[[], None] | None = None,
+) -> Path:
+    source, target = Path(src), Path(out)
+    refuse_same_file(target, source)
+    index = read_tensor_index(source)
+    if index.format == "safetensors":
+        f = SafetensorsFile(source)
+        get: Callable[[str], torch.Tensor] = f.tensor
+    elif index.format == "pickle":
+        tensors = load_pickle_state_dict(source)
+        get = tensors.__getitem__
+    else:
+        raise LoadoutError(
+            f"{source.name} is a {index.format.upper()} file, which cannot be converted",
+            why="its quantised weights would need dequantising first",
+            fix="Use a .safetensors version of the model",
+            code="unsupported_format",
+        )
+    specs = {}
+    for name, info in index.tensors.items():
+        stored = DTYPE_INFO[info.dtype].torch_dtype
+        if stored is None:
+            raise LoadoutError(
+                f"{source.name}: tensor {name!r} is stored as {info.dtype}, which torch cannot read",
+                fix="Update torch",
+                code="unsupported_dtype",
+            )
+        probe = torch.empty(info.shape if len(info.shape) else (), dtype=stored, device="meta")
+        specs[name] = (cast_tensor(probe, dtype).dtype, info.shape)
+    meta = {k: v for k, v in index.metadata.items() if isinstance(v, str)}
+    meta["loadout.converted"] = json.dumps(
+        {
+            "from": source.name,
+            "format": index.format,
+            "dtype": str(dtype).removeprefix("torch.") if dtype else None,
+        }
+    )
+    return write_safetensors(
+        target, _Converted(list(index.tensors), get, dtype), meta, progress=progress, check=check, specs=specs
+    )
