@@ -17,6 +17,7 @@ among the candidates the shapes allow, and the result says so.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 import core.detect.diffusion_families
@@ -185,6 +186,8 @@ def _detect_checkpoint(view: KeyView, filename: str | None, meta: Mapping[str, s
             diffusion = match
         layout = match.layout if match is not None else "original"
         components.append(_component(slot.role, family, slot.prefix, sub, layout, slot.exclude))
+    if diffusion is not None:
+        components = [_vae_for(c, diffusion.family, warnings) for c in components]
     roles = {c.role for c in components}
     kind: Kind
     if diffusion is not None and roles == {"diffusion_model"}:
@@ -207,6 +210,11 @@ def _detect_checkpoint(view: KeyView, filename: str | None, meta: Mapping[str, s
         kind = "checkpoint"
     else:
         kind = "checkpoint"
+    if kind == "checkpoint":
+        if "vae" not in roles:
+            warnings.append("this checkpoint has no VAE: load one beside it to decode images")
+        if "text_encoder" not in roles:
+            warnings.append("this checkpoint has no text encoders: load them beside it for prompts")
     return Detection(
         kind=kind,
         family=diffusion.family if diffusion else None,
@@ -216,6 +224,19 @@ def _detect_checkpoint(view: KeyView, filename: str | None, meta: Mapping[str, s
         warnings=tuple(dict.fromkeys(warnings)),
         fields=dict(diffusion.fields) if diffusion else {},
     )
+
+
+#: The VAE a diffusion family ships with, where shapes alone cannot tell it from another.
+_VAE_OF = {"sd3": "vae-sd3", "sd3.5-medium": "vae-sd3", "sd3.5-large": "vae-sd3"}
+
+
+def _vae_for(comp: Component, diffusion_family: str, warnings: list[str]) -> Component:
+    """Inside a checkpoint, the diffusion model says which of two same-shaped VAEs it carries."""
+    want = _VAE_OF.get(diffusion_family)
+    if comp.role != "vae" or want is None or comp.family == want:
+        return comp
+    warnings.append(f"the VAE is {want}: the {diffusion_family} model it ships with says so")
+    return replace(comp, family=want)
 
 
 def _detect_standalone(view: KeyView, filename: str | None, meta: Mapping[str, str]) -> Detection:

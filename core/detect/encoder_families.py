@@ -122,6 +122,9 @@ def _families() -> list[Family]:
                 default_dtype="fp32" if v.id == "vae-sd" else "bf16",
             )
         )
+    # SD3's VAE has the 16-channel layout of Flux's: it is never matched by shapes, only chosen
+    # from a hint or from the diffusion model it ships with (its latent scale and shift differ).
+    out.append(Family("vae-sd3", "vae", "SD3 16-channel VAE", latent_channels=16, default_dtype="bf16"))
     out.append(
         Family(
             "vae-wan",

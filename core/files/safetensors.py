@@ -8,11 +8,13 @@ the data. Offsets are relative to the end of the header.
 
 from __future__ import annotations
 
+import errno
 import gc
 import json
 import mmap
 import os
 import struct
+import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -290,6 +292,21 @@ def read_header(path: str | os.PathLike[str], *, cap: int = HEADER_SIZE_CAP) -> 
         return read_header_from(fh, p, size, cap=cap)
 
 
+def _map(fileno: int, size: int) -> tuple[mmap.mmap, bool]:
+    """Copy-on-write when the kernel allows it; read-only shared otherwise.
+
+    A private writable mapping is charged in full against the kernel's commit limit, so a file
+    larger than RAM + swap (a 22 GiB Flux on a 16 GiB machine) cannot be mapped that way. A
+    read-only shared mapping is not charged: pages come and go with the page cache.
+    """
+    try:
+        return mmap.mmap(fileno, size, access=mmap.ACCESS_COPY), True
+    except OSError as exc:
+        if exc.errno != errno.ENOMEM:
+            raise
+    return mmap.mmap(fileno, size, access=mmap.ACCESS_READ), False
+
+
 class SafetensorsFile:
     """A memory-mapped safetensors file handing out zero-copy tensors.
 
@@ -302,9 +319,12 @@ class SafetensorsFile:
         self.path = self.header.path
         self._fh = open(self.path, "rb")  # noqa: SIM115 - lives as long as the mapping
         size = self.header.file_size
-        self._mmap: mmap.mmap | None = (
-            mmap.mmap(self._fh.fileno(), size, access=mmap.ACCESS_COPY) if size > 0 else None
-        )
+        self._mmap: mmap.mmap | None = None
+        #: False when the file had to be mapped read-only (see _map): its tensors must never be
+        #: written in place. Loadout never does: patches and casts always make new tensors.
+        self.writable = True
+        if size > 0:
+            self._mmap, self.writable = _map(self._fh.fileno(), size)
 
     def __enter__(self) -> SafetensorsFile:
         return self
@@ -351,5 +371,8 @@ class SafetensorsFile:
         if start % itemsize:
             flat = torch.frombuffer(bytearray(self._mmap[start : start + (end - begin)]), dtype=tdt)
         else:
-            flat = torch.frombuffer(self._mmap, dtype=tdt, count=info.numel, offset=start)
+            with warnings.catch_warnings():
+                # torch warns that a read-only buffer must not be written: see ``writable``
+                warnings.filterwarnings("ignore", message="The given buffer is not writable")
+                flat = torch.frombuffer(self._mmap, dtype=tdt, count=info.numel, offset=start)
         return flat.view(info.shape)

@@ -28,7 +28,7 @@ from core.models.clip import CLIPTextConfig, CLIPTextModel
 from core.models.flux import Flux, FluxConfig
 from core.models.mmdit import MMDiT, MMDiTConfig
 from core.models.t5 import T5Config, T5Encoder
-from core.models.unet import UNetConfig, UNetModel
+from core.models.unet import ResStage, UNetConfig, UNetModel
 from core.models.vae import AutoencoderKL, VAEConfig, latent_format_for
 
 Tensors = Mapping[str, torch.Tensor]
@@ -53,6 +53,13 @@ class Architecture:
     normalize: Converter | None = None  # after the layout conversion (aliases, tied weights)
     harmless: frozenset[str] = frozenset()  # extra file keys known to be safe to ignore
     optional: frozenset[str] = frozenset()  # module keys a file may lack
+
+    #: says what is inconsistent in a config read from shapes ('' when nothing): damage that
+    #: shapes alone would silently turn into a different network
+    consistency: Callable[[Any], str] | None = None
+
+    def differs_from_family(self, config: Any, family: str) -> str:
+        return "" if self.consistency is None else self.consistency(config)
 
     def convert_in(self, tensors: Tensors, layout: str, family: str) -> Tensors:
         conv = self.to_module.get(layout)
@@ -80,6 +87,26 @@ def _unet_from_diffusers(t: Tensors, family: str) -> Tensors:
     return unet_diffusers_to_original(t, _UNET_PRESETS[family](in_ch))
 
 
+def _unet_consistency(cfg: UNetConfig) -> str:
+    """Every SD-family UNet (SSD-1B and Vega included) has attention in all ResBlocks of a level
+    or in none; a level where only some have it lost a transformer block."""
+    sides = (("input_blocks", cfg.input_stages(), 1), ("output_blocks", cfg.output_stages(), 0))
+    for name, stages, first in sides:
+        by_level: dict[int, list[tuple[int, bool]]] = {}
+        for i, st in enumerate(stages, start=first):
+            if isinstance(st, ResStage):
+                by_level.setdefault(st.level, []).append((i, st.transformer_depth > 0))
+        for blocks in by_level.values():
+            with_attn = [i for i, has in blocks if has]
+            without = [i for i, has in blocks if not has]
+            if with_attn and without:
+                return (
+                    f"{name}.{without[0]}.* is missing its attention (transformer) weights, which "
+                    f"{name}.{with_attn[0]}.* of the same resolution has"
+                )
+    return ""
+
+
 UNET = Architecture(
     "unet",
     "diffusion_model",
@@ -87,6 +114,7 @@ UNET = Architecture(
     configure=lambda shapes, family: UNetConfig.from_shapes(shapes),
     build=lambda cfg, device, dtype: UNetModel(cfg, device=device, dtype=dtype),
     to_module={"diffusers": _unet_from_diffusers},
+    consistency=lambda cfg: _unet_consistency(cfg),
 )
 
 # --- MMDiT / Flux / Chroma ------------------------------------------------------------------------

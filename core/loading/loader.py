@@ -72,6 +72,16 @@ class ModelBundle:
         return [c for c in found if c is not None]
 
 
+def _refuse_unloadable_format(index: TensorIndex) -> None:
+    if index.format == "gguf":
+        raise FileFormatError(
+            f"{index.path.name} is a GGUF file, which Loadout can inspect but not load yet",
+            why="quantised GGUF weights need a dequantising layer that is not implemented",
+            fix="Use a .safetensors version of the model",
+            code="unsupported_format",
+        )
+
+
 class _Source:
     """Tensors of one file, by full key."""
 
@@ -86,12 +96,8 @@ class _Source:
             tensors = load_pickle_state_dict(index.path)
             self.get = tensors.__getitem__
         else:
-            raise FileFormatError(
-                f"{name} is a {index.format.upper()} file, which Loadout can inspect but not load yet",
-                why="quantised GGUF weights need a dequantising layer that is not implemented",
-                fix="Use a .safetensors version of the model",
-                code="unsupported_format",
-            )
+            _refuse_unloadable_format(index)
+            raise FileFormatError(f"{name}: unknown format {index.format}", code="unsupported_format")
 
 
 def _view(index: TensorIndex, comp: Component) -> KeyView:
@@ -168,6 +174,7 @@ def load_checkpoint(path: str | os.PathLike[str], options: LoadOptions | None = 
     opts = options or LoadOptions()
     index, det = inspect_for_loading(path)
     name = index.path.name
+    _refuse_unloadable_format(index)
     if det.kind != "checkpoint":
         raise _wrong_kind(name, det, "checkpoint")
     unknown = [c for c in det.components if c.family == "unknown"]
@@ -233,6 +240,13 @@ def _load_single(path: str | os.PathLike[str], role: Role, options: LoadOptions 
         comp = comps[0]
     else:
         raise _wrong_kind(name, det, role)
+    _refuse_unloadable_format(index)
+    # Plan before mapping the file: a family that cannot load is refused without touching data.
+    plan = plan_component(
+        _view(index, comp), comp.role, comp.family, comp.layout, prefix=comp.prefix, name=name
+    )
+    if not plan.report.ok:
+        raise mismatch_error(plan, name)
     return _load_component(_Source(index), index, comp, opts)
 
 

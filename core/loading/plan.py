@@ -89,20 +89,28 @@ def plan_component(
     arch = architecture_for(family)
     if arch is None or arch.role != role:
         raise unsupported(family, role, name)
+    part = role.replace("_", " ")
     try:
         converted = arch.convert_in(meta_tensors(view), layout, family)
         shapes = {k: tuple(v.shape) for k, v in converted.items() if k not in arch.harmless}
         config = arch.configure(shapes, family)
         module = arch.build(config, "meta", None)
-    except LoadoutError:
-        raise
-    except (KeyError, ValueError, TypeError, IndexError, RuntimeError) as exc:
+    except (LoadoutError, KeyError, ValueError, TypeError, IndexError, RuntimeError) as exc:
+        detail = exc.message if isinstance(exc, LoadoutError) else f"{type(exc).__name__}: {exc}"
         raise ModelMismatchError(
-            f"{name}: the {role.replace('_', ' ')} does not have the layout of a {family} model",
-            why=f"{type(exc).__name__}: {exc}"[:300],
-            fix="The file may be damaged or hand-edited; run `loadout inspect` on it, or get it again",
+            f"{name}: the {part} does not have the layout of a {family} model",
+            why=detail[:400],
+            fix="The file may be damaged or hand-edited: run `loadout check` on it, or get it again",
             code="layout_mismatch",
         ) from None
+    difference = arch.differs_from_family(config, family)
+    if difference:
+        raise ModelMismatchError(
+            f"{name}: the {part} is not the {family} architecture: {difference}",
+            why="weights are missing or were edited (pruned variants such as BK-SDM are not supported yet)",
+            fix="Run `loadout check` on the file, or get it again",
+            code="layout_mismatch",
+        )
     report = compare_layout(
         expected_layout(module),
         {k: tuple(v.shape) for k, v in converted.items()},

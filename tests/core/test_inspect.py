@@ -73,7 +73,7 @@ def _roles(rec: dict) -> dict[str, str]:
             "sd3",
             {
                 "model.diffusion_model.": "diffusion_model:sd3",
-                "first_stage_model.": "vae:vae-flux",
+                "first_stage_model.": "vae:vae-sd3",
                 "text_encoders.clip_l.transformer.": "text_encoder:clip-l",
                 "text_encoders.clip_g.transformer.": "text_encoder:clip-g",
                 "text_encoders.t5xxl.transformer.": "text_encoder:t5-xxl",
