@@ -16,7 +16,6 @@ import torch
 from torch import nn
 
 from core.errors import InterruptedByUser, ModelMismatchError
-from core.models.state import set_tensor
 
 
 @dataclass(frozen=True)
@@ -75,6 +74,18 @@ def compare_layout(
     return KeyReport(missing, unexpected, mismatches, ignored)
 
 
+def _owners(module: nn.Module) -> dict[str, tuple[nn.Module, str, bool]]:
+    """State-dict key -> (owning module, attribute name, is a parameter)."""
+    out: dict[str, tuple[nn.Module, str, bool]] = {}
+    for name, mod in module.named_modules():
+        prefix = f"{name}." if name else ""
+        for leaf in mod._parameters:
+            out[prefix + leaf] = (mod, leaf, True)
+        for leaf in mod._buffers:
+            out[prefix + leaf] = (mod, leaf, False)
+    return out
+
+
 def assign_weights(
     module: nn.Module,
     get_tensor: Callable[[str], torch.Tensor],
@@ -92,6 +103,7 @@ def assign_weights(
     the file's). ``check`` runs between tensors and raises to stop (interrupt).
     """
     layout = module.state_dict(keep_vars=True)
+    owners = _owners(module)  # one walk of the module tree instead of a lookup per tensor
     missing = [k for k in layout if k not in keys]
     if missing:
         raise ModelMismatchError(
@@ -119,7 +131,11 @@ def assign_weights(
         to_dtype = dtype if (dtype is not None and t.is_floating_point()) else t.dtype
         if t.dtype != to_dtype or t.device != target:
             t = t.to(device=target, dtype=to_dtype)
-        set_tensor(module, mkey, t)
+        owner, leaf, is_param = owners[mkey]
+        if is_param:
+            owner._parameters[leaf] = nn.Parameter(t, requires_grad=False)
+        else:
+            owner._buffers[leaf] = t
         done_bytes += t.numel() * t.element_size()
         if progress is not None:
             progress(LoadProgress(component, i + 1, len(keys), done_bytes, total_bytes))

@@ -109,14 +109,20 @@ def _view(index: TensorIndex, comp: Component) -> KeyView:
     return whole
 
 
-def _load_component(
-    source: _Source, index: TensorIndex, comp: Component, options: LoadOptions
-) -> LoadedComponent:
+def _plan(index: TensorIndex, comp: Component) -> ComponentPlan:
+    """Plan one component and refuse it when its keys do not match (reads no data)."""
     name = index.path.name
     view = _view(index, comp)
     plan = plan_component(view, comp.role, comp.family, comp.layout, prefix=comp.prefix, name=name)
     if not plan.report.ok:
         raise mismatch_error(plan, name)
+    return plan
+
+
+def _load_component(
+    source: _Source, index: TensorIndex, comp: Component, plan: ComponentPlan, options: LoadOptions
+) -> LoadedComponent:
+    view = _view(index, comp)
     real = plan.architecture.convert_in(
         LazyTensors(list(view), source.get, comp.prefix), comp.layout, comp.family
     )
@@ -187,17 +193,12 @@ def load_checkpoint(path: str | os.PathLike[str], options: LoadOptions | None = 
             code="unknown_component",
         )
     # Plan every component before reading any data: a bad file fails fast and loads nothing.
-    for comp in det.components:
-        plan = plan_component(
-            _view(index, comp), comp.role, comp.family, comp.layout, prefix=comp.prefix, name=name
-        )
-        if not plan.report.ok:
-            raise mismatch_error(plan, name)
+    plans = [_plan(index, comp) for comp in det.components]
     source = _Source(index)
     bundle = ModelBundle(index.path, det, {k: v for k, v in index.metadata.items() if isinstance(v, str)})
     used: set[str] = set()
-    for comp in det.components:
-        loaded = _load_component(source, index, comp, opts)
+    for comp, plan in zip(det.components, plans, strict=True):
+        loaded = _load_component(source, index, comp, plan, opts)
         used.update(_consumed(index, comp, loaded))
         if comp.role == "diffusion_model":
             bundle.diffusion_model = loaded
@@ -242,12 +243,8 @@ def _load_single(path: str | os.PathLike[str], role: Role, options: LoadOptions 
         raise _wrong_kind(name, det, role)
     _refuse_unloadable_format(index)
     # Plan before mapping the file: a family that cannot load is refused without touching data.
-    plan = plan_component(
-        _view(index, comp), comp.role, comp.family, comp.layout, prefix=comp.prefix, name=name
-    )
-    if not plan.report.ok:
-        raise mismatch_error(plan, name)
-    return _load_component(_Source(index), index, comp, opts)
+    plan = _plan(index, comp)
+    return _load_component(_Source(index), index, comp, plan, opts)
 
 
 def load_diffusion_model(path: str | os.PathLike[str], options: LoadOptions | None = None) -> LoadedComponent:

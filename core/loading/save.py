@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 
 import torch
 
 from core.files.writer import WriteProgress, refuse_same_file, write_safetensors
+from core.loading.convert_file import cast_tensor
 from core.loading.loader import ModelBundle
 
 #: ModelSpec architecture ids (https://github.com/Stability-AI/ModelSpec) by family
@@ -60,21 +61,44 @@ def modelspec(bundle: ModelBundle, title: str | None = None) -> dict[str, str]:
     return meta
 
 
+class _Cast(Mapping[str, torch.Tensor]):
+    def __init__(self, tensors: Mapping[str, torch.Tensor], dtype: torch.dtype) -> None:
+        self._t, self._dtype = tensors, dtype
+
+    def __getitem__(self, key: str) -> torch.Tensor:
+        return cast_tensor(self._t[key], self._dtype)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._t)
+
+    def __len__(self) -> int:
+        return len(self._t)
+
+
 def save_checkpoint(
     bundle: ModelBundle,
     path: str | os.PathLike[str],
     *,
     metadata: Mapping[str, str] | None = None,
+    dtype: torch.dtype | None = None,
+    also_not: Sequence[Path] = (),
     progress: Callable[[WriteProgress], None] | None = None,
     check: Callable[[], None] | None = None,
 ) -> Path:
     """Write ``bundle`` to ``path`` (safetensors). The source's metadata is kept, ModelSpec
-    fields are added, and ``metadata`` (e.g. a record of merged LoRAs) goes on top."""
+    fields are added, and ``metadata`` (e.g. a record of merged LoRAs) goes on top. ``dtype``
+    converts floating-point tensors as they are written; ``also_not``: other inputs the output
+    must not overwrite (the LoRA files of a merge)."""
     out = Path(path)
-    refuse_same_file(out, bundle.path)
+    refuse_same_file(out, bundle.path, *also_not)
     meta = dict(bundle.metadata)
     meta.update(modelspec(bundle))
     if metadata:
         meta.update(metadata)
     meta["loadout.source"] = json.dumps({"file": bundle.path.name, "family": bundle.detection.family})
-    return write_safetensors(out, checkpoint_tensors(bundle), meta, progress=progress, check=check)
+    tensors: Mapping[str, torch.Tensor] = checkpoint_tensors(bundle)
+    specs = None
+    if dtype is not None:
+        specs = {k: (cast_tensor(v.to("meta"), dtype).dtype, tuple(v.shape)) for k, v in tensors.items()}
+        tensors = _Cast(tensors, dtype)
+    return write_safetensors(out, tensors, meta, progress=progress, check=check, specs=specs)

@@ -1,0 +1,63 @@
+"""``loadout merge BASE --lora FILE[:MODEL[:CLIP]]... (-o OUT | --dry-run) [--json] [--dtype D]``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from core.errors import LoadoutError
+from core.loading.convert_file import DTYPES, parse_dtype
+from core.patching.merge import LoraArg, dry_run, merge
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser(
+        "merge",
+        help="bake LoRAs into a copy of a model",
+        description="Bake a LoRA stack into a copy of BASE (same key layout). With --dry-run, read headers "
+        "only and report how each LoRA maps onto BASE.",
+    )
+    p.add_argument("base", metavar="BASE")
+    p.add_argument("--lora", action="append", default=[], metavar="FILE[:MODEL[:CLIP]]", required=True)
+    p.add_argument("-o", "--output", metavar="OUT")
+    p.add_argument("--dtype", choices=list(DTYPES), help="floating-point dtype of the copy (default: keep)")
+    p.add_argument("--dry-run", action="store_true", help="write nothing; report the matches")
+    p.add_argument("--json", action="store_true", help="print the report as JSON")
+    p.add_argument("--force", action="store_true", help="apply a LoRA made for another model family anyway")
+    p.set_defaults(handler=run)
+
+
+def _text(report: dict[str, Any]) -> str:
+    lines = [f"base {report['base']['path']} ({report['base']['family']})"]
+    for lo in report["loras"]:
+        lines.append(
+            f"  {lo['path']}: {lo['format']} for {lo['base_family']}, "
+            f"{lo['matched']}/{lo['modules']} modules match, {len(lo['unmatched'])} unmatched, "
+            f"{len(lo['shape_mismatches'])} wrong shape"
+        )
+        for name in lo["unmatched"][:5]:
+            lines.append(f"    unmatched: {name}")
+        for item in lo["shape_mismatches"][:5]:
+            lines.append(f"    shape: {item}")
+    return "\n".join(lines)
+
+
+def run(args: argparse.Namespace) -> int:
+    loras = [LoraArg.parse(text) for text in args.lora]
+    if args.dry_run:
+        report = dry_run(args.base, loras)
+        if args.json:
+            json.dump(report, sys.stdout, indent=1)
+            sys.stdout.write("\n")
+        else:
+            print(_text(report))
+        return 0
+    if not args.output:
+        raise LoadoutError("no output file", fix="Give -o OUT, or use --dry-run", code="bad_argument")
+    out = merge(
+        args.base, loras, args.output, dtype=parse_dtype(args.dtype) if args.dtype else None, force=args.force
+    )
+    print(f"wrote {out}", file=sys.stderr)
+    return 0
