@@ -11,6 +11,7 @@ directly. These layers
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import cast
 
@@ -28,8 +29,23 @@ def cast_to(t: torch.Tensor | None, like: torch.Tensor) -> torch.Tensor | None:
     return t.to(device=like.device, dtype=like.dtype, non_blocking=True)
 
 
+#: An extra output added after a layer's own (a LoRA running unbaked beside its weight):
+#: ``side(layer, input, output) -> output``.
+SideOutput = Callable[[nn.Module, torch.Tensor, torch.Tensor], torch.Tensor]
+
+
 class CastWeights:
-    """Mixin: the weight and bias to compute with for one input, cast as needed."""
+    """Mixin: the weight and bias to compute with for one input, cast as needed.
+
+    ``side_outputs`` are added to the layer's output (empty by default; an immutable tuple that
+    the patcher replaces per instance while a LoRA slider moves)."""
+
+    side_outputs: tuple[SideOutput, ...] = ()
+
+    def add_side_outputs(self, x: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+        for side in self.side_outputs:
+            out = side(cast(nn.Module, self), x, out)
+        return out
 
     def reset_parameters(self) -> None:  # no random init: weights come from the file
         return None
@@ -45,7 +61,8 @@ class CastWeights:
 class Linear(CastWeights, nn.Linear):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         w, b = self.cast_weight_bias(x)
-        return F.linear(x, w, b)
+        out = F.linear(x, w, b)
+        return self.add_side_outputs(x, out) if self.side_outputs else out
 
 
 class Conv1d(CastWeights, nn.Conv1d):
@@ -59,7 +76,7 @@ class Conv2d(CastWeights, nn.Conv2d):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         w, b = self.cast_weight_bias(x)
         out: torch.Tensor = self._conv_forward(x, w, b)
-        return out
+        return self.add_side_outputs(x, out) if self.side_outputs else out
 
 
 class Conv3d(CastWeights, nn.Conv3d):

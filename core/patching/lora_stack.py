@@ -27,6 +27,7 @@ from core.loading.loader import LoadedComponent
 from core.patching.adapters import AdapterFormatError, NonFiniteAdapterError, module_adapters
 from core.patching.keymap import KeyIndex, MatchReport, Target, match_lora, model_key_index
 from core.patching.patcher import ApplyReport, KeyPatch, ModelPatcher
+from core.patching.side import clear_side_outputs
 
 #: Families whose LoRAs fit each other (same shapes where the LoRA touches them).
 _COMPATIBLE = (
@@ -235,7 +236,17 @@ class LoraStack:
         for name, patcher in self.patchers.items():
             patcher.reorder([k for k in order if name in self.entries[k].keys])
 
+    def preview(self) -> bool:
+        """Show the recorded strengths at once through low-rank side paths (a slider moving);
+        False when some change needs a bake (non-LoRA adapters, a removed LoRA): call apply()."""
+        ok = all(p.preview() for p in self.patchers.values())
+        if not ok:
+            for patcher in self.patchers.values():
+                clear_side_outputs(patcher.model)
+        return ok
+
     def apply(self) -> dict[str, ApplyReport]:
+        """Bake the stack into the weights (only the keys whose stack changed)."""
         return {name: patcher.apply() for name, patcher in self.patchers.items()}
 
     def unpatch(self) -> None:

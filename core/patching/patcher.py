@@ -29,7 +29,9 @@ from torch import Tensor, nn
 
 from core.models.state import get_tensor, set_tensor
 from core.patching.adapters.base import Adapter
+from core.patching.adapters.lora import LoRAAdapter
 from core.patching.adapters.slices import Offset, Patch, apply_patches
+from core.patching.side import LoraSidePath, clear_side_outputs, has_side_path, set_side_outputs
 
 #: A key's applied stack: ((set id, strength, index of the patch in the set), ...)
 Signature = tuple[tuple[str, float, int], ...]
@@ -215,6 +217,7 @@ class ModelPatcher:
         wanted = self.patched_keys()
         candidates = set(keys) if keys is not None else wanted | set(state.applied)
         recomputed = restored = unchanged = cached = 0
+        clear_side_outputs(self.model)  # baking makes every preview side path redundant
         for key in sorted(candidates):
             sig = self.signature(key)
             if state.applied.get(key, ()) == sig:
@@ -234,9 +237,45 @@ class ModelPatcher:
             cached += int(all_cached)
         return ApplyReport(recomputed, restored, unchanged, cached, time.perf_counter() - t0)
 
+    # -- live preview (a slider moving) ------------------------------------------------------------
+    def _baked_strength(self, set_id: str, key: str) -> float:
+        for sid, strength, _ in self._state.applied.get(key, ()):
+            if sid == set_id:
+                return strength
+        return 0.0
+
+    def preview(self) -> bool:
+        """Make the module's output follow the recorded strengths at once, without rewriting a
+        weight: each set whose strength differs from the one baked in runs the difference as a
+        low-rank side path (see ``core.patching.side``). Returns False and changes nothing when a
+        changed set has adapters without a side path (then call ``apply()``)."""
+        sides: dict[str, list[LoraSidePath]] = {}
+        for s in self._sets.values():
+            wanted = s.strength if s.enabled else 0.0
+            for key, patches in s.patches.items():
+                extra = wanted - self._baked_strength(s.id, key)
+                if extra == 0:
+                    continue
+                if not key.endswith(".weight"):
+                    return False
+                for p in patches:
+                    if not has_side_path(p.adapter, p.offset):
+                        return False
+                    assert isinstance(p.adapter, LoRAAdapter)
+                    sides.setdefault(key[: -len(".weight")], []).append(
+                        LoraSidePath(p.adapter, extra, p.offset)
+                    )
+        baked_sets = {sid for sig in self._state.applied.values() for sid, _, _ in sig}
+        if baked_sets - set(self._sets):
+            return False  # a removed set is still baked in: only apply() can take it out
+        clear_side_outputs(self.model)
+        set_side_outputs(self.model, {name: tuple(paths) for name, paths in sides.items()})
+        return True
+
     def unpatch(self) -> int:
         """Put every original weight back (bit-exact). Returns how many keys were restored."""
         state = self._state
+        clear_side_outputs(self.model)
         n = len(state.backups)
         for key, original in state.backups.items():
             set_tensor(self.model, key, original)
