@@ -21,7 +21,7 @@ applying the adapters from scratch.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 import torch
@@ -39,10 +39,14 @@ Signature = tuple[tuple[str, float, int], ...]
 
 @dataclass(frozen=True)
 class KeyPatch:
-    """One adapter bound to one weight key (a slice of it for fused layers)."""
+    """One adapter bound to one weight key (a slice of it for fused layers).
+
+    ``function``, when given, transforms the (slice of the) weight right after this patch is
+    added, in the intermediate dtype (e.g. re-quantising for a scaled format)."""
 
     adapter: Adapter
     offset: Offset | None = None
+    function: Callable[[Tensor], Tensor] | None = None
 
 
 @dataclass(frozen=True)
@@ -78,6 +82,8 @@ class _AppliedState:
     # reused by another object while the entry lives.
     deltas: dict[tuple[int, str, Offset | None], tuple[Adapter, Tensor]] = field(default_factory=dict)
     delta_bytes: int = 0
+    object_backups: dict[str, object] = field(default_factory=dict)  # attribute path -> original
+    objects_applied: dict[str, object] = field(default_factory=dict)  # attribute path -> value set
 
 
 class ModelPatcher:
@@ -93,6 +99,7 @@ class ModelPatcher:
         self.intermediate_dtype = intermediate_dtype
         self.delta_cache_bytes = delta_cache_bytes
         self._sets: dict[str, PatchSet] = {}
+        self._objects: dict[str, object] = {}
         self._state = _state if _state is not None else _AppliedState()
 
     # -- recording (no weight is touched) ---------------------------------------------------------
@@ -105,7 +112,39 @@ class ModelPatcher:
             _state=self._state,
         )
         twin._sets = dict(self._sets)
+        twin._objects = dict(self._objects)
         return twin
+
+    def add_object_patch(self, path: str, value: object) -> None:
+        """Replace an attribute or submodule (dotted path, e.g. ``"middle_block.1"``) while
+        patched; ``apply()`` sets it, ``unpatch()`` puts the original back."""
+        self._owner_of(path)  # raises AttributeError now rather than at apply()
+        self._objects[path] = value
+
+    def remove_object_patch(self, path: str) -> None:
+        del self._objects[path]
+
+    def _owner_of(self, path: str) -> tuple[object, str]:
+        owner_name, _, leaf = path.rpartition(".")
+        owner: object = self.model.get_submodule(owner_name) if owner_name else self.model
+        if not hasattr(owner, leaf):
+            raise AttributeError(f"the model has no attribute {path!r} to patch")
+        return owner, leaf
+
+    def _apply_objects(self) -> None:
+        state = self._state
+        for path in [p for p in state.objects_applied if p not in self._objects]:
+            owner, leaf = self._owner_of(path)
+            setattr(owner, leaf, state.object_backups.pop(path))
+            del state.objects_applied[path]
+        for path, value in self._objects.items():
+            if state.objects_applied.get(path) is value:
+                continue
+            owner, leaf = self._owner_of(path)
+            if path not in state.object_backups:
+                state.object_backups[path] = getattr(owner, leaf)
+            setattr(owner, leaf, value)
+            state.objects_applied[path] = value
 
     def add_patches(
         self, set_id: str, patches: Mapping[str, Sequence[KeyPatch]], strength: float = 1.0
@@ -152,10 +191,12 @@ class ModelPatcher:
             for i in range(len(s.patches[key]))
         )
 
-    def identity(self) -> tuple[tuple[str, float, bool], ...]:
-        """Equal for two patchers whose stacks give the same weights (the memory manager uses it
+    def identity(self) -> tuple[object, ...]:
+        """Equal for two patchers whose stacks give the same model (the memory manager uses it
         to recognise a model that is already loaded with the same patches)."""
-        return tuple((s.id, s.strength, s.enabled) for s in self._sets.values())
+        sets = tuple((s.id, s.strength, s.enabled) for s in self._sets.values())
+        objects = tuple(sorted((path, id(value)) for path, value in self._objects.items()))
+        return (sets, objects)
 
     def _stack(self, key: str) -> list[tuple[PatchSet, KeyPatch]]:
         return [(s, p) for s in self._sets.values() if s.active and key in s.patches for p in s.patches[key]]
@@ -173,10 +214,25 @@ class ModelPatcher:
         stack = self._stack(key)
         if not stack:
             return weight, True
+        if any(p.function is not None for _, p in stack):
+            return self._sequential(weight, stack), False
         if all(p.adapter.is_additive and p.adapter.linear_in_strength for _, p in stack):
             return self._from_deltas(key, weight, stack)
         patches = [Patch(p.adapter, s.strength, p.offset) for s, p in stack]
         return apply_patches(weight, patches, intermediate_dtype=self.intermediate_dtype), False
+
+    def _sequential(self, weight: Tensor, stack: list[tuple[PatchSet, KeyPatch]]) -> Tensor:
+        """Patches one after the other with their functions (the path with no shortcut)."""
+        for _, p in stack:
+            p.adapter.check((weight if p.offset is None else weight.narrow(*p.offset)).shape)
+        work = weight.to(self.intermediate_dtype, copy=True)
+        for s, p in stack:
+            view = work if p.offset is None else work.narrow(*p.offset)
+            if s.strength != 0:
+                view.add_(p.adapter.difference(view, float(s.strength)))
+            if p.function is not None:
+                view.copy_(p.function(view))
+        return work.to(weight.dtype)
 
     def _delta(
         self, key: str, patch: KeyPatch, shape: torch.Size, device: torch.device
@@ -218,6 +274,7 @@ class ModelPatcher:
         candidates = set(keys) if keys is not None else wanted | set(state.applied)
         recomputed = restored = unchanged = cached = 0
         clear_side_outputs(self.model)  # baking makes every preview side path redundant
+        self._apply_objects()
         for key in sorted(candidates):
             sig = self.signature(key)
             if state.applied.get(key, ()) == sig:
@@ -276,6 +333,11 @@ class ModelPatcher:
         """Put every original weight back (bit-exact). Returns how many keys were restored."""
         state = self._state
         clear_side_outputs(self.model)
+        for path, original in state.object_backups.items():
+            owner, leaf = self._owner_of(path)
+            setattr(owner, leaf, original)
+        state.object_backups.clear()
+        state.objects_applied.clear()
         n = len(state.backups)
         for key, original in state.backups.items():
             set_tensor(self.model, key, original)

@@ -172,3 +172,43 @@ def test_unknown_key_and_duplicate_set_are_refused() -> None:
     patcher.add_patches("x", {"a.weight": [KeyPatch(_lora(24, 16, 2, 1))]})
     with pytest.raises(ValueError):
         patcher.add_patches("x", {"a.weight": [KeyPatch(_lora(24, 16, 2, 1))]})
+
+
+def test_object_patches_are_set_on_apply_and_restored_bit_exact() -> None:
+    model = Net()
+    original_c = model.c
+    replacement = ops.Conv2d(4, 8, 3, padding=1)
+    patcher = ModelPatcher(model)
+    patcher.add_object_patch("c", replacement)
+    assert model.c is original_c  # recording touches nothing
+    twin = patcher.clone()
+    assert twin.identity() == patcher.identity()
+    patcher.apply()
+    assert model.c is replacement
+    assert twin.apply().recomputed == 0 and model.c is replacement
+    patcher.remove_object_patch("c")
+    patcher.apply()
+    assert model.c is original_c
+    patcher.add_object_patch("c", replacement)
+    patcher.apply()
+    patcher.unpatch()
+    assert model.c is original_c
+    with pytest.raises(AttributeError):
+        patcher.add_object_patch("nope", 1)
+
+
+def test_patch_function_transforms_the_weight_after_its_patch() -> None:
+    model = Net()
+    w0 = model.a.weight.clone()
+    lora = _lora(24, 16, 4, 1)
+    patcher = ModelPatcher(model)
+    patcher.add_patches("q", {"a.weight": [KeyPatch(lora, function=lambda w: w.clamp(-0.5, 0.5))]}, 2.0)
+    patcher.apply()
+    want = (
+        (w0.float() + 2.0 * lora.delta(w0.shape, dtype=torch.float32, device=w0.device))
+        .clamp(-0.5, 0.5)
+        .half()
+    )
+    assert torch.equal(model.a.weight, want)
+    patcher.unpatch()
+    assert torch.equal(model.a.weight, w0)
