@@ -1,0 +1,1 @@
+"""The headless test run (``loadout run``) and its report."""
