@@ -1,0 +1,233 @@
+"""Memory policy: VRAM states, the reserve kept for others, inference headroom, pinned-memory cap.
+
+Everything here is a pure function of a device record, a size and the user's
+:class:`MemorySettings`, so each rule is tested with simulated 2 GiB ... 80 GiB cards.
+
+The reserve and inference rules follow ComfyUI's (``model_management.py``): keep 400 MiB free for
+other applications (600 MiB on Windows, whose desktop shares VRAM, plus 100 MiB there on cards over
+15 GiB) and 0.8 GiB + that reserve of headroom for activations during inference.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+from types import MappingProxyType
+from typing import Literal
+
+from core.errors import LoadoutError
+from core.memory.devices import DeviceInfo, format_gib
+
+MIB = 1024**2
+GIB = 1024**3
+
+DtypeRole = Literal["diffusion_model", "text_encoder", "vae", "controlnet"]
+ROLES: tuple[DtypeRole, ...] = ("diffusion_model", "text_encoder", "vae", "controlnet")
+
+#: dtype names a setting may use (storage or compute)
+DTYPE_NAMES = ("fp32", "fp16", "bf16", "fp8_e4m3fn", "fp8_e5m2")
+
+#: below this a card runs in no-VRAM mode; below LOW_VRAM_BELOW in low-VRAM mode
+NO_VRAM_BELOW = 3 * GIB
+LOW_VRAM_BELOW = 5 * GIB
+#: cards this large are told that high-VRAM mode is an option (never chosen automatically)
+HIGH_VRAM_HINT_FROM = 40 * GIB
+
+INFERENCE_BASE_BYTES = int(0.8 * GIB)
+
+
+class SettingsError(LoadoutError, ValueError):
+    """A memory setting is out of range or names something unknown."""
+
+    code = "invalid_setting"
+
+
+class VramState(Enum):
+    DISABLED = "disabled"  # no GPU: everything on the CPU
+    NO_VRAM = "no-vram"  # weights live in RAM and stream to the card per layer
+    LOW_VRAM = "low-vram"  # models load partially; the rest streams from RAM
+    NORMAL_VRAM = "normal"  # models load fully when they fit, partially otherwise
+    HIGH_VRAM = "high-vram"  # models never leave the card
+    SHARED = "shared"  # GPU and CPU share RAM (Apple silicon, iGPUs): offloading frees nothing
+
+    @property
+    def title(self) -> str:
+        return _TITLES[self]
+
+    @classmethod
+    def parse(cls, text: str) -> VramState:
+        """Accepts "low-vram", "lowvram", "low_vram", "low", "normal", "highvram", "cpu" ..."""
+        key = text.strip().lower().replace("_", "-")
+        aliases = {"cpu": "disabled", "novram": "no-vram", "none": "no-vram", "lowvram": "low-vram"}
+        aliases |= {"low": "low-vram", "normal-vram": "normal", "normalvram": "normal"}
+        aliases |= {"highvram": "high-vram", "high": "high-vram", "gpu-only": "high-vram"}
+        key = aliases.get(key, key)
+        for state in cls:
+            if state.value == key:
+                return state
+        choices = ", ".join(s.value for s in cls)
+        raise SettingsError(f"unknown VRAM state {text!r}", fix=f"use one of: {choices}")
+
+
+_TITLES = MappingProxyType(
+    {
+        VramState.DISABLED: "no GPU",
+        VramState.NO_VRAM: "no-VRAM mode",
+        VramState.LOW_VRAM: "low VRAM",
+        VramState.NORMAL_VRAM: "normal VRAM",
+        VramState.HIGH_VRAM: "high VRAM",
+        VramState.SHARED: "shared memory",
+    }
+)
+
+_EFFECTS = MappingProxyType(
+    {
+        VramState.DISABLED: "everything runs on the CPU from system RAM",
+        VramState.NO_VRAM: "weights stay in system RAM and move to the card layer by layer",
+        VramState.LOW_VRAM: "models load partially and the rest streams from system RAM",
+        VramState.NORMAL_VRAM: "models load fully when they fit",
+        VramState.HIGH_VRAM: "models stay on the card and are never offloaded",
+        VramState.SHARED: "the GPU shares system RAM, so offloading to RAM frees nothing",
+    }
+)
+
+
+@dataclass(frozen=True)
+class DtypeOverride:
+    """The user's dtype choice for one role; None leaves that half to the automatic policy."""
+
+    role: DtypeRole
+    storage: str | None = None
+    compute: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.role not in ROLES:
+            raise SettingsError(f"unknown model role {self.role!r}", fix=f"use one of: {', '.join(ROLES)}")
+        for kind, name in (("storage", self.storage), ("compute", self.compute)):
+            if name is not None and name not in DTYPE_NAMES:
+                raise SettingsError(
+                    f"unknown {kind} dtype {name!r} for the {self.role.replace('_', ' ')}",
+                    fix=f"use one of: {', '.join(DTYPE_NAMES)}",
+                )
+        if self.storage is None and self.compute is None:
+            raise SettingsError(f"the dtype override for the {self.role.replace('_', ' ')} sets nothing")
+
+
+@dataclass(frozen=True)
+class MemorySettings:
+    """What the user chose; None everywhere means "decide automatically"."""
+
+    vram_state: VramState | None = None
+    reserve_bytes: int | None = None  # kept free for other applications
+    min_inference_bytes: int | None = None  # headroom for activations while sampling
+    pinned_memory: bool = True
+    pinned_fraction: float | None = None  # cap on pinned RAM as a fraction of total RAM
+    dtype_overrides: tuple[DtypeOverride, ...] = ()
+
+    def __post_init__(self) -> None:
+        for name in ("reserve_bytes", "min_inference_bytes"):
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
+                raise SettingsError(
+                    f"{name.replace('_', ' ')} must be a whole number of bytes >= 0, got {value!r}"
+                )
+        if self.pinned_fraction is not None and not 0.0 < self.pinned_fraction <= 0.95:
+            raise SettingsError(
+                f"pinned memory fraction must lie in (0, 0.95], got {self.pinned_fraction}",
+                why="pinning all of RAM starves the operating system",
+            )
+        roles = [o.role for o in self.dtype_overrides]
+        dupes = sorted({r for r in roles if roles.count(r) > 1})
+        if dupes:
+            raise SettingsError(f"more than one dtype override for: {', '.join(dupes)}")
+
+    def override_for(self, role: str) -> DtypeOverride | None:
+        return next((o for o in self.dtype_overrides if o.role == role), None)
+
+
+@dataclass(frozen=True)
+class VramDecision:
+    state: VramState
+    reason: str  # "24 GiB card: normal VRAM; models load fully when they fit"
+    automatic: bool  # False when the user's setting decided
+
+
+def automatic_vram_state(device: DeviceInfo, total: int) -> VramDecision:
+    """The state the card's size and kind call for, with the sentence explaining it."""
+    if device.kind == "cpu" and not device.simulated:
+        return VramDecision(VramState.DISABLED, f"No GPU: {_EFFECTS[VramState.DISABLED]}", True)
+    card = f"{format_gib(total)} {_card_word(device)}"
+    if device.shared_memory:
+        state = VramState.SHARED
+    elif total < NO_VRAM_BELOW:
+        state = VramState.NO_VRAM
+    elif total < LOW_VRAM_BELOW:
+        state = VramState.LOW_VRAM
+    else:
+        state = VramState.NORMAL_VRAM
+    reason = f"{card}: {state.title}; {_EFFECTS[state]}"
+    if state is VramState.NORMAL_VRAM:
+        reason += ", partially otherwise"
+        if total >= HIGH_VRAM_HINT_FROM:
+            reason += " (choose high VRAM to keep every model on the card)"
+    return VramDecision(state, reason, True)
+
+
+def choose_vram_state(device: DeviceInfo, total: int, settings: MemorySettings | None = None) -> VramDecision:
+    """The VRAM state for ``device`` with ``total`` bytes (a probe's total, possibly limited)."""
+    auto = automatic_vram_state(device, total)
+    wanted = settings.vram_state if settings is not None else None
+    if wanted is None or wanted is auto.state:
+        return auto
+    if device.kind == "cpu" and not device.simulated:
+        return VramDecision(
+            VramState.DISABLED,
+            f"No GPU: {_EFFECTS[VramState.DISABLED]} (the {wanted.title} setting has no effect without one)",
+            False,
+        )
+    card = f"{format_gib(total)} {_card_word(device)}"
+    reason = f"{card}: {wanted.title} (your setting; automatic: {auto.state.title}); {_EFFECTS[wanted]}"
+    return VramDecision(wanted, reason, False)
+
+
+def _card_word(device: DeviceInfo) -> str:
+    if device.kind == "mps":
+        return "Apple GPU"
+    if device.is_integrated:
+        return "integrated GPU"
+    return "card"
+
+
+def reserve_bytes(
+    device: DeviceInfo, total: int, platform: str, settings: MemorySettings | None = None
+) -> int:
+    """Bytes kept free for other applications (the desktop, a browser) on ``device``.
+
+    ``platform`` is ``sys.platform`` ("win32", "linux", "darwin"). The user's setting wins.
+    """
+    if settings is not None and settings.reserve_bytes is not None:
+        return settings.reserve_bytes
+    if device.kind == "cpu" and not device.simulated:
+        return 0  # RAM headroom is the operating system's business
+    if platform.startswith("win"):
+        extra = 100 * MIB if total > 15 * GIB else 0  # more on 16 GB+ cards under WDDM
+        return 600 * MIB + extra
+    return 400 * MIB
+
+
+def minimum_inference_bytes(reserve: int, settings: MemorySettings | None = None) -> int:
+    """Headroom kept free for activations while a model runs: 0.8 GiB plus the reserve."""
+    if settings is not None and settings.min_inference_bytes is not None:
+        return settings.min_inference_bytes
+    return INFERENCE_BASE_BYTES + reserve
+
+
+def pinned_memory_cap(ram_total: int, platform: str, settings: MemorySettings | None = None) -> int:
+    """Most RAM that may be pinned (page-locked) for fast transfers: 95%, 45% on Windows; 0 if off."""
+    settings = settings or MemorySettings()
+    if not settings.pinned_memory:
+        return 0
+    fraction = settings.pinned_fraction
+    if fraction is None:
+        fraction = 0.45 if platform.startswith("win") else 0.95
+    return int(ram_total * fraction)
