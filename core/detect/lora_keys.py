@@ -161,9 +161,13 @@ class KeyPart:
     spelling: str | None  # "lora_down" | "lora_A" | "lora.down" | "lora_linear_layer" | "_lora" | "xlabs"
 
 
+@functools.lru_cache(maxsize=1 << 17)
 def split_key(key: str) -> KeyPart | None:
-    """The module name and canonical part of an adapter key, or None when it is not one."""
-    m = _XLABS.match(key)
+    """The module name and canonical part of an adapter key, or None when it is not one.
+
+    Memoised: LoRAs of one family share their key names, so a library scan splits each name once.
+    """
+    m = _XLABS.match(key) if ".processor." in key else None
     if m:
         block, which, stream, factor = m.groups()
         return KeyPart(f"{block}.processor.{which}_lora{stream}", factor, "xlabs")
