@@ -1,0 +1,362 @@
+"""Memory planning as pure functions on numbers: what to evict, what to place, what to stream.
+
+Nothing here touches a tensor or a device. The manager (``core.memory.manager``) turns the live
+models into ``ModelState`` records, asks these functions for ``Step``s and carries them out; each
+step already holds the human reason its event will show.
+
+Decision rules (see ``docs`` of each function for the why):
+
+* **Room.** The inference reserve is ``max(memory_required + reserve_bytes, min_inference_bytes)``.
+  A model's room is ``free + its own resident bytes - reserve``. Weights being placed are charged
+  ``headroom`` times their size (1.1, as ComfyUI; 1.3 in low-VRAM mode, where fragmentation and
+  cast buffers weigh more on a small card); modules already resident are kept at their real size,
+  so a model is never moved out for the margin alone and planning it again moves nothing.
+* **Eviction order.** Partly offloaded models first, then least recently used, then smallest;
+  never a model the caller is about to use. Each victim gives up only what is still missing:
+  a partial unload when that is enough, the whole model otherwise.
+* **Placement.** A model that fits is loaded fully. Otherwise modules are placed largest first
+  while they fit; the rest stream from the CPU at each forward, which needs room for
+  ``stream_buffers`` of the largest streamed modules in flight on top of the inference reserve.
+* **States.** disabled: all on the CPU, nothing moves. shared (unified memory): always a full load,
+  never an eviction (moving to "CPU" frees nothing). no_vram: everything streams. high_vram: never
+  a partial load nor a partial unload; a model that cannot fit fully is refused.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Iterable, Sequence
+
+from core.memory.events import Detail, EventKind, gib
+from core.memory.plan_records import (
+    VRAM_STATES,
+    WHOLE,
+    FreePlan,
+    LoadPlan,
+    ModelState,
+    PlanSettings,
+    Step,
+)
+
+__all__ = [
+    "VRAM_STATES",
+    "WHOLE",
+    "FreePlan",
+    "LoadPlan",
+    "ModelState",
+    "PlanSettings",
+    "Step",
+    "choose_modules_to_free",
+    "plan_free",
+    "plan_load",
+    "plan_load_models",
+]
+
+
+def choose_modules_to_free(resident: Sequence[tuple[str, int]], need: int) -> list[tuple[str, int]]:
+    """Modules to move off the device to free at least ``need`` bytes.
+
+    Largest first, with a best fit at the end: while no single module covers what is missing the
+    largest goes (few transfers, few streamed layers, and the big ones are the cheapest per byte to
+    stream); once one does, the smallest such module goes, so little more than asked is freed."""
+    pool = sorted(resident, key=lambda m: (m[1], m[0]))
+    sizes = [s for _, s in pool]
+    chosen: list[tuple[str, int]] = []
+    while need > 0 and pool:
+        i = bisect.bisect_left(sizes, need)
+        i = i if i < len(pool) else len(pool) - 1
+        sizes.pop(i)
+        chosen.append(pool.pop(i))
+        need -= chosen[-1][1]
+    return chosen
+
+
+def _eviction_key(m: ModelState) -> tuple[bool, int, int, str]:
+    return (not m.partially_loaded, m.last_used, m.loaded_bytes, m.name)
+
+
+def _why_evicted(m: ModelState, rest: Sequence[ModelState], first: bool) -> str:
+    if m.partially_loaded:
+        return "it was already partly offloaded, so it goes first"
+    if not rest:
+        return (
+            "it was the only model that could be moved"
+            if first
+            else "it was the last model that could be moved"
+        )
+    if all(m.last_used < r.last_used for r in rest):
+        return "it was the least recently used" if first else "it was the least recently used of those left"
+    return "it was among the least recently used, and the smallest of those"
+
+
+def plan_free(
+    models: Iterable[ModelState],
+    bytes_needed: int,
+    keep: Iterable[str] = (),
+    *,
+    making_room_for: str = "",
+    allow_partial: bool = True,
+) -> FreePlan:
+    """Steps that move at least ``bytes_needed`` off the device, never touching ``keep`` or a model
+    pinned by the caller. When that is impossible the plan frees everything it can, and
+    ``possible``/``shortfall_bytes`` say so."""
+    kept = set(keep)
+    order = sorted(
+        (m for m in models if m.loaded_bytes > 0 and not m.pinned_by_caller and m.name not in kept),
+        key=_eviction_key,
+    )
+    purpose = f" to make room for {making_room_for}" if making_room_for else ""
+    steps: list[Step] = []
+    remaining = bytes_needed
+    for i, m in enumerate(order):
+        if remaining <= 0:
+            break
+        resident = [(n, s) for n, s in m.modules if n in m.resident]
+        partial = allow_partial and remaining < m.loaded_bytes and len(resident) > 1
+        chosen = choose_modules_to_free(resident, remaining) if partial else resident
+        freed = sum(s for _, s in chosen)
+        why = _why_evicted(m, order[i + 1 :], first=i == 0)
+        details: dict[str, Detail] = {"needed_bytes": remaining, "last_used": m.last_used}
+        if freed < m.loaded_bytes:
+            left = m.loaded_bytes - freed
+            reason = (
+                f"Moved {gib(freed)} of {m.name} ({len(chosen)} of {len(resident)} modules on the device) "
+                f"back to the CPU{purpose}; {why}. {gib(left)} of it stays on the device."
+            )
+            steps.append(
+                Step("partial_unload", m.name, freed, tuple(n for n, _ in chosen), left, reason, details)
+            )
+        else:
+            reason = f"Evicted {m.name} ({gib(freed)}){purpose}; {why}."
+            steps.append(Step("unload", m.name, freed, tuple(n for n, _ in chosen), 0, reason, details))
+        remaining -= freed
+    return FreePlan(tuple(steps), max(0, bytes_needed), sum(s.bytes for s in steps))
+
+
+def _largest_first(mods: Iterable[tuple[str, int]]) -> list[tuple[str, int]]:
+    return sorted(mods, key=lambda m: (-m[1], m[0]))
+
+
+def _buffer(streamed: Iterable[int], k: int) -> int:
+    return sum(sorted(streamed, reverse=True)[:k])
+
+
+def _charge(nbytes: int, headroom: float) -> int:
+    return round(nbytes * headroom)
+
+
+class _Streamed:
+    """Sizes of the modules left to stream, largest first: the in-flight buffer is the top ``k``."""
+
+    def __init__(self, sizes: Iterable[int], k: int) -> None:
+        self.neg, self.k = sorted(-s for s in sizes), k
+
+    def buffer(self) -> int:
+        return -sum(self.neg[: self.k])
+
+    def buffer_without(self, size: int) -> int:
+        if bisect.bisect_left(self.neg, -size) >= self.k:
+            return self.buffer()
+        return -sum(self.neg[: self.k + 1]) - size
+
+    def add(self, size: int) -> None:
+        bisect.insort(self.neg, -size)
+
+    def remove(self, size: int) -> None:
+        del self.neg[bisect.bisect_left(self.neg, -size)]
+
+
+def _placement(m: ModelState, room: int, h: float, k: int) -> set[str]:
+    """Modules to have on the device: what is resident stays at its real size unless it and the
+    in-flight buffers exceed ``room`` (then the fewest, largest leave); new modules are added
+    largest first while ``placed * h + buffers <= room``. A second plan thus adds nothing."""
+    mods = m.modules
+    placed = {n for n, _ in mods if n in m.resident}
+    used = sum(s for n, s in mods if n in placed)
+    streamed = _Streamed((s for n, s in mods if n not in placed), k)
+    while placed and used + streamed.buffer() > room:
+        over = used + streamed.buffer() - room
+        for n, s in choose_modules_to_free([(n, s) for n, s in mods if n in placed], over):
+            placed.discard(n)
+            used -= s
+            streamed.add(s)
+    for n, s in _largest_first(mods):
+        if n not in placed and _charge(used + s, h) + streamed.buffer_without(s) <= room:
+            placed.add(n)
+            used += s
+            streamed.remove(s)
+    return placed
+
+
+def _decide(
+    model: ModelState, cfg: PlanSettings, free_bytes: int, reserve: int
+) -> tuple[set[str] | None, str]:
+    """The modules to have on the device (None: refuse) and the clause or sentence saying why."""
+    state, h, k = cfg.vram_state, cfg.weight_headroom, cfg.stream_buffers
+    name, total, mods = model.name, model.total_bytes, model.modules
+    everything = {n for n, _ in mods}
+    room = free_bytes + model.loaded_bytes - reserve  # the same before and after our own moves
+    free_for_it = free_bytes + model.loaded_bytes
+    context = f"the {gib(free_for_it)} free once {gib(reserve)} is kept for inference"
+    if state == "low_vram":
+        context += f" (low-VRAM mode counts weights at {h:g}x their size)"
+    if state == "disabled":
+        return set(), f"{name} stays on the CPU ({gib(total)}): the GPU is disabled, so nothing moves."
+    if state == "shared":
+        return everything, f"the GPU shares system memory, so offloading {name} would gain nothing"
+    if state != "no_vram" and (_charge(total, h) <= room or model.loaded_bytes == total <= room):
+        return everything, f"it fits in {context}"
+    if state == "high_vram":
+        return None, (
+            f"Cannot load {name} ({gib(total)}): high-VRAM mode never streams weights, and it does "
+            f"not fit in {context}. Switch to normal VRAM mode or unload other models."
+        )
+    target = set() if state == "no_vram" else _placement(model, room, h, k)
+    placed = sum(s for n, s in mods if n in target)
+    if placed + _buffer((s for n, s in mods if n not in target), k) > room:
+        least = _buffer((s for _, s in mods), k)
+        return None, (
+            f"Cannot run {name}: even streaming its weights needs {gib(reserve + least)} on the "
+            f"device ({gib(reserve)} for inference, {gib(least)} for up to {k} streamed modules in "
+            f"flight), but only {gib(free_for_it)} is free. Lower the resolution or batch size, or "
+            "close other programs using the GPU."
+        )
+    if state == "no_vram":
+        return target, "no-VRAM mode keeps weights off the device"
+    return target, f"all {gib(total)} do not fit in {context}"
+
+
+def plan_load(
+    model: ModelState, free_bytes: int, inference_bytes: int, settings: PlanSettings | None = None
+) -> LoadPlan:
+    """Where ``model``'s modules go given ``free_bytes`` on the device now (after any eviction) and
+    ``inference_bytes`` wanted for activations. Never raises: an impossible load is a refuse plan.
+
+    Modules already resident stay unless the budget shrank (then the fewest, largest ones leave),
+    so planning the same model twice moves nothing."""
+    cfg = settings or PlanSettings()
+    reserve = cfg.inference_reserve(inference_bytes)
+    target, note = _decide(model, cfg, free_bytes, reserve)
+    name, total, resident, ordered = (
+        model.name,
+        model.total_bytes,
+        model.resident,
+        _largest_first(model.modules),
+    )
+    numbers: dict[str, Detail] = {
+        "total_bytes": total,
+        "free_bytes": free_bytes,
+        "reserve_bytes": reserve,
+        "vram_state": cfg.vram_state,
+        "headroom": cfg.weight_headroom,
+    }
+    if target is None:
+        keep = tuple(n for n, _ in ordered if n in resident)
+        step = Step("refuse", name, 0, (), model.loaded_bytes, note, numbers)
+        return LoadPlan(name, "refuse", keep, (), (), model.loaded_bytes, 0, reserve, 0, note, (step,))
+    size = dict(ordered)
+    to_load = tuple(n for n, _ in ordered if n in target and n not in resident)
+    to_unload = tuple(n for n, _ in ordered if n in resident and n not in target)
+    device, on_cpu = sum(size[n] for n in target), cfg.vram_state == "disabled"
+    streamed = 0 if on_cpu else total - device
+    buffer = 0 if on_cpu else _buffer((s for n, s in ordered if n not in target), cfg.stream_buffers)
+    numbers |= {"device_bytes": device, "streamed_bytes": streamed, "buffer_bytes": buffer}
+    steps: list[Step] = []
+    if to_unload:
+        out = sum(size[n] for n in to_unload)
+        why = (
+            f"Moved {gib(out)} of {name} back to the CPU: with {gib(reserve)} kept for inference, "
+            f"{gib(device)} of it fits on the device now."
+        )
+        kind: EventKind = "partial_unload" if target else "unload"
+        steps.append(Step(kind, name, out, to_unload, model.loaded_bytes - out, why, numbers))
+    moved_in = sum(size[n] for n in to_load)
+    if on_cpu:
+        kind, reason = "keep", note
+    elif streamed:
+        placed = (
+            f"Loaded {gib(device)} of {name} ({len(target)} of {len(ordered)} modules) and left "
+            f"{gib(streamed)}"
+            if device
+            else f"Left all of {name} ({gib(total)})"
+        )
+        kind, reason = "partial_load", f"{placed} on the CPU to stream at each step: {note}."
+    elif moved_in:
+        what = (
+            f"{name} fully ({gib(total)})"
+            if moved_in == total
+            else f"the remaining {gib(moved_in)} of {name} ({gib(total)} in all)"
+        )
+        kind, reason = "load", f"Loaded {what}: {note}."
+    else:
+        kind, reason = "keep", f"{name} is already fully on the device ({gib(total)}); nothing moved."
+    steps.append(Step(kind, name, moved_in, to_load, device, reason, numbers))
+    on_device = tuple(n for n, _ in ordered if n in target)
+    return LoadPlan(
+        name, kind, on_device, to_load, to_unload, device, streamed, reserve, buffer, reason, tuple(steps)
+    )
+
+
+def _room_phrase(models: Sequence[ModelState]) -> str:
+    named = [f"{m.name} ({gib(m.total_bytes)})" for m in models]
+    if len(named) <= 2:
+        return " and ".join(named)
+    rest = sum(m.total_bytes for m in models[1:])
+    return f"{named[0]} and {len(named) - 1} more models ({gib(rest)})"
+
+
+def plan_load_models(
+    models_to_load: Sequence[ModelState],
+    loaded_models: Iterable[ModelState],
+    free_bytes: int,
+    memory_required: int,
+    settings: PlanSettings | None = None,
+) -> list[Step]:
+    """The whole decision for one ``load_models`` call: evictions, then each model's placement in
+    the caller's order (earlier models get the room first).
+
+    The room asked for is ``sum(bytes still to load) * headroom + inference reserve`` (only the
+    reserve in no-VRAM mode); when it cannot all be found, every other model is evicted (partial
+    loads then get as much as possible), unless every requested model would be refused anyway,
+    in which case nothing is evicted for nothing. Shared and disabled states never evict."""
+    cfg = settings or PlanSettings()
+    state = cfg.vram_state
+    wanted: dict[str, ModelState] = {}
+    for m in models_to_load:
+        wanted.setdefault(m.name, m)
+    todo = list(wanted.values())
+    others = [m for m in loaded_models if m.name not in wanted]
+    freeing = FreePlan((), 0, 0)
+    if state not in ("disabled", "shared"):
+        if state == "no_vram":
+            weights = _buffer((s for m in todo for _, s in m.modules), cfg.stream_buffers) - sum(
+                m.loaded_bytes for m in todo
+            )
+        else:
+            h = cfg.weight_headroom
+            weights = sum(
+                _charge(m.total_bytes, h) - m.loaded_bytes for m in todo if m.loaded_bytes < m.total_bytes
+            )
+        need = weights + cfg.inference_reserve(memory_required) - free_bytes
+        if need > 0:
+            freeing = plan_free(
+                others, need, wanted, making_room_for=_room_phrase(todo), allow_partial=state != "high_vram"
+            )
+    loads, refused = _place_all(todo, free_bytes + freeing.bytes_freed, memory_required, cfg)
+    if freeing.steps and todo and refused == len(todo):  # all refused anyway: evict nothing for nothing
+        return _place_all(todo, free_bytes, memory_required, cfg)[0]
+    return [*freeing.steps, *loads]
+
+
+def _place_all(
+    todo: Sequence[ModelState], free: int, memory_required: int, cfg: PlanSettings
+) -> tuple[list[Step], int]:
+    """Each model's steps in turn, each seeing what the earlier ones left; and how many were refused."""
+    steps: list[Step] = []
+    refused = 0
+    for m in todo:
+        plan = plan_load(m, free, memory_required, cfg)
+        steps += plan.steps
+        refused += plan.kind == "refuse"
+        free -= plan.device_bytes - m.loaded_bytes
+    return steps, refused
