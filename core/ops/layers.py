@@ -6,18 +6,23 @@ directly. These layers
 * skip random initialisation (weights always come from a file, so initialising them is wasted
   time: building an SDXL UNet takes milliseconds);
 * cast weight and bias to the input's device and dtype at forward when they differ ("manual
-  cast"), without ever changing the stored parameters.
+  cast"), without ever changing the stored parameters;
+* while streamed (``core.ops.streaming``), get fresh, patched copies of their weights at forward
+  from the object in their one declared ``stream`` slot.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import cast
+from typing import TYPE_CHECKING, cast
 
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+if TYPE_CHECKING:
+    from core.ops.streaming import LayerStream
 
 
 def cast_to(t: torch.Tensor | None, like: torch.Tensor) -> torch.Tensor | None:
@@ -41,6 +46,9 @@ class CastWeights:
     the patcher replaces per instance while a LoRA slider moves)."""
 
     side_outputs: tuple[SideOutput, ...] = ()
+    #: Set per instance by ``core.ops.streaming.stream_layers`` while the layer is streamed (its
+    #: weights stay in host memory and are copied, patched and cast at each forward); None otherwise.
+    stream: LayerStream | None = None
 
     def add_side_outputs(self, x: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
         for side in self.side_outputs:
@@ -53,6 +61,8 @@ class CastWeights:
     def cast_weight_bias(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
         weight: torch.Tensor = getattr(self, "weight")  # noqa: B009 - set by the torch base class
         bias: torch.Tensor | None = getattr(self, "bias", None)
+        if self.stream is not None:
+            return self.stream.cast(weight, bias, x.device, x.dtype)
         w = cast_to(weight, x)
         assert w is not None
         return w, cast_to(bias, x)
@@ -136,14 +146,16 @@ class LayerNorm(CastWeights, nn.LayerNorm):
 
 class RMSNorm(CastWeights, nn.RMSNorm):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        w = cast_to(self.weight, x) if self.weight is not None else None
+        w = self.cast_weight_bias(x)[0] if self.weight is not None else None
         return F.rms_norm(x, self.normalized_shape, w, self.eps)
 
 
 class Embedding(CastWeights, nn.Embedding):
     def forward(self, x: torch.Tensor, out_dtype: torch.dtype | None = None) -> torch.Tensor:
         w = self.weight
-        if w.device != x.device:
+        if self.stream is not None:  # indices in, so the stored dtype is kept
+            w = self.stream.cast(w, None, x.device, None)[0]
+        elif w.device != x.device:
             w = w.to(x.device)
         out = F.embedding(
             x, w, self.padding_idx, self.max_norm, self.norm_type, self.scale_grad_by_freq, self.sparse

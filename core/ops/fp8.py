@@ -1,0 +1,131 @@
+"""fp8 weights: stored in 8 bits, computed upcast everywhere, multiplied in fp8 where the device can.
+
+Two ways to run a layer whose weight is ``float8_e4m3fn`` or ``float8_e5m2``:
+
+* **upcast** (any device): the weight is cast to the input's dtype at forward, like any other
+  manual cast. The ordinary op layers already do this; :data:`fp8_upcast_ops` names the choice.
+* **fp8 matmul** (NVIDIA CC >= 8.9, AMD gfx950 / gfx12): :class:`Fp8Linear` clamps its input to
+  e4m3's range, quantizes it (per-tensor scale 1, as ComfyUI does) and multiplies with
+  ``torch._scaled_mm``, accumulating in fp32. Anything it cannot take (another weight dtype, odd
+  shapes, a device without fp8 matmul, a streamed layer with patches) falls back to upcast.
+
+A patched fp8 weight (a LoRA) is never rounded back to fp8: the streaming path upcasts the fp8
+copy *before* applying patches, so small LoRA changes keep their effect.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from core.ops.layers import Linear, OpSet
+
+FP8_DTYPES: tuple[torch.dtype, ...] = (torch.float8_e4m3fn, torch.float8_e5m2)
+#: The largest finite e4m3fn value (448): inputs are clamped to it before quantizing.
+E4M3_MAX = float(torch.finfo(torch.float8_e4m3fn).max)
+#: Activation dtypes ``torch._scaled_mm`` can write.
+_OUT_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+
+
+def is_fp8(dtype: torch.dtype) -> bool:
+    return dtype in FP8_DTYPES
+
+
+def fp8_matmul_rule(kind: str, capability: tuple[int, int] | None, arch: str | None) -> bool:
+    """Whether a GPU multiplies OCP fp8 natively (pure): NVIDIA CC >= 8.9; AMD gfx950 and gfx12xx
+    (MI300's gfx942 has only the fnuz variants, which model files do not use)."""
+    if kind == "cuda":
+        return capability is not None and capability >= (8, 9)
+    if kind == "rocm":
+        gfx = (arch or "").split(":", 1)[0].strip().lower()
+        return gfx == "gfx950" or gfx.startswith("gfx12")
+    return False
+
+
+def device_has_fp8_matmul(device: torch.device) -> bool:
+    """Whether ``device`` (a live one) runs ``torch._scaled_mm`` on e4m3fn operands."""
+    if device.type != "cuda" or not torch.cuda.is_available():
+        return False
+    props: Any = torch.cuda.get_device_properties(device)
+    if getattr(torch.version, "hip", None):
+        return fp8_matmul_rule("rocm", None, str(getattr(props, "gcnArchName", "")))
+    return fp8_matmul_rule("cuda", (int(props.major), int(props.minor)), None)
+
+
+def scaled_mm_blocker(x: Tensor, weight: Tensor) -> str | None:
+    """Why ``scaled_mm_linear(x, weight, ...)`` cannot run, from dtypes and shapes alone; None when
+    it can. (Whether the device has fp8 matmul is :func:`device_has_fp8_matmul`'s question.)"""
+    if weight.dtype != torch.float8_e4m3fn:
+        return f"the weight is {weight.dtype}; fp8 matmul multiplies float8_e4m3fn weights"
+    if weight.ndim != 2:
+        return f"the weight has {weight.ndim} dimensions; fp8 matmul takes a matrix"
+    if x.dtype not in _OUT_DTYPES:
+        return f"the input is {x.dtype}; fp8 matmul writes fp16, bf16 or fp32"
+    out_features, in_features = weight.shape
+    if in_features % 16 or out_features % 16:
+        return f"a {out_features}x{in_features} weight; fp8 matmul needs both sides divisible by 16"
+    if x.shape[-1] != in_features:
+        return f"the input has {x.shape[-1]} features, the weight {in_features}"
+    return None
+
+
+def scaled_mm_linear(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
+    """``F.linear(x, weight, bias)`` with an e4m3fn ``weight`` (on ``x``'s device) multiplied in
+    fp8: ``x`` is clamped to +-448 and quantized (a new tensor; ``x`` is not touched), rows are
+    padded to a multiple of 16, and ``torch._scaled_mm`` accumulates in fp32 and writes ``x``'s
+    dtype. Check :func:`scaled_mm_blocker` first."""
+    shape = x.shape
+    rows = x.reshape(-1, shape[-1])
+    m = rows.shape[0]
+    pad = (-m) % 16
+    if pad:
+        rows = F.pad(rows, (0, 0, 0, pad))
+    q = rows.clamp(-E4M3_MAX, E4M3_MAX).to(torch.float8_e4m3fn).contiguous()
+    one = torch.ones((), device=x.device, dtype=torch.float32)
+    out_dtype = x.dtype
+    fused = bias is not None and out_dtype in (torch.float16, torch.bfloat16)
+    result: Any = torch._scaled_mm(
+        q,
+        weight.contiguous().t(),  # column-major, as cuBLASLt wants the second operand
+        one,
+        one,
+        bias=bias.to(out_dtype) if fused and bias is not None else None,
+        out_dtype=out_dtype,
+    )
+    out: Tensor = result[0] if isinstance(result, tuple) else result  # torch < 2.5 also returned amax
+    if pad:
+        out = out[:m]
+    if bias is not None and not fused:
+        out = out + bias.to(out_dtype)
+    return out.reshape(*shape[:-1], out.shape[-1])
+
+
+class Fp8Linear(Linear):
+    """A Linear layer that multiplies in fp8 when its weight is e4m3fn and the device can; otherwise
+    exactly :class:`core.ops.layers.Linear` (upcast at forward)."""
+
+    def forward(self, x: Tensor) -> Tensor:
+        stream = self.stream
+        if (
+            (stream is None or stream.patch_fn is None)  # patched weights are computed upcast
+            and self.weight.dtype == torch.float8_e4m3fn
+            and scaled_mm_blocker(x, self.weight) is None
+            and device_has_fp8_matmul(x.device)
+        ):
+            if stream is not None:
+                w, b = stream.fetch(self.weight, self.bias, x.device)
+            else:
+                w = self.weight if self.weight.device == x.device else self.weight.to(x.device)
+                b = self.bias
+            out = scaled_mm_linear(x, w, b if b is None or b.device == x.device else b.to(x.device))
+            return self.add_side_outputs(x, out) if self.side_outputs else out
+        return super().forward(x)
+
+
+#: fp8 (or any) weights upcast to the compute dtype per layer: the ordinary manual-cast layers.
+fp8_upcast_ops = OpSet(name="fp8_upcast")
+#: fp8 matmul for Linear layers (the bulk of a DiT's weights); every other layer upcasts.
+fp8_matmul_ops = OpSet(name="fp8_scaled_mm", Linear=Fp8Linear)

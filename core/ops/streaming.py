@@ -1,0 +1,402 @@
+"""Streamed layers: weights that stay in host memory and reach the compute device per forward.
+
+A partially loaded model keeps on the device what fits and streams the rest. A streamed layer's
+weight and bias stay where they are (the CPU; a pinned copy when the pinning budget allows), and
+every forward
+
+1. runs the interrupt check (once per layer, so a stop lands within one layer's work),
+2. copies weight and bias to the input's device into fresh tensors (on CUDA the copy of the *next*
+   layer was already started on a side stream while this one computed: prefetch),
+3. applies the layer's patches (LoRA...) to the copy, in the compute dtype when the weight is fp8
+   so that a small LoRA change is not rounded away, and
+4. casts to the input's dtype.
+
+The stored parameters are never written. The mechanism lives in one declared slot of the op
+layers, ``CastWeights.stream``: :func:`stream_layers` fills it for the named layers and
+:func:`unstream_layers` empties it. Nothing else is attached to a module.
+
+The order layers run in is learned on the first forward (for prefetching); a forward is taken to
+end when a streamed layer runs again, or when :meth:`StreamedLayers.end_forward` is called.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+
+import torch
+from torch import Tensor, nn
+
+from core.ops.fp8 import is_fp8
+from core.ops.layers import CastWeights
+
+#: ``patch(key, base) -> weight``: the weight of state-dict key ``key`` with its patch stack applied
+#: to ``base`` (a fresh copy on the compute device); ``base`` itself when nothing patches ``key``.
+PatchFn = Callable[[str, Tensor], Tensor]
+#: Raises (:class:`core.errors.InterruptedByUser`) to stop; called once per streamed layer.
+InterruptCheck = Callable[[], None]
+
+
+def patch_fn_from(patched_weight: Callable[[str, Tensor], tuple[Tensor, bool]]) -> PatchFn:
+    """A :data:`PatchFn` from ``ModelPatcher.patched_weight`` (which also says whether only cached
+    deltas were used): ``stream_layers(..., patch_fn=patch_fn_from(patcher.patched_weight))``."""
+
+    def patch(key: str, base: Tensor) -> Tensor:
+        return patched_weight(key, base)[0]
+
+    return patch
+
+
+@dataclass
+class StreamStats:
+    """What the streamed layers of one :class:`StreamedLayers` copied, for the run report."""
+
+    bytes_total: int = 0
+    casts: int = 0  # layer forwards served by streaming
+    patched: int = 0  # of which a patch changed the weight or bias
+    prefetched: int = 0  # of which the copy had been started ahead
+    forwards: int = 0  # forwards finished
+    last_forward_bytes: int = 0
+    max_forward_bytes: int = 0
+    current_forward_bytes: int = 0
+
+    def record(self, nbytes: int, *, patched: bool, prefetched: bool) -> None:
+        self.bytes_total += nbytes
+        self.current_forward_bytes += nbytes
+        self.casts += 1
+        self.patched += int(patched)
+        self.prefetched += int(prefetched)
+
+    def end_forward(self) -> int:
+        """Close the current forward; returns the bytes it streamed (0 and nothing counted when
+        no streamed layer ran)."""
+        n = self.current_forward_bytes
+        if n == 0:
+            return 0
+        self.forwards += 1
+        self.last_forward_bytes = n
+        self.max_forward_bytes = max(self.max_forward_bytes, n)
+        self.current_forward_bytes = 0
+        return n
+
+    @property
+    def mean_forward_bytes(self) -> float:
+        return (self.bytes_total - self.current_forward_bytes) / self.forwards if self.forwards else 0.0
+
+
+@dataclass(frozen=True, eq=False)
+class HostCopy:
+    """Pinned (page-locked) host copies of a layer's weight and bias, so copies to the GPU are
+    asynchronous and run at full bus speed."""
+
+    weight: Tensor = field(repr=False)
+    bias: Tensor | None = field(repr=False)
+
+    @property
+    def nbytes(self) -> int:
+        return self.weight.nbytes + (self.bias.nbytes if self.bias is not None else 0)
+
+
+@dataclass(frozen=True, eq=False)
+class Staged:
+    """Fresh device copies of one layer's weight and bias; ``ready`` is recorded on the side stream
+    after the copy when it ran there (None: the copy is ordered on the current stream already)."""
+
+    device: torch.device
+    weight: Tensor = field(repr=False)
+    bias: Tensor | None = field(repr=False)
+    ready: torch.cuda.Event | None = None
+
+
+@dataclass(eq=False)
+class LayerStream:
+    """Everything one streamed layer needs at forward: the source of its weight and bias, its key
+    and patch function, the device, an optional pinned copy, the copy started ahead, the interrupt
+    check, and the group it belongs to."""
+
+    key: str  # the layer's name in the patched module: patches are looked up as f"{key}.weight"
+    weight: Tensor = field(repr=False)  # the stored parameter, never written
+    bias: Tensor | None = field(repr=False)
+    device: torch.device
+    group: StreamedLayers = field(repr=False)
+    patch_fn: PatchFn | None = None
+    interrupt: InterruptCheck | None = None
+    pinned: HostCopy | None = None
+    staged: Staged | None = None  # the copy started ahead, taken by the next forward
+    _ptrs: tuple[int, int] = field(default=(0, 0), init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self._ptrs = _ptrs(self.weight, self.bias)
+
+    @property
+    def nbytes(self) -> int:
+        return self.weight.nbytes + (self.bias.nbytes if self.bias is not None else 0)
+
+    # -- at forward ---------------------------------------------------------------------------
+    def cast(
+        self, weight: Tensor, bias: Tensor | None, device: torch.device, dtype: torch.dtype | None
+    ) -> tuple[Tensor, Tensor | None]:
+        """The weight and bias to compute with: fresh copies on ``device``, patched, in ``dtype``
+        (None: the stored dtype). ``weight`` and ``bias`` are the layer's current parameters."""
+        staged, ahead = self._fetch(weight, bias, device)
+        w, patched_w = self._finish(staged.weight, "weight", dtype)
+        b, patched_b = (None, False) if staged.bias is None else self._finish(staged.bias, "bias", dtype)
+        self.group.stats.record(self.nbytes, patched=patched_w or patched_b, prefetched=ahead)
+        return w, b
+
+    def fetch(
+        self, weight: Tensor, bias: Tensor | None, device: torch.device
+    ) -> tuple[Tensor, Tensor | None]:
+        """Fresh copies on ``device`` in the stored dtype, unpatched (the fp8 matmul path, taken only
+        when there is no patch function)."""
+        staged, ahead = self._fetch(weight, bias, device)
+        self.group.stats.record(self.nbytes, patched=False, prefetched=ahead)
+        return staged.weight, staged.bias
+
+    def _fetch(self, weight: Tensor, bias: Tensor | None, device: torch.device) -> tuple[Staged, bool]:
+        if self.interrupt is not None:
+            self.interrupt()
+        if weight is not self.weight or bias is not self.bias or _ptrs(weight, bias) != self._ptrs:
+            raise RuntimeError(
+                f"layer {self.key!r}: its weight or bias was replaced or moved while it was streamed; "
+                "call unstream_layers before changing a streamed layer's weights, then stream it again"
+            )
+        staged = self._take(device)
+        ahead = staged is not None
+        if staged is None:
+            staged = self.copy_to(device, None)
+        self.group.after_fetch(self, device)
+        return staged, ahead
+
+    def _finish(self, t: Tensor, part: str, dtype: torch.dtype | None) -> tuple[Tensor, bool]:
+        patched = False
+        if self.patch_fn is not None:
+            if is_fp8(t.dtype) and dtype is not None and not is_fp8(dtype):
+                t = t.to(dtype)  # patch in the compute dtype: an fp8 round trip erases small LoRAs
+            out = self.patch_fn(f"{self.key}.{part}", t)
+            patched = out is not t
+            t = out
+        if dtype is not None and t.dtype != dtype:
+            t = t.to(dtype)
+        return t, patched
+
+    def _take(self, device: torch.device) -> Staged | None:
+        staged, self.staged = self.staged, None
+        if staged is None or staged.device != device:
+            return None
+        if staged.ready is not None:
+            current = torch.cuda.current_stream(device)
+            current.wait_event(staged.ready)
+            # the copies were allocated on the side stream: keep them alive for this stream's use
+            staged.weight.record_stream(current)
+            if staged.bias is not None:
+                staged.bias.record_stream(current)
+        return staged
+
+    def copy_to(self, device: torch.device, side: torch.cuda.Stream | None) -> Staged:
+        """Fresh copies of the source on ``device``; on ``side`` (a CUDA stream) when given."""
+        src_w, src_b = (self.pinned.weight, self.pinned.bias) if self.pinned else (self.weight, self.bias)
+        non_blocking = self.pinned is not None
+
+        def fresh(t: Tensor | None) -> Tensor | None:
+            return None if t is None else t.detach().to(device=device, copy=True, non_blocking=non_blocking)
+
+        if side is None:
+            w = fresh(src_w)
+            assert w is not None
+            return Staged(device, w, fresh(src_b))
+        with torch.cuda.stream(side):
+            w = fresh(src_w)
+            assert w is not None
+            b = fresh(src_b)
+            ready = torch.cuda.Event()  # type: ignore[no-untyped-call]
+            ready.record(side)
+        return Staged(device, w, b, ready)
+
+    def release(self) -> None:
+        """Drop the copy started ahead and the pinned copy."""
+        self.staged = None
+        self.pinned = None
+
+
+def _ptrs(weight: Tensor, bias: Tensor | None) -> tuple[int, int]:
+    return weight.data_ptr(), (bias.data_ptr() if bias is not None else 0)
+
+
+class StreamedLayers:
+    """The layers one :func:`stream_layers` call streams: their shared side stream (CUDA), the order
+    they run in (learned on the first forward, for prefetching) and their :class:`StreamStats`."""
+
+    def __init__(self, device: torch.device, side: torch.cuda.Stream | None, prefetch: bool) -> None:
+        self.device = device
+        self.side_stream = side
+        self.prefetch = prefetch
+        self.stats = StreamStats()
+        self.layers: dict[str, LayerStream] = {}
+        self._order: list[LayerStream] = []
+        self._position: dict[int, int] = {}  # id(LayerStream) -> index in _order
+        self._seen: set[int] = set()  # layers run in the current forward
+        self._order_known = False
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(self.layers)
+
+    @property
+    def streamed_bytes(self) -> int:
+        """Bytes one forward copies (every streamed layer once)."""
+        return sum(s.nbytes for s in self.layers.values())
+
+    @property
+    def pinned_bytes(self) -> int:
+        return sum(s.pinned.nbytes for s in self.layers.values() if s.pinned is not None)
+
+    @property
+    def order(self) -> tuple[str, ...]:
+        """The streamed layers in the order they ran (complete after the first forward)."""
+        return tuple(s.key for s in self._order)
+
+    def end_forward(self) -> int:
+        """Close the current forward for the stats (call after each model call for exact counts;
+        otherwise a forward closes when a streamed layer runs again)."""
+        self._seen.clear()
+        self._order_known = self._order_known or bool(self._order)
+        return self.stats.end_forward()
+
+    def drop_prefetched(self) -> None:
+        """Free the copies started ahead (after an interrupt, or before unloading)."""
+        for s in self.layers.values():
+            s.staged = None
+
+    def after_fetch(self, stream: LayerStream, device: torch.device) -> None:
+        ident = id(stream)
+        if ident in self._seen:  # the same layer again: a new forward began
+            self.end_forward()
+        self._seen.add(ident)
+        if ident not in self._position:
+            self._position[ident] = len(self._order)
+            self._order.append(stream)
+        if self.prefetch and device == self.device:
+            self._prefetch_after(self._position[ident], device)
+
+    def _prefetch_after(self, index: int, device: torch.device) -> None:
+        following = index + 1
+        if following >= len(self._order):
+            if not self._order_known:
+                return  # still learning the order: the next layer is unknown
+            following = 0  # the first layer of the next forward
+        target = self._order[following]
+        if target.staged is None:
+            target.staged = target.copy_to(device, self.side_stream)
+
+    def forget(self, stream: LayerStream) -> None:
+        self.layers.pop(stream.key, None)
+        self._order = [s for s in self._order if s is not stream]
+        self._position = {id(s): i for i, s in enumerate(self._order)}
+        self._seen.discard(id(stream))
+
+
+# -- putting layers in and out of streaming mode ------------------------------------------------
+
+
+def _layer(module: nn.Module, name: str) -> CastWeights:
+    layer = module.get_submodule(name) if name else module
+    if not isinstance(layer, CastWeights):
+        raise TypeError(f"layer {name!r} ({type(layer).__name__}) is not a core.ops layer: it cannot stream")
+    return layer
+
+
+def streamable_layers(module: nn.Module) -> list[tuple[str, int]]:
+    """``(name, bytes)`` of every op layer of ``module`` that has weights, in module order: what a
+    partial-load plan chooses from."""
+    return [
+        (name, _nbytes(layer))
+        for name, layer in module.named_modules()
+        if isinstance(layer, CastWeights) and isinstance(getattr(layer, "weight", None), Tensor)
+    ]
+
+
+def plan_pinning(sizes: Iterable[tuple[str, int]], budget: int | None) -> frozenset[str]:
+    """Which layers get pinned host copies: in order, each that still fits in ``budget`` bytes
+    (None: no cap). Pure; the caller passes the pinned-memory cap left for this model."""
+    chosen: list[str] = []
+    used = 0
+    for name, nbytes in sizes:
+        if budget is None or used + nbytes <= budget:
+            chosen.append(name)
+            used += nbytes
+    return frozenset(chosen)
+
+
+def stream_layers(
+    module: nn.Module,
+    names: Sequence[str],
+    device: torch.device | str,
+    *,
+    patch_fn: PatchFn | None = None,
+    interrupt: InterruptCheck | None = None,
+    pin: bool = False,
+    pin_budget: int | None = None,
+    prefetch: bool = True,
+) -> StreamedLayers:
+    """Put the op layers ``names`` of ``module`` in streaming mode towards ``device``.
+
+    Their parameters stay where they are; each forward copies them to the input's device, applies
+    ``patch_fn`` (keys are ``f"{name}.weight"`` / ``".bias"``, so ``module`` is the patcher's model
+    and must hold the *unpatched* weights of these layers) and casts. ``pin`` makes pinned host
+    copies of CPU weights within ``pin_budget`` bytes (CUDA only). ``prefetch`` copies the next
+    layer ahead: on a side stream on CUDA, synchronously elsewhere. Everything is checked before
+    any layer changes; :func:`unstream_layers` undoes it."""
+    dev = torch.device(device)
+    if dev.type == "cuda" and dev.index is None:
+        dev = torch.device("cuda", torch.cuda.current_device())
+    if len(set(names)) != len(names):
+        raise ValueError("each layer may be named once")
+    layers = [(name, _layer(module, name)) for name in names]
+    for name, layer in layers:
+        if layer.stream is not None:
+            raise ValueError(f"layer {name!r} is already streamed; unstream it first")
+        weight = getattr(layer, "weight", None)
+        if not isinstance(weight, Tensor) or weight.is_meta:
+            raise ValueError(f"layer {name!r} has no loaded weight to stream")
+    cuda = dev.type == "cuda"
+    side = torch.cuda.Stream(dev) if cuda and prefetch else None  # type: ignore[no-untyped-call]
+    group = StreamedLayers(dev, side, prefetch)
+    sizes = [(name, _nbytes(layer)) for name, layer in layers if _param(layer).device.type == "cpu"]
+    to_pin = plan_pinning(sizes, pin_budget) if pin and cuda else frozenset()
+    for name, layer in layers:
+        weight, bias = _param(layer), getattr(layer, "bias", None)
+        host = None
+        if name in to_pin:
+            pinned_bias = None if bias is None else bias.detach().pin_memory()
+            host = HostCopy(weight.detach().pin_memory(), pinned_bias)
+        stream = LayerStream(name, weight, bias, dev, group, patch_fn, interrupt, host)
+        group.layers[name] = stream
+        layer.stream = stream
+    return group
+
+
+def _param(layer: CastWeights) -> Tensor:
+    weight: Tensor = getattr(layer, "weight")  # noqa: B009 - set by the torch base class
+    return weight
+
+
+def _nbytes(layer: CastWeights) -> int:
+    bias = getattr(layer, "bias", None)
+    return _param(layer).nbytes + (bias.nbytes if isinstance(bias, Tensor) else 0)
+
+
+def unstream_layers(module: nn.Module, names: Iterable[str]) -> int:
+    """Take the named layers out of streaming mode (their pinned and prefetched copies are freed).
+    Returns how many were streamed; names that were not are ignored."""
+    n = 0
+    for name in names:
+        layer = _layer(module, name)
+        stream = layer.stream
+        if stream is None:
+            continue
+        stream.release()
+        stream.group.forget(stream)
+        del layer.stream  # back to the class default, None
+        n += 1
+    return n
