@@ -346,6 +346,8 @@ class MemoryManager:
             entry = by_name.get(step.model)
             if entry is None or entry.model() is None:
                 continue  # dropped meanwhile: its finalizer already told the story
+            if self._already_placed(entry, step):
+                continue  # placed exactly so by an earlier call: nothing to move, nothing to tell
             self._current = step.model
             try:
                 moved = self._carry_out(entry, step)
@@ -360,6 +362,14 @@ class MemoryManager:
             self.events.append(event)
             done.append(event)
         return done
+
+    @staticmethod
+    def _already_placed(entry: ManagedModel, step: Step) -> bool:
+        if step.kind not in ("load", "partial_load"):
+            return False
+        same_mode = entry.streaming == (step.kind == "partial_load")
+        placed_before = bool(entry.loaded_modules) or entry.streaming
+        return placed_before and same_mode and set(step.modules) <= entry.loaded_modules
 
     def _carry_out(self, entry: ManagedModel, step: Step) -> int:
         if step.kind in ("unload", "partial_unload"):
