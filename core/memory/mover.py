@@ -9,6 +9,7 @@ never doubles RAM, and patched weights are simply dropped.
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -48,7 +49,8 @@ class TorchMover:
         self.interrupt = interrupt
         self.pin = pin
         self._placed: dict[int, _Placed] = {}
-        self._patchers: dict[int, ModelPatcher] = {}
+        # module id -> its patcher, held weakly: the app owns its stacks
+        self._patchers: weakref.WeakValueDictionary[int, ModelPatcher] = weakref.WeakValueDictionary()
 
     def use_patcher(self, patcher: ModelPatcher) -> None:
         """Apply ``patcher``'s stack when its module is placed. The manager tracks the module (the
@@ -119,6 +121,7 @@ class TorchMover:
 
     def release(self, target: object) -> None:
         """Put every original back and stop streaming (the model leaves the manager)."""
+        self._patchers.pop(id(getattr(target, "model", target)), None)
         placed = self._placed.pop(id(target), None)
         if placed is None:
             return
