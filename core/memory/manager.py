@@ -83,6 +83,7 @@ class ManagedModel:
         self.loaded_modules: frozenset[str] = frozenset()  # replaced, never mutated: readers see snapshots
         self.streaming = False
         self.last_used = 0
+        self.last_reason = ""  # the reason of the last event told about this model
         self._size = dict(sizes) or {"": 0}
 
     def model(self) -> object | None:
@@ -348,6 +349,8 @@ class MemoryManager:
                 continue  # dropped meanwhile: its finalizer already told the story
             if self._already_placed(entry, step):
                 continue  # placed exactly so by an earlier call: nothing to move, nothing to tell
+            if step.kind == "keep" and entry.last_reason == step.reason:
+                continue  # the same "nothing moved" as last time: say it once
             self._current = step.model
             try:
                 moved = self._carry_out(entry, step)
@@ -359,6 +362,7 @@ class MemoryManager:
                 device_bytes_after=entry.loaded_bytes,
                 free_bytes_after=self.free_bytes(),
             )
+            entry.last_reason = step.reason
             self.events.append(event)
             done.append(event)
         return done
