@@ -120,3 +120,20 @@ def test_cli_contract(files: tuple[Path, Path, int]) -> None:
 
 def test_parse_bytes() -> None:
     assert parse_bytes("4GiB") == 4 << 30 and parse_bytes("512mb") == 512 << 20 and parse_bytes("100") == 100
+
+
+def test_ctrl_c_stops_the_cli_cleanly(files: tuple[Path, Path, int]) -> None:
+    import signal
+    import time
+
+    ckpt, _, _ = files
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "app.cli", "run", str(ckpt), "--steps", "100000", "--size", "64x64",
+         "--vram-limit", "2MiB", "--vram-mode", "normal", "--reserve", "0", "--inference-memory", "0"],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    time.sleep(8)  # imports, load, a few steps (on a slow machine it may still be loading: also fine)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert "stopped" in err and "Traceback" not in err
