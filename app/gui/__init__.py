@@ -1,1 +1,4 @@
-"""The Qt window. Only this package (and app.gui.*) imports PySide6."""
+"""The Qt window: panels over the backend (``app.backend``), which owns the engine in its QThread.
+
+Only ``app.gui`` and ``app.backend`` import PySide6; ``core`` never does.
+"""

@@ -1,26 +1,127 @@
-"""Start the Qt application."""
+"""Start the Qt application: the composition root that builds engine, backend, monitor and window."""
 
 from __future__ import annotations
 
+import contextlib
+import gc
+import os
 import sys
+import tempfile
+from importlib import metadata
+from pathlib import Path
+
+from app.backend.engine import Engine, Loaders
 
 
-def run_gui(*, demo: bool = False, screenshot: str | None = None) -> int:
-    from PySide6.QtCore import QTimer
+def _engine_version() -> str:
+    try:
+        return metadata.version("loadout")
+    except metadata.PackageNotFoundError:
+        return "dev"
+
+
+def default_cache_path() -> Path:
+    from PySide6.QtCore import QStandardPaths
+
+    base = QStandardPaths.writableLocation(QStandardPaths.StandardLocation.GenericCacheLocation)
+    return Path(base or Path.home() / ".cache") / "Loadout" / "inspect-cache.sqlite"
+
+
+def build_window(
+    *,
+    store: object | None = None,
+    cache_path: Path | None = None,
+    session_folders: tuple[str, ...] = (),
+    loaders: Loaders | None = None,
+    include_own_folder: bool = True,
+    monitor: object | None = None,
+):  # type: ignore[no-untyped-def]
+    """The main window with its own engine and backend thread (a QApplication must exist).
+
+    ``cache_path`` None keeps the inspect cache in memory (tests); the app passes its per-user file.
+    """
+    from PySide6.QtCore import QSettings
     from PySide6.QtWidgets import QApplication
 
+    from app.backend.backend import Backend
+    from app.backend.monitor import MemoryMonitor
+    from app.gui.compat import guard_none_refcount
     from app.gui.main_window import MainWindow
+    from app.gui.settings import AppSettings
+    from app.gui.theme import apply_theme
+    from core.library import InspectCache
 
+    guard_none_refcount()
+    app = QApplication.instance()
+    settings_store = store if isinstance(store, QSettings) else QSettings()
+    if isinstance(app, QApplication):
+        apply_theme(app, AppSettings.load(settings_store).dark_theme)
+    if cache_path is not None:
+        cache_path.parent.mkdir(parents=True, exist_ok=True)
+    engine = Engine(cache=InspectCache(cache_path, engine_version=_engine_version()), loaders=loaders)
+    backend = Backend(engine)
+    mon = monitor if isinstance(monitor, MemoryMonitor) else MemoryMonitor.discover()
+    window = MainWindow(
+        backend, mon, settings_store, session_folders=session_folders, include_own_folder=include_own_folder
+    )
+    backend.setParent(window)
+    settle_heap()
+    return window
+
+
+def settle_heap() -> None:
+    """Move everything alive after start-up (torch, Qt wrappers, widgets: ~10^6 objects) out of the
+    garbage collector's reach. Otherwise a full collection, which can start on either thread while
+    it allocates, walks them all holding the GIL for 100+ ms and the window stutters."""
+    gc.collect()
+    gc.freeze()
+
+
+def _leave_a_core_for_the_window() -> None:
+    """The engine's math uses all cores but one: the GUI thread always finds a free core."""
+    import torch
+
+    cores = os.cpu_count() or 2
+    torch.set_num_threads(max(1, min(torch.get_num_threads(), cores - 1)))
+
+
+def run_gui(*, demo: bool = False, screenshot: str | None = None, demo_folder: str | None = None) -> int:
+    if (
+        screenshot
+        and sys.platform.startswith("linux")
+        and not (os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY"))
+    ):
+        os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")  # a smoke test on a machine without a screen
+    from PySide6.QtCore import QSettings
+    from PySide6.QtWidgets import QApplication
+
+    from app.gui.compat import guard_none_refcount
+    from app.gui.demo_flow import DemoFlow
+    from app.gui.main_window import own_models_folder
+
+    guard_none_refcount()
+    _leave_a_core_for_the_window()
     app = QApplication.instance() or QApplication(sys.argv)
+    assert isinstance(app, QApplication)
     app.setApplicationName("Loadout")
     app.setOrganizationName("Loadout")
-    window = MainWindow()
-    window.show()
-    if screenshot:
-
-        def shoot() -> None:
-            window.grab().save(screenshot)
-            app.quit()
-
-        QTimer.singleShot(300, shoot)
-    return int(app.exec())
+    app.setApplicationDisplayName("Loadout")
+    with tempfile.TemporaryDirectory(prefix="loadout-demo-") as tmp:
+        if demo:
+            # the demo session neither reads nor changes the user's folders and settings
+            store = QSettings(str(Path(tmp) / "demo.ini"), QSettings.Format.IniFormat)
+            window = build_window(store=store, cache_path=None, include_own_folder=False)
+        else:
+            with contextlib.suppress(OSError):  # Loadout's own model folder, listed when it exists
+                own_models_folder().mkdir(parents=True, exist_ok=True)
+            window = build_window(cache_path=default_cache_path())
+        window.show()
+        flow = DemoFlow(window, screenshot=screenshot, folder=demo_folder) if demo else None
+        if flow is not None:
+            flow.start()
+        code = int(app.exec())
+        if window.backend.thread.isRunning():
+            window.close()
+        if flow is not None and flow.exit_code is not None:
+            code = flow.exit_code
+    return code

@@ -1,15 +1,398 @@
-"""The main window (a plain shell until the app issue fills it in)."""
+"""The main window: browser and details in the middle, LoRA stack and loaded models on the right,
+memory plot, events and test run below. It wires panels to the backend and owns the actions.
+
+Everything long runs on the backend's worker thread; the window only sends requests, shows the
+snapshots that come back and words errors through :mod:`app.gui.errors`.
+"""
 
 from __future__ import annotations
 
-from PySide6.QtWidgets import QLabel, QMainWindow
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+from PySide6.QtCore import QSettings, QStandardPaths, Qt
+from PySide6.QtGui import QAction, QCloseEvent, QKeySequence
+from PySide6.QtWidgets import (
+    QApplication,
+    QDockWidget,
+    QFileDialog,
+    QLabel,
+    QMainWindow,
+    QProgressBar,
+    QSplitter,
+    QToolBar,
+    QVBoxLayout,
+    QWidget,
+)
+
+from app.backend.backend import Backend
+from app.backend.messages import EngineEvent, ModelInfo, StackInfo, TaskError, TaskProgress
+from app.backend.monitor import MemoryMonitor
+from app.demo import is_sparse_demo
+from app.gui.browser import BrowserPanel
+from app.gui.details import LOADABLE, DetailsPanel
+from app.gui.errors import Friendly, describe, describe_exception
+from app.gui.loaded_panel import LoadedModelsPanel
+from app.gui.lora_panel import LoraStackPanel
+from app.gui.memory_panel import MemoryPanel
+from app.gui.settings import AppSettings, SettingsDialog
+from app.gui.testrun_panel import TestRunPanel
+from app.gui.theme import app_icon, apply_theme, refresh_icons, set_icon
+from app.gui.widgets import MessageBar
+from core.library import Entry
+from core.memory.policy import choose_vram_state, reserve_bytes
+
+
+def own_models_folder() -> Path:
+    """Loadout's own model folder (``<app data>/models``): always listed when it exists."""
+    base = QStandardPaths.writableLocation(QStandardPaths.StandardLocation.GenericDataLocation)
+    return Path(base) / "Loadout" / "models"
 
 
 class MainWindow(QMainWindow):
-    def __init__(self) -> None:
+    def __init__(
+        self,
+        backend: Backend,
+        monitor: MemoryMonitor,
+        store: QSettings,
+        *,
+        session_folders: tuple[str, ...] = (),
+        include_own_folder: bool = True,
+    ) -> None:
         super().__init__()
+        self.backend = backend
+        self.monitor = monitor
+        self.store = store
+        self.settings = AppSettings.load(store)
+        self.session_folders = tuple(session_folders)
+        self.include_own_folder = include_own_folder
+        self.models: tuple[ModelInfo, ...] = ()
+        self.stack = StackInfo(None)
+        self._loading: list[Path] = []  # loads requested and not finished, in order
         self.setWindowTitle("Loadout")
-        self.resize(1280, 800)
-        label = QLabel("Loadout — use `loadout inspect PATH` to inspect model files.")
-        label.setMargin(24)
-        self.setCentralWidget(label)
+        self.setWindowIcon(app_icon())
+        self.resize(1500, 940)
+        self.setDockNestingEnabled(True)
+        self._build_panels()
+        self._build_actions()
+        self._connect_backend()
+        self.apply_settings(self.settings, initial=True)
+
+    # -- building --------------------------------------------------------------------------------
+    def _build_panels(self) -> None:
+        self.message = MessageBar()
+        self.browser = BrowserPanel(self.backend)
+        self.details = DetailsPanel(self.monitor)
+        split = QSplitter(Qt.Orientation.Horizontal)
+        split.addWidget(self.browser)
+        split.addWidget(self.details)
+        split.setStretchFactor(0, 3)
+        split.setStretchFactor(1, 2)
+        split.setSizes([560, 380])
+        central = QWidget()
+        layout = QVBoxLayout(central)
+        layout.setContentsMargins(6, 6, 6, 0)
+        layout.setSpacing(6)
+        layout.addWidget(self.message)
+        layout.addWidget(split, 1)
+        self.setCentralWidget(central)
+
+        self.lora_panel = LoraStackPanel(self.backend, self.settings.lora_min, self.settings.lora_max)
+        self.loaded_panel = LoadedModelsPanel(self.backend, self.monitor.has_gpu)
+        self.memory_panel = MemoryPanel(self.monitor, vram_text=self._vram_text())
+        device = self.monitor.device.torch_device if self.monitor.device is not None else "cpu"
+        self.testrun_panel = TestRunPanel(self.backend, device)
+        self.docks: dict[str, QDockWidget] = {}
+        for key, title, widget, area in (
+            ("lora", "LoRA stack", self.lora_panel, Qt.DockWidgetArea.RightDockWidgetArea),
+            ("loaded", "Loaded models", self.loaded_panel, Qt.DockWidgetArea.RightDockWidgetArea),
+            ("memory", "Memory", self.memory_panel, Qt.DockWidgetArea.BottomDockWidgetArea),
+            ("testrun", "Test run", self.testrun_panel, Qt.DockWidgetArea.BottomDockWidgetArea),
+        ):
+            dock = QDockWidget(title, self)
+            dock.setObjectName(f"dock_{key}")
+            dock.setWidget(widget)
+            dock.setFeatures(
+                QDockWidget.DockWidgetFeature.DockWidgetMovable
+                | QDockWidget.DockWidgetFeature.DockWidgetFloatable
+            )
+            self.addDockWidget(area, dock)
+            self.docks[key] = dock
+        self.splitDockWidget(self.docks["memory"], self.docks["testrun"], Qt.Orientation.Horizontal)
+        self.resizeDocks([self.docks["lora"], self.docks["loaded"]], [420, 260], Qt.Orientation.Vertical)
+        self.resizeDocks([self.docks["lora"]], [520], Qt.Orientation.Horizontal)
+        self.resizeDocks([self.docks["memory"]], [290], Qt.Orientation.Vertical)
+        self.resizeDocks([self.docks["memory"], self.docks["testrun"]], [900, 560], Qt.Orientation.Horizontal)
+
+        self.task_label = QLabel("Ready")
+        self.task_progress = QProgressBar()
+        self.task_progress.setMaximumWidth(220)
+        self.task_progress.setMaximumHeight(12)
+        self.task_progress.setTextVisible(False)
+        self.task_progress.hide()
+        device_text = (
+            self.monitor.device.label
+            if self.monitor.device is not None
+            else "No GPU found: CPU and system RAM"
+        )
+        self.device_label = QLabel(device_text)
+        self.device_label.setObjectName("muted")
+        bar = self.statusBar()
+        bar.addWidget(self.task_label, 1)
+        bar.addPermanentWidget(self.task_progress)
+        bar.addPermanentWidget(self.device_label)
+
+        self.browser.entry_selected.connect(self.details.show_entry)
+        self.browser.entry_activated.connect(self.load_entry)
+        self.browser.demo_requested.connect(self.open_demo)
+        self.details.load_requested.connect(self.load_entry)
+        self.details.add_lora_requested.connect(lambda e: self.add_lora(e.path))
+        self.lora_panel.files_dropped.connect(lambda paths: [self.add_lora(p) for p in paths])
+        self.lora_panel.range_changed.connect(self._range_changed)
+
+    def _action(self, name: str, text: str, shortcut: QKeySequence | str, slot: object, tip: str) -> QAction:
+        action = QAction(text, self)
+        set_icon(action, name)
+        action.setShortcut(QKeySequence(shortcut))
+        action.setToolTip(
+            f"{tip} ({QKeySequence(shortcut).toString(QKeySequence.SequenceFormat.NativeText)})"
+        )
+        action.setShortcutContext(Qt.ShortcutContext.WindowShortcut)
+        action.triggered.connect(slot)
+        self.addAction(action)
+        return action
+
+    def _build_actions(self) -> None:
+        self.add_folder_action = self._action(
+            "folder-plus", "Add folder", "Ctrl+O", self.add_folder_dialog, "Add a model folder"
+        )
+        self.rescan_action = self._action(
+            "refresh", "Rescan", "F5", self.rescan, "Read the model folders again"
+        )
+        self.load_action = self._action(
+            "load", "Load", "Ctrl+L", self.load_selected, "Load the selected model"
+        )
+        self.search_action = self._action(
+            "search", "Search", "Ctrl+F", self.browser.focus_search, "Search the library"
+        )
+        self.interrupt_action = self._action("stop", "Stop", "Esc", self.interrupt, "Stop the running task")
+        self.interrupt_action.setEnabled(False)
+        self.settings_action = self._action("settings", "Settings", "Ctrl+,", self.open_settings, "Settings")
+        self.quit_action = self._action("remove", "Quit", "Ctrl+Q", self.close, "Quit Loadout")
+        toolbar = QToolBar("Main")
+        toolbar.setObjectName("toolbar")
+        toolbar.setMovable(False)
+        toolbar.setToolButtonStyle(Qt.ToolButtonStyle.ToolButtonTextBesideIcon)
+        for action in (self.add_folder_action, self.rescan_action, self.load_action, self.interrupt_action):
+            toolbar.addAction(action)
+        spacer = QWidget()
+        spacer.setSizePolicy(
+            spacer.sizePolicy().horizontalPolicy().Expanding, spacer.sizePolicy().verticalPolicy()
+        )
+        toolbar.addWidget(spacer)
+        toolbar.addAction(self.settings_action)
+        self.addToolBar(toolbar)
+        stop_button = toolbar.widgetForAction(self.interrupt_action)
+        if stop_button is not None:
+            stop_button.setObjectName("interruptButton")
+
+    def _connect_backend(self) -> None:
+        w = self.backend
+        self.backend.busy_changed.connect(self._on_busy)
+        w.started.connect(self._on_started)
+        w.progress.connect(self._on_progress)
+        w.failed.connect(self.show_error)
+        w.interrupted.connect(self._on_interrupted)
+        w.event.connect(self._on_event)
+        w.models_changed.connect(self._on_models)
+        w.stack_changed.connect(self._on_stack)
+        w.model_loaded.connect(
+            lambda m: self.task_label.setText(f"Loaded {m.name} in {m.load_seconds:.2f} s")
+        )
+        w.demo_ready.connect(self._on_demo_ready)
+        w.finished.connect(lambda task: task == "load" and self._loading and self._loading.pop(0))
+        w.run_done.connect(lambda r: self.task_label.setText(f"Test run: {r.seconds_per_step:.3f} s/step"))
+        w.scan_done.connect(lambda problems: self.task_label.setText("Library up to date"))
+
+    # -- folders and scanning --------------------------------------------------------------------
+    def folders(self) -> list[str]:
+        found = list(self.settings.folders) + [
+            f for f in self.session_folders if f not in self.settings.folders
+        ]
+        own = own_models_folder()
+        if self.include_own_folder and own.is_dir():
+            found.insert(0, str(own))
+        return found
+
+    def rescan(self) -> None:
+        folders = self.folders()
+        if folders:
+            self.browser.set_empty(False)
+            self.backend.scan(folders)
+        else:
+            self.browser.set_empty(True)
+
+    def add_folder_dialog(self) -> None:
+        folder = QFileDialog.getExistingDirectory(self, "Add a model folder (ComfyUI, A1111 or any folder)")
+        if folder:
+            self.add_folder(folder)
+
+    def add_folder(self, folder: str) -> None:
+        self.apply_settings(self.settings.with_folder(str(folder)))
+
+    def open_demo(self) -> None:
+        self.backend.prepare_demo()
+
+    def _on_demo_ready(self, folder: str) -> None:
+        if folder not in self.session_folders:
+            self.session_folders = (*self.session_folders, folder)
+        self.rescan()
+
+    # -- settings --------------------------------------------------------------------------------
+    def open_settings(self) -> None:
+        dialog = SettingsDialog(self.settings, self)
+        if dialog.exec():
+            self.apply_settings(dialog.settings())
+
+    def apply_settings(self, settings: AppSettings, *, initial: bool = False) -> None:
+        try:
+            settings.memory_settings()
+        except Exception as exc:
+            self.show_message(describe_exception("settings", exc))
+            return
+        changed_folders = settings.folders != self.settings.folders
+        theme_changed = settings.dark_theme != self.settings.dark_theme
+        self.settings = settings
+        settings.save(self.store)
+        app = QApplication.instance()
+        if theme_changed and isinstance(app, QApplication):
+            apply_theme(app, settings.dark_theme)
+            refresh_icons(self)
+            self.memory_panel.plot.apply_theme()
+            self.details.show_entry(self.details.entry)
+        self.backend.set_dtype_overrides(settings.dtype_overrides)
+        self.details.fit.reserve = self._reserve()
+        self.details.fit.refresh()
+        self.memory_panel.note.setToolTip(self._vram_text())
+        if initial or changed_folders:
+            self.rescan()
+
+    def _range_changed(self, lo: float, hi: float) -> None:
+        self.settings = replace(self.settings, lora_min=lo, lora_max=hi)
+        self.settings.save(self.store)
+
+    def _vram_text(self) -> str:
+        device = self.monitor.device
+        if device is None:
+            return ""
+        return choose_vram_state(device, device.total_bytes, self.settings.memory_settings()).reason
+
+    def _reserve(self) -> int:
+        device = self.monitor.device
+        if device is None:
+            return 0
+        return reserve_bytes(device, device.total_bytes, sys.platform, self.settings.memory_settings())
+
+    # -- loading and LoRAs -----------------------------------------------------------------------
+    def load_selected(self) -> None:
+        entry = self.browser.current_entry()
+        if entry is None:
+            self.show_message(Friendly("Nothing selected", "Select a model in the browser first.", "info"))
+            return
+        self.load_entry(entry)
+
+    def load_entry(self, entry: Entry) -> None:
+        if entry.status == "pending":
+            self.show_message(
+                Friendly("Still reading", f"{entry.name} is being read; try again in a moment.", "info")
+            )
+        elif entry.status == "error":
+            self.show_error(
+                TaskError("load", entry.error_code or "invalid_file", entry.error or "", path=entry.path)
+            )
+        elif entry.kind == "lora":
+            self.add_lora(entry.path)
+        elif entry.kind not in LOADABLE:
+            kind = entry.kind.replace("_", " ")
+            self.show_error(TaskError("load", "not_loadable", f"{entry.name} is a {kind}.", path=entry.path))
+        elif entry.record is not None and is_sparse_demo(entry.record.get("metadata")):
+            text = f"{entry.name}: load loadout-demo-sd15-tiny instead, which has real weights."
+            self.show_error(TaskError("load", "sparse_demo", text, path=entry.path))
+        elif entry.path not in self._loading:  # a second double-click while it loads does nothing
+            self._loading.append(entry.path)
+            self.backend.load(entry.path, entry.kind)
+
+    def add_lora(self, path: Path | str, *, force: bool = False) -> None:
+        if self.stack.model_family is None:
+            self.show_error(TaskError("lora", "no_model", "A LoRA needs a loaded model to patch."))
+            return
+        self.backend.add_lora(path, 1.0, 1.0, force)
+
+    # -- backend signals -------------------------------------------------------------------------
+    def _on_busy(self, busy: bool) -> None:
+        self.interrupt_action.setEnabled(busy)
+
+        self.testrun_panel.set_model_loaded(self.testrun_panel.model_loaded)
+        if not busy:
+            self.task_progress.hide()
+            if self.task_label.text().endswith("…"):
+                self.task_label.setText("Ready")
+
+    def _on_started(self, task: str) -> None:
+        words = {
+            "scan": "Reading model folders…",
+            "load": "Loading…",
+            "run": "Test run…",
+            "demo": "Preparing the demo library…",
+        }
+        self.task_label.setText(words.get(task, "Working…"))
+        if task in ("load", "run", "demo"):
+            self.task_progress.setRange(0, 0)
+            self.task_progress.show()
+
+    def _on_progress(self, p: TaskProgress) -> None:
+        if p.task in ("load", "run"):
+            self.task_label.setText(p.text)
+            if p.total > 0:
+                self.task_progress.setRange(0, 1000)
+                self.task_progress.setValue(int(1000 * (p.fraction or 0)))
+
+    def _on_interrupted(self, task: str) -> None:
+        self.show_error(TaskError(task, "interrupted", ""))  # type: ignore[arg-type]
+
+    def _on_event(self, event: EngineEvent) -> None:
+        self.memory_panel.add_event(event)
+
+    def _on_models(self, models: tuple[ModelInfo, ...]) -> None:
+        self.models = tuple(models)
+        main = next((m for m in self.models if m.key == "main"), None)
+        self.setWindowTitle(f"Loadout — {main.name}" if main else "Loadout")
+        self.testrun_panel.set_model_loaded(main is not None)
+        self.details.fit.refresh()
+
+    def _on_stack(self, info: StackInfo) -> None:
+        self.stack = info
+        self.details.set_model_loaded(info.model_family is not None)
+
+    def show_error(self, error: TaskError) -> None:
+        friendly = describe(error)
+        action = None
+        if error.code == "lora_family_mismatch" and error.path is not None:
+            path = error.path
+            action = ("Add anyway", lambda: self.add_lora(path, force=True))
+        self.show_message(friendly, action)
+
+    def show_message(self, message: Friendly, action: tuple[str, object] | None = None) -> None:
+        self.message.show_message(message, action)  # type: ignore[arg-type]
+        self.task_label.setText(f"{message.title}: {message.text}"[:160])
+
+    def interrupt(self) -> None:
+        """Esc / Stop: set the backend's flag directly (it takes effect while the worker is busy)."""
+        self.backend.interrupt()
+        self.task_label.setText("Stopping…")
+
+    def closeEvent(self, event: QCloseEvent) -> None:
+        self.memory_panel.plot.timer.stop()
+        self.backend.shutdown()
+        super().closeEvent(event)

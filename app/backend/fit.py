@@ -1,0 +1,85 @@
+"""Will this model fit? A first estimate from the file's header before anything is loaded.
+
+Pure arithmetic over the entry's component sizes (at the stored dtype or a chosen one) and the
+free memory a probe reports, with the policy's reserve and inference headroom kept back on a GPU.
+The memory manager will make the real decision; this tells an artist what to expect.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from core.library import Entry
+from core.memory.policy import minimum_inference_bytes
+
+Verdict = Literal["fits", "partial", "no", "n/a"]
+DTYPE_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2, "fp8_e4m3fn": 1, "fp8_e5m2": 1, "fp8": 1}
+
+
+@dataclass(frozen=True)
+class ComponentFit:
+    role: str
+    family: str
+    dtype: str
+    bytes: int
+
+
+@dataclass(frozen=True)
+class FitEstimate:
+    verdict: Verdict
+    components: tuple[ComponentFit, ...]
+    total: int
+    free: int
+    usable: int
+    streamed: int  # bytes that would stay in RAM and stream to the device per step
+    where: str
+    text: str
+
+
+def _gib(n: int) -> str:
+    return f"{n / 2**30:.2f} GiB" if n >= 2**28 else f"{n / 2**20:.1f} MiB"
+
+
+def component_fits(entry: Entry, dtype: str | None = None) -> tuple[ComponentFit, ...]:
+    size = DTYPE_BYTES.get(dtype or "")
+    return tuple(
+        ComponentFit(c.role, c.family, dtype if size else c.dtype, c.params * size if size else c.bytes)
+        for c in entry.components
+    )
+
+
+def estimate_fit(
+    entry: Entry,
+    free: int,
+    *,
+    where: str,
+    on_gpu: bool,
+    ram_available: int,
+    reserve: int = 0,
+    dtype: str | None = None,
+) -> FitEstimate:
+    """``free``: bytes free on the device (``where`` names it). On a GPU, ``reserve`` and the
+    inference headroom are kept back and what does not fit may stream from RAM (partial)."""
+    comps = component_fits(entry, dtype)
+    total = sum(c.bytes for c in comps)
+    if entry.status != "ok" or entry.kind not in ("checkpoint", "diffusion_model", "vae", "text_encoder"):
+        why = f"a {entry.kind.replace('_', ' ')} is not loaded alone"
+        if entry.status != "ok":
+            why = "it is not read yet" if entry.status == "pending" else "the file cannot be read"
+        return FitEstimate("n/a", comps, total, free, 0, 0, where, f"No estimate: {why}.")
+    headroom = minimum_inference_bytes(reserve) if on_gpu else reserve
+    usable = max(0, free - headroom)
+    if total <= usable:
+        text = f"Fits: needs {_gib(total)}, {_gib(usable)} usable in {where}."
+        return FitEstimate("fits", comps, total, free, usable, 0, where, text)
+    if on_gpu and usable > 0 and total - usable <= ram_available:
+        streamed = total - usable
+        text = (
+            f"Partially: {_gib(usable)} of {_gib(total)} on {where}, {_gib(streamed)} streams from "
+            "system RAM each step (slower)."
+        )
+        return FitEstimate("partial", comps, total, free, usable, streamed, where, text)
+    text = f"Does not fit: needs {_gib(total)}, only {_gib(usable)} usable in {where}"
+    text += "; it would page from disk and be very slow." if not on_gpu else "."
+    return FitEstimate("no", comps, total, free, usable, 0, where, text)

@@ -1,0 +1,130 @@
+"""What crosses the thread boundary: small frozen records, never engine objects or widgets.
+
+The worker thread owns the engine (loaded modules, the LoRA stack, the library index); the GUI
+only ever sees these snapshots, delivered by queued signals.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+Task = Literal["scan", "load", "unload", "lora", "strength", "run", "demo"]
+
+
+@dataclass(frozen=True)
+class TaskProgress:
+    """Where a long task is. ``total`` 0 means unknown (a busy indicator)."""
+
+    task: Task
+    done: int
+    total: int
+    text: str
+
+    @property
+    def fraction(self) -> float | None:
+        return None if self.total <= 0 else min(1.0, self.done / self.total)
+
+
+@dataclass(frozen=True)
+class TaskError:
+    """A task that ended with an error; ``code`` is the engine's stable code, ``message`` its text
+    (what, why, what to do). ``internal`` marks an unexpected exception (a bug)."""
+
+    task: Task
+    code: str
+    message: str
+    internal: bool = False
+    path: Path | None = None
+
+
+@dataclass(frozen=True)
+class ComponentInfo:
+    role: str  # "diffusion_model" | "text_encoder" | "vae"
+    family: str
+    dtype: str
+    bytes: int
+    device: str  # "cpu", "cuda:0" ...
+    patched_keys: int = 0
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    """One loaded file and its components."""
+
+    key: str  # the slot it occupies: "main", "vae", "text_encoder:clip-l"
+    path: Path
+    kind: str
+    family: str | None
+    components: tuple[ComponentInfo, ...]
+    load_seconds: float = 0.0
+
+    @property
+    def name(self) -> str:
+        return self.path.name
+
+    @property
+    def bytes(self) -> int:
+        return sum(c.bytes for c in self.components)
+
+
+@dataclass(frozen=True)
+class LoraInfo:
+    id: str
+    path: Path
+    base_family: str | None
+    model_strength: float
+    clip_strength: float
+    enabled: bool
+    matched: int
+    unmatched: int
+    skipped: int
+    shape_mismatches: int
+    family_warning: str | None = None  # set when the LoRA was made for another model
+    format: str = ""
+    targets: tuple[str, ...] = ()  # components it patches
+
+    @property
+    def name(self) -> str:
+        return self.path.name
+
+
+@dataclass(frozen=True)
+class StackInfo:
+    """The LoRA stack of the loaded model, in order. ``baked`` False while a preview runs."""
+
+    model_family: str | None
+    loras: tuple[LoraInfo, ...] = ()
+    baked: bool = True
+    recomputed_keys: int = 0
+
+
+@dataclass(frozen=True)
+class RunReport:
+    steps: int
+    width: int
+    height: int
+    batch: int
+    seconds_per_step: float
+    total_seconds: float
+    device: str
+    dtype: str
+    peak_rss: int
+    peak_vram: int | None
+    output: dict[str, object] = field(default_factory=dict)
+
+
+EventKind = Literal[
+    "load", "unload", "partial_load", "partial_unload", "evict", "interrupt", "lora", "bake", "run", "error"
+]
+
+
+@dataclass(frozen=True)
+class EngineEvent:
+    """Something the engine did, for the memory plot's markers and the event list."""
+
+    time: float  # time.monotonic()
+    kind: str
+    label: str
+    reason: str

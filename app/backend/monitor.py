@@ -1,0 +1,106 @@
+"""Memory sampling for the live plot: system RAM, this process's RSS and, with a GPU, its memory.
+
+Qt-free: the plot panel calls :meth:`MemoryMonitor.sample` on a timer (5-10 Hz) in the GUI thread;
+each reading is a few microseconds (psutil, and torch / NVML through core's probes when a GPU is
+there). History is a bounded ring; peaks are kept since start (or the last :meth:`reset_peaks`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import psutil
+
+from core.memory.devices import DeviceInfo, discover_devices
+from core.memory.probes import MemoryProbe, probe_for
+
+
+@dataclass(frozen=True)
+class MemorySample:
+    time: float
+    ram_used: int
+    ram_total: int
+    rss: int
+    gpu_used: int | None = None  # whole device (NVML)
+    gpu_total: int | None = None
+    gpu_reserved: int | None = None  # this process's caching allocator
+    gpu_allocated: int | None = None  # this process's live tensors
+
+
+class MemoryMonitor:
+    """Samples memory; ``gpu`` is the accelerator's probe, None without one."""
+
+    def __init__(
+        self,
+        gpu: MemoryProbe | None = None,
+        *,
+        history_seconds: float = 300.0,
+        rate_hz: float = 10.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.gpu = gpu
+        self.clock = clock
+        self.start = clock()
+        self.rate_hz = rate_hz
+        self.history: deque[MemorySample] = deque(maxlen=int(history_seconds * rate_hz))
+        self._process = psutil.Process()
+        self.peak_rss = 0
+        self.peak_ram = 0
+        self.peak_gpu: int | None = None
+
+    @classmethod
+    def discover(cls, **kwargs: object) -> MemoryMonitor:
+        """A monitor on the first accelerator found (none on a CPU-only machine)."""
+        accelerators = [d for d in discover_devices() if d.is_accelerator]
+        probe = probe_for(accelerators[0]) if accelerators else None
+        return cls(probe, **kwargs)  # type: ignore[arg-type]
+
+    @property
+    def device(self) -> DeviceInfo | None:
+        return self.gpu.device if self.gpu is not None else None
+
+    @property
+    def has_gpu(self) -> bool:
+        return self.gpu is not None
+
+    def sample(self) -> MemorySample:
+        vm = psutil.virtual_memory()
+        s = MemorySample(
+            self.clock() - self.start,
+            int(vm.total - vm.available),
+            int(vm.total),
+            int(self._process.memory_info().rss),
+        )
+        if self.gpu is not None:
+            with contextlib.suppress(Exception):  # a driver hiccup must not stop the plot
+                s = MemorySample(
+                    s.time, s.ram_used, s.ram_total, s.rss,
+                    self.gpu.device_used(), self.gpu.total(), self.gpu.reserved(), self.gpu.allocated(),
+                )  # fmt: skip
+        self.history.append(s)
+        self.peak_rss = max(self.peak_rss, s.rss)
+        self.peak_ram = max(self.peak_ram, s.ram_used)
+        if s.gpu_used is not None:
+            self.peak_gpu = max(self.peak_gpu or 0, s.gpu_used)
+        return s
+
+    def now(self) -> float:
+        """Seconds since the monitor started (the plot's time axis)."""
+        return self.clock() - self.start
+
+    def reset_peaks(self) -> None:
+        self.peak_rss = self.peak_ram = 0
+        self.peak_gpu = None if self.gpu is None else 0
+
+    def free_bytes(self) -> tuple[int, str]:
+        """(free bytes, where) for a fit estimate: the GPU's free memory, else available RAM."""
+        if self.gpu is not None:
+            try:
+                return self.gpu.free(), self.gpu.device.name
+            except Exception:
+                pass
+        return int(psutil.virtual_memory().available), "system RAM"

@@ -1,0 +1,119 @@
+"""``loadout --demo``: open the window on the demo library; with ``--screenshot FILE`` also load the
+demo checkpoint, apply the demo LoRA, change its strength, do a short test run, wait until the
+backend is idle, save a screenshot of the whole window and quit (exit 0, or 1 if a step failed).
+
+Driven only by the backend's signals, like a user would be: nothing here blocks the event loop.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from PySide6.QtCore import QObject, QTimer
+from PySide6.QtWidgets import QApplication
+
+from app.backend.messages import ModelInfo, StackInfo, TaskError
+from app.demo import TINY_CHECKPOINT, TINY_LORA
+
+
+class DemoFlow(QObject):
+    def __init__(
+        self, window, *, screenshot: str | None, folder: str | None, timeout_s: float = 180.0
+    ) -> None:  # type: ignore[no-untyped-def]
+        super().__init__(window)
+        self.window = window
+        self.screenshot = screenshot
+        self.folder = folder
+        self.root: Path | None = None
+        self.exit_code: int | None = None
+        self.errors: list[str] = []
+        self.step = "demo"
+        w = window.backend
+        w.demo_ready.connect(self._on_demo_ready)
+        w.scan_done.connect(self._on_scanned)
+        w.model_loaded.connect(self._on_loaded)
+        w.stack_changed.connect(self._on_stack)
+        w.run_done.connect(self._on_run)
+        w.failed.connect(self._on_failed)
+        window.backend.busy_changed.connect(self._on_busy)
+        self.timeout = QTimer(self)
+        self.timeout.setSingleShot(True)
+        self.timeout.setInterval(int(timeout_s * 1000))
+        self.timeout.timeout.connect(
+            lambda: self._finish(f"the demo did not finish within {timeout_s:.0f} s")
+        )
+
+    def start(self) -> None:
+        if self.screenshot:
+            self.timeout.start()
+        self.window.backend.prepare_demo(self.folder)
+
+    def _on_demo_ready(self, folder: str) -> None:
+        self.root = Path(folder)
+        self.step = "scan"
+
+    def _on_scanned(self, _problems: list[str]) -> None:
+        if self.step != "scan" or self.root is None:
+            return
+        checkpoint = self.root / TINY_CHECKPOINT
+        self.window.browser.select_path(checkpoint)
+        if not self.screenshot:
+            self.step = "done"
+            return
+        self.step = "load"
+        entry = self.window.browser.current_entry()
+        if entry is None:
+            self._finish(f"{checkpoint.name} was not found in the demo library")
+            return
+        self.window.load_entry(entry)
+
+    def _on_loaded(self, _info: ModelInfo) -> None:
+        if self.step == "load" and self.root is not None:
+            self.step = "lora"
+            self.window.backend.add_lora(self.root / TINY_LORA, 0.8, 0.6)
+
+    def _on_stack(self, info: StackInfo) -> None:
+        if self.step == "lora" and info.loras:
+            self.step = "strength"
+            self.window.backend.bake_strength(info.loras[0].id, 0.65, 0.5)
+        elif self.step == "strength" and info.loras and info.baked:
+            self.step = "run"
+            panel = self.window.testrun_panel
+            panel.steps.setValue(3)
+            panel.width_.setValue(128)
+            panel.height_.setValue(128)
+            panel.run()
+
+    def _on_run(self, _report: object) -> None:
+        if self.step == "run":
+            self.step = "idle"
+
+    def _on_busy(self, busy: bool) -> None:
+        if not busy and self.step == "idle":
+            self.step = "shoot"
+            QTimer.singleShot(600, self._shoot)  # a few plot ticks after the last event
+
+    def _on_failed(self, error: TaskError) -> None:
+        if self.screenshot and self.step not in ("done", "shoot"):
+            self.errors.append(f"{error.task}: {error.code}: {error.message}")
+            QTimer.singleShot(300, lambda: self._finish(self.errors[-1]))
+
+    def _shoot(self) -> None:
+        self._finish(None)
+
+    def _finish(self, error: str | None) -> None:
+        if self.exit_code is not None:
+            return
+        self.timeout.stop()
+        ok = False
+        if self.screenshot:
+            image = self.window.grab()
+            ok = image.save(self.screenshot)
+            if not ok:
+                error = error or f"could not write {self.screenshot}"
+        if error:
+            print(f"loadout --demo: {error}", file=sys.stderr)
+        self.exit_code = 0 if error is None and ok else 1
+        self.window.close()
+        QApplication.instance().exit(self.exit_code)  # type: ignore[union-attr]

@@ -1,0 +1,304 @@
+"""The LoRA stack panel: one card per LoRA with model and text-encoder strength sliders.
+
+A view over the backend's stack: it shows the worker's :class:`StackInfo` snapshots and sends
+changes back. A slider moving calls ``backend.preview_strength`` (the engine's instant low-rank
+path, coalesced); releasing it, or typing a value, calls ``backend.bake_strength`` (baked on the
+worker). LoRA files can be dropped here from the browser.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from PySide6.QtCore import Qt, Signal
+from PySide6.QtGui import QDragEnterEvent, QDropEvent
+from PySide6.QtWidgets import (
+    QCheckBox,
+    QDoubleSpinBox,
+    QFrame,
+    QGridLayout,
+    QHBoxLayout,
+    QLabel,
+    QScrollArea,
+    QSlider,
+    QToolButton,
+    QVBoxLayout,
+    QWidget,
+)
+
+from app.backend.backend import Backend
+from app.backend.messages import LoraInfo, StackInfo
+from app.gui.theme import set_icon
+
+SCALE = 100  # slider steps per 1.0 of strength
+
+
+class StrengthControl(QWidget):
+    """A slider and an editable number kept in step. ``moved`` while dragging, ``committed`` when
+    the value is final (slider released, arrow keys, a typed number)."""
+
+    moved = Signal(float)
+    committed = Signal(float)
+
+    def __init__(self, lo: float, hi: float, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.slider = QSlider(Qt.Orientation.Horizontal)
+        self.slider.setPageStep(10)
+        self.spin = QDoubleSpinBox()
+        self.spin.setDecimals(2)
+        self.spin.setSingleStep(0.05)
+        self.spin.setKeyboardTracking(False)
+        self.spin.setFixedWidth(72)
+        self.set_range(lo, hi)
+        self.slider.valueChanged.connect(self._slider_changed)
+        self.slider.sliderReleased.connect(lambda: self.committed.emit(self.value()))
+        self.spin.valueChanged.connect(self._spin_changed)
+        layout = QHBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.addWidget(self.slider, 1)
+        layout.addWidget(self.spin)
+
+    def value(self) -> float:
+        return round(self.spin.value(), 2)
+
+    def set_range(self, lo: float, hi: float) -> None:
+        value = self.spin.value()
+        lo, hi = min(lo, value), max(hi, value)  # never clip a strength the engine holds
+        self.slider.blockSignals(True)
+        self.spin.blockSignals(True)
+        self.slider.setRange(round(lo * SCALE), round(hi * SCALE))
+        self.spin.setRange(lo, hi)
+        self.slider.setValue(round(value * SCALE))
+        self.slider.blockSignals(False)
+        self.spin.blockSignals(False)
+
+    def set_value(self, value: float) -> None:
+        if self.slider.isSliderDown():
+            return  # the user's hand wins over an echo from the worker
+        if not self.spin.minimum() <= value <= self.spin.maximum():
+            self.set_range(min(value, self.spin.minimum()), max(value, self.spin.maximum()))
+        self.spin.blockSignals(True)
+        self.slider.blockSignals(True)
+        self.spin.setValue(value)
+        self.slider.setValue(round(value * SCALE))
+        self.spin.blockSignals(False)
+        self.slider.blockSignals(False)
+
+    def _slider_changed(self, steps: int) -> None:
+        value = steps / SCALE
+        self.spin.blockSignals(True)
+        self.spin.setValue(value)
+        self.spin.blockSignals(False)
+        (self.moved if self.slider.isSliderDown() else self.committed).emit(value)
+
+    def _spin_changed(self, value: float) -> None:
+        self.slider.blockSignals(True)
+        self.slider.setValue(round(value * SCALE))
+        self.slider.blockSignals(False)
+        self.committed.emit(round(value, 2))
+
+
+class LoraCard(QFrame):
+    def __init__(self, info: LoraInfo, panel: LoraStackPanel) -> None:
+        super().__init__()
+        self.setObjectName("loraCard")
+        self.lora_id = info.id
+        self.panel = panel
+        self.enabled = QCheckBox(info.name)
+        self.enabled.setToolTip(f"{info.path}\nUntick to switch this LoRA off without removing it")
+        self.enabled.setMinimumWidth(80)
+        self.enabled.setStyleSheet("font-weight: 600;")
+        self.enabled.toggled.connect(lambda on: panel.backend.set_enabled(self.lora_id, on))
+        self.counts = QLabel()
+        self.counts.setObjectName("muted")
+        self.counts.setWordWrap(True)
+        self.warning = QLabel()
+        self.warning.setObjectName("warning")
+        self.warning.setWordWrap(True)
+        self.model = StrengthControl(panel.lo, panel.hi)
+        self.clip = StrengthControl(panel.lo, panel.hi)
+        self.model.moved.connect(lambda _v: self._send(False))
+        self.clip.moved.connect(lambda _v: self._send(False))
+        self.model.committed.connect(lambda _v: self._send(True))
+        self.clip.committed.connect(lambda _v: self._send(True))
+        head = QHBoxLayout()
+        head.addWidget(self.enabled, 1)
+        for name, tip, slot in (
+            ("up", "Move up (applied first)", lambda: panel.move(self.lora_id, -1)),
+            ("down", "Move down", lambda: panel.move(self.lora_id, 1)),
+            ("remove", "Remove from the stack", lambda: panel.backend.remove_lora(self.lora_id)),
+        ):
+            button = QToolButton(toolTip=tip, autoRaise=True)
+            set_icon(button, name)
+            button.clicked.connect(slot)
+            head.addWidget(button)
+        grid = QGridLayout()
+        grid.setContentsMargins(0, 0, 0, 0)
+        grid.addWidget(QLabel("Model"), 0, 0)
+        grid.addWidget(self.model, 0, 1)
+        grid.addWidget(QLabel("Text enc."), 1, 0)
+        grid.addWidget(self.clip, 1, 1)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(10, 8, 10, 8)
+        layout.setSpacing(4)
+        layout.addLayout(head)
+        layout.addWidget(self.counts)
+        layout.addWidget(self.warning)
+        layout.addLayout(grid)
+        self.update_info(info)
+
+    def _send(self, bake: bool) -> None:
+        send = self.panel.backend.bake_strength if bake else self.panel.backend.preview_strength
+        send(self.lora_id, self.model.value(), self.clip.value())
+
+    def update_info(self, info: LoraInfo) -> None:
+        self.enabled.blockSignals(True)
+        self.enabled.setChecked(info.enabled)
+        self.enabled.blockSignals(False)
+        self.model.set_value(info.model_strength)
+        self.clip.set_value(info.clip_strength)
+        self.clip.setEnabled(any(t.startswith("text_encoder") for t in info.targets))
+        self.clip.setToolTip("" if self.clip.isEnabled() else "This LoRA does not patch the text encoder")
+        counts = f"{info.matched} modules matched · {info.unmatched} unmatched"
+        if info.skipped:
+            counts += f" · {info.skipped} skipped"
+        if info.shape_mismatches:
+            counts += f" · {info.shape_mismatches} wrong shape"
+        fam = info.base_family or "unknown base"
+        self.counts.setText(f"{counts}  ({info.format}, for {fam})")
+        warnings = [info.family_warning] if info.family_warning else []
+        if info.unmatched and not info.matched:
+            warnings.append("nothing in this LoRA matches the loaded model")
+        self.warning.setText("⚠ " + "; ".join(warnings) if warnings else "")
+        self.warning.setVisible(bool(warnings))
+        self.setProperty("disabledLora", not info.enabled)
+
+
+class LoraStackPanel(QWidget):
+    files_dropped = Signal(list)  # list[Path]
+    range_changed = Signal(float, float)
+
+    def __init__(
+        self, backend: Backend, lo: float = -1.0, hi: float = 2.0, parent: QWidget | None = None
+    ) -> None:
+        super().__init__(parent)
+        self.backend = backend
+        self.lo, self.hi = lo, hi
+        self.info = StackInfo(None)
+        self.cards: dict[str, LoraCard] = {}
+        self.setAcceptDrops(True)
+        self.heading = QLabel()
+        self.heading.setObjectName("muted")
+        self.heading.setWordWrap(True)
+        self.lo_spin = self._range_spin(lo)
+        self.hi_spin = self._range_spin(hi)
+        ranges = QHBoxLayout()
+        ranges.addWidget(QLabel("Slider range"))
+        ranges.addWidget(self.lo_spin)
+        ranges.addWidget(QLabel("to"))
+        ranges.addWidget(self.hi_spin)
+        ranges.addStretch(1)
+        self.list = QVBoxLayout()
+        self.list.setSpacing(8)
+        self.list.addStretch(1)
+        inner = QWidget()
+        inner.setLayout(self.list)
+        scroll = QScrollArea()
+        scroll.setWidgetResizable(True)
+        scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        scroll.setFrameShape(QFrame.Shape.NoFrame)
+        scroll.setWidget(inner)
+        self.status = QLabel()
+        self.status.setObjectName("muted")
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(8, 8, 8, 8)
+        layout.addWidget(self.heading)
+        layout.addLayout(ranges)
+        layout.addWidget(scroll, 1)
+        layout.addWidget(self.status)
+        backend.stack_changed.connect(self.show_stack)
+        self.show_stack(self.info)
+
+    def _range_spin(self, value: float) -> QDoubleSpinBox:
+        spin = QDoubleSpinBox()
+        spin.setRange(-10.0, 10.0)
+        spin.setSingleStep(0.5)
+        spin.setDecimals(1)
+        spin.setValue(value)
+        spin.setKeyboardTracking(False)
+        spin.valueChanged.connect(self._range_edited)
+        return spin
+
+    def _range_edited(self) -> None:
+        lo, hi = self.lo_spin.value(), self.hi_spin.value()
+        if lo >= hi:
+            return
+        self.set_range(lo, hi)
+        self.range_changed.emit(lo, hi)
+
+    def set_range(self, lo: float, hi: float) -> None:
+        self.lo, self.hi = lo, hi
+        for spin, value in ((self.lo_spin, lo), (self.hi_spin, hi)):
+            spin.blockSignals(True)
+            spin.setValue(value)
+            spin.blockSignals(False)
+        for card in self.cards.values():
+            card.model.set_range(lo, hi)
+            card.clip.set_range(lo, hi)
+
+    def show_stack(self, info: StackInfo) -> None:
+        self.info = info
+        ids = [lora.id for lora in info.loras]
+        if ids != list(self.cards):
+            for card in self.cards.values():
+                self.list.removeWidget(card)
+                card.deleteLater()
+            self.cards = {}
+            for lora in info.loras:
+                card = LoraCard(lora, self)
+                self.cards[lora.id] = card
+                self.list.insertWidget(self.list.count() - 1, card)
+        else:
+            for lora in info.loras:
+                self.cards[lora.id].update_info(lora)
+        if info.model_family is None:
+            self.heading.setText(
+                "Load a checkpoint, then add LoRAs from the browser (button or drag them here)."
+            )
+        elif not info.loras:
+            self.heading.setText(f"No LoRAs on the {info.model_family} model yet: add one from the browser.")
+        else:
+            self.heading.setText(
+                f"{len(info.loras)} LoRA(s) on the {info.model_family} model, applied top to bottom."
+            )
+        if info.loras:
+            state = (
+                "previewing (bakes when you release the slider)"
+                if not info.baked
+                else "baked into the weights"
+            )
+            extra = (
+                f" · {info.recomputed_keys} weights recomputed" if info.baked and info.recomputed_keys else ""
+            )
+            self.status.setText(state + extra)
+        else:
+            self.status.setText("")
+
+    def move(self, lora_id: str, delta: int) -> None:
+        order = [lora.id for lora in self.info.loras]
+        i = order.index(lora_id)
+        j = i + delta
+        if 0 <= j < len(order):
+            order[i], order[j] = order[j], order[i]
+            self.backend.reorder(order)
+
+    # -- drops from the browser ------------------------------------------------------------------
+    def dragEnterEvent(self, event: QDragEnterEvent) -> None:
+        if event.mimeData().hasUrls():
+            event.acceptProposedAction()
+
+    def dropEvent(self, event: QDropEvent) -> None:
+        paths = [Path(u.toLocalFile()) for u in event.mimeData().urls() if u.isLocalFile()]
+        if paths:
+            self.files_dropped.emit(paths)
+            event.acceptProposedAction()

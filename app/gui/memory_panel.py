@@ -1,0 +1,217 @@
+"""The live memory plot and the engine's event list.
+
+``MemoryPlot(monitor)`` samples the :class:`MemoryMonitor` on a timer (10 Hz) and scrolls the last
+minutes: system RAM used, this process's RSS and, with a GPU, device used / reserved / allocated,
+with the peak marked. Engine events become labelled vertical markers through one method,
+:meth:`MemoryPlot.add_event`; :class:`EventList` lists them with their reasons.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pyqtgraph as pg
+from PySide6.QtCore import Qt, QTimer
+from PySide6.QtWidgets import (
+    QComboBox,
+    QHBoxLayout,
+    QHeaderView,
+    QLabel,
+    QSplitter,
+    QTreeWidget,
+    QTreeWidgetItem,
+    QVBoxLayout,
+    QWidget,
+)
+
+from app.backend.messages import EngineEvent
+from app.backend.monitor import MemoryMonitor
+from app.gui.theme import human_bytes, is_dark
+
+GB = 1e9
+EVENT_COLORS = {
+    "load": "#69db7c",
+    "unload": "#ffa94d",
+    "interrupt": "#ff6b6b",
+    "lora": "#f783ac",
+    "run": "#74c0fc",
+    "error": "#ff6b6b",
+}
+#: the plot's marker tags (the event list has the full text, the marker's tooltip the reason)
+SHORT_LABELS = {"load": "load", "unload": "unload", "lora": "LoRA", "run": "run", "interrupt": "stop"}
+#: (attribute of MemorySample, legend name, color, dashed, filled)
+SERIES = (
+    ("ram_used", "System RAM used", "#748ffc", False, False),
+    ("rss", "Loadout (RSS)", "#f783ac", False, True),
+    ("gpu_used", "GPU used (device)", "#69db7c", False, False),
+    ("gpu_reserved", "GPU reserved (Loadout)", "#38d9a9", True, False),
+    ("gpu_allocated", "GPU allocated (Loadout)", "#ffd43b", False, False),
+)
+
+
+class MemoryPlot(pg.PlotWidget):
+    def __init__(self, monitor: MemoryMonitor, *, interval_ms: int = 100, window_s: float = 120.0) -> None:
+        dark = is_dark()
+        super().__init__(background="#14161b" if dark else "#ffffff")
+        self.monitor = monitor
+        self.window_s = window_s
+        self.markers: list[tuple[float, pg.InfiniteLine]] = []
+        item = self.getPlotItem()
+        item.showGrid(x=True, y=True, alpha=0.15)
+        item.setLabel("left", "memory", units="B")
+        item.setLabel("bottom", "time", units="s")
+        item.setMenuEnabled(False)
+        item.setMouseEnabled(x=False, y=False)
+        item.hideButtons()
+        series = sum(1 for s in SERIES if monitor.has_gpu or not s[0].startswith("gpu"))
+        item.addLegend(
+            offset=(-6, 4),
+            colCount=series,
+            labelTextColor="#c9d1e3" if dark else "#344054",
+            labelTextSize="8pt",
+        )
+        self.curves: dict[str, pg.PlotDataItem] = {}
+        gpu = monitor.has_gpu
+        for attr, name, color, dashed, filled in SERIES:
+            if attr.startswith("gpu") and not gpu:
+                continue
+            pen = pg.mkPen(color, width=2, style=Qt.PenStyle.DashLine if dashed else Qt.PenStyle.SolidLine)
+            curve = item.plot([], [], pen=pen, name=name)
+            if filled:
+                curve.setFillLevel(0)
+                curve.setBrush(pg.mkBrush(color + "33"))
+            self.curves[attr] = curve
+        self.peak_line = pg.InfiniteLine(
+            angle=0, pen=pg.mkPen("#f783ac", width=1, style=Qt.PenStyle.DotLine), movable=False,
+            label="peak RSS", labelOpts={"position": 0.3, "color": "#f783ac", "anchors": [(0, 1), (0, 1)]},
+        )  # fmt: skip
+        item.addItem(self.peak_line)
+        self.timer = QTimer(self)
+        self.timer.setInterval(interval_ms)
+        self.timer.timeout.connect(self.tick)
+        self.timer.start()
+        self.tick()
+
+    def apply_theme(self) -> None:
+        self.setBackground("#14161b" if is_dark() else "#ffffff")
+        legend = self.getPlotItem().legend
+        if legend is not None:
+            legend.setLabelTextColor("#c9d1e3" if is_dark() else "#344054")
+
+    def tick(self) -> None:
+        self.monitor.sample()
+        now = self.monitor.now()
+        start = max(0.0, now - self.window_s)
+        samples = [s for s in self.monitor.history if s.time >= start]
+        if not samples:
+            return
+        t = np.fromiter((s.time for s in samples), float, len(samples))
+        for attr, curve in self.curves.items():
+            y = np.array([getattr(s, attr) or 0 for s in samples], dtype=float)
+            curve.setData(t, y)
+        self.peak_line.setPos(self.monitor.peak_rss)
+        self.peak_line.label.setFormat(f"peak RSS {human_bytes(self.monitor.peak_rss)}")
+        self.setXRange(start, max(now, start + min(60.0, self.window_s)), padding=0)
+        while self.markers and self.markers[0][0] < now - self.monitor.history.maxlen / self.monitor.rate_hz:  # type: ignore[operator]
+            self.removeItem(self.markers.pop(0)[1])
+
+    def add_event(self, at: float, label: str, reason: str, kind: str = "") -> None:
+        """A labelled vertical marker at ``at`` (seconds on the monitor's clock)."""
+        color = EVENT_COLORS.get(kind, "#adb5bd")
+        position = (0.93, 0.81, 0.69, 0.57, 0.45)[len(self.markers) % 5]
+        short = label if len(label) <= 30 else label[:29] + "…"
+        line = pg.InfiniteLine(
+            pos=at, angle=90, movable=False, pen=pg.mkPen(color, width=1, style=Qt.PenStyle.DashLine),
+            label=short, labelOpts={"position": position, "color": color, "rotateAxis": None,
+                                    "fill": pg.mkBrush("#14161bcc" if is_dark() else "#ffffffcc")},
+        )  # fmt: skip
+        line.setToolTip(reason)
+        self.addItem(line)
+        self.markers.append((at, line))
+
+
+class EventList(QTreeWidget):
+    """Engine events, newest first, with the reason for each."""
+
+    LIMIT = 500
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.setHeaderLabels(["Time", "What happened, and why"])
+        self.setRootIsDecorated(False)
+        self.setAlternatingRowColors(True)
+        self.setWordWrap(True)
+        self.setTextElideMode(Qt.TextElideMode.ElideNone)
+        header = self.header()
+        header.setSectionResizeMode(0, QHeaderView.ResizeMode.ResizeToContents)
+        header.setSectionResizeMode(1, QHeaderView.ResizeMode.Stretch)
+        header.setStretchLastSection(True)
+
+    def add_event(self, label: str, reason: str, kind: str) -> None:
+        item = QTreeWidgetItem([time.strftime("%H:%M:%S"), f"{label}\n{reason}"])
+        item.setToolTip(1, reason)
+        color = EVENT_COLORS.get(kind)
+        if color:
+            item.setForeground(1, pg.mkBrush(color))
+        self.insertTopLevelItem(0, item)
+        while self.topLevelItemCount() > self.LIMIT:
+            self.takeTopLevelItem(self.topLevelItemCount() - 1)
+
+
+class MemoryPanel(QWidget):
+    """The plot, its note (device, or "no GPU found"), peaks and the event list."""
+
+    def __init__(self, monitor: MemoryMonitor, *, vram_text: str = "", parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.monitor = monitor
+        self.plot = MemoryPlot(monitor)
+        self.events = EventList()
+        device = monitor.device
+        note = (
+            f"GPU: {device.label}"
+            if device is not None
+            else "No GPU found: showing system RAM and Loadout's memory."
+        )
+        self.note = QLabel(note + (f"  ·  {vram_text}" if vram_text else ""))
+        self.note.setObjectName("muted" if device is not None else "warning")
+        self.note.setWordWrap(True)
+        self.peaks = QLabel()
+        self.peaks.setObjectName("muted")
+        self.window = QComboBox()
+        for label, seconds in (("Last minute", 60), ("Last 2 minutes", 120), ("Last 5 minutes", 300)):
+            self.window.addItem(label, seconds)
+        self.window.setCurrentIndex(1)
+        self.window.currentIndexChanged.connect(
+            lambda: setattr(self.plot, "window_s", self.window.currentData())
+        )
+        top = QHBoxLayout()
+        top.addWidget(self.note, 1)
+        top.addWidget(self.peaks)
+        top.addWidget(self.window)
+        split = QSplitter(Qt.Orientation.Horizontal)
+        split.addWidget(self.plot)
+        split.addWidget(self.events)
+        split.setStretchFactor(0, 1)
+        split.setStretchFactor(1, 1)
+        split.setSizes([500, 380])
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(8, 6, 8, 6)
+        layout.addLayout(top)
+        layout.addWidget(split, 1)
+        self.plot.timer.timeout.connect(self._update_peaks)
+        self._update_peaks()
+
+    def add_event(self, event: EngineEvent) -> None:
+        at = event.time - self.monitor.start  # both on time.monotonic()
+        self.plot.add_event(
+            at, SHORT_LABELS.get(event.kind, event.kind), f"{event.label}: {event.reason}", event.kind
+        )
+        self.events.add_event(event.label, event.reason, event.kind)
+
+    def _update_peaks(self) -> None:
+        m = self.monitor
+        text = f"peak RSS {human_bytes(m.peak_rss)} · peak RAM used {human_bytes(m.peak_ram)}"
+        if m.peak_gpu is not None:
+            text += f" · peak GPU {human_bytes(m.peak_gpu)}"
+        self.peaks.setText(text)

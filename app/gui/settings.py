@@ -1,0 +1,186 @@
+"""Settings: model folders, VRAM mode and reserve, dtype overrides, theme; kept in QSettings."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field, replace
+
+from PySide6.QtCore import QSettings
+from PySide6.QtWidgets import (
+    QCheckBox,
+    QComboBox,
+    QDialog,
+    QDialogButtonBox,
+    QFileDialog,
+    QFormLayout,
+    QGroupBox,
+    QHBoxLayout,
+    QLabel,
+    QListWidget,
+    QPushButton,
+    QSpinBox,
+    QVBoxLayout,
+    QWidget,
+)
+
+from core.memory.policy import DtypeOverride, MemorySettings, VramState
+
+ROLES = (("diffusion_model", "Diffusion model"), ("text_encoder", "Text encoders"), ("vae", "VAE"))
+DTYPES = ("auto", "fp32", "fp16", "bf16")
+MIB = 2**20
+
+
+@dataclass(frozen=True)
+class AppSettings:
+    folders: tuple[str, ...] = ()
+    vram_mode: str = "auto"  # "auto" or a VramState value
+    reserve_mib: int = -1  # -1: automatic
+    dtype_overrides: dict[str, str] = field(default_factory=dict)  # role -> fp16/bf16/fp32
+    dark_theme: bool = True
+    lora_min: float = -1.0
+    lora_max: float = 2.0
+
+    def memory_settings(self) -> MemorySettings:
+        state = None if self.vram_mode == "auto" else VramState.parse(self.vram_mode)
+        reserve = None if self.reserve_mib < 0 else self.reserve_mib * MIB
+        overrides = tuple(
+            DtypeOverride(role, storage=d)  # type: ignore[arg-type]
+            for role, d in sorted(self.dtype_overrides.items())
+            if d != "auto"
+        )
+        return MemorySettings(vram_state=state, reserve_bytes=reserve, dtype_overrides=overrides)
+
+    @classmethod
+    def load(cls, store: QSettings) -> AppSettings:
+        def get(key: str, default: object) -> object:
+            raw = store.value(key)
+            if raw is None:
+                return default
+            try:
+                return json.loads(str(raw))
+            except ValueError:
+                return default
+
+        d = cls()
+        folders = get("library/folders", [])
+        overrides = get("memory/dtype_overrides", {})
+        try:
+            return cls(
+                folders=tuple(str(f) for f in folders) if isinstance(folders, list) else (),
+                vram_mode=str(get("memory/vram_mode", d.vram_mode)),
+                reserve_mib=int(get("memory/reserve_mib", d.reserve_mib)),  # type: ignore[call-overload]
+                dtype_overrides={str(k): str(v) for k, v in overrides.items()}
+                if isinstance(overrides, dict)
+                else {},
+                dark_theme=bool(get("ui/dark_theme", d.dark_theme)),
+                lora_min=float(get("lora/min", d.lora_min)),  # type: ignore[arg-type]
+                lora_max=float(get("lora/max", d.lora_max)),  # type: ignore[arg-type]
+            )
+        except (TypeError, ValueError):
+            return d  # a hand-edited, broken settings file: start from the defaults
+
+    def save(self, store: QSettings) -> None:
+        values = {
+            "library/folders": list(self.folders),
+            "memory/vram_mode": self.vram_mode,
+            "memory/reserve_mib": self.reserve_mib,
+            "memory/dtype_overrides": self.dtype_overrides,
+            "ui/dark_theme": self.dark_theme,
+            "lora/min": self.lora_min,
+            "lora/max": self.lora_max,
+        }
+        for key, value in values.items():
+            store.setValue(key, json.dumps(value))
+        store.sync()
+
+    def with_folder(self, folder: str) -> AppSettings:
+        return self if folder in self.folders else replace(self, folders=(*self.folders, folder))
+
+
+class SettingsDialog(QDialog):
+    def __init__(self, settings: AppSettings, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setWindowTitle("Loadout settings")
+        self.setMinimumWidth(560)
+        self.base = settings
+        self.folders = QListWidget()
+        self.folders.addItems(list(settings.folders))
+        add = QPushButton("Add folder…")
+        add.clicked.connect(self._add_folder)
+        remove = QPushButton("Remove")
+        remove.clicked.connect(
+            lambda: [self.folders.takeItem(self.folders.row(i)) for i in self.folders.selectedItems()]
+        )
+        folder_buttons = QHBoxLayout()
+        folder_buttons.addWidget(add)
+        folder_buttons.addWidget(remove)
+        folder_buttons.addStretch(1)
+        hint = QLabel(
+            "ComfyUI or A1111 install folders, extra_model_paths.yaml files, or plain folders. "
+            "Files are read in place, never copied."
+        )
+        hint.setWordWrap(True)
+        hint.setObjectName("muted")
+        library = QGroupBox("Model folders")
+        lib_layout = QVBoxLayout(library)
+        lib_layout.addWidget(hint)
+        lib_layout.addWidget(self.folders)
+        lib_layout.addLayout(folder_buttons)
+
+        self.vram = QComboBox()
+        self.vram.addItem("Automatic (from the card's size)", "auto")
+        for state in VramState:
+            self.vram.addItem(state.title.capitalize(), state.value)
+        self.vram.setCurrentIndex(max(0, self.vram.findData(settings.vram_mode)))
+        self.reserve = QSpinBox()
+        self.reserve.setRange(-1, 16384)
+        self.reserve.setSingleStep(100)
+        self.reserve.setSpecialValueText("automatic")
+        self.reserve.setSuffix(" MiB")
+        self.reserve.setValue(settings.reserve_mib)
+        memory = QGroupBox("Memory")
+        mem_form = QFormLayout(memory)
+        mem_form.addRow("VRAM mode", self.vram)
+        mem_form.addRow("Keep free for other apps", self.reserve)
+
+        self.dtypes: dict[str, QComboBox] = {}
+        precision = QGroupBox("Precision (storage dtype when loading)")
+        prec_form = QFormLayout(precision)
+        for role, label in ROLES:
+            combo = QComboBox()
+            for d in DTYPES:
+                combo.addItem("as stored in the file" if d == "auto" else d, d)
+            combo.setCurrentIndex(max(0, combo.findData(settings.dtype_overrides.get(role, "auto"))))
+            self.dtypes[role] = combo
+            prec_form.addRow(label, combo)
+
+        self.dark = QCheckBox("Dark theme")
+        self.dark.setChecked(settings.dark_theme)
+        buttons = QDialogButtonBox(
+            QDialogButtonBox.StandardButton.Ok | QDialogButtonBox.StandardButton.Cancel
+        )
+        buttons.accepted.connect(self.accept)
+        buttons.rejected.connect(self.reject)
+        layout = QVBoxLayout(self)
+        layout.addWidget(library)
+        layout.addWidget(memory)
+        layout.addWidget(precision)
+        layout.addWidget(self.dark)
+        layout.addWidget(buttons)
+
+    def _add_folder(self) -> None:
+        folder = QFileDialog.getExistingDirectory(self, "Add a model folder")
+        if folder:
+            self.folders.addItem(folder)
+
+    def settings(self) -> AppSettings:
+        return replace(
+            self.base,
+            folders=tuple(self.folders.item(i).text() for i in range(self.folders.count())),
+            vram_mode=str(self.vram.currentData()),
+            reserve_mib=self.reserve.value(),
+            dtype_overrides={
+                r: str(c.currentData()) for r, c in self.dtypes.items() if c.currentData() != "auto"
+            },
+            dark_theme=self.dark.isChecked(),
+        )
