@@ -20,12 +20,12 @@ from core.models.attention import timestep_embedding
 from core.models.flux import count_blocks, joint_ids, rope_axes, strip_prefix
 from core.models.flux_blocks import (
     DoubleStreamBlock,
-    LastLayer,
     MLPEmbedder,
     Mod,
     ScaleRMSNorm,
     SingleStreamBlock,
     rope,
+    stream_blocks,
 )
 from core.ops.layers import OpSet, default_ops
 
@@ -142,27 +142,8 @@ class Chroma(nn.Module):
             device=dev,
             dtype=dtype,
         )
-        self.double_blocks = nn.ModuleList(
-            DoubleStreamBlock(
-                hidden,
-                config.num_heads,
-                config.mlp_ratio,
-                config.qkv_bias,
-                modulation=False,
-                ops=ops,
-                device=dev,
-                dtype=dtype,
-            )
-            for _ in range(config.depth)
-        )
-        self.single_blocks = nn.ModuleList(
-            SingleStreamBlock(
-                hidden, config.num_heads, config.mlp_ratio, modulation=False, ops=ops, device=dev, dtype=dtype
-            )
-            for _ in range(config.depth_single_blocks)
-        )
-        self.final_layer = LastLayer(
-            hidden, config.out_channels, modulation=False, ops=ops, device=dev, dtype=dtype
+        self.double_blocks, self.single_blocks, self.final_layer = stream_blocks(
+            config, modulation=False, ops=ops, device=dev, dtype=dtype
         )
 
     def modulation_vectors(

@@ -16,7 +16,7 @@ from torch import nn
 
 from core.errors import LoadoutError, ModelMismatchError
 from core.models.attention import timestep_embedding
-from core.models.flux_blocks import DoubleStreamBlock, LastLayer, MLPEmbedder, SingleStreamBlock, rope
+from core.models.flux_blocks import DoubleStreamBlock, MLPEmbedder, SingleStreamBlock, rope, stream_blocks
 from core.ops.layers import OpSet, default_ops
 
 CHECKPOINT_PREFIX = "model.diffusion_model."
@@ -145,27 +145,8 @@ class Flux(nn.Module):
         if config.guidance_embed:
             self.guidance_in = MLPEmbedder(TIME_EMBEDDING_SIZE, hidden, ops=ops, device=dev, dtype=dtype)
         self.txt_in = ops.Linear(config.context_in_dim, hidden, bias=True, device=dev, dtype=dtype)
-        self.double_blocks = nn.ModuleList(
-            DoubleStreamBlock(
-                hidden,
-                config.num_heads,
-                config.mlp_ratio,
-                config.qkv_bias,
-                modulation=True,
-                ops=ops,
-                device=dev,
-                dtype=dtype,
-            )
-            for _ in range(config.depth)
-        )
-        self.single_blocks = nn.ModuleList(
-            SingleStreamBlock(
-                hidden, config.num_heads, config.mlp_ratio, modulation=True, ops=ops, device=dev, dtype=dtype
-            )
-            for _ in range(config.depth_single_blocks)
-        )
-        self.final_layer = LastLayer(
-            hidden, config.out_channels, modulation=True, ops=ops, device=dev, dtype=dtype
+        self.double_blocks, self.single_blocks, self.final_layer = stream_blocks(
+            config, modulation=True, ops=ops, device=dev, dtype=dtype
         )
 
     def forward(

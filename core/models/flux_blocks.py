@@ -8,7 +8,7 @@ channels of the head; channel pairs (2j, 2j+1) are rotated by ``pos * theta ** (
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -271,3 +271,32 @@ class LastLayer(nn.Module):
     def forward(self, x: torch.Tensor, shift: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
         out: torch.Tensor = self.linear((1 + scale) * self.norm_final(x) + shift)
         return out
+
+
+def stream_blocks(
+    config: Any, *, modulation: bool, ops: OpSet, device: torch.device | None, dtype: torch.dtype | None
+) -> tuple[nn.ModuleList, nn.ModuleList, LastLayer]:
+    """The double-stream blocks, single-stream blocks and final layer of a Flux-style transformer
+    (Flux modulates inside each block; Chroma feeds precomputed modulation instead)."""
+    hidden = config.hidden_size
+    double = nn.ModuleList(
+        DoubleStreamBlock(
+            hidden, config.num_heads, config.mlp_ratio, config.qkv_bias, modulation=modulation,
+            ops=ops, device=device, dtype=dtype,
+        )
+        for _ in range(config.depth)
+    )  # fmt: skip
+    single = nn.ModuleList(
+        SingleStreamBlock(
+            hidden,
+            config.num_heads,
+            config.mlp_ratio,
+            modulation=modulation,
+            ops=ops,
+            device=device,
+            dtype=dtype,
+        )
+        for _ in range(config.depth_single_blocks)
+    )
+    final = LastLayer(hidden, config.out_channels, modulation=modulation, ops=ops, device=device, dtype=dtype)
+    return double, single, final
