@@ -11,14 +11,13 @@ from __future__ import annotations
 import os
 import resource
 import sys
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from core.errors import InterruptedByUser, LoadoutError
+from core.errors import LoadoutError
 from core.loading.loader import (
     LoadedComponent,
     LoadOptions,
@@ -123,10 +122,7 @@ def run_model(request: RunRequest, *, manager_out: list[MemoryManager] | None = 
 
     cfg = request.config
     run_cfg = RunConfig(cfg.steps, cfg.width, cfg.height, cfg.batch, cfg.seed, cfg.dtype, target)
-    try:
-        result = perform_test_run(diffusion.module, run_cfg, check=manager.check, before_step=place)
-    except InterruptedByUser:
-        raise
+    result = perform_test_run(diffusion.module, run_cfg, check=manager.check, before_step=place)
     stats = mover.stats(entry)
     if stats is not None:
         stats.end_forward()
@@ -172,6 +168,3 @@ def parse_bytes(text: str) -> int:
     except (ValueError, KeyError):
         raise LoadoutError(f"{text!r} is not a size in bytes", fix="Write e.g. 4GiB, 512MiB or 4294967296",
                            code="bad_argument") from None  # fmt: skip
-
-
-__all__: Sequence[str] = ("RunRequest", "parse_bytes", "parse_size", "run_model")
