@@ -32,7 +32,12 @@ _log = logging.getLogger(__name__)
 
 
 def gib(n: int | float) -> str:
-    """Bytes as the figure reasons use: ``gib(1_720_000_000) == "1.60 GiB"``."""
+    """Bytes as the figure reasons use: ``gib(1_720_000_000) == "1.60 GiB"``; below 100 MiB
+    (tiny test and demo models) in MiB or KiB, where GiB would read "0.00 GiB"."""
+    if 0 < abs(n) < MIB:
+        return f"{n / 1024:.1f} KiB"
+    if 0 < abs(n) < 100 * MIB:
+        return f"{n / MIB:.2f} MiB"
     return f"{n / GIB:.2f} GiB"
 
 

@@ -43,11 +43,14 @@ class Mover(Protocol):
     ``load`` puts ``module_names`` on ``device`` (the rest of the model streams at forward time;
     a partial load may come with no names, to set streaming up). ``unload`` moves them back to the
     CPU and must ignore names that are not on the device (the manager uses it to roll back an
-    interrupted load)."""
+    interrupted load). ``stop_streaming`` is called after a full unload: nothing of the model
+    streams any more."""
 
     def load(self, entry: ManagedModel, module_names: Sequence[str], device: str) -> int: ...
 
     def unload(self, entry: ManagedModel, module_names: Sequence[str]) -> int: ...
+
+    def stop_streaming(self, entry: ManagedModel) -> None: ...
 
 
 def module_sizes(module: nn.Module) -> tuple[tuple[str, int], ...]:
@@ -244,6 +247,12 @@ class MemoryManager:
             entries = list(self._entries.values())
         return [e for e in entries if e.model() is not None]
 
+    def find(self, model: object) -> ManagedModel | None:
+        """The entry tracking ``model`` (or the module under a patcher), None if not registered."""
+        target = self._target(model)
+        entry = self._entries.get(id(target))
+        return entry if entry is not None and entry.model() is target else None
+
     def loaded(self) -> list[LoadedInfo]:
         """Models with bytes on the device or set up to stream, most recently used first. Safe to
         call from the UI thread while a load runs: it never waits for one."""
@@ -311,6 +320,15 @@ class MemoryManager:
 
     def unload_all(self) -> LoadResult:
         """Every model back to the CPU (streaming set-ups included)."""
+        return self._unload_where(lambda e: True, "every model was unloaded on request")
+
+    def unload_models(self, models: Sequence[object], why: str = "you offloaded it") -> LoadResult:
+        """``models`` back to the CPU, whole (streaming set-ups included); ``why`` ends the reason."""
+        with self._lock:
+            wanted = {id(self._target(m)) for m in models}
+            return self._unload_where(lambda e: id(e.model()) in wanted, why)
+
+    def _unload_where(self, which: Callable[[ManagedModel], bool], why: str) -> LoadResult:
         with self._lock:
             self._reap()
             steps = [
@@ -320,14 +338,12 @@ class MemoryManager:
                     e.loaded_bytes,
                     tuple(sorted(e.loaded_modules)),
                     0,
-                    f"Unloaded {e.name} ({gib(e.loaded_bytes)}): every model was unloaded on request.",
+                    f"Unloaded {e.name} ({gib(e.loaded_bytes)}) to system RAM: {why}.",
                 )
                 for e in sorted(self._alive(), key=lambda e: e.last_used)
-                if e.loaded_modules
+                if (e.loaded_modules or e.streaming) and which(e)
             ]
             done = self._run(steps)
-            for e in self._alive():
-                e.streaming = False
             return LoadResult(tuple(done), ())
 
     # -- carrying steps out ------------------------------------------------------------------------
@@ -379,6 +395,8 @@ class MemoryManager:
         if step.kind in ("unload", "partial_unload"):
             with self._uninterrupted():
                 moved = self.mover.unload(entry, step.modules)
+                if step.kind == "unload":
+                    self.mover.stop_streaming(entry)
             entry.loaded_modules = entry.loaded_modules - set(step.modules)
             entry.streaming = step.kind == "partial_unload"  # what left streams if the model runs
             return moved

@@ -5,6 +5,11 @@ Resident layers get a device copy of their weights with the LoRA stack applied o
 forward with the patches applied at cast time (``core.ops.streaming``). Unloading puts the
 original CPU tensors back — the memory-mapped file pages, never a second copy — so unloading
 never doubles RAM, and patched weights are simply dropped.
+
+The stack is applied here, so the CPU module must hold the *unpatched* weights while it is placed
+(never ``ModelPatcher.apply()`` a placed model). A stack changed while placed is brought onto the
+device by :meth:`TorchMover.refresh` (resident weights whose patches changed are recomputed from
+the originals); streamed layers read the stack at every forward and need nothing.
 """
 
 from __future__ import annotations
@@ -24,7 +29,7 @@ from core.ops.streaming import (
     streamable_layers,
     unstream_layers,
 )
-from core.patching.patcher import ModelPatcher
+from core.patching.patcher import ModelPatcher, Signature
 
 
 @dataclass
@@ -32,6 +37,8 @@ class _Placed:
     module: nn.Module
     patcher: ModelPatcher | None
     originals: dict[str, Tensor] = field(default_factory=dict)  # key -> the CPU tensor it replaced
+    applied: dict[str, Signature] = field(default_factory=dict)  # key -> the patches its copy holds
+    device: str = "cpu"
     streamed: StreamedLayers | None = None
 
 
@@ -82,16 +89,14 @@ class TorchMover:
         module, patcher = placed.module, placed.patcher
         resident = set(entry.loaded_modules) | set(module_names)
         self._unstream(placed)
+        placed.device = device
         moved = 0
         for name in module_names:
             layer = module.get_submodule(name) if name else module
             for leaf, tensor in _own_tensors(layer):
                 key = f"{name}.{leaf}" if name else leaf
                 original = placed.originals.setdefault(key, tensor)
-                copy = original.to(device, non_blocking=True)
-                if patcher is not None:
-                    copy = patcher.patched_weight(key, copy)[0]
-                set_tensor(module, key, copy)
+                self._place(placed, key, original)
                 moved += original.numel() * original.element_size()
         rest = [n for n, _ in streamable_layers(module) if n not in resident]
         patch_fn = patch_fn_from(patcher.patched_weight) if patcher is not None else None
@@ -99,6 +104,40 @@ class TorchMover:
             module, rest, device, patch_fn=patch_fn, interrupt=self.interrupt, pin=self.pin
         )
         return moved
+
+    def _place(self, placed: _Placed, key: str, original: Tensor) -> None:
+        copy = original.to(placed.device, non_blocking=True)
+        signature: Signature = ()
+        if placed.patcher is not None:
+            signature = placed.patcher.signature(key)
+            if signature:
+                copy = placed.patcher.patched_weight(key, copy)[0]
+        set_tensor(placed.module, key, copy)
+        placed.applied[key] = signature
+
+    def refresh(self, entry: ManagedModel) -> int:
+        """Bring a changed LoRA stack onto the placed weights: every resident weight whose patches
+        changed since it was placed is recomputed from its original (on the device). Returns how
+        many were. Streamed layers apply the current stack at each forward already."""
+        target = entry.model()
+        placed = self._placed.get(id(target)) if target is not None else None
+        if placed is None:
+            return 0
+        placed.patcher = self._patchers.get(id(placed.module), placed.patcher)
+        changed = 0
+        for key, original in placed.originals.items():
+            wanted = placed.patcher.signature(key) if placed.patcher is not None else ()
+            if placed.applied.get(key, ()) != wanted:
+                self._place(placed, key, original)
+                changed += 1
+        return changed
+
+    def stop_streaming(self, entry: ManagedModel) -> None:
+        """The model left the device entirely: its layers compute from their own weights again."""
+        target = entry.model()
+        placed = self._placed.get(id(target)) if target is not None else None
+        if placed is not None:
+            self._unstream(placed)
 
     def unload(self, entry: ManagedModel, module_names: Sequence[str]) -> int:
         target = entry.model()
@@ -110,6 +149,7 @@ class TorchMover:
             prefix = f"{name}." if name else ""
             for key in [k for k in placed.originals if k.startswith(prefix) and "." not in k[len(prefix) :]]:
                 original = placed.originals.pop(key)
+                placed.applied.pop(key, None)
                 set_tensor(placed.module, key, original)
                 freed += original.numel() * original.element_size()
         return freed
@@ -129,3 +169,4 @@ class TorchMover:
         for key, original in placed.originals.items():
             set_tensor(placed.module, key, original)
         placed.originals.clear()
+        placed.applied.clear()

@@ -420,6 +420,7 @@ class FakeMover:
         self.card, self.check, self.delay, self.withhold = card, check, delay, 0
         self.calls: list[tuple[str, str, tuple[str, ...], int]] = []
         self.on_device: dict[str, set[str]] = defaultdict(set)
+        self.stopped: list[str] = []
 
     def load(self, entry: ManagedModel, module_names: Sequence[str], device: str) -> int:
         sizes, moved = dict(entry.module_sizes), 0
@@ -445,6 +446,9 @@ class FakeMover:
         self.withhold = 0
         self.calls.append(("unload", entry.name, tuple(module_names), moved))
         return moved
+
+    def stop_streaming(self, entry: ManagedModel) -> None:
+        self.stopped.append(entry.name)
 
 
 class Weights:
@@ -532,7 +536,7 @@ def test_dropped_model_is_cleaned_up_with_an_unload_event() -> None:
     assert mm.loaded() == []
     last = mm.events.events()[-1]
     assert (last.kind, last.model, last.bytes, last.device_bytes_after) == ("unload", "Tiny", 432, 0)
-    assert last.reason == "Tiny was dropped by the app; its 0.00 GiB on the device were released with it."
+    assert last.reason == "Tiny was dropped by the app; its 0.4 KiB on the device were released with it."
     other = nn.Linear(2, 2)
     assert mm.register(other, "Tiny").name == "Tiny"  # the name is free again
 

@@ -1,0 +1,110 @@
+"""The torch mover on a real tiny SD1.5 UNet: a LoRA stack changed while the model is placed
+(resident and streamed layers) gives exactly what baking the same stack on the CPU gives; unloading
+restores the file's tensors and stops streaming."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from core.loading.loader import load_checkpoint
+from core.memory.manager import MemoryManager
+from core.memory.mover import TorchMover
+from core.memory.planning import PlanSettings
+from core.ops.layers import CastWeights
+from core.patching.lora_stack import LoraStack
+from core.run.testrun import RunConfig, perform_test_run
+from tests.fixtures.st_files import write_tensors
+from tests.fixtures.tiny_models import checkpoint_tensors
+
+CFG = RunConfig(steps=1, width=64, height=64, seed=5)
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, Path]:
+    d = tmp_path_factory.mktemp("mover")
+    torch.manual_seed(0)
+    ckpt = write_tensors(d / "tiny.safetensors", checkpoint_tensors("sd1"))
+    unet = load_checkpoint(ckpt).diffusion_model.module.state_dict()
+    out = []
+    for seed, ends in ((1, ("attn2.to_k.weight", "attn1.to_q.weight")), (2, ("attn1.to_v.weight",))):
+        g = torch.Generator().manual_seed(seed)
+        lora = {}
+        for k, v in unet.items():
+            if k.endswith(ends):
+                name = "lora_unet_" + k[: -len(".weight")].replace(".", "_")
+                lora[f"{name}.lora_down.weight"] = torch.randn(2, v.shape[1], generator=g) * 0.3
+                lora[f"{name}.lora_up.weight"] = torch.randn(v.shape[0], 2, generator=g) * 0.3
+        out.append(write_tensors(d / f"lora{seed}.safetensors", lora))
+    return ckpt, out[0], out[1]
+
+
+def _baked(ckpt: Path, loras: list[tuple[Path, float]]) -> dict[str, object]:
+    bundle = load_checkpoint(ckpt)
+    stack = LoraStack(bundle.components)
+    for path, strength in loras:
+        stack.add(path, strength)
+    stack.apply()
+    return perform_test_run(bundle.diffusion_model.module, CFG).output_summary()
+
+
+def _placed(ckpt: Path, free: int) -> tuple[MemoryManager, TorchMover, LoraStack, torch.nn.Module]:
+    bundle = load_checkpoint(ckpt)
+    stack = LoraStack(bundle.components)
+    patcher = stack.patchers["diffusion_model"]
+    mover = TorchMover()
+    mover.use_patcher(patcher)
+    settings = PlanSettings(vram_state="normal", reserve_bytes=0, min_inference_bytes=0)
+    manager = MemoryManager(lambda: free, mover, settings=settings, device="cpu")
+    manager.register(patcher, "unet")
+    return manager, mover, stack, bundle.diffusion_model.module
+
+
+@pytest.mark.parametrize("fraction", [4.0, 0.4])
+def test_stack_changes_while_placed_match_baking(files: tuple[Path, Path, Path], fraction: float) -> None:
+    ckpt, lora1, lora2 = files
+    size = sum(t.nbytes for t in load_checkpoint(ckpt).diffusion_model.module.state_dict().values())
+    manager, mover, stack, module = _placed(ckpt, int(size * fraction))
+    patcher = stack.patchers["diffusion_model"]
+    stack.add(lora1, 0.8)
+    manager.load_models([patcher]).raise_if_refused()
+    entry = manager.register(patcher)
+    assert entry.streaming == (fraction < 1.0) and (entry.loaded_bytes > 0)
+    run = lambda: perform_test_run(module, CFG).output_summary()  # noqa: E731
+    assert run() == _baked(ckpt, [(lora1, 0.8)])
+
+    first = next(iter(stack.entries))
+    stack.set_strength(first, model=-0.5)
+    changed = mover.refresh(entry)
+    assert changed == (len(stack.entries[first].keys["diffusion_model"]) if fraction > 1 else changed)
+    assert mover.refresh(entry) == 0  # nothing changed since
+    assert run() == _baked(ckpt, [(lora1, -0.5)])
+
+    stack.add(lora2, 1.2)
+    mover.refresh(entry)
+    assert run() == _baked(ckpt, [(lora1, -0.5), (lora2, 1.2)])
+
+    stack.remove(first)
+    mover.refresh(entry)
+    assert run() == _baked(ckpt, [(lora2, 1.2)])
+
+
+def test_unload_models_restores_the_file_tensors_and_stops_streaming(files: tuple[Path, Path, Path]) -> None:
+    ckpt, lora1, _ = files
+    size = sum(t.nbytes for t in load_checkpoint(ckpt).diffusion_model.module.state_dict().values())
+    manager, _, stack, module = _placed(ckpt, size // 3)
+    before = {k: v.data_ptr() for k, v in module.state_dict().items()}
+    stack.add(lora1, 0.8)
+    patcher = stack.patchers["diffusion_model"]
+    manager.load_models([patcher]).raise_if_refused()
+    streamed = [m for m in module.modules() if isinstance(m, CastWeights) and m.stream is not None]
+    assert streamed, "a third of the model fits: the rest must stream"
+    result = manager.unload_models([patcher], "you offloaded it")
+    assert [e.kind for e in result.events] == ["unload"]
+    assert result.events[0].reason.endswith("to system RAM: you offloaded it.")
+    assert {k: v.data_ptr() for k, v in module.state_dict().items()} == before
+    assert all(m.stream is None for m in module.modules() if isinstance(m, CastWeights))
+    assert manager.loaded() == []
+    assert perform_test_run(module, CFG).output_summary() == _baked(ckpt, [])  # the CPU copy is clean
