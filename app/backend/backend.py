@@ -14,13 +14,14 @@ from pathlib import Path
 from PySide6.QtCore import QObject, Qt, QThread, Signal
 
 from app.backend.engine import Engine
+from app.backend.placement import PlacementConfig
 from app.backend.worker import Worker
 from core.run.testrun import RunConfig
 
 #: the worker's result signals, re-emitted by the Backend in the GUI thread
 RELAYED = (
     "started", "progress", "entries_found", "scan_done", "model_loaded", "models_changed", "stack_changed",
-    "run_done", "failed", "interrupted", "event", "demo_ready", "finished",
+    "run_done", "failed", "interrupted", "event", "demo_ready", "placement_changed", "finished",
 )  # fmt: skip
 
 
@@ -41,6 +42,7 @@ class Backend(QObject):
     interrupted = Signal(str)
     event = Signal(object)  # EngineEvent
     demo_ready = Signal(str)
+    placement_changed = Signal(object)  # PlacementInfo
     finished = Signal(str)
 
     # requests, queued to the worker's thread
@@ -56,6 +58,9 @@ class Backend(QObject):
     _run = Signal(object)
     _dtypes = Signal(dict)
     _demo = Signal(str)
+    _place = Signal(str, str)
+    _offload = Signal(str, str)
+    _memory = Signal(object)
 
     def __init__(self, engine: Engine, parent: QObject | None = None) -> None:
         super().__init__(parent)
@@ -79,6 +84,9 @@ class Backend(QObject):
             (self._run, w.test_run),
             (self._dtypes, w.set_dtype_overrides),
             (self._demo, w.prepare_demo),
+            (self._place, w.place),
+            (self._offload, w.offload),
+            (self._memory, w.configure_memory),
         ):
             signal.connect(slot)
         self._pending = 0
@@ -154,6 +162,22 @@ class Backend(QObject):
     def set_dtype_overrides(self, overrides: dict[str, str]) -> None:
         self._dtypes.emit(dict(overrides))
 
+    def place(self, key: str, role: str | None = None) -> None:
+        """Load a loaded model's components (or the one with ``role``) to the GPU; the memory
+        manager decides how much."""
+        self._submitted()
+        self._place.emit(key, role or "")
+
+    def offload(self, key: str, role: str | None = None) -> None:
+        """Move a model's components (or one) back to system RAM."""
+        self._submitted()
+        self._offload.emit(key, role or "")
+
+    def configure_memory(self, config: PlacementConfig) -> None:
+        """New memory settings (VRAM mode, reserve, simulated card): applied on the worker."""
+        self._submitted()
+        self._memory.emit(config)
+
     def prepare_demo(self, folder: Path | str | None = None) -> None:
         """Generate the demo library (once; in the worker, it takes a few seconds)."""
         self._submitted()
@@ -174,4 +198,6 @@ class Backend(QObject):
         self.thread.quit()
         ended = bool(self.thread.wait(timeout_ms))
         self.stop_flag.clear()
+        if ended:  # models dropped later (at exit) must not emit through a deleted worker
+            self.engine.emit = lambda event: None
         return ended

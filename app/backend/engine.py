@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import psutil
@@ -25,6 +25,7 @@ from app.backend.messages import (
     RunReport,
     StackInfo,
 )
+from app.backend.placement import Placement, PlacementConfig, PlacementInfo
 from core.errors import LoadoutError
 from core.library import Entry, InspectCache, LibraryIndex, ModelRoot, ScanProgress, roots_for
 from core.loading.assign import LoadProgress
@@ -36,10 +37,20 @@ from core.loading.loader import (
     load_text_encoder,
     load_vae,
 )
+from core.memory.events import MemoryEvent
 from core.patching.lora_stack import LoraStack, compatible, component_name
 from core.run.testrun import RunConfig, StepDone, perform_test_run
 
 Check = Callable[[], None]
+MEMORY_WORDS = {
+    "load": "placed",
+    "partial_load": "partly placed",
+    "unload": "offloaded",
+    "partial_unload": "partly offloaded",
+    "keep": "kept",
+    "refuse": "refused",
+    "interrupt": "stopped",
+}
 LOADABLE = ("checkpoint", "diffusion_model", "vae", "text_encoder")
 TORCH_DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 _DTYPE_NAMES = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16"}
@@ -66,6 +77,7 @@ class _Loaded:
     kind: str
     components: list[LoadedComponent]
     seconds: float
+    managed: list[object] = field(default_factory=list)  # per component: its patcher, or its module
 
     @property
     def family(self) -> str | None:
@@ -98,6 +110,10 @@ def _dtype_name(module: torch.nn.Module) -> str:
     return "-"
 
 
+def kind_word(role: str, family: str) -> str:
+    return "VAE" if role == "vae" else f"{role.replace('_', ' ')} {family}"
+
+
 def _device_name(module: torch.nn.Module) -> str:
     p = next(module.parameters(), None)
     return str(p.device) if p is not None else "cpu"
@@ -113,6 +129,7 @@ class Engine:
         loaders: Loaders | None = None,
         emit: Callable[[EngineEvent], None] | None = None,
         clock: Callable[[], float] = time.monotonic,
+        placement: Placement | None = None,
     ) -> None:
         self.cache = cache
         self.loaders = loaders or Loaders()
@@ -123,9 +140,17 @@ class Engine:
         self.loaded: dict[str, _Loaded] = {}
         self.stack: LoraStack | None = None
         self.dtype_overrides: dict[str, str] = {}
+        self.placement = placement if placement is not None else Placement(None)
+        self.placement.events.subscribe(self._memory_event)
 
     def _event(self, kind: str, label: str, reason: str) -> None:
         self.emit(EngineEvent(self.clock(), kind, label, reason))
+
+    def _memory_event(self, event: MemoryEvent) -> None:
+        """A memory-manager decision, relayed as it happens (on the worker thread)."""
+        words = MEMORY_WORDS.get(event.kind, event.kind)
+        label = f"{words} {event.model}".strip()
+        self.emit(EngineEvent(event.timestamp, event.kind, label, event.reason))
 
     # -- library ------------------------------------------------------------------------------
     def scan(
@@ -165,22 +190,46 @@ class Engine:
         seconds = time.perf_counter() - t0
         key = "main" if kind in ("checkpoint", "diffusion_model") else f"{kind}:{components[0].family}"
         previous = self.loaded.get(key)
+        if previous is not None:
+            self._release(previous)
         loaded = _Loaded(key, path, kind, components, seconds)
         self.loaded[key] = loaded
+        stack = None
         if key == "main":
-            self.stack = LoraStack([c for c in components if c.role != "vae"])
+            stack = self.stack = LoraStack([c for c in components if c.role != "vae"])
+        loaded.managed = [
+            stack.patchers[component_name(c)] if stack is not None and c.role != "vae" else c.module
+            for c in components
+        ]
+        if self.placement.active:
+            self._register(loaded)
         if previous is not None:
             self._event("unload", f"unload {previous.path.name}", f"replaced by {path.name}")
             del previous  # freed by reference counting (no gc.collect: a full collection holds the
             # GIL for 100+ ms and would stall the GUI thread)
         info = self._info(loaded)
+        where = (
+            f"in system RAM, memory-mapped from the file; Load to GPU (Ctrl+G) places it on "
+            f"{self.placement.describe().label}"
+            if self.placement.active
+            else "in system RAM, memory-mapped from the file; computed on the CPU (no GPU)"
+        )
         self._event(
             "load",
             f"load {path.name}",
-            f"{len(components)} component(s), {info.bytes / 2**20:.1f} MiB in {seconds:.2f} s; kept in "
-            "system RAM (CPU placement until the memory manager lands)",
+            f"{len(components)} component(s), {info.bytes / 2**20:.1f} MiB in {seconds:.2f} s; {where}",
         )
         return info
+
+    def _register(self, loaded: _Loaded) -> None:
+        for comp, obj in zip(loaded.components, loaded.managed, strict=True):
+            what = "diffusion model" if comp.role == "diffusion_model" else kind_word(comp.role, comp.family)
+            self.placement.register(obj, f"{loaded.path.stem} {what}")
+
+    def _release(self, loaded: _Loaded) -> None:
+        if self.placement.active:
+            for obj in loaded.managed:
+                self.placement.release(obj)
 
     def _apply_dtype_overrides(self, components: list[LoadedComponent]) -> None:
         for comp in components:
@@ -193,11 +242,65 @@ class Engine:
         loaded = self.loaded.pop(key, None)
         if loaded is None:
             return
+        self._release(loaded)
         if key == "main":
             self.stack = None
         name = loaded.path.name
         del loaded
         self._event("unload", f"unload {name}", "you unloaded it; its memory is released")
+
+    # -- placement (the memory manager) -----------------------------------------------------------
+    def _loaded(self, key: str) -> _Loaded:
+        loaded = self.loaded.get(key)
+        if loaded is None:
+            raise LoadoutError(
+                "that model is no longer loaded", fix="Pick one in Loaded models", code="not_loaded"
+            )
+        return loaded
+
+    def _need_device(self) -> None:
+        if not self.placement.active:
+            info = self.placement.describe()
+            raise LoadoutError(
+                "there is no GPU to place models on",
+                why=info.reason,
+                fix="Models compute on the CPU from RAM. To see the memory manager at work without a GPU, "
+                "set a simulated card in Settings > Memory",
+                code="no_device",
+            )
+
+    def _objects(self, key: str, role: str | None) -> list[object]:
+        loaded = self._loaded(key)
+        pairs = zip(loaded.components, loaded.managed, strict=True)
+        return [obj for c, obj in pairs if role is None or c.role == role]
+
+    def place(self, key: str, role: str | None = None) -> tuple[ModelInfo, ...]:
+        """Load a model's components (or the one with ``role``) to the GPU: fully, or partly with
+        the rest streaming. The memory manager decides, evicting others if needed, and says why."""
+        self._need_device()
+        self.placement.place(self._objects(key, role)).raise_if_refused()
+        return self.models()
+
+    def offload(self, key: str, role: str | None = None) -> tuple[ModelInfo, ...]:
+        """Move a model's components (or one) back to system RAM (their memory-mapped tensors)."""
+        self._need_device()
+        self.placement.offload(self._objects(key, role))
+        return self.models()
+
+    def configure_placement(self, config: PlacementConfig) -> PlacementInfo:
+        """New memory settings: everything returns to RAM, then the new device takes over."""
+        was = self.placement.active
+        self.placement.configure(config)
+        if was and not self.placement.active and self.stack is not None:
+            self.stack.apply()  # computed on the CPU from now on: bake the stack into the weights
+        elif not was and self.placement.active:
+            if self.stack is not None:
+                self.stack.unpatch()  # the mover applies the stack when it places a model
+            for loaded in self.loaded.values():
+                self._register(loaded)
+        info = self.placement.describe()
+        self._event("settings", f"memory: {info.label}", info.reason)
+        return info
 
     def models(self) -> tuple[ModelInfo, ...]:
         return tuple(self._info(m) for m in self.loaded.values())
@@ -207,18 +310,18 @@ class Engine:
         if self.stack is not None and loaded.key == "main":
             for name, patcher in self.stack.patchers.items():
                 patched[name] = len(patcher.patched_keys())
-        comps = tuple(
-            ComponentInfo(
-                c.role,
-                c.family,
-                _dtype_name(c.module),
-                c.nbytes,
-                _device_name(c.module),
+        comps = []
+        for c, obj in zip(loaded.components, loaded.managed, strict=True):
+            on_device, streamed = self.placement.placement_of(obj) if self.placement.active else (0, 0)
+            placed = self.placement.is_placed(obj) if self.placement.active else False
+            device = (self.placement.target or "cpu") if placed else _device_name(c.module)
+            info = ComponentInfo(
+                c.role, c.family, _dtype_name(c.module), c.nbytes, device,
                 0 if c.role == "vae" else patched.get(component_name(c), 0),
-            )
-            for c in loaded.components
-        )
-        return ModelInfo(loaded.key, loaded.path, loaded.kind, loaded.family, comps, loaded.seconds)
+                placed, on_device, streamed,
+            )  # fmt: skip
+            comps.append(info)
+        return ModelInfo(loaded.key, loaded.path, loaded.kind, loaded.family, tuple(comps), loaded.seconds)
 
     # -- LoRA stack ---------------------------------------------------------------------------
     def _stack(self) -> LoraStack:
@@ -230,17 +333,20 @@ class Engine:
         stack = self._stack()
         entry = stack.add(path, model, clip, force=force)
         try:
-            reports = stack.apply()
+            n = self._sync()
         except Exception:
             stack.remove(entry.id)
-            stack.apply()
+            self._sync()
             raise
-        n = sum(r.recomputed for r in reports.values())
+        keys = sum(len(k) for k in entry.keys.values())
+        done = f"{n} weights patched" if n or not self.placement.active else f"{keys} weights to patch"
+        if self.placement.active:
+            done += " (on the device copies; the RAM copy stays the file's)" if n else " when it is placed"
         self._event(
             "lora",
             f"LoRA {path.name}",
             f"{len(entry.report.matched)} modules matched, {len(entry.report.unmatched)} unmatched; "
-            f"{n} weights patched (model {entry.model_strength:g}, text encoder {entry.clip_strength:g})",
+            f"{done} (model {entry.model_strength:g}, text encoder {entry.clip_strength:g})",
         )
         return self.stack_info(recomputed=n)
 
@@ -249,10 +355,9 @@ class Engine:
         if lora_id not in stack.entries:
             return self.stack_info()
         stack.set_strength(lora_id, model=model, clip=clip)
-        if not bake and stack.preview():
+        if not bake and not self.placement.active and stack.preview():
             return self.stack_info(baked=False)
-        reports = stack.apply()
-        return self.stack_info(recomputed=sum(r.recomputed for r in reports.values()))
+        return self.stack_info(recomputed=self._sync())
 
     def set_enabled(self, lora_id: str, enabled: bool) -> StackInfo:
         stack = self._stack()
@@ -272,8 +377,16 @@ class Engine:
         return self._bake()
 
     def _bake(self) -> StackInfo:
-        reports = self._stack().apply()
-        return self.stack_info(recomputed=sum(r.recomputed for r in reports.values()))
+        return self.stack_info(recomputed=self._sync())
+
+    def _sync(self) -> int:
+        """Make the weights follow the stack; returns how many were recomputed. On the CPU the
+        stack is baked into the weights; with a device, the placed copies are updated (the RAM
+        copy stays the file's tensors) and what is not placed gets the stack when it is."""
+        stack = self._stack()
+        if self.placement.active:
+            return sum(self.placement.refresh(p) for p in stack.patchers.values())
+        return sum(r.recomputed for r in stack.apply().values())
 
     def stack_info(self, *, baked: bool = True, recomputed: int = 0) -> StackInfo:
         if self.stack is None:
@@ -290,39 +403,83 @@ class Engine:
                 len(e.report.shape_mismatches), warning, e.analysis.summary.format, tuple(e.keys),
             )  # fmt: skip
             loras.append(info)
-        return StackInfo(fam, tuple(loras), baked, recomputed)
+        return StackInfo(fam, tuple(loras), baked, recomputed, self._applied_words())
+
+    def _applied_words(self) -> str:
+        if not self.placement.active or self.stack is None:
+            return "baked into the weights"
+        if any(self.placement.is_placed(p) for p in self.stack.patchers.values()):
+            return (
+                f"applied on {self.placement.describe().label}: placed weights patched there, "
+                "streamed layers at each step; the RAM copy stays the file's"
+            )
+        return "recorded; applied when the model is placed (Load to GPU, or a test run)"
 
     # -- test run -----------------------------------------------------------------------------
     def test_run(self, config: RunConfig, progress: Callable[[StepDone], None], check: Check) -> RunReport:
         main = self.loaded.get("main")
-        diffusion = [c for c in main.components if c.role == "diffusion_model"] if main else []
-        if not diffusion:
+        pairs = zip(main.components, main.managed, strict=True) if main else iter(())
+        found = [(c, obj) for c, obj in pairs if c.role == "diffusion_model"]
+        if not found:
             raise _no_model()
-        module = diffusion[0].module
+        comp, managed = found[0]
+        module = comp.module
         stats = _RunStats()
         stats.sample()
+        placement = self.placement
+        if placement.active:
+            config = replace(config, device=placement.manager.device)
         cuda = config.device.startswith("cuda")
         if cuda:
             torch.cuda.reset_peak_memory_stats(config.device)
+        peak_placed = 0
+        streamed_layers = None
+
+        def place() -> None:
+            nonlocal peak_placed, streamed_layers
+            entry = placement.entry(managed)
+            streamed_layers = placement.mover.stats(entry) if entry is not None else None
+            if streamed_layers is not None:
+                streamed_layers.end_forward()  # the previous step's forward is complete
+            placement.place([managed]).raise_if_refused()
+            entry = placement.entry(managed)
+            streamed_layers = placement.mover.stats(entry) if entry is not None else None
+            peak_placed = max(peak_placed, placement.placed_bytes())
 
         def step(done: StepDone) -> None:
             stats.sample()
             progress(done)
 
         t0 = time.perf_counter()
-        result = perform_test_run(module, config, check=check, progress=step)
+        result = perform_test_run(
+            module, config, check=check, progress=step, before_step=place if placement.active else None
+        )
         total = time.perf_counter() - t0
+        resident = streamed = 0
+        if placement.active:
+            if streamed_layers is not None:
+                streamed_layers.end_forward()
+                streamed = int(streamed_layers.stats.mean_forward_bytes)
+            resident = placement.placement_of(managed)[0]
         peak_vram = int(torch.cuda.max_memory_allocated(config.device)) if cuda else None
+        if placement.active and not cuda:
+            peak_vram = peak_placed  # a simulated card: what the manager placed on it
+        where = placement.describe().label if placement.active else ""
         report = RunReport(
             config.steps, config.width, config.height, config.batch, result.seconds_per_step, total,
             config.device, _DTYPE_NAMES.get(config.dtype, str(config.dtype)), stats.peak_rss, peak_vram,
-            result.output_summary(),
+            result.output_summary(), resident, streamed, where,
         )  # fmt: skip
+        moved = (
+            f"; {resident / 2**20:.1f} MiB resident on {where}, {streamed / 2**20:.1f} MiB streamed per step"
+            if placement.active
+            else ""
+        )
         self._event(
             "run",
             f"test run {report.seconds_per_step:.2f} s/step",
             f"{config.steps} steps at {config.width}x{config.height}, batch {config.batch}, "
-            f"on {config.device}; peak RSS {report.peak_rss / 2**20:.0f} MiB",
+            f"on {config.device}; peak RSS {report.peak_rss / 2**20:.0f} MiB{moved}",
         )
         return report
 

@@ -58,9 +58,11 @@ def estimate_fit(
     ram_available: int,
     reserve: int = 0,
     dtype: str | None = None,
+    headroom: int | None = None,
 ) -> FitEstimate:
     """``free``: bytes free on the device (``where`` names it). On a GPU, ``reserve`` and the
-    inference headroom are kept back and what does not fit may stream from RAM (partial)."""
+    inference headroom (``headroom``: the memory manager's own figure, which includes the reserve)
+    are kept back and what does not fit may stream from RAM (partial)."""
     comps = component_fits(entry, dtype)
     total = sum(c.bytes for c in comps)
     if entry.status != "ok" or entry.kind not in ("checkpoint", "diffusion_model", "vae", "text_encoder"):
@@ -68,7 +70,8 @@ def estimate_fit(
         if entry.status != "ok":
             why = "it is not read yet" if entry.status == "pending" else "the file cannot be read"
         return FitEstimate("n/a", comps, total, free, 0, 0, where, f"No estimate: {why}.")
-    headroom = minimum_inference_bytes(reserve) if on_gpu else reserve
+    if headroom is None:
+        headroom = minimum_inference_bytes(reserve) if on_gpu else reserve
     usable = max(0, free - headroom)
     if total <= usable:
         text = f"Fits: needs {_gib(total)}, {_gib(usable)} usable in {where}."

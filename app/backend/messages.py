@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-Task = Literal["scan", "load", "unload", "lora", "strength", "run", "demo"]
+Task = Literal["scan", "load", "unload", "lora", "strength", "run", "demo", "memory"]
 
 
 @dataclass(frozen=True)
@@ -47,6 +47,9 @@ class ComponentInfo:
     bytes: int
     device: str  # "cpu", "cuda:0" ...
     patched_keys: int = 0
+    placed: bool = False  # placed by the memory manager (on the GPU, or a simulated card)
+    device_bytes: int = 0  # resident on the device
+    streamed_bytes: int = 0  # streamed from RAM at each forward (a partial load)
 
 
 @dataclass(frozen=True)
@@ -98,6 +101,7 @@ class StackInfo:
     loras: tuple[LoraInfo, ...] = ()
     baked: bool = True
     recomputed_keys: int = 0
+    applied: str = "baked into the weights"  # where the stack takes effect, in words
 
 
 @dataclass(frozen=True)
@@ -113,10 +117,23 @@ class RunReport:
     peak_rss: int
     peak_vram: int | None
     output: dict[str, object] = field(default_factory=dict)
+    resident_bytes: int = 0  # of the diffusion model, on the device during the run
+    streamed_bytes_per_step: int = 0  # copied from RAM by the ops layer at each step
+    placement: str = ""  # the device it was placed on ("" on the CPU)
 
 
 EventKind = Literal[
-    "load", "unload", "partial_load", "partial_unload", "evict", "interrupt", "lora", "bake", "run", "error"
+    "load",
+    "unload",
+    "partial_load",
+    "partial_unload",
+    "keep",
+    "refuse",
+    "interrupt",
+    "lora",
+    "run",
+    "settings",
+    "error",
 ]
 
 

@@ -51,6 +51,9 @@ class MemoryMonitor:
         self.peak_rss = 0
         self.peak_ram = 0
         self.peak_gpu: int | None = None
+        #: bytes Loadout itself holds on the device, which the memory manager would evict to make
+        #: room (set by the window from the placement; read on the GUI thread, lock-free)
+        self.reclaimable: Callable[[], int] = lambda: 0
 
     @classmethod
     def discover(cls, **kwargs: object) -> MemoryMonitor:
@@ -97,10 +100,11 @@ class MemoryMonitor:
         self.peak_gpu = None if self.gpu is None else 0
 
     def free_bytes(self) -> tuple[int, str]:
-        """(free bytes, where) for a fit estimate: the GPU's free memory, else available RAM."""
+        """(free bytes, where) for a fit estimate: the GPU's free memory plus what Loadout's own
+        models hold there (they would be evicted), else available RAM."""
         if self.gpu is not None:
             try:
-                return self.gpu.free(), self.gpu.device.name
+                return self.gpu.free() + self.reclaimable(), self.gpu.device.name
             except Exception:
                 pass
         return int(psutil.virtual_memory().available), "system RAM"

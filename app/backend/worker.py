@@ -19,6 +19,7 @@ from PySide6.QtCore import QObject, Signal, Slot
 
 from app.backend.engine import Engine
 from app.backend.messages import EngineEvent, Task, TaskError, TaskProgress
+from app.backend.placement import PlacementConfig
 from app.demo import ensure_demo_library
 from core.errors import InterruptedByUser, LoadoutError
 from core.library import Entry, ScanProgress
@@ -73,12 +74,14 @@ class Worker(QObject):
     interrupted = Signal(str)
     event = Signal(object)  # EngineEvent
     demo_ready = Signal(str)  # the demo library's folder
+    placement_changed = Signal(object)  # PlacementInfo
     finished = Signal(str)
 
     def __init__(self, engine: Engine, stop: threading.Event) -> None:
         super().__init__()
         self.engine = engine
         self.engine.emit = self.event.emit
+        self.engine.placement.manager.interrupt = stop  # the mover checks it between layers
         self._stop = stop
         self._check = interrupt_check(stop.is_set)
         self._strengths: dict[str, tuple[float, float]] = {}
@@ -211,9 +214,46 @@ class Worker(QObject):
             def step(s: StepDone) -> None:
                 relay(TaskProgress("run", s.step, s.steps, f"Step {s.step}/{s.steps}: {s.seconds:.3f} s"))
 
-            self.run_done.emit(self.engine.test_run(config, step, self._check))
+            try:
+                self.run_done.emit(self.engine.test_run(config, step, self._check))
+            finally:  # the run placed the model: show where it is now
+                if self.engine.placement.active:
+                    self._placement_snapshots()
 
         self._run("run", work)
+
+    @Slot(str, str)
+    def place(self, key: str, role: str) -> None:
+        def work() -> None:
+            try:
+                self.engine.place(key, role or None)
+            finally:  # a refused or stopped placement still shows where everything is
+                self._placement_snapshots()
+
+        self._run("memory", work)
+
+    def _placement_snapshots(self) -> None:
+        self.models_changed.emit(self.engine.models())
+        self.stack_changed.emit(self.engine.stack_info())
+
+    @Slot(str, str)
+    def offload(self, key: str, role: str) -> None:
+        def work() -> None:
+            try:
+                self.engine.offload(key, role or None)
+            finally:
+                self._placement_snapshots()
+
+        self._run("memory", work)
+
+    @Slot(object)
+    def configure_memory(self, config: PlacementConfig) -> None:
+        def work() -> None:
+            self.placement_changed.emit(self.engine.configure_placement(config))
+            self.models_changed.emit(self.engine.models())
+            self.stack_changed.emit(self.engine.stack_info())
+
+        self._run("memory", work)
 
     @Slot(str)
     def prepare_demo(self, folder: str) -> None:

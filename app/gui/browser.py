@@ -10,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from PySide6.QtCore import QItemSelectionModel, QModelIndex, Qt, Signal
+from PySide6.QtGui import QKeySequence, QShortcut
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QComboBox,
@@ -109,6 +110,10 @@ class BrowserPanel(QWidget):
             self.tree.setColumnWidth(col, width)
         self.tree.selectionModel().currentChanged.connect(self._on_current)
         self.tree.doubleClicked.connect(self._on_activated)  # (not ``activated`` too: both fire)
+        for key in (Qt.Key.Key_Return, Qt.Key.Key_Enter):  # Enter loads, like a double-click
+            enter = QShortcut(QKeySequence(key), self.tree)
+            enter.setContext(Qt.ShortcutContext.WidgetShortcut)
+            enter.activated.connect(lambda: self._on_activated(self.tree.currentIndex()))
 
         self.empty = QWidget()
         empty_layout = QVBoxLayout(self.empty)

@@ -1,6 +1,7 @@
 """``loadout --demo``: open the window on the demo library; with ``--screenshot FILE`` also load the
-demo checkpoint, apply the demo LoRA, change its strength, do a short test run, wait until the
-backend is idle, save a screenshot of the whole window and quit (exit 0, or 1 if a step failed).
+demo checkpoint, apply the demo LoRA, change its strength, place it on the GPU (a simulated card
+without one), do a short test run, wait until the backend is idle, save a screenshot of the whole
+window and quit (exit 0, or 1 if a step failed).
 
 Driven only by the backend's signals, like a user would be: nothing here blocks the event loop.
 """
@@ -35,6 +36,7 @@ class DemoFlow(QObject):
         w.model_loaded.connect(self._on_loaded)
         w.stack_changed.connect(self._on_stack)
         w.run_done.connect(self._on_run)
+        w.models_changed.connect(self._on_models)
         w.failed.connect(self._on_failed)
         window.backend.busy_changed.connect(self._on_busy)
         self.timeout = QTimer(self)
@@ -78,12 +80,24 @@ class DemoFlow(QObject):
             self.step = "strength"
             self.window.backend.bake_strength(info.loras[0].id, 0.65, 0.5)
         elif self.step == "strength" and info.loras and info.baked:
-            self.step = "run"
-            panel = self.window.testrun_panel
-            panel.steps.setValue(3)
-            panel.width_.setValue(128)
-            panel.height_.setValue(128)
-            panel.run()
+            if self.window.placement.active:
+                self.step = "place"
+                self.window.backend.place("main", "diffusion_model")
+            else:
+                self._run()
+
+    def _on_models(self, models: tuple[ModelInfo, ...]) -> None:
+        main = next((m for m in models if m.key == "main"), None)
+        if self.step == "place" and main is not None and any(c.placed for c in main.components):
+            self._run()
+
+    def _run(self) -> None:
+        self.step = "run"
+        panel = self.window.testrun_panel
+        panel.steps.setValue(3)
+        panel.width_.setValue(128)
+        panel.height_.setValue(128)
+        panel.run()
 
     def _on_run(self, _report: object) -> None:
         if self.step == "run":

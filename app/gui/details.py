@@ -97,6 +97,7 @@ class FitBox(QGroupBox):
         super().__init__("Fit on this device", parent)
         self.monitor = monitor
         self.reserve = 0
+        self.headroom: int | None = None  # the memory manager's inference headroom, when placing
         self.entry: Entry | None = None
         self.verdict = QLabel("-")
         self.text = QLabel("")
@@ -135,7 +136,7 @@ class FitBox(QGroupBox):
         est = estimate_fit(
             e, free, where=where, on_gpu=self.monitor.has_gpu,
             ram_available=int(psutil.virtual_memory().available), reserve=self.reserve,
-            dtype=self.dtype.currentData(),
+            dtype=self.dtype.currentData(), headroom=self.headroom if self.monitor.has_gpu else None,
         )  # fmt: skip
         self.estimate = est
         words = {"fits": "Fits", "partial": "Partially", "no": "Does not fit", "n/a": "No estimate"}
@@ -145,7 +146,12 @@ class FitBox(QGroupBox):
         self.verdict.style().polish(self.verdict)
         self.text.setText(est.text)
         note = "" if self.monitor.has_gpu else "No GPU found: estimated against system RAM. "
-        self.where.setText(note + f"{human_bytes(free)} free in {where}.")
+        kept = (
+            f" ({human_bytes(self.headroom)} kept for activations)"
+            if self.monitor.has_gpu and self.headroom
+            else ""
+        )
+        self.where.setText(note + f"{human_bytes(free)} free or freeable on {where}{kept}.")
 
 
 class DetailsPanel(QWidget):

@@ -11,6 +11,17 @@ from importlib import metadata
 from pathlib import Path
 
 from app.backend.engine import Engine, Loaders
+from app.backend.placement import Placement, PlacementConfig
+from core.memory.policy import MemorySettings, VramState
+
+#: The demo without a GPU: a simulated 3 MiB card (nothing kept free, 1 MiB for activations) on
+#: which the demo's diffusion model (2 MB) only partly fits, so Load to GPU shows a partial load
+#: and the test run streams the rest: the memory manager can be watched at work on any machine.
+DEMO_CARD = PlacementConfig(
+    MemorySettings(vram_state=VramState.NORMAL_VRAM, reserve_bytes=0),
+    simulate_bytes=3 * 2**20,
+    inference_bytes=1 * 2**20,
+)
 
 
 def _engine_version() -> str:
@@ -35,10 +46,13 @@ def build_window(
     loaders: Loaders | None = None,
     include_own_folder: bool = True,
     monitor: object | None = None,
+    placement: object | None = None,
+    demo: bool = False,
 ):  # type: ignore[no-untyped-def]
     """The main window with its own engine and backend thread (a QApplication must exist).
 
     ``cache_path`` None keeps the inspect cache in memory (tests); the app passes its per-user file.
+    ``placement`` (tests) replaces the discovered device; ``demo`` without a GPU simulates a tiny card.
     """
     from PySide6.QtCore import QSettings
     from PySide6.QtWidgets import QApplication
@@ -58,9 +72,14 @@ def build_window(
         apply_theme(app, AppSettings.load(settings_store).dark_theme)
     if cache_path is not None:
         cache_path.parent.mkdir(parents=True, exist_ok=True)
-    engine = Engine(cache=InspectCache(cache_path, engine_version=_engine_version()), loaders=loaders)
+    if not isinstance(placement, Placement):
+        placement = Placement.discover(AppSettings.load(settings_store).placement_config())
+        if demo and placement.accelerator is None:
+            placement.configure(DEMO_CARD)
+    cache = InspectCache(cache_path, engine_version=_engine_version())
+    engine = Engine(cache=cache, loaders=loaders, placement=placement)
     backend = Backend(engine)
-    mon = monitor if isinstance(monitor, MemoryMonitor) else MemoryMonitor.discover()
+    mon = monitor if isinstance(monitor, MemoryMonitor) else MemoryMonitor(placement.probe)
     window = MainWindow(
         backend, mon, settings_store, session_folders=session_folders, include_own_folder=include_own_folder
     )
@@ -110,7 +129,7 @@ def run_gui(*, demo: bool = False, screenshot: str | None = None, demo_folder: s
         if demo:
             # the demo session neither reads nor changes the user's folders and settings
             store = QSettings(str(Path(tmp) / "demo.ini"), QSettings.Format.IniFormat)
-            window = build_window(store=store, cache_path=None, include_own_folder=False)
+            window = build_window(store=store, cache_path=None, include_own_folder=False, demo=True)
         else:
             with contextlib.suppress(OSError):  # Loadout's own model folder, listed when it exists
                 own_models_folder().mkdir(parents=True, exist_ok=True)

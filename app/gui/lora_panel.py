@@ -210,6 +210,7 @@ class LoraStackPanel(QWidget):
         scroll.setWidget(inner)
         self.status = QLabel()
         self.status.setObjectName("muted")
+        self.status.setWordWrap(True)
         layout = QVBoxLayout(self)
         layout.setContentsMargins(8, 8, 8, 8)
         layout.addWidget(self.heading)
@@ -272,11 +273,7 @@ class LoraStackPanel(QWidget):
                 f"{len(info.loras)} LoRA(s) on the {info.model_family} model, applied top to bottom."
             )
         if info.loras:
-            state = (
-                "previewing (bakes when you release the slider)"
-                if not info.baked
-                else "baked into the weights"
-            )
+            state = "previewing (bakes when you release the slider)" if not info.baked else info.applied
             extra = (
                 f" · {info.recomputed_keys} weights recomputed" if info.baked and info.recomputed_keys else ""
             )

@@ -29,6 +29,7 @@ from PySide6.QtWidgets import (
 from app.backend.backend import Backend
 from app.backend.messages import EngineEvent, ModelInfo, StackInfo, TaskError, TaskProgress
 from app.backend.monitor import MemoryMonitor
+from app.backend.placement import PlacementInfo
 from app.demo import is_sparse_demo
 from app.gui.browser import BrowserPanel
 from app.gui.details import LOADABLE, DetailsPanel
@@ -41,7 +42,7 @@ from app.gui.testrun_panel import TestRunPanel
 from app.gui.theme import app_icon, apply_theme, refresh_icons, set_icon
 from app.gui.widgets import MessageBar
 from core.library import Entry
-from core.memory.policy import choose_vram_state, reserve_bytes
+from core.memory.policy import reserve_bytes
 
 
 def own_models_folder() -> Path:
@@ -70,11 +71,16 @@ class MainWindow(QMainWindow):
         self.models: tuple[ModelInfo, ...] = ()
         self.stack = StackInfo(None)
         self._loading: list[Path] = []  # loads requested and not finished, in order
+        # read once here, before the worker runs anything; later changes arrive as signals
+        self.placement = backend.engine.placement.describe()
+        self.has_gpu = backend.engine.placement.accelerator is not None
         self.setWindowTitle("Loadout")
         self.setWindowIcon(app_icon())
         self.resize(1500, 940)
         self.setDockNestingEnabled(True)
         self._build_panels()
+        if monitor.gpu is backend.engine.placement.probe:  # not a test's own monitor
+            self._watch_placement()
         self._build_actions()
         self._connect_backend()
         self.apply_settings(self.settings, initial=True)
@@ -99,10 +105,9 @@ class MainWindow(QMainWindow):
         self.setCentralWidget(central)
 
         self.lora_panel = LoraStackPanel(self.backend, self.settings.lora_min, self.settings.lora_max)
-        self.loaded_panel = LoadedModelsPanel(self.backend, self.monitor.has_gpu)
-        self.memory_panel = MemoryPanel(self.monitor, vram_text=self._vram_text())
-        device = self.monitor.device.torch_device if self.monitor.device is not None else "cpu"
-        self.testrun_panel = TestRunPanel(self.backend, device)
+        self.loaded_panel = LoadedModelsPanel(self.backend, self.placement)
+        self.memory_panel = MemoryPanel(self.monitor, self.placement)
+        self.testrun_panel = TestRunPanel(self.backend, self.placement.device)
         self.docks: dict[str, QDockWidget] = {}
         for key, title, widget, area in (
             ("lora", "LoRA stack", self.lora_panel, Qt.DockWidgetArea.RightDockWidgetArea),
@@ -131,12 +136,7 @@ class MainWindow(QMainWindow):
         self.task_progress.setMaximumHeight(12)
         self.task_progress.setTextVisible(False)
         self.task_progress.hide()
-        device_text = (
-            self.monitor.device.label
-            if self.monitor.device is not None
-            else "No GPU found: CPU and system RAM"
-        )
-        self.device_label = QLabel(device_text)
+        self.device_label = QLabel(self._device_text())
         self.device_label.setObjectName("muted")
         bar = self.statusBar()
         bar.addWidget(self.task_label, 1)
@@ -172,6 +172,12 @@ class MainWindow(QMainWindow):
         )
         self.load_action = self._action(
             "load", "Load", "Ctrl+L", self.load_selected, "Load the selected model"
+        )
+        self.place_action = self._action(
+            "load", "Load to GPU", "Ctrl+G", self.place_selected, "Place the selected loaded model on the GPU"
+        )
+        self.offload_action = self._action(
+            "down", "Offload", "Ctrl+Shift+G", self.offload_selected, "Move the selected loaded model to RAM"
         )
         self.search_action = self._action(
             "search", "Search", "Ctrl+F", self.browser.focus_search, "Search the library"
@@ -211,6 +217,7 @@ class MainWindow(QMainWindow):
             lambda m: self.task_label.setText(f"Loaded {m.name} in {m.load_seconds:.2f} s")
         )
         w.demo_ready.connect(self._on_demo_ready)
+        w.placement_changed.connect(self._on_placement)
         w.finished.connect(lambda task: task == "load" and self._loading and self._loading.pop(0))
         w.run_done.connect(lambda r: self.task_label.setText(f"Test run: {r.seconds_per_step:.3f} s/step"))
         w.scan_done.connect(lambda problems: self.task_label.setText("Library up to date"))
@@ -251,7 +258,7 @@ class MainWindow(QMainWindow):
 
     # -- settings --------------------------------------------------------------------------------
     def open_settings(self) -> None:
-        dialog = SettingsDialog(self.settings, self)
+        dialog = SettingsDialog(self.settings, self, has_gpu=self.has_gpu)
         if dialog.exec():
             self.apply_settings(dialog.settings())
 
@@ -263,6 +270,7 @@ class MainWindow(QMainWindow):
             return
         changed_folders = settings.folders != self.settings.folders
         theme_changed = settings.dark_theme != self.settings.dark_theme
+        memory_changed = settings.placement_config() != self.settings.placement_config()
         self.settings = settings
         settings.save(self.store)
         app = QApplication.instance()
@@ -274,7 +282,8 @@ class MainWindow(QMainWindow):
         self.backend.set_dtype_overrides(settings.dtype_overrides)
         self.details.fit.reserve = self._reserve()
         self.details.fit.refresh()
-        self.memory_panel.note.setToolTip(self._vram_text())
+        if memory_changed and not initial:
+            self.backend.configure_memory(settings.placement_config())
         if initial or changed_folders:
             self.rescan()
 
@@ -282,11 +291,56 @@ class MainWindow(QMainWindow):
         self.settings = replace(self.settings, lora_min=lo, lora_max=hi)
         self.settings.save(self.store)
 
-    def _vram_text(self) -> str:
-        device = self.monitor.device
-        if device is None:
-            return ""
-        return choose_vram_state(device, device.total_bytes, self.settings.memory_settings()).reason
+    def _device_text(self) -> str:
+        p = self.placement
+        if p.active:
+            return f"{p.label} · {p.vram_state}"
+        return "No GPU found: CPU and system RAM" if not self.has_gpu else f"CPU only ({p.reason})"
+
+    def _on_placement(self, info: PlacementInfo) -> None:
+        """New memory settings took effect on the worker: show the device they placed on."""
+        self.placement = info
+        self._watch_placement()
+        self.monitor.reset_peaks()
+        self.memory_panel.set_placement(info)
+        self.testrun_panel.device = info.device
+        self.device_label.setText(self._device_text())
+        self.details.fit.reserve = self._reserve()
+        self.details.fit.refresh()
+
+    def _watch_placement(self) -> None:
+        """Point the monitor and the fit estimate at the placement's device (GUI-thread reads of
+        the probe and of the manager's lock-free view; the worker owns everything else)."""
+        placement = self.backend.engine.placement
+        self.monitor.gpu = placement.probe  # sampled by the plot's timer
+        self.monitor.reclaimable = placement.placed_bytes
+        self.details.fit.headroom = (
+            placement.manager.settings.min_inference_bytes if placement.active else None
+        )
+
+    # -- placement -------------------------------------------------------------------------------
+    def _selected_loaded(self) -> str | None:
+        key = self.loaded_panel.selected_key()
+        return key if key is not None else next((m.key for m in self.models if m.key == "main"), None)
+
+    def _selected_role(self) -> str | None:
+        return self.loaded_panel.selected_role() if self.loaded_panel.selected_key() else None
+
+    def place_selected(self) -> None:
+        key = self._selected_loaded()
+        if not self.placement.active:
+            self.show_message(
+                Friendly("No GPU", self.placement.reason + " Models compute on the CPU.", "info")
+            )
+        elif key is None:
+            self.show_message(Friendly("Nothing loaded", "Load a model first (double-click it).", "info"))
+        else:
+            self.backend.place(key, self._selected_role())
+
+    def offload_selected(self) -> None:
+        key = self._selected_loaded()
+        if key is not None and self.placement.active:
+            self.backend.offload(key, self._selected_role())
 
     def _reserve(self) -> int:
         device = self.monitor.device
@@ -345,6 +399,7 @@ class MainWindow(QMainWindow):
             "load": "Loading…",
             "run": "Test run…",
             "demo": "Preparing the demo library…",
+            "memory": "Memory manager at work…",
         }
         self.task_label.setText(words.get(task, "Working…"))
         if task in ("load", "run", "demo"):

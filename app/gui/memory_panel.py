@@ -27,19 +27,36 @@ from PySide6.QtWidgets import (
 
 from app.backend.messages import EngineEvent
 from app.backend.monitor import MemoryMonitor
+from app.backend.placement import PlacementInfo
 from app.gui.theme import human_bytes, is_dark
 
 GB = 1e9
 EVENT_COLORS = {
     "load": "#69db7c",
+    "partial_load": "#a9e34b",
     "unload": "#ffa94d",
+    "partial_unload": "#ffc078",
+    "keep": "#868e96",
+    "refuse": "#ff6b6b",
+    "settings": "#91a7ff",
     "interrupt": "#ff6b6b",
     "lora": "#f783ac",
     "run": "#74c0fc",
     "error": "#ff6b6b",
 }
 #: the plot's marker tags (the event list has the full text, the marker's tooltip the reason)
-SHORT_LABELS = {"load": "load", "unload": "unload", "lora": "LoRA", "run": "run", "interrupt": "stop"}
+SHORT_LABELS = {
+    "load": "load",
+    "partial_load": "partial",
+    "unload": "offload",
+    "partial_unload": "evict",
+    "keep": "keep",
+    "refuse": "refused",
+    "lora": "LoRA",
+    "run": "run",
+    "interrupt": "stop",
+    "settings": "settings",
+}
 #: (attribute of MemorySample, legend name, color, dashed, filled)
 SERIES = (
     ("ram_used", "System RAM used", "#748ffc", False, False),
@@ -72,16 +89,8 @@ class MemoryPlot(pg.PlotWidget):
             labelTextSize="8pt",
         )
         self.curves: dict[str, pg.PlotDataItem] = {}
-        gpu = monitor.has_gpu
-        for attr, name, color, dashed, filled in SERIES:
-            if attr.startswith("gpu") and not gpu:
-                continue
-            pen = pg.mkPen(color, width=2, style=Qt.PenStyle.DashLine if dashed else Qt.PenStyle.SolidLine)
-            curve = item.plot([], [], pen=pen, name=name)
-            if filled:
-                curve.setFillLevel(0)
-                curve.setBrush(pg.mkBrush(color + "33"))
-            self.curves[attr] = curve
+        self.simulated = False
+        self.build_curves()
         self.peak_line = pg.InfiniteLine(
             angle=0, pen=pg.mkPen("#f783ac", width=1, style=Qt.PenStyle.DotLine), movable=False,
             label="peak RSS", labelOpts={"position": 0.3, "color": "#f783ac", "anchors": [(0, 1), (0, 1)]},
@@ -92,6 +101,29 @@ class MemoryPlot(pg.PlotWidget):
         self.timer.timeout.connect(self.tick)
         self.timer.start()
         self.tick()
+
+    def build_curves(self, simulated: bool = False) -> None:
+        """(Re)create the curves for what the monitor measures now (a GPU may come or go when the
+        memory settings change). A simulated card has no allocator: only its use is drawn."""
+        item = self.getPlotItem()
+        for curve in self.curves.values():
+            if item.legend is not None:
+                item.legend.removeItem(curve)
+            item.removeItem(curve)
+        self.curves = {}
+        self.simulated = simulated
+        for attr, name, color, dashed, filled in SERIES:
+            if attr.startswith("gpu") and (not self.monitor.has_gpu or (simulated and attr != "gpu_used")):
+                continue
+            label = "Simulated GPU used" if simulated and attr == "gpu_used" else name
+            pen = pg.mkPen(color, width=2, style=Qt.PenStyle.DashLine if dashed else Qt.PenStyle.SolidLine)
+            curve = item.plot([], [], pen=pen, name=label)
+            if filled:
+                curve.setFillLevel(0)
+                curve.setBrush(pg.mkBrush(color + "33"))
+            self.curves[attr] = curve
+        if item.legend is not None:
+            item.legend.setColumnCount(len(self.curves))
 
     def apply_theme(self) -> None:
         self.setBackground("#14161b" if is_dark() else "#ffffff")
@@ -162,19 +194,14 @@ class EventList(QTreeWidget):
 class MemoryPanel(QWidget):
     """The plot, its note (device, or "no GPU found"), peaks and the event list."""
 
-    def __init__(self, monitor: MemoryMonitor, *, vram_text: str = "", parent: QWidget | None = None) -> None:
+    def __init__(
+        self, monitor: MemoryMonitor, placement: PlacementInfo | None = None, parent: QWidget | None = None
+    ) -> None:
         super().__init__(parent)
         self.monitor = monitor
         self.plot = MemoryPlot(monitor)
         self.events = EventList()
-        device = monitor.device
-        note = (
-            f"GPU: {device.label}"
-            if device is not None
-            else "No GPU found: showing system RAM and Loadout's memory."
-        )
-        self.note = QLabel(note + (f"  ·  {vram_text}" if vram_text else ""))
-        self.note.setObjectName("muted" if device is not None else "warning")
+        self.note = QLabel()
         self.note.setWordWrap(True)
         self.peaks = QLabel()
         self.peaks.setObjectName("muted")
@@ -200,6 +227,37 @@ class MemoryPanel(QWidget):
         layout.addLayout(top)
         layout.addWidget(split, 1)
         self.plot.timer.timeout.connect(self._update_peaks)
+        self.set_placement(placement)
+
+    def set_placement(self, placement: PlacementInfo | None) -> None:
+        """Say what is measured: the GPU (real or simulated) and its VRAM state, or no GPU."""
+        device = self.monitor.device
+        if placement is None and device is not None:
+            text = tip = f"GPU: {device.label}"
+            self.note.setObjectName("muted")
+        elif placement is None or not placement.active:
+            text = "No GPU found: showing system RAM and Loadout's memory; models compute on the CPU."
+            tip = text
+            if placement is not None and device is not None:
+                text = f"GPU: {device.label} · not used"
+                tip = placement.reason
+            self.note.setObjectName("warning")
+        else:
+            text = f"{placement.label} · {placement.vram_state}"
+            tip = placement.reason
+            if placement.simulated:
+                tip += (
+                    ". No GPU here: the memory manager plans, evicts and streams for a card of this size, "
+                    "and the math runs on the CPU (Settings > Memory)."
+                )
+            self.note.setObjectName("muted")
+        self.note.setText(text)
+        self.note.setToolTip(tip)
+        self.note.style().unpolish(self.note)
+        self.note.style().polish(self.note)
+        simulated = placement is not None and placement.simulated
+        if simulated != self.plot.simulated or (self.monitor.has_gpu != ("gpu_used" in self.plot.curves)):
+            self.plot.build_curves(simulated)
         self._update_peaks()
 
     def add_event(self, event: EngineEvent) -> None:

@@ -23,6 +23,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.backend.placement import PlacementConfig
 from core.memory.policy import DtypeOverride, MemorySettings, VramState
 
 ROLES = (("diffusion_model", "Diffusion model"), ("text_encoder", "Text encoders"), ("vae", "VAE"))
@@ -39,6 +40,10 @@ class AppSettings:
     dark_theme: bool = True
     lora_min: float = -1.0
     lora_max: float = 2.0
+    simulate_vram_mib: int = 0  # a simulated card (no GPU) or a cap on the real one; 0 = off
+
+    def placement_config(self) -> PlacementConfig:
+        return PlacementConfig(self.memory_settings(), max(0, self.simulate_vram_mib) * MIB)
 
     def memory_settings(self) -> MemorySettings:
         state = None if self.vram_mode == "auto" else VramState.parse(self.vram_mode)
@@ -75,6 +80,7 @@ class AppSettings:
                 dark_theme=bool(get("ui/dark_theme", d.dark_theme)),
                 lora_min=float(get("lora/min", d.lora_min)),  # type: ignore[arg-type]
                 lora_max=float(get("lora/max", d.lora_max)),  # type: ignore[arg-type]
+                simulate_vram_mib=int(get("memory/simulate_vram_mib", 0)),  # type: ignore[call-overload]
             )
         except (TypeError, ValueError):
             return d  # a hand-edited, broken settings file: start from the defaults
@@ -88,6 +94,7 @@ class AppSettings:
             "ui/dark_theme": self.dark_theme,
             "lora/min": self.lora_min,
             "lora/max": self.lora_max,
+            "memory/simulate_vram_mib": self.simulate_vram_mib,
         }
         for key, value in values.items():
             store.setValue(key, json.dumps(value))
@@ -98,7 +105,9 @@ class AppSettings:
 
 
 class SettingsDialog(QDialog):
-    def __init__(self, settings: AppSettings, parent: QWidget | None = None) -> None:
+    def __init__(
+        self, settings: AppSettings, parent: QWidget | None = None, *, has_gpu: bool = False
+    ) -> None:
         super().__init__(parent)
         self.setWindowTitle("Loadout settings")
         self.setMinimumWidth(560)
@@ -138,10 +147,24 @@ class SettingsDialog(QDialog):
         self.reserve.setSpecialValueText("automatic")
         self.reserve.setSuffix(" MiB")
         self.reserve.setValue(settings.reserve_mib)
+        self.simulate = QSpinBox()
+        self.simulate.setRange(0, 1 << 20)
+        self.simulate.setSingleStep(512)
+        self.simulate.setSuffix(" MiB")
+        self.simulate.setSpecialValueText("off" if not has_gpu else "the whole card")
+        self.simulate.setValue(max(0, settings.simulate_vram_mib))
+        self.simulate.setToolTip(
+            "Try a smaller card: the memory manager plans, evicts and streams as it would on a card of "
+            "this size"
+            if has_gpu
+            else "No GPU here: simulate one of this size on the CPU to see the memory manager place, "
+            "evict and stream (the math runs on the CPU)"
+        )
         memory = QGroupBox("Memory")
         mem_form = QFormLayout(memory)
         mem_form.addRow("VRAM mode", self.vram)
         mem_form.addRow("Keep free for other apps", self.reserve)
+        mem_form.addRow("Limit the card to" if has_gpu else "Simulate a GPU of", self.simulate)
 
         self.dtypes: dict[str, QComboBox] = {}
         precision = QGroupBox("Precision (storage dtype when loading)")
@@ -183,4 +206,5 @@ class SettingsDialog(QDialog):
                 r: str(c.currentData()) for r, c in self.dtypes.items() if c.currentData() != "auto"
             },
             dark_theme=self.dark.isChecked(),
+            simulate_vram_mib=self.simulate.value(),
         )

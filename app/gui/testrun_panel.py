@@ -69,7 +69,7 @@ class TestRunPanel(QWidget):
         self.result.setWordWrap(True)
         self.result.setObjectName("muted")
         self.history = QTreeWidget()
-        self.history.setHeaderLabels(["s/step", "Size", "Steps", "Peak RAM"])
+        self.history.setHeaderLabels(["s/step", "Size", "Steps", "Streamed/step", "Peak RAM"])
         self.history.setRootIsDecorated(False)
         self.history.header().setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
         self.run_button.setMaximumWidth(260)
@@ -127,17 +127,28 @@ class TestRunPanel(QWidget):
 
     def show_report(self, r: RunReport) -> None:
         vram = human_bytes(r.peak_vram) if r.peak_vram is not None else "no GPU"
+        if not r.placement:
+            moved = "computed on the CPU from system RAM: nothing is copied to a device"
+        elif r.streamed_bytes_per_step:
+            moved = (
+                f"{human_bytes(r.resident_bytes)} resident on {r.placement}; "
+                f"<b>{human_bytes(r.streamed_bytes_per_step)} streamed per step</b> by the ops layer "
+                "(the layers that did not fit are copied in at each step)"
+            )
+        else:
+            moved = f"all {human_bytes(r.resident_bytes)} resident on {r.placement}: nothing streamed"
         self.result.setText(
             f"<span style='font-size:14pt'><b>{r.seconds_per_step:.3f} s/step</b></span><br>"
             f"{r.steps} steps at {r.width}×{r.height}, batch {r.batch}, on {r.device} in {r.dtype}: "
             f"{r.total_seconds:.2f} s<br>peak RAM (Loadout) {human_bytes(r.peak_rss)} · VRAM {vram}<br>"
-            "<span style='color:#8a94a6'>streamed per step: 0 B (every weight resident)</span>"
+            f"<span style='color:#8a94a6'>{moved}</span>"
         )
         item = QTreeWidgetItem(
             [
                 f"{r.seconds_per_step:.3f}",
                 f"{r.width}×{r.height}×{r.batch}",
                 str(r.steps),
+                human_bytes(r.streamed_bytes_per_step) if r.placement else "-",
                 human_bytes(r.peak_rss),
             ]
         )

@@ -23,6 +23,7 @@ from PySide6.QtCore import QSettings, QThread
 
 from app.backend.engine import Loaders
 from app.backend.monitor import MemoryMonitor
+from app.backend.placement import Placement
 from app.demo import DemoLibrary, ensure_demo_library
 from app.gui.compat import guard_none_refcount
 from app.gui.launch import build_window
@@ -111,7 +112,10 @@ def make_window(qtbot, store: QSettings) -> Iterator[WindowFactory]:
     windows: list[MainWindow] = []
 
     def make(
-        *folders: Path | str, loaders: Loaders | None = None, monitor: MemoryMonitor | None = None
+        *folders: Path | str,
+        loaders: Loaders | None = None,
+        monitor: MemoryMonitor | None = None,
+        placement: Placement | None = None,
     ) -> MainWindow:
         window = build_window(
             store=store,
@@ -119,7 +123,8 @@ def make_window(qtbot, store: QSettings) -> Iterator[WindowFactory]:
             session_folders=tuple(str(f) for f in folders),
             loaders=loaders,
             include_own_folder=False,
-            monitor=monitor or MemoryMonitor(None),
+            monitor=monitor or MemoryMonitor(placement.probe if placement is not None else None),
+            placement=placement if placement is not None else Placement(None),
         )
         qtbot.addWidget(window)
         window.show()
