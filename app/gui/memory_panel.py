@@ -90,6 +90,11 @@ class MemoryPlot(pg.PlotWidget):
         )
         self.curves: dict[str, pg.PlotDataItem] = {}
         self.simulated = False
+        self.gpu_view = pg.ViewBox(enableMouse=False)  # the right axis (a simulated card)
+        item.scene().addItem(self.gpu_view)
+        item.getAxis("right").linkToView(self.gpu_view)
+        self.gpu_view.setXLink(item)
+        item.vb.sigResized.connect(lambda: self.gpu_view.setGeometry(item.vb.sceneBoundingRect()))
         self.build_curves()
         self.peak_line = pg.InfiniteLine(
             angle=0, pen=pg.mkPen("#f783ac", width=1, style=Qt.PenStyle.DotLine), movable=False,
@@ -104,24 +109,40 @@ class MemoryPlot(pg.PlotWidget):
 
     def build_curves(self, simulated: bool = False) -> None:
         """(Re)create the curves for what the monitor measures now (a GPU may come or go when the
-        memory settings change). A simulated card has no allocator: only its use is drawn."""
+        memory settings change). A simulated card has no allocator: only its use is drawn, against
+        its own axis on the right (0 to the card's size: megabytes next to gigabytes of RAM)."""
         item = self.getPlotItem()
         for curve in self.curves.values():
             if item.legend is not None:
                 item.legend.removeItem(curve)
-            item.removeItem(curve)
+            if curve.getViewBox() is self.gpu_view:
+                self.gpu_view.removeItem(curve)
+            else:
+                item.removeItem(curve)
         self.curves = {}
         self.simulated = simulated
         for attr, name, color, dashed, filled in SERIES:
             if attr.startswith("gpu") and (not self.monitor.has_gpu or (simulated and attr != "gpu_used")):
                 continue
-            label = "Simulated GPU used" if simulated and attr == "gpu_used" else name
             pen = pg.mkPen(color, width=2, style=Qt.PenStyle.DashLine if dashed else Qt.PenStyle.SolidLine)
-            curve = item.plot([], [], pen=pen, name=label)
+            if simulated and attr == "gpu_used":
+                curve = pg.PlotDataItem([], [], pen=pen, name="Simulated GPU used (right axis)")
+                self.gpu_view.addItem(curve)
+                if item.legend is not None:
+                    item.legend.addItem(curve, curve.name())
+            else:
+                curve = item.plot([], [], pen=pen, name=name)
             if filled:
                 curve.setFillLevel(0)
                 curve.setBrush(pg.mkBrush(color + "33"))
             self.curves[attr] = curve
+        if simulated:
+            item.showAxis("right")
+            item.setLabel("right", "simulated GPU", units="B")
+            total = self.monitor.gpu.total() if self.monitor.gpu is not None else 1
+            self.gpu_view.setYRange(0, total * 1.05, padding=0)
+        else:
+            item.hideAxis("right")
         if item.legend is not None:
             item.legend.setColumnCount(len(self.curves))
 
