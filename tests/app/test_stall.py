@@ -47,3 +47,41 @@ def test_main_thread_keeps_processing_timers_while_the_worker_loads_and_patches(
     print(f"\nevent-loop stall while the worker loaded, patched and ran: {probe.report()}")
     assert probe.ticks > 20
     assert probe.max_gap < LIMIT_S, f"the main thread stalled for {probe.max_gap * 1000:.0f} ms"
+
+
+def test_main_thread_keeps_processing_timers_while_the_memory_manager_places_and_streams(
+    qtbot, make_window, demo_library: DemoLibrary
+) -> None:
+    from app.backend.placement import Placement
+    from tests.app.test_placement import card
+
+    window = make_window(demo_library.folder, placement=Placement(None, card(3)))
+    backend = window.backend
+    qtbot.waitUntil(lambda: not backend.busy and window.browser.select_path(demo_library.checkpoint))
+    with strict(qtbot, backend, "started", "model_loaded", "finished"):
+        backend.load(demo_library.checkpoint, "checkpoint")
+    with strict(qtbot, backend, "started", "stack_changed", "finished") as rec:
+        backend.add_lora(demo_library.lora, 0.8, 0.8)
+    lora_id = rec.first("stack_changed").loras[0].id
+    qtbot.wait(300)
+    probe = StallProbe(10)
+    probe.start()
+    probe.phase = "place"
+    with strict(qtbot, backend, "started", "models_changed", "finished"):
+        backend.place("main", "diffusion_model")
+    probe.phase = "slider"
+    for step in range(10):  # strengths changed on the placed weights
+        with qtbot.waitSignal(backend.stack_changed, timeout=10000):
+            backend.preview_strength(lora_id, -1.0 + 0.3 * step, 0.5)
+        qtbot.wait(15)
+    probe.phase = "run"
+    with strict(qtbot, backend, "started", "run_done", "finished") as rec:
+        backend.test_run(RunConfig(steps=3, width=256, height=256))
+    assert rec.first("run_done").streamed_bytes_per_step > 0
+    probe.phase = "offload"
+    with strict(qtbot, backend, "started", "models_changed", "finished"):
+        backend.offload("main")
+    probe.stop()
+    print(f"\nevent-loop stall while the manager placed, patched, streamed: {probe.report()}")
+    assert probe.ticks > 20
+    assert probe.max_gap < LIMIT_S, f"the main thread stalled for {probe.max_gap * 1000:.0f} ms"
