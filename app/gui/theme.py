@@ -1,4 +1,4 @@
-"""Look and feel: the dark/light theme, icons drawn from ``resources/``, and text formatting."""
+"""Look and feel: the dark/light theme, icons drawn from ``app/resources/``, and text formatting."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from PySide6.QtGui import QColor, QIcon, QPainter, QPalette, QPixmap
 from PySide6.QtSvg import QSvgRenderer
 from PySide6.QtWidgets import QApplication
 
-RESOURCES = Path(__file__).resolve().parents[2] / "resources"
+RESOURCES = Path(__file__).resolve().parents[1] / "resources"
 DARK_ICON = "#c9d1e3"
 LIGHT_ICON = "#475467"
 KIND_COLORS = {
@@ -55,7 +55,7 @@ def _icon(name: str, color: str) -> QIcon:
 
 
 def icon(name: str, color: str | None = None) -> QIcon:
-    """A toolbar/list icon from ``resources/icons``, drawn in the theme's (or the given) color."""
+    """A toolbar/list icon from ``app/resources/icons``, drawn in the theme's (or the given) color."""
     return _icon(name, color or _state["icon_color"])
 
 
