@@ -131,12 +131,15 @@ class TestRunPanel(QWidget):
             moved = "computed on the CPU from system RAM: nothing is copied to a device"
         elif r.streamed_bytes_per_step:
             moved = (
-                f"{human_bytes(r.resident_bytes)} resident on {r.placement}; "
-                f"<b>{human_bytes(r.streamed_bytes_per_step)} streamed per step</b> by the ops layer "
-                "(the layers that did not fit are copied in at each step)"
+                f"<b>{human_bytes(r.streamed_bytes_per_step)} streamed per step</b>, "
+                f"{human_bytes(r.resident_bytes)} resident on {r.placement}"
             )
         else:
             moved = f"all {human_bytes(r.resident_bytes)} resident on {r.placement}: nothing streamed"
+        self.result.setToolTip(
+            "Streamed: the layers that did not fit on the device are copied in by the ops layer at "
+            "each step (patched on the way); resident layers stay on the device."
+        )
         self.result.setText(
             f"<span style='font-size:14pt'><b>{r.seconds_per_step:.3f} s/step</b></span><br>"
             f"{r.steps} steps at {r.width}×{r.height}, batch {r.batch}, on {r.device} in {r.dtype}: "

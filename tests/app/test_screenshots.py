@@ -73,6 +73,35 @@ def test_screenshots_of_each_panel_and_the_window(qtbot, make_window, demo_libra
     assert all(p.stat().st_size > 2000 for p in shots)
 
 
+def test_screenshots_with_the_memory_manager_at_work(qtbot, make_window, demo_library: DemoLibrary) -> None:
+    from app.backend.placement import Placement
+    from tests.app.test_placement import card
+
+    window = make_window(demo_library.folder, placement=Placement(None, card(3)))
+    backend = window.backend
+    qtbot.waitUntil(lambda: not backend.busy and window.browser.select_path(demo_library.checkpoint))
+    with strict(qtbot, backend, "started", "model_loaded", "finished"):
+        window.load_selected()
+    with strict(qtbot, backend, "started", "stack_changed", "finished"):
+        backend.add_lora(demo_library.lora, 0.8, 0.6)
+    with strict(qtbot, backend, "started", "models_changed", "finished"):
+        backend.place("main", "diffusion_model")
+    panel = window.testrun_panel
+    panel.steps.setValue(3)
+    with strict(qtbot, backend, "started", "run_done", "finished"):
+        panel.run_button.click()
+    qtbot.wait(400)
+    shots = [_save(window, "placed-window")]
+    for key in ("loaded", "memory", "testrun", "lora"):
+        shots.append(_save(window.docks[key], f"placed-panel-{key}"))
+    dialog = SettingsDialog(window.settings, window)
+    qtbot.addWidget(dialog)
+    dialog.show()
+    shots.append(_save(dialog, "placed-settings"))
+    dialog.close()
+    print("\nscreenshots:\n  " + "\n  ".join(str(p) for p in shots))
+
+
 def test_cli_demo_screenshot_exits_0_and_writes_a_png(tmp_path: Path) -> None:
     out = tmp_path / "demo.png"
     env = {
