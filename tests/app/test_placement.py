@@ -183,3 +183,23 @@ def test_a_stop_during_placement_leaves_every_model_where_it_was(demo_library: D
     assert engine.placement.manager.loaded() == [] and events[-1].kind == "interrupt"
     engine.place("main", "diffusion_model")  # the flag was consumed: the next request runs
     assert engine.placement.placed_bytes() > 0
+
+
+@pytest.mark.gpu
+def test_on_a_real_gpu_placed_and_streamed_runs_match_the_cpu(demo_library: DemoLibrary) -> None:
+    """Run with ``pytest -m gpu`` on a machine with CUDA: the whole card, then a card capped so the
+    diffusion model streams; both match the CPU bake within float tolerance."""
+    cpu = _engine(demo_library, Placement(None))
+    cpu.add_lora(demo_library.lora, 0.8, 0.6, False)
+    expected = _output(cpu)
+    for limit in (0, 3 * MIB):
+        gpu = _engine(demo_library, Placement.discover(PlacementConfig(NORMAL, limit, MIB)))
+        assert gpu.placement.active and gpu.placement.target == "cuda"
+        gpu.add_lora(demo_library.lora, 0.8, 0.6, False)
+        gpu.place("main", "diffusion_model")
+        report = gpu.test_run(RUN, lambda s: None, lambda: None)
+        assert report.device.startswith("cuda") and report.peak_vram
+        assert (report.streamed_bytes_per_step > 0) == (limit > 0)
+        out = report.output
+        assert out["shape"] == expected["shape"]
+        assert abs(out["sum"] - expected["sum"]) <= 1e-3 * max(1.0, abs(expected["abs_sum"]))  # type: ignore[operator]
