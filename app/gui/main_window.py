@@ -182,6 +182,8 @@ class MainWindow(QMainWindow):
         self.search_action = self._action(
             "search", "Search", "Ctrl+F", self.browser.focus_search, "Search the library"
         )
+        for action in (self.place_action, self.offload_action):
+            action.setEnabled(self.placement.active)
         self.interrupt_action = self._action("stop", "Stop", "Esc", self.interrupt, "Stop the running task")
         self.interrupt_action.setEnabled(False)
         self.settings_action = self._action("settings", "Settings", "Ctrl+,", self.open_settings, "Settings")
@@ -190,7 +192,10 @@ class MainWindow(QMainWindow):
         toolbar.setObjectName("toolbar")
         toolbar.setMovable(False)
         toolbar.setToolButtonStyle(Qt.ToolButtonStyle.ToolButtonTextBesideIcon)
-        for action in (self.add_folder_action, self.rescan_action, self.load_action, self.interrupt_action):
+        for action in (
+            self.add_folder_action, self.rescan_action, self.load_action, self.place_action,
+            self.interrupt_action,
+        ):  # fmt: skip
             toolbar.addAction(action)
         spacer = QWidget()
         spacer.setSizePolicy(
@@ -300,6 +305,8 @@ class MainWindow(QMainWindow):
     def _on_placement(self, info: PlacementInfo) -> None:
         """New memory settings took effect on the worker: show the device they placed on."""
         self.placement = info
+        self.place_action.setEnabled(info.active)
+        self.offload_action.setEnabled(info.active)
         self._watch_placement()
         self.monitor.reset_peaks()
         self.memory_panel.set_placement(info)
