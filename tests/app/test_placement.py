@@ -203,3 +203,19 @@ def test_on_a_real_gpu_placed_and_streamed_runs_match_the_cpu(demo_library: Demo
         out = report.output
         assert out["shape"] == expected["shape"]
         assert abs(out["sum"] - expected["sum"]) <= 1e-3 * max(1.0, abs(expected["abs_sum"]))  # type: ignore[operator]
+
+
+def test_placing_one_component_evicts_others_and_says_why(demo_library: DemoLibrary) -> None:
+    engine = _engine(demo_library, Placement(None, card(8, 2)))
+    events: list = []
+    engine.emit = events.append
+    engine.place("main", "diffusion_model")
+    engine.place("main", "vae")
+    engine.place("main", "text_encoder")  # 10 MiB on an 8 MiB card: the others make room
+    where = {c.role: (c.placed, c.streamed_bytes > 0) for c in engine.models()[0].components}
+    assert where == {"diffusion_model": (False, False), "vae": (False, False), "text_encoder": (True, True)}
+    evictions = [e for e in events if e.reason.startswith("Evicted")]
+    assert len(evictions) == 2 and all("to make room for" in e.reason for e in evictions)
+    assert events[-1].kind == "partial_load"
+    cpu = _engine(demo_library, Placement(None))
+    assert _output(engine) == _output(cpu)  # the test run places the diffusion model back
