@@ -125,9 +125,11 @@ def run_gui(*, demo: bool = False, screenshot: str | None = None, demo_folder: s
     app.setApplicationName("Loadout")
     app.setOrganizationName("Loadout")
     app.setApplicationDisplayName("Loadout")
-    with tempfile.TemporaryDirectory(prefix="loadout-demo-") as tmp:
+    app.setDesktopFileName("loadout")  # Wayland matches the window to loadout.desktop (icon, grouping)
+    with contextlib.ExitStack() as scope:
         if demo:
             # the demo session neither reads nor changes the user's folders and settings
+            tmp = scope.enter_context(tempfile.TemporaryDirectory(prefix="loadout-demo-"))
             store = QSettings(str(Path(tmp) / "demo.ini"), QSettings.Format.IniFormat)
             window = build_window(store=store, cache_path=None, include_own_folder=False, demo=True)
         else:
