@@ -76,6 +76,7 @@ class Placement:
             self.manager.interrupt = interrupt
         self.mover.interrupt = self.manager.check
         self.probe: MemoryProbe | None = None
+        self.monitor_probe: MemoryProbe | None = None  # what the plot samples (a GPU set not to be used too)
         self.decision: VramDecision | None = None
         self.config = PlacementConfig()
         self.configure(config or PlacementConfig())
@@ -107,6 +108,7 @@ class Placement:
         else:
             probe, target = None, "cpu"
         decision = choose_vram_state(probe.device, probe.total(), settings) if probe is not None else None
+        self.monitor_probe = probe
         if decision is not None and decision.state is VramState.DISABLED:
             probe = None
         self.probe, self.decision = probe, decision

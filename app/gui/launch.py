@@ -79,7 +79,7 @@ def build_window(
     cache = InspectCache(cache_path, engine_version=_engine_version())
     engine = Engine(cache=cache, loaders=loaders, placement=placement)
     backend = Backend(engine)
-    mon = monitor if isinstance(monitor, MemoryMonitor) else MemoryMonitor(placement.probe)
+    mon = monitor if isinstance(monitor, MemoryMonitor) else MemoryMonitor(placement.monitor_probe)
     window = MainWindow(
         backend, mon, settings_store, session_folders=session_folders, include_own_folder=include_own_folder
     )

@@ -79,7 +79,7 @@ class MainWindow(QMainWindow):
         self.resize(1500, 940)
         self.setDockNestingEnabled(True)
         self._build_panels()
-        if monitor.gpu is backend.engine.placement.probe:  # not a test's own monitor
+        if monitor.gpu is backend.engine.placement.monitor_probe:  # not a test's own monitor
             self._watch_placement()
         self._build_actions()
         self._connect_backend()
@@ -319,7 +319,7 @@ class MainWindow(QMainWindow):
         """Point the monitor and the fit estimate at the placement's device (GUI-thread reads of
         the probe and of the manager's lock-free view; the worker owns everything else)."""
         placement = self.backend.engine.placement
-        self.monitor.gpu = placement.probe  # sampled by the plot's timer
+        self.monitor.gpu = placement.monitor_probe  # sampled by the plot's timer
         self.monitor.reclaimable = placement.placed_bytes
         self.details.fit.headroom = (
             placement.manager.settings.min_inference_bytes if placement.active else None

@@ -123,7 +123,7 @@ def make_window(qtbot, store: QSettings) -> Iterator[WindowFactory]:
             session_folders=tuple(str(f) for f in folders),
             loaders=loaders,
             include_own_folder=False,
-            monitor=monitor or MemoryMonitor(placement.probe if placement is not None else None),
+            monitor=monitor or MemoryMonitor(placement.monitor_probe if placement is not None else None),
             placement=placement if placement is not None else Placement(None),
         )
         qtbot.addWidget(window)
