@@ -247,6 +247,20 @@ class MemoryManager:
             entries = list(self._entries.values())
         return [e for e in entries if e.model() is not None]
 
+    def forget(self, model: object) -> None:
+        """Stop tracking ``model`` now (the app is about to drop it; unload it first). Its name is
+        free again at once, and no "dropped" event follows when it is collected."""
+        with self._lock:
+            target = self._target(model)
+            entry = self.find(model)
+            if entry is None:
+                return
+            with self._view:
+                del self._entries[id(target)]
+            finalizer = self._finalizers.pop(id(target), None)
+            if finalizer is not None:
+                finalizer.detach()
+
     def find(self, model: object) -> ManagedModel | None:
         """The entry tracking ``model`` (or the module under a patcher), None if not registered."""
         target = self._target(model)
@@ -318,9 +332,9 @@ class MemoryManager:
                 )
             return LoadResult(tuple(done), tuple(ev.reason for ev in done if ev.kind == "refuse"))
 
-    def unload_all(self) -> LoadResult:
+    def unload_all(self, why: str = "every model was unloaded on request") -> LoadResult:
         """Every model back to the CPU (streaming set-ups included)."""
-        return self._unload_where(lambda e: True, "every model was unloaded on request")
+        return self._unload_where(lambda e: True, why)
 
     def unload_models(self, models: Sequence[object], why: str = "you offloaded it") -> LoadResult:
         """``models`` back to the CPU, whole (streaming set-ups included); ``why`` ends the reason."""
@@ -329,7 +343,7 @@ class MemoryManager:
             return self._unload_where(lambda e: id(e.model()) in wanted, why)
 
     def _unload_where(self, which: Callable[[ManagedModel], bool], why: str) -> LoadResult:
-        with self._lock:
+        with self._lock, self._uninterrupted():  # unloads are never stopped halfway
             self._reap()
             steps = [
                 Step(
@@ -395,10 +409,12 @@ class MemoryManager:
         if step.kind in ("unload", "partial_unload"):
             with self._uninterrupted():
                 moved = self.mover.unload(entry, step.modules)
+                entry.loaded_modules = entry.loaded_modules - set(step.modules)
                 if step.kind == "unload":
                     self.mover.stop_streaming(entry)
-            entry.loaded_modules = entry.loaded_modules - set(step.modules)
-            entry.streaming = step.kind == "partial_unload"  # what left streams if the model runs
+                else:  # what left the device streams from now on, patched at cast time
+                    self.mover.load(entry, (), self.device)
+            entry.streaming = step.kind == "partial_unload"
             return moved
         if step.kind in ("load", "partial_load"):
             try:
@@ -406,6 +422,10 @@ class MemoryManager:
             except BaseException:
                 with self._uninterrupted():  # roll back: the model stays as it was before this step
                     self.mover.unload(entry, [n for n in step.modules if n not in entry.loaded_modules])
+                    if entry.loaded_modules or entry.streaming:
+                        self.mover.load(entry, (), self.device)  # streaming as it was
+                    else:
+                        self.mover.stop_streaming(entry)
                 raise
             entry.loaded_modules = entry.loaded_modules | set(step.modules)
             entry.streaming = step.kind == "partial_load"

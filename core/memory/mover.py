@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from torch import Tensor, nn
 
 from core.memory.manager import ManagedModel
-from core.models.state import set_tensor
+from core.models.state import get_tensor, set_tensor
 from core.ops.streaming import (
     StreamedLayers,
     patch_fn_from,
@@ -34,10 +34,10 @@ from core.patching.patcher import ModelPatcher, Signature
 
 @dataclass
 class _Placed:
-    module: nn.Module
-    patcher: ModelPatcher | None
+    module_ref: weakref.ref[nn.Module]  # weak: a model the app drops must be freed with its tensors
     originals: dict[str, Tensor] = field(default_factory=dict)  # key -> the CPU tensor it replaced
     applied: dict[str, Signature] = field(default_factory=dict)  # key -> the patches its copy holds
+    loose: set[str] = field(default_factory=set)  # patched keys outside resident and streamed layers
     device: str = "cpu"
     streamed: StreamedLayers | None = None
 
@@ -46,6 +46,10 @@ def _own_tensors(layer: nn.Module) -> list[tuple[str, Tensor]]:
     found: list[tuple[str, Tensor]] = [(n, t) for n, t in layer._parameters.items() if t is not None]
     found += [(n, t) for n, t in layer._buffers.items() if t is not None]
     return found
+
+
+def _owner(key: str) -> str:
+    return key.rpartition(".")[0]
 
 
 class TorchMover:
@@ -65,30 +69,43 @@ class TorchMover:
         stack for a module already placed takes effect at its next placement."""
         self._patchers[id(patcher.model)] = patcher
 
-    def _resolve(self, entry: ManagedModel) -> _Placed:
+    # -- bookkeeping ------------------------------------------------------------------------------
+    def _module_of(self, target: object) -> nn.Module:
+        module = target.model if isinstance(target, ModelPatcher) else target
+        if not isinstance(module, nn.Module):
+            raise TypeError(f"cannot place a {type(target).__name__}")
+        return module
+
+    def _resolve(self, entry: ManagedModel) -> tuple[_Placed, nn.Module, ModelPatcher | None]:
         target = entry.model()
         if target is None:
             raise RuntimeError(f"{entry.name} was released by the app")
-        placed = self._placed.get(id(target))
-        if placed is None:
-            module = target.model if isinstance(target, ModelPatcher) else target
-            if not isinstance(module, nn.Module):
-                raise TypeError(f"cannot place a {type(target).__name__}")
-            placed = _Placed(module, None)
-            self._placed[id(target)] = placed
-        placed.patcher = target if isinstance(target, ModelPatcher) else self._patchers.get(id(placed.module))
-        return placed
+        module = self._module_of(target)
+        placed = self._placed.get(id(module))
+        if placed is None or placed.module_ref() is not module:
+            placed = _Placed(weakref.ref(module))
+            self._placed[id(module)] = placed
+            weakref.finalize(module, self._placed.pop, id(module), None)
+        patcher = target if isinstance(target, ModelPatcher) else self._patchers.get(id(module))
+        return placed, module, patcher
+
+    def _find(self, entry: ManagedModel) -> tuple[_Placed, nn.Module, ModelPatcher | None] | None:
+        target = entry.model()
+        if target is None or id(self._module_of(target)) not in self._placed:
+            return None
+        return self._resolve(entry)
 
     def stats(self, entry: ManagedModel) -> StreamedLayers | None:
-        target = entry.model()
-        placed = self._placed.get(id(target)) if target is not None else None
-        return placed.streamed if placed is not None else None
+        found = self._find(entry)
+        return found[0].streamed if found is not None else None
 
+    # -- placing ----------------------------------------------------------------------------------
     def load(self, entry: ManagedModel, module_names: Sequence[str], device: str) -> int:
-        placed = self._resolve(entry)
-        module, patcher = placed.module, placed.patcher
+        """Place ``module_names`` on ``device`` and stream every other op layer (no names: just
+        set streaming up again for what is not resident)."""
+        placed, module, patcher = self._resolve(entry)
         resident = set(entry.loaded_modules) | set(module_names)
-        self._unstream(placed)
+        self._unstream(placed, module)
         placed.device = device
         moved = 0
         for name in module_names:
@@ -96,77 +113,120 @@ class TorchMover:
             for leaf, tensor in _own_tensors(layer):
                 key = f"{name}.{leaf}" if name else leaf
                 original = placed.originals.setdefault(key, tensor)
-                self._place(placed, key, original)
+                placed.loose.discard(key)
+                self._place(placed, module, patcher, key, original)
                 moved += original.numel() * original.element_size()
         rest = [n for n, _ in streamable_layers(module) if n not in resident]
-        patch_fn = patch_fn_from(patcher.patched_weight) if patcher is not None else None
+        patch_fn = None
+        if patcher is not None:
+            weights = patcher.patched_weight
+            patch_fn = patch_fn_from(lambda key, base: weights(key, base, cache=base.device.type == "cpu"))
         placed.streamed = stream_layers(
             module, rest, device, patch_fn=patch_fn, interrupt=self.interrupt, pin=self.pin
         )
+        self._place_loose(placed, module, patcher)
         return moved
 
-    def _place(self, placed: _Placed, key: str, original: Tensor) -> None:
+    def _place(
+        self, placed: _Placed, module: nn.Module, patcher: ModelPatcher | None, key: str, original: Tensor
+    ) -> None:
         copy = original.to(placed.device, non_blocking=True)
         signature: Signature = ()
-        if placed.patcher is not None:
-            signature = placed.patcher.signature(key)
+        if patcher is not None:
+            signature = patcher.signature(key)
             if signature:
-                copy = placed.patcher.patched_weight(key, copy)[0]
-        set_tensor(placed.module, key, copy)
+                copy = patcher.patched_weight(key, copy, cache=copy.device.type == "cpu")[0]
+        set_tensor(module, key, copy)
         placed.applied[key] = signature
+
+    def _place_loose(self, placed: _Placed, module: nn.Module, patcher: ModelPatcher | None) -> int:
+        """Patched weights outside op layers (a norm's scale, say) are neither resident nor
+        streamed in a partial load; they are tiny, so they are placed patched. A loose weight no
+        longer patched gets its original back."""
+        if patcher is None:
+            return 0
+        streamed = set(placed.streamed.names) if placed.streamed is not None else set()
+        changed = 0
+        for key in sorted(patcher.patched_keys()):
+            if key in placed.originals or _owner(key) in streamed:
+                continue
+            placed.originals[key] = get_tensor(module, key)
+            placed.loose.add(key)
+            self._place(placed, module, patcher, key, placed.originals[key])
+            changed += 1
+        for key in [k for k in placed.loose if not patcher.signature(k)]:
+            set_tensor(module, key, placed.originals.pop(key))
+            placed.applied.pop(key, None)
+            placed.loose.discard(key)
+            changed += 1
+        return changed
 
     def refresh(self, entry: ManagedModel) -> int:
         """Bring a changed LoRA stack onto the placed weights: every resident weight whose patches
         changed since it was placed is recomputed from its original (on the device). Returns how
         many were. Streamed layers apply the current stack at each forward already."""
-        target = entry.model()
-        placed = self._placed.get(id(target)) if target is not None else None
-        if placed is None:
+        found = self._find(entry)
+        if found is None:
             return 0
-        placed.patcher = self._patchers.get(id(placed.module), placed.patcher)
+        placed, module, patcher = found
         changed = 0
-        for key, original in placed.originals.items():
-            wanted = placed.patcher.signature(key) if placed.patcher is not None else ()
+        for key, original in list(placed.originals.items()):
+            wanted = patcher.signature(key) if patcher is not None else ()
+            if key in placed.loose and not wanted:
+                continue  # no longer patched: _place_loose puts its original back
             if placed.applied.get(key, ()) != wanted:
-                self._place(placed, key, original)
+                self._place(placed, module, patcher, key, original)
                 changed += 1
+        if placed.streamed is not None:  # placed (streaming set up, possibly with nothing to stream)
+            changed += self._place_loose(placed, module, patcher)
         return changed
 
+    # -- unplacing --------------------------------------------------------------------------------
     def stop_streaming(self, entry: ManagedModel) -> None:
-        """The model left the device entirely: its layers compute from their own weights again."""
-        target = entry.model()
-        placed = self._placed.get(id(target)) if target is not None else None
-        if placed is not None:
-            self._unstream(placed)
+        """The model left the device entirely: streaming stops and every weight still placed (the
+        loose ones) gets its original back."""
+        found = self._find(entry)
+        if found is None:
+            return
+        placed, module, _ = found
+        self._unstream(placed, module)
+        self._restore_all(placed, module)
 
     def unload(self, entry: ManagedModel, module_names: Sequence[str]) -> int:
-        target = entry.model()
-        placed = self._placed.get(id(target)) if target is not None else None
-        if placed is None:
+        found = self._find(entry)
+        if found is None:
             return 0
+        placed, module, _ = found
         freed = 0
         for name in module_names:
             prefix = f"{name}." if name else ""
             for key in [k for k in placed.originals if k.startswith(prefix) and "." not in k[len(prefix) :]]:
+                if key in placed.loose:
+                    continue
                 original = placed.originals.pop(key)
                 placed.applied.pop(key, None)
-                set_tensor(placed.module, key, original)
+                set_tensor(module, key, original)
                 freed += original.numel() * original.element_size()
         return freed
 
-    def _unstream(self, placed: _Placed) -> None:
+    def _unstream(self, placed: _Placed, module: nn.Module) -> None:
         if placed.streamed is not None:
-            unstream_layers(placed.module, placed.streamed.names)
+            unstream_layers(module, placed.streamed.names)
             placed.streamed = None
+
+    def _restore_all(self, placed: _Placed, module: nn.Module) -> None:
+        for key, original in placed.originals.items():
+            set_tensor(module, key, original)
+        placed.originals.clear()
+        placed.applied.clear()
+        placed.loose.clear()
 
     def release(self, target: object) -> None:
         """Put every original back and stop streaming (the model leaves the manager)."""
-        self._patchers.pop(id(getattr(target, "model", target)), None)
-        placed = self._placed.pop(id(target), None)
-        if placed is None:
+        module = self._module_of(target)
+        self._patchers.pop(id(module), None)
+        placed = self._placed.pop(id(module), None)
+        if placed is None or placed.module_ref() is not module:
             return
-        self._unstream(placed)
-        for key, original in placed.originals.items():
-            set_tensor(placed.module, key, original)
-        placed.originals.clear()
-        placed.applied.clear()
+        self._unstream(placed, module)
+        self._restore_all(placed, module)

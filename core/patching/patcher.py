@@ -206,10 +206,14 @@ class ModelPatcher:
         """The unpatched weight (the backup when the key is patched)."""
         return self._state.backups.get(key, get_tensor(self.model, key))
 
-    def patched_weight(self, key: str, base: Tensor | None = None) -> tuple[Tensor, bool]:
+    def patched_weight(
+        self, key: str, base: Tensor | None = None, *, cache: bool = True
+    ) -> tuple[Tensor, bool]:
         """The weight of ``key`` with this patcher's stack applied to ``base`` (the original by
         default), and whether only cached deltas were used. ``base`` may live on another device
-        (the lowvram path patches a weight at cast time)."""
+        (the lowvram path patches a weight at cast time); ``cache=False`` keeps the deltas it
+        computes out of the cache (the mover passes it for device copies: a cache there would hold
+        device memory the memory manager does not see)."""
         weight = self.original(key) if base is None else base
         stack = self._stack(key)
         if not stack:
@@ -217,7 +221,7 @@ class ModelPatcher:
         if any(p.function is not None for _, p in stack):
             return self._sequential(weight, stack), False
         if all(p.adapter.is_additive and p.adapter.linear_in_strength for _, p in stack):
-            return self._from_deltas(key, weight, stack)
+            return self._from_deltas(key, weight, stack, cache)
         patches = [Patch(p.adapter, s.strength, p.offset) for s, p in stack]
         return apply_patches(weight, patches, intermediate_dtype=self.intermediate_dtype), False
 
@@ -235,7 +239,7 @@ class ModelPatcher:
         return work.to(weight.dtype)
 
     def _delta(
-        self, key: str, patch: KeyPatch, shape: torch.Size, device: torch.device
+        self, key: str, patch: KeyPatch, shape: torch.Size, device: torch.device, cache: bool = True
     ) -> tuple[Tensor, bool]:
         state = self._state
         ident = (id(patch.adapter), key, patch.offset)
@@ -244,13 +248,13 @@ class ModelPatcher:
             return entry[1], True
         delta = patch.adapter.delta(shape, dtype=self.intermediate_dtype, device=device)
         size = delta.numel() * delta.element_size()
-        if entry is None and state.delta_bytes + size <= self.delta_cache_bytes:
+        if cache and entry is None and state.delta_bytes + size <= self.delta_cache_bytes:
             state.deltas[ident] = (patch.adapter, delta)
             state.delta_bytes += size
         return delta, False
 
     def _from_deltas(
-        self, key: str, weight: Tensor, stack: list[tuple[PatchSet, KeyPatch]]
+        self, key: str, weight: Tensor, stack: list[tuple[PatchSet, KeyPatch]], cache: bool = True
     ) -> tuple[Tensor, bool]:
         # Same operations, in the same order, as apply_patches: bit-identical results.
         for _, p in stack:
@@ -260,7 +264,7 @@ class ModelPatcher:
         all_cached = True
         for s, p in stack:
             view = work if p.offset is None else work.narrow(*p.offset)
-            delta, hit = self._delta(key, p, view.shape, work.device)
+            delta, hit = self._delta(key, p, view.shape, work.device, cache)
             all_cached = all_cached and hit
             view.add_(delta * s.strength)
         return work.to(weight.dtype), all_cached

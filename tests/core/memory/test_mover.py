@@ -108,3 +108,59 @@ def test_unload_models_restores_the_file_tensors_and_stops_streaming(files: tupl
     assert all(m.stream is None for m in module.modules() if isinstance(m, CastWeights))
     assert manager.loaded() == []
     assert perform_test_run(module, CFG).output_summary() == _baked(ckpt, [])  # the CPU copy is clean
+
+
+def test_a_partial_unload_streams_what_left_the_device_with_its_patches(
+    files: tuple[Path, Path, Path],
+) -> None:
+    ckpt, lora1, _ = files
+    size = sum(t.nbytes for t in load_checkpoint(ckpt).diffusion_model.module.state_dict().values())
+    free = {"bytes": int(size * 0.6)}
+    bundle = load_checkpoint(ckpt)
+    stack = LoraStack(bundle.components)
+    stack.add(lora1, 0.8)
+    patcher = stack.patchers["diffusion_model"]
+    mover = TorchMover()
+    mover.use_patcher(patcher)
+    settings = PlanSettings(vram_state="normal", reserve_bytes=0, min_inference_bytes=0)
+    manager = MemoryManager(lambda: free["bytes"], mover, settings=settings, device="cpu")
+    entry = manager.register(patcher, "unet")
+    manager.load_models([patcher]).raise_if_refused()
+    free["bytes"] = -int(size * 0.2)  # another program took what was left and more: give some back
+    manager.free_memory(0, keep=())
+    assert any(e.kind == "partial_unload" for e in manager.events.events())
+    module = bundle.diffusion_model.module
+    idle = [
+        n for n, m in module.named_modules()
+        if isinstance(m, CastWeights) and m.stream is None and n not in entry.loaded_modules
+        and getattr(m, "weight", None) is not None
+    ]  # fmt: skip
+    assert idle == []  # every op layer is resident or streams (patched at cast time)
+    assert perform_test_run(module, CFG).output_summary() == _baked(ckpt, [(lora1, 0.8)])
+
+
+def test_device_copies_leave_no_cached_deltas_behind(files: tuple[Path, Path, Path]) -> None:
+    ckpt, lora1, _ = files
+    _, _, stack, _ = _placed(ckpt, 1 << 40)
+    stack.add(lora1, 0.8)
+    patcher = stack.patchers["diffusion_model"]
+    key = next(iter(patcher.patched_keys()))
+    weight, _ = patcher.patched_weight(key, patcher.original(key).to("meta"), cache=False)
+    assert weight.is_meta and patcher._state.deltas == {}  # a device copy caches nothing
+    patcher.patched_weight(key)
+    assert len(patcher._state.deltas) == 1  # the CPU bake still caches
+
+
+def test_a_dropped_model_is_not_kept_alive_by_the_mover(files: tuple[Path, Path, Path]) -> None:
+    import gc
+    import weakref
+
+    ckpt, lora1, _ = files
+    manager, mover, stack, module = _placed(ckpt, 1 << 40)
+    stack.add(lora1, 0.8)
+    manager.load_models([stack.patchers["diffusion_model"]]).raise_if_refused()
+    manager.unload_all()
+    ref = weakref.ref(module)
+    del module, stack
+    gc.collect()
+    assert ref() is None and mover._placed == {}
