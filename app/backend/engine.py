@@ -227,9 +227,8 @@ class Engine:
             self.placement.register(obj, f"{loaded.path.stem} {what}")
 
     def _release(self, loaded: _Loaded) -> None:
-        if self.placement.active:
-            for obj in loaded.managed:
-                self.placement.release(obj)
+        for obj in loaded.managed:  # also without a device: a card switched off left them tracked
+            self.placement.release(obj)
 
     def _apply_dtype_overrides(self, components: list[LoadedComponent]) -> None:
         for comp in components:
@@ -239,10 +238,11 @@ class Engine:
                 comp.module.to(dtype)
 
     def unload(self, key: str) -> None:
-        loaded = self.loaded.pop(key, None)
+        loaded = self.loaded.get(key)
         if loaded is None:
             return
-        self._release(loaded)
+        self._release(loaded)  # first: if it fails, the model is still listed and can be retried
+        del self.loaded[key]
         if key == "main":
             self.stack = None
         name = loaded.path.name
@@ -339,9 +339,14 @@ class Engine:
             self._sync()
             raise
         keys = sum(len(k) for k in entry.keys.values())
-        done = f"{n} weights patched" if n or not self.placement.active else f"{keys} weights to patch"
+        done = f"{n} weights patched"
         if self.placement.active:
-            done += " (on the device copies; the RAM copy stays the file's)" if n else " when it is placed"
+            placed = any(self.placement.is_placed(p) for p in stack.patchers.values())
+            done = (
+                f"{keys} weights patched: {n} placed copies recomputed, streamed layers at each step"
+                if placed
+                else f"{keys} weights to patch when the model is placed"
+            )
         self._event(
             "lora",
             f"LoRA {path.name}",

@@ -92,7 +92,7 @@ class Placement:
 
     def configure(self, config: PlacementConfig) -> None:
         """Apply new settings. Everything placed goes back to RAM first (the caller re-places)."""
-        self.manager.unload_all()
+        self.manager.unload_all("the memory settings changed")
         self.config = config
         settings = config.settings
         probe: MemoryProbe | None
@@ -183,10 +183,12 @@ class Placement:
         return on_device, (e.total_bytes - on_device if e.streaming else 0)
 
     def release(self, model: object) -> None:
-        """The app drops ``model``: off the device, originals back, streaming stopped."""
+        """The app drops ``model``: off the device, originals back, streaming stopped, and the
+        manager forgets it (its name is free for the next model; no "dropped" event follows)."""
         if self.is_placed(model):
             self.manager.unload_models([model], "its file was unloaded")
-        self.mover.release(MemoryManager._target(model))
+        self.mover.release(model)
+        self.manager.forget(model)
 
     def placed_bytes(self) -> int:
         return self._placed_bytes()

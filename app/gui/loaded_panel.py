@@ -47,6 +47,7 @@ class LoadedModelsPanel(QWidget):
             self.tree.setColumnWidth(col, width)
         header.setMinimumSectionSize(40)
         self.tree.itemSelectionChanged.connect(self._update_buttons)
+        self.tree.currentItemChanged.connect(lambda *_: self._update_buttons())
         self.summary = QLabel("Nothing loaded.")
         self.summary.setObjectName("muted")
         self.summary.setWordWrap(True)

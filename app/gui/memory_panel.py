@@ -279,6 +279,8 @@ class MemoryPanel(QWidget):
         simulated = placement is not None and placement.simulated
         if simulated != self.plot.simulated or (self.monitor.has_gpu != ("gpu_used" in self.plot.curves)):
             self.plot.build_curves(simulated)
+        elif simulated and self.monitor.gpu is not None:  # another card size: rescale its axis
+            self.plot.gpu_view.setYRange(0, self.monitor.gpu.total() * 1.05, padding=0)
         self._update_peaks()
 
     def add_event(self, event: EngineEvent) -> None:

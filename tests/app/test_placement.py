@@ -219,3 +219,29 @@ def test_placing_one_component_evicts_others_and_says_why(demo_library: DemoLibr
     assert events[-1].kind == "partial_load"
     cpu = _engine(demo_library, Placement(None))
     assert _output(engine) == _output(cpu)  # the test run places the diffusion model back
+
+
+def test_reloading_and_unloading_keep_the_managers_books_clean(demo_library: DemoLibrary) -> None:
+    import gc
+    import weakref
+
+    engine = _engine(demo_library, Placement(None, card(64, 2)))
+    engine.place("main")
+    engine.load(demo_library.checkpoint, "checkpoint", lambda p: None, lambda: None)  # replaced
+    names = sorted(e.name for e in engine.placement.manager._alive())
+    assert names == sorted(
+        f"loadout-demo-sd15-tiny {w}" for w in ("diffusion model", "text encoder clip-l", "VAE")
+    )  # no "(2)": the replaced model left the manager
+    engine.place("main")
+    engine.placement.manager.interrupt.set()  # a Stop pressed meanwhile never stops an unload
+    engine.unload("main")
+    assert engine.loaded == {} and engine.placement.manager.loaded() == []
+    engine.placement.manager.interrupt.clear()
+
+    engine.load(demo_library.checkpoint, "checkpoint", lambda p: None, lambda: None)
+    engine.place("main")
+    engine.configure_placement(PlacementConfig())  # card off, then the model goes
+    module = weakref.ref(engine.loaded["main"].components[0].module)
+    engine.unload("main")
+    gc.collect()
+    assert module() is None and engine.placement.mover._placed == {}
