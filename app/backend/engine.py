@@ -38,6 +38,7 @@ from core.loading.loader import (
     load_vae,
 )
 from core.memory.events import MemoryEvent
+from core.memory.manager import NotEnoughMemoryError
 from core.patching.lora_stack import LoraStack, compatible, component_name
 from core.run.testrun import RunConfig, StepDone, perform_test_run
 
@@ -111,6 +112,8 @@ def _dtype_name(module: torch.nn.Module) -> str:
 
 
 def kind_word(role: str, family: str) -> str:
+    if role == "diffusion_model":
+        return "diffusion model"
     return "VAE" if role == "vae" else f"{role.replace('_', ' ')} {family}"
 
 
@@ -223,8 +226,7 @@ class Engine:
 
     def _register(self, loaded: _Loaded) -> None:
         for comp, obj in zip(loaded.components, loaded.managed, strict=True):
-            what = "diffusion model" if comp.role == "diffusion_model" else kind_word(comp.role, comp.family)
-            self.placement.register(obj, f"{loaded.path.stem} {what}")
+            self.placement.register(obj, f"{loaded.path.stem} {kind_word(comp.role, comp.family)}")
 
     def _release(self, loaded: _Loaded) -> None:
         for obj in loaded.managed:  # also without a device: a card switched off left them tracked
@@ -278,7 +280,19 @@ class Engine:
         """Load a model's components (or the one with ``role``) to the GPU: fully, or partly with
         the rest streaming. The memory manager decides, evicting others if needed, and says why."""
         self._need_device()
-        self.placement.place(self._objects(key, role)).raise_if_refused()
+        objects = self._objects(key, role)
+        result = self.placement.place(objects)
+        if result.refused:
+            loaded = self._loaded(key)
+            pairs = zip(loaded.components, loaded.managed, strict=True)
+            done = [kind_word(c.role, c.family) for c, obj in pairs if self.placement.is_placed(obj)]
+            placed = f" ({', '.join(done)} placed)" if done else ""
+            raise NotEnoughMemoryError(
+                f"not enough GPU memory for all of {loaded.path.name}{placed}",
+                why=result.refused[0],
+                fix="Offload other models, lower 'Keep free for other apps' in Settings > Memory, or place "
+                "the components one by one (select a component row in Loaded models)",
+            )
         return self.models()
 
     def offload(self, key: str, role: str | None = None) -> tuple[ModelInfo, ...]:

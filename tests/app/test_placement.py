@@ -245,3 +245,15 @@ def test_reloading_and_unloading_keep_the_managers_books_clean(demo_library: Dem
     engine.unload("main")
     gc.collect()
     assert module() is None and engine.placement.mover._placed == {}
+
+
+def test_a_component_that_cannot_be_placed_is_named_with_what_was_placed(demo_library: DemoLibrary) -> None:
+    engine = _engine(demo_library, Placement(None, card(5)))
+    with pytest.raises(LoadoutError) as exc:
+        engine.place("main")  # the 10 MiB text encoder cannot even stream on a 5 MiB card
+    message = exc.value.message
+    assert exc.value.code == "out_of_memory"
+    assert "(diffusion model, VAE placed)" in message and "text encoder clip-l" in message
+    assert "place the components one by one" in message
+    placed = {c.role: c.placed for c in engine.models()[0].components}
+    assert placed == {"diffusion_model": True, "text_encoder": False, "vae": True}
