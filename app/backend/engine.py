@@ -40,6 +40,7 @@ from core.loading.loader import (
 from core.memory.events import MemoryEvent
 from core.memory.manager import NotEnoughMemoryError
 from core.patching.lora_stack import LoraStack, compatible, component_name
+from core.run.placed import StepPlacer
 from core.run.testrun import RunConfig, StepDone, perform_test_run
 
 Check = Callable[[], None]
@@ -451,38 +452,19 @@ class Engine:
         cuda = config.device.startswith("cuda")
         if cuda:
             torch.cuda.reset_peak_memory_stats(config.device)
-        peak_placed = 0
-        streamed_layers = None
-
-        def place() -> None:
-            nonlocal peak_placed, streamed_layers
-            entry = placement.entry(managed)
-            streamed_layers = placement.mover.stats(entry) if entry is not None else None
-            if streamed_layers is not None:
-                streamed_layers.end_forward()  # the previous step's forward is complete
-            placement.place([managed]).raise_if_refused()
-            entry = placement.entry(managed)
-            streamed_layers = placement.mover.stats(entry) if entry is not None else None
-            peak_placed = max(peak_placed, placement.placed_bytes())
+        place = StepPlacer(placement.manager, placement.mover, managed) if placement.active else None
 
         def step(done: StepDone) -> None:
             stats.sample()
             progress(done)
 
         t0 = time.perf_counter()
-        result = perform_test_run(
-            module, config, check=check, progress=step, before_step=place if placement.active else None
-        )
+        result = perform_test_run(module, config, check=check, progress=step, before_step=place)
         total = time.perf_counter() - t0
-        resident = streamed = 0
-        if placement.active:
-            if streamed_layers is not None:
-                streamed_layers.end_forward()
-                streamed = int(streamed_layers.stats.mean_forward_bytes)
-            resident = placement.placement_of(managed)[0]
+        resident, streamed = place.finish() if place is not None else (0, 0)
         peak_vram = int(torch.cuda.max_memory_allocated(config.device)) if cuda else None
-        if placement.active and not cuda:
-            peak_vram = peak_placed  # a simulated card: what the manager placed on it
+        if place is not None and not cuda:
+            peak_vram = place.peak_placed  # a simulated card: what the manager placed on it
         where = placement.describe().label if placement.active else ""
         report = RunReport(
             config.steps, config.width, config.height, config.batch, result.seconds_per_step, total,

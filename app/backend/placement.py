@@ -31,6 +31,7 @@ from core.memory.policy import (
     reserve_bytes,
 )
 from core.memory.probes import CpuProbe, LimitedProbe, MemoryProbe, probe_for
+from core.patching.patcher import ModelPatcher
 
 
 @dataclass(frozen=True)
@@ -87,9 +88,6 @@ class Placement:
         return cls(accelerators[0] if accelerators else None, config, **kwargs)  # type: ignore[arg-type]
 
     # -- configuration ----------------------------------------------------------------------------
-    def _placed_bytes(self) -> int:
-        return sum(info.device_bytes for info in self.manager.loaded())
-
     def configure(self, config: PlacementConfig) -> None:
         """Apply new settings. Everything placed goes back to RAM first (the caller re-places)."""
         self.manager.unload_all("the memory settings changed")
@@ -103,7 +101,7 @@ class Placement:
             target = "cuda" if self.accelerator.kind in ("cuda", "rocm") else self.accelerator.kind
         elif config.simulate_bytes > 0:
             cpu = CpuProbe(cpu_device(_ram_total(), name="Simulated GPU"))
-            probe = LimitedProbe(cpu, config.simulate_bytes, charge=self._placed_bytes)
+            probe = LimitedProbe(cpu, config.simulate_bytes, charge=self.placed_bytes)
             target = "cpu"
         else:
             probe, target = None, "cpu"
@@ -151,9 +149,8 @@ class Placement:
     # -- models -----------------------------------------------------------------------------------
     def register(self, model: object, name: str) -> ManagedModel:
         """Track ``model`` (a ``ModelPatcher``: its stack is applied on placement, or a module)."""
-        patcher_module = getattr(model, "model", None)
-        if patcher_module is not None and hasattr(model, "patched_weight"):
-            self.mover.use_patcher(model)  # type: ignore[arg-type]
+        if isinstance(model, ModelPatcher):
+            self.mover.use_patcher(model)
         return self.manager.register(model, name)
 
     def place(self, models: Sequence[object], memory_required: int = 0) -> LoadResult:
@@ -191,7 +188,8 @@ class Placement:
         self.manager.forget(model)
 
     def placed_bytes(self) -> int:
-        return self._placed_bytes()
+        """What the manager has placed on the device (lock-free: the GUI thread reads it too)."""
+        return sum(info.device_bytes for info in self.manager.loaded())
 
 
 def _ram_total() -> int:

@@ -33,6 +33,7 @@ from core.memory.policy import MemorySettings, choose_vram_state, minimum_infere
 from core.memory.probes import LimitedProbe, MemoryProbe, probe_for
 from core.patching.lora_stack import LoraStack
 from core.patching.merge import LoraArg
+from core.run.placed import StepPlacer
 from core.run.testrun import RunConfig, perform_test_run
 
 
@@ -89,11 +90,14 @@ def run_model(request: RunRequest, *, manager_out: list[MemoryManager] | None = 
 
     mover = TorchMover()
     mover.use_patcher(patcher)
-    placed = {"bytes": 0}
+    managers: list[MemoryManager] = []  # the manager, once built (the simulated card charges it)
     probe: MemoryProbe = probe_for(device)
     if request.vram_limit is not None:
-        charge = (lambda: placed["bytes"]) if target == "cpu" else None
-        probe = LimitedProbe(probe, request.vram_limit, charge=charge)
+
+        def placed_bytes() -> int:
+            return sum(info.device_bytes for m in managers for info in m.loaded())
+
+        probe = LimitedProbe(probe, request.vram_limit, charge=placed_bytes if target == "cpu" else None)
     total = probe.total()
     vram = choose_vram_state(probe.device, total, request.settings)
     # On the CPU without a simulated card, RAM is the device: the model is "loaded" (zero-copy for
@@ -107,25 +111,17 @@ def run_model(request: RunRequest, *, manager_out: list[MemoryManager] | None = 
         min_inference_bytes=minimum_inference_bytes(reserve, request.settings),
     )
     manager = MemoryManager(probe.free, mover, settings=settings, device=target)
+    managers.append(manager)
     mover.interrupt = manager.check
     if manager_out is not None:
         manager_out.append(manager)
-    entry = manager.register(patcher, f"{family or 'model'} diffusion model")
-
-    def place() -> None:
-        streamed = mover.stats(entry)
-        if streamed is not None:
-            streamed.end_forward()  # the previous step's forward is complete
-        result = manager.load_models([patcher])
-        result.raise_if_refused()
-        placed["bytes"] = sum(info.device_bytes for info in manager.loaded())
+    manager.register(patcher, f"{family or 'model'} diffusion model")
+    place = StepPlacer(manager, mover, patcher)
 
     cfg = request.config
     run_cfg = RunConfig(cfg.steps, cfg.width, cfg.height, cfg.batch, cfg.seed, cfg.dtype, target)
     result = perform_test_run(diffusion.module, run_cfg, check=manager.check, before_step=place)
-    stats = mover.stats(entry)
-    if stats is not None:
-        stats.end_forward()
+    resident, streamed_per_step = place.finish()
     return {
         "model": str(request.model),
         "family": family,
@@ -133,8 +129,8 @@ def run_model(request: RunRequest, *, manager_out: list[MemoryManager] | None = 
         "dtype": str(cfg.dtype).removeprefix("torch."),
         "steps": cfg.steps,
         "seconds_per_step": round(result.seconds_per_step, 4),
-        "resident_bytes": entry.loaded_bytes,
-        "streamed_bytes_per_step": int(stats.stats.mean_forward_bytes) if stats is not None else 0,
+        "resident_bytes": resident,
+        "streamed_bytes_per_step": streamed_per_step,
         "peak_bytes": _peak_bytes(target),
         "vram_state": state,
         "vram_reason": vram.reason,
