@@ -1,0 +1,245 @@
+"""Generation parameters in the A1111 "infotext" form that Civitai, A1111, Forge and others read.
+
+::
+
+    a castle on a hill <lora:style:0.8>
+    Negative prompt: blurry
+    Steps: 20, Sampler: DPM++ 2M, Schedule type: Karras, CFG scale: 7, Seed: 42, Size: 512x512,
+    Model hash: 0123456789, Model: dreamshaper_8, Lora hashes: "style: 0123456789ab", Version: Loadout 0.1.0
+
+(the last block is one line). Sampler and schedule names are written in A1111's spelling and read
+back into ComfyUI's names, which Loadout uses everywhere else. LoRAs are written as A1111 prompt tags
+(``<lora:name:strength>``, or ``<lora:name:text:model>`` when the two strengths differ, A1111's
+positional order) so that A1111 and Civitai find them; reading strips the tags from the prompt again.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+
+from core.errors import LoadoutError
+
+#: ComfyUI sampler name -> A1111's display name.
+SAMPLER_LABELS: dict[str, str] = {
+    "euler": "Euler",
+    "euler_ancestral": "Euler a",
+    "heun": "Heun",
+    "dpm_2": "DPM2",
+    "dpm_2_ancestral": "DPM2 a",
+    "dpmpp_2m": "DPM++ 2M",
+    "dpmpp_2m_sde": "DPM++ 2M SDE",
+    "dpmpp_sde": "DPM++ SDE",
+    "dpmpp_2s_ancestral": "DPM++ 2S a",
+    "lcm": "LCM",
+    "ddim": "DDIM",
+    "uni_pc": "UniPC",
+}
+#: ComfyUI scheduler name -> A1111's "Schedule type".
+SCHEDULER_LABELS: dict[str, str] = {
+    "normal": "Normal",
+    "karras": "Karras",
+    "exponential": "Exponential",
+    "sgm_uniform": "SGM Uniform",
+    "simple": "Simple",
+    "beta": "Beta",
+    "ddim_uniform": "DDIM",
+}
+_SAMPLER_NAMES = {v.lower(): k for k, v in SAMPLER_LABELS.items()}
+_SCHEDULER_NAMES = {v.lower(): k for k, v in SCHEDULER_LABELS.items()}
+# A1111 also folds the schedule into the sampler label ("DPM++ 2M Karras") in older images.
+_FOLDED = {"karras": "karras", "exponential": "exponential", "sgm uniform": "sgm_uniform"}
+
+
+@dataclass(frozen=True)
+class LoraUse:
+    name: str  # file name without extension, as A1111 tags name it
+    model_strength: float
+    clip_strength: float
+    hash: str = ""  # first 12 hex digits of the file's sha256 (A1111's short hash)
+
+
+@dataclass(frozen=True)
+class GenerationParameters:
+    prompt: str
+    negative: str = ""
+    steps: int = 20
+    sampler: str = "euler"  # ComfyUI names
+    scheduler: str = "normal"
+    cfg: float = 7.0
+    seed: int = 0
+    width: int = 512
+    height: int = 512
+    model: str = ""
+    model_hash: str = ""  # first 10 hex digits of the file's sha256 (A1111's "AutoV2")
+    loras: tuple[LoraUse, ...] = ()
+    denoise: float | None = None  # img2img only ("Denoising strength")
+    guidance: float | None = None  # Flux's distilled guidance ("Distilled CFG Scale" in Forge)
+    extra: dict[str, str] = field(default_factory=dict)  # other keys read from an image, kept as text
+
+
+def _num(value: float) -> str:
+    return f"{value:g}"
+
+
+def _quote(value: str) -> str:
+    return json.dumps(value, ensure_ascii=False) if any(c in value for c in ',:\n"') else value
+
+
+def _lora_tag(lora: LoraUse) -> str:
+    if lora.model_strength == lora.clip_strength:
+        return f"<lora:{lora.name}:{_num(lora.model_strength)}>"
+    return f"<lora:{lora.name}:{_num(lora.clip_strength)}:{_num(lora.model_strength)}>"
+
+
+def format_parameters(p: GenerationParameters, *, version: str = "") -> str:
+    """The infotext for ``p`` (see the module docstring)."""
+    prompt = p.prompt
+    tags = " ".join(_lora_tag(lo) for lo in p.loras)
+    if tags:
+        prompt = f"{prompt} {tags}" if prompt else tags
+    lines = [prompt]
+    if p.negative:
+        lines.append(f"Negative prompt: {p.negative}")
+    items: list[tuple[str, str]] = [
+        ("Steps", str(p.steps)),
+        ("Sampler", SAMPLER_LABELS.get(p.sampler, p.sampler)),
+        ("Schedule type", SCHEDULER_LABELS.get(p.scheduler, p.scheduler)),
+        ("CFG scale", _num(p.cfg)),
+    ]
+    if p.guidance is not None:
+        items.append(("Distilled CFG Scale", _num(p.guidance)))
+    items += [("Seed", str(p.seed)), ("Size", f"{p.width}x{p.height}")]
+    if p.model_hash:
+        items.append(("Model hash", p.model_hash))
+    if p.model:
+        items.append(("Model", p.model))
+    if p.denoise is not None:
+        items.append(("Denoising strength", _num(p.denoise)))
+    hashes = [f"{lo.name}: {lo.hash}" for lo in p.loras if lo.hash]
+    if hashes:
+        items.append(("Lora hashes", ", ".join(hashes)))
+    items += sorted(p.extra.items())
+    if version:
+        items.append(("Version", version))
+    lines.append(", ".join(f"{k}: {_quote(v)}" for k, v in items))
+    return "\n".join(lines)
+
+
+_ITEM = re.compile(r'\s*([\w][\w \-/+().]*?):\s*("(?:\\.|[^\\"])*"|[^,]*)(?:,|$)')
+_TAG = re.compile(r"<lora:([^:>]+)((?::[^:>]*)*)>")
+
+
+def _bad(why: str) -> LoadoutError:
+    return LoadoutError(
+        "these are not generation parameters Loadout can read",
+        why=why,
+        fix="Use a PNG saved by Loadout, A1111, Forge or another tool that writes A1111 parameters",
+        code="bad_parameters",
+    )
+
+
+def _split_items(line: str) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for m in _ITEM.finditer(line):
+        key, value = m.group(1).strip(), m.group(2).strip()
+        if value.startswith('"'):
+            try:
+                value = json.loads(value)
+            except json.JSONDecodeError:
+                value = value.strip('"')
+        out[key] = value
+    return out
+
+
+def _sampler_and_schedule(label: str, schedule: str | None) -> tuple[str, str]:
+    low = label.strip().lower()
+    scheduler = _SCHEDULER_NAMES.get((schedule or "").strip().lower(), "")
+    if low in _SAMPLER_NAMES:
+        return _SAMPLER_NAMES[low], scheduler or "normal"
+    for suffix, sched in _FOLDED.items():
+        if low.endswith(" " + suffix) and low[: -len(suffix) - 1] in _SAMPLER_NAMES:
+            return _SAMPLER_NAMES[low[: -len(suffix) - 1]], scheduler or sched
+    return label.strip(), scheduler or "normal"
+
+
+def _loras_from_prompt(prompt: str, hashes: dict[str, str]) -> tuple[str, tuple[LoraUse, ...]]:
+    found: list[LoraUse] = []
+    for m in _TAG.finditer(prompt):
+        values = [v for v in m.group(2).split(":")[1:] if v and "=" not in v]
+        try:
+            nums = [float(v) for v in values] or [1.0]
+        except ValueError:
+            continue
+        clip, model = (nums[0], nums[1]) if len(nums) > 1 else (nums[0], nums[0])
+        name = m.group(1).strip()
+        found.append(LoraUse(name, model, clip, hashes.get(name, "")))
+    if not found:
+        return prompt, ()
+    lines = (re.sub(r"[ \t]+", " ", line).strip() for line in _TAG.sub("", prompt).split("\n"))
+    stripped = "\n".join(lines).strip()
+    return stripped, tuple(found)
+
+
+def _int(items: dict[str, str], key: str, default: int) -> int:
+    try:
+        return int(items[key]) if key in items else default
+    except ValueError:
+        raise _bad(f"{key} is {items[key]!r}, not a whole number") from None
+
+
+def _float(items: dict[str, str], key: str) -> float | None:
+    try:
+        return float(items[key]) if key in items else None
+    except ValueError:
+        raise _bad(f"{key} is {items[key]!r}, not a number") from None
+
+
+_KNOWN = {
+    "Steps", "Sampler", "Schedule type", "CFG scale", "Seed", "Size", "Model hash", "Model",
+    "Denoising strength", "Lora hashes", "Distilled CFG Scale", "Version",
+}
+
+
+def parse_parameters(text: str) -> GenerationParameters:
+    """Read an infotext (A1111, Forge, Loadout) back into parameters; unknown keys go to ``extra``."""
+    lines = text.strip("\n").split("\n")
+    if not lines or "Steps:" not in lines[-1]:
+        raise _bad("there is no 'Steps:' line")
+    items = _split_items(lines[-1])
+    body = lines[:-1]
+    neg_at = next((i for i, ln in enumerate(body) if ln.startswith("Negative prompt:")), len(body))
+    prompt = "\n".join(body[:neg_at]).strip()
+    negative = "\n".join(body[neg_at:])[len("Negative prompt:") :].strip() if neg_at < len(body) else ""
+    hashes = {}
+    for part in items.get("Lora hashes", "").split(","):
+        if ":" in part:
+            name, h = part.rsplit(":", 1)
+            hashes[name.strip()] = h.strip()
+    prompt, loras = _loras_from_prompt(prompt, hashes)
+    width, height = 512, 512
+    if "Size" in items:
+        m = re.fullmatch(r"\s*(\d+)\s*x\s*(\d+)\s*", items["Size"])
+        if m is None:
+            raise _bad(f"Size is {items['Size']!r}, not WIDTHxHEIGHT")
+        width, height = int(m.group(1)), int(m.group(2))
+    sampler, scheduler = _sampler_and_schedule(items.get("Sampler", "Euler"), items.get("Schedule type"))
+    cfg = _float(items, "CFG scale")
+    return GenerationParameters(
+        prompt=prompt,
+        negative=negative,
+        steps=_int(items, "Steps", 20),
+        sampler=sampler,
+        scheduler=scheduler,
+        cfg=7.0 if cfg is None else cfg,
+        seed=_int(items, "Seed", 0),
+        width=width,
+        height=height,
+        model=items.get("Model", ""),
+        model_hash=items.get("Model hash", ""),
+        loras=loras,
+        denoise=_float(items, "Denoising strength"),
+        guidance=_float(items, "Distilled CFG Scale"),
+        extra={k: v for k, v in items.items() if k not in _KNOWN},
+    )

@@ -1,0 +1,80 @@
+"""Saving pictures as PNG with their parameters, and reading the parameters back.
+
+The parameters go in a ``parameters`` tEXt/iTXt chunk (A1111's place, read by Civitai and others).
+Files are written atomically: a half-written PNG never replaces a good one.
+"""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import numpy as np
+import torch
+from PIL import Image, PngImagePlugin, UnidentifiedImageError
+
+from core.errors import FileAccessError, FileFormatError
+from core.files.atomic import atomic_write_bytes
+
+
+def to_uint8_rgb(pixels: torch.Tensor) -> np.ndarray:
+    """A decoded image (3, H, W) in [-1, 1] -> (H, W, 3) uint8, rounded as ComfyUI's SaveImage does
+    (clamp to [0, 1], scale by 255, clip; the float value is truncated after adding nothing)."""
+    if pixels.ndim != 3 or pixels.shape[0] != 3:
+        raise ValueError(f"expected one (3, H, W) image, got {tuple(pixels.shape)}")
+    x = ((pixels.detach().to("cpu", torch.float32) + 1.0) / 2.0).clamp(0.0, 1.0)
+    arr = (255.0 * x).permute(1, 2, 0).numpy()
+    return np.clip(arr, 0, 255).astype(np.uint8)
+
+
+def png_bytes(rgb: np.ndarray, parameters: str | None = None) -> bytes:
+    """Encode (H, W, 3) uint8 as PNG, with the ``parameters`` text chunk when given."""
+    info = PngImagePlugin.PngInfo()
+    if parameters:
+        info.add_itxt("parameters", parameters) if not parameters.isascii() else info.add_text(
+            "parameters", parameters
+        )
+    buf = io.BytesIO()
+    Image.fromarray(rgb, mode="RGB").save(buf, format="PNG", pnginfo=info, compress_level=4)
+    return buf.getvalue()
+
+
+def save_png(path: Path, rgb: np.ndarray, parameters: str | None = None) -> Path:
+    """Write the picture atomically; returns ``path``."""
+    atomic_write_bytes(Path(path), png_bytes(rgb, parameters))
+    return Path(path)
+
+
+def read_png_parameters(path: Path) -> str:
+    """The A1111 ``parameters`` text of an image file, or a clear error saying why there is none."""
+    path = Path(path)
+    try:
+        with Image.open(path) as im:
+            im.load()
+            text = dict(getattr(im, "text", {}) or {})
+            info = dict(im.info)
+    except FileNotFoundError:
+        raise FileAccessError(f"{path} does not exist", fix="Check the path", code="not_found") from None
+    except (UnidentifiedImageError, OSError, SyntaxError) as exc:
+        raise FileFormatError(
+            f"{path.name} is not an image Loadout can read",
+            why=str(exc) or "its bytes are not a PNG, JPEG or WebP picture",
+            fix="Drop a PNG saved by Loadout, A1111, Forge or a similar tool",
+            code="not_an_image",
+        ) from None
+    value = text.get("parameters") or info.get("parameters")
+    if isinstance(value, bytes):
+        value = value.decode("utf-8", "replace")
+    if isinstance(value, str) and value.strip():
+        return value
+    comfy = "prompt" in text or "workflow" in text
+    raise FileFormatError(
+        f"{path.name} carries no generation parameters",
+        why=(
+            "it was saved by ComfyUI, which stores its workflow graph, not A1111 parameters"
+            if comfy
+            else "the picture has no 'parameters' text chunk"
+        ),
+        fix="Use a picture saved by Loadout, A1111 or Forge, or type the settings in",
+        code="no_parameters",
+    )
