@@ -55,7 +55,7 @@ class DiffusionConditioning:
 
 
 def network_kind(model: nn.Module) -> str:
-    """"unet", "mmdit", "flux" or "chroma" (Chroma subclasses nothing of Flux's call)."""
+    """ "unet", "mmdit", "flux" or "chroma" (Chroma subclasses nothing of Flux's call)."""
     if isinstance(model, UNetModel):
         return "unet"
     if isinstance(model, MMDiT):
@@ -133,7 +133,9 @@ class NetworkCall:
         txt_ids = make_txt_ids(b, context.shape[1], device=self.device)
         g = None
         if getattr(self.config, "guidance_embed", False):
-            g = torch.full((b,), 3.5 if guidance is None else guidance, device=self.device, dtype=torch.float32)
+            g = torch.full(
+                (b,), 3.5 if guidance is None else guidance, device=self.device, dtype=torch.float32
+            )
         tokens = pack_latents(x)
         if self.kind == "flux":
             if y is None:

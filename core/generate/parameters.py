@@ -197,8 +197,18 @@ def _float(items: dict[str, str], key: str) -> float | None:
 
 
 _KNOWN = {
-    "Steps", "Sampler", "Schedule type", "CFG scale", "Seed", "Size", "Model hash", "Model",
-    "Denoising strength", "Lora hashes", "Distilled CFG Scale", "Version",
+    "Steps",
+    "Sampler",
+    "Schedule type",
+    "CFG scale",
+    "Seed",
+    "Size",
+    "Model hash",
+    "Model",
+    "Denoising strength",
+    "Lora hashes",
+    "Distilled CFG Scale",
+    "Version",
 }
 
 

@@ -24,16 +24,17 @@ def to_uint8_rgb(pixels: torch.Tensor) -> np.ndarray:
         raise ValueError(f"expected one (3, H, W) image, got {tuple(pixels.shape)}")
     x = ((pixels.detach().to("cpu", torch.float32) + 1.0) / 2.0).clamp(0.0, 1.0)
     arr = (255.0 * x).permute(1, 2, 0).numpy()
-    return np.clip(arr, 0, 255).astype(np.uint8)
+    out: np.ndarray = np.clip(arr, 0, 255).astype(np.uint8)
+    return out
 
 
 def png_bytes(rgb: np.ndarray, parameters: str | None = None) -> bytes:
     """Encode (H, W, 3) uint8 as PNG, with the ``parameters`` text chunk when given."""
     info = PngImagePlugin.PngInfo()
-    if parameters:
-        info.add_itxt("parameters", parameters) if not parameters.isascii() else info.add_text(
-            "parameters", parameters
-        )
+    if parameters and parameters.isascii():
+        info.add_text("parameters", parameters)
+    elif parameters:
+        info.add_itxt("parameters", parameters)  # UTF-8
     buf = io.BytesIO()
     Image.fromarray(rgb, mode="RGB").save(buf, format="PNG", pnginfo=info, compress_level=4)
     return buf.getvalue()

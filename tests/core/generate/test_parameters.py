@@ -68,7 +68,14 @@ def test_reads_old_a1111_text_with_the_schedule_folded_into_the_sampler() -> Non
         "Model hash: 6ce0161689, Model: v1-5-pruned-emaonly, Clip skip: 2, ENSD: 31337"
     )
     p = parse_parameters(text)
-    assert (p.sampler, p.scheduler, p.steps, p.seed, p.width, p.height) == ("dpmpp_2m", "karras", 30, 5, 512, 768)
+    assert (p.sampler, p.scheduler, p.steps, p.seed, p.width, p.height) == (
+        "dpmpp_2m",
+        "karras",
+        30,
+        5,
+        512,
+        768,
+    )
     assert p.prompt == "masterpiece, 1girl"
     assert p.loras == (LoraUse("add_detail", 0.6, 0.6, ""),)
     assert p.extra == {"Clip skip": "2", "ENSD": "31337"}
@@ -76,7 +83,11 @@ def test_reads_old_a1111_text_with_the_schedule_folded_into_the_sampler() -> Non
 
 @pytest.mark.parametrize(
     ("text", "why"),
-    [("just a prompt", "Steps"), ("p\nSteps: many, Seed: 1", "whole number"), ("p\nSteps: 2, Size: big", "WIDTHx")],
+    [
+        ("just a prompt", "Steps"),
+        ("p\nSteps: many, Seed: 1", "whole number"),
+        ("p\nSteps: 2, Size: big", "WIDTHx"),
+    ],
 )
 def test_bad_text_says_what_is_wrong(text: str, why: str) -> None:
     with pytest.raises(LoadoutError, match="not generation parameters") as info:
