@@ -66,19 +66,16 @@ class Sampling:
 
 
 @dataclass(frozen=True)
-class GenerateRequest:
-    models: ModelFiles
+class ImageSettings:
+    """What the Generate panel holds: the prompt and KSampler's settings, with no files."""
+
     prompt: str
     negative: str = ""
-    loras: tuple[LoraArg, ...] = ()
     sampling: Sampling = field(default_factory=Sampling)
     width: int = 512
     height: int = 512
     batch: int = 1
     init_image: Path | None = None  # img2img: the picture to start from (sampling.denoise < 1)
-    device: str = "cpu"
-    dtype: torch.dtype | None = None  # compute dtype of the diffusion model; None: the policy decides
-    vram_limit: int | None = None
 
     def __post_init__(self) -> None:
         problems = self.sampling.problems()
@@ -97,3 +94,15 @@ class GenerateRequest:
                 fix="Change the settings named above",
                 code="bad_argument",
             )
+
+
+@dataclass(frozen=True)
+class GenerateRequest:
+    models: ModelFiles
+    image: ImageSettings
+    loras: tuple[LoraArg, ...] = ()
+    output: Path = Path("loadout.png")  # a file (batch: name-2.png, ...) or, with output_is_folder, a folder
+    output_is_folder: bool = False
+    device: str = "cpu"
+    dtype: torch.dtype | None = None  # compute dtype of the diffusion model; None: the policy decides
+    vram_limit: int | None = None

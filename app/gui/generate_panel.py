@@ -1,0 +1,376 @@
+"""The Generate panel: prompt and KSampler settings in, pictures out.
+
+A view only: it emits :attr:`GeneratePanel.generate_requested` with an
+:class:`~core.generate.request.ImageSettings` (the window adds the loaded models and LoRA stack
+and hands it to the backend), and shows what the backend reports: phases and steps on the
+progress bar, the live latent preview, and finished pictures in a gallery with their parameters.
+A PNG dropped on the panel fills every field from its parameters (A1111, Forge, Loadout).
+"""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import numpy as np
+from PySide6.QtCore import QSize, Qt, Signal
+from PySide6.QtGui import QDragEnterEvent, QDropEvent, QIcon, QImage, QKeySequence, QPixmap, QShortcut
+from PySide6.QtWidgets import (
+    QCheckBox,
+    QComboBox,
+    QDoubleSpinBox,
+    QFormLayout,
+    QHBoxLayout,
+    QLabel,
+    QLineEdit,
+    QListWidget,
+    QListWidgetItem,
+    QPlainTextEdit,
+    QProgressBar,
+    QPushButton,
+    QSpinBox,
+    QSplitter,
+    QToolButton,
+    QVBoxLayout,
+    QWidget,
+)
+
+from app.gui.theme import icon, set_icon
+from core.errors import LoadoutError
+from core.generate.events import GenerateProgress, GenerateResult
+from core.generate.parameters import SAMPLER_LABELS, SCHEDULER_LABELS, GenerationParameters, parse_parameters
+from core.generate.png import read_png_parameters
+from core.generate.request import MAX_SEED, ImageSettings, Sampling
+
+#: Size presets per family group (width, height): the resolutions each was trained around.
+SIZE_PRESETS: dict[str, list[tuple[int, int]]] = {
+    "sd1": [(512, 512), (512, 768), (768, 512), (640, 640), (448, 640)],
+    "sd2": [(768, 768), (512, 512), (640, 896), (896, 640)],
+    "xl": [(1024, 1024), (832, 1216), (1216, 832), (896, 1152), (1152, 896), (768, 1344), (1344, 768)],
+}
+_GROUP = {"sd1": "sd1", "sd2": "sd2"}
+_PHASES = {
+    "load": "Loading",
+    "text_encode": "Encoding the prompt",
+    "sample": "Sampling",
+    "decode": "Decoding",
+    "save": "Saving",
+}
+
+
+def size_group(family: str | None) -> str:
+    return _GROUP.get(family or "", "xl" if family else "sd1")
+
+
+def _pixmap(rgb: np.ndarray) -> QPixmap:
+    h, w, _ = rgb.shape
+    data = np.ascontiguousarray(rgb)
+    image = QImage(data.data, w, h, 3 * w, QImage.Format.Format_RGB888)
+    return QPixmap.fromImage(image.copy())
+
+
+class GeneratePanel(QWidget):
+    generate_requested = Signal(object)  # ImageSettings
+    error = Signal(object)  # LoadoutError from a dropped file the panel could not read
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setAcceptDrops(True)
+        self.family: str | None = None
+        self.last_seed: int | None = None
+        self.busy = False
+        self.available = False
+        self.prompt = QPlainTextEdit(
+            placeholderText="Prompt: what the picture shows. (word:1.2) weights a word."
+        )
+        self.negative = QPlainTextEdit(placeholderText="Negative prompt: what to avoid")
+        self.prompt.setTabChangesFocus(True)
+        self.negative.setTabChangesFocus(True)
+        self.prompt.setMinimumHeight(64)
+        self.negative.setMaximumHeight(52)
+        self.seed = QLineEdit("0")
+        self.seed.setInputMask("")
+        self.seed.setToolTip(f"0 … {MAX_SEED}; the same seed and settings give the same picture as ComfyUI")
+        self.random_seed = QCheckBox("random")
+        self.random_seed.setToolTip("Draw a new seed for every Generate")
+        dice = QToolButton(autoRaise=True, toolTip="New random seed")
+        set_icon(dice, "dice")
+        dice.clicked.connect(self.new_seed)
+        reuse = QToolButton(autoRaise=True, toolTip="Reuse the last picture's seed")
+        set_icon(reuse, "reuse")
+        reuse.clicked.connect(self.reuse_seed)
+        self.reuse_button = reuse
+        seed_row = QHBoxLayout()
+        for w in (self.seed, dice, reuse, self.random_seed):
+            seed_row.addWidget(w)
+        self.steps = QSpinBox(minimum=1, maximum=200, value=20)
+        self.cfg = QDoubleSpinBox(minimum=0.0, maximum=30.0, value=7.0, singleStep=0.5, decimals=1)
+        self.guidance = QDoubleSpinBox(minimum=0.0, maximum=30.0, value=3.5, singleStep=0.5, decimals=1)
+        self.guidance.setToolTip(
+            "Flux's distilled guidance (ComfyUI's FluxGuidance); CFG stays 1 for Flux-dev"
+        )
+        self.sampler = QComboBox()
+        for name, label in SAMPLER_LABELS.items():
+            self.sampler.addItem(f"{name}  ({label})", name)
+        self.scheduler = QComboBox()
+        for name in SCHEDULER_LABELS:
+            self.scheduler.addItem(name, name)
+        self.size = QComboBox()
+        self.size.currentIndexChanged.connect(self._preset_chosen)
+        self.width_ = QSpinBox(minimum=64, maximum=4096, value=512, singleStep=64, suffix=" px")
+        self.height_ = QSpinBox(minimum=64, maximum=4096, value=512, singleStep=64, suffix=" px")
+        size_row = QHBoxLayout()
+        size_row.addWidget(self.size, 1)
+        size_row.addWidget(self.width_)
+        size_row.addWidget(QLabel("×"))
+        size_row.addWidget(self.height_)
+        self.batch = QSpinBox(minimum=1, maximum=16, value=1)
+        form = QFormLayout()
+        form.addRow("Seed", seed_row)
+        form.addRow("Steps", self.steps)
+        form.addRow("CFG", self.cfg)
+        form.addRow("Guidance", self.guidance)
+        self.guidance_label = form.labelForField(self.guidance)
+        form.addRow("Sampler", self.sampler)
+        form.addRow("Scheduler", self.scheduler)
+        form.addRow("Size", size_row)
+        form.addRow("Batch", self.batch)
+        self.generate_button = QPushButton(icon("run", "#ffffff"), "Generate")
+        self.generate_button.setObjectName("primary")
+        self.generate_button.setToolTip("Generate (Ctrl+Enter)")
+        self.generate_button.clicked.connect(self.generate)
+        for keys in ("Ctrl+Return", "Ctrl+Enter"):
+            QShortcut(QKeySequence(keys), self, activated=self.generate)
+        self.progress = QProgressBar(maximumHeight=14, textVisible=False)
+        self.status = QLabel("Load a model to generate.", objectName="muted", wordWrap=True)
+        controls = QVBoxLayout()
+        controls.addWidget(self.prompt, 2)
+        controls.addWidget(self.negative, 1)
+        controls.addLayout(form)
+        controls.addWidget(self.generate_button)
+        controls.addWidget(self.progress)
+        controls.addWidget(self.status)
+        left = QWidget()
+        left.setLayout(controls)
+        self.view = QLabel(alignment=Qt.AlignmentFlag.AlignCenter)
+        self.view.setMinimumSize(192, 192)
+        self.view.setObjectName("imageView")
+        self.view.setPixmap(icon("image").pixmap(64, 64))
+        self.info = QLabel(wordWrap=True, objectName="muted")
+        self.info.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.gallery = QListWidget(viewMode=QListWidget.ViewMode.IconMode)
+        self.gallery.setIconSize(QSize(72, 72))
+        self.gallery.setMaximumHeight(104)
+        self.gallery.setFlow(QListWidget.Flow.LeftToRight)
+        self.gallery.setWrapping(False)
+        self.gallery.currentItemChanged.connect(self._show_item)
+        right = QWidget()
+        rl = QVBoxLayout(right)
+        rl.setContentsMargins(0, 0, 0, 0)
+        rl.addWidget(self.view, 1)
+        rl.addWidget(self.info)
+        rl.addWidget(self.gallery)
+        split = QSplitter()
+        split.addWidget(left)
+        split.addWidget(right)
+        split.setStretchFactor(1, 1)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(8, 6, 8, 6)
+        layout.addWidget(split)
+        self._current: QPixmap | None = None
+        self.set_family(None)
+        self.set_available(False, "Load a checkpoint or diffusion model to generate.")
+
+    # ----------------------------------------------------------------- settings in and out
+    def settings(self) -> ImageSettings:
+        """The panel's fields as a request (raises LoadoutError on a bad seed or size)."""
+        if self.random_seed.isChecked():
+            self.new_seed()
+        text = self.seed.text().strip()
+        if not text.isdigit():
+            raise LoadoutError(
+                f"the seed {text!r} is not a whole number", fix=f"Type a number from 0 to {MAX_SEED}",
+                code="bad_argument",
+            )  # fmt: skip
+        flux_guidance = self.guidance.isVisible() or self.family == "flux-dev"
+        sampling = Sampling(
+            seed=int(text),
+            steps=self.steps.value(),
+            cfg=self.cfg.value(),
+            sampler=str(self.sampler.currentData()),
+            scheduler=str(self.scheduler.currentData()),
+            guidance=self.guidance.value() if flux_guidance else None,
+        )
+        return ImageSettings(
+            prompt=self.prompt.toPlainText(),
+            negative=self.negative.toPlainText(),
+            sampling=sampling,
+            width=self.width_.value() // 8 * 8,
+            height=self.height_.value() // 8 * 8,
+            batch=self.batch.value(),
+        )
+
+    def apply_parameters(self, p: GenerationParameters) -> None:
+        """Fill the fields from a picture's parameters (what is unknown here is left as it is)."""
+        self.prompt.setPlainText(p.prompt)
+        self.negative.setPlainText(p.negative)
+        self.seed.setText(str(p.seed))
+        self.random_seed.setChecked(False)
+        self.steps.setValue(p.steps)
+        self.cfg.setValue(p.cfg)
+        if p.guidance is not None:
+            self.guidance.setValue(p.guidance)
+        for combo, value in ((self.sampler, p.sampler), (self.scheduler, p.scheduler)):
+            i = combo.findData(value)
+            if i >= 0:
+                combo.setCurrentIndex(i)
+        self.width_.setValue(p.width)
+        self.height_.setValue(p.height)
+        loras = ", ".join(f"{lo.name} {lo.model_strength:g}" for lo in p.loras)
+        self.status.setText(
+            f"Settings read from a picture{f' (model {p.model})' if p.model else ''}"
+            f"{f'; it used LoRAs: {loras}' if loras else ''}."
+        )
+
+    def set_family(self, family: str | None) -> None:
+        """Offer the loaded family's sizes; Flux-dev shows its guidance field."""
+        self.family = family
+        group = size_group(family)
+        self.size.blockSignals(True)
+        self.size.clear()
+        for w, h in SIZE_PRESETS[group]:
+            self.size.addItem(f"{w}×{h}", (w, h))
+        self.size.addItem("custom", None)
+        self.size.blockSignals(False)
+        if family is not None:
+            self.size.setCurrentIndex(0)
+            self._preset_chosen(0)
+        flux = family == "flux-dev"
+        self.guidance.setVisible(flux)
+        if self.guidance_label is not None:
+            self.guidance_label.setVisible(flux)
+        if family in ("flux-dev", "flux-schnell", "chroma"):
+            self.cfg.setValue(1.0)
+            self.scheduler.setCurrentIndex(max(0, self.scheduler.findData("simple")))
+        if family == "flux-schnell":
+            self.steps.setValue(4)
+
+    def set_available(self, available: bool, reason: str = "") -> None:
+        self.available = available
+        self.generate_button.setEnabled(available and not self.busy)
+        self.generate_button.setToolTip("Generate (Ctrl+Enter)" if available else reason)
+        if not available and reason:
+            self.status.setText(reason)
+
+    def _preset_chosen(self, index: int) -> None:
+        size = self.size.itemData(index)
+        if size:
+            self.width_.setValue(size[0])
+            self.height_.setValue(size[1])
+
+    def new_seed(self) -> None:
+        self.seed.setText(str(random.SystemRandom().randrange(0, 2**32)))
+
+    def reuse_seed(self) -> None:
+        if self.last_seed is not None:
+            self.seed.setText(str(self.last_seed))
+            self.random_seed.setChecked(False)
+
+    def generate(self) -> None:
+        if not self.available or self.busy:
+            return
+        try:
+            settings = self.settings()
+        except LoadoutError as exc:
+            self.error.emit(exc)
+            return
+        self.generate_requested.emit(settings)
+
+    # ----------------------------------------------------------------- what the backend reports
+    def on_started(self) -> None:
+        self.busy = True
+        self.generate_button.setEnabled(False)
+        self.progress.setRange(0, 0)
+        self.status.setText("Starting…")
+
+    def on_finished(self) -> None:
+        self.busy = False
+        self.generate_button.setEnabled(self.available)
+        if self.progress.maximum() == 0:
+            self.progress.setRange(0, 1)
+            self.progress.setValue(0)
+
+    def on_progress(self, p: GenerateProgress) -> None:
+        if p.steps:
+            self.progress.setRange(0, p.steps)
+            self.progress.setValue(p.step)
+        else:
+            self.progress.setRange(0, 0)
+        picture = f" (picture {p.image + 1} of {p.images})" if p.images > 1 else ""
+        steps = f" {p.step}/{p.steps}" if p.steps else ""
+        self.status.setText(
+            f"{_PHASES.get(p.phase, p.phase)}{steps}{picture}{' · ' + p.message if p.message else ''}"
+        )
+        if p.preview is not None:
+            self._show_pixmap(_pixmap(p.preview))
+
+    def on_result(self, result: GenerateResult) -> None:
+        self.last_seed = result.seed
+        first: QListWidgetItem | None = None
+        for image in result.images:
+            pix = QPixmap(str(image.path))
+            item = QListWidgetItem(QIcon(pix), image.label or image.path.stem)
+            item.setData(Qt.ItemDataRole.UserRole, (str(image.path), image.infotext))
+            item.setToolTip(image.infotext)
+            self.gallery.insertItem(0, item)
+            first = first or item
+        if first is not None:
+            self.gallery.setCurrentItem(first)
+        split = ", ".join(f"{k.replace('_', ' ')} {v:.1f} s" for k, v in result.seconds.items())
+        notes = " ".join(result.notes)
+        self.status.setText(f"Done: {result.seconds_per_step:.2f} s/step; {split}. {notes}".strip())
+        self.progress.setRange(0, 1)
+        self.progress.setValue(1)
+
+    def _show_item(self, item: QListWidgetItem | None) -> None:
+        if item is None:
+            return
+        path, infotext = item.data(Qt.ItemDataRole.UserRole)
+        self._show_pixmap(QPixmap(path))
+        self.info.setText(f"<b>{Path(path).name}</b><br>{infotext.replace(chr(10), '<br>')}")
+
+    def _show_pixmap(self, pix: QPixmap) -> None:
+        self._current = pix
+        self._rescale()
+
+    def _rescale(self) -> None:
+        if self._current is None or self._current.isNull():
+            return
+        size = self.view.size()
+        mode = (
+            Qt.TransformationMode.FastTransformation
+            if self._current.width() * 4 <= size.width()
+            else Qt.TransformationMode.SmoothTransformation
+        )
+        self.view.setPixmap(self._current.scaled(size, Qt.AspectRatioMode.KeepAspectRatio, mode))
+
+    def resizeEvent(self, event: object) -> None:
+        super().resizeEvent(event)  # type: ignore[arg-type]
+        self._rescale()
+
+    # ----------------------------------------------------------------- drag a picture in
+    def dragEnterEvent(self, event: QDragEnterEvent) -> None:
+        if event.mimeData().hasUrls():
+            event.acceptProposedAction()
+
+    def dropEvent(self, event: QDropEvent) -> None:
+        urls = [u for u in event.mimeData().urls() if u.isLocalFile()]
+        if urls:
+            self.read_picture(Path(urls[0].toLocalFile()))
+            event.acceptProposedAction()
+
+    def read_picture(self, path: Path) -> None:
+        try:
+            self.apply_parameters(parse_parameters(read_png_parameters(path)))
+        except LoadoutError as exc:
+            self.error.emit(exc)

@@ -1,0 +1,118 @@
+"""The Generate panel as a view: settings out, progress/preview/pictures in, a dropped PNG read back."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PySide6.QtCore import QMimeData, QPointF, Qt, QUrl
+from PySide6.QtGui import QDropEvent
+from pytestqt.qtbot import QtBot
+
+from app.gui.generate_panel import GeneratePanel
+from core.errors import LoadoutError
+from core.generate.events import GeneratedImage, GenerateProgress, GenerateResult
+from core.generate.parameters import GenerationParameters, LoraUse, format_parameters
+from core.generate.png import save_png
+from core.generate.request import ImageSettings
+
+
+@pytest.fixture
+def panel(qtbot: QtBot) -> GeneratePanel:
+    p = GeneratePanel()
+    qtbot.addWidget(p)
+    p.resize(900, 600)
+    p.show()
+    return p
+
+
+def test_generate_emits_the_typed_settings(panel: GeneratePanel, qtbot: QtBot) -> None:
+    panel.set_family("sdxl")
+    panel.set_available(True)
+    assert (panel.width_.value(), panel.height_.value()) == (1024, 1024)
+    qtbot.keyClicks(panel.prompt, "a red fox in snow, (detailed:1.2)")
+    panel.negative.setPlainText("blurry")
+    panel.seed.setText("18446744073709551615")  # ComfyUI's largest seed
+    panel.steps.setValue(12)
+    panel.sampler.setCurrentIndex(panel.sampler.findData("dpmpp_2m"))
+    panel.scheduler.setCurrentIndex(panel.scheduler.findData("karras"))
+    with qtbot.waitSignal(panel.generate_requested) as sent:
+        qtbot.keyClick(panel.prompt, Qt.Key.Key_Return, Qt.KeyboardModifier.ControlModifier)
+    s: ImageSettings = sent.args[0]
+    assert s.prompt == "a red fox in snow, (detailed:1.2)" and s.negative == "blurry"
+    assert (s.sampling.seed, s.sampling.steps, s.sampling.sampler, s.sampling.scheduler) == (
+        2**64 - 1, 12, "dpmpp_2m", "karras",
+    )  # fmt: skip
+    assert (s.width, s.height, s.sampling.guidance) == (1024, 1024, None)
+
+
+def test_a_bad_seed_is_an_error_not_a_request(panel: GeneratePanel, qtbot: QtBot) -> None:
+    panel.set_available(True)
+    panel.seed.setText("12a")
+    with qtbot.waitSignal(panel.error) as err, qtbot.assertNotEmitted(panel.generate_requested):
+        panel.generate_button.click()
+    assert isinstance(err.args[0], LoadoutError)
+
+
+def test_flux_dev_offers_guidance_and_flux_defaults(panel: GeneratePanel) -> None:
+    panel.set_family("flux-dev")
+    assert panel.guidance.isVisible() and panel.cfg.value() == 1.0
+    assert panel.scheduler.currentData() == "simple"
+    assert panel.settings().sampling.guidance == 3.5
+    panel.set_family("sd1")
+    assert not panel.guidance.isVisible() and (panel.width_.value(), panel.height_.value()) == (512, 512)
+
+
+def test_progress_preview_and_pictures_are_shown(panel: GeneratePanel, tmp_path: Path) -> None:
+    panel.set_available(True)
+    panel.on_started()
+    assert not panel.generate_button.isEnabled()
+    preview = np.zeros((8, 8, 3), np.uint8)
+    preview[..., 0] = 255
+    panel.on_progress(GenerateProgress("sample", 3, 20, preview=preview))
+    assert panel.progress.value() == 3 and "Sampling 3/20" in panel.status.text()
+    assert panel.view.pixmap().toImage().pixelColor(4, 4).red() == 255
+    params = GenerationParameters(prompt="fox", seed=77, width=16, height=8)
+    text = format_parameters(params)
+    path = save_png(tmp_path / "00001-77.png", np.full((8, 16, 3), 200, np.uint8), text)
+    panel.on_result(GenerateResult((GeneratedImage(path, params, text),), 77, 0.5, {"sample": 1.0}, 0))
+    panel.on_finished()
+    assert panel.gallery.count() == 1 and "Seed: 77" in panel.info.text()
+    assert panel.generate_button.isEnabled()
+    panel.reuse_seed()
+    assert panel.seed.text() == "77"
+
+
+def test_a_dropped_png_fills_the_fields(panel: GeneratePanel, tmp_path: Path) -> None:
+    params = GenerationParameters(
+        prompt="castle", negative="fog", steps=31, sampler="euler_ancestral", scheduler="karras", cfg=5.5,
+        seed=4242, width=640, height=448, model="dreamshaper", loras=(LoraUse("style", 0.7, 0.7),),
+    )  # fmt: skip
+    path = save_png(tmp_path / "in.png", np.zeros((4, 4, 3), np.uint8), format_parameters(params))
+    mime = QMimeData()
+    mime.setUrls([QUrl.fromLocalFile(str(path))])
+    event = QDropEvent(
+        QPointF(10, 10),
+        Qt.DropAction.CopyAction,
+        mime,
+        Qt.MouseButton.NoButton,
+        Qt.KeyboardModifier.NoModifier,
+    )
+    panel.dropEvent(event)
+    s = panel.settings()
+    assert (s.prompt, s.negative, s.sampling.steps, s.sampling.sampler, s.sampling.scheduler) == (
+        "castle", "fog", 31, "euler_ancestral", "karras",
+    )  # fmt: skip
+    assert (s.sampling.cfg, s.sampling.seed, s.width, s.height) == (5.5, 4242, 640, 448)
+    assert "style 0.7" in panel.status.text()
+
+
+def test_a_dropped_file_without_parameters_is_reported(
+    panel: GeneratePanel, qtbot: QtBot, tmp_path: Path
+) -> None:
+    junk = tmp_path / "junk.png"
+    junk.write_bytes(b"nope")
+    with qtbot.waitSignal(panel.error) as err:
+        panel.read_picture(junk)
+    assert "not an image" in err.args[0].message
