@@ -40,7 +40,7 @@ from core.errors import LoadoutError
 from core.generate.events import GenerateProgress, GenerateResult
 from core.generate.parameters import SAMPLER_LABELS, SCHEDULER_LABELS, GenerationParameters, parse_parameters
 from core.generate.png import read_png_parameters
-from core.generate.request import MAX_SEED, ImageSettings, Sampling
+from core.generate.request import MAX_SEED, ImageSettings, Sampling, default_cfg
 
 #: Size presets per family group (width, height): the resolutions each was trained around.
 SIZE_PRESETS: dict[str, list[tuple[int, int]]] = {
@@ -249,8 +249,9 @@ class GeneratePanel(QWidget):
         self.guidance.setVisible(flux)
         if self.guidance_label is not None:
             self.guidance_label.setVisible(flux)
+        if family is not None:
+            self.cfg.setValue(default_cfg(family))
         if family in ("flux-dev", "flux-schnell", "chroma"):
-            self.cfg.setValue(1.0)
             self.scheduler.setCurrentIndex(max(0, self.scheduler.findData("simple")))
         if family == "flux-schnell":
             self.steps.setValue(4)

@@ -41,3 +41,15 @@ class GenerateResult:
     peak_bytes: int
     events: tuple[dict[str, object], ...] = ()
     notes: tuple[str, ...] = ()  # e.g. "demo models make noise-like pictures"
+
+    def to_json(self) -> dict[str, object]:
+        """``loadout generate --json`` (the contract in docs/cli.md)."""
+        return {
+            "images": [str(i.path) for i in self.images],
+            "seed": self.seed,
+            "seconds_per_step": round(self.seconds_per_step, 4),
+            "seconds": {k: round(v, 4) for k, v in self.seconds.items()},
+            "peak_bytes": self.peak_bytes,
+            "events": list(self.events),
+            "notes": list(self.notes),
+        }

@@ -46,7 +46,7 @@ class Sampling:
 
     seed: int = 0
     steps: int = 20
-    cfg: float = 7.0
+    cfg: float | None = None  # None: the family's usual value (see default_cfg)
     sampler: str = "euler"
     scheduler: str = "normal"
     denoise: float = 1.0
@@ -58,11 +58,21 @@ class Sampling:
             out.append(f"seed must be between 0 and {MAX_SEED}, not {self.seed}")
         if not 1 <= self.steps <= 10_000:
             out.append(f"steps must be between 1 and 10000, not {self.steps}")
-        if not 0.0 <= self.cfg <= 100.0:
+        if self.cfg is not None and not 0.0 <= self.cfg <= 100.0:
             out.append(f"CFG must be between 0 and 100, not {self.cfg}")
         if not 0.0 < self.denoise <= 1.0:
             out.append(f"denoise must be above 0 and at most 1, not {self.denoise}")
         return out
+
+
+def default_cfg(family: str | None) -> float:
+    """The CFG a family is usually run at when none is given: guidance-distilled Flux and Chroma
+    run without classifier-free guidance (1), SD3 at 4.5, the UNet families at 7 (A1111's default)."""
+    if family in ("flux-dev", "flux-schnell", "flux-fill", "chroma"):
+        return 1.0
+    if family in ("sd3", "sd3.5-medium", "sd3.5-large"):
+        return 4.5
+    return 7.0
 
 
 @dataclass(frozen=True)
