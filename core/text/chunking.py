@@ -99,11 +99,13 @@ def _embedding_piece(piece: str, missing: list[str]) -> str:
     missing.append(stripped)
     log.warning("embedding:%s is not supported yet; it was left out of the prompt", stripped)
     if len(stripped) < len(name):
-        return f"{name[len(stripped):]} {rest}"
+        return f"{name[len(stripped) :]} {rest}"
     return rest
 
 
-def _groups(prompt: str, encode: Callable[[str], list[int]], missing: list[str]) -> list[list[tuple[int, float]]]:
+def _groups(
+    prompt: str, encode: Callable[[str], list[int]], missing: list[str]
+) -> list[list[tuple[int, float]]]:
     groups: list[list[tuple[int, float]]] = []
     for segment in parse_weights(prompt):
         for piece in split_embeddings(segment.text):

@@ -27,7 +27,10 @@ TextCleaning = Literal["comfyui", "open_clip"]
 #: digits, runs of anything else that is not whitespace
 WORD_PATTERN: Final = r"""'s|'t|'re|'ve|'m|'ll|'d|[\p{L}]+|[\p{N}]|[^\s\p{L}\p{N}]+"""
 #: the marker spellings each tokenizer's pattern keeps whole (open_clip renamed them)
-_MARKERS: Final = {"comfyui": r"<\|startoftext\|>|<\|endoftext\|>|", "open_clip": r"<start_of_text>|<end_of_text>|"}
+_MARKERS: Final = {
+    "comfyui": r"<\|startoftext\|>|<\|endoftext\|>|",
+    "open_clip": r"<start_of_text>|<end_of_text>|",
+}
 
 
 def _open_clip_clean(text: str) -> str:
@@ -50,7 +53,9 @@ class ClipTokenizer:
     start_id: Final = START_ID
     end_id: Final = END_ID
 
-    def __init__(self, vocabulary: ClipVocabulary | None = None, *, cleaning: TextCleaning = "comfyui") -> None:
+    def __init__(
+        self, vocabulary: ClipVocabulary | None = None, *, cleaning: TextCleaning = "comfyui"
+    ) -> None:
         if cleaning not in ("comfyui", "open_clip"):
             raise ValueError(f"cleaning must be 'comfyui' or 'open_clip', not {cleaning!r}")
         vocab = vocabulary or load_vocabulary()
@@ -66,17 +71,20 @@ class ClipTokenizer:
                 unk_token=END_OF_TEXT,
             )
         )
-        tok.normalizer = normalizers.Sequence(  # type: ignore[assignment]
+        tok.normalizer = normalizers.Sequence(
             [normalizers.NFC(), normalizers.Replace(Regex(r"\s+"), " "), normalizers.Lowercase()]
         )
-        tok.pre_tokenizer = pre_tokenizers.Sequence(  # type: ignore[assignment]
+        tok.pre_tokenizer = pre_tokenizers.Sequence(
             [
-                pre_tokenizers.Split(Regex(_MARKERS[cleaning] + WORD_PATTERN), behavior="removed", invert=True),
+                pre_tokenizers.Split(
+                    Regex(_MARKERS[cleaning] + WORD_PATTERN), behavior="removed", invert=True
+                ),
                 pre_tokenizers.ByteLevel(add_prefix_space=False),
             ]
         )
         if cleaning == "comfyui":  # as in transformers: the markers typed in a prompt are the tokens
-            tok.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in (START_OF_TEXT, END_OF_TEXT)])
+            markers = (START_OF_TEXT, END_OF_TEXT)
+            tok.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in markers])
         self._tokenizer = tok
 
     def encode(self, text: str) -> list[int]:

@@ -56,23 +56,18 @@ def find_vocab_file() -> Path:
             return path
     raise VocabularyMissing(
         "The CLIP tokenizer vocabulary (open_clip's bpe_simple_vocab_16e6.txt.gz) was not found",
-        why="Loadout reads CLIP's byte-pair vocabulary from the open_clip_torch package, which is not installed",
+        why="Loadout reads CLIP's byte-pair vocabulary from the open_clip_torch package; it is not installed",
         fix=f"install it without its dependencies: pip install --no-deps {OPEN_CLIP_PIN}",
     )
 
 
 def bytes_to_symbols() -> list[str]:
     """The 256 printable stand-ins of the byte values, in CLIP's (and GPT-2's) vocabulary order."""
-    printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
-    order = list(printable)
+    ranges = (("!", "~"), ("¡", "¬"), ("®", "ÿ"))
+    printable = [b for lo, hi in ranges for b in range(ord(lo), ord(hi) + 1)]
     symbols = [chr(b) for b in printable]
-    extra = 0
-    for b in range(256):
-        if b not in printable:
-            order.append(b)
-            symbols.append(chr(256 + extra))
-            extra += 1
-    return symbols
+    others = [b for b in range(256) if b not in printable]
+    return symbols + [chr(256 + i) for i in range(len(others))]
 
 
 @dataclass(frozen=True)
