@@ -84,11 +84,13 @@ class ClipTower:
         chosen = self.layer.layer if self.layer.layer is not None and -self.layer.layer <= layers else None
         with torch.inference_mode():
             out = self.model(ids.to(_device(self.model)), output_layer=chosen, dtype=self.compute_dtype)
-        if chosen is None:
-            hidden = out.last_hidden_state
-        else:
-            assert out.hidden_state is not None
-            hidden = self.model.final_norm(out.hidden_state) if self.layer.norm_hidden else out.hidden_state
+            if chosen is None:
+                hidden = out.last_hidden_state
+            else:
+                assert out.hidden_state is not None
+                hidden = out.hidden_state
+                if self.layer.norm_hidden:
+                    hidden = self.model.final_norm(hidden)
         pooled = out.pooled
         if self.layer.projected_pooled and out.text_embeds is not None:
             pooled = out.text_embeds

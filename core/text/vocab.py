@@ -15,6 +15,7 @@ from __future__ import annotations
 import gzip
 import importlib.metadata
 import importlib.util
+import sys
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -40,6 +41,9 @@ class VocabularyMissing(LoadoutError):
 def find_vocab_file() -> Path:
     """Path of open_clip's BPE file, found without importing the package; a LoadoutError if absent."""
     candidates: list[Path] = []
+    bundle = getattr(sys, "_MEIPASS", None)  # the frozen app carries the file (packaging/loadout.spec)
+    if bundle is not None:
+        candidates.append(Path(bundle) / "open_clip" / VOCAB_FILE)
     try:
         spec = importlib.util.find_spec("open_clip")
     except (ImportError, ValueError):
