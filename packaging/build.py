@@ -44,6 +44,7 @@ DIST = ROOT / "dist"
 WORK = ROOT / "build" / "pyinstaller"
 #: PyInstaller 6 lays out one-folder apps as binary + ``_internal/``; 7 may change it: pinned below 7.
 PYINSTALLER = "pyinstaller>=6.10,<7"
+OPEN_CLIP = "open_clip_torch==3.3.0"
 LINUX_EXTRAS = ("loadout.desktop", "install-desktop-entry.sh", "uninstall-desktop-entry.sh", "README.txt")
 
 
@@ -74,6 +75,8 @@ def make_venv(torch_index: str | None) -> None:
     # a plain (non-editable) install, rebuilt from the tree on every run: the frozen app holds
     # exactly what a wheel ships
     run([py, "-m", "pip", "install", "-c", "constraints.txt", ".", PYINSTALLER])
+    # CLIP's vocabulary file (core/text/vocab.py); --no-deps: its torchvision cannot sit beside our torch
+    run([py, "-m", "pip", "install", "--no-deps", OPEN_CLIP])
 
 
 def reinstall_app() -> None:

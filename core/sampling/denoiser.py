@@ -1,0 +1,49 @@
+"""From a raw diffusion network to a denoiser ``(x, sigma, cond) -> denoised``.
+
+The network sees ComfyUI's inputs: ``calculate_input(sigma, x)`` cast to the compute dtype, and
+the family's timestep for sigma (an integer-valued float for SD1/SD2/SDXL, ``sigma * 1000`` for
+SD3, sigma for Flux). Its output is taken back to float32 before ``calculate_denoised``, so the
+sampler state stays float32 whatever the compute dtype.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Protocol
+
+import torch
+from torch import Tensor
+
+from core.sampling.conditioning import Conditioning
+from core.sampling.model_sampling import ModelSampling
+
+
+class DiffusionModel(Protocol):
+    """A diffusion network adapted to one signature: scaled latent ``[B, C, H, W]`` in the compute
+    dtype, timesteps ``[B]`` float32, the conditioning -> the raw prediction ``[B, C, H, W]``."""
+
+    def __call__(self, x: Tensor, timestep: Tensor, cond: Conditioning) -> Tensor: ...
+
+
+class Denoiser(Protocol):
+    """``(x, sigma [B], cond) -> denoised`` (the model's estimate of the clean latent)."""
+
+    def __call__(self, x: Tensor, sigma: Tensor, cond: Conditioning) -> Tensor: ...
+
+
+@dataclass(frozen=True)
+class ModelDenoiser:
+    model: DiffusionModel
+    sampling: ModelSampling
+    compute_dtype: torch.dtype = torch.float32
+    #: called before every forward pass (interrupt checks, placing the model on its device)
+    before_forward: Callable[[], None] | None = None
+
+    def __call__(self, x: Tensor, sigma: Tensor, cond: Conditioning) -> Tensor:
+        if self.before_forward is not None:
+            self.before_forward()
+        x_in = self.sampling.calculate_input(sigma, x).to(self.compute_dtype)
+        timestep = self.sampling.timestep(sigma).float()
+        out = self.model(x_in, timestep, cond.to(x_in.device, self.compute_dtype)).float()
+        return self.sampling.calculate_denoised(sigma, out, x)

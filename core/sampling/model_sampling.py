@@ -1,0 +1,253 @@
+"""Model sampling: a family's noise levels (sigmas), its timestep <-> sigma maps, and its
+prediction type, together in one :class:`ModelSampling`.
+
+Noise tables (facts from ComfyUI's ``comfy/model_sampling.py`` and ``supported_models.py``):
+
+- :class:`DiscreteSchedule` (SD1/SD2/SDXL): 1000 training steps, "scaled linear" betas
+  (``linspace(sqrt(0.00085), sqrt(0.012), 1000)^2`` in float64), ``alphas_cumprod`` their running
+  product, ``sigma = sqrt((1 - a) / a)``, kept as float32 with log-sigmas taken in float64. A
+  sigma's timestep is the index of the nearest log-sigma (an integer); a fractional timestep
+  interpolates log-sigma linearly.
+- :class:`FlowSchedule` (SD3, Flux-schnell, Chroma, AuraFlow): ``sigma(t) = shift * t /
+  (1 + (shift - 1) * t)`` for t in (0, 1], tabulated at 1000 points; the network's timestep is
+  ``sigma * multiplier`` (1000 for SD3, 1 for Flux-schnell and Chroma). SD3 uses shift 3.0.
+- :class:`FluxSchedule` (Flux-dev and its variants): ``sigma(t) = e^mu / (e^mu + 1/t - 1)``
+  with ``mu = shift`` (1.15 by default; ComfyUI's ``ModelSamplingFlux`` node can set another),
+  tabulated at 10000 points; the timestep is sigma itself.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import torch
+from torch import Tensor
+
+from core.errors import LoadoutError
+from core.sampling.prediction import EpsPrediction, FlowPrediction, Prediction, VPrediction
+
+
+class Schedule(Protocol):
+    """A family's noise table and its timestep maps."""
+
+    @property
+    def sigmas(self) -> Tensor: ...  # ascending, float32
+
+    def timestep(self, sigma: Tensor) -> Tensor: ...
+
+    def sigma(self, timestep: Tensor) -> Tensor: ...
+
+    def percent_to_sigma(self, percent: float) -> float: ...
+
+
+def scaled_linear_sigmas(steps: int = 1000, beta_start: float = 0.00085, beta_end: float = 0.012) -> Tensor:
+    """Sigmas of the DDPM "scaled linear" beta schedule, in float64."""
+    betas = torch.linspace(beta_start**0.5, beta_end**0.5, steps, dtype=torch.float64) ** 2
+    alphas_cumprod = torch.cumprod(1.0 - betas, dim=0)
+    return ((1 - alphas_cumprod) / alphas_cumprod) ** 0.5
+
+
+@dataclass(frozen=True)
+class DiscreteSchedule:
+    steps: int = 1000
+    beta_start: float = 0.00085
+    beta_end: float = 0.012
+    sigmas: Tensor = field(init=False, repr=False, compare=False)
+    log_sigmas: Tensor = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        table = scaled_linear_sigmas(self.steps, self.beta_start, self.beta_end)
+        object.__setattr__(self, "sigmas", table.float())
+        object.__setattr__(self, "log_sigmas", table.log().float())
+
+    def timestep(self, sigma: Tensor) -> Tensor:
+        """Index of the nearest tabulated sigma in log space (an integer tensor)."""
+        distances = sigma.log().to(self.log_sigmas.device) - self.log_sigmas[:, None]
+        return distances.abs().argmin(dim=0).view(sigma.shape).to(sigma.device)
+
+    def sigma(self, timestep: Tensor) -> Tensor:
+        t = torch.clamp(timestep.float().to(self.log_sigmas.device), min=0, max=len(self.sigmas) - 1)
+        low, high = t.floor().long(), t.ceil().long()
+        w = t.frac()
+        log_sigma = (1 - w) * self.log_sigmas[low] + w * self.log_sigmas[high]
+        return log_sigma.exp().to(timestep.device)
+
+    def percent_to_sigma(self, percent: float) -> float:
+        if percent <= 0.0:
+            return 999999999.9
+        if percent >= 1.0:
+            return 0.0
+        return float(self.sigma(torch.tensor((1.0 - percent) * 999.0)).item())
+
+
+def shift_time(shift: float, t: Tensor | float) -> Tensor | float:
+    """SD3's timestep shift ``shift * t / (1 + (shift - 1) * t)``."""
+    if shift == 1.0:
+        return t
+    return shift * t / (1 + (shift - 1) * t)
+
+
+@dataclass(frozen=True)
+class FlowSchedule:
+    shift: float = 1.0
+    multiplier: float = 1000.0
+    points: int = 1000
+    sigmas: Tensor = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        grid = torch.arange(1, self.points + 1, 1) / self.points
+        object.__setattr__(self, "sigmas", self.sigma(grid * self.multiplier))
+
+    def timestep(self, sigma: Tensor) -> Tensor:
+        return sigma * self.multiplier
+
+    def sigma(self, timestep: Tensor) -> Tensor:
+        out = shift_time(self.shift, timestep / self.multiplier)
+        assert isinstance(out, Tensor)
+        return out
+
+    def percent_to_sigma(self, percent: float) -> float:
+        if percent <= 0.0:
+            return 1.0
+        if percent >= 1.0:
+            return 0.0
+        return float(shift_time(self.shift, 1.0 - percent))
+
+
+def flux_time_shift(mu: float, t: Tensor | float) -> Tensor | float:
+    """Flux's resolution-dependent shift ``e^mu / (e^mu + (1/t - 1))``."""
+    return math.exp(mu) / (math.exp(mu) + (1 / t - 1) ** 1.0)
+
+
+@dataclass(frozen=True)
+class FluxSchedule:
+    shift: float = 1.15
+    points: int = 10000
+    sigmas: Tensor = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "sigmas", self.sigma(torch.arange(1, self.points + 1, 1) / self.points))
+
+    def timestep(self, sigma: Tensor) -> Tensor:
+        return sigma
+
+    def sigma(self, timestep: Tensor) -> Tensor:
+        out = flux_time_shift(self.shift, timestep)
+        assert isinstance(out, Tensor)
+        return out
+
+    def percent_to_sigma(self, percent: float) -> float:
+        if percent <= 0.0:
+            return 1.0
+        if percent >= 1.0:
+            return 0.0
+        return float(flux_time_shift(self.shift, 1.0 - percent))
+
+
+@dataclass(frozen=True)
+class ModelSampling:
+    """A family's schedule and prediction type: everything samplers need to know of the model."""
+
+    schedule: DiscreteSchedule | FlowSchedule | FluxSchedule
+    prediction: Prediction
+
+    @property
+    def sigmas(self) -> Tensor:
+        return self.schedule.sigmas
+
+    @property
+    def sigma_min(self) -> Tensor:
+        return self.schedule.sigmas[0]
+
+    @property
+    def sigma_max(self) -> Tensor:
+        return self.schedule.sigmas[-1]
+
+    @property
+    def is_flow(self) -> bool:
+        return self.prediction.is_flow
+
+    def timestep(self, sigma: Tensor) -> Tensor:
+        return self.schedule.timestep(sigma)
+
+    def sigma(self, timestep: Tensor) -> Tensor:
+        return self.schedule.sigma(timestep)
+
+    def percent_to_sigma(self, percent: float) -> float:
+        return self.schedule.percent_to_sigma(percent)
+
+    def calculate_input(self, sigma: Tensor, x: Tensor) -> Tensor:
+        return self.prediction.calculate_input(sigma, x)
+
+    def calculate_denoised(self, sigma: Tensor, model_output: Tensor, x: Tensor) -> Tensor:
+        return self.prediction.calculate_denoised(sigma, model_output, x)
+
+    def noise_scaling(
+        self, sigma: Tensor, noise: Tensor, latent: Tensor, max_denoise: bool = False
+    ) -> Tensor:
+        return self.prediction.noise_scaling(sigma, noise, latent, max_denoise)
+
+    def inverse_noise_scaling(self, sigma: Tensor, latent: Tensor) -> Tensor:
+        return self.prediction.inverse_noise_scaling(sigma, latent)
+
+
+def eps_discrete() -> ModelSampling:
+    return ModelSampling(DiscreteSchedule(), EpsPrediction())
+
+
+def v_discrete() -> ModelSampling:
+    return ModelSampling(DiscreteSchedule(), VPrediction())
+
+
+def flow_shift(shift: float = 3.0, multiplier: float = 1000.0) -> ModelSampling:
+    return ModelSampling(FlowSchedule(shift=shift, multiplier=multiplier), FlowPrediction())
+
+
+def flux_shift(shift: float = 1.15) -> ModelSampling:
+    return ModelSampling(FluxSchedule(shift=shift), FlowPrediction())
+
+
+_EPS_FAMILIES = frozenset({"sd1", "sd2", "sdxl", "sdxl-refiner", "ssd-1b", "segmind-vega"})
+_FLUX_FAMILIES = frozenset({"flux-dev", "flux-fill"})
+_SD3_FAMILIES = frozenset({"sd3", "sd3.5-medium", "sd3.5-large"})
+
+
+def for_family(family: str, *, v_prediction: bool = False, shift: float | None = None) -> ModelSampling:
+    """The model sampling ComfyUI uses for a diffusion family id (``core.detect`` ids).
+
+    ``v_prediction`` selects v-prediction for the discrete families (SD2-768-v and v-pred SDXL
+    finetunes); ``shift`` overrides the flow families' default shift (ComfyUI's
+    ``ModelSamplingSD3`` / ``ModelSamplingFlux`` nodes).
+    """
+    if family in _EPS_FAMILIES:
+        if shift is not None:
+            raise LoadoutError(
+                f"a shift was given for {family}",
+                why="discrete (SD1/SD2/SDXL) schedules have no shift",
+                fix="leave the shift unset for this model",
+                code="bad_argument",
+            )
+        return v_discrete() if v_prediction else eps_discrete()
+    if v_prediction:
+        raise LoadoutError(
+            f"v-prediction was asked for {family}",
+            why="only discrete-schedule families (SD1/SD2/SDXL) have a v-prediction variant",
+            fix="leave v-prediction off for this model",
+            code="bad_argument",
+        )
+    if family in _SD3_FAMILIES:
+        return flow_shift(3.0 if shift is None else shift, 1000.0)
+    if family in _FLUX_FAMILIES:
+        return flux_shift(1.15 if shift is None else shift)
+    if family in ("flux-schnell", "chroma"):
+        return flow_shift(1.0 if shift is None else shift, 1.0)
+    if family == "auraflow":
+        return flow_shift(1.73 if shift is None else shift, 1.0)
+    raise LoadoutError(
+        f"no sampling is known for the family {family!r}",
+        why="the sampler needs the family's noise schedule and prediction type",
+        fix="use a model of a supported family (SD1, SD2, SDXL, SD3, Flux, Chroma, AuraFlow)",
+        code="unsupported_family",
+    )
