@@ -363,18 +363,25 @@ class AutoencoderKL(nn.Module):
         out: torch.Tensor = self.decoder(z)
         return out
 
-    def decode(self, latent: torch.Tensor) -> torch.Tensor:
-        """Scaled latent (N, C, h, w) -> pixels (N, C, 8h, 8w), roughly in [-1, 1] (not clamped)."""
-        return self._decode_raw(self.process_out(latent))
+    def decode(self, latent: torch.Tensor, *, scaled: bool = True) -> torch.Tensor:
+        """Scaled latent (N, C, h, w) -> pixels (N, C, 8h, 8w), roughly in [-1, 1] (not clamped).
+        ``scaled=False``: the latent is already in the VAE's own space (what a sampler hands back
+        after ``process_out``, as ComfyUI's VAEDecode receives it)."""
+        return self._decode_raw(self.process_out(latent) if scaled else latent)
 
     def decode_tiled(
-        self, latent: torch.Tensor, tile: int = 64, overlap: int = 16, *, progress: Progress | None = None
+        self,
+        latent: torch.Tensor,
+        tile: int = 64,
+        overlap: int = 16,
+        *,
+        progress: Progress | None = None,
+        scaled: bool = True,
     ) -> torch.Tensor:
         """``decode`` one latent tile (``tile`` x ``tile``, overlapping by ``overlap``) at a time."""
         f = self.config.downscale
-        return tiled_map(
-            self.process_out(latent), self._decode_raw, tile=tile, overlap=overlap, up=f, progress=progress
-        )
+        z = self.process_out(latent) if scaled else latent
+        return tiled_map(z, self._decode_raw, tile=tile, overlap=overlap, up=f, progress=progress)
 
     def encode_tiled(
         self,

@@ -1,0 +1,91 @@
+"""Each diffusion network family behind the sampler's one signature.
+
+:class:`core.sampling.denoiser.ModelDenoiser` hands a network the scaled latent in the compute
+dtype, float32 timesteps and a :class:`~core.sampling.conditioning.Conditioning`; this adapter
+knows how each family takes them: the UNet and MMDiT as ``(x, t, context, y)``, Flux and Chroma
+as 2x2-patch tokens with position ids (and Flux-dev's guidance), as ComfyUI's model classes do.
+Extra input channels (inpaint/instruct-pix2pix ``c_concat``) are appended to the input.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from core.errors import ModelMismatchError
+from core.models.chroma import Chroma
+from core.models.flux import Flux, make_img_ids, make_txt_ids, pack_latents, unpack_latents
+from core.models.mmdit import MMDiT
+from core.models.unet import UNetModel
+from core.sampling.conditioning import Conditioning
+
+#: ComfyUI's guidance when no FluxGuidance node sets one.
+FLUX_DEFAULT_GUIDANCE = 3.5
+
+
+def network_kind(model: nn.Module) -> str:
+    """"unet", "mmdit", "flux" or "chroma"."""
+    if isinstance(model, UNetModel):
+        return "unet"
+    if isinstance(model, MMDiT):
+        return "mmdit"
+    if isinstance(model, Chroma):
+        return "chroma"
+    if isinstance(model, Flux):
+        return "flux"
+    raise ModelMismatchError(
+        f"Loadout cannot generate with a {type(model).__name__}",
+        why="generation needs a diffusion model of a supported family",
+        fix="Load an SD1/SD2/SDXL/SD3/Flux/Chroma checkpoint or diffusion model",
+        code="wrong_kind",
+    )
+
+
+class NetworkAdapter:
+    """``raw_prediction = adapter(x_in, timestep, cond)`` for one diffusion network."""
+
+    def __init__(self, model: nn.Module, *, concat: Tensor | None = None) -> None:
+        self.model = model
+        self.kind = network_kind(model)
+        self.concat = concat
+        config: Any = getattr(model, "config")  # noqa: B009 - every network keeps its config
+        self.config = config
+
+    @property
+    def in_channels(self) -> int:
+        c = int(self.config.in_channels)
+        return c // 4 if self.kind in ("flux", "chroma") else c
+
+    def __call__(self, x: Tensor, timestep: Tensor, cond: Conditioning) -> Tensor:
+        if self.concat is not None:
+            extra = self.concat.to(device=x.device, dtype=x.dtype)
+            x = torch.cat([x, extra.expand(x.shape[0], -1, -1, -1)], dim=1)
+        if self.kind in ("unet", "mmdit"):
+            out: Tensor = self.model(x, timestep, cond.context, cond.pooled)
+            return out
+        return self._flux(x, timestep, cond)
+
+    def _flux(self, x: Tensor, t: Tensor, cond: Conditioning) -> Tensor:
+        b, _, h, w = x.shape
+        img_ids = make_img_ids(b, h, w, device=x.device)
+        txt_ids = make_txt_ids(b, cond.context.shape[1], device=x.device)
+        guidance = None
+        if getattr(self.config, "guidance_embed", False):
+            guidance = cond.guidance
+            if guidance is None:
+                guidance = torch.full((b,), FLUX_DEFAULT_GUIDANCE, device=x.device)
+            guidance = guidance.to(device=x.device, dtype=torch.float32)
+        tokens = pack_latents(x)
+        if self.kind == "flux":
+            if cond.pooled is None:
+                raise ModelMismatchError(
+                    "Flux needs CLIP-L's pooled output, and the conditioning has none",
+                    fix="Load a CLIP-L text encoder with the Flux model",
+                    code="missing_conditioning",
+                )
+            out: Tensor = self.model(tokens, img_ids, cond.context, txt_ids, t, cond.pooled, guidance)
+        else:
+            out = self.model(tokens, img_ids, cond.context, txt_ids, t, guidance)
+        return unpack_latents(out, h, w)
