@@ -26,7 +26,7 @@ FLUX_DEFAULT_GUIDANCE = 3.5
 
 
 def network_kind(model: nn.Module) -> str:
-    """"unet", "mmdit", "flux" or "chroma"."""
+    """ "unet", "mmdit", "flux" or "chroma"."""
     if isinstance(model, UNetModel):
         return "unet"
     if isinstance(model, MMDiT):

@@ -81,6 +81,8 @@ class EncodeOptions:
 
     clip_skip: int | None = None
     compute_dtype: torch.dtype = torch.float32
+    #: the device the towers compute on (where the memory manager placed them); None: their weights'
+    device: torch.device | None = None
 
     def __post_init__(self) -> None:
         if self.clip_skip is not None and self.clip_skip >= 0:
@@ -126,7 +128,7 @@ class PromptEncoder:
             layer = ClipLayer(self.options.clip_skip, layer.norm_hidden, layer.projected_pooled)
         return ClipTower(
             model, self._clip_tokenizer().encode, ChunkSpec.clip(pad_with_end=pad_with_end), layer,
-            self.options.compute_dtype,
+            self.options.compute_dtype, self.options.device,
         )  # fmt: skip
 
     def _t5(self, model: T5Encoder, min_length: int, *, empty_is_padding: bool = False) -> T5Tower:
@@ -139,7 +141,7 @@ class PromptEncoder:
             )
         return T5Tower(
             model, self._t5_tok.encode, ChunkSpec.t5(min_length=min_length), self.options.compute_dtype,
-            empty_is_padding,
+            empty_is_padding, self.options.device,
         )  # fmt: skip
 
     def _build(self, e: TextEncoders) -> dict[str, TextTower]:

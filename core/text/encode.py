@@ -75,6 +75,8 @@ class ClipTower:
     spec: ChunkSpec
     layer: ClipLayer
     compute_dtype: torch.dtype = torch.float32
+    #: where the tower computes (the memory manager's device); None: where its first weight is
+    device: torch.device | None = None
 
     def empty_window(self, length: int) -> list[int]:
         return _empty_window(self.spec, length)
@@ -83,7 +85,8 @@ class ClipTower:
         layers = self.model.config.num_layers
         chosen = self.layer.layer if self.layer.layer is not None and -self.layer.layer <= layers else None
         with torch.inference_mode():
-            out = self.model(ids.to(_device(self.model)), output_layer=chosen, dtype=self.compute_dtype)
+            ids = ids.to(self.device or _device(self.model))
+            out = self.model(ids, output_layer=chosen, dtype=self.compute_dtype)
             if chosen is None:
                 hidden = out.last_hidden_state
             else:
@@ -105,6 +108,7 @@ class T5Tower:
     compute_dtype: torch.dtype = torch.float32
     #: PixArt/Chroma: the empty window for weights is all padding (no end token)
     empty_is_padding: bool = False
+    device: torch.device | None = None
 
     def empty_window(self, length: int) -> list[int]:
         if self.empty_is_padding:
@@ -113,7 +117,7 @@ class T5Tower:
 
     def run(self, ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
         with torch.inference_mode():
-            hidden = self.model(ids.to(_device(self.model)), dtype=self.compute_dtype)
+            hidden = self.model(ids.to(self.device or _device(self.model)), dtype=self.compute_dtype)
         return hidden.float(), None
 
 

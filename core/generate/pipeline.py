@@ -1,0 +1,373 @@
+"""Prompt to picture with loaded networks: encode -> sample -> decode, as ComfyUI's
+CLIPTextEncode -> KSampler (Empty Latent Image or VAEEncode) -> VAEDecode.
+
+The pipeline owns no memory policy: before each phase it calls ``hooks.place(phase)``, which a
+session answers by asking the memory manager to place that phase's models (evicting or partially
+offloading the others), and ``hooks.check`` between steps and layers, which raises
+``InterruptedByUser`` when the user stopped. Nothing here changes a model, so a stopped run leaves
+every model as it was.
+
+Conditioning is cached (:class:`core.text.cache.ConditioningCache`) by the text encoders'
+identity and LoRA clip strengths (``hooks.text_key``): a new seed or a UNet LoRA strength does not
+re-encode the prompt.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Hashable
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+from torch import Tensor, nn
+
+from core.errors import LoadoutError, ModelMismatchError
+from core.generate.events import GenerateProgress, Phase
+from core.generate.network import NetworkAdapter
+from core.generate.preview import LatentPreview
+from core.generate.request import ImageSettings, default_cfg
+from core.models.clip import CLIPTextModel
+from core.models.t5 import T5Encoder
+from core.models.vae import AutoencoderKL
+from core.sampling import Conditioning as SamplingConditioning
+from core.sampling import SamplingRequest, StepProgress, empty_latent, for_family, latent_format_for, sample
+from core.text.cache import CacheKey, ConditioningCache
+from core.text.clip_tokenizer import ClipTokenizer
+from core.text.conditioning import (
+    Conditioning,
+    EncodeOptions,
+    PromptEncoder,
+    TextEncoders,
+    TextFamily,
+    sdxl_adm,
+    sdxl_refiner_adm,
+)
+from core.text.t5_tokenizer import T5Tokenizer
+
+#: Diffusion family -> how its prompts are encoded.
+TEXT_FAMILY: dict[str, TextFamily] = {
+    "sd1": "sd1",
+    "sd2": "sd2",
+    "sdxl": "sdxl",
+    "ssd-1b": "sdxl",
+    "segmind-vega": "sdxl",
+    "sdxl-refiner": "sdxl_refiner",
+    "sd3": "sd3",
+    "sd3.5-medium": "sd3",
+    "sd3.5-large": "sd3",
+    "flux-dev": "flux",
+    "flux-schnell": "flux",
+    "flux-fill": "flux",
+    "chroma": "chroma",
+}
+_TOWER = {"clip-l": "clip_l", "clip-h": "clip_h", "clip-g": "clip_g", "t5-xxl": "t5", "t5-base": "t5"}
+
+
+def text_encoders(modules: list[tuple[str, nn.Module]]) -> TextEncoders:
+    """(family id, module) pairs of loaded text encoders -> the towers a prompt encoder takes."""
+    found: dict[str, CLIPTextModel | T5Encoder] = {}
+    for family, module in modules:
+        slot = _TOWER.get(family)
+        if slot is None or not isinstance(module, CLIPTextModel | T5Encoder):
+            raise ModelMismatchError(
+                f"a {family} text encoder cannot condition these models",
+                fix="Use the CLIP-L/-G/-H or T5 text encoders the model was made with",
+                code="wrong_kind",
+            )
+        found[slot] = module
+    return TextEncoders(**found)  # type: ignore[arg-type]
+
+
+@dataclass
+class Networks:
+    """The loaded networks of one generation (modules as the memory manager placed them)."""
+
+    family: str
+    diffusion: nn.Module
+    text: TextEncoders
+    vae: AutoencoderKL
+    v_prediction: bool = False
+
+
+@dataclass(frozen=True)
+class Compute:
+    """Where and in what precision each phase computes (the dtype policy's choices)."""
+
+    device: torch.device = field(default_factory=lambda: torch.device("cpu"))
+    diffusion_dtype: torch.dtype = torch.float32
+    text_dtype: torch.dtype = torch.float32  # ComfyUI encodes prompts in float32
+    vae_dtype: torch.dtype = torch.float32
+
+
+def _no_phase(phase: Phase) -> None:
+    return None
+
+
+def _no_check() -> None:
+    return None
+
+
+def _no_progress(p: GenerateProgress) -> None:
+    return None
+
+
+@dataclass
+class Hooks:
+    place: Callable[[Phase], None] = _no_phase
+    check: Callable[[], None] = _no_check
+    progress: Callable[[GenerateProgress], None] = _no_progress
+    #: identity of the text encoders and their LoRA clip strengths (the conditioning cache key)
+    text_key: Hashable = None
+    #: bytes free on the device for the VAE's activations (None: unknown, decode whole)
+    free_bytes: Callable[[], int | None] = lambda: None
+    preview: LatentPreview | None = None
+    image: int = 0  # which picture of a sweep, for progress
+    images: int = 1
+
+
+@dataclass
+class Timings:
+    text_encode: float = 0.0
+    sample: float = 0.0
+    decode: float = 0.0
+    steps: list[float] = field(default_factory=list)
+    tiled_decode: bool = False
+
+    @property
+    def seconds_per_step(self) -> float:
+        times = sorted(self.steps[1:] or self.steps)  # the first step warms caches and allocators
+        return times[len(times) // 2] if times else 0.0
+
+    def as_dict(self) -> dict[str, float]:
+        return {"text_encode": self.text_encode, "sample": self.sample, "decode": self.decode}
+
+
+def vae_decode_bytes(vae: AutoencoderKL, batch: int, height: int, width: int, dtype: torch.dtype) -> int:
+    """Peak activation bytes of a whole (untiled) decode, from the decoder's shape: at each level,
+    about three feature maps of that level's width are alive in a resnet block (input, hidden, the
+    residual sum), and the mid-block attention holds one (hw/64)^2 score matrix unless attention is
+    computed in blocks (we count it: the CPU's and older GPUs' kernels materialise it)."""
+    cfg = vae.config
+    size = torch.empty((), dtype=dtype).element_size()
+    f = cfg.downscale
+    h, w = height // f, width // f
+    widest = 0
+    channels = [cfg.base_channels * m for m in cfg.channel_mult]
+    for level, ch in enumerate(reversed(channels)):
+        scale = 2**level
+        # the input of a level's first resnet has the previous (wider) level's channels
+        prev = channels[-level] if level > 0 else ch
+        widest = max(widest, (max(ch, prev) + ch) * h * scale * w * scale)
+    attention = (h * w) ** 2
+    return int(batch * size * (1.5 * widest + attention))
+
+
+class Pipeline:
+    def __init__(
+        self,
+        nets: Networks,
+        compute: Compute,
+        *,
+        clip_tokenizer: ClipTokenizer | None = None,
+        t5_tokenizer: T5Tokenizer | None = None,
+        cache: ConditioningCache | None = None,
+    ) -> None:
+        family = TEXT_FAMILY.get(nets.family)
+        if family is None:
+            raise ModelMismatchError(
+                f"Loadout cannot generate with a {nets.family} model yet",
+                why="its prompt encoding and sampling are not implemented",
+                fix="Use an SD1, SD2, SDXL, SD3, Flux or Chroma model",
+                code="unsupported_family",
+            )
+        self.nets = nets
+        self.compute = compute
+        self.text_family: TextFamily = family
+        self.adapter = NetworkAdapter(nets.diffusion)
+        self.sampling = for_family(nets.family, v_prediction=nets.v_prediction)
+        self.latent_format = latent_format_for(nets.family)
+        self.cache = cache if cache is not None else ConditioningCache()
+        self._encoder: PromptEncoder | None = None
+        self.text_options = EncodeOptions(compute_dtype=compute.text_dtype, device=compute.device)
+        self._clip_tok = clip_tokenizer
+        self._t5_tok = t5_tokenizer
+
+    # -- text -------------------------------------------------------------------------------------
+    def _prompt_encoder(self) -> PromptEncoder:
+        if self._encoder is None:
+            options = self.text_options
+            self._encoder = PromptEncoder(
+                self.text_family,
+                self.nets.text,
+                clip_tokenizer=self._clip_tok,
+                t5_tokenizer=self._t5_tok,
+                options=options,
+            )
+        return self._encoder
+
+    def _encode(self, prompt: str, hooks: Hooks) -> Conditioning:
+        key = CacheKey(hooks.text_key, self.text_family, self.text_options, prompt)
+        placed = False
+
+        def encode(text: str) -> Conditioning:
+            nonlocal placed
+            if not placed:
+                hooks.place("text_encode")
+                placed = True
+            hooks.check()
+            return self._prompt_encoder().encode(text)
+
+        return self.cache.get_or_encode(key, encode)
+
+    def _to_sampling(
+        self, cond: Conditioning, settings: ImageSettings, *, negative: bool
+    ) -> SamplingConditioning:
+        pooled: Tensor | None = None
+        adm = getattr(self.adapter.config, "adm_in_channels", None)
+        if self.text_family == "sdxl" and adm and cond.pooled is not None:
+            pooled = sdxl_adm(cond.pooled, width=settings.width, height=settings.height)
+        elif self.text_family == "sdxl_refiner" and adm and cond.pooled is not None:
+            pooled = sdxl_refiner_adm(
+                cond.pooled, width=settings.width, height=settings.height, negative=negative
+            )
+        elif self.text_family in ("sd3", "flux"):
+            pooled = cond.pooled
+        guidance = None
+        if self.text_family == "flux":
+            g = settings.sampling.guidance if settings.sampling.guidance is not None else cond.guidance
+            guidance = torch.tensor([3.5 if g is None else float(g)])
+        return SamplingConditioning(cond.context, pooled, guidance)
+
+    def encode_prompts(
+        self, settings: ImageSettings, hooks: Hooks
+    ) -> tuple[SamplingConditioning, SamplingConditioning | None, tuple[str, ...]]:
+        hooks.progress(GenerateProgress("text_encode", 0, 0, "", None, hooks.image, hooks.images))
+        positive = self._encode(settings.prompt, hooks)
+        cfg = self.cfg(settings)
+        negative = None if cfg == 1.0 else self._encode(settings.negative, hooks)
+        missing = positive.missing_embeddings + (negative.missing_embeddings if negative else ())
+        pos = self._to_sampling(positive, settings, negative=False)
+        neg = None if negative is None else self._to_sampling(negative, settings, negative=True)
+        return pos, neg, tuple(dict.fromkeys(missing))
+
+    def cfg(self, settings: ImageSettings) -> float:
+        c = settings.sampling.cfg
+        return default_cfg(self.nets.family) if c is None else c
+
+    # -- pixels <-> latents -------------------------------------------------------------------------
+    def encode_image(self, rgb: np.ndarray, hooks: Hooks) -> Tensor:
+        """An (H, W, 3) uint8 picture -> its latent in the VAE's space (the posterior mean), after
+        cropping each side down to a multiple of 8 around the centre (ComfyUI's VAEEncode)."""
+        f = self.nets.vae.config.downscale
+        h, w = rgb.shape[0] // f * f, rgb.shape[1] // f * f
+        if h < f or w < f:
+            raise LoadoutError(
+                f"the starting picture is {rgb.shape[1]}x{rgb.shape[0]} pixels, too small",
+                fix=f"Use a picture of at least {f}x{f} pixels",
+                code="bad_argument",
+            )
+        top, left = (rgb.shape[0] % f) // 2, (rgb.shape[1] % f) // 2
+        crop = rgb[top : top + h, left : left + w]
+        pixels = torch.from_numpy(np.ascontiguousarray(crop)).permute(2, 0, 1)[None].float() / 127.5 - 1.0
+        hooks.place("decode")
+        dev, dt = self.compute.device, self.compute.vae_dtype
+        with torch.inference_mode():
+            mean = self.nets.vae.moments(pixels.to(dev, dt)).chunk(2, dim=1)[0]
+        return mean.float().cpu()
+
+    def decode(self, latent: Tensor, hooks: Hooks, timings: Timings) -> Tensor:
+        """VAE-space latent (B, C, h, w) -> pixels (B, 3, H, W) in [-1, 1] (float32, CPU). Whole when
+        the device has room for the activations, in tiles when it does not."""
+        hooks.place("decode")
+        hooks.check()
+        vae, dev, dt = self.nets.vae, self.compute.device, self.compute.vae_dtype
+        b, _, h, w = latent.shape
+        f = vae.config.downscale
+        need = vae_decode_bytes(vae, b, h * f, w * f, dt)
+        free = hooks.free_bytes()
+        tiled = free is not None and need > free
+        with torch.inference_mode():
+            z = latent.to(dev, dt)
+            if not tiled:
+                try:
+                    pixels = vae.decode(z, scaled=False)
+                except torch.OutOfMemoryError:
+                    tiled = True  # as ComfyUI: fall back to tiles when the whole decode does not fit
+            if tiled:
+                total = [0]
+
+                def tile_done(done: int, count: int) -> None:
+                    total[0] = count
+                    hooks.check()
+                    hooks.progress(
+                        GenerateProgress("decode", done, count, "in tiles", None, hooks.image, hooks.images)
+                    )
+
+                pixels = vae.decode_tiled(z, progress=tile_done, scaled=False)
+        timings.tiled_decode = tiled
+        return pixels.float().cpu()
+
+    # -- sampling -----------------------------------------------------------------------------------
+    def sample(
+        self,
+        settings: ImageSettings,
+        positive: SamplingConditioning,
+        negative: SamplingConditioning | None,
+        hooks: Hooks,
+        timings: Timings,
+        init_latent: Tensor | None = None,
+    ) -> Tensor:
+        s = settings.sampling
+        request = SamplingRequest(
+            seed=s.seed, steps=s.steps, cfg=self.cfg(settings), sampler=s.sampler, scheduler=s.scheduler,
+            denoise=s.denoise,
+        )  # fmt: skip
+        if init_latent is None:
+            latent = empty_latent(settings.batch, settings.width, settings.height, self.latent_format)
+        else:
+            latent = init_latent.expand(settings.batch, -1, -1, -1).contiguous()
+        last = [time.perf_counter()]
+        placed = [False]
+
+        def before_forward() -> None:
+            if not placed[0]:
+                hooks.place("sample")
+                placed[0] = True
+
+        def progress(p: StepProgress) -> None:
+            now = time.perf_counter()
+            timings.steps.append(now - last[0])
+            last[0] = now
+            rgb = hooks.preview.rgb(p.denoised) if hooks.preview is not None else None
+            hooks.progress(GenerateProgress("sample", p.step, p.total, "", rgb, hooks.image, hooks.images))
+
+        hooks.progress(GenerateProgress("sample", 0, s.steps, "", None, hooks.image, hooks.images))
+        hooks.place("sample")
+        placed[0] = True
+        last[0] = time.perf_counter()
+        return sample(
+            self.adapter, self.sampling, self.latent_format, latent, positive, negative, request,
+            device=self.compute.device, compute_dtype=self.compute.diffusion_dtype, check=hooks.check,
+            progress=progress, before_forward=before_forward,
+        )  # fmt: skip
+
+    def run(
+        self, settings: ImageSettings, hooks: Hooks, init: np.ndarray | None = None
+    ) -> tuple[Tensor, Timings, tuple[str, ...]]:
+        """The whole picture: pixels (B, 3, H, W) in [-1, 1], the timings, and notes."""
+        timings = Timings()
+        t0 = time.perf_counter()
+        positive, negative, missing = self.encode_prompts(settings, hooks)
+        timings.text_encode = time.perf_counter() - t0
+        init_latent = self.encode_image(init, hooks) if init is not None else None
+        t0 = time.perf_counter()
+        latent = self.sample(settings, positive, negative, hooks, timings, init_latent)
+        timings.sample = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        pixels = self.decode(latent, hooks, timings)
+        timings.decode = time.perf_counter() - t0
+        notes = [f"embedding {name!r} was not found and was left out of the prompt" for name in missing]
+        if timings.tiled_decode:
+            notes.append("the picture was decoded in tiles (the device had no room for a whole decode)")
+        return pixels, timings, tuple(notes)
