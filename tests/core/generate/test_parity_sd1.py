@@ -18,7 +18,6 @@ Pictures are compared as floats in [0, 1] before quantisation.
 from __future__ import annotations
 
 import math
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -74,7 +73,9 @@ def tokenizer(tmp_path_factory: pytest.TempPathFactory) -> Any:
     (folder / "vocab.json").write_text(json.dumps(v.vocab), encoding="utf-8")
     merges = "\n".join(f"{a} {b}" for a, b in v.merges)
     (folder / "merges.txt").write_text(f"#version: 0.2\n{merges}\n", encoding="utf-8")
-    return transformers.CLIPTokenizer.from_pretrained(str(folder), pad_token="<|endoftext|>")
+    return transformers.CLIPTokenizer.from_pretrained(
+        str(folder), pad_token="<|endoftext|>", model_max_length=77
+    )
 
 
 @pytest.fixture(scope="module")
@@ -90,7 +91,9 @@ def pair(tokenizer: Any) -> tuple[Any, Networks]:
         1,
     )  # fmt: skip
     clip = CLIPTextModel(
-        CLIPTextConfig(hidden_size=WIDTH, intermediate_size=64, num_layers=2, num_heads=4, hidden_act="quick_gelu")
+        CLIPTextConfig(
+            hidden_size=WIDTH, intermediate_size=64, num_layers=2, num_heads=4, hidden_act="quick_gelu"
+        )
     )
     clip.load_state_dict(
         {k if k.startswith("text_model.") else f"text_model.{k}": v for k, v in hf_clip.state_dict().items()},
@@ -98,21 +101,22 @@ def pair(tokenizer: Any) -> tuple[Any, Networks]:
     )
     unet_cfg = UNetConfig(
         in_channels=4, out_channels=4, model_channels=32, channel_mult=(1, 2), num_res_blocks=(2, 2),
-        transformer_depth=(1, 1, 0, 0), transformer_depth_middle=1, transformer_depth_output=(0, 0, 0, 1, 1, 1),
-        context_dim=WIDTH, num_heads=2, num_head_channels=None,
+        transformer_depth=(1, 1, 0, 0), transformer_depth_middle=1,
+        transformer_depth_output=(0, 0, 0, 1, 1, 1), context_dim=WIDTH, num_heads=2, num_head_channels=None,
     )  # fmt: skip
     torch.manual_seed(0)
     hf_unet = diffusers.UNet2DConditionModel(
         sample_size=8, block_out_channels=(32, 64), layers_per_block=2,
-        down_block_types=("CrossAttnDownBlock2D", "DownBlock2D"), up_block_types=("UpBlock2D", "CrossAttnUpBlock2D"),
+        down_block_types=("CrossAttnDownBlock2D", "DownBlock2D"),
+        up_block_types=("UpBlock2D", "CrossAttnUpBlock2D"),
         cross_attention_dim=WIDTH, attention_head_dim=2,
     )  # fmt: skip
     _randomize(hf_unet, 2)
     unet = UNetModel(unet_cfg).eval()
     unet.load_state_dict(unet_diffusers_to_original(hf_unet.state_dict(), unet_cfg), strict=True)
-    vae_cfg = VAEConfig(base_channels=32, channel_mult=(1, 2, 2, 2), num_res_blocks=1, norm_groups=32).with_latent_format(
-        SD1_LATENT
-    )
+    vae_cfg = VAEConfig(
+        base_channels=32, channel_mult=(1, 2, 2, 2), num_res_blocks=1, norm_groups=32
+    ).with_latent_format(SD1_LATENT)
     hf_vae = diffusers.AutoencoderKL(
         block_out_channels=vae_cfg.level_channels, down_block_types=("DownEncoderBlock2D",) * 4,
         up_block_types=("UpDecoderBlock2D",) * 4, layers_per_block=1, latent_channels=4, norm_num_groups=32,
@@ -121,8 +125,15 @@ def pair(tokenizer: Any) -> tuple[Any, Networks]:
     _randomize(hf_vae, 3)
     vae = AutoencoderKL(vae_cfg).eval()
     vae.load_state_dict(vae_diffusers_to_original(hf_vae.state_dict(), vae_cfg), strict=True)
+    # "leading" spacing: only so that diffusers scales the first latent by sqrt(1 + sigma_max^2) as
+    # ComfyUI does (with "linspace" it uses sigma_max alone); the sigmas themselves are ComfyUI's
     scheduler = diffusers.EulerDiscreteScheduler(
-        beta_start=0.00085, beta_end=0.012, beta_schedule="scaled_linear", num_train_timesteps=1000
+        beta_start=0.00085,
+        beta_end=0.012,
+        beta_schedule="scaled_linear",
+        num_train_timesteps=1000,
+        timestep_spacing="leading",
+        steps_offset=1,
     )
     pipe = diffusers.StableDiffusionPipeline(
         vae=hf_vae, text_encoder=hf_clip, tokenizer=tokenizer, unet=hf_unet, scheduler=scheduler,
@@ -135,14 +146,16 @@ def pair(tokenizer: Any) -> tuple[Any, Networks]:
 def _diffusers_image(pipe: Any, settings: ImageSettings) -> np.ndarray:
     s = settings.sampling
     ms = for_family("sd1")
-    sigmas = ksampler_sigmas(ms, s.scheduler, s.sampler, s.steps)
-    timesteps = ms.timestep(sigmas[:-1]).float()  # ComfyUI: the nearest table index
+    comfy_sigmas = ksampler_sigmas(ms, s.scheduler, s.sampler, s.steps)
+    comfy_timesteps = ms.timestep(comfy_sigmas[:-1]).float()  # ComfyUI: the nearest table index
     sched = pipe.scheduler
     original = sched.set_timesteps
 
-    def set_timesteps(num_inference_steps: Any = None, device: Any = None, **kw: Any) -> None:
-        original(sigmas=sigmas[:-1].tolist(), device=device)
-        sched.timesteps = timesteps.to(sched.timesteps.device)
+    def set_timesteps(
+        num_inference_steps: Any = None, device: Any = None, timesteps: Any = None, sigmas: Any = None
+    ) -> None:
+        original(sigmas=comfy_sigmas.tolist(), device=device)
+        sched.timesteps = comfy_timesteps.to(device or "cpu")
 
     sched.set_timesteps = set_timesteps
     try:
@@ -150,10 +163,12 @@ def _diffusers_image(pipe: Any, settings: ImageSettings) -> np.ndarray:
             (settings.batch, 4, settings.height // 8, settings.width // 8),
             generator=torch.Generator("cpu").manual_seed(s.seed),
         )
+        # "(red:1.0)" is ComfyUI's weighting syntax (weight 1: the plain word); diffusers reads text literally
         out = pipe(
-            settings.prompt, negative_prompt=settings.negative, num_inference_steps=s.steps,
+            settings.prompt.replace("(red:1.0)", "red"), negative_prompt=settings.negative,
+            num_inference_steps=s.steps,
             guidance_scale=s.cfg, latents=noise, height=settings.height, width=settings.width,
-            output_type="np", sigmas=sigmas[:-1].tolist(),
+            output_type="np", sigmas=comfy_sigmas.tolist(),
         )  # fmt: skip
     finally:
         sched.set_timesteps = original
@@ -171,5 +186,5 @@ def test_euler_karras_equals_diffusers_set_up_as_comfyui(pair: tuple[Any, Networ
     ours = ((pixels + 1) / 2).clamp(0, 1).permute(0, 2, 3, 1).numpy()
     theirs = _diffusers_image(pipe, settings)
     assert ours.shape == theirs.shape == (1, 64, 64, 3)
-    assert float(np.abs(ours - theirs).max()) < 2e-4
+    assert float(np.abs(ours - theirs).max()) < 2e-5
     assert len(timings.steps) == 6
