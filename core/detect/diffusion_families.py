@@ -22,7 +22,7 @@ from core.detect.diffusion_mmdit import classify_auraflow, classify_flux, classi
 from core.detect.diffusion_unet import classify_unet
 from core.detect.diffusion_video import classify_hunyuan_video, classify_ltxv, classify_wan
 from core.detect.keyview import KeyView
-from core.detect.registry import REGISTRY, Family, Match, Registry
+from core.detect.registry import Family, Match, Registry
 
 Classifier = Callable[[KeyView], list[Match]]
 
@@ -109,6 +109,3 @@ def register_diffusion_families(registry: Registry) -> None:
             )
         )
 
-
-if "sd1" not in REGISTRY:  # importing twice (reloads in tests) must not register twice
-    register_diffusion_families(REGISTRY)

@@ -1,4 +1,4 @@
-"""Text encoder, VAE and upscaler families as data: one row per family, registered in REGISTRY.
+"""Text encoder, VAE and upscaler families as data: one row per family, registered by core.detect.catalog.
 
 Adding a family is adding a row to one of the tables below. Ids follow DESIGN.md's contract
 (``clip-l``, ``t5-xxl``, ``vae-sd``, ...); the LLM text encoders and upscalers follow the same
@@ -13,7 +13,7 @@ from core.detect.aux_upscale import match_esrgan, match_srvgg, match_swin
 from core.detect.encoder_text import ClipSpec, LlmSpec, T5Spec, match_clip, match_llm, match_t5
 from core.detect.encoder_vae import KlSpec, match_kl, match_wan_vae
 from core.detect.keyview import KeyView
-from core.detect.registry import REGISTRY, Family, Match, Registry
+from core.detect.registry import Family, Match, Registry
 
 #: Where each text encoder sits inside the all-in-one checkpoints that carry one.
 TE_PREFIXES = {
@@ -162,5 +162,3 @@ def register(registry: Registry) -> None:
     for fam in _families():
         registry.add(fam)
 
-
-register(REGISTRY)

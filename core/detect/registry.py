@@ -80,6 +80,3 @@ class Registry:
         found.sort(key=lambda m: -m.score)
         return found
 
-
-#: The one registry of the application (immutable after import; tests may build their own).
-REGISTRY = Registry()

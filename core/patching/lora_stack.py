@@ -16,9 +16,9 @@ from pathlib import Path
 
 import torch
 
+from core.detect.catalog import REGISTRY
 from core.detect.keyview import KeyView
 from core.detect.lora import LoraAnalysis, LoraModule, analyze_lora
-from core.detect.registry import REGISTRY
 from core.errors import FileFormatError, LoadoutError, ModelMismatchError
 from core.files.model_file import read_tensor_index
 from core.files.pickle_safe import load_pickle_state_dict
