@@ -120,11 +120,21 @@ def _families() -> list[Family]:
                 prefixes=("first_stage_model.", "vae."),
                 latent_channels=v.latent_channels,
                 default_dtype="fp32" if v.id == "vae-sd" else "bf16",
+                latent_format="flux" if v.id == "vae-flux" else "",  # vae-sd: SD1 or SDXL, by its model
             )
         )
     # SD3's VAE has the 16-channel layout of Flux's: it is never matched by shapes, only chosen
     # from a hint or from the diffusion model it ships with (its latent scale and shift differ).
-    out.append(Family("vae-sd3", "vae", "SD3 16-channel VAE", latent_channels=16, default_dtype="bf16"))
+    out.append(
+        Family(
+            "vae-sd3",
+            "vae",
+            "SD3 16-channel VAE",
+            latent_channels=16,
+            default_dtype="bf16",
+            latent_format="sd3",
+        )
+    )
     out.append(
         Family(
             "vae-wan",
@@ -161,4 +171,3 @@ def register(registry: Registry) -> None:
     """Add every family of this module to ``registry`` (raises if one is already there)."""
     for fam in _families():
         registry.add(fam)
-
