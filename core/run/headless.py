@@ -124,9 +124,10 @@ def run_headless(
     config = PlacementConfig(request.settings, simulate_bytes=request.vram_limit or 0)
     placement = Placement(device, config, interrupt=interrupt, cpu_is_device=True)
     session = Session(placement)
-    _, det = inspect_for_loading(request.model)
+    index, det = inspect_for_loading(request.model)  # the one header read of this load
     kind = "checkpoint" if det.kind == "checkpoint" else "diffusion_model"
-    session.load(request.model, kind, lambda p: None, interrupt_check(placement.interrupt.is_set))
+    check = interrupt_check(placement.interrupt.is_set)
+    session.load(request.model, kind, lambda p: None, check, inspected=(index, det))
     for arg in request.loras:
         session.loras.add(arg.path, arg.model, arg.clip)
     cfg = request.config

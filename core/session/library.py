@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
+from core.detect.types import Detection
 from core.errors import LoadoutError
 from core.library import Entry, InspectCache, LibraryIndex, ModelRoot, ScanProgress, roots_for
 
@@ -32,3 +33,7 @@ class Library:
             yield from index.scan(progress=progress, check=check)
         finally:
             self.problems = [p.message for p in problems] + index.problems
+
+    def detection(self, path: Path) -> Detection | None:
+        """The scan's detection of ``path`` when the file is unchanged since (a load reuses it)."""
+        return self.index.detection(path) if self.index is not None else None

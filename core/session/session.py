@@ -25,8 +25,10 @@ from pathlib import Path
 
 from torch import nn
 
+from core.detect.types import Detection
 from core.errors import LoadoutError
 from core.files.dtypes import short_name, torch_dtype_by_short
+from core.files.model_file import TensorIndex
 from core.loading.assign import LoadProgress
 from core.loading.loader import LoadedComponent, LoadOptions
 from core.memory.events import MemoryEvent
@@ -93,12 +95,23 @@ class Session:
 
     # -- loading ----------------------------------------------------------------------------------
     def load(
-        self, path: Path, kind: str, progress: Callable[[LoadProgress], None], check: Check
+        self,
+        path: Path,
+        kind: str,
+        progress: Callable[[LoadProgress], None],
+        check: Check,
+        *,
+        inspected: tuple[TensorIndex, Detection] | None = None,
     ) -> ModelInfo:
-        """Load ``path`` as ``kind`` into its slot (replacing what was there once it is complete)."""
+        """Load ``path`` as ``kind`` into its slot (replacing what was there once it is complete).
+
+        The file's header is read once; its detection is the library scan's when the file is
+        unchanged since (or ``inspected``, an index and detection the caller just made)."""
         load_kind = refuse_unloadable(path, kind)
         t0 = time.perf_counter()
-        components = self.loaders.load(load_kind, path, LoadOptions(progress=progress, check=check))
+        index, detection = inspected if inspected is not None else (None, self.library.detection(path))
+        options = LoadOptions(progress=progress, check=check, index=index, detection=detection)
+        components = self.loaders.load(load_kind, path, options)
         check()  # a stop pressed after the last tensor still leaves the old state in place
         self._apply_dtype_overrides(components)
         seconds = time.perf_counter() - t0
