@@ -1,8 +1,9 @@
-"""The backend: one worker QThread that owns the engine, and the GUI thread's handle on it.
+"""The backend: one worker QThread that owns the session, and the GUI thread's handle on it.
 
-- :mod:`~app.backend.engine`: :class:`Engine`, plain Python over ``core`` (runs on the worker);
-- :mod:`~app.backend.worker`: :class:`Worker`, the QObject that relays engine calls as signals;
-- :mod:`~app.backend.backend`: :class:`Backend`, the GUI side (requests, busy state, interrupt);
+- :mod:`~app.backend.worker`: :class:`TaskRunner`, a generic QObject that runs submitted jobs on
+  the worker thread and relays their progress, results and errors as signals;
+- :mod:`~app.backend.backend`: :class:`Backend`, the GUI side: one method per operation (a job
+  over the :class:`core.session.Session`), busy state, interrupt, results routed to typed signals;
 - :mod:`~app.backend.messages`: the frozen records that cross between the two threads;
 - :mod:`~app.backend.monitor` and :mod:`~app.backend.fit`: memory sampling and fit estimates.
 """

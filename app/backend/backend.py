@@ -1,39 +1,63 @@
-"""The GUI thread's handle on the worker: starts its QThread, queues requests, stops work.
+"""The GUI thread's handle on the session: one worker QThread, one way to submit work.
 
-Panels are handed this object and talk to the engine only through it: requests go out as queued
-signals to the :class:`Worker`'s slots (they run on the worker thread, one at a time, in order);
-results come back as this object's signals, re-emitted in the GUI thread. :meth:`interrupt` sets
-the stop flag directly, so it takes effect while the worker is busy.
+Every operation is a method here that submits a job (a closure over the :class:`Session`) to the
+generic :class:`~app.backend.worker.TaskRunner` on the worker thread; jobs run one at a time, in
+order. What they post comes back as this object's typed signals, routed by the snapshot's type and
+always delivered in the GUI thread. :meth:`interrupt` sets the session's stop flag directly, so it
+takes effect while the worker is busy. The window never touches the session: it gets snapshots,
+and :attr:`placement` (the latest :class:`PlacementInfo`, whose ``memory`` is the thread-safe
+view the memory plot samples).
 """
 
 from __future__ import annotations
 
 import threading
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 from PySide6.QtCore import QObject, Qt, QThread, Signal
 
-from app.backend.engine import Engine
-from app.backend.placement import PlacementConfig
-from app.backend.worker import Worker
-from core.run.testrun import RunConfig
+from app.backend.messages import (
+    DemoReady,
+    Models,
+    PlacementInfo,
+    ScanBatch,
+    ScanDone,
+    Task,
+    TaskProgress,
+)
+from app.backend.worker import Job, Reporter, TaskRunner
+from app.demo import ensure_demo_library
+from core.library import Entry, ScanProgress
+from core.loading.assign import LoadProgress
+from core.run.testrun import RunConfig, StepDone
+from core.session import ModelInfo, PlacementConfig, RunReport, Session, SessionEvent, SlotId, StackInfo
 
-#: the worker's result signals, re-emitted by the Backend in the GUI thread
-RELAYED = (
-    "started", "progress", "entries_found", "scan_done", "model_loaded", "models_changed", "stack_changed",
-    "run_done", "failed", "interrupted", "event", "demo_ready", "placement_changed", "finished",
-)  # fmt: skip
+SCAN_BATCH_INTERVAL = 0.1  # library entries are relayed in batches at most this often (seconds)
+
+
+def _scan_progress(p: ScanProgress) -> TaskProgress:
+    if p.phase == "listing":
+        return TaskProgress("scan", p.done, 0, f"Listing folders: {p.done} files found")
+    if p.phase == "inspecting":
+        name = f" ({p.current.name})" if p.current is not None else ""
+        return TaskProgress("scan", p.done, p.total, f"Reading headers {p.done}/{p.total}{name}")
+    return TaskProgress("scan", p.total, p.total, f"Library indexed ({p.cached} from cache)")
+
+
+def _load_progress(p: LoadProgress) -> TaskProgress:
+    mib = p.bytes_done / 2**20
+    text = f"Loading {p.component}: {p.tensors_done}/{p.tensors_total} tensors, {mib:.1f} MiB"
+    return TaskProgress("load", p.bytes_done, p.bytes_total, text)
 
 
 class Backend(QObject):
-    """Results come out as this object's signals, always delivered in the GUI thread (a plain
-    function connected straight to a worker signal would run on the worker thread)."""
-
     busy_changed = Signal(bool)
     started = Signal(str)
     progress = Signal(object)  # TaskProgress
-    entries_found = Signal(list)  # list[Entry]
-    scan_done = Signal(list)  # list[str]
+    entries_found = Signal(list)  # list[Entry], listed or filled in
+    scan_done = Signal(list)  # list[str]: folders skipped and why
     model_loaded = Signal(object)  # ModelInfo
     models_changed = Signal(tuple)  # tuple[ModelInfo, ...]
     stack_changed = Signal(object)  # StackInfo
@@ -41,63 +65,64 @@ class Backend(QObject):
     failed = Signal(object)  # TaskError
     interrupted = Signal(str)
     event = Signal(object)  # EngineEvent
-    demo_ready = Signal(str)
+    demo_ready = Signal(str)  # the demo library's folder
     placement_changed = Signal(object)  # PlacementInfo
     finished = Signal(str)
 
-    # requests, queued to the worker's thread
-    _scan = Signal(object)
-    _load = Signal(str, str)
-    _unload = Signal(str)
-    _add_lora = Signal(str, float, float, bool)
-    _bake = Signal(str, float, float)
-    _preview = Signal()
-    _enable = Signal(str, bool)
-    _remove = Signal(str)
-    _reorder = Signal(list)
-    _run = Signal(object)
-    _dtypes = Signal(dict)
-    _demo = Signal(str)
-    _place = Signal(str, str)
-    _offload = Signal(str, str)
-    _memory = Signal(object)
+    _submit = Signal(object)  # Job, queued to the runner's thread
 
-    def __init__(self, engine: Engine, parent: QObject | None = None) -> None:
+    def __init__(self, session: Session, parent: QObject | None = None) -> None:
         super().__init__(parent)
-        self.stop_flag = threading.Event()
-        self.engine = engine
+        self.session = session  # the worker's: only jobs touch it
+        self.stop_flag: threading.Event = session.interrupt
+        self.placement: PlacementInfo = session.placement.describe()  # read before the worker starts
+        self._strengths: dict[str, tuple[float, float]] = {}
+        self._strengths_lock = threading.Lock()
         self.thread = QThread()
         self.thread.setObjectName("loadout-backend")
-        self.worker = Worker(engine, self.stop_flag)
+        self.worker = TaskRunner(self.stop_flag)
         self.worker.moveToThread(self.thread)
-        w = self.worker
-        for signal, slot in (
-            (self._scan, w.scan),
-            (self._load, w.load),
-            (self._unload, w.unload),
-            (self._add_lora, w.add_lora),
-            (self._bake, w.bake_strength),
-            (self._preview, w.preview_strengths),
-            (self._enable, w.set_enabled),
-            (self._remove, w.remove_lora),
-            (self._reorder, w.reorder),
-            (self._run, w.test_run),
-            (self._dtypes, w.set_dtype_overrides),
-            (self._demo, w.prepare_demo),
-            (self._place, w.place),
-            (self._offload, w.offload),
-            (self._memory, w.configure_memory),
-        ):
-            signal.connect(slot)
+        session.on_event = self.worker.post  # memory decisions, relayed as they happen
+        self._submit.connect(self.worker.run)
+        self._routes: dict[type, Callable[[object], None]] = {
+            ModelInfo: self.model_loaded.emit,
+            Models: lambda m: self.models_changed.emit(m.models),  # type: ignore[attr-defined]
+            StackInfo: self.stack_changed.emit,
+            RunReport: self.run_done.emit,
+            SessionEvent: self.event.emit,
+            PlacementInfo: self._placement_changed,
+            ScanBatch: lambda b: self.entries_found.emit(list(b.entries)),  # type: ignore[attr-defined]
+            ScanDone: lambda d: self.scan_done.emit(list(d.problems)),  # type: ignore[attr-defined]
+            DemoReady: lambda d: self.demo_ready.emit(d.folder),  # type: ignore[attr-defined]
+        }
         self._pending = 0
         self.current_task: str | None = None
+        queued = Qt.ConnectionType.QueuedConnection  # the receiver (self) lives in the GUI thread
+        w = self.worker
+        for source, target in (
+            (w.started, self.started), (w.progress, self.progress), (w.failed, self.failed),
+            (w.interrupted, self.interrupted), (w.finished, self.finished),
+        ):  # fmt: skip
+            source.connect(target, queued)
+        w.result.connect(self._route, queued)
         self.started.connect(self._on_started)
         self.finished.connect(self._on_finished)
-        for name in RELAYED:  # queued: the receiver (self) lives in the GUI thread
-            getattr(w, name).connect(getattr(self, name), Qt.ConnectionType.QueuedConnection)
         self.thread.start()
 
-    # -- state ----------------------------------------------------------------------------------
+    # -- plumbing --------------------------------------------------------------------------------
+    def _route(self, result: object) -> None:
+        self._routes[type(result)](result)
+
+    def _placement_changed(self, info: object) -> None:
+        assert isinstance(info, PlacementInfo)
+        self.placement = info
+        self.placement_changed.emit(info)
+
+    def submit(self, task: Task, work: Callable[[Reporter], None], path: Path | None = None) -> None:
+        """Run ``work`` on the worker thread (after the jobs already submitted)."""
+        self._submitted()
+        self._submit.emit(Job(task, work, path))
+
     @property
     def busy(self) -> bool:
         return self._pending > 0
@@ -116,74 +141,152 @@ class Backend(QObject):
             self.current_task = None
             self.busy_changed.emit(False)
 
-    # -- requests -------------------------------------------------------------------------------
+    def _snapshots(self, r: Reporter) -> None:
+        r.post(Models(self.session.models()))
+        r.post(self.session.loras.info())
+
+    # -- operations ------------------------------------------------------------------------------
     def scan(self, folders: list[str]) -> None:
-        self._submitted()
-        self._scan.emit([str(f) for f in folders])
+        names = [str(f) for f in folders]
+
+        def work(r: Reporter) -> None:
+            batch: list[Entry] = []
+            last = time.monotonic()
+            try:
+                for entry in self.session.library.scan(
+                    names, lambda p: r.progress(_scan_progress(p)), r.check
+                ):
+                    batch.append(entry)
+                    if time.monotonic() - last >= SCAN_BATCH_INTERVAL:
+                        r.post(ScanBatch(tuple(batch)))
+                        batch, last = [], time.monotonic()
+            finally:
+                if batch:
+                    r.post(ScanBatch(tuple(batch)))
+            r.post(ScanDone(tuple(self.session.library.problems)))
+
+        self.submit("scan", work)
 
     def load(self, path: Path | str, kind: str) -> None:
-        self._submitted()
-        self._load.emit(str(path), kind)
+        def work(r: Reporter) -> None:
+            r.post(self.session.load(Path(path), kind, lambda p: r.progress(_load_progress(p)), r.check))
+            self._snapshots(r)
+
+        self.submit("load", work, Path(path))
 
     def unload(self, key: str) -> None:
-        self._submitted()
-        self._unload.emit(key)
+        def work(r: Reporter) -> None:
+            self.session.unload(SlotId.parse(key))
+            self._snapshots(r)
+
+        self.submit("unload", work)
 
     def add_lora(self, path: Path | str, model: float = 1.0, clip: float = 1.0, force: bool = False) -> None:
-        self._submitted()
-        self._add_lora.emit(str(path), float(model), float(clip), force)
+        def work(r: Reporter) -> None:
+            r.post(self.session.loras.add(Path(path), float(model), float(clip), force))
+            r.post(Models(self.session.models()))
+
+        self.submit("lora", work, Path(path))
 
     def preview_strength(self, lora_id: str, model: float, clip: float) -> None:
-        """A slider moving: shown at once through the engine's fast path, coalesced."""
-        if self.worker.post_preview(lora_id, float(model), float(clip)):
-            self._preview.emit()
+        """A slider moving: shown at once through the session's fast path (low-rank side paths),
+        coalesced: however many moves arrive while one preview runs, only the newest is applied.
+        No started/finished: it is instant."""
+        with self._strengths_lock:
+            first = not self._strengths
+            self._strengths[lora_id] = (float(model), float(clip))
+        if first:
+            self._submit.emit(Job("strength", self._preview, framed=False))
+
+    def _preview(self, r: Reporter) -> None:
+        with self._strengths_lock:
+            pending, self._strengths = self._strengths, {}
+        info = None
+        for lora_id, (model, clip) in pending.items():
+            info = self.session.loras.set_strength(lora_id, model, clip, bake=False)
+        if info is not None:
+            r.post(info)
 
     def bake_strength(self, lora_id: str, model: float, clip: float) -> None:
         """A slider released or a value typed: bake it into the weights."""
-        self._submitted()
-        self._bake.emit(lora_id, float(model), float(clip))
+        with self._strengths_lock:
+            self._strengths.pop(lora_id, None)  # a bake supersedes a pending preview
+        strengths = (float(model), float(clip))
+        self.submit(
+            "strength", lambda r: r.post(self.session.loras.set_strength(lora_id, *strengths, bake=True))
+        )
 
     def set_enabled(self, lora_id: str, enabled: bool) -> None:
-        self._submitted()
-        self._enable.emit(lora_id, enabled)
+        self.submit("lora", lambda r: r.post(self.session.loras.set_enabled(lora_id, enabled)))
 
     def remove_lora(self, lora_id: str) -> None:
-        self._submitted()
-        self._remove.emit(lora_id)
+        def work(r: Reporter) -> None:
+            r.post(self.session.loras.remove(lora_id))
+            r.post(Models(self.session.models()))
+
+        self.submit("lora", work)
 
     def reorder(self, order: list[str]) -> None:
-        self._submitted()
-        self._reorder.emit(list(order))
+        ids = list(order)
+        self.submit("lora", lambda r: r.post(self.session.loras.reorder(ids)))
 
     def test_run(self, config: RunConfig) -> None:
-        self._submitted()
-        self._run.emit(config)
+        def work(r: Reporter) -> None:
+            def step(s: StepDone) -> None:
+                r.progress(
+                    TaskProgress("run", s.step, s.steps, f"Step {s.step}/{s.steps}: {s.seconds:.3f} s")
+                )
+
+            try:
+                r.post(self.session.test_run(config, step, r.check))
+            finally:  # the run placed the model: show where it is now
+                if self.session.placement.active:
+                    self._snapshots(r)
+
+        self.submit("run", work)
 
     def set_dtype_overrides(self, overrides: dict[str, str]) -> None:
-        self._dtypes.emit(dict(overrides))
+        """Storage dtypes per role for the next loads (applied on the worker, after queued loads)."""
+        chosen = dict(overrides)
+
+        def work(r: Reporter) -> None:
+            self.session.dtype_overrides = chosen
+
+        self._submit.emit(Job("load", work, framed=False))
 
     def place(self, key: str, role: str | None = None) -> None:
         """Load a loaded model's components (or the one with ``role``) to the GPU; the memory
         manager decides how much."""
-        self._submitted()
-        self._place.emit(key, role or "")
+        self._memory(lambda: self.session.place(SlotId.parse(key), role or None))
 
     def offload(self, key: str, role: str | None = None) -> None:
         """Move a model's components (or one) back to system RAM."""
-        self._submitted()
-        self._offload.emit(key, role or "")
+        self._memory(lambda: self.session.offload(SlotId.parse(key), role or None))
+
+    def _memory(self, move: Callable[[], object]) -> None:
+        def work(r: Reporter) -> None:
+            try:
+                move()
+            finally:  # a refused or stopped placement still shows where everything is
+                self._snapshots(r)
+
+        self.submit("memory", work)
 
     def configure_memory(self, config: PlacementConfig) -> None:
         """New memory settings (VRAM mode, reserve, simulated card): applied on the worker."""
-        self._submitted()
-        self._memory.emit(config)
+
+        def work(r: Reporter) -> None:
+            r.post(self.session.configure(config))
+            self._snapshots(r)
+
+        self.submit("memory", work)
 
     def prepare_demo(self, folder: Path | str | None = None) -> None:
         """Generate the demo library (once; in the worker, it takes a few seconds)."""
-        self._submitted()
-        self._demo.emit(str(folder) if folder else "")
+        where = str(folder) if folder else None
+        self.submit("demo", lambda r: r.post(DemoReady(str(ensure_demo_library(where).folder))))
 
-    # -- stopping -------------------------------------------------------------------------------
+    # -- stopping --------------------------------------------------------------------------------
     def interrupt(self) -> None:
         """Stop the running task. Thread-safe and immediate: sets the flag core checks between
         tensors, files and steps (never a queued call, which would wait for the task to end)."""
@@ -199,5 +302,5 @@ class Backend(QObject):
         ended = bool(self.thread.wait(timeout_ms))
         self.stop_flag.clear()
         if ended:  # models dropped later (at exit) must not emit through a deleted worker
-            self.engine.emit = lambda event: None
+            self.session.on_event = lambda event: None
         return ended

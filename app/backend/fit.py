@@ -10,11 +10,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from core.files.dtypes import dtype_by_short
 from core.library import Entry
 from core.memory.policy import minimum_inference_bytes
 
 Verdict = Literal["fits", "partial", "no", "n/a"]
-DTYPE_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2, "fp8_e4m3fn": 1, "fp8_e5m2": 1, "fp8": 1}
 
 
 @dataclass(frozen=True)
@@ -42,7 +42,8 @@ def _gib(n: int) -> str:
 
 
 def component_fits(entry: Entry, dtype: str | None = None) -> tuple[ComponentFit, ...]:
-    size = DTYPE_BYTES.get(dtype or "")
+    info = dtype_by_short(dtype or "")
+    size = info.bits // 8 if info is not None and info.bits >= 8 else None
     return tuple(
         ComponentFit(c.role, c.family, dtype if size else c.dtype, c.params * size if size else c.bytes)
         for c in entry.components

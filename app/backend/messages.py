@@ -1,14 +1,46 @@
 """What crosses the thread boundary: small frozen records, never engine objects or widgets.
 
-The worker thread owns the engine (loaded modules, the LoRA stack, the library index); the GUI
-only ever sees these snapshots, delivered by queued signals.
+The worker thread owns the :class:`~core.session.Session` (loaded modules, the LoRA stack, the
+library index); the GUI only ever sees these snapshots, delivered by queued signals. The model,
+stack, run and placement snapshots are the session's own (:mod:`core.session.snapshots`); the
+task records below are the runner's.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
+
+from core.library import Entry
+from core.session.placement import PlacementInfo
+from core.session.snapshots import (
+    ComponentInfo,
+    LoraInfo,
+    ModelInfo,
+    RunReport,
+    SessionEvent,
+    StackInfo,
+)
+
+EngineEvent = SessionEvent  # the window's name for a session event (plot markers, event list)
+
+__all__ = [
+    "ComponentInfo",
+    "DemoReady",
+    "EngineEvent",
+    "LoraInfo",
+    "ModelInfo",
+    "Models",
+    "PlacementInfo",
+    "RunReport",
+    "ScanBatch",
+    "ScanDone",
+    "StackInfo",
+    "Task",
+    "TaskError",
+    "TaskProgress",
+]
 
 Task = Literal["scan", "load", "unload", "lora", "strength", "run", "demo", "memory"]
 
@@ -40,108 +72,26 @@ class TaskError:
 
 
 @dataclass(frozen=True)
-class ComponentInfo:
-    role: str  # "diffusion_model" | "text_encoder" | "vae"
-    family: str
-    dtype: str
-    bytes: int
-    device: str  # "cpu", "cuda:0" ...
-    patched_keys: int = 0
-    placed: bool = False  # placed by the memory manager (on the GPU, or a simulated card)
-    device_bytes: int = 0  # resident on the device
-    streamed_bytes: int = 0  # streamed from RAM at each forward (a partial load)
+class Models:
+    """Every loaded model, in slot order (the Loaded models panel's rows)."""
+
+    models: tuple[ModelInfo, ...]
 
 
 @dataclass(frozen=True)
-class ModelInfo:
-    """One loaded file and its components."""
+class ScanBatch:
+    """Library entries listed or filled in since the last batch."""
 
-    key: str  # the slot it occupies: "main", "vae", "text_encoder:clip-l"
-    path: Path
-    kind: str
-    family: str | None
-    components: tuple[ComponentInfo, ...]
-    load_seconds: float = 0.0
-
-    @property
-    def name(self) -> str:
-        return self.path.name
-
-    @property
-    def bytes(self) -> int:
-        return sum(c.bytes for c in self.components)
+    entries: tuple[Entry, ...]
 
 
 @dataclass(frozen=True)
-class LoraInfo:
-    id: str
-    path: Path
-    base_family: str | None
-    model_strength: float
-    clip_strength: float
-    enabled: bool
-    matched: int
-    unmatched: int
-    skipped: int
-    shape_mismatches: int
-    family_warning: str | None = None  # set when the LoRA was made for another model
-    format: str = ""
-    targets: tuple[str, ...] = ()  # components it patches
+class ScanDone:
+    """A scan ended; the folders it skipped and why."""
 
-    @property
-    def name(self) -> str:
-        return self.path.name
+    problems: tuple[str, ...]
 
 
 @dataclass(frozen=True)
-class StackInfo:
-    """The LoRA stack of the loaded model, in order. ``baked`` False while a preview runs."""
-
-    model_family: str | None
-    loras: tuple[LoraInfo, ...] = ()
-    baked: bool = True
-    recomputed_keys: int = 0
-    applied: str = "baked into the weights"  # where the stack takes effect, in words
-
-
-@dataclass(frozen=True)
-class RunReport:
-    steps: int
-    width: int
-    height: int
-    batch: int
-    seconds_per_step: float
-    total_seconds: float
-    device: str
-    dtype: str
-    peak_rss: int
-    peak_vram: int | None
-    output: dict[str, object] = field(default_factory=dict)
-    resident_bytes: int = 0  # of the diffusion model, on the device during the run
-    streamed_bytes_per_step: int = 0  # copied from RAM by the ops layer at each step
-    placement: str = ""  # the device it was placed on ("" on the CPU)
-
-
-EventKind = Literal[
-    "load",
-    "unload",
-    "partial_load",
-    "partial_unload",
-    "keep",
-    "refuse",
-    "interrupt",
-    "lora",
-    "run",
-    "settings",
-    "error",
-]
-
-
-@dataclass(frozen=True)
-class EngineEvent:
-    """Something the engine did, for the memory plot's markers and the event list."""
-
-    time: float  # time.monotonic()
-    kind: str
-    label: str
-    reason: str
+class DemoReady:
+    folder: str

@@ -7,12 +7,12 @@ import argparse
 import json
 import signal
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
 from core.errors import InterruptedByUser
 from core.loading.convert_file import DTYPES, parse_dtype
-from core.memory.manager import MemoryManager
 from core.memory.policy import MemorySettings, VramState
 from core.patching.merge import LoraArg
 from core.run.headless import RunRequest, parse_bytes, parse_size, run_model
@@ -63,17 +63,14 @@ def run(args: argparse.Namespace) -> int:
             min_inference_bytes=parse_bytes(args.inference_memory) if args.inference_memory else None,
         ),
     )
-    managers: list[MemoryManager] = []
+    interrupt = threading.Event()
 
     def stop(signum: int, frame: object) -> None:
-        if managers:
-            managers[0].interrupt.set()  # checked once per layer: stops within one layer
-        else:
-            raise KeyboardInterrupt
+        interrupt.set()  # checked between tensors while loading, once per layer while running
 
     previous = signal.signal(signal.SIGINT, stop)
     try:
-        report = run_model(request, manager_out=managers)
+        report = run_model(request, interrupt=interrupt)
     except InterruptedByUser:
         print("loadout: stopped within one layer; nothing was left half-changed.", file=sys.stderr)
         return 130

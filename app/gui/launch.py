@@ -1,4 +1,4 @@
-"""Start the Qt application: the composition root that builds engine, backend, monitor and window."""
+"""Start the Qt application: the composition root that builds session, backend, monitor and window."""
 
 from __future__ import annotations
 
@@ -10,9 +10,8 @@ import tempfile
 from importlib import metadata
 from pathlib import Path
 
-from app.backend.engine import Engine, Loaders
-from app.backend.placement import Placement, PlacementConfig
 from core.memory.policy import MemorySettings, VramState
+from core.session import Loaders, Placement, PlacementConfig, Session
 
 #: The demo without a GPU: a simulated 3 MiB card (nothing kept free, 1 MiB for activations) on
 #: which the demo's diffusion model (2 MB) only partly fits, so Load to GPU shows a partial load
@@ -49,7 +48,7 @@ def build_window(
     placement: object | None = None,
     demo: bool = False,
 ):  # type: ignore[no-untyped-def]
-    """The main window with its own engine and backend thread (a QApplication must exist).
+    """The main window with its own session and backend thread (a QApplication must exist).
 
     ``cache_path`` None keeps the inspect cache in memory (tests); the app passes its per-user file.
     ``placement`` (tests) replaces the discovered device; ``demo`` without a GPU simulates a tiny card.
@@ -64,6 +63,7 @@ def build_window(
     from app.gui.settings import AppSettings
     from app.gui.theme import apply_theme
     from core.library import InspectCache
+    from core.session.library import Library
 
     guard_none_refcount()
     app = QApplication.instance()
@@ -75,10 +75,10 @@ def build_window(
     if not isinstance(placement, Placement):
         placement = Placement.discover(AppSettings.load(settings_store).placement_config())
         if demo and placement.accelerator is None:
-            placement.configure(DEMO_CARD)
+            placement = placement.reconfigured(DEMO_CARD)
     cache = InspectCache(cache_path, engine_version=_engine_version())
-    engine = Engine(cache=cache, loaders=loaders, placement=placement)
-    backend = Backend(engine)
+    session = Session(placement, library=Library(cache), loaders=loaders)
+    backend = Backend(session)
     mon = monitor if isinstance(monitor, MemoryMonitor) else MemoryMonitor(placement.monitor_probe)
     window = MainWindow(
         backend, mon, settings_store, session_folders=session_folders, include_own_folder=include_own_folder

@@ -72,14 +72,15 @@ class MainWindow(QMainWindow):
         self.stack = StackInfo(None)
         self._loading: list[Path] = []  # loads requested and not finished, in order
         # read once here, before the worker runs anything; later changes arrive as signals
-        self.placement = backend.engine.placement.describe()
-        self.has_gpu = backend.engine.placement.accelerator is not None
+        self.placement = backend.placement
+        self.has_gpu = backend.placement.has_gpu
         self.setWindowTitle("Loadout")
         self.setWindowIcon(app_icon())
         self.resize(1500, 940)
         self.setDockNestingEnabled(True)
         self._build_panels()
-        if monitor.gpu is backend.engine.placement.monitor_probe:  # not a test's own monitor
+        memory = self.placement.memory
+        if memory is not None and monitor.gpu is memory.probe:  # not a test's own monitor
             self._watch_placement()
         self._build_actions()
         self._connect_backend()
@@ -316,14 +317,14 @@ class MainWindow(QMainWindow):
         self.details.fit.refresh()
 
     def _watch_placement(self) -> None:
-        """Point the monitor and the fit estimate at the placement's device (GUI-thread reads of
-        the probe and of the manager's lock-free view; the worker owns everything else)."""
-        placement = self.backend.engine.placement
-        self.monitor.gpu = placement.monitor_probe  # sampled by the plot's timer
-        self.monitor.reclaimable = placement.placed_bytes
-        self.details.fit.headroom = (
-            placement.manager.settings.min_inference_bytes if placement.active else None
-        )
+        """Point the monitor and the fit estimate at the placement's device: the snapshot's memory
+        view (the probe and the manager's lock-free placed bytes) is all the GUI thread reads."""
+        memory = self.placement.memory
+        if memory is None:
+            return
+        self.monitor.gpu = memory.probe  # sampled by the plot's timer
+        self.monitor.reclaimable = memory.placed_bytes
+        self.details.fit.headroom = memory.headroom
 
     # -- placement -------------------------------------------------------------------------------
     def _selected_loaded(self) -> str | None:

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import core.detect.encoder_families  # noqa: F401  (registers the upscale families)
+from core.detect.catalog import REGISTRY
 from core.detect.keyview import KeyView
-from core.detect.registry import REGISTRY, Match, Registry
+from core.detect.registry import Match, Registry
 
 
 def match_upscale(view: KeyView, *, registry: Registry = REGISTRY) -> Match | None:

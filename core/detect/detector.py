@@ -20,16 +20,15 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
-import core.detect.diffusion_families
-import core.detect.encoder_families  # noqa: F401 - registers the families
 from core.detect.aux_kinds import match_embedding, match_upscale
+from core.detect.catalog import REGISTRY
 from core.detect.checkpoint import split_components
 from core.detect.diffusion import match_controlnet, match_diffusion
 from core.detect.encoders import match_text_encoder, match_vae
 from core.detect.keyview import KeyView
 from core.detect.lora import analyze_lora
 from core.detect.metadata import family_hints
-from core.detect.registry import REGISTRY, Match
+from core.detect.registry import Match
 from core.detect.types import Component, Detection, Kind, Role
 from core.files.dtypes import DTYPES
 from core.files.tensor_info import TensorInfo

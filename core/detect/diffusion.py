@@ -12,11 +12,11 @@ from __future__ import annotations
 from dataclasses import asdict
 from typing import Any
 
-import core.detect.diffusion_families  # noqa: F401  (registers the diffusion families)
+from core.detect.catalog import REGISTRY
 from core.detect.diffusion_probe import count_numbered, finish, is_controlnet
 from core.detect.diffusion_unet import read_diffusers_input_side, read_ldm_input_side
 from core.detect.keyview import KeyView
-from core.detect.registry import REGISTRY, Match, Registry
+from core.detect.registry import Match, Registry
 
 __all__ = ["match_controlnet", "match_diffusion"]
 

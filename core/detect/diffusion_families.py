@@ -22,7 +22,7 @@ from core.detect.diffusion_mmdit import classify_auraflow, classify_flux, classi
 from core.detect.diffusion_unet import classify_unet
 from core.detect.diffusion_video import classify_hunyuan_video, classify_ltxv, classify_wan
 from core.detect.keyview import KeyView
-from core.detect.registry import REGISTRY, Family, Match, Registry
+from core.detect.registry import Family, Match, Registry
 
 Classifier = Callable[[KeyView], list[Match]]
 
@@ -50,24 +50,81 @@ class Row:
     signature: tuple[str, ...] = ()  # only for families read from one key layout
     prefixes: tuple[str, ...] = CHECKPOINT_PREFIX
     notes: str = ""
+    latent_format: str = ""
+    unet_preset: str = ""
+    modelspec: str = ""
+    lora_group: str = ""
+
+
+def _unet(
+    fid: str, title: str, preset: str, latent: str, modelspec: str, lora_group: str = "", notes: str = ""
+) -> Row:
+    return Row(fid, title, classify_unet, 4, "fp16", notes=notes, latent_format=latent, unet_preset=preset,
+               modelspec=modelspec, lora_group=lora_group)  # fmt: skip
+
+
+def _flux(fid: str, title: str, modelspec: str, notes: str = "") -> Row:
+    return Row(
+        fid,
+        title,
+        classify_flux,
+        16,
+        notes=notes,
+        latent_format="flux",
+        modelspec=modelspec,
+        lora_group="flux",
+    )
 
 
 DIFFUSION_ROWS: tuple[Row, ...] = (
-    Row("sd1", "Stable Diffusion 1.x", classify_unet, 4, "fp16"),
-    Row(
-        "sd2", "Stable Diffusion 2.x", classify_unet, 4, "fp16", notes="v-prediction is not visible in shapes"
+    _unet("sd1", "Stable Diffusion 1.x", "sd1", "sd1", "stable-diffusion-v1"),
+    _unet(
+        "sd2",
+        "Stable Diffusion 2.x",
+        "sd2",
+        "sd1",
+        "stable-diffusion-v2-768-v",
+        notes="v-prediction is not visible in shapes",
     ),
-    Row("sdxl", "Stable Diffusion XL", classify_unet, 4, "fp16"),
-    Row("sdxl-refiner", "Stable Diffusion XL Refiner", classify_unet, 4, "fp16"),
-    Row("ssd-1b", "Segmind SSD-1B", classify_unet, 4, "fp16"),
-    Row("segmind-vega", "Segmind Vega", classify_unet, 4, "fp16"),
-    Row("sd3", "Stable Diffusion 3 Medium", classify_sd3, 16, "fp16"),
-    Row("sd3.5-medium", "Stable Diffusion 3.5 Medium", classify_sd3, 16),
-    Row("sd3.5-large", "Stable Diffusion 3.5 Large", classify_sd3, 16),
-    Row("flux-dev", "FLUX.1 [dev]", classify_flux, 16, notes="Kontext [dev] has the same shapes"),
-    Row("flux-schnell", "FLUX.1 [schnell]", classify_flux, 16),
-    Row("flux-fill", "FLUX.1 Fill [dev]", classify_flux, 16),
-    Row("chroma", "Chroma", classify_flux, 16),
+    _unet("sdxl", "Stable Diffusion XL", "sdxl", "sdxl", "stable-diffusion-xl-v1-base", "sdxl"),
+    _unet(
+        "sdxl-refiner",
+        "Stable Diffusion XL Refiner",
+        "sdxl_refiner",
+        "sdxl",
+        "stable-diffusion-xl-v1-refiner",
+    ),
+    _unet("ssd-1b", "Segmind SSD-1B", "ssd_1b", "sdxl", "stable-diffusion-xl-v1-base", "sdxl"),
+    _unet("segmind-vega", "Segmind Vega", "segmind_vega", "sdxl", "stable-diffusion-xl-v1-base", "sdxl"),
+    Row(
+        "sd3",
+        "Stable Diffusion 3 Medium",
+        classify_sd3,
+        16,
+        "fp16",
+        latent_format="sd3",
+        modelspec="stable-diffusion-3-medium",
+    ),
+    Row(
+        "sd3.5-medium",
+        "Stable Diffusion 3.5 Medium",
+        classify_sd3,
+        16,
+        latent_format="sd3",
+        modelspec="stable-diffusion-3.5-medium",
+    ),
+    Row(
+        "sd3.5-large",
+        "Stable Diffusion 3.5 Large",
+        classify_sd3,
+        16,
+        latent_format="sd3",
+        modelspec="stable-diffusion-3.5-large",
+    ),
+    _flux("flux-dev", "FLUX.1 [dev]", "flux-1-dev", notes="Kontext [dev] has the same shapes"),
+    _flux("flux-schnell", "FLUX.1 [schnell]", "flux-1-schnell"),
+    _flux("flux-fill", "FLUX.1 Fill [dev]", "flux-1-dev-fill"),
+    _flux("chroma", "Chroma", "chroma"),
     Row("auraflow", "AuraFlow", classify_auraflow, 4, prefixes=("model.",)),
     Row("hunyuan-dit", "Hunyuan-DiT", classify_hunyuan_dit, 4, "fp16", ("mlp_t5.0.weight",)),
     Row("pixart-alpha", "PixArt-α", classify_pixart, 4, "fp16"),
@@ -106,9 +163,9 @@ def register_diffusion_families(registry: Registry) -> None:
                 latent_channels=row.latent_channels,
                 default_dtype=row.default_dtype,
                 notes=row.notes,
+                latent_format=row.latent_format,
+                unet_preset=row.unet_preset,
+                modelspec=row.modelspec,
+                lora_group=row.lora_group,
             )
         )
-
-
-if "sd1" not in REGISTRY:  # importing twice (reloads in tests) must not register twice
-    register_diffusion_families(REGISTRY)

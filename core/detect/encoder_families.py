@@ -1,4 +1,4 @@
-"""Text encoder, VAE and upscaler families as data: one row per family, registered in REGISTRY.
+"""Text encoder, VAE and upscaler families as data: one row per family, registered by core.detect.catalog.
 
 Adding a family is adding a row to one of the tables below. Ids follow DESIGN.md's contract
 (``clip-l``, ``t5-xxl``, ``vae-sd``, ...); the LLM text encoders and upscalers follow the same
@@ -13,7 +13,7 @@ from core.detect.aux_upscale import match_esrgan, match_srvgg, match_swin
 from core.detect.encoder_text import ClipSpec, LlmSpec, T5Spec, match_clip, match_llm, match_t5
 from core.detect.encoder_vae import KlSpec, match_kl, match_wan_vae
 from core.detect.keyview import KeyView
-from core.detect.registry import REGISTRY, Family, Match, Registry
+from core.detect.registry import Family, Match, Registry
 
 #: Where each text encoder sits inside the all-in-one checkpoints that carry one.
 TE_PREFIXES = {
@@ -120,11 +120,21 @@ def _families() -> list[Family]:
                 prefixes=("first_stage_model.", "vae."),
                 latent_channels=v.latent_channels,
                 default_dtype="fp32" if v.id == "vae-sd" else "bf16",
+                latent_format="flux" if v.id == "vae-flux" else "",  # vae-sd: SD1 or SDXL, by its model
             )
         )
     # SD3's VAE has the 16-channel layout of Flux's: it is never matched by shapes, only chosen
     # from a hint or from the diffusion model it ships with (its latent scale and shift differ).
-    out.append(Family("vae-sd3", "vae", "SD3 16-channel VAE", latent_channels=16, default_dtype="bf16"))
+    out.append(
+        Family(
+            "vae-sd3",
+            "vae",
+            "SD3 16-channel VAE",
+            latent_channels=16,
+            default_dtype="bf16",
+            latent_format="sd3",
+        )
+    )
     out.append(
         Family(
             "vae-wan",
@@ -161,6 +171,3 @@ def register(registry: Registry) -> None:
     """Add every family of this module to ``registry`` (raises if one is already there)."""
     for fam in _families():
         registry.add(fam)
-
-
-register(REGISTRY)

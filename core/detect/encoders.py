@@ -7,9 +7,9 @@ best first, and an empty list when none does; they never mutate the view.
 
 from __future__ import annotations
 
-import core.detect.encoder_families  # noqa: F401  (registers the families)
+from core.detect.catalog import REGISTRY
 from core.detect.keyview import KeyView
-from core.detect.registry import REGISTRY, Match, Registry
+from core.detect.registry import Match, Registry
 
 
 def match_text_encoder(view: KeyView, *, registry: Registry = REGISTRY) -> list[Match]:

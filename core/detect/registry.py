@@ -41,6 +41,11 @@ class Family:
     latent_channels: int | None = None
     default_dtype: str = "fp16"
     notes: str = ""
+    # presets other layers read from the record (never a table keyed by family id elsewhere):
+    latent_format: str = ""  # how the VAE's latents are scaled: "sd1" | "sdxl" | "sd3" | "flux"
+    unet_preset: str = ""  # the UNetConfig preset its diffusers layout converts with ("sdxl" ...)
+    modelspec: str = ""  # ModelSpec architecture id written into saved files
+    lora_group: str = ""  # families in one group take each other's LoRAs (same touched shapes)
 
 
 class Registry:
@@ -80,6 +85,3 @@ class Registry:
         found.sort(key=lambda m: -m.score)
         return found
 
-
-#: The one registry of the application (immutable after import; tests may build their own).
-REGISTRY = Registry()

@@ -74,3 +74,23 @@ def name_of_torch_dtype(dtype: torch.dtype) -> str:
 def nbytes_for(dtype: DType, numel: int) -> int:
     """Bytes that ``numel`` elements of ``dtype`` occupy (packed sub-byte types round up)."""
     return (numel * dtype.bits + 7) // 8
+
+
+_BY_SHORT: dict[str, DType] = {d.short: d for d in DTYPES.values()}
+
+
+def dtype_by_short(name: str) -> DType | None:
+    """The dtype record for a short name ("fp16", "bf16", "fp8_e4m3fn"), or None when unknown."""
+    return _BY_SHORT.get(name)
+
+
+def torch_dtype_by_short(name: str) -> torch.dtype | None:
+    """The torch dtype for a short name ("bf16" -> torch.bfloat16); None when unknown or absent."""
+    info = _BY_SHORT.get(name)
+    return info.torch_dtype if info is not None else None
+
+
+def short_name(dtype: torch.dtype) -> str:
+    """The name sentences and snapshots use for a torch dtype: "fp16" for torch.float16."""
+    name = _BY_TORCH.get(dtype)
+    return DTYPES[name].short if name is not None else str(dtype).removeprefix("torch.")

@@ -15,7 +15,7 @@ from typing import Any
 from core.errors import FileAccessError, FileFormatError
 from core.files.gguf import read_gguf_header
 from core.files.pickle_safe import read_pickle_index
-from core.files.safetensors import read_header
+from core.files.safetensors import SafetensorsHeader, read_header
 from core.files.tensor_info import TensorInfo
 
 MODEL_EXTENSIONS = (".safetensors", ".sft", ".ckpt", ".pt", ".pth", ".bin", ".gguf")
@@ -32,6 +32,9 @@ class TensorIndex:
     metadata: dict[str, Any] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
     extra: dict[str, Any] = field(default_factory=dict)
+    #: the parsed safetensors header this index came from (loading maps the file with it, so a
+    #: load parses the header once)
+    header: SafetensorsHeader | None = field(default=None, repr=False, compare=False)
 
 
 def _describe_magic(head: bytes) -> str:
@@ -133,7 +136,7 @@ def read_tensor_index(path: str | os.PathLike[str]) -> TensorIndex:
         )
     if fmt == "safetensors":
         h = read_header(p)
-        return TensorIndex(p, fmt, st.st_size, h.tensors, dict(h.metadata), list(h.warnings))
+        return TensorIndex(p, fmt, st.st_size, h.tensors, dict(h.metadata), list(h.warnings), header=h)
     if fmt == "gguf":
         g = read_gguf_header(p)
         meta = {k: v for k, v in g.metadata.items() if not k.startswith("tokenizer.")}

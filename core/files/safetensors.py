@@ -314,10 +314,14 @@ class SafetensorsFile:
     never written. Pages are read from disk only when a tensor's data is touched.
     """
 
-    def __init__(self, path: str | os.PathLike[str]) -> None:
-        self.header = read_header(path)
+    def __init__(self, path: str | os.PathLike[str], *, header: SafetensorsHeader | None = None) -> None:
+        """``header``: the file's header already read (by ``read_tensor_index``), so a load parses
+        it once; read again when the file's size no longer matches it."""
+        self.header = header if header is not None and header.path == Path(path) else read_header(path)
         self.path = self.header.path
         self._fh = open(self.path, "rb")  # noqa: SIM115 - lives as long as the mapping
+        if os.fstat(self._fh.fileno()).st_size != self.header.file_size:  # rewritten since: read again
+            self.header = read_header(self.path)
         size = self.header.file_size
         self._mmap: mmap.mmap | None = None
         #: False when the file had to be mapped read-only (see _map): its tensors must never be

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from core.detect.sidecars import find_preview
+from core.detect.types import Detection
 from core.inspect import InspectResult, inspect_file
 from core.library import query
 from core.library.cache import InspectCache, cacheable
@@ -27,6 +28,8 @@ from core.library.sources import ModelRoot, dedupe_roots
 from core.library.walk import Listed, Walker
 
 Phase = Literal["listing", "inspecting", "done"]
+#: kinds whose detection a load can reuse (the others are never loaded as models)
+LOADABLE_KINDS = frozenset({"checkpoint", "diffusion_model", "vae", "text_encoder"})
 
 
 @dataclass(frozen=True)
@@ -70,6 +73,9 @@ class LibraryIndex:
         self._problems: list[str] = []
         # What each read entry was read from: a rescan reuses it while the file is unchanged.
         self._stamps: dict[str, Listed] = {}
+        # Detections of loadable files read by this index, by path, with the (size, mtime) they
+        # were read at: a load of the unchanged file reuses it instead of detecting again.
+        self._detections: dict[str, tuple[int, int, Detection]] = {}
         self._cache_warnings_seen = 0  # cache warnings are reported once, by the scan after them
 
     # -- reading the index --------------------------------------------------------------------
@@ -91,6 +97,20 @@ class LibraryIndex:
         """What the last scan skipped and why (missing or unreadable folders, loops, cache trouble)."""
         with self._lock:
             return list(self._problems)
+
+    def detection(self, path: Path | str) -> Detection | None:
+        """The detection this index made of ``path``'s file, if the file is unchanged since (same
+        size and modification time); None otherwise (read from the cache, changed, or not seen)."""
+        with self._lock:
+            known = self._detections.get(str(path))
+        if known is None:
+            return None
+        try:
+            st = os.stat(path)
+        except OSError:
+            return None
+        size, mtime_ns, det = known
+        return det if (st.st_size, st.st_mtime_ns) == (size, mtime_ns) else None
 
     def search(self, text: str) -> list[Entry]:
         return query.search(self.entries(), text)
@@ -189,6 +209,7 @@ class LibraryIndex:
             removed = tuple(e.path for key, e in self._entries.items() if key not in seen)
             self._entries = {key: self._entries[key] for key in seen if key in self._entries}
             self._stamps = {key: v for key, v in self._stamps.items() if key in seen}
+            self._detections = {key: v for key, v in self._detections.items() if key in seen}
         return removed
 
     def _listed_entry(self, listed: Listed) -> Entry:
@@ -210,7 +231,8 @@ class LibraryIndex:
 
     def _read(self, listed: Listed, entry: Entry) -> Entry:
         try:
-            record = trim_record(self._inspect(listed.path).to_json())
+            inspected = self._inspect(listed.path)
+            record = trim_record(inspected.to_json())
         except Exception as exc:  # a detector bug must not stop the browser; shown on the row
             return entry.with_error(
                 f"{listed.path.name} could not be inspected ({type(exc).__name__}: {exc}). "
@@ -220,8 +242,11 @@ class LibraryIndex:
         preview = find_preview(listed.path, listed.siblings)
         filled = entry.with_record(record, preview)
         if cacheable(record) and _unchanged(listed):
+            det = inspected.detection
             with self._lock:
                 self._stamps[str(listed.path)] = listed
+                if det is not None and det.kind in LOADABLE_KINDS:
+                    self._detections[str(listed.path)] = (listed.size, listed.mtime_ns, det)
             if self.cache is not None:
                 self.cache.put(listed.real, listed.size, listed.mtime_ns, listed.sidecars, record)
         return filled

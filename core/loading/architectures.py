@@ -23,6 +23,8 @@ from core.loading.convert.dit_diffusers import (
 from core.loading.convert.open_clip import hf_to_open_clip, open_clip_to_hf
 from core.loading.convert.unet_diffusers import unet_diffusers_to_original
 from core.loading.convert.vae_diffusers import vae_diffusers_to_original
+from core.loading.families import family as family_record
+from core.loading.families import unet_families
 from core.models.chroma import Chroma, ChromaConfig
 from core.models.clip import CLIPTextConfig, CLIPTextModel
 from core.models.flux import Flux, FluxConfig
@@ -72,19 +74,22 @@ class Architecture:
 
 
 # --- UNet ---------------------------------------------------------------------------------------
+#: UNet presets by name (a family's ``unet_preset``), given the input channels (inpaint: 9)
 _UNET_PRESETS: dict[str, Callable[[int], UNetConfig]] = {
     "sd1": lambda c: UNetConfig.sd1(in_channels=c),
     "sd2": lambda c: UNetConfig.sd2(in_channels=c),
     "sdxl": lambda c: UNetConfig.sdxl(in_channels=c),
-    "sdxl-refiner": lambda c: UNetConfig.sdxl_refiner(),
-    "ssd-1b": lambda c: UNetConfig.ssd_1b(),
-    "segmind-vega": lambda c: UNetConfig.segmind_vega(),
+    "sdxl_refiner": lambda c: UNetConfig.sdxl_refiner(),
+    "ssd_1b": lambda c: UNetConfig.ssd_1b(),
+    "segmind_vega": lambda c: UNetConfig.segmind_vega(),
 }
 
 
 def _unet_from_diffusers(t: Tensors, family: str) -> Tensors:
     in_ch = t["conv_in.weight"].shape[1] if "conv_in.weight" in t else 4
-    return unet_diffusers_to_original(t, _UNET_PRESETS[family](in_ch))
+    fam = family_record(family)
+    assert fam is not None and fam.unet_preset, f"{family} is not a UNet family"
+    return unet_diffusers_to_original(t, _UNET_PRESETS[fam.unet_preset](in_ch))
 
 
 def _unet_consistency(cfg: UNetConfig) -> str:
@@ -110,7 +115,7 @@ def _unet_consistency(cfg: UNetConfig) -> str:
 UNET = Architecture(
     "unet",
     "diffusion_model",
-    tuple(_UNET_PRESETS),
+    unet_families(),
     configure=lambda shapes, family: UNetConfig.from_shapes(shapes),
     build=lambda cfg, device, dtype: UNetModel(cfg, device=device, dtype=dtype),
     to_module={"diffusers": _unet_from_diffusers},

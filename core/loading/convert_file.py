@@ -18,16 +18,17 @@ import torch
 
 from core.errors import LoadoutError
 from core.files.dtypes import DTYPES as DTYPE_INFO
+from core.files.dtypes import torch_dtype_by_short
 from core.files.model_file import read_tensor_index
 from core.files.pickle_safe import load_pickle_state_dict
 from core.files.safetensors import SafetensorsFile
 from core.files.writer import WriteProgress, refuse_same_file, write_safetensors
 
-DTYPES: dict[str, torch.dtype] = {
-    "fp32": torch.float32,
-    "fp16": torch.float16,
-    "bf16": torch.bfloat16,
-    "fp8_e4m3fn": torch.float8_e4m3fn,
+#: the dtypes a file can be converted (and a run computed) in, by short name (core.files.dtypes)
+DTYPES: Mapping[str, torch.dtype] = {
+    name: dtype
+    for name in ("fp32", "fp16", "bf16", "fp8_e4m3fn")
+    if (dtype := torch_dtype_by_short(name)) is not None
 }
 
 

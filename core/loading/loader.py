@@ -35,6 +35,11 @@ class LoadOptions:
     device: str = "cpu"
     progress: Callable[[LoadProgress], None] | None = None
     check: Callable[[], None] | None = None  # raises to stop (the interrupt flag)
+    #: what is already known of the file, so a load reads its header once and detects it once:
+    #: ``index`` read just before (``inspect_for_loading``), ``detection`` made for the file in
+    #: its current state (the library index's, when the file is unchanged since its scan)
+    index: TensorIndex | None = None
+    detection: Detection | None = None
 
 
 @dataclass
@@ -89,7 +94,7 @@ class _Source:
         self.index = index
         name = index.path.name
         if index.format == "safetensors":
-            self._file: SafetensorsFile | None = SafetensorsFile(index.path)
+            self._file: SafetensorsFile | None = SafetensorsFile(index.path, header=index.header)
             self.get: Callable[[str], torch.Tensor] = self._file.tensor
         elif index.format == "pickle":
             self._file = None
@@ -142,10 +147,19 @@ def _load_component(
     return LoadedComponent(comp.role, comp.family, comp.prefix, comp.layout, module, plan.config, plan)
 
 
-def inspect_for_loading(path: str | os.PathLike[str]) -> tuple[TensorIndex, Detection]:
-    index = read_tensor_index(path)
-    meta = {k: v for k, v in index.metadata.items() if isinstance(v, str)}
-    return index, detect(index.tensors, meta, index.path.name)
+def inspect_for_loading(
+    path: str | os.PathLike[str], options: LoadOptions | None = None
+) -> tuple[TensorIndex, Detection]:
+    """The file's tensor index and detection: those in ``options`` when it has them (the header is
+    then not read again, the file not detected again), else read and detected now."""
+    index = options.index if options is not None and options.index is not None else None
+    if index is None or index.path != Path(path):
+        index = read_tensor_index(path)
+    det = options.detection if options is not None else None
+    if det is None:
+        meta = {k: v for k, v in index.metadata.items() if isinstance(v, str)}
+        det = detect(index.tensors, meta, index.path.name)
+    return index, det
 
 
 _WHERE = {
@@ -178,7 +192,7 @@ def _wrong_kind(name: str, det: Detection, wanted: str) -> ModelMismatchError:
 def load_checkpoint(path: str | os.PathLike[str], options: LoadOptions | None = None) -> ModelBundle:
     """Load an all-in-one checkpoint: every component it holds."""
     opts = options or LoadOptions()
-    index, det = inspect_for_loading(path)
+    index, det = inspect_for_loading(path, opts)
     name = index.path.name
     _refuse_unloadable_format(index)
     if det.kind != "checkpoint":
@@ -232,7 +246,7 @@ def _getter(source: _Source, key: str) -> Callable[[], torch.Tensor]:
 
 def _load_single(path: str | os.PathLike[str], role: Role, options: LoadOptions | None) -> LoadedComponent:
     opts = options or LoadOptions()
-    index, det = inspect_for_loading(path)
+    index, det = inspect_for_loading(path, opts)
     name = index.path.name
     comps = [c for c in det.components if c.role == role]
     if det.kind == "checkpoint" and comps:

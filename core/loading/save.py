@@ -18,24 +18,8 @@ import torch
 
 from core.files.writer import WriteProgress, refuse_same_file, write_safetensors
 from core.loading.convert_file import cast_tensor
+from core.loading.families import modelspec_architecture
 from core.loading.loader import ModelBundle
-
-#: ModelSpec architecture ids (https://github.com/Stability-AI/ModelSpec) by family
-MODELSPEC_ARCHITECTURE = {
-    "sd1": "stable-diffusion-v1",
-    "sd2": "stable-diffusion-v2-768-v",
-    "sdxl": "stable-diffusion-xl-v1-base",
-    "sdxl-refiner": "stable-diffusion-xl-v1-refiner",
-    "ssd-1b": "stable-diffusion-xl-v1-base",
-    "segmind-vega": "stable-diffusion-xl-v1-base",
-    "sd3": "stable-diffusion-3-medium",
-    "sd3.5-medium": "stable-diffusion-3.5-medium",
-    "sd3.5-large": "stable-diffusion-3.5-large",
-    "flux-dev": "flux-1-dev",
-    "flux-schnell": "flux-1-schnell",
-    "flux-fill": "flux-1-dev-fill",
-    "chroma": "chroma",
-}
 
 
 def checkpoint_tensors(bundle: ModelBundle) -> dict[str, torch.Tensor]:
@@ -54,8 +38,9 @@ def checkpoint_tensors(bundle: ModelBundle) -> dict[str, torch.Tensor]:
 def modelspec(bundle: ModelBundle, title: str | None = None) -> dict[str, str]:
     meta = {"modelspec.sai_model_spec": "1.0.0"}
     family = bundle.detection.family
-    if family in MODELSPEC_ARCHITECTURE:
-        meta["modelspec.architecture"] = MODELSPEC_ARCHITECTURE[family]
+    architecture = modelspec_architecture(family)
+    if architecture is not None:
+        meta["modelspec.architecture"] = architecture
     meta["modelspec.title"] = title or bundle.metadata.get("modelspec.title") or bundle.path.stem
     meta["modelspec.implementation"] = "loadout"
     return meta

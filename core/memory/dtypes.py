@@ -23,15 +23,15 @@ The rules (ComfyUI's, corrected where it is known to fail):
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 
 import torch
 
-from core.detect import diffusion_families, encoder_families  # noqa: F401  (they fill REGISTRY)
-from core.detect.registry import REGISTRY, Registry
-from core.files.dtypes import DTYPES
+from core.detect.catalog import REGISTRY
+from core.detect.registry import Registry
+from core.files.dtypes import DTYPES, torch_dtype_by_short
+from core.files.dtypes import short_name as files_short_name
 from core.memory.devices import DeviceInfo
 from core.memory.policy import ROLES, MemorySettings, SettingsError
 
@@ -48,36 +48,26 @@ FP16_UNSAFE: frozenset[str] = frozenset(
     }
 )  # fmt: skip
 
-_BY_NAME: Mapping[str, torch.dtype] = MappingProxyType(
-    {
-        "fp32": FP32,
-        "fp16": FP16,
-        "bf16": BF16,
-        "fp8_e4m3fn": torch.float8_e4m3fn,
-        "fp8_e5m2": torch.float8_e5m2,
-        "fp64": torch.float64,
-    }
-)
+#: the dtypes a setting or a family preference may name, in the order an error lists them
+SETTING_DTYPES = ("fp32", "fp16", "bf16", "fp8_e4m3fn", "fp8_e5m2", "fp64")
 
 
 def short_name(dtype: torch.dtype) -> str:
-    """The name sentences use for a dtype: "fp16" for torch.float16."""
-    for name, value in _BY_NAME.items():
-        if value == dtype:
-            return name
-    return str(dtype).removeprefix("torch.")
+    """The name sentences use for a dtype: "fp16" for torch.float16 (``core.files.dtypes``)."""
+    return files_short_name(dtype)
 
 
 def to_dtype(value: torch.dtype | str) -> torch.dtype:
     """A torch dtype from a torch dtype, a short name ("bf16") or a safetensors name ("BF16")."""
     if isinstance(value, torch.dtype):
         return value
-    if value in _BY_NAME:
-        return _BY_NAME[value]
+    found = torch_dtype_by_short(value) if value in SETTING_DTYPES else None
     info = DTYPES.get(value)
-    if info is not None and info.torch_dtype is not None:
-        return info.torch_dtype
-    raise SettingsError(f"unknown dtype {value!r}", fix=f"use one of: {', '.join(_BY_NAME)}")
+    if found is None and info is not None:
+        found = info.torch_dtype
+    if found is None:
+        raise SettingsError(f"unknown dtype {value!r}", fix=f"use one of: {', '.join(SETTING_DTYPES)}")
+    return found
 
 
 @dataclass(frozen=True)
@@ -168,7 +158,7 @@ class DtypePolicy:
         if role == "vae":
             return _vae_compute(device)
         fam = self._registry.get(family) if family else None
-        prefers = _BY_NAME.get(fam.default_dtype, FP16) if fam is not None else FP16
+        prefers = (torch_dtype_by_short(fam.default_dtype) or FP16) if fam is not None else FP16
         title = fam.title if fam is not None else (family or "this model")
         if prefers == FP32:
             return FP32, f"{title} runs in fp32"

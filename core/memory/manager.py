@@ -158,13 +158,14 @@ class MemoryManager:
         settings: PlanSettings | None = None,
         device: str = "cuda",
         events: EventLog | None = None,
+        interrupt: threading.Event | None = None,
     ) -> None:
         self.free_bytes = free_bytes
         self.mover = mover
         self.settings = settings or PlanSettings()
         self.device = device
         self.events = events if events is not None else EventLog()
-        self.interrupt = threading.Event()
+        self.interrupt = interrupt if interrupt is not None else threading.Event()
         self._entries: dict[int, ManagedModel] = {}
         self._finalizers: dict[int, weakref.finalize[..., object]] = {}
         self._dead: deque[ManagedModel] = deque()

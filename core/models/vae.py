@@ -19,6 +19,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from core.detect.catalog import REGISTRY
 from core.errors import ModelMismatchError
 from core.models.attention import attention_heads_first
 from core.models.tiling import Progress, tiled_map
@@ -41,24 +42,22 @@ SD3_LATENT = LatentFormat("sd3", 16, 1.5305, 0.0609)
 FLUX_LATENT = LatentFormat("flux", 16, 0.3611, 0.1159)
 
 LATENT_FORMATS: Mapping[str, LatentFormat] = MappingProxyType(
-    {
-        **dict.fromkeys(("sd1", "sd2"), SD1_LATENT),
-        **dict.fromkeys(("sdxl", "sdxl-refiner", "ssd-1b", "segmind-vega"), SDXL_LATENT),
-        **dict.fromkeys(("sd3", "sd3.5-medium", "sd3.5-large", "vae-sd3"), SD3_LATENT),
-        **dict.fromkeys(("flux-dev", "flux-schnell", "flux-fill", "chroma", "vae-flux"), FLUX_LATENT),
-    }
+    {f.name: f for f in (SD1_LATENT, SDXL_LATENT, SD3_LATENT, FLUX_LATENT)}
 )
-"""Family id -> latent format (read-only)."""
+"""Latent format name -> the format (read-only). Which family uses which is family data
+(``Family.latent_format``)."""
 
 
 def latent_format_for(family: str) -> LatentFormat:
-    try:
-        return LATENT_FORMATS[family]
-    except KeyError:
+    """The latent format of a diffusion family, or of a VAE family that has one of its own."""
+    fam = REGISTRY.get(family)
+    fmt = LATENT_FORMATS.get(fam.latent_format) if fam is not None else None
+    if fmt is None:
+        known = sorted(f.id for f in REGISTRY if f.latent_format)
         raise ModelMismatchError(
-            f"No KL-VAE latent format is known for family {family!r}",
-            fix=f"Use one of: {', '.join(sorted(LATENT_FORMATS))}",
-        ) from None
+            f"No KL-VAE latent format is known for family {family!r}", fix=f"Use one of: {', '.join(known)}"
+        )
+    return fmt
 
 
 @dataclass(frozen=True)

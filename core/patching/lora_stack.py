@@ -16,9 +16,9 @@ from pathlib import Path
 
 import torch
 
+from core.detect.catalog import REGISTRY
 from core.detect.keyview import KeyView
 from core.detect.lora import LoraAnalysis, LoraModule, analyze_lora
-from core.detect.registry import REGISTRY
 from core.errors import FileFormatError, LoadoutError, ModelMismatchError
 from core.files.model_file import read_tensor_index
 from core.files.pickle_safe import load_pickle_state_dict
@@ -29,17 +29,14 @@ from core.patching.keymap import KeyIndex, MatchReport, Target, match_lora, mode
 from core.patching.patcher import ApplyReport, KeyPatch, ModelPatcher
 from core.patching.side import clear_side_outputs
 
-#: Families whose LoRAs fit each other (same shapes where the LoRA touches them).
-_COMPATIBLE = (
-    frozenset({"sdxl", "ssd-1b", "segmind-vega"}),
-    frozenset({"flux-dev", "flux-schnell", "flux-fill", "chroma"}),
-)
-
 
 def compatible(lora_family: str | None, model_family: str) -> bool:
+    """Whether a LoRA made for ``lora_family`` fits ``model_family``: the same family, or two in
+    one ``lora_group`` (family data: same shapes where a LoRA touches them)."""
     if lora_family is None or lora_family == model_family:
         return True
-    return any(lora_family in g and model_family in g for g in _COMPATIBLE)
+    a, b = REGISTRY.get(lora_family), REGISTRY.get(model_family)
+    return a is not None and b is not None and a.lora_group != "" and a.lora_group == b.lora_group
 
 
 def _title(family: str | None) -> str:

@@ -11,6 +11,8 @@ from __future__ import annotations
 import os
 import resource
 import sys
+import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -18,23 +20,15 @@ from typing import Any
 import torch
 
 from core.errors import LoadoutError
-from core.loading.loader import (
-    LoadedComponent,
-    LoadOptions,
-    inspect_for_loading,
-    load_checkpoint,
-    load_diffusion_model,
-)
+from core.loading.assign import interrupt_check
+from core.loading.loader import inspect_for_loading
 from core.memory.devices import DeviceInfo, discover_devices
-from core.memory.manager import MemoryManager
-from core.memory.mover import TorchMover
-from core.memory.planning import PlanSettings
-from core.memory.policy import MemorySettings, choose_vram_state, minimum_inference_bytes, reserve_bytes
-from core.memory.probes import LimitedProbe, MemoryProbe, probe_for
-from core.patching.lora_stack import LoraStack
+from core.memory.events import MemoryEvent
+from core.memory.policy import MemorySettings
 from core.patching.merge import LoraArg
-from core.run.placed import StepPlacer
-from core.run.testrun import RunConfig, perform_test_run
+from core.run.testrun import RunConfig, StepDone
+from core.session.placement import Placement, PlacementConfig
+from core.session.session import Session
 
 
 @dataclass(frozen=True)
@@ -45,6 +39,56 @@ class RunRequest:
     device: str = "cpu"
     vram_limit: int | None = None
     settings: MemorySettings = field(default_factory=MemorySettings)
+
+
+@dataclass(frozen=True)
+class LoraSummary:
+    path: Path
+    matched: int
+    unmatched: int
+
+
+@dataclass(frozen=True)
+class HeadlessReport:
+    """What ``loadout run`` measured. :meth:`to_json` is the one place its JSON is written."""
+
+    model: Path
+    family: str | None
+    device: str  # the device's label
+    dtype: str  # torch's name: "float32"
+    steps: int
+    seconds_per_step: float
+    resident_bytes: int
+    streamed_bytes_per_step: int
+    peak_bytes: int
+    vram_state: str
+    vram_reason: str
+    events: tuple[MemoryEvent, ...]
+    output: dict[str, object]
+    loras: tuple[LoraSummary, ...]
+    pid: int
+
+    def to_json(self) -> dict[str, Any]:
+        """The ``loadout run --json`` report (its fields and their order are a contract)."""
+        return {
+            "model": str(self.model),
+            "family": self.family,
+            "device": self.device,
+            "dtype": self.dtype,
+            "steps": self.steps,
+            "seconds_per_step": round(self.seconds_per_step, 4),
+            "resident_bytes": self.resident_bytes,
+            "streamed_bytes_per_step": self.streamed_bytes_per_step,
+            "peak_bytes": self.peak_bytes,
+            "vram_state": self.vram_state,
+            "vram_reason": self.vram_reason,
+            "events": [e.to_json() for e in self.events],
+            "output": self.output,
+            "loras": [
+                {"path": str(x.path), "matched": x.matched, "unmatched": x.unmatched} for x in self.loras
+            ],
+            "pid": self.pid,
+        }
 
 
 def _device(name: str) -> DeviceInfo:
@@ -60,16 +104,6 @@ def _device(name: str) -> DeviceInfo:
     )
 
 
-def _diffusion(path: Path) -> tuple[LoadedComponent, list[LoadedComponent], str | None]:
-    _, det = inspect_for_loading(path)
-    if det.kind == "checkpoint":
-        bundle = load_checkpoint(path, LoadOptions())
-        assert bundle.diffusion_model is not None
-        return bundle.diffusion_model, bundle.components, det.family
-    comp = load_diffusion_model(path)
-    return comp, [comp], det.family
-
-
 def _peak_bytes(device: str) -> int:
     if device.startswith("cuda") and torch.cuda.is_available():
         return int(torch.cuda.max_memory_allocated())
@@ -77,71 +111,52 @@ def _peak_bytes(device: str) -> int:
     return int(rss if sys.platform == "darwin" else rss * 1024)
 
 
-def run_model(request: RunRequest, *, manager_out: list[MemoryManager] | None = None) -> dict[str, Any]:
-    """Everything ``loadout run --json`` prints. ``manager_out`` receives the manager (so a
-    Ctrl-C handler can set its interrupt flag)."""
+def run_headless(
+    request: RunRequest,
+    *,
+    interrupt: threading.Event | None = None,
+    progress: Callable[[StepDone], None] | None = None,
+) -> HeadlessReport:
+    """Load, add the LoRAs (recorded, never baked: the mover applies them), and time the test run
+    through a :class:`Session` placing on the requested device. Setting ``interrupt`` (from any
+    thread, e.g. a Ctrl-C handler) stops the load or the run within one tensor or layer."""
     device = _device(request.device)
-    target = "cuda" if device.kind in ("cuda", "rocm") else device.kind
-    diffusion, components, family = _diffusion(request.model)
-    stack = LoraStack(components)
+    config = PlacementConfig(request.settings, simulate_bytes=request.vram_limit or 0)
+    placement = Placement(device, config, interrupt=interrupt, cpu_is_device=True)
+    session = Session(placement)
+    index, det = inspect_for_loading(request.model)  # the one header read of this load
+    kind = "checkpoint" if det.kind == "checkpoint" else "diffusion_model"
+    check = interrupt_check(placement.interrupt.is_set)
+    session.load(request.model, kind, lambda p: None, check, inspected=(index, det))
     for arg in request.loras:
-        stack.add(arg.path, arg.model, arg.clip)
-    patcher = stack.patchers["diffusion_model"]  # recorded, never baked: the mover applies it
-
-    mover = TorchMover()
-    mover.use_patcher(patcher)
-    managers: list[MemoryManager] = []  # the manager, once built (the simulated card charges it)
-    probe: MemoryProbe = probe_for(device)
-    if request.vram_limit is not None:
-
-        def placed_bytes() -> int:
-            return sum(info.device_bytes for m in managers for info in m.loaded())
-
-        probe = LimitedProbe(probe, request.vram_limit, charge=placed_bytes if target == "cpu" else None)
-    total = probe.total()
-    vram = choose_vram_state(probe.device, total, request.settings)
+        session.loras.add(arg.path, arg.model, arg.clip)
+    cfg = request.config
+    report = session.test_run(cfg, progress or (lambda s: None), placement.manager.check)
+    decision = placement.decision
+    assert decision is not None  # a placement on a named device always has one
     # On the CPU without a simulated card, RAM is the device: the model is "loaded" (zero-copy for
     # unpatched weights, LoRAs applied on the way) like on a card large enough for it.
-    cpu_only = target == "cpu" and request.vram_limit is None
-    state = "normal" if cpu_only else vram.state.name.lower()
-    reserve = reserve_bytes(probe.device, total, sys.platform, request.settings)
-    settings = PlanSettings(
-        vram_state=state,
-        reserve_bytes=reserve,
-        min_inference_bytes=minimum_inference_bytes(reserve, request.settings),
-    )
-    manager = MemoryManager(probe.free, mover, settings=settings, device=target)
-    managers.append(manager)
-    mover.interrupt = manager.check
-    if manager_out is not None:
-        manager_out.append(manager)
-    manager.register(patcher, f"{family or 'model'} diffusion model")
-    place = StepPlacer(manager, mover, patcher)
+    cpu_only = report.device == "cpu" and request.vram_limit is None
+    stack = session.loras.stack
+    return HeadlessReport(
+        request.model, det.family, device.label, str(cfg.dtype).removeprefix("torch."), cfg.steps,
+        report.seconds_per_step, report.resident_bytes, report.streamed_bytes_per_step,
+        _peak_bytes(report.device), "normal" if cpu_only else decision.state.name.lower(), decision.reason,
+        tuple(placement.events.events()), report.output,
+        tuple(LoraSummary(e.path, len(e.report.matched), len(e.report.unmatched))
+              for e in (stack.entries.values() if stack is not None else ())),
+        os.getpid(),
+    )  # fmt: skip
 
-    cfg = request.config
-    run_cfg = RunConfig(cfg.steps, cfg.width, cfg.height, cfg.batch, cfg.seed, cfg.dtype, target)
-    result = perform_test_run(diffusion.module, run_cfg, check=manager.check, before_step=place)
-    resident, streamed_per_step = place.finish()
-    return {
-        "model": str(request.model),
-        "family": family,
-        "device": device.label,
-        "dtype": str(cfg.dtype).removeprefix("torch."),
-        "steps": cfg.steps,
-        "seconds_per_step": round(result.seconds_per_step, 4),
-        "resident_bytes": resident,
-        "streamed_bytes_per_step": streamed_per_step,
-        "peak_bytes": _peak_bytes(target),
-        "vram_state": state,
-        "vram_reason": vram.reason,
-        "events": [e.to_json() for e in manager.events.events()],
-        "output": result.output_summary(),
-        "loras": [
-            {"path": str(e.path), "matched": len(e.report.matched), "unmatched": len(e.report.unmatched)}
-            for e in stack.entries.values()
-        ],
-        "pid": os.getpid(),
-    }
+
+def run_model(
+    request: RunRequest,
+    *,
+    interrupt: threading.Event | None = None,
+    progress: Callable[[StepDone], None] | None = None,
+) -> dict[str, Any]:
+    """Everything ``loadout run --json`` prints."""
+    return run_headless(request, interrupt=interrupt, progress=progress).to_json()
 
 
 def parse_size(text: str) -> tuple[int, int]:

@@ -21,13 +21,13 @@ import pytest
 import shiboken6
 from PySide6.QtCore import QSettings, QThread
 
-from app.backend.engine import Loaders
 from app.backend.monitor import MemoryMonitor
 from app.backend.placement import Placement
 from app.demo import DemoLibrary, ensure_demo_library
 from app.gui.compat import guard_none_refcount
 from app.gui.launch import build_window
 from app.gui.main_window import MainWindow
+from core.session import Loaders
 from tests.fixtures.layouts_diffusion import flux, sdxl_checkpoint
 from tests.fixtures.layouts_lora import clip_layers, lora_layout, unet_attention_layers
 from tests.fixtures.st_files import write_sparse

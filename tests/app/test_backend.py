@@ -9,23 +9,23 @@ import torch
 from PySide6.QtCore import QThread
 
 from app.backend.backend import Backend
-from app.backend.engine import Engine
 from app.backend.messages import ModelInfo, StackInfo, TaskError
 from app.demo import DemoLibrary
 from core.run.testrun import RunConfig
+from core.session import Session, SlotId
 from tests.app.util import strict
 
 
 @pytest.fixture
 def backend(qtbot) -> Iterator[Backend]:
-    b = Backend(Engine())
+    b = Backend(Session())
     yield b
     assert b.shutdown(), "the worker thread did not end"
 
 
 def _weights(backend: Backend) -> dict[str, torch.Tensor]:
     """The diffusion model's weights (read from the test thread while the worker is idle)."""
-    main = backend.engine.loaded["main"]
+    main = backend.session.loaded[SlotId.MAIN]
     module = next(c.module for c in main.components if c.role == "diffusion_model")
     return {k: v.detach().clone() for k, v in module.state_dict().items()}
 

@@ -11,9 +11,9 @@ import torch
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QToolBar
 
-from app.backend.engine import Loaders
 from app.demo import DemoLibrary
 from core.loading.loader import LoadedComponent, LoadOptions, load_checkpoint
+from core.session import Loaders, SlotId
 from tests.app.util import strict
 
 DELAY = 0.004  # per tensor: ~1.5 s for the tiny checkpoint's 368 tensors, like a slow disk
@@ -47,7 +47,7 @@ def _press_stop_after_first_progress(qtbot, window) -> float:
 
 
 def _diffusion_state(window) -> dict[str, torch.Tensor]:
-    main = window.backend.engine.loaded["main"]
+    main = window.backend.session.loaded[SlotId.MAIN]
     module = next(c.module for c in main.components if c.role == "diffusion_model")
     return {k: v.detach().clone() for k, v in module.state_dict().items()}
 
@@ -69,7 +69,7 @@ def test_interrupt_mid_load_keeps_the_previous_model_and_a_consistent_window(
         window.load_selected()
         pressed = _press_stop_after_first_progress(qtbot, window)
     stopped_in = time.perf_counter() - pressed
-    assert backend.engine.loaded == {} and window.loaded_panel.tree.topLevelItemCount() == 0
+    assert backend.session.loaded == {} and window.loaded_panel.tree.topLevelItemCount() == 0
     assert window.message.isVisible() and window.message.text.text().startswith("<b>Stopped")
     assert not backend.stop_flag.is_set() and not backend.busy and not window.interrupt_action.isEnabled()
 

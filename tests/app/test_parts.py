@@ -8,7 +8,6 @@ from pathlib import Path
 import pytest
 from PySide6.QtCore import QSettings, QThread
 
-from app.backend.engine import Engine
 from app.backend.fit import estimate_fit
 from app.backend.messages import TaskError
 from app.backend.monitor import MemoryMonitor
@@ -20,6 +19,7 @@ from core.library import Entry
 from core.library.entry import Component
 from core.memory.policy import VramState
 from core.memory.probes import FakeProbe
+from core.session import Session
 from tests.app.conftest import running_threads
 from tests.app.util import strict
 
@@ -143,7 +143,7 @@ def test_demo_library_is_real_layout_and_the_sparse_files_cost_no_disk(demo_libr
 def test_dtype_override_converts_on_load(qtbot, demo_library: DemoLibrary) -> None:
     from app.backend.backend import Backend
 
-    backend = Backend(Engine())
+    backend = Backend(Session())
     try:
         backend.set_dtype_overrides({"diffusion_model": "fp32"})
         with strict(qtbot, backend, "started", "model_loaded", "finished") as rec:
@@ -155,7 +155,7 @@ def test_dtype_override_converts_on_load(qtbot, demo_library: DemoLibrary) -> No
 
 
 def test_empty_window_offers_the_demo_library(qtbot, make_window, tmp_path: Path, monkeypatch) -> None:
-    import app.backend.worker as worker_module
+    import app.backend.backend as worker_module
 
     demo_dir = tmp_path / "demo"
     real = worker_module.ensure_demo_library

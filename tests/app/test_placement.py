@@ -7,13 +7,13 @@ from __future__ import annotations
 import pytest
 from PySide6.QtCore import Qt
 
-from app.backend.engine import Engine
 from app.backend.placement import Placement, PlacementConfig
 from app.demo import DemoLibrary
 from app.gui.settings import AppSettings
 from core.errors import LoadoutError
 from core.memory.policy import MemorySettings, VramState
 from core.run.testrun import RunConfig
+from core.session import Session, SlotId
 from tests.app.util import strict
 
 MIB = 2**20
@@ -25,13 +25,13 @@ def card(mib: float, inference_mib: float = 1.0) -> PlacementConfig:
     return PlacementConfig(NORMAL, simulate_bytes=int(mib * MIB), inference_bytes=int(inference_mib * MIB))
 
 
-def _engine(lib: DemoLibrary, placement: Placement | None) -> Engine:
-    engine = Engine(placement=placement)
+def _engine(lib: DemoLibrary, placement: Placement | None) -> Session:
+    engine = Session(placement)
     engine.load(lib.checkpoint, "checkpoint", lambda p: None, lambda: None)
     return engine
 
 
-def _output(engine: Engine) -> dict[str, object]:
+def _output(engine: Session) -> dict[str, object]:
     return engine.test_run(RUN, lambda s: None, lambda: None).output
 
 
@@ -40,7 +40,7 @@ def test_no_gpu_and_no_simulation_means_cpu_and_a_clear_refusal(demo_library: De
     info = engine.placement.describe()
     assert not info.active and "no GPU was found" in info.reason
     with pytest.raises(LoadoutError) as exc:
-        engine.place("main")
+        engine.place(SlotId.MAIN)
     assert exc.value.code == "no_device" and "simulated card" in exc.value.message
     report = engine.test_run(RUN, lambda s: None, lambda: None)
     assert report.placement == "" and report.streamed_bytes_per_step == 0
@@ -50,18 +50,18 @@ def test_placed_partly_streamed_and_changed_loras_match_the_cpu_bake(demo_librar
     cpu = _engine(demo_library, Placement(None))
     sim = _engine(demo_library, Placement(None, card(3)))
     events: list = []
-    sim.emit = events.append
+    sim.on_event = events.append
     for e in (cpu, sim):
-        e.add_lora(demo_library.lora, 0.8, 0.6, False)
-    stack_info = sim.stack_info()
+        e.loras.add(demo_library.lora, 0.8, 0.6, False)
+    stack_info = sim.loras.info()
     assert stack_info.applied.startswith("recorded")  # nothing placed yet: nothing computed
 
-    models = sim.place("main", "diffusion_model")
+    models = sim.place(SlotId.MAIN, "diffusion_model")
     diffusion = next(c for c in models[0].components if c.role == "diffusion_model")
     assert diffusion.placed and 0 < diffusion.device_bytes < diffusion.bytes
     assert diffusion.device_bytes + diffusion.streamed_bytes == diffusion.bytes
     assert not next(c for c in models[0].components if c.role == "vae").placed
-    assert sim.stack_info().applied.startswith("applied on Simulated 3 MiB GPU")
+    assert sim.loras.info().applied.startswith("applied on Simulated 3 MiB GPU")
     assert [e.kind for e in events if e.kind in ("partial_load", "load")][-1] == "partial_load"
 
     report = sim.test_run(RUN, lambda s: None, lambda: None)
@@ -69,17 +69,17 @@ def test_placed_partly_streamed_and_changed_loras_match_the_cpu_bake(demo_librar
     assert report.streamed_bytes_per_step > 0 and report.resident_bytes == diffusion.device_bytes
     assert report.placement == "Simulated 3 MiB GPU (on the CPU)" and report.peak_vram
 
-    lora_id = next(iter(sim.stack.entries))
+    lora_id = next(iter(sim.loras.stack.entries))
     for strength in (-0.4, 1.3):  # a slider moved while the model is placed
-        info = sim.set_strength(lora_id, strength, None, bake=False)
+        info = sim.loras.set_strength(lora_id, strength, None, bake=False)
         assert info.baked and info.recomputed_keys > 0  # resident weights recomputed on the device
-        cpu.set_strength(lora_id, strength, None, bake=True)
+        cpu.loras.set_strength(lora_id, strength, None, bake=True)
         assert _output(sim) == _output(cpu)
-    sim.set_enabled(lora_id, False)
-    cpu.set_enabled(lora_id, False)
+    sim.loras.set_enabled(lora_id, False)
+    cpu.loras.set_enabled(lora_id, False)
     assert _output(sim) == _output(cpu)
 
-    models = sim.offload("main")
+    models = sim.offload(SlotId.MAIN)
     assert not any(c.placed for c in models[0].components)
     assert events[-1].kind == "unload" and "you offloaded it" in events[-1].reason
     assert _output(sim) == _output(cpu)  # placed again by the run, with the stack
@@ -89,22 +89,22 @@ def test_switching_the_simulated_card_on_and_off_keeps_the_weights_right(demo_li
     cpu = _engine(demo_library, Placement(None))
     engine = _engine(demo_library, Placement(None))
     for e in (cpu, engine):
-        e.add_lora(demo_library.lora, 0.7, 0.5, False)
+        e.loras.add(demo_library.lora, 0.7, 0.5, False)
     expected = _output(cpu)
-    info = engine.configure_placement(card(64, 2))
+    info = engine.configure(card(64, 2))
     assert info.active and info.simulated and info.label == "Simulated 64 MiB GPU (on the CPU)"
-    engine.place("main")
+    engine.place(SlotId.MAIN)
     assert _output(engine) == expected  # the stack is applied once, on the device copies
-    info = engine.configure_placement(PlacementConfig())
+    info = engine.configure(PlacementConfig())
     assert not info.active and not any(c.placed for m in engine.models() for c in m.components)
     assert _output(engine) == expected  # baked on the CPU again
 
 
 def test_unloading_a_placed_model_releases_it_from_the_manager(demo_library: DemoLibrary) -> None:
     engine = _engine(demo_library, Placement(None, card(64, 2)))
-    engine.place("main")
+    engine.place(SlotId.MAIN)
     assert engine.placement.placed_bytes() > 0
-    engine.unload("main")
+    engine.unload(SlotId.MAIN)
     assert engine.placement.placed_bytes() == 0 and engine.placement.manager.loaded() == []
 
 
@@ -163,7 +163,7 @@ def test_memory_settings_switch_the_device_live(qtbot, make_window, demo_library
     with strict(qtbot, window.backend, "started", "event", "placement_changed", "finished"):
         window.apply_settings(replace(window.settings, simulate_vram_mib=512))
     assert window.placement.active and window.memory_panel.note.text().startswith("Simulated 512 MiB GPU")
-    assert window.monitor.gpu is window.backend.engine.placement.monitor_probe
+    assert window.monitor.gpu is window.backend.placement.memory.probe
     assert set(window.memory_panel.plot.curves) == {"ram_used", "rss", "gpu_used"}
     assert window.details.fit.headroom is not None
     assert AppSettings.load(window.store).simulate_vram_mib == 512  # persisted
@@ -175,13 +175,13 @@ def test_a_stop_during_placement_leaves_every_model_where_it_was(demo_library: D
 
     engine = _engine(demo_library, Placement(None, card(3)))
     events: list = []
-    engine.emit = events.append
-    engine.placement.manager.interrupt.set()  # Stop pressed as the placement starts
+    engine.on_event = events.append
+    engine.interrupt.set()  # Stop pressed as the placement starts
     with pytest.raises(InterruptedByUser):
-        engine.place("main")
+        engine.place(SlotId.MAIN)
     assert not any(c.placed for c in engine.models()[0].components)
     assert engine.placement.manager.loaded() == [] and events[-1].kind == "interrupt"
-    engine.place("main", "diffusion_model")  # the flag was consumed: the next request runs
+    engine.place(SlotId.MAIN, "diffusion_model")  # the flag was consumed: the next request runs
     assert engine.placement.placed_bytes() > 0
 
 
@@ -190,13 +190,13 @@ def test_on_a_real_gpu_placed_and_streamed_runs_match_the_cpu(demo_library: Demo
     """Run with ``pytest -m gpu`` on a machine with CUDA: the whole card, then a card capped so the
     diffusion model streams; both match the CPU bake within float tolerance."""
     cpu = _engine(demo_library, Placement(None))
-    cpu.add_lora(demo_library.lora, 0.8, 0.6, False)
+    cpu.loras.add(demo_library.lora, 0.8, 0.6, False)
     expected = _output(cpu)
     for limit in (0, 3 * MIB):
         gpu = _engine(demo_library, Placement.discover(PlacementConfig(NORMAL, limit, MIB)))
         assert gpu.placement.active and gpu.placement.target == "cuda"
-        gpu.add_lora(demo_library.lora, 0.8, 0.6, False)
-        gpu.place("main", "diffusion_model")
+        gpu.loras.add(demo_library.lora, 0.8, 0.6, False)
+        gpu.place(SlotId.MAIN, "diffusion_model")
         report = gpu.test_run(RUN, lambda s: None, lambda: None)
         assert report.device.startswith("cuda") and report.peak_vram
         assert (report.streamed_bytes_per_step > 0) == (limit > 0)
@@ -208,10 +208,10 @@ def test_on_a_real_gpu_placed_and_streamed_runs_match_the_cpu(demo_library: Demo
 def test_placing_one_component_evicts_others_and_says_why(demo_library: DemoLibrary) -> None:
     engine = _engine(demo_library, Placement(None, card(8, 2)))
     events: list = []
-    engine.emit = events.append
-    engine.place("main", "diffusion_model")
-    engine.place("main", "vae")
-    engine.place("main", "text_encoder")  # 10 MiB on an 8 MiB card: the others make room
+    engine.on_event = events.append
+    engine.place(SlotId.MAIN, "diffusion_model")
+    engine.place(SlotId.MAIN, "vae")
+    engine.place(SlotId.MAIN, "text_encoder")  # 10 MiB on an 8 MiB card: the others make room
     where = {c.role: (c.placed, c.streamed_bytes > 0) for c in engine.models()[0].components}
     assert where == {"diffusion_model": (False, False), "vae": (False, False), "text_encoder": (True, True)}
     evictions = [e for e in events if e.reason.startswith("Evicted")]
@@ -226,23 +226,23 @@ def test_reloading_and_unloading_keep_the_managers_books_clean(demo_library: Dem
     import weakref
 
     engine = _engine(demo_library, Placement(None, card(64, 2)))
-    engine.place("main")
+    engine.place(SlotId.MAIN)
     engine.load(demo_library.checkpoint, "checkpoint", lambda p: None, lambda: None)  # replaced
     names = sorted(e.name for e in engine.placement.manager._alive())
     assert names == sorted(
         f"loadout-demo-sd15-tiny {w}" for w in ("diffusion model", "text encoder clip-l", "VAE")
     )  # no "(2)": the replaced model left the manager
-    engine.place("main")
-    engine.placement.manager.interrupt.set()  # a Stop pressed meanwhile never stops an unload
-    engine.unload("main")
+    engine.place(SlotId.MAIN)
+    engine.interrupt.set()  # a Stop pressed meanwhile never stops an unload
+    engine.unload(SlotId.MAIN)
     assert engine.loaded == {} and engine.placement.manager.loaded() == []
-    engine.placement.manager.interrupt.clear()
+    engine.interrupt.clear()
 
     engine.load(demo_library.checkpoint, "checkpoint", lambda p: None, lambda: None)
-    engine.place("main")
-    engine.configure_placement(PlacementConfig())  # card off, then the model goes
-    module = weakref.ref(engine.loaded["main"].components[0].module)
-    engine.unload("main")
+    engine.place(SlotId.MAIN)
+    engine.configure(PlacementConfig())  # card off, then the model goes
+    module = weakref.ref(engine.loaded[SlotId.MAIN].components[0].module)
+    engine.unload(SlotId.MAIN)
     gc.collect()
     assert module() is None and engine.placement.mover._placed == {}
 
@@ -250,7 +250,7 @@ def test_reloading_and_unloading_keep_the_managers_books_clean(demo_library: Dem
 def test_a_component_that_cannot_be_placed_is_named_with_what_was_placed(demo_library: DemoLibrary) -> None:
     engine = _engine(demo_library, Placement(None, card(5)))
     with pytest.raises(LoadoutError) as exc:
-        engine.place("main")  # the 10 MiB text encoder cannot even stream on a 5 MiB card
+        engine.place(SlotId.MAIN)  # the 10 MiB text encoder cannot even stream on a 5 MiB card
     message = exc.value.message
     assert exc.value.code == "out_of_memory"
     assert "(diffusion model, VAE placed)" in message and "text encoder clip-l" in message

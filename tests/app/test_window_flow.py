@@ -70,7 +70,10 @@ def test_load_lora_sliders_run_and_unload_through_the_window(
         card.clip.spin.setValue(1.25)
     lora = rec.first("stack_changed").loras[0]
     assert (lora.model_strength, lora.clip_strength) == (-0.5, 1.25)
-    assert backend.engine.stack is not None and backend.engine.stack.entries[lora.id].clip_strength == 1.25
+    assert (
+        backend.session.loras.stack is not None
+        and backend.session.loras.stack.entries[lora.id].clip_strength == 1.25
+    )
     # a wider range, negatives included, kept in the settings
     window.lora_panel.lo_spin.setValue(-3.0)
     assert card.model.slider.minimum() == -300 and AppSettings.load(store).lora_min == -3.0

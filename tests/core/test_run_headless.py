@@ -76,21 +76,23 @@ def test_interrupt_stops_within_a_layer_and_leaves_the_file_model_intact(
     files: tuple[Path, Path, int],
 ) -> None:
     ckpt, _, size = files
-    managers: list = []
+    interrupt = threading.Event()
+    stepping = threading.Event()  # set once the run is past its first step (the model is placed)
     box: dict[str, object] = {}
 
     def go() -> None:
         try:
-            run_model(RunRequest(ckpt, config=RunConfig(steps=50, width=64, height=64), vram_limit=size // 3,
-                                 settings=NORMAL), manager_out=managers)  # fmt: skip
+            request = RunRequest(ckpt, config=RunConfig(steps=50, width=64, height=64), vram_limit=size // 3,
+                                 settings=NORMAL)  # fmt: skip
+            run_model(request, interrupt=interrupt, progress=lambda s: stepping.set())
         except InterruptedByUser as exc:
             box["error"] = exc
 
     t = threading.Thread(target=go)
     t.start()
-    while not managers:
+    while not stepping.is_set() and t.is_alive():
         t.join(0.01)
-    managers[0].interrupt.set()
+    interrupt.set()
     t.join(60)
     assert not t.is_alive() and isinstance(box.get("error"), InterruptedByUser)
     again = run_model(RunRequest(ckpt, config=CFG, settings=NORMAL))

@@ -13,9 +13,10 @@ from typing import Any
 
 import pytest
 
+from core.detect.catalog import REGISTRY
 from core.detect.diffusion import match_controlnet, match_diffusion
 from core.detect.keyview import KeyView
-from core.detect.registry import REGISTRY, Match, Registry
+from core.detect.registry import Match, Registry
 from core.files import read_tensor_index
 from core.files.tensor_info import TensorInfo
 from tests.fixtures import layouts_diffusion as L

@@ -9,10 +9,11 @@ from typing import Any
 
 import pytest
 
+from core.detect.catalog import REGISTRY
 from core.detect.encoder_families import register
 from core.detect.encoders import match_text_encoder, match_vae
 from core.detect.keyview import KeyView
-from core.detect.registry import REGISTRY, Registry
+from core.detect.registry import Registry
 from core.files import read_tensor_index
 from tests.fixtures import layouts_encoders as L
 from tests.fixtures.st_files import write_sparse

@@ -1,0 +1,141 @@
+"""The main model's LoRA stack and the bake-or-refresh policy.
+
+Where the stack takes effect depends on the placement: without a device it is baked into the CPU
+weights (``LoraStack.apply``, incremental; a moving slider runs low-rank side paths instead); with
+a device the RAM copy stays the file's memory-mapped tensors and the mover applies the stack —
+resident weights get patched device copies (:meth:`Placement.refresh` re-applies only keys whose
+patches changed) and streamed layers are patched at cast time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from core.patching.lora_stack import LoraStack, compatible
+from core.session.placement import Placement
+from core.session.snapshots import LoraInfo, StackInfo
+from core.session.words import no_model
+
+
+class LoraControl:
+    """The stack of the model in the main slot (``stack`` None when there is none)."""
+
+    def __init__(self, placement: Callable[[], Placement], event: Callable[[str, str, str], None]) -> None:
+        self._placement = placement
+        self._event = event
+        self.stack: LoraStack | None = None
+
+    def _require(self) -> LoraStack:
+        if self.stack is None:
+            raise no_model()
+        return self.stack
+
+    # -- policy -----------------------------------------------------------------------------------
+    def sync(self) -> int:
+        """Make the weights follow the stack; returns how many were recomputed. On the CPU the
+        stack is baked into the weights; with a device the placed copies are updated (the RAM copy
+        stays the file's tensors) and what is not placed gets the stack when it is."""
+        stack = self._require()
+        placement = self._placement()
+        if placement.active:
+            return sum(placement.refresh(p) for p in stack.patchers.values())
+        return sum(r.recomputed for r in stack.apply().values())
+
+    def moved(self, was_active: bool, active: bool) -> None:
+        """The placement changed between CPU and a device: move the stack to the other side."""
+        if self.stack is None or was_active == active:
+            return
+        if active:
+            self.stack.unpatch()  # the mover applies the stack when it places a model
+        else:
+            self.stack.apply()  # computed on the CPU from now on: bake the stack into the weights
+
+    # -- operations -------------------------------------------------------------------------------
+    def add(self, path: Path, model: float, clip: float | None = None, force: bool = False) -> StackInfo:
+        stack = self._require()
+        entry = stack.add(path, model, clip, force=force)
+        try:
+            n = self.sync()
+        except Exception:
+            stack.remove(entry.id)
+            self.sync()
+            raise
+        keys = sum(len(k) for k in entry.keys.values())
+        done = f"{n} weights patched"
+        placement = self._placement()
+        if placement.active:
+            placed = any(placement.is_placed(p) for p in stack.patchers.values())
+            done = (
+                f"{keys} weights patched: {n} placed copies recomputed, streamed layers at each step"
+                if placed
+                else f"{keys} weights to patch when the model is placed"
+            )
+        self._event(
+            "lora",
+            f"LoRA {path.name}",
+            f"{len(entry.report.matched)} modules matched, {len(entry.report.unmatched)} unmatched; "
+            f"{done} (model {entry.model_strength:g}, text encoder {entry.clip_strength:g})",
+        )
+        return self.info(recomputed=n)
+
+    def set_strength(self, lora_id: str, model: float | None, clip: float | None, bake: bool) -> StackInfo:
+        """A new strength; ``bake`` False (a slider moving) previews it as side paths on the CPU."""
+        stack = self._require()
+        if lora_id not in stack.entries:
+            return self.info()
+        stack.set_strength(lora_id, model=model, clip=clip)
+        if not bake and not self._placement().active and stack.preview():
+            return self.info(baked=False)
+        return self.info(recomputed=self.sync())
+
+    def set_enabled(self, lora_id: str, enabled: bool) -> StackInfo:
+        self._require().set_enabled(lora_id, enabled)
+        return self.info(recomputed=self.sync())
+
+    def remove(self, lora_id: str) -> StackInfo:
+        stack = self._require()
+        name = stack.entries[lora_id].path.name
+        stack.remove(lora_id)
+        info = self.info(recomputed=self.sync())
+        self._event("lora", f"remove {name}", "removed; its changes were taken out of the weights")
+        return info
+
+    def reorder(self, order: Sequence[str]) -> StackInfo:
+        self._require().reorder(order)
+        return self.info(recomputed=self.sync())
+
+    # -- snapshot ---------------------------------------------------------------------------------
+    def info(self, *, baked: bool = True, recomputed: int = 0) -> StackInfo:
+        if self.stack is None:
+            return StackInfo(None)
+        fam = self.stack.model_family
+        loras = []
+        for e in self.stack.entries.values():
+            warning = None
+            if fam is not None and not compatible(e.base_family, fam):
+                warning = f"made for {e.base_family}, the loaded model is {fam}: only what fits is applied"
+            info = LoraInfo(
+                e.id, e.path, e.base_family, e.model_strength, e.clip_strength, e.enabled,
+                len(e.report.matched), len(e.report.unmatched), len(e.skipped),
+                len(e.report.shape_mismatches), warning, e.analysis.summary.format, tuple(e.keys),
+            )  # fmt: skip
+            loras.append(info)
+        return StackInfo(fam, tuple(loras), baked, recomputed, self._applied_words())
+
+    def _applied_words(self) -> str:
+        placement = self._placement()
+        if not placement.active or self.stack is None:
+            return "baked into the weights"
+        if any(placement.is_placed(p) for p in self.stack.patchers.values()):
+            return (
+                f"applied on {placement.describe().label}: placed weights patched there, "
+                "streamed layers at each step; the RAM copy stays the file's"
+            )
+        return "recorded; applied when the model is placed (Load to GPU, or a test run)"
+
+    def patched_keys(self) -> dict[str, int]:
+        """Per patched component name, how many of its keys the stack patches."""
+        if self.stack is None:
+            return {}
+        return {name: len(p.patched_keys()) for name, p in self.stack.patchers.items()}

@@ -1,0 +1,232 @@
+"""Where loaded models compute: the probe, the memory manager and its torch mover, built together.
+
+A :class:`Placement` is built complete from a device and a :class:`PlacementConfig` and never
+patched afterwards: new settings build a new one (:meth:`Placement.reconfigured`), which shares
+the event log and the interrupt flag of the old. This is the one place in Loadout that builds a
+``MemoryManager`` for real use; the window, ``loadout run`` and the generate pipeline all go
+through it.
+
+The device is the first accelerator found (CUDA/ROCm, MPS, XPU). Without one, Loadout computes on
+the CPU from system RAM and nothing is "placed" (:attr:`Placement.active` is False) — unless the
+user asks for a **simulated card**: the manager then sees a GPU of that size on the CPU and really
+plans, evicts and streams. On a real GPU the same setting caps the card. ``loadout run`` places on
+the device it names, the CPU included (``cpu_is_device``): RAM is then the device, and the model
+is "loaded" through the mover like on a card large enough for it.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import psutil
+
+from core.memory.devices import DeviceInfo, cpu_device, discover_devices, format_gib
+from core.memory.events import EventLog
+from core.memory.manager import LoadResult, ManagedModel, MemoryManager
+from core.memory.mover import TorchMover
+from core.memory.planning import PlanSettings
+from core.memory.policy import (
+    MemorySettings,
+    VramDecision,
+    VramState,
+    choose_vram_state,
+    minimum_inference_bytes,
+    reserve_bytes,
+)
+from core.memory.probes import CpuProbe, LimitedProbe, MemoryProbe, probe_for
+from core.patching.patcher import ModelPatcher
+
+
+@dataclass(frozen=True)
+class PlacementConfig:
+    """What the user chose: memory settings and an optional card size (bytes; 0 = the real card,
+    or no GPU). ``inference_bytes`` overrides the activation headroom (the demo's tiny card)."""
+
+    settings: MemorySettings = field(default_factory=MemorySettings)
+    simulate_bytes: int = 0
+    inference_bytes: int | None = None
+
+
+@dataclass(frozen=True)
+class MemoryView:
+    """The thread-safe reads the window's memory plot and fit estimate make (on the GUI thread,
+    while the worker may be moving weights): the device probe and the bytes the manager placed."""
+
+    probe: MemoryProbe | None  # what the plot samples (also a GPU set not to be used)
+    placed_bytes: Callable[[], int]
+    headroom: int | None  # the manager's inference headroom; None when nothing is placed
+
+
+@dataclass(frozen=True)
+class PlacementInfo:
+    """What the window shows about placement (crosses the thread boundary)."""
+
+    active: bool  # models can be placed on a device (a real GPU or a simulated one)
+    device: str  # torch device the manager places on ("cuda:0", "cpu" when simulated)
+    label: str  # "NVIDIA ... (cuda:0, 24 GiB, CC 8.6)" / "Simulated 12 MiB card (on the CPU)"
+    vram_state: str
+    reason: str  # why this VRAM state
+    simulated: bool = False
+    has_gpu: bool = False  # a real accelerator exists (even when set not to be used)
+    memory: MemoryView | None = field(default=None, compare=False)
+
+
+def _mib(n: int) -> str:
+    return f"{n / 2**20:.0f} MiB" if n < 2**30 else format_gib(n)
+
+
+def _ram_total() -> int:
+    return int(psutil.virtual_memory().total)
+
+
+class Placement:
+    """Probe + manager + mover for one device and one configuration (immutable once built)."""
+
+    def __init__(
+        self,
+        accelerator: DeviceInfo | None,
+        config: PlacementConfig | None = None,
+        *,
+        events: EventLog | None = None,
+        interrupt: threading.Event | None = None,
+        cpu_is_device: bool = False,
+    ) -> None:
+        self.accelerator = accelerator if accelerator is None or accelerator.kind != "cpu" else None
+        self.cpu = accelerator if accelerator is not None and accelerator.kind == "cpu" else None
+        self.config = config or PlacementConfig()
+        self.events = events if events is not None else EventLog()
+        self.interrupt = interrupt if interrupt is not None else threading.Event()
+        self.cpu_is_device = cpu_is_device
+        probe, target, forced = self._probe()
+        settings = self.config.settings
+        decision = choose_vram_state(probe.device, probe.total(), settings) if probe is not None else None
+        self.monitor_probe = probe  # what the plot samples (a GPU set not to be used too)
+        if decision is not None and decision.state is VramState.DISABLED and not cpu_is_device:
+            probe = None
+        self.probe: MemoryProbe | None = probe
+        self.decision: VramDecision | None = decision
+        plan = PlanSettings()
+        if probe is not None and decision is not None:
+            reserve = reserve_bytes(probe.device, probe.total(), sys.platform, settings)
+            inference = self.config.inference_bytes
+            if inference is None:
+                inference = minimum_inference_bytes(reserve, settings)
+            state = "normal" if forced else decision.state.value.replace("-", "_")
+            plan = PlanSettings(vram_state=state, reserve_bytes=reserve, min_inference_bytes=inference)
+        self.mover = TorchMover(interrupt=lambda: self.manager.check())
+        self.manager = MemoryManager(
+            probe.free if probe is not None else (lambda: 0),
+            self.mover,
+            settings=plan,
+            device=target,
+            events=self.events,
+            interrupt=self.interrupt,
+        )
+
+    def _probe(self) -> tuple[MemoryProbe | None, str, bool]:
+        """(probe, torch device to place on, whether the VRAM state is forced to normal)."""
+        simulate = self.config.simulate_bytes
+        if self.accelerator is not None:
+            probe = probe_for(self.accelerator)
+            if simulate > 0:
+                probe = LimitedProbe(probe, simulate)
+            kind = self.accelerator.kind
+            return probe, "cuda" if kind in ("cuda", "rocm") else kind, False
+        if simulate > 0:
+            cpu = CpuProbe(cpu_device(_ram_total(), name="Simulated GPU"))
+            return LimitedProbe(cpu, simulate, charge=self.placed_bytes), "cpu", False
+        if self.cpu_is_device:  # RAM is the device: a card large enough for everything
+            return probe_for(self.cpu or cpu_device(_ram_total())), "cpu", True
+        return None, "cpu", False
+
+    @classmethod
+    def discover(cls, config: PlacementConfig | None = None, **kwargs: object) -> Placement:
+        accelerators = [d for d in discover_devices() if d.is_accelerator]
+        return cls(accelerators[0] if accelerators else None, config, **kwargs)  # type: ignore[arg-type]
+
+    def reconfigured(self, config: PlacementConfig) -> Placement:
+        """The same device under new settings: everything placed here goes back to RAM first, and
+        the new placement shares this one's event log and interrupt flag."""
+        self.manager.unload_all("the memory settings changed")
+        return Placement(
+            self.accelerator or self.cpu,
+            config,
+            events=self.events,
+            interrupt=self.interrupt,
+            cpu_is_device=self.cpu_is_device,
+        )
+
+    # -- reading ----------------------------------------------------------------------------------
+    @property
+    def active(self) -> bool:
+        return self.probe is not None
+
+    @property
+    def target(self) -> str | None:
+        return self.manager.device if self.active else None
+
+    @property
+    def headroom(self) -> int | None:
+        return self.manager.settings.min_inference_bytes if self.active else None
+
+    def describe(self) -> PlacementInfo:
+        view = MemoryView(self.monitor_probe, self.placed_bytes, self.headroom)
+        has_gpu = self.accelerator is not None
+        if self.probe is None or self.decision is None:
+            why = "no GPU was found" if self.accelerator is None else "the VRAM mode is set to no GPU"
+            reason = f"Computed on the CPU: {why}."
+            return PlacementInfo(
+                False, "cpu", "CPU and system RAM", "disabled", reason, has_gpu=has_gpu, memory=view
+            )
+        dev = self.probe.device
+        simulated = self.accelerator is None and self.config.simulate_bytes > 0
+        label = f"Simulated {_mib(self.probe.total())} GPU (on the CPU)" if simulated else dev.label
+        return PlacementInfo(
+            True, self.manager.device, label, self.decision.state.value, self.decision.reason,
+            simulated, has_gpu, view,
+        )  # fmt: skip
+
+    # -- models -----------------------------------------------------------------------------------
+    def register(self, model: object, name: str) -> ManagedModel:
+        """Track ``model`` (a ``ModelPatcher``: its stack is applied on placement, or a module)."""
+        if isinstance(model, ModelPatcher):
+            self.mover.use_patcher(model)
+        return self.manager.register(model, name)
+
+    def place(self, models: Sequence[object], memory_required: int = 0) -> LoadResult:
+        return self.manager.load_models(models, memory_required)
+
+    def offload(self, models: Sequence[object], why: str = "you offloaded it") -> LoadResult:
+        return self.manager.unload_models(models, why)
+
+    def refresh(self, model: object) -> int:
+        """Bring a changed LoRA stack onto ``model``'s placed weights (0 when not placed)."""
+        entry = self.manager.find(model)
+        return self.mover.refresh(entry) if entry is not None else 0
+
+    def is_placed(self, model: object) -> bool:
+        e = self.manager.find(model)
+        return e is not None and (bool(e.loaded_modules) or e.streaming)
+
+    def placement_of(self, model: object) -> tuple[int, int]:
+        """(bytes resident on the device, bytes that stream from RAM at each forward)."""
+        e = self.manager.find(model)
+        if e is None or not (e.loaded_modules or e.streaming):
+            return 0, 0
+        on_device = e.loaded_bytes
+        return on_device, (e.total_bytes - on_device if e.streaming else 0)
+
+    def release(self, model: object) -> None:
+        """The session drops ``model``: off the device, originals back, streaming stopped, and the
+        manager forgets it (its name is free for the next model; no "dropped" event follows)."""
+        if self.is_placed(model):
+            self.manager.unload_models([model], "its file was unloaded")
+        self.mover.release(model)
+        self.manager.forget(model)
+
+    def placed_bytes(self) -> int:
+        """What the manager has placed on the device (lock-free: the GUI thread reads it too)."""
+        return sum(info.device_bytes for info in self.manager.loaded())

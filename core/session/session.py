@@ -1,0 +1,285 @@
+"""The session: which models are loaded, in which slots, where they compute, and their LoRA stack.
+
+One object, owned by one thread at a time, that the window (through its backend worker),
+``loadout run`` and the generate pipeline all use. Every call returns a frozen snapshot
+(:mod:`core.session.snapshots`). Long calls take ``progress`` and ``check`` callables and pass
+them down to core, which raises ``InterruptedByUser`` when the check says stop. A stopped load
+changes nothing: the new model is only swapped in once complete.
+
+The session owns the interrupt flag (``interrupt``): the placement's manager and mover check it
+between layers, and a front end sets it from any thread. Placement is a :class:`Placement` built
+complete by :mod:`core.session.placement`; new memory settings build a new one.
+
+A generation pipeline adds a method next to :meth:`Session.test_run`: it finds the main model's
+diffusion network, its text encoders (or those of a text-encoder slot) and a VAE (the main
+model's or a VAE slot's) with :meth:`Session.component`, and places each phase's models through
+the same ``placement.place`` before running it.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+
+from torch import nn
+
+from core.detect.types import Detection
+from core.errors import LoadoutError
+from core.files.dtypes import short_name, torch_dtype_by_short
+from core.files.model_file import TensorIndex
+from core.loading.assign import LoadProgress
+from core.loading.loader import LoadedComponent, LoadOptions
+from core.memory.events import MemoryEvent
+from core.memory.manager import NotEnoughMemoryError
+from core.patching.lora_stack import LoraStack, component_name
+from core.run.testrun import RunConfig, StepDone
+from core.session.library import Library
+from core.session.loras import LoraControl
+from core.session.measure import measured_test_run
+from core.session.placement import Placement, PlacementConfig, PlacementInfo
+from core.session.slots import LoadedModel, Loaders, SlotId, refuse_unloadable
+from core.session.snapshots import ComponentInfo, ModelInfo, RunReport, SessionEvent
+from core.session.words import MEMORY_WORDS, kind_word, no_model, not_loaded
+
+Check = Callable[[], None]
+
+
+def _dtype_name(module: nn.Module) -> str:
+    for p in module.parameters():
+        if p.is_floating_point():
+            return short_name(p.dtype)
+    return "-"
+
+
+def _device_name(module: nn.Module) -> str:
+    p = next(module.parameters(), None)
+    return str(p.device) if p is not None else "cpu"
+
+
+class Session:
+    def __init__(
+        self,
+        placement: Placement | None = None,
+        *,
+        library: Library | None = None,
+        loaders: Loaders | None = None,
+        on_event: Callable[[SessionEvent], None] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.placement = placement if placement is not None else Placement(None)
+        self.library = library if library is not None else Library()
+        self.loaders = loaders or Loaders()
+        self.on_event = on_event or (lambda event: None)
+        self.clock = clock
+        self.loaded: dict[SlotId, LoadedModel] = {}
+        self.loras = LoraControl(lambda: self.placement, self._event)
+        self.dtype_overrides: Mapping[str, str] = {}  # role -> short dtype name, applied at load
+        self.placement.events.subscribe(self._memory_event)  # shared by every later placement
+
+    @property
+    def interrupt(self) -> threading.Event:
+        """Set it from any thread to stop the running call (checked between tensors, layers, steps)."""
+        return self.placement.interrupt
+
+    # -- events -----------------------------------------------------------------------------------
+    def _event(self, kind: str, label: str, reason: str) -> None:
+        self.on_event(SessionEvent(self.clock(), kind, label, reason))
+
+    def _memory_event(self, event: MemoryEvent) -> None:
+        """A memory-manager decision, relayed as it happens (on whatever thread made it)."""
+        words = MEMORY_WORDS.get(event.kind, event.kind)
+        label = f"{words} {event.model}".strip()
+        self.on_event(SessionEvent(event.timestamp, event.kind, label, event.reason))
+
+    # -- loading ----------------------------------------------------------------------------------
+    def load(
+        self,
+        path: Path,
+        kind: str,
+        progress: Callable[[LoadProgress], None],
+        check: Check,
+        *,
+        inspected: tuple[TensorIndex, Detection] | None = None,
+    ) -> ModelInfo:
+        """Load ``path`` as ``kind`` into its slot (replacing what was there once it is complete).
+
+        The file's header is read once; its detection is the library scan's when the file is
+        unchanged since (or ``inspected``, an index and detection the caller just made)."""
+        load_kind = refuse_unloadable(path, kind)
+        t0 = time.perf_counter()
+        index, detection = inspected if inspected is not None else (None, self.library.detection(path))
+        options = LoadOptions(progress=progress, check=check, index=index, detection=detection)
+        components = self.loaders.load(load_kind, path, options)
+        check()  # a stop pressed after the last tensor still leaves the old state in place
+        self._apply_dtype_overrides(components)
+        seconds = time.perf_counter() - t0
+        slot = SlotId.for_load(load_kind, components[0].family)
+        previous = self.loaded.get(slot)
+        if previous is not None:
+            self._release(previous)
+        loaded = LoadedModel(slot, path, load_kind, components, seconds)
+        self.loaded[slot] = loaded
+        stack = None
+        if slot == SlotId.MAIN:
+            stack = self.loras.stack = LoraStack([c for c in components if c.role != "vae"])
+        loaded.managed = [
+            stack.patchers[component_name(c)] if stack is not None and c.role != "vae" else c.module
+            for c in components
+        ]
+        if self.placement.active:
+            self._register(loaded)
+        if previous is not None:
+            self._event("unload", f"unload {previous.path.name}", f"replaced by {path.name}")
+            del previous  # freed by reference counting (no gc.collect: a full collection holds the
+            # GIL for 100+ ms and would stall the GUI thread)
+        info = self._info(loaded)
+        where = (
+            f"in system RAM, memory-mapped from the file; Load to GPU (Ctrl+G) places it on "
+            f"{self.placement.describe().label}"
+            if self.placement.active
+            else "in system RAM, memory-mapped from the file; computed on the CPU (no GPU)"
+        )
+        self._event(
+            "load",
+            f"load {path.name}",
+            f"{len(components)} component(s), {info.bytes / 2**20:.1f} MiB in {seconds:.2f} s; {where}",
+        )
+        return info
+
+    def _register(self, loaded: LoadedModel) -> None:
+        for comp, obj in loaded.pairs():
+            self.placement.register(obj, f"{loaded.path.stem} {kind_word(comp.role, comp.family)}")
+
+    def _release(self, loaded: LoadedModel) -> None:
+        for obj in loaded.managed:  # also without a device: a card switched off left them tracked
+            self.placement.release(obj)
+
+    def _apply_dtype_overrides(self, components: list[LoadedComponent]) -> None:
+        for comp in components:
+            name = self.dtype_overrides.get(comp.role, "")
+            dtype = torch_dtype_by_short(name) if name in ("fp32", "fp16", "bf16") else None
+            if dtype is not None and _dtype_name(comp.module) != name:
+                comp.module.to(dtype)
+
+    def unload(self, slot: SlotId) -> None:
+        loaded = self.loaded.get(slot)
+        if loaded is None:
+            return
+        self._release(loaded)  # first: if it fails, the model is still listed and can be retried
+        del self.loaded[slot]
+        if slot == SlotId.MAIN:
+            self.loras.stack = None
+        name = loaded.path.name
+        del loaded
+        self._event("unload", f"unload {name}", "you unloaded it; its memory is released")
+
+    def model(self, slot: SlotId) -> LoadedModel:
+        loaded = self.loaded.get(slot)
+        if loaded is None:
+            raise not_loaded()
+        return loaded
+
+    def component(self, role: str, slot: SlotId = SlotId.MAIN) -> tuple[LoadedComponent, object]:
+        """The first component with ``role`` of the model in ``slot``, and what the manager tracks
+        for it (its patcher, or its module)."""
+        loaded = self.loaded.get(slot)
+        found = loaded.pairs(role) if loaded is not None else []
+        if not found:
+            raise no_model()
+        return found[0]
+
+    # -- placement (the memory manager) -----------------------------------------------------------
+    def _need_device(self) -> None:
+        if not self.placement.active:
+            info = self.placement.describe()
+            raise LoadoutError(
+                "there is no GPU to place models on",
+                why=info.reason,
+                fix="Models compute on the CPU from RAM. To see the memory manager at work without a GPU, "
+                "set a simulated card in Settings > Memory",
+                code="no_device",
+            )
+
+    def place(self, slot: SlotId, role: str | None = None) -> tuple[ModelInfo, ...]:
+        """Load a model's components (or the one with ``role``) to the GPU: fully, or partly with
+        the rest streaming. The memory manager decides, evicting others if needed, and says why."""
+        self._need_device()
+        loaded = self.model(slot)
+        result = self.placement.place([obj for _, obj in loaded.pairs(role)])
+        if result.refused:
+            done = [kind_word(c.role, c.family) for c, obj in loaded.pairs() if self.placement.is_placed(obj)]
+            placed = f" ({', '.join(done)} placed)" if done else ""
+            raise NotEnoughMemoryError(
+                f"not enough GPU memory for all of {loaded.path.name}{placed}",
+                why=result.refused[0],
+                fix="Offload other models, lower 'Keep free for other apps' in Settings > Memory, or place "
+                "the components one by one (select a component row in Loaded models)",
+            )
+        return self.models()
+
+    def offload(self, slot: SlotId, role: str | None = None) -> tuple[ModelInfo, ...]:
+        """Move a model's components (or one) back to system RAM (their memory-mapped tensors)."""
+        self._need_device()
+        self.placement.offload([obj for _, obj in self.model(slot).pairs(role)])
+        return self.models()
+
+    def configure(self, config: PlacementConfig) -> PlacementInfo:
+        """New memory settings: everything returns to RAM, then a new placement takes over."""
+        old = self.placement
+        self.placement = old.reconfigured(config)
+        for loaded in self.loaded.values():
+            self._release_from(old, loaded)
+        self.loras.moved(old.active, self.placement.active)
+        if self.placement.active:
+            for loaded in self.loaded.values():
+                self._register(loaded)
+        info = self.placement.describe()
+        self._event("settings", f"memory: {info.label}", info.reason)
+        return info
+
+    @staticmethod
+    def _release_from(placement: Placement, loaded: LoadedModel) -> None:
+        for obj in loaded.managed:
+            placement.release(obj)
+
+    # -- snapshots --------------------------------------------------------------------------------
+    def models(self) -> tuple[ModelInfo, ...]:
+        return tuple(self._info(m) for m in self.loaded.values())
+
+    def _info(self, loaded: LoadedModel) -> ModelInfo:
+        patched = self.loras.patched_keys() if loaded.slot == SlotId.MAIN else {}
+        placement, comps = self.placement, []
+        for c, obj in loaded.pairs():
+            on_device, streamed = placement.placement_of(obj) if placement.active else (0, 0)
+            placed = placement.is_placed(obj) if placement.active else False
+            device = (placement.target or "cpu") if placed else _device_name(c.module)
+            info = ComponentInfo(
+                c.role, c.family, _dtype_name(c.module), c.nbytes, device,
+                0 if c.role == "vae" else patched.get(component_name(c), 0),
+                placed, on_device, streamed,
+            )  # fmt: skip
+            comps.append(info)
+        return ModelInfo(
+            loaded.slot.key, loaded.path, loaded.kind, loaded.family, tuple(comps), loaded.seconds
+        )
+
+    # -- test run ---------------------------------------------------------------------------------
+    def test_run(self, config: RunConfig, progress: Callable[[StepDone], None], check: Check) -> RunReport:
+        """N seeded steps of the main model's diffusion network, placed through the manager."""
+        comp, managed = self.component("diffusion_model")
+        report = measured_test_run(comp, managed, self.placement, config, progress, check)
+        moved = (
+            f"; {report.resident_bytes / 2**20:.1f} MiB resident on {report.placement}, "
+            f"{report.streamed_bytes_per_step / 2**20:.1f} MiB streamed per step"
+            if self.placement.active
+            else ""
+        )
+        self._event(
+            "run",
+            f"test run {report.seconds_per_step:.2f} s/step",
+            f"{report.steps} steps at {report.width}x{report.height}, batch {report.batch}, "
+            f"on {report.device}; peak RSS {report.peak_rss / 2**20:.0f} MiB{moved}",
+        )
+        return report

@@ -1,0 +1,107 @@
+"""What a session hands out: small frozen records, never engine objects.
+
+Every :class:`~core.session.session.Session` call returns one of these. They are safe to pass to
+another thread (the window receives them through queued signals) and to keep: nothing in them
+changes when the session goes on working.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class ComponentInfo:
+    role: str  # "diffusion_model" | "text_encoder" | "vae"
+    family: str
+    dtype: str
+    bytes: int
+    device: str  # "cpu", "cuda:0" ...
+    patched_keys: int = 0
+    placed: bool = False  # placed by the memory manager (on the GPU, or a simulated card)
+    device_bytes: int = 0  # resident on the device
+    streamed_bytes: int = 0  # streamed from RAM at each forward (a partial load)
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    """One loaded file and its components."""
+
+    key: str  # the slot it occupies (SlotId.key): "main", "vae:vae-sd", "text_encoder:clip-l"
+    path: Path
+    kind: str
+    family: str | None
+    components: tuple[ComponentInfo, ...]
+    load_seconds: float = 0.0
+
+    @property
+    def name(self) -> str:
+        return self.path.name
+
+    @property
+    def bytes(self) -> int:
+        return sum(c.bytes for c in self.components)
+
+
+@dataclass(frozen=True)
+class LoraInfo:
+    id: str
+    path: Path
+    base_family: str | None
+    model_strength: float
+    clip_strength: float
+    enabled: bool
+    matched: int
+    unmatched: int
+    skipped: int
+    shape_mismatches: int
+    family_warning: str | None = None  # set when the LoRA was made for another model
+    format: str = ""
+    targets: tuple[str, ...] = ()  # components it patches
+
+    @property
+    def name(self) -> str:
+        return self.path.name
+
+
+@dataclass(frozen=True)
+class StackInfo:
+    """The LoRA stack of the loaded model, in order. ``baked`` False while a preview runs."""
+
+    model_family: str | None
+    loras: tuple[LoraInfo, ...] = ()
+    baked: bool = True
+    recomputed_keys: int = 0
+    applied: str = "baked into the weights"  # where the stack takes effect, in words
+
+
+@dataclass(frozen=True)
+class RunReport:
+    """What a test run measured (the app's Test run panel; ``loadout run`` turns it into its JSON
+    report in :mod:`core.run.headless`)."""
+
+    steps: int
+    width: int
+    height: int
+    batch: int
+    seconds_per_step: float
+    total_seconds: float
+    device: str
+    dtype: str
+    peak_rss: int
+    peak_vram: int | None
+    output: dict[str, object] = field(default_factory=dict)
+    resident_bytes: int = 0  # of the diffusion model, on the device during the run
+    streamed_bytes_per_step: int = 0  # copied from RAM by the ops layer at each step
+    placement: str = ""  # the device it was placed on ("" on the CPU)
+
+
+@dataclass(frozen=True)
+class SessionEvent:
+    """Something the session did, for the memory plot's markers and the event list."""
+
+    time: float  # time.monotonic()
+    kind: str
+    label: str
+    reason: str
