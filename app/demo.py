@@ -50,12 +50,13 @@ TINY_VAE = VAEConfig(
     latent_channels=4,
     use_quant_conv=True,
     base_channels=32,
-    channel_mult=(1, 2),
+    channel_mult=(1, 1, 2, 2),  # three downsamplings: 8x8 pixels per latent, as every SD VAE
     num_res_blocks=1,
     norm_groups=32,
 ).with_latent_format(SD1_LATENT)
-#: CLIP-L's width (768, 12 heads, quick GELU), two layers and a small vocabulary
-TINY_CLIP = CLIPTextConfig(vocab_size=512, hidden_size=768, intermediate_size=64, num_layers=2, num_heads=12)
+#: CLIP-L's width (768, 12 heads, quick GELU) and its whole 49,408-token vocabulary (so real prompts
+#: tokenize and the demo generates), two layers
+TINY_CLIP = CLIPTextConfig(hidden_size=768, intermediate_size=64, num_layers=2, num_heads=12)
 TINY_PARTS = (
     ("model.diffusion_model.", UNET, TINY_UNET, 1),
     ("first_stage_model.", VAE, TINY_VAE, 6),

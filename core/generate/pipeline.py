@@ -181,6 +181,14 @@ class Pipeline:
                 fix="Use an SD1, SD2, SDXL, SD3, Flux or Chroma model",
                 code="unsupported_family",
             )
+        f = nets.vae.config.downscale
+        if f != 8:
+            raise ModelMismatchError(
+                f"this VAE maps {f}x{f} pixels to one latent, not 8x8",
+                why="Stable Diffusion-family models work on latents of 1/8 the picture's size",
+                fix="Load the VAE made for this model",
+                code="wrong_vae",
+            )
         self.nets = nets
         self.compute = compute
         self.text_family: TextFamily = family

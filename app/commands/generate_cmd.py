@@ -1,0 +1,138 @@
+"""``loadout generate [CHECKPOINT] [--diffusion-model F] [--text-encoder F]... [--vae F] --prompt P
+[--negative N] [--lora FILE[:MODEL[:CLIP]]]... [--seed S] [--steps N] [--cfg X] [--sampler NAME]
+[--scheduler NAME] [--size WxH] [--batch B] [--init IMAGE --denoise D] [--device D] [--dtype D]
+[--vram-limit BYTES] -o OUT.png [--json]``: text to image (img2img with --init)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+
+from core.errors import InterruptedByUser
+from core.generate.events import GenerateProgress
+from core.generate.headless import generate_files
+from core.generate.request import GenerateRequest, ImageSettings, ModelFiles, Sampling
+from core.loading.convert_file import DTYPES, parse_dtype
+from core.patching.merge import LoraArg
+from core.run.headless import parse_bytes, parse_size
+from core.sampling import SAMPLERS, SCHEDULERS
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser(
+        "generate",
+        help="make pictures from a prompt (ComfyUI's seeds give the same pictures)",
+        description="Text to image with a checkpoint, or a diffusion model with separate text "
+        "encoders and VAE. Seed, sampler, scheduler, steps and CFG mean what they mean in "
+        "ComfyUI's KSampler. Each PNG carries its parameters in the A1111 form.",
+    )
+    p.add_argument("checkpoint", nargs="?", metavar="CHECKPOINT")
+    p.add_argument("--diffusion-model", metavar="F", help="a UNet/transformer file (GGUF too)")
+    p.add_argument("--text-encoder", action="append", default=[], metavar="F", help="repeat for each")
+    p.add_argument("--vae", metavar="F")
+    p.add_argument("--prompt", required=True)
+    p.add_argument("--negative", default="")
+    p.add_argument("--lora", action="append", default=[], metavar="FILE[:MODEL[:CLIP]]")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--steps", type=int, default=20)
+    p.add_argument("--cfg", type=float, default=None, help="default: 7 (SD1/2/XL), 4.5 (SD3), 1 (Flux)")
+    p.add_argument("--guidance", type=float, default=None, help="Flux-dev's distilled guidance (3.5)")
+    p.add_argument("--sampler", choices=list(SAMPLERS), default="euler")
+    p.add_argument("--scheduler", choices=list(SCHEDULERS), default="normal")
+    p.add_argument("--size", default="512x512", metavar="WxH")
+    p.add_argument("--batch", type=int, default=1)
+    p.add_argument("--init", metavar="IMAGE", help="img2img: the picture to start from")
+    p.add_argument("--denoise", type=float, default=1.0, help="img2img strength (with --init)")
+    p.add_argument("--device", default="cpu", help="cpu or cuda (default cpu)")
+    p.add_argument("--dtype", choices=list(DTYPES), help="compute dtype (default: the device's policy)")
+    p.add_argument("--vram-limit", metavar="BYTES", help="e.g. 4GiB: the card size the manager sees")
+    p.add_argument("-o", "--output", required=True, metavar="OUT.png")
+    p.add_argument("--json", action="store_true", help="print the report as JSON")
+    p.add_argument("--quiet", action="store_true", help="no progress on stderr")
+    p.set_defaults(handler=run)
+
+
+def _request(args: argparse.Namespace) -> GenerateRequest:
+    width, height = parse_size(args.size)
+    models = ModelFiles(
+        checkpoint=Path(args.checkpoint) if args.checkpoint else None,
+        diffusion_model=Path(args.diffusion_model) if args.diffusion_model else None,
+        text_encoders=tuple(Path(p) for p in args.text_encoder),
+        vae=Path(args.vae) if args.vae else None,
+    )
+    sampling = Sampling(
+        seed=args.seed,
+        steps=args.steps,
+        cfg=args.cfg,
+        sampler=args.sampler,
+        scheduler=args.scheduler,
+        denoise=args.denoise,
+        guidance=args.guidance,
+    )
+    image = ImageSettings(
+        prompt=args.prompt,
+        negative=args.negative,
+        sampling=sampling,
+        width=width,
+        height=height,
+        batch=args.batch,
+        init_image=Path(args.init) if args.init else None,
+    )
+    return GenerateRequest(
+        models=models,
+        image=image,
+        loras=tuple(LoraArg.parse(t) for t in args.lora),
+        output=Path(args.output),
+        device=args.device,
+        dtype=parse_dtype(args.dtype) if args.dtype else None,
+        vram_limit=parse_bytes(args.vram_limit) if args.vram_limit else None,
+    )
+
+
+def _printer(quiet: bool) -> Any:
+    def show(p: GenerateProgress) -> None:
+        if quiet:
+            return
+        steps = f" {p.step}/{p.steps}" if p.steps else ""
+        print(f"\r{p.phase}{steps} {p.message}".ljust(60), end="", file=sys.stderr, flush=True)
+        if p.steps and p.step == p.steps:
+            print(file=sys.stderr)
+
+    return show
+
+
+def run(args: argparse.Namespace) -> int:
+    request = _request(args)
+    interrupt = threading.Event()
+
+    def stop(signum: int, frame: object) -> None:
+        interrupt.set()  # checked between layers and steps
+
+    previous = signal.signal(signal.SIGINT, stop)
+    try:
+        result = generate_files(request, progress=_printer(args.quiet or args.json), interrupt=interrupt)
+    except InterruptedByUser:
+        print("\nloadout: stopped; no picture was written and no model was changed.", file=sys.stderr)
+        return 130
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    report = result.to_json()
+    if args.json:
+        json.dump(report, sys.stdout, indent=1)
+        sys.stdout.write("\n")
+    else:
+        for image in result.images:
+            print(image.path)
+        print(
+            f"seed {result.seed}: {result.seconds_per_step:.3f} s/step "
+            + ", ".join(f"{k} {v:.2f} s" for k, v in result.seconds.items()),
+            file=sys.stderr,
+        )
+        for note in result.notes:
+            print(f"note: {note}", file=sys.stderr)
+    return 0

@@ -1,0 +1,123 @@
+"""``loadout generate``: load the files, add the LoRAs, make the pictures, save them.
+
+The same :class:`~core.session.session.Session` the window uses does the work, placing on the
+device asked for (``--vram-limit`` simulates a card of that size, on the CPU too), so the command
+line shows exactly what the window would do.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterable
+from pathlib import Path
+
+import numpy as np
+from PIL import Image, UnidentifiedImageError
+
+from core.errors import FileAccessError, FileFormatError, LoadoutError
+from core.generate.events import GenerateProgress, GenerateResult
+from core.generate.request import GenerateRequest, ModelFiles
+from core.generate.session_run import GenerateState, Output, generate
+from core.loading.assign import interrupt_check
+from core.loading.loader import inspect_for_loading
+from core.memory.devices import DeviceInfo, discover_devices
+from core.session.placement import Placement, PlacementConfig
+from core.session.session import Session
+from core.text.t5_tokenizer import T5Tokenizer, T5TokenizerSearch
+
+_T5_FAMILIES = ("sd3", "sd3.5-medium", "sd3.5-large", "flux-dev", "flux-schnell", "flux-fill", "chroma")
+
+
+def _device(name: str) -> DeviceInfo:
+    kind = name.split(":")[0]
+    for dev in discover_devices():
+        if dev.kind == kind or (kind == "cuda" and dev.kind == "rocm"):
+            return dev
+    raise LoadoutError(
+        f"no {name} device here",
+        why="it was not found on this machine",
+        fix="Use --device cpu, or check the GPU driver",
+        code="no_device",
+    )
+
+
+def comfyui_installs(paths: Iterable[Path]) -> tuple[Path, ...]:
+    """ComfyUI installs that hold ``paths`` (a model under ``<install>/models/...``), where its T5
+    tokenizer may be found."""
+    found: dict[Path, None] = {}
+    for path in paths:
+        for parent in Path(path).resolve().parents:
+            if (parent / "comfy" / "text_encoders").is_dir():
+                found[parent] = None
+                break
+    return tuple(found)
+
+
+def read_picture(path: Path) -> np.ndarray:
+    """An image file as (H, W, 3) uint8 RGB."""
+    try:
+        with Image.open(path) as im:
+            return np.asarray(im.convert("RGB"))
+    except FileNotFoundError:
+        raise FileAccessError(
+            f"{path} does not exist", fix="Check the --init path", code="not_found"
+        ) from None
+    except (UnidentifiedImageError, OSError) as exc:
+        raise FileFormatError(
+            f"{Path(path).name} is not a picture Loadout can read",
+            why=str(exc),
+            fix="Start from a PNG, JPEG or WebP picture",
+            code="not_an_image",
+        ) from None
+
+
+def _load_all(session: Session, models: ModelFiles, check: Callable[[], None]) -> str | None:
+    if models.checkpoint is not None and models.diffusion_model is not None:
+        raise LoadoutError(
+            "both a checkpoint and a diffusion model were given",
+            why="the diffusion model would replace the checkpoint's, and only its text encoders and VAE "
+            "would be used",
+            fix="Give the checkpoint alone, or --diffusion-model with --text-encoder and --vae",
+            code="bad_argument",
+        )
+    main = models.checkpoint or models.diffusion_model
+    assert main is not None
+    index, det = inspect_for_loading(main)
+    kind = "checkpoint" if det.kind == "checkpoint" else "diffusion_model"
+    session.load(main, kind, lambda p: None, check, inspected=(index, det))
+    for path in models.text_encoders:
+        session.load(path, "text_encoder", lambda p: None, check)
+    if models.vae is not None:
+        session.load(models.vae, "vae", lambda p: None, check)
+    return det.family
+
+
+def generate_files(
+    request: GenerateRequest,
+    *,
+    progress: Callable[[GenerateProgress], None] | None = None,
+    interrupt: threading.Event | None = None,
+    t5_search: T5TokenizerSearch | None = None,
+) -> GenerateResult:
+    """Everything ``loadout generate`` does; ``interrupt`` (set from any thread) stops it within a
+    tensor, a layer or a step, before any picture is written."""
+    device = _device(request.device)
+    config = PlacementConfig(simulate_bytes=request.vram_limit or 0)
+    placement = Placement(device, config, interrupt=interrupt, cpu_is_device=True)
+    session = Session(placement)
+    check = interrupt_check(placement.interrupt.is_set)
+    report = progress or (lambda p: None)
+    report(GenerateProgress("load", 0, 0, "loading the models"))
+    family = _load_all(session, request.models, check)
+    for arg in request.loras:
+        session.loras.add(arg.path, arg.model, arg.clip)
+    state = GenerateState()
+    if family in _T5_FAMILIES:
+        search = t5_search or T5TokenizerSearch(comfyui_installs=comfyui_installs(request.models.paths))
+        state.t5_tokenizer = T5Tokenizer.find(search)
+    init = read_picture(request.image.init_image) if request.image.init_image is not None else None
+    output = Output(request.output, request.output_is_folder)
+    return generate(
+        session, request.image, output, state=state, progress=report, check=placement.manager.check,
+        init=init, dtype=request.dtype,
+    )  # fmt: skip

@@ -1,0 +1,247 @@
+"""Generation through a :class:`~core.session.session.Session`: which loaded components take part,
+where each phase computes, and how the memory manager places them.
+
+The main slot gives the diffusion model (and a checkpoint's text encoders and VAE); standalone
+VAE and text-encoder slots replace the checkpoint's of the same kind, as ComfyUI's VAELoader and
+CLIPLoader do. With an active placement (a GPU, or a simulated card) each phase asks the manager
+for its models right before it runs: the text encoders for the prompt, the diffusion model for
+sampling, the VAE for decoding, so the manager evicts or partially offloads whichever is not
+needed now and streams what does not fit. Every decision is an event with its reason.
+"""
+
+from __future__ import annotations
+
+import resource
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from core.errors import LoadoutError, ModelMismatchError
+from core.generate.events import GeneratedImage, GenerateProgress, GenerateResult, Phase
+from core.generate.hashes import FileHashes
+from core.generate.naming import file_paths, numbered_paths
+from core.generate.parameters import GenerationParameters, LoraUse, format_parameters
+from core.generate.pipeline import Compute, Hooks, Networks, Pipeline, text_encoders
+from core.generate.png import save_png, to_uint8_rgb
+from core.generate.preview import LatentPreview, fit_latent_preview
+from core.generate.request import ImageSettings, default_cfg
+from core.loading.loader import LoadedComponent, inspect_for_loading
+from core.memory.devices import cpu_device
+from core.memory.dtypes import DtypePolicy
+from core.memory.manager import NotEnoughMemoryError
+from core.models.vae import AutoencoderKL
+from core.session.session import Session
+from core.session.slots import SlotId
+from core.session.words import kind_word
+from core.text.cache import ConditioningCache
+from core.text.t5_tokenizer import T5Tokenizer
+
+VERSION = "Loadout 0.1.0"
+
+
+@dataclass
+class Output:
+    """Where pictures go: one file (``-o OUT.png``; a batch adds -2, -3...) or numbered files in a
+    folder (the window)."""
+
+    path: Path
+    is_folder: bool = False
+
+    def paths(self, seeds: list[int]) -> list[Path]:
+        if self.is_folder:
+            return numbered_paths(self.path, seeds)
+        return file_paths(self.path, len(seeds))
+
+
+@dataclass
+class GenerateState:
+    """What stays between generations of one session: caches that make the second picture fast."""
+
+    conditioning: ConditioningCache = field(default_factory=ConditioningCache)
+    hashes: FileHashes = field(default_factory=FileHashes)
+    previews: dict[int, LatentPreview] = field(default_factory=dict)  # id(VAE module) -> its map
+    variants: dict[Path, str | None] = field(default_factory=dict)  # detection variant per file
+    t5_tokenizer: T5Tokenizer | None = None
+
+
+@dataclass
+class _Parts:
+    family: str
+    nets: Networks
+    objects: dict[Phase, list[object]]
+    names: dict[str, str]  # the manager's model names -> role
+    model_path: Path
+
+
+def _gather(session: Session, variants: dict[Path, str | None]) -> _Parts:
+    diffusion, d_obj = session.component("diffusion_model")
+    family = diffusion.family
+    main = session.model(SlotId.MAIN)
+    text: dict[str, tuple[LoadedComponent, object, Path]] = {}
+    vae: tuple[LoadedComponent, object, Path] | None = None
+    for comp, obj in main.pairs():
+        if comp.role == "text_encoder":
+            text[comp.family] = (comp, obj, main.path)
+        elif comp.role == "vae":
+            vae = (comp, obj, main.path)
+    for slot, loaded in session.loaded.items():
+        for comp, obj in loaded.pairs():
+            if slot.role == "text_encoder":
+                text[comp.family] = (comp, obj, loaded.path)  # a separate file replaces the checkpoint's
+            elif slot.role == "vae":
+                vae = (comp, obj, loaded.path)
+    if vae is None or not isinstance(vae[0].module, AutoencoderKL):
+        raise ModelMismatchError(
+            f"{main.path.name} has no VAE, and none is loaded",
+            why="the picture is decoded from latents by a VAE",
+            fix="Load a VAE file (ComfyUI's models/vae) as well",
+            code="missing_vae",
+        )
+    if main.path not in variants:  # SD2-768-v and v-pred finetunes: named in metadata or the file name
+        variants[main.path] = inspect_for_loading(main.path)[1].variant
+    variant = variants[main.path]
+    names = {f"{main.path.stem} {kind_word('diffusion_model', family)}": "diffusion_model"}
+    for comp, _, path in [*text.values(), vae]:
+        names[f"{path.stem} {kind_word(comp.role, comp.family)}"] = comp.role
+    nets = Networks(
+        family=family,
+        diffusion=diffusion.module,
+        text=text_encoders([(c.family, c.module) for c, _, _ in text.values()]),
+        vae=vae[0].module,
+        v_prediction=variant == "v-prediction",
+    )
+    objects: dict[Phase, list[object]] = {
+        "text_encode": [obj for _, obj, _ in text.values()],
+        "sample": [d_obj],
+        "decode": [vae[1]],
+    }
+    return _Parts(family, nets, objects, names, main.path)
+
+
+def _compute(session: Session, family: str) -> Compute:
+    placement = session.placement
+    if not placement.active:
+        return Compute()
+    device = placement.accelerator or cpu_device(0)
+    policy = DtypePolicy()
+    target = torch.device(placement.manager.device)
+
+    def pick(role: str) -> torch.dtype:
+        return policy.storage_and_compute(role, family, None, device).compute
+
+    return Compute(target, pick("diffusion_model"), torch.float32, pick("vae"))
+
+
+def _peak(device: torch.device) -> int:
+    if device.type == "cuda":
+        return int(torch.cuda.max_memory_allocated(device))
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return int(rss if sys.platform == "darwin" else rss * 1024)
+
+
+def generate(
+    session: Session,
+    settings: ImageSettings,
+    output: Output,
+    *,
+    state: GenerateState,
+    progress: Callable[[GenerateProgress], None],
+    check: Callable[[], None],
+    init: np.ndarray | None = None,
+    dtype: torch.dtype | None = None,
+) -> GenerateResult:
+    """Make ``settings.batch`` pictures with the loaded models and save them (see the module notes)."""
+    parts = _gather(session, state.variants)
+    compute = _compute(session, parts.family)
+    if dtype is not None:  # the user's choice for the diffusion model (--dtype)
+        compute = replace(compute, diffusion_dtype=dtype)
+    pipeline = Pipeline(parts.nets, compute, t5_tokenizer=state.t5_tokenizer, cache=state.conditioning)
+    placement = session.placement
+    started = placement.events.clock()
+
+    def place(phase: Phase) -> None:
+        if not placement.active:
+            return
+        result = placement.place(parts.objects[phase])
+        if result.refused:
+            raise NotEnoughMemoryError(
+                f"not enough memory on {placement.describe().label} to {phase.replace('_', ' ')}",
+                why=result.refused[0],
+                fix="Use a smaller size or batch, or free memory: offload or unload other models",
+            )
+
+    def free() -> int | None:
+        if not placement.active or placement.probe is None:
+            return None
+        return max(0, placement.probe.free() - placement.manager.settings.reserve_bytes)
+
+    vae = parts.nets.vae
+    preview = state.previews.get(id(vae))
+    if preview is None:
+        preview = state.previews[id(vae)] = fit_latent_preview(vae)
+    stack = session.loras.stack
+    clip_state = tuple(
+        (str(e.path), e.clip_strength, e.enabled) for e in (stack.entries.values() if stack else ())
+    )
+    text_key = (tuple(id(m) for m in vars(parts.nets.text).values() if m is not None), clip_state)
+    hooks = Hooks(
+        place=place, check=check, progress=progress, text_key=text_key, free_bytes=free, preview=preview
+    )
+    if compute.device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(compute.device)
+    pixels, timings, notes = pipeline.run(settings, hooks, init)
+    progress(GenerateProgress("save", 0, len(pixels)))
+    s = settings.sampling
+    seeds = [s.seed] * len(pixels)
+    loras = tuple(
+        LoraUse(e.path.stem, e.model_strength, e.clip_strength, state.hashes.lora_hash(e.path))
+        for e in (stack.entries.values() if stack else ())
+        if e.enabled
+    )
+    params = GenerationParameters(
+        prompt=settings.prompt, negative=settings.negative, steps=s.steps, sampler=s.sampler,
+        scheduler=s.scheduler, cfg=s.cfg if s.cfg is not None else default_cfg(parts.family), seed=s.seed,
+        width=pixels.shape[3], height=pixels.shape[2], model=parts.model_path.stem,
+        model_hash=state.hashes.model_hash(parts.model_path), loras=loras,
+        denoise=s.denoise if init is not None else None,
+        guidance=(s.guidance if s.guidance is not None else 3.5) if parts.family == "flux-dev" else None,
+    )  # fmt: skip
+    infotext = format_parameters(params, version=VERSION)
+    images = []
+    for i, path in enumerate(output.paths(seeds)):
+        check()
+        save_png(path, to_uint8_rgb(pixels[i]), infotext)
+        images.append(
+            GeneratedImage(path, params, infotext, f"{i + 1}/{len(pixels)}" if len(pixels) > 1 else "")
+        )
+    events = tuple(
+        {**e.to_json(), "role": parts.names.get(e.model, "")}
+        for e in placement.events.events()
+        if e.timestamp >= started
+    )
+    if parts.family == "sd1" and parts.model_path.name.startswith("loadout-demo"):
+        notes = (*notes, "the demo's tiny models have random weights: their pictures look like noise")
+    return GenerateResult(
+        tuple(images),
+        s.seed,
+        timings.seconds_per_step,
+        timings.as_dict(),
+        _peak(compute.device),
+        events,
+        notes,
+    )
+
+
+def require_prompt_models(session: Session) -> None:
+    """Raise the plain-words error when nothing that can generate is loaded."""
+    if SlotId.MAIN not in session.loaded:
+        raise LoadoutError(
+            "no model is loaded",
+            why="pictures are made with a checkpoint or a diffusion model",
+            fix="Load one from the browser first (double-click it, or Ctrl+L)",
+            code="no_model",
+        )
