@@ -197,5 +197,6 @@ def test_fit_estimate_keeps_back_the_predicted_activations_of_the_family_not_a_f
     model = replace(_entry("checkpoint", ("diffusion_model", 2_500_000_000, 5 * GIB)), family="sdxl")
     est = estimate_fit(model, 8 * GIB, where="GPU", on_gpu=True, ram_available=32 * GIB, headroom=0)
     assert est.usable == 8 * GIB - predict("sdxl", Workload(1024, 1024, 1, 2, "cuda_flash"))
-    fp32 = estimate_fit(model, 8 * GIB, where="GPU", on_gpu=True, ram_available=32 * GIB, headroom=0, dtype="fp32")
+    gpu = dict(where="GPU", on_gpu=True, ram_available=32 * GIB, headroom=0)
+    fp32 = estimate_fit(model, 8 * GIB, dtype="fp32", **gpu)  # type: ignore[arg-type]
     assert 8 * GIB - fp32.usable == 2 * (8 * GIB - est.usable)  # fp32 activations: twice the bytes

@@ -12,8 +12,8 @@ import pytest
 import torch
 
 from core.errors import InterruptedByUser
-from core.memory.manager import NotEnoughMemoryError
 from core.loading.loader import load_checkpoint
+from core.memory.manager import NotEnoughMemoryError
 from core.memory.policy import MemorySettings, VramState
 from core.patching.lora_stack import LoraStack
 from core.patching.merge import LoraArg

@@ -34,7 +34,8 @@ def test_prediction_scales_with_pixels_batch_and_dtype_and_only_math_attention_i
 
 def test_a_tiny_network_is_predicted_in_proportion_to_its_width_and_unknown_families_as_the_largest() -> None:
     work = Workload(256, 256, 1, 4, "cpu_flash")
-    assert activation_bytes("sd1", work, width=32) == pytest.approx(activation_bytes("sd1", work) / 10, rel=1e-6)
+    full = activation_bytes("sd1", work)
+    assert activation_bytes("sd1", work, width=32) == pytest.approx(full / 10, rel=1e-6)
     assert activation_bytes(None, work) == activation_bytes("flux", work)
 
 
