@@ -8,6 +8,7 @@ limit and whether LoRAs are baked (resident layers) or applied at cast time (str
 
 from __future__ import annotations
 
+import contextlib
 import os
 import resource
 import sys
@@ -26,11 +27,13 @@ from core.loading.loader import (
     load_diffusion_model,
 )
 from core.memory.devices import DeviceInfo, discover_devices
+from core.memory.inference import Workload
 from core.memory.manager import MemoryManager
 from core.memory.mover import TorchMover
 from core.memory.planning import PlanSettings
 from core.memory.policy import MemorySettings, choose_vram_state, minimum_inference_bytes, reserve_bytes
 from core.memory.probes import LimitedProbe, MemoryProbe, probe_for
+from core.memory.tracking import ActivationTracker
 from core.patching.lora_stack import LoraStack
 from core.patching.merge import LoraArg
 from core.run.placed import StepPlacer
@@ -45,6 +48,7 @@ class RunRequest:
     device: str = "cpu"
     vram_limit: int | None = None
     settings: MemorySettings = field(default_factory=MemorySettings)
+    measure_activations: bool = True  # count live activation tensors (costs Python time per op)
 
 
 def _device(name: str) -> DeviceInfo:
@@ -116,11 +120,16 @@ def run_model(request: RunRequest, *, manager_out: list[MemoryManager] | None = 
     if manager_out is not None:
         manager_out.append(manager)
     manager.register(patcher, f"{family or 'model'} diffusion model")
-    place = StepPlacer(manager, mover, patcher)
-
     cfg = request.config
+    # activations: predicted by the measured model (unless the user fixed them), measured by the tracker
+    attention = "cpu_flash" if target == "cpu" else "cuda_flash"
+    work = Workload(cfg.width, cfg.height, cfg.batch, cfg.dtype.itemsize, attention)
+    fixed = 0 if request.settings.min_inference_bytes is not None else None  # the floor then says it all
+    place = StepPlacer(manager, mover, patcher, work, memory_required=fixed)
     run_cfg = RunConfig(cfg.steps, cfg.width, cfg.height, cfg.batch, cfg.seed, cfg.dtype, target)
-    result = perform_test_run(diffusion.module, run_cfg, check=manager.check, before_step=place)
+    tracker = ActivationTracker()
+    with tracker if request.measure_activations else contextlib.nullcontext():
+        result = perform_test_run(diffusion.module, run_cfg, check=manager.check, before_step=place)
     resident, streamed_per_step = place.finish()
     return {
         "model": str(request.model),
@@ -132,6 +141,8 @@ def run_model(request: RunRequest, *, manager_out: list[MemoryManager] | None = 
         "resident_bytes": resident,
         "streamed_bytes_per_step": streamed_per_step,
         "peak_bytes": _peak_bytes(target),
+        "inference_bytes_predicted": place.predicted,
+        "inference_bytes_measured": tracker.peak_bytes if request.measure_activations else None,
         "vram_state": state,
         "vram_reason": vram.reason,
         "events": [e.to_json() for e in manager.events.events()],

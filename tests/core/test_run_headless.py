@@ -13,6 +13,7 @@ import torch
 
 from core.errors import InterruptedByUser
 from core.loading.loader import load_checkpoint
+from core.memory.manager import NotEnoughMemoryError
 from core.memory.policy import MemorySettings, VramState
 from core.patching.lora_stack import LoraStack
 from core.patching.merge import LoraArg
@@ -137,3 +138,19 @@ def test_ctrl_c_stops_the_cli_cleanly(files: tuple[Path, Path, int]) -> None:
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, err
     assert "stopped" in err and "Traceback" not in err
+
+
+def test_a_tiny_card_streams_everything_with_room_for_predicted_activations_and_reports_both(
+    files: tuple[Path, Path, int],
+) -> None:
+    """No fixed 1.2 GiB minimum: a card far smaller than the model runs it, all streamed, with the
+    default settings (a simulated CPU card keeps no reserve); predicted vs measured activations."""
+    ckpt, _, size = files
+    tiny = run_model(RunRequest(ckpt, config=CFG, vram_limit=size // 4))
+    assert tiny["vram_state"] == "no_vram" and tiny["resident_bytes"] == 0
+    assert tiny["streamed_bytes_per_step"] > 0
+    predicted, measured = tiny["inference_bytes_predicted"], tiny["inference_bytes_measured"]
+    assert predicted > 0 and measured > 0
+    with pytest.raises(NotEnoughMemoryError) as err:  # too small even for the modules in flight
+        run_model(RunRequest(ckpt, config=RunConfig(steps=1, width=512, height=512), vram_limit=size // 4))
+    assert "--size" in err.value.fix and "x" in err.value.fix
