@@ -188,3 +188,37 @@ def test_memory_manager_places_quantized_bytes(fraction: float, written: dict) -
         for k in patches
         if "weight" in k and get_tensor(loaded.module, k).dtype == torch.uint8
     )
+
+
+def test_inspect_reports_the_quantization_per_component(written: dict) -> None:
+    from core.inspect import inspect_file
+
+    path, _, types = written["sdxl-Q4_K"]
+    info = inspect_file(path).to_json()["metadata"]["loadout.quantization"]["diffusion_model"]
+    index = read_tensor_index(path)
+    assert info["bytes"] == sum(t.nbytes for t in index.tensors.values())
+    assert info["types"].startswith("Q4_K (") and "Q8_0 (" in info["types"]
+    assert 4.5 < info["bits_per_weight"] < 8.5
+
+
+def test_saving_quantized_weights_needs_a_dtype_and_writes_a_dequantized_copy(
+    tmp_path: Path, written: dict
+) -> None:
+    from core.errors import LoadoutError
+    from core.files.safetensors import SafetensorsFile
+    from core.loading.loader import ModelBundle, inspect_for_loading
+    from core.loading.save import save_checkpoint
+
+    tiny, _, _ = CASES["sd1-Q4_0"]
+    path, reference, _ = written["sd1-Q4_0"]
+    loaded = load_diffusion_model(path)
+    _, det = inspect_for_loading(path)
+    bundle = ModelBundle(path, det, {}, diffusion_model=loaded)
+    with pytest.raises(LoadoutError) as err:
+        save_checkpoint(bundle, tmp_path / "out.safetensors")
+    assert err.value.code == "quantized_source" and "--dtype" in err.value.fix
+    assert not (tmp_path / "out.safetensors").exists()
+    out = save_checkpoint(bundle, tmp_path / "out.safetensors", dtype=torch.float32)
+    f = SafetensorsFile(out)
+    for key, want in reference.items():
+        assert torch.equal(f.tensor(key), want.to(torch.float32)), key
