@@ -193,7 +193,7 @@ def test_memory_manager_places_quantized_bytes(fraction: float, written: dict) -
 def test_inspect_reports_the_quantization_per_component(written: dict) -> None:
     from core.inspect import inspect_file
 
-    path, _, types = written["sdxl-Q4_K"]
+    path, _, _ = written["sdxl-Q4_K"]
     info = inspect_file(path).to_json()["metadata"]["loadout.quantization"]["diffusion_model"]
     index = read_tensor_index(path)
     assert info["bytes"] == sum(t.nbytes for t in index.tensors.values())
@@ -209,7 +209,6 @@ def test_saving_quantized_weights_needs_a_dtype_and_writes_a_dequantized_copy(
     from core.loading.loader import ModelBundle, inspect_for_loading
     from core.loading.save import save_checkpoint
 
-    tiny, _, _ = CASES["sd1-Q4_0"]
     path, reference, _ = written["sd1-Q4_0"]
     loaded = load_diffusion_model(path)
     _, det = inspect_for_loading(path)
