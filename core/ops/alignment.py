@@ -51,14 +51,14 @@ def copy_keeping_alignment(t: Tensor, *, modulus: int = ALIGNMENT) -> Tensor:
     t = t.detach()
     if t.numel() == 0 or not t.is_contiguous() or modulus <= 1:
         return t.clone(memory_format=torch.contiguous_format)
-    nbytes = t.numel() * t.element_size()
-    buf = torch.empty(nbytes + modulus, dtype=torch.uint8, device=t.device)
-    shift = (int(t.data_ptr()) - int(buf.data_ptr())) % modulus
-    # shift is a multiple of the element size: both addresses are (the source is element-aligned,
-    # the allocator's base is aligned to at least 64), so the byte view reinterprets cleanly.
-    out = buf[shift : shift + nbytes].view(t.dtype).view(t.shape)
-    out.copy_(t)
-    return out
+    if int(t.data_ptr()) % modulus == 0 and modulus <= ALIGNMENT:
+        return torch.empty_like(t).copy_(t)  # the allocator's own alignment is the residue
+    n, size = t.numel(), t.element_size()
+    buf = torch.empty(n + modulus // size, dtype=t.dtype, device=t.device)
+    # a whole number of elements: both addresses are multiples of the element size (the source's
+    # by the file reader's rule, the allocator's base by its alignment)
+    shift = ((int(t.data_ptr()) - int(buf.data_ptr())) % modulus) // size
+    return buf[shift : shift + n].view(t.shape).copy_(t)
 
 
 def copy_for_compute(t: Tensor, device: torch.device, *, non_blocking: bool = False) -> Tensor:
