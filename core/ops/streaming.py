@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor, nn
 
+from core.ops.alignment import copy_for_compute
 from core.ops.fp8 import is_fp8
 from core.ops.layers import CastWeights
 from core.quant.tensor import QuantizedWeight
@@ -203,7 +204,9 @@ class LayerStream:
         non_blocking = self.pinned is not None
 
         def fresh(t: Tensor | None) -> Tensor | None:
-            return None if t is None else t.detach().to(device=device, copy=True, non_blocking=non_blocking)
+            # on the source's own device at the source's address residue, elsewhere a fresh device
+            # block: what a resident layer computes with, so both give the same bits (alignment.py)
+            return None if t is None else copy_for_compute(t, device, non_blocking=non_blocking)
 
         if side is None:
             w = fresh(src_w)
