@@ -17,6 +17,7 @@ from core.detect.sidecars import find_preview, read_sidecar_info
 from core.detect.types import Detection
 from core.errors import LoadoutError
 from core.files.model_file import MODEL_EXTENSIONS, TensorIndex, read_tensor_index
+from core.quant.summary import summarize
 
 #: Derived facts are added to ``metadata`` under this prefix, beside the file's own keys.
 DERIVED = "loadout."
@@ -106,6 +107,10 @@ def _derived(p: Path, index: TensorIndex, det: Detection) -> dict[str, Any]:
     for key in ("global_step", "wrapper", "gguf_version"):
         if key in index.extra:
             derived[key] = index.extra[key]
+    if index.format == "gguf":  # quantized storage, per component
+        derived["quantization"] = {
+            (c.prefix or c.role): summarize(index.tensors, c.prefix).to_json() for c in det.components
+        } or {"": summarize(index.tensors).to_json()}
     if det.fields:
         derived["fields"] = {k: v for k, v in det.fields.items() if _jsonable(v)}
     return derived

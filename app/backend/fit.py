@@ -12,7 +12,7 @@ from typing import Literal
 
 from core.files.dtypes import dtype_by_short
 from core.library import Entry
-from core.memory.policy import minimum_inference_bytes
+from core.memory.inference import activation_bytes, native_workload, profile_for_family
 
 Verdict = Literal["fits", "partial", "no", "n/a"]
 
@@ -61,9 +61,10 @@ def estimate_fit(
     dtype: str | None = None,
     headroom: int | None = None,
 ) -> FitEstimate:
-    """``free``: bytes free on the device (``where`` names it). On a GPU, ``reserve`` and the
-    inference headroom (``headroom``: the memory manager's own figure, which includes the reserve)
-    are kept back and what does not fit may stream from RAM (partial)."""
+    """``free``: bytes free on the device (``where`` names it). On a GPU, ``reserve`` (or
+    ``headroom``: the memory manager's own floor, which includes the reserve) and the activations
+    of one image at the family's usual size (the measured model of ``core.memory.inference``, the
+    one the manager plans with) are kept back; what does not fit may stream from RAM (partial)."""
     comps = component_fits(entry, dtype)
     total = sum(c.bytes for c in comps)
     if entry.status != "ok" or entry.kind not in ("checkpoint", "diffusion_model", "vae", "text_encoder"):
@@ -72,7 +73,10 @@ def estimate_fit(
             why = "it is not read yet" if entry.status == "pending" else "the file cannot be read"
         return FitEstimate("n/a", comps, total, free, 0, 0, where, f"No estimate: {why}.")
     if headroom is None:
-        headroom = minimum_inference_bytes(reserve) if on_gpu else reserve
+        headroom = reserve
+    if on_gpu and entry.kind in ("checkpoint", "diffusion_model"):
+        work = native_workload(profile_for_family(entry.family), 4 if dtype == "fp32" else 2, "cuda_flash")
+        headroom += activation_bytes(profile_for_family(entry.family), work)
     usable = max(0, free - headroom)
     if total <= usable:
         text = f"Fits: needs {_gib(total)}, {_gib(usable)} usable in {where}."

@@ -33,6 +33,12 @@ class Slot:
     hint: str | None = None
     exclude: tuple[str, ...] = ()
 
+    def owns(self, key: str) -> bool:
+        """Whether ``key`` (a full file key) is one of this component's tensors."""
+        if self.prefix:
+            return key.startswith(self.prefix)
+        return not key.startswith(self.exclude) if self.exclude else True
+
     def view(self, whole: KeyView) -> KeyView:
         """The slot's keys with its prefix removed (for a bare slot: without the other slots' keys)."""
         if not self.exclude:
@@ -50,13 +56,16 @@ COMPONENT_PREFIXES: tuple[tuple[str, Role, str | None], ...] = (
     ("conditioner.embedders.0.transformer.", "text_encoder", "clip-l"),  # SDXL
     ("conditioner.embedders.1.model.", "text_encoder", "clip-g"),  # SDXL (OpenCLIP ViT-bigG)
     ("conditioner.embedders.0.model.", "text_encoder", "clip-g"),  # SDXL refiner
-    ("text_encoders.clip_l.transformer.", "text_encoder", "clip-l"),  # ComfyUI-saved SD3 / Flux
-    ("text_encoders.clip_g.transformer.", "text_encoder", "clip-g"),
-    ("text_encoders.t5xxl.transformer.", "text_encoder", "t5-xxl"),
 )
 
-#: other ComfyUI text-encoder names seen under ``text_encoders.<name>.`` -> family hint
+#: ComfyUI-saved files (SD3, SD3.5, Flux, AuraFlow...) keep each text encoder under
+#: ``text_encoders.<name>.``: the network under ``<name>.transformer.`` and, beside it, the scalar
+#: ``<name>.logit_scale`` of ComfyUI's wrapper. One slot per name, reported in this order
+#: (then unknown names, sorted); value: the family the name implies.
 TEXT_ENCODER_NAMES: dict[str, str | None] = {
+    "clip_l": "clip-l",
+    "clip_g": "clip-g",
+    "t5xxl": "t5-xxl",
     "t5base": "t5-base",
     "umt5xxl": "umt5-xxl",
     "pile_t5xl": None,  # AuraFlow
@@ -64,7 +73,8 @@ TEXT_ENCODER_NAMES: dict[str, str | None] = {
     "mt5xl": None,
 }
 
-_HEADS = frozenset(p.partition(".")[0] for p, _, _ in COMPONENT_PREFIXES)
+_TE_HEAD = "text_encoders"
+_HEADS = frozenset(p.partition(".")[0] for p, _, _ in COMPONENT_PREFIXES) | {_TE_HEAD}
 #: buffers of the LDM/SGM training wrapper saved beside the weights
 _SCHEDULER_BUFFERS = frozenset(
     {
@@ -98,7 +108,7 @@ _BY_HEAD: dict[str, tuple[str, ...]] = {
 @dataclass
 class _Scan:
     present: set[str]  # known prefixes with keys
-    te_names: set[str]  # other ``text_encoders.<name>.`` names
+    te_names: set[str]  # ``text_encoders.<name>.`` names
     bare: bool = False  # keys outside every known prefix and every ignored name
     under_model: bool = False  # ``model.<x>`` keys outside ``model.diffusion_model.``
 
@@ -111,20 +121,28 @@ def _scan(view: KeyView) -> _Scan:
         if head not in _HEADS:
             found.bare = found.bare or head not in _IGNORED_HEADS
             continue
+        if head == _TE_HEAD:
+            found.te_names.add(rest.partition(".")[0])
+            continue
         hit = next((p for p in _BY_HEAD[head] if key.startswith(p)), None)
         if hit is not None:
             found.present.add(hit)
-        elif head == "text_encoders":
-            found.te_names.add(rest.partition(".")[0])
         elif head == "model":
             found.under_model = True
     return found
 
 
+def _te_order(name: str) -> tuple[int, str]:
+    order = list(TEXT_ENCODER_NAMES)
+    return (order.index(name), "") if name in TEXT_ENCODER_NAMES else (len(order), name)
+
+
 def _text_encoder_slot(view: KeyView, name: str) -> Slot:
-    base = f"text_encoders.{name}."
+    """The one slot of ``text_encoders.<name>.``: its ``transformer.`` sub-tree where it has one (the
+    wrapper's ``logit_scale`` beside it then belongs to no component), else everything under the name."""
+    base = f"{_TE_HEAD}.{name}."
     deeper = base + "transformer."
-    prefix = deeper if view.startswith_any((deeper,)) else base
+    prefix = deeper if view.has_prefix(deeper) else base
     return Slot("text_encoder", prefix, TEXT_ENCODER_NAMES.get(name))
 
 
@@ -137,20 +155,38 @@ def _bare_diffusion(view: KeyView, found: _Scan, taken: list[Slot]) -> Slot | No
     if found.bare and match_diffusion(
         view
     ):  # rules look keys up: the other components' keys cannot mislead them
-        others = tuple(s.prefix for s in taken) + tuple(sorted(_IGNORED_HEADS))
+        # the whole ``text_encoders.`` tree: a wrapper scalar beside a slot is not the model's either
+        others = (*(s.prefix for s in taken), _TE_HEAD + ".", *sorted(_IGNORED_HEADS))
         return Slot("diffusion_model", "", exclude=others)
     return None
+
+
+def _overlaps(a: str, b: str) -> bool:
+    return a.startswith(b) or b.startswith(a)
+
+
+def _disjoint(slots: list[Slot]) -> list[Slot]:
+    """``slots`` less any whose keys an earlier slot already owns, so that no tensor is in two
+    components whatever the prefix tables say. A bare slot (prefix "") excludes the others by
+    construction; two prefixed slots overlap when one prefix starts the other."""
+    kept: list[Slot] = []
+    for slot in slots:
+        if not any(s.prefix and slot.prefix and _overlaps(s.prefix, slot.prefix) for s in kept):
+            kept.append(slot)
+    return kept
 
 
 def split_components(view: KeyView) -> list[Slot]:
     """The component slots of the file behind ``view``: diffusion model first, then VAE, text encoders.
 
     Prefixes without keys are not returned. Keys outside every known prefix form a bare diffusion
-    slot only when they hold a diffusion model; other leftovers are ignored.
+    slot only when they hold a diffusion model; other leftovers are ignored. No key is owned by two
+    slots (:meth:`Slot.owns`): each prefix is one slot, and overlapping prefixes are dropped.
     """
     found = _scan(view)
     slots = [Slot(role, p, hint) for p, role, hint in COMPONENT_PREFIXES if p in found.present]
-    slots += [_text_encoder_slot(view, n) for n in sorted(found.te_names)]
+    slots += [_text_encoder_slot(view, n) for n in sorted(found.te_names, key=_te_order)]
+    slots = _disjoint(slots)
     diffusion = _bare_diffusion(view, found, slots)
     if diffusion is not None:
         slots.insert(0, diffusion)

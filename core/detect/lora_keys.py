@@ -224,16 +224,33 @@ def underscored_to_path(name: str) -> str:
     return ".".join(t for t in out if t)
 
 
+#: diffusers' attention-processor names for CLIP's projections (``self_attn.to_q_lora``)
 _TE_OLD_NAMES = {"to_q": "q_proj", "to_k": "k_proj", "to_v": "v_proj", "to_out": "out_proj"}
+_PROCESSOR = ".processor."
 
 
 def _old_diffusers(path: str, role: str) -> str:
-    """The ``attn1.processor.to_q_lora.down`` form (its module name ends ``processor.to_q``)."""
-    path = path.replace(".processor.", ".")
+    """diffusers' attention-processor LoRA names as module paths (diffusers 0.12-0.21, before PEFT).
+
+    Its ``LoRAAttnProcessor`` held ``to_q_lora`` / ``to_k_lora`` / ``to_v_lora`` / ``to_out_lora``, saved as
+    ``<attention>.processor.to_q_lora.down.weight``; later writers kept the ``processor.`` with PEFT
+    factors (``processor.to_q.lora_A.weight``). The processor is not a module: ``attn1.processor.to_q``
+    is ``attn1.to_q``, and its single ``to_out`` is the linear ``to_out.0``. Its text-encoder form
+    (``self_attn.to_q_lora``) names CLIP's ``self_attn.q_proj``.
+    """
+    path = path.replace(_PROCESSOR, ".")
     head, _, last = path.rpartition(".")
     if role == "text_encoder" and last in _TE_OLD_NAMES:
         return f"{head}.{_TE_OLD_NAMES[last]}"
     return path + ".0" if last == "to_out" else path
+
+
+def _is_old_diffusers(path: str, role: str, spellings: frozenset[str]) -> bool:
+    """``_lora`` factors, a ``processor.`` in the name, or CLIP attention named ``self_attn.to_q``."""
+    if "_lora" in spellings or _PROCESSOR in path:
+        return True
+    head, _, last = path.rpartition(".")
+    return role == "text_encoder" and last in _TE_OLD_NAMES and head.endswith("self_attn")
 
 
 def _xlabs_path(name: str) -> str:
@@ -266,7 +283,7 @@ def naming_scheme(name: str, spellings: frozenset[str]) -> NamingScheme:
             return NamingScheme("peft", inner.role, inner.encoder, inner.encoder_id, inner.path)
         path = underscored_to_path(rest) if underscored else rest
         role = role or _role_from_path(path)
-        if "_lora" in spellings:
+        if _is_old_diffusers(path, role, spellings):
             path = _old_diffusers(path, role)
         return NamingScheme(fmt, role, encoder, None, path)
     if name.startswith("text_encoders."):
@@ -276,4 +293,5 @@ def naming_scheme(name: str, spellings: frozenset[str]) -> NamingScheme:
         )
     fmt = "peft" if "lora_A" in spellings else "bare"
     role = _role_from_path(name)
-    return NamingScheme(fmt, role, None, None, _old_diffusers(name, role) if "_lora" in spellings else name)
+    path = _old_diffusers(name, role) if _is_old_diffusers(name, role, spellings) else name
+    return NamingScheme(fmt, role, None, None, path)

@@ -14,39 +14,13 @@ from typing import Any, BinaryIO, ClassVar
 
 from core.errors import FileFormatError
 from core.files.tensor_info import TensorInfo
+from core.quant.gguf_types import GGML_TYPES as _TYPES
 
-# ggml type id -> (name, elements per block, bytes per block)
-GGML_TYPES: dict[int, tuple[str, int, int]] = {
-    0: ("F32", 1, 4),
-    1: ("F16", 1, 2),
-    2: ("Q4_0", 32, 18),
-    3: ("Q4_1", 32, 20),
-    6: ("Q5_0", 32, 22),
-    7: ("Q5_1", 32, 24),
-    8: ("Q8_0", 32, 34),
-    9: ("Q8_1", 32, 36),
-    10: ("Q2_K", 256, 84),
-    11: ("Q3_K", 256, 110),
-    12: ("Q4_K", 256, 144),
-    13: ("Q5_K", 256, 176),
-    14: ("Q6_K", 256, 210),
-    15: ("Q8_K", 256, 292),
-    16: ("IQ2_XXS", 256, 66),
-    17: ("IQ2_XS", 256, 74),
-    18: ("IQ3_XXS", 256, 98),
-    19: ("IQ1_S", 256, 50),
-    20: ("IQ4_NL", 32, 18),
-    21: ("IQ3_S", 256, 110),
-    22: ("IQ2_S", 256, 82),
-    23: ("IQ4_XS", 256, 136),
-    24: ("I8", 1, 1),
-    25: ("I16", 1, 2),
-    26: ("I32", 1, 4),
-    27: ("I64", 1, 8),
-    28: ("F64", 1, 8),
-    29: ("IQ1_M", 256, 56),
-    30: ("BF16", 1, 2),
-}
+#: ggml type id -> (name, elements per block, bytes per block); the table is ``core.quant.gguf_types``.
+GGML_TYPES: dict[int, tuple[str, int, int]] = {i: (t.name, t.block, t.block_bytes) for i, t in _TYPES.items()}
+#: Metadata key ComfyUI-GGUF writes when it stored a tensor reshaped (SD1/SDXL conv kernels, 5-D
+#: video weights): the shape the model expects, an int32 array.
+ORIG_SHAPE_KEY = "comfy.gguf.orig_shape."
 
 _MAX_COUNT = 10_000_000
 _MAX_STRING = 64 * 1024 * 1024
@@ -141,6 +115,7 @@ def read_gguf_header(path: str | os.PathLike[str]) -> GGUFHeader:
             key = r.string()
             metadata[key] = r.value(r.u32())
         tensors: dict[str, TensorInfo] = {}
+        spans: list[tuple[str, int, int]] = []
         for _ in range(n_tensors):
             name = r.string()
             ndim = r.u32()
@@ -148,11 +123,43 @@ def read_gguf_header(path: str | os.PathLike[str]) -> GGUFHeader:
                 raise r._bad(f"tensor {name!r} has {ndim} dimensions")
             dims = [r.u64() for _ in range(ndim)]
             gtype = r.u32()
-            r.u64()  # offset
-            tname, block, block_bytes = GGML_TYPES.get(gtype, (f"GGML_{gtype}", 1, 0))
+            offset = r.u64()
+            if gtype not in GGML_TYPES:
+                raise r._bad(f"tensor {name!r} has an unknown tensor type {gtype}")
+            tname, block, block_bytes = GGML_TYPES[gtype]
             numel = 1
             for d in dims:
                 numel *= d
-            shape = tuple(reversed(dims))
-            tensors[name] = TensorInfo(tname, shape, (numel // block) * block_bytes if block else 0)
+            if dims and dims[0] % block:
+                raise r._bad(
+                    f"tensor {name!r}: rows of {dims[0]} do not split into {tname} blocks of {block}"
+                )
+            shape = _orig_shape(metadata, name, numel) or tuple(reversed(dims))
+            nbytes = (numel // block) * block_bytes
+            tensors[name] = TensorInfo(tname, shape, nbytes)
+            spans.append((name, offset, nbytes))
+        alignment = metadata.get("general.alignment", 32)
+        if not isinstance(alignment, int) or alignment <= 0 or alignment & (alignment - 1):
+            raise r._bad(f"general.alignment is {alignment!r}, not a power of two")
+        data_start = -(-fh.tell() // alignment) * alignment
+        for name, offset, nbytes in spans:
+            if data_start + offset + nbytes > size:
+                raise FileFormatError(
+                    f"{p.name} is a truncated GGUF file",
+                    why=f"tensor {name!r} lies outside the file (bytes {data_start + offset:,} to "
+                    f"{data_start + offset + nbytes:,} of {size:,})",
+                    fix="Download the file again",
+                    code="truncated",
+                )
     return GGUFHeader(version, tensors, metadata)
+
+
+def _orig_shape(metadata: dict[str, Any], name: str, numel: int) -> tuple[int, ...] | None:
+    """The shape ComfyUI-GGUF recorded for a tensor it stored reshaped, when it is consistent."""
+    value = metadata.get(ORIG_SHAPE_KEY + name)
+    if not isinstance(value, list) or not all(isinstance(v, int) and v >= 0 for v in value):
+        return None
+    total = 1
+    for v in value:
+        total *= v
+    return tuple(value) if total == numel else None

@@ -355,7 +355,10 @@ class SafetensorsFile:
         return self.header.metadata
 
     def tensor(self, name: str) -> torch.Tensor:
-        """The named tensor as a view on the mapped file (copied only when misaligned)."""
+        """The named tensor as a view on the mapped file, at the file's own address (placement keeps
+        that address modulo 64 in every copy it makes: ``core.ops.alignment``). Copied only when its
+        offset is not a multiple of its element size, which torch cannot view: then into a fresh
+        tensor (64-byte aligned, like every allocation of torch's CPU allocator)."""
         info = self.header.tensors[name]
         dt = DTYPES[info.dtype]
         tdt = dt.torch_dtype
@@ -372,11 +375,12 @@ class SafetensorsFile:
         start = self.header.data_start + begin
         assert self._mmap is not None
         itemsize = max(1, dt.bits // 8)
-        if start % itemsize:
-            flat = torch.frombuffer(bytearray(self._mmap[start : start + (end - begin)]), dtype=tdt)
-        else:
-            with warnings.catch_warnings():
-                # torch warns that a read-only buffer must not be written: see ``writable``
-                warnings.filterwarnings("ignore", message="The given buffer is not writable")
+        with warnings.catch_warnings():
+            # torch warns that a read-only buffer must not be written: see ``writable``
+            warnings.filterwarnings("ignore", message="The given buffer is not writable")
+            if start % itemsize:
+                raw = torch.frombuffer(self._mmap, dtype=torch.uint8, count=end - begin, offset=start)
+                flat = raw.clone().view(tdt)
+            else:
                 flat = torch.frombuffer(self._mmap, dtype=tdt, count=info.numel, offset=start)
         return flat.view(info.shape)

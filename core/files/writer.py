@@ -21,7 +21,10 @@ import torch
 from core.errors import FileAccessError, LoadoutError
 from core.files.dtypes import name_of_torch_dtype
 
-_ALIGN = 8
+#: The data area starts at a multiple of this many bytes (the header is padded with spaces, which
+#: the format allows): every tensor whose offset is a multiple of 64 is then 64-byte aligned in a
+#: mapping, the alignment CPU kernels prefer. Not needed for correct results (``core.ops.alignment``).
+DATA_ALIGN = 64
 
 
 @dataclass(frozen=True)
@@ -101,7 +104,7 @@ def write_safetensors(
         }
         offset += n
     raw_header = json.dumps(header, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
-    raw_header += b" " * ((-len(raw_header)) % _ALIGN)
+    raw_header += b" " * ((-(8 + len(raw_header))) % DATA_ALIGN)
     total = 8 + len(raw_header) + offset
     out.parent.mkdir(parents=True, exist_ok=True)
     free = shutil.disk_usage(out.parent).free

@@ -16,6 +16,7 @@ import torch
 from torch import nn
 
 from core.errors import InterruptedByUser, ModelMismatchError
+from core.quant.tensor import logical_shape
 
 
 @dataclass(frozen=True)
@@ -120,14 +121,15 @@ def assign_weights(
             check()
         t = get_tensor(fkey)
         want = layout[mkey]
-        if tuple(t.shape) != tuple(want.shape):
+        if logical_shape(t) != tuple(want.shape):
             raise ModelMismatchError(
-                f"{component}: weight {fkey} has shape {tuple(t.shape)}, the architecture needs "
+                f"{component}: weight {fkey} has shape {logical_shape(t)}, the architecture needs "
                 f"{tuple(want.shape)}",
                 why="the file was edited or belongs to a different model size",
                 fix="Run `loadout check` on the file to see every difference",
                 code="shape_mismatch",
             )
+        # a quantized weight (uint8 blocks) stays quantized: the op layers dequantize it per forward
         to_dtype = dtype if (dtype is not None and t.is_floating_point()) else t.dtype
         if t.dtype != to_dtype or t.device != target:
             t = t.to(device=target, dtype=to_dtype)

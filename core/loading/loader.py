@@ -22,11 +22,13 @@ from core.detect.detector import detect
 from core.detect.keyview import KeyView
 from core.detect.types import Component, Detection, Role
 from core.errors import FileFormatError, ModelMismatchError
+from core.files.gguf_data import GGUFTensors
 from core.files.model_file import TensorIndex, read_tensor_index
 from core.files.pickle_safe import load_pickle_state_dict
 from core.files.safetensors import SafetensorsFile
 from core.loading.assign import LoadProgress, assign_weights
 from core.loading.plan import ComponentPlan, LazyTensors, mismatch_error, plan_component
+from core.quant.gguf_types import DEQUANTIZABLE, PLAIN_DTYPES
 
 
 @dataclass(frozen=True)
@@ -78,11 +80,15 @@ class ModelBundle:
 
 
 def _refuse_unloadable_format(index: TensorIndex) -> None:
-    if index.format == "gguf":
+    """Refuse, before any data is read, a GGUF file holding a quantization Loadout cannot read."""
+    if index.format != "gguf":
+        return
+    bad = sorted({t.dtype for t in index.tensors.values()} - DEQUANTIZABLE - set(PLAIN_DTYPES))
+    if bad:
         raise FileFormatError(
-            f"{index.path.name} is a GGUF file, which Loadout can inspect but not load yet",
-            why="quantised GGUF weights need a dequantising layer that is not implemented",
-            fix="Use a .safetensors version of the model",
+            f"{index.path.name} holds {', '.join(bad)} tensors, which Loadout cannot dequantize",
+            why=f"supported GGUF types are F32/F16/BF16 and {', '.join(sorted(DEQUANTIZABLE))}",
+            fix="Use a file quantized to one of those (Q8_0, Q6_K, Q5_K, Q4_K... are common)",
             code="unsupported_format",
         )
 
@@ -96,6 +102,10 @@ class _Source:
         if index.format == "safetensors":
             self._file: SafetensorsFile | None = SafetensorsFile(index.path, header=index.header)
             self.get: Callable[[str], torch.Tensor] = self._file.tensor
+        elif index.format == "gguf":
+            _refuse_unloadable_format(index)
+            self._file = None
+            self.get = GGUFTensors(index.path).tensor
         elif index.format == "pickle":
             self._file = None
             tensors = load_pickle_state_dict(index.path)
@@ -194,9 +204,9 @@ def load_checkpoint(path: str | os.PathLike[str], options: LoadOptions | None = 
     opts = options or LoadOptions()
     index, det = inspect_for_loading(path, opts)
     name = index.path.name
-    _refuse_unloadable_format(index)
     if det.kind != "checkpoint":
         raise _wrong_kind(name, det, "checkpoint")
+    _refuse_unloadable_format(index)
     unknown = [c for c in det.components if c.family == "unknown"]
     if unknown:
         part = unknown[0].role.replace("_", " ")

@@ -16,10 +16,12 @@ from pathlib import Path
 
 import torch
 
+from core.errors import LoadoutError
 from core.files.writer import WriteProgress, refuse_same_file, write_safetensors
 from core.loading.convert_file import cast_tensor
 from core.loading.families import modelspec_architecture
 from core.loading.loader import ModelBundle
+from core.quant.tensor import QuantizedWeight, logical_shape
 
 
 def checkpoint_tensors(bundle: ModelBundle) -> dict[str, torch.Tensor]:
@@ -51,7 +53,10 @@ class _Cast(Mapping[str, torch.Tensor]):
         self._t, self._dtype = tensors, dtype
 
     def __getitem__(self, key: str) -> torch.Tensor:
-        return cast_tensor(self._t[key], self._dtype)
+        t = self._t[key]
+        if isinstance(t, QuantizedWeight):  # dequantized (with any LoRA on it), never requantized
+            t = t.materialize(torch.float32)
+        return cast_tensor(t, self._dtype)
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._t)
@@ -82,8 +87,28 @@ def save_checkpoint(
         meta.update(metadata)
     meta["loadout.source"] = json.dumps({"file": bundle.path.name, "family": bundle.detection.family})
     tensors: Mapping[str, torch.Tensor] = checkpoint_tensors(bundle)
+    quantized = [k for k, v in tensors.items() if isinstance(v, QuantizedWeight)]
+    if quantized and dtype is None:
+        raise LoadoutError(
+            f"cannot write {out.name}: {bundle.path.name} holds quantized (GGUF) weights",
+            why=f"{len(quantized)} weights such as {quantized[0]} are GGML blocks; Loadout never "
+            "requantizes, and a safetensors file cannot hold them as they are",
+            fix="Choose an output dtype (--dtype fp16, bf16 or fp32) to write a dequantized copy",
+            code="quantized_source",
+        )
     specs = None
     if dtype is not None:
-        specs = {k: (cast_tensor(v.to("meta"), dtype).dtype, tuple(v.shape)) for k, v in tensors.items()}
+        specs = {
+            k: (
+                cast_tensor(
+                    torch.empty(
+                        0, dtype=torch.float32 if isinstance(v, QuantizedWeight) else v.dtype, device="meta"
+                    ),
+                    dtype,
+                ).dtype,
+                logical_shape(v),
+            )
+            for k, v in tensors.items()
+        }
         tensors = _Cast(tensors, dtype)
     return write_safetensors(out, tensors, meta, progress=progress, check=check, specs=specs)

@@ -6,7 +6,9 @@ step already holds the human reason its event will show.
 
 Decision rules (see ``docs`` of each function for the why):
 
-* **Room.** The inference reserve is ``max(memory_required + reserve_bytes, min_inference_bytes)``.
+* **Room.** The inference reserve is ``max(memory_required + reserve_bytes, min_inference_bytes)``:
+  ``memory_required`` is the workload's predicted activation peak (``core.memory.inference``),
+  ``reserve_bytes`` what other programs keep, ``min_inference_bytes`` a floor (the user's).
   A model's room is ``free + its own resident bytes - reserve``. Weights being placed are charged
   ``headroom`` times their size (1.1, as ComfyUI; 1.3 in low-VRAM mode, where fragmentation and
   cast buffers weigh more on a small card); modules already resident are kept at their real size,
@@ -17,6 +19,9 @@ Decision rules (see ``docs`` of each function for the why):
 * **Placement.** A model that fits is loaded fully. Otherwise modules are placed largest first
   while they fit; the rest stream from the CPU at each forward, which needs room for
   ``stream_buffers`` of the largest streamed modules in flight on top of the inference reserve.
+  A model is refused only when even that (activations + reserve + the modules in flight, nothing
+  resident) exceeds the room; the refusal's details carry those numbers so that the caller can
+  name a size or batch that fits.
 * **States.** disabled: all on the CPU, nothing moves. shared (unified memory): always a full load,
   never an eviction (moving to "CPU" frees nothing). no_vram: everything streams. high_vram: never
   a partial load nor a partial unload; a model that cannot fit fully is refused.
@@ -215,11 +220,15 @@ def _decide(
     placed = sum(s for n, s in mods if n in target)
     if placed + _buffer((s for n, s in mods if n not in target), k) > room:
         least = _buffer((s for _, s in mods), k)
+        kept = min(cfg.reserve_bytes, reserve)
+        parts = (
+            f"{gib(reserve - kept)} for activations, {gib(least)} for up to {k} streamed modules in flight"
+        )
+        if kept:
+            parts += f", {gib(kept)} kept for other programs"
         return None, (
-            f"Cannot run {name}: even streaming its weights needs {gib(reserve + least)} on the "
-            f"device ({gib(reserve)} for inference, {gib(least)} for up to {k} streamed modules in "
-            f"flight), but only {gib(free_for_it)} is free. Lower the resolution or batch size, or "
-            "close other programs using the GPU."
+            f"Cannot run {name}: even streaming all its weights needs {gib(reserve + least)} on the "
+            f"device ({parts}), but only {gib(free_for_it)} is free."
         )
     if state == "no_vram":
         return target, "no-VRAM mode keeps weights off the device"
@@ -250,7 +259,11 @@ def plan_load(
         "vram_state": cfg.vram_state,
         "headroom": cfg.weight_headroom,
     }
-    if target is None:
+    if target is None:  # the numbers a caller needs to say what would fit
+        least = _buffer((s for _, s in model.modules), cfg.stream_buffers)
+        kept = min(cfg.reserve_bytes, reserve)
+        numbers |= {"room_bytes": free_bytes + model.loaded_bytes, "stream_buffer_bytes": least}
+        numbers |= {"kept_bytes": kept, "activation_bytes": reserve - kept}
         keep = tuple(n for n, _ in ordered if n in resident)
         step = Step("refuse", name, 0, (), model.loaded_bytes, note, numbers)
         return LoadPlan(name, "refuse", keep, (), (), model.loaded_bytes, 0, reserve, 0, note, (step,))

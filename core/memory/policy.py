@@ -3,9 +3,12 @@
 Everything here is a pure function of a device record, a size and the user's
 :class:`MemorySettings`, so each rule is tested with simulated 2 GiB ... 80 GiB cards.
 
-The reserve and inference rules follow ComfyUI's (``model_management.py``): keep 400 MiB free for
-other applications (600 MiB on Windows, whose desktop shares VRAM, plus 100 MiB there on cards over
-15 GiB) and 0.8 GiB + that reserve of headroom for activations during inference.
+The reserve follows ComfyUI's (``model_management.py``): keep 400 MiB of a real card free for
+other applications and the driver (600 MiB on Windows, whose desktop shares VRAM, plus 100 MiB
+there on cards over 15 GiB). Activation memory is a different fact: it depends on the workload
+(family, size, batch, dtype, attention kernel) and is predicted by the measured model in
+``core.memory.inference``; ComfyUI's fixed 0.8 GiB minimum is not taken over (it made the manager
+refuse 1-2 GiB cards that ComfyUI serves by streaming everything).
 """
 
 from __future__ import annotations
@@ -32,8 +35,6 @@ NO_VRAM_BELOW = 3 * GIB
 LOW_VRAM_BELOW = 5 * GIB
 #: cards this large are told that high-VRAM mode is an option (never chosen automatically)
 HIGH_VRAM_HINT_FROM = 40 * GIB
-
-INFERENCE_BASE_BYTES = int(0.8 * GIB)
 
 
 class SettingsError(LoadoutError, ValueError):
@@ -119,7 +120,7 @@ class MemorySettings:
 
     vram_state: VramState | None = None
     reserve_bytes: int | None = None  # kept free for other applications
-    min_inference_bytes: int | None = None  # headroom for activations while sampling
+    min_inference_bytes: int | None = None  # fixed headroom for activations (None: the measured model)
     pinned_memory: bool = True
     pinned_fraction: float | None = None  # cap on pinned RAM as a fraction of total RAM
     dtype_overrides: tuple[DtypeOverride, ...] = ()
@@ -201,14 +202,17 @@ def _card_word(device: DeviceInfo) -> str:
 def reserve_bytes(
     device: DeviceInfo, total: int, platform: str, settings: MemorySettings | None = None
 ) -> int:
-    """Bytes kept free for other applications (the desktop, a browser) on ``device``.
+    """Bytes kept free for other applications (the desktop, a browser) and the driver on ``device``.
 
     ``platform`` is ``sys.platform`` ("win32", "linux", "darwin"). The user's setting wins.
+    A card simulated on the CPU keeps nothing back: the reserve stands for VRAM that other
+    programs and the driver's context hold on a real card, and on a simulated one nothing else
+    shares the budget the user set (the RAM under it is the operating system's business).
     """
     if settings is not None and settings.reserve_bytes is not None:
         return settings.reserve_bytes
-    if device.kind == "cpu" and not device.simulated:
-        return 0  # RAM headroom is the operating system's business
+    if device.kind == "cpu":
+        return 0  # no GPU, or a simulated card: nothing else uses that budget
     if platform.startswith("win"):
         extra = 100 * MIB if total > 15 * GIB else 0  # more on 16 GB+ cards under WDDM
         return 600 * MIB + extra
@@ -216,10 +220,12 @@ def reserve_bytes(
 
 
 def minimum_inference_bytes(reserve: int, settings: MemorySettings | None = None) -> int:
-    """Headroom kept free for activations while a model runs: 0.8 GiB plus the reserve."""
+    """The least kept free while a model runs, whatever its workload: the user's fixed setting,
+    or else only the reserve. Activations are added per workload (``memory_required``, predicted
+    by ``core.memory.inference``), so a small image on a small card is not refused for a big one."""
     if settings is not None and settings.min_inference_bytes is not None:
         return settings.min_inference_bytes
-    return INFERENCE_BASE_BYTES + reserve
+    return reserve
 
 
 def pinned_memory_cap(ram_total: int, platform: str, settings: MemorySettings | None = None) -> int:

@@ -8,7 +8,10 @@ directly. These layers
 * cast weight and bias to the input's device and dtype at forward when they differ ("manual
   cast"), without ever changing the stored parameters;
 * while streamed (``core.ops.streaming``), get fresh, patched copies of their weights at forward
-  from the object in their one declared ``stream`` slot.
+  from the object in their one declared ``stream`` slot;
+* dequantize a quantized weight (``core.quant.tensor.QuantizedWeight``, GGUF blocks) per forward
+  into the input's dtype on the input's device, then apply its placed patches (a LoRA), then
+  compute: nothing dense is kept between forwards and nothing is ever requantized.
 """
 
 from __future__ import annotations
@@ -20,6 +23,8 @@ from typing import TYPE_CHECKING, cast
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+from core.quant.tensor import QuantizedWeight
 
 if TYPE_CHECKING:
     from core.ops.streaming import LayerStream
@@ -63,6 +68,8 @@ class CastWeights:
         bias: torch.Tensor | None = getattr(self, "bias", None)
         if self.stream is not None:
             return self.stream.cast(weight, bias, x.device, x.dtype)
+        if isinstance(weight, QuantizedWeight):  # dequantized per forward, on the computing device
+            return weight.materialize(x.dtype, x.device), cast_to(bias, x)
         w = cast_to(weight, x)
         assert w is not None
         return w, cast_to(bias, x)
@@ -155,6 +162,8 @@ class Embedding(CastWeights, nn.Embedding):
         w = self.weight
         if self.stream is not None:  # indices in, so the stored dtype is kept
             w = self.stream.cast(w, None, x.device, None)[0]
+        elif isinstance(w, QuantizedWeight):
+            w = w.materialize(out_dtype or torch.float32, x.device)
         elif w.device != x.device:
             w = w.to(x.device)
         out = F.embedding(

@@ -7,6 +7,7 @@ every forward
 1. runs the interrupt check (once per layer, so a stop lands within one layer's work),
 2. copies weight and bias to the input's device into fresh tensors (on CUDA the copy of the *next*
    layer was already started on a side stream while this one computed: prefetch),
+   (a quantized weight is copied as its quantized bytes and dequantized on the device),
 3. applies the layer's patches (LoRA...) to the copy, in the compute dtype when the weight is fp8
    so that a small LoRA change is not rounded away, and
 4. casts to the input's dtype.
@@ -27,8 +28,10 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor, nn
 
+from core.ops.alignment import copy_for_compute
 from core.ops.fp8 import is_fp8
 from core.ops.layers import CastWeights
+from core.quant.tensor import QuantizedWeight
 
 #: ``patch(key, base) -> weight``: the weight of state-dict key ``key`` with its patch stack applied
 #: to ``base`` (a fresh copy on the compute device); ``base`` itself when nothing patches ``key``.
@@ -170,6 +173,8 @@ class LayerStream:
 
     def _finish(self, t: Tensor, part: str, dtype: torch.dtype | None) -> tuple[Tensor, bool]:
         patched = False
+        if isinstance(t, QuantizedWeight):  # the quantized bytes were copied: dequantize here
+            t = t.materialize(dtype or torch.float32)
         if self.patch_fn is not None:
             if is_fp8(t.dtype) and dtype is not None and not is_fp8(dtype):
                 t = t.to(dtype)  # patch in the compute dtype: an fp8 round trip erases small LoRAs
@@ -199,7 +204,9 @@ class LayerStream:
         non_blocking = self.pinned is not None
 
         def fresh(t: Tensor | None) -> Tensor | None:
-            return None if t is None else t.detach().to(device=device, copy=True, non_blocking=non_blocking)
+            # on the source's own device at the source's address residue, elsewhere a fresh device
+            # block: what a resident layer computes with, so both give the same bits (alignment.py)
+            return None if t is None else copy_for_compute(t, device, non_blocking=non_blocking)
 
         if side is None:
             w = fresh(src_w)

@@ -32,6 +32,7 @@ from core.patching.adapters.base import Adapter
 from core.patching.adapters.lora import LoRAAdapter
 from core.patching.adapters.slices import Offset, Patch, apply_patches
 from core.patching.side import LoraSidePath, clear_side_outputs, has_side_path, set_side_outputs
+from core.quant.tensor import QuantizedWeight
 
 #: A key's applied stack: ((set id, strength, index of the patch in the set), ...)
 Signature = tuple[tuple[str, float, int], ...]
@@ -218,12 +219,32 @@ class ModelPatcher:
         stack = self._stack(key)
         if not stack:
             return weight, True
+        if isinstance(weight, QuantizedWeight):
+            return self._deferred(key, weight, stack, cache), False
         if any(p.function is not None for _, p in stack):
             return self._sequential(weight, stack), False
         if all(p.adapter.is_additive and p.adapter.linear_in_strength for _, p in stack):
             return self._from_deltas(key, weight, stack, cache)
         patches = [Patch(p.adapter, s.strength, p.offset) for s, p in stack]
         return apply_patches(weight, patches, intermediate_dtype=self.intermediate_dtype), False
+
+    def _deferred(
+        self, key: str, weight: QuantizedWeight, stack: list[tuple[PatchSet, KeyPatch]], cache: bool
+    ) -> QuantizedWeight:
+        """A quantized weight is never requantized nor held dense: it gets the stack as it is now,
+        to apply at each forward to the weight dequantized into the compute dtype (the op layers
+        call it). Shapes are checked now, so a mismatched LoRA still fails here."""
+        for _, p in stack:
+            shape = list(weight.qshape)
+            if p.offset is not None:
+                shape[p.offset[0]] = p.offset[2]
+            p.adapter.check(torch.Size(shape))
+        frozen = self.clone()
+
+        def patch(dense: Tensor) -> Tensor:
+            return frozen.patched_weight(key, dense, cache=cache)[0]
+
+        return weight.with_patch(patch)
 
     def _sequential(self, weight: Tensor, stack: list[tuple[PatchSet, KeyPatch]]) -> Tensor:
         """Patches one after the other with their functions (the path with no shortcut)."""

@@ -39,6 +39,7 @@ class RunRequest:
     device: str = "cpu"
     vram_limit: int | None = None
     settings: MemorySettings = field(default_factory=MemorySettings)
+    measure_activations: bool = True  # count live activation tensors (costs Python time per op)
 
 
 @dataclass(frozen=True)
@@ -61,6 +62,8 @@ class HeadlessReport:
     resident_bytes: int
     streamed_bytes_per_step: int
     peak_bytes: int
+    inference_bytes_predicted: int
+    inference_bytes_measured: int | None
     vram_state: str
     vram_reason: str
     events: tuple[MemoryEvent, ...]
@@ -80,6 +83,8 @@ class HeadlessReport:
             "resident_bytes": self.resident_bytes,
             "streamed_bytes_per_step": self.streamed_bytes_per_step,
             "peak_bytes": self.peak_bytes,
+            "inference_bytes_predicted": self.inference_bytes_predicted,
+            "inference_bytes_measured": self.inference_bytes_measured,
             "vram_state": self.vram_state,
             "vram_reason": self.vram_reason,
             "events": [e.to_json() for e in self.events],
@@ -131,7 +136,12 @@ def run_headless(
     for arg in request.loras:
         session.loras.add(arg.path, arg.model, arg.clip)
     cfg = request.config
-    report = session.test_run(cfg, progress or (lambda s: None), placement.manager.check)
+    report = session.test_run(
+        cfg,
+        progress or (lambda s: None),
+        placement.manager.check,
+        measure_activations=request.measure_activations,
+    )
     decision = placement.decision
     assert decision is not None  # a placement on a named device always has one
     # On the CPU without a simulated card, RAM is the device: the model is "loaded" (zero-copy for
@@ -141,7 +151,8 @@ def run_headless(
     return HeadlessReport(
         request.model, det.family, device.label, str(cfg.dtype).removeprefix("torch."), cfg.steps,
         report.seconds_per_step, report.resident_bytes, report.streamed_bytes_per_step,
-        _peak_bytes(report.device), "normal" if cpu_only else decision.state.name.lower(), decision.reason,
+        _peak_bytes(report.device), report.inference_bytes_predicted, report.inference_bytes_measured,
+        "normal" if cpu_only else decision.state.name.lower(), decision.reason,
         tuple(placement.events.events()), report.output,
         tuple(LoraSummary(e.path, len(e.report.matched), len(e.report.unmatched))
               for e in (stack.entries.values() if stack is not None else ())),

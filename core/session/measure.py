@@ -3,6 +3,7 @@ with what it cost (time per step, peak RSS, peak device memory, resident and str
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -12,7 +13,9 @@ import torch
 
 from core.files.dtypes import short_name
 from core.loading.loader import LoadedComponent
-from core.run.placed import StepPlacer
+from core.memory.inference import Workload, activation_bytes
+from core.memory.tracking import ActivationTracker
+from core.run.placed import StepPlacer, profile_of
 from core.run.testrun import RunConfig, StepDone, perform_test_run
 from core.session.placement import Placement
 from core.session.snapshots import RunReport
@@ -34,6 +37,8 @@ def measured_test_run(
     config: RunConfig,
     progress: Callable[[StepDone], None],
     check: Callable[[], None],
+    *,
+    measure_activations: bool = False,
 ) -> RunReport:
     """Run ``component``'s network; with an active placement the manager places ``managed`` (its
     patcher or module) before each step, on its device."""
@@ -44,14 +49,27 @@ def measured_test_run(
     cuda = config.device.startswith("cuda")
     if cuda:
         torch.cuda.reset_peak_memory_stats(config.device)
-    place = StepPlacer(placement.manager, placement.mover, managed) if placement.active else None
+    # activations: predicted by the measured model for this workload (room asked of the manager,
+    # unless the user fixed the inference headroom), and measured by the tracker when asked
+    attention = "cuda_flash" if cuda else "cpu_flash"
+    work = Workload(config.width, config.height, config.batch, config.dtype.itemsize, attention)
+    profile, width = profile_of(component.module)
+    predicted = activation_bytes(profile, work, width)
+    fixed = 0 if placement.config.settings.min_inference_bytes is not None else None
+    place = (
+        StepPlacer(placement.manager, placement.mover, managed, work, memory_required=fixed)
+        if placement.active
+        else None
+    )
+    tracker = ActivationTracker()
 
     def step(done: StepDone) -> None:
         rss.sample()
         progress(done)
 
     t0 = time.perf_counter()
-    result = perform_test_run(component.module, config, check=check, progress=step, before_step=place)
+    with tracker if measure_activations else contextlib.nullcontext():
+        result = perform_test_run(component.module, config, check=check, progress=step, before_step=place)
     total = time.perf_counter() - t0
     resident, streamed = place.finish() if place is not None else (0, 0)
     peak_vram = int(torch.cuda.max_memory_allocated(config.device)) if cuda else None
@@ -60,5 +78,6 @@ def measured_test_run(
     return RunReport(
         config.steps, config.width, config.height, config.batch, result.seconds_per_step, total,
         config.device, short_name(config.dtype), rss.peak, peak_vram, result.output_summary(),
-        resident, streamed, placement.describe().label if placement.active else "",
+        resident, streamed, placement.describe().label if placement.active else "", predicted,
+        tracker.peak_bytes if measure_activations else None,
     )  # fmt: skip

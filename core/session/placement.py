@@ -38,6 +38,7 @@ from core.memory.policy import (
 )
 from core.memory.probes import CpuProbe, LimitedProbe, MemoryProbe, probe_for
 from core.patching.patcher import ModelPatcher
+from core.run.placed import default_memory_required
 
 
 @dataclass(frozen=True)
@@ -197,7 +198,10 @@ class Placement:
         return self.manager.register(model, name)
 
     def place(self, models: Sequence[object], memory_required: int = 0) -> LoadResult:
-        return self.manager.load_models(models, memory_required)
+        """Place ``models``, keeping room for ``memory_required`` bytes of activations (0: the
+        measured model's figure for one image at each model's usual size)."""
+        need = memory_required or default_memory_required(self.manager, models)
+        return self.manager.load_models(models, need)
 
     def offload(self, models: Sequence[object], why: str = "you offloaded it") -> LoadResult:
         return self.manager.unload_models(models, why)

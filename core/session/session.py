@@ -266,10 +266,19 @@ class Session:
         )
 
     # -- test run ---------------------------------------------------------------------------------
-    def test_run(self, config: RunConfig, progress: Callable[[StepDone], None], check: Check) -> RunReport:
+    def test_run(
+        self,
+        config: RunConfig,
+        progress: Callable[[StepDone], None],
+        check: Check,
+        *,
+        measure_activations: bool = False,
+    ) -> RunReport:
         """N seeded steps of the main model's diffusion network, placed through the manager."""
         comp, managed = self.component("diffusion_model")
-        report = measured_test_run(comp, managed, self.placement, config, progress, check)
+        report = measured_test_run(
+            comp, managed, self.placement, config, progress, check, measure_activations=measure_activations
+        )
         moved = (
             f"; {report.resident_bytes / 2**20:.1f} MiB resident on {report.placement}, "
             f"{report.streamed_bytes_per_step / 2**20:.1f} MiB streamed per step"

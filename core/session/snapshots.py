@@ -95,6 +95,10 @@ class RunReport:
     resident_bytes: int = 0  # of the diffusion model, on the device during the run
     streamed_bytes_per_step: int = 0  # copied from RAM by the ops layer at each step
     placement: str = ""  # the device it was placed on ("" on the CPU)
+    #: activation bytes the inference-memory model predicted for this workload, and the peak the
+    #: activation tracker measured during the steps (weights excluded; None when not measured)
+    inference_bytes_predicted: int = 0
+    inference_bytes_measured: int | None = None
 
 
 @dataclass(frozen=True)

@@ -187,3 +187,16 @@ def test_the_thread_guard_sees_a_running_qthread() -> None:
 )
 def test_known_codes_have_their_own_title(code: str) -> None:
     assert "failed" not in describe(TaskError("load", code, "x.")).title
+
+
+def test_fit_estimate_keeps_back_the_predicted_activations_of_the_family_not_a_fixed_constant() -> None:
+    from dataclasses import replace
+
+    from core.memory.inference import Workload, predict
+
+    model = replace(_entry("checkpoint", ("diffusion_model", 2_500_000_000, 5 * GIB)), family="sdxl")
+    est = estimate_fit(model, 8 * GIB, where="GPU", on_gpu=True, ram_available=32 * GIB, headroom=0)
+    assert est.usable == 8 * GIB - predict("sdxl", Workload(1024, 1024, 1, 2, "cuda_flash"))
+    gpu = dict(where="GPU", on_gpu=True, ram_available=32 * GIB, headroom=0)
+    fp32 = estimate_fit(model, 8 * GIB, dtype="fp32", **gpu)  # type: ignore[arg-type]
+    assert 8 * GIB - fp32.usable == 2 * (8 * GIB - est.usable)  # fp32 activations: twice the bytes

@@ -225,3 +225,29 @@ def test_trailing_bytes_are_a_warning_not_an_error(tmp_path: Path) -> None:
     p = write_raw_header(tmp_path / "m.safetensors", body, data=b"\0" * 12)
     h = read_header(p)
     assert any("unused data" in w for w in h.warnings)
+
+
+def test_tensors_are_views_at_the_file_offset_or_aligned_copies(tmp_path: Path) -> None:
+    """A tensor whose offset is a multiple of its element size is a zero-copy view at the file's own
+    address residue (placement keeps it); one that is not is copied into a 64-byte aligned tensor."""
+    a = torch.arange(5, dtype=torch.uint8)  # 5 bytes: whatever follows is off its element size
+    b = torch.linspace(-1, 1, 12).view(3, 4)
+    c = torch.linspace(0, 2, 6).to(torch.bfloat16)
+    header = {
+        "a": {"dtype": "U8", "shape": [5], "data_offsets": [0, 5]},
+        "b": {"dtype": "F32", "shape": [3, 4], "data_offsets": [5, 53]},
+        "c": {"dtype": "BF16", "shape": [6], "data_offsets": [53, 65]},
+    }
+    raw = json.dumps(header).encode()
+    raw += b" " * ((-8 - len(raw)) % 64)  # data starts on a 64-byte boundary
+    data = b"".join(t.reshape(-1).view(torch.uint8).numpy().tobytes() for t in (a, b, c))
+    path = write_raw_header(tmp_path / "odd.safetensors", raw, data=data)
+    with SafetensorsFile(path) as f:
+        ta, tb, tc = f.tensor("a"), f.tensor("b"), f.tensor("c")
+        assert f.tensor("a").data_ptr() == ta.data_ptr()  # a view on the mapping: same address
+        assert f.tensor("b").data_ptr() != tb.data_ptr()  # a copy each time
+    assert torch.equal(ta, a) and torch.equal(tb, b) and torch.equal(tc, c)
+    assert ta.data_ptr() % 64 == 0  # the file's own address: data starts on a 64-byte boundary
+    assert tb.data_ptr() % 64 == 0 and tc.data_ptr() % 64 == 0  # copied, aligned: 5 and 53 are odd
+    ref = load_file(str(path))
+    assert all(torch.equal(ref[k], t) for k, t in {"a": a, "b": b, "c": c}.items())

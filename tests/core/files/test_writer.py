@@ -61,3 +61,17 @@ def test_output_equal_to_input_is_refused(tmp_path: Path) -> None:
             refuse_same_file(out, src)
         assert err.value.code == "output_is_input"
     refuse_same_file(tmp_path / "other.safetensors", src)
+
+
+def test_data_starts_on_a_64_byte_boundary(tmp_path: Path) -> None:
+    """Loadout's files put every tensor whose offset is a multiple of 64 on a 64-byte boundary of
+    the mapping (the header is padded with spaces, which the reference reader accepts)."""
+    from core.files.safetensors import SafetensorsFile
+
+    for title in ("x", "xy", "a much longer title " * 3):
+        t = {"w": torch.randn(16, 16), "b": torch.randn(16).half()}
+        p = write_safetensors(tmp_path / "out.safetensors", t, {"modelspec.title": title})
+        assert read_header(p).data_start % 64 == 0
+        with SafetensorsFile(p) as f:
+            assert f.tensor("w").data_ptr() % 64 == 0 and f.tensor("b").data_ptr() % 64 == 0
+        assert all(torch.equal(load_file(str(p))[k], v) for k, v in t.items())

@@ -71,7 +71,9 @@ def test_the_picture_is_bit_identical_whatever_the_vram_limit(demo: DemoLibrary,
     def make(limit: int | None, name: str) -> np.ndarray:
         request = GenerateRequest(
             ModelFiles(checkpoint=demo.checkpoint),
-            ImageSettings("a lighthouse", "fog", Sampling(seed=7, steps=2, sampler="euler_ancestral"), 64, 64),
+            ImageSettings(
+                "a lighthouse", "fog", Sampling(seed=7, steps=2, sampler="euler_ancestral"), 64, 64
+            ),
             loras=(LoraArg(demo.lora, 0.7, 0.7),),
             output=tmp_path / name,
             vram_limit=limit,

@@ -282,23 +282,24 @@ def test_checkpoint_passed_to_load_vae_loads_just_the_vae(tmp_path: Path) -> Non
 
 @pytest.fixture
 def flux_gguf(tmp_path: Path) -> Path:
+    """A Flux GGUF whose matrices are IQ4_NL, a llama.cpp type Loadout does not dequantize."""
     tensors = {
-        k: ("Q8_0", tuple(v.shape)) if v.ndim == 2 and v.shape[1] % 32 == 0 else ("F32", tuple(v.shape))
+        k: ("IQ4_NL", tuple(v.shape)) if v.ndim == 2 and v.shape[1] % 32 == 0 else ("F32", tuple(v.shape))
         for k, v in TINY_FLUX.state().items()
     }
-    path = write_gguf(tmp_path / "flux1-dev-Q8_0.gguf", tensors, {"general.architecture": "flux"})
+    path = write_gguf(tmp_path / "flux1-dev-IQ4_NL.gguf", tensors, {"general.architecture": "flux"})
     _, det = inspect_for_loading(path)
     assert (det.kind, det.family) == ("diffusion_model", "flux-dev")
     return path
 
 
-def test_gguf_cannot_be_loaded_yet(flux_gguf: Path) -> None:
+def test_gguf_with_an_unsupported_quantization_is_refused_before_reading_data(flux_gguf: Path) -> None:
     e = refused(flux_gguf, load_diffusion_model, FileFormatError, "unsupported_format")
-    assert "GGUF" in e.message and "not load yet" in e.message and ".safetensors" in e.fix
+    assert "IQ4_NL" in e.message and "Q4_K" in e.fix
 
 
-def test_gguf_passed_as_checkpoint_says_gguf_cannot_load(flux_gguf: Path) -> None:
-    refused(flux_gguf, load_checkpoint, FileFormatError, "unsupported_format")
+def test_gguf_diffusion_model_passed_as_checkpoint_is_the_wrong_kind(flux_gguf: Path) -> None:
+    refused(flux_gguf, load_checkpoint, ModelMismatchError, "wrong_kind")
 
 
 # --- files larger than memory -----------------------------------------------------------------------------

@@ -106,6 +106,11 @@ def test_checkpoint_loads_every_component_and_runs(files: dict[str, Path], famil
     assert bundle.diffusion_model is not None and bundle.vae is not None
     loaded = by_prefix(bundle)
     assert loaded.keys() == CHECKPOINTS[family].keys()
+    assert len(bundle.components) == len(CHECKPOINTS[family])  # each component loaded once
+    assert [c.prefix for c in bundle.detection.components] == list(CHECKPOINTS[family])
+    # what no component took is exactly the file's leftovers (ComfyUI's logit_scale scalars...)
+    want_extras = checkpoint_tensors(family).keys() - checkpoint_tensors(family, extras=False).keys()
+    assert bundle.extras.keys() == want_extras
     for prefix, tiny in CHECKPOINTS[family].items():
         comp = loaded[prefix]
         assert (comp.role, comp.family, comp.layout) == (tiny.role, tiny.family, tiny.layout), prefix
@@ -229,7 +234,7 @@ def test_progress_reports_every_tensor(files: dict[str, Path]) -> None:
     by_component: dict[str, list[LoadProgress]] = {}
     for e in events:
         by_component.setdefault(e.component, []).append(e)
-    assert len(by_component) == len(bundle.components) == 4
+    assert len(by_component) == len(bundle.components) == 5  # MMDiT, VAE, CLIP-L, CLIP-G, T5
     for comp in bundle.components:
         seen = by_component[f"{comp.role} ({comp.family})"]
         state = comp.module.state_dict()

@@ -6,6 +6,7 @@ import subprocess
 import sys
 import textwrap
 import types
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -335,7 +336,17 @@ def test_reserve_rules(platform: str, gib: int, expected_mib: int) -> None:
     card = nvidia_device(0, "card", gib * GIB, (8, 6))
     reserve = reserve_bytes(card, gib * GIB, platform)
     assert reserve == expected_mib * MIB
-    assert minimum_inference_bytes(reserve) == int(0.8 * GIB) + expected_mib * MIB
+    # no fixed activation headroom any more: activations are predicted per workload
+    assert minimum_inference_bytes(reserve) == expected_mib * MIB
+    # a real card capped to a smaller size keeps its reserve (the driver and the desktop are real)
+    assert reserve_bytes(replace(card, simulated=True), gib * GIB, platform) == expected_mib * MIB
+
+
+def test_a_card_simulated_on_the_cpu_keeps_no_reserve_unless_asked() -> None:
+    simulated = replace(DEVICES["cpu"], simulated=True)
+    assert reserve_bytes(simulated, GIB, "linux") == 0
+    assert reserve_bytes(simulated, GIB, "win32") == 0
+    assert reserve_bytes(simulated, GIB, "linux", MemorySettings(reserve_bytes=64 * MIB)) == 64 * MIB
 
 
 def test_reserve_and_inference_overrides_and_pinned_cap() -> None:

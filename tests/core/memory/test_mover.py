@@ -16,7 +16,7 @@ from core.memory.planning import PlanSettings
 from core.ops.layers import CastWeights
 from core.patching.lora_stack import LoraStack
 from core.run.testrun import RunConfig, perform_test_run
-from tests.fixtures.st_files import write_tensors
+from tests.fixtures.st_files import write_at_odd_offsets
 from tests.fixtures.tiny_models import checkpoint_tensors
 
 CFG = RunConfig(steps=1, width=64, height=64, seed=5)
@@ -26,7 +26,8 @@ CFG = RunConfig(steps=1, width=64, height=64, seed=5)
 def files(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, Path]:
     d = tmp_path_factory.mktemp("mover")
     torch.manual_seed(0)
-    ckpt = write_tensors(d / "tiny.safetensors", checkpoint_tensors("sd1"))
+    ckpt = d / "tiny.safetensors"  # every tensor off a 64-byte boundary: see test_placement_alignment
+    assert all(write_at_odd_offsets(ckpt, checkpoint_tensors("sd1"), residue=4).values())
     unet = load_checkpoint(ckpt).diffusion_model.module.state_dict()
     out = []
     for seed, ends in ((1, ("attn2.to_k.weight", "attn1.to_q.weight")), (2, ("attn1.to_v.weight",))):
@@ -37,7 +38,8 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, Path]:
                 name = "lora_unet_" + k[: -len(".weight")].replace(".", "_")
                 lora[f"{name}.lora_down.weight"] = torch.randn(2, v.shape[1], generator=g) * 0.3
                 lora[f"{name}.lora_up.weight"] = torch.randn(v.shape[0], 2, generator=g) * 0.3
-        out.append(write_tensors(d / f"lora{seed}.safetensors", lora))
+        write_at_odd_offsets(d / f"lora{seed}.safetensors", lora, residue=8 * seed)
+        out.append(d / f"lora{seed}.safetensors")
     return ckpt, out[0], out[1]
 
 

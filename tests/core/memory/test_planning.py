@@ -29,7 +29,7 @@ from core.memory.planning import (
 SD15_UNET, SDXL_UNET, FLUX = 1_720_000_000, 5_140_000_000, 23_800_000_000
 CLIP_L, T5_XXL, VAE = 250_000_000, 9_500_000_000, 170_000_000
 CARD_4, CARD_24 = 4 * GIB, 24 * GIB
-RESERVE = PlanSettings().inference_reserve(0)  # 0.8 GiB + 400 MiB, as ComfyUI
+RESERVE = PlanSettings().inference_reserve(0)  # the default floor (ComfyUI's 0.8 GiB + 400 MiB)
 
 
 def blocks(total: int, n: int) -> tuple[tuple[str, int], ...]:
@@ -274,10 +274,13 @@ def test_impossible_request_is_refused_with_a_reason_and_evicts_nothing() -> Non
     (refuse,) = steps
     assert refuse.kind == "refuse" and refuse.bytes == 0
     assert refuse.reason.startswith(
-        "Cannot run SDXL UNet: even streaming its weights needs 8.63 GiB on the device "
-        "(8.39 GiB for inference, 0.24 GiB for up to 2 streamed modules in flight)"
+        "Cannot run SDXL UNet: even streaming all its weights needs 8.63 GiB on the device "
+        "(8.00 GiB for activations, 0.24 GiB for up to 2 streamed modules in flight, "
+        "0.39 GiB kept for other programs)"
     )
-    assert "Lower the resolution or batch size" in refuse.reason
+    d = refuse.details  # what a caller needs to name a size or batch that fits
+    assert d["activation_bytes"] == 8 * GIB and d["kept_bytes"] == PlanSettings().reserve_bytes
+    assert d["room_bytes"] == GIB + CLIP_L and d["stream_buffer_bytes"] == 2 * (SDXL_UNET // 40)
 
 
 def test_planning_a_placed_model_again_moves_nothing_and_shrinks_when_inference_grows() -> None:

@@ -1,0 +1,213 @@
+"""Benchmark: predicted vs measured activation memory of one denoising step.
+
+For each network (SD1.5 and SDXL UNets at full size; "Flux-shaped": Flux's real widths (3072
+hidden, 24 heads, 512 text tokens) with one double and one single block, since its activation peak
+is per block and does not grow with depth), each resolution, batch and dtype, one forward runs
+under :class:`core.memory.tracking.ActivationTracker` (peak bytes of live activation tensors,
+weights and inputs excluded) and is compared with :func:`core.memory.inference.predict`.
+
+The networks get every weight as a stride-0 view of one zero scalar: the real shapes and the real
+kernels at a few bytes of weights, so a full SDXL UNet runs in well under a GiB of RAM. The values
+are irrelevant to activation memory (shapes alone decide it).
+
+On CUDA it also reports ``torch.cuda.max_memory_allocated`` above what was allocated before the
+step (``cuda_peak_bytes``): that includes kernel workspaces (cuDNN, cuBLAS) the tracker cannot see.
+
+``--fit`` prints least-squares coefficients (relative error) for ``core/memory/inference.py``'s
+table from the rows measured. Usage::
+
+    python -m bench.inference_memory [--device cpu] [--kinds sd1,sdxl,flux] [--sizes 256,384]
+        [--batches 1] [--dtypes fp32] [--attention default,math] [--fit]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+import torch  # noqa: E402
+from torch import nn  # noqa: E402
+
+from core.memory import inference  # noqa: E402
+from core.memory.tracking import ActivationTracker  # noqa: E402
+from core.models.flux import Flux, FluxConfig  # noqa: E402
+from core.models.unet import UNetModel  # noqa: E402
+from core.models.unet_config import UNetConfig  # noqa: E402
+from core.run.testrun import RunConfig, _Inputs  # noqa: E402
+
+DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
+TARGET = 0.15  # |predicted / measured - 1|
+
+
+def build(kind: str) -> nn.Module:
+    """The network on meta (no memory): full-size UNets, Flux widths with 1 + 1 blocks."""
+    if kind == "sd1":
+        return UNetModel(UNetConfig.sd1(), device="meta")
+    if kind == "sdxl":
+        return UNetModel(UNetConfig.sdxl(), device="meta")
+    if kind == "flux":
+        return Flux(FluxConfig(depth=1, depth_single_blocks=1), device="meta")
+    raise SystemExit(f"unknown kind {kind!r}: use sd1, sdxl or flux")
+
+
+def zero_weights(module: nn.Module, device: str, dtype: torch.dtype, real: bool = False) -> nn.Module:
+    """Every parameter a stride-0 view of one zero (real shapes, ~no memory), or with ``real``
+    a zero-filled tensor of its own (on a GPU, where a kernel would copy a stride-0 weight into
+    a workspace that ``max_memory_allocated`` sees); buffers real zeros."""
+    zero = torch.zeros((), device=device, dtype=dtype)
+    for sub in module.modules():
+        for name, p in list(sub._parameters.items()):
+            if p is not None:
+                w = torch.zeros(p.shape, device=device, dtype=dtype) if real else zero.expand(p.shape)
+                sub._parameters[name] = nn.Parameter(w, requires_grad=False)
+        for name, b in list(sub._buffers.items()):
+            if b is not None:
+                sub._buffers[name] = torch.zeros(
+                    b.shape, device=device, dtype=dtype if b.is_floating_point() else b.dtype
+                )
+    return module.eval()
+
+
+@contextmanager
+def attention_kind(kind: str) -> Iterator[None]:
+    if kind == "math":
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+
+        with sdpa_kernel(SDPBackend.MATH):
+            yield
+    else:
+        yield
+
+
+def measure(
+    model: nn.Module, size: int, batch: int, dtype: torch.dtype, device: str, attn: str
+) -> dict[str, Any]:
+    inputs = _Inputs(model, RunConfig(1, size, size, batch, 0, dtype, device))
+    inputs.to(device, dtype)
+    x = inputs.noise.clone()
+    roots = [v for v in vars(inputs).values() if isinstance(v, torch.Tensor)] + [x]
+    cuda = device.startswith("cuda")
+    if cuda:
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        base = torch.cuda.memory_allocated()
+    t0 = time.perf_counter()
+    with torch.inference_mode(), attention_kind(attn), ActivationTracker(roots) as tracker:
+        out = inputs.forward(model, x, 0.5)
+        del out
+    if cuda:
+        torch.cuda.synchronize()
+    row: dict[str, Any] = {
+        "measured_bytes": tracker.peak_bytes,
+        "left_live_bytes": tracker.live_bytes,
+        "seconds": round(time.perf_counter() - t0, 2),
+    }
+    if cuda:
+        row["cuda_peak_bytes"] = int(torch.cuda.max_memory_allocated() - base)
+    return row
+
+
+def _attention_name(attn: str, device: str) -> str:
+    if attn == "math":
+        return "math"
+    return "cuda_flash" if device.startswith("cuda") else "cpu_flash"
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    rows = []
+    for kind in args.kinds.split(","):
+        for dname in args.dtypes.split(","):
+            model = zero_weights(build(kind), args.device, DTYPES[dname], args.device.startswith("cuda"))
+            for attn in args.attention.split(","):
+                for batch in (int(b) for b in args.batches.split(",")):
+                    for size in (int(s) for s in args.sizes.split(",")):
+                        row: dict[str, Any] = {
+                            "kind": kind, "size": size, "batch": batch, "dtype": dname,
+                            "attention": _attention_name(attn, args.device),
+                        }  # fmt: skip
+                        row |= measure(model, size, batch, DTYPES[dname], args.device, attn)
+                        work = inference.Workload(size, size, batch, DTYPES[dname].itemsize, row["attention"])
+                        if kind in inference.PROFILES and inference.has_coefficients(kind, row["attention"]):
+                            row["predicted_bytes"] = inference.predict(kind, work)
+                            row["ratio"] = round(row["predicted_bytes"] / row["measured_bytes"], 4)
+                        rows.append(row)
+                        print(json.dumps(row), file=sys.stderr, flush=True)
+            del model
+    ratios = [r["ratio"] for r in rows if "ratio" in r]
+    worst = max((abs(r - 1) for r in ratios), default=None)
+    report: dict[str, Any] = {
+        "bench": "inference_memory",
+        "device": args.device,
+        "torch": torch.__version__,
+        "machine": platform.machine(),
+        "threads": torch.get_num_threads(),
+        "target": f"predicted/measured within 1 +- {TARGET}",
+        "worst_abs_ratio_error": None if worst is None else round(worst, 4),
+        "ok": worst is not None and worst <= TARGET,
+        "rows": rows,
+    }
+    if args.fit:
+        report["fit"] = fit(rows)
+    return report
+
+
+def fit(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Per (kind, attention): least squares in relative error of
+    ``measured = bytes * batch * (a * N + q * heads * T**2 + c)`` (q only for math attention)."""
+    import numpy as np
+
+    out: dict[str, Any] = {}
+    groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for r in rows:
+        groups.setdefault((r["kind"], r["attention"]), []).append(r)
+    for (kind, attn), rs in groups.items():
+        prof = inference.PROFILES[kind]
+        quadratic = attn == "math"
+        a_rows, b = [], []
+        for r in rs:
+            w = inference.Workload(r["size"], r["size"], r["batch"], DTYPES[r["dtype"]].itemsize, attn)
+            scale = w.dtype_bytes * w.batch
+            n, t = prof.positions(w.width, w.height), prof.attention_tokens(w.width, w.height)
+            feats = [scale * n, scale] + ([scale * prof.heads * t * t] if quadratic else [])
+            a_rows.append([f / r["measured_bytes"] for f in feats])
+            b.append(1.0)
+        coef, *_ = np.linalg.lstsq(np.array(a_rows), np.array(b), rcond=None)
+        out[f"{kind}/{attn}"] = {
+            "per_position": round(float(coef[0]), 2),
+            "constant": round(float(coef[1]), 1),
+            **({"per_score": round(float(coef[2]), 4)} if quadratic else {}),
+            "points": len(rs),
+        }
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--kinds", default="sd1,sdxl,flux")
+    p.add_argument("--sizes", default="256,384")
+    p.add_argument("--batches", default="1")
+    p.add_argument("--dtypes", default="fp32")
+    p.add_argument("--attention", default="default", help="default (the device's SDPA) and/or math")
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--fit", action="store_true")
+    args = p.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    report = run(args)
+    print(json.dumps(report, indent=1))
+    return 0 if report["ok"] or args.fit else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,141 @@
+"""Quantized weights held as what they are: the file's bytes plus how to read them.
+
+:class:`QuantizedWeight` is a ``torch.Tensor`` subclass whose data is the raw uint8 bytes of GGML
+blocks (a zero-copy view of the memory-mapped GGUF file when loaded) and which carries the GGML
+type and the logical shape. It goes wherever a weight goes -- a module's parameter slot, the
+memory manager's byte counts (``nbytes`` is the real, quantized size), a streamed layer's copy to
+the device (``.to`` keeps it quantized, so fewer bytes cross the bus) -- and is turned into numbers
+only by :meth:`dequantize`, which the op layers call per forward, on the computing device.
+
+Only moving operations keep the subclass (``to``, ``detach``, ``clone``, ``cpu``, ``cuda``,
+``pin_memory``, ``contiguous``, ``.data``); any other torch operation on it sees plain bytes, so a
+layer that forgot to dequantize fails loudly on a shape mismatch instead of computing garbage
+quietly.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from core.quant.dequant import dequantize
+from core.quant.gguf_types import BY_NAME
+
+_KEEP = frozenset(
+    {"to", "detach", "clone", "cpu", "cuda", "pin_memory", "contiguous", "__get__", "share_memory_"}
+)
+
+
+class QuantizedWeight(Tensor):
+    """GGML-quantized weight: uint8 block bytes, ``qtype`` (e.g. "Q4_K") and ``qshape``."""
+
+    qtype: str
+    qshape: torch.Size
+    #: Set on a *placed* copy by the patcher (never on the file's tensor): applied to the
+    #: dequantized weight at forward, so a LoRA changes a quantized layer without requantizing it
+    #: and without holding a dense copy.
+    patch: Callable[[Tensor], Tensor] | None
+
+    @staticmethod
+    def __new__(cls, raw: Tensor, qtype: str, qshape: tuple[int, ...]) -> QuantizedWeight:
+        if raw.dtype != torch.uint8:
+            raise TypeError(f"quantized bytes must be uint8, not {raw.dtype}")
+        spec = BY_NAME[qtype]
+        if raw.numel() != spec.nbytes(math.prod(qshape)) or math.prod(qshape) % spec.block:
+            raise ValueError(f"{raw.numel()} bytes of {qtype} cannot hold a {tuple(qshape)} tensor")
+        out = Tensor._make_subclass(cls, raw.reshape(-1), False)
+        out.qtype = qtype
+        out.qshape = torch.Size(qshape)
+        out.patch = None
+        return out
+
+    def __init__(self, raw: Tensor, qtype: str, qshape: tuple[int, ...]) -> None:
+        super().__init__()
+
+    def __repr__(self, **_: Any) -> str:  # type: ignore[override]
+        return (
+            f"QuantizedWeight({self.qtype}, shape={tuple(self.qshape)}, {self.numel()} bytes, {self.device})"
+        )
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> QuantizedWeight:
+        twin = QuantizedWeight(self.raw().clone(), self.qtype, tuple(self.qshape))
+        twin.patch = self.patch
+        return twin
+
+    def __reduce_ex__(self, proto: Any) -> Any:
+        return (QuantizedWeight, (self.raw().clone(), self.qtype, tuple(self.qshape)))
+
+    @classmethod
+    def __torch_function__(
+        cls,
+        func: Callable[..., Any],
+        types: Any,
+        args: tuple[Any, ...] = (),
+        kwargs: dict[str, Any] | None = None,
+    ) -> Any:
+        with torch._C.DisableTorchFunctionSubclass():
+            out = func(*args, **(kwargs or {}))
+        src = args[0] if args and isinstance(args[0], QuantizedWeight) else None
+        if (
+            src is not None
+            and getattr(func, "__name__", "") in _KEEP
+            and type(out) is Tensor
+            and out.dtype == torch.uint8
+            and out.shape == src.shape
+        ):
+            twin = QuantizedWeight(out, src.qtype, tuple(src.qshape))
+            twin.patch = src.patch
+            return twin
+        return out
+
+    def raw(self) -> Tensor:
+        """The bytes as a plain uint8 tensor (a view)."""
+        with torch._C.DisableTorchFunctionSubclass():
+            return self.view(torch.uint8).as_subclass(Tensor)
+
+    @property
+    def logical_numel(self) -> int:
+        return math.prod(self.qshape)
+
+    def dequantize(
+        self, dtype: torch.dtype = torch.float32, device: torch.device | str | None = None
+    ) -> Tensor:
+        """The weight's values, ``qshape``, in ``dtype`` on ``device`` (default: where the bytes
+        are). The bytes are moved first (fewer of them), then dequantized there."""
+        return dequantize(self.raw(), self.qtype, tuple(self.qshape), dtype, device)
+
+    def with_patch(self, patch: Callable[[Tensor], Tensor] | None) -> QuantizedWeight:
+        """The same bytes (no copy) with ``patch`` applied after dequantizing."""
+        with torch._C.DisableTorchFunctionSubclass():
+            raw = self.view(torch.uint8).as_subclass(Tensor)
+        twin = QuantizedWeight(raw, self.qtype, tuple(self.qshape))
+        twin.patch = patch
+        return twin
+
+    def materialize(self, dtype: torch.dtype, device: torch.device | str | None = None) -> Tensor:
+        """What a layer computes with: dequantized into ``dtype`` on ``device``, then patched."""
+        dense_w = self.dequantize(dtype, device)
+        return dense_w if self.patch is None else self.patch(dense_w)
+
+
+def is_quantized(t: object) -> bool:
+    return isinstance(t, QuantizedWeight)
+
+
+def logical_shape(t: Tensor) -> tuple[int, ...]:
+    """The shape a weight stands for: ``qshape`` for a quantized one, else ``t.shape``."""
+    return tuple(t.qshape) if isinstance(t, QuantizedWeight) else tuple(t.shape)
+
+
+def dense(t: Tensor, dtype: torch.dtype | None = None, device: torch.device | str | None = None) -> Tensor:
+    """``t`` as an ordinary tensor: dequantized when quantized (``dtype`` default float32), else
+    ``t`` itself (cast when ``dtype``/``device`` are given)."""
+    if isinstance(t, QuantizedWeight):
+        return t.dequantize(dtype or torch.float32, device)
+    if (dtype is not None and t.dtype != dtype) or (device is not None and t.device != torch.device(device)):
+        return t.to(device=device, dtype=dtype)
+    return t

@@ -1,0 +1,98 @@
+"""The inference-memory model (pure numbers), the activation tracker, and planning with them:
+refused only when activations plus the modules in flight truly exceed the card."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from core.memory.events import GIB, MIB
+from core.memory.inference import (
+    COEFFICIENTS,
+    Workload,
+    activation_bytes,
+    fit_advice,
+    largest_fitting,
+    predict,
+)
+from core.memory.planning import ModelState, PlanSettings, plan_load
+from core.memory.tracking import ActivationTracker
+
+
+def test_prediction_scales_with_pixels_batch_and_dtype_and_only_math_attention_is_quadratic() -> None:
+    base = predict("sd1", Workload(512, 512, 1, 2, "cuda_flash"))
+    assert predict("sd1", Workload(512, 512, 2, 2, "cuda_flash")) == pytest.approx(2 * base, rel=1e-6)
+    assert predict("sd1", Workload(512, 512, 1, 4, "cuda_flash")) == pytest.approx(2 * base, rel=1e-6)
+    big = predict("sd1", Workload(1024, 1024, 1, 2, "cuda_flash"))
+    assert 3.9 < big / base < 4.01  # linear in pixels with a small constant
+    # Flux's text tokens cost as much as image tokens: a constant that does not shrink with the image
+    flux = [predict("flux", Workload(s, s, 1, 2, "cuda_flash")) for s in (256, 1024)]
+    assert flux[1] / flux[0] == pytest.approx((4096 + 512) / (256 + 512), rel=1e-3)
+    assert all(c.per_score == 0 for (_, kind), c in COEFFICIENTS.items() if kind != "math")
+
+
+def test_a_tiny_network_is_predicted_in_proportion_to_its_width_and_unknown_families_as_the_largest() -> None:
+    work = Workload(256, 256, 1, 4, "cpu_flash")
+    full = activation_bytes("sd1", work)
+    assert activation_bytes("sd1", work, width=32) == pytest.approx(full / 10, rel=1e-6)
+    assert activation_bytes(None, work) == activation_bytes("flux", work)
+
+
+def test_largest_fitting_lowers_the_batch_first_then_the_size_and_gives_up_honestly() -> None:
+    work = Workload(1024, 1024, 4, 2, "cuda_flash")
+    one = predict("sdxl", Workload(1024, 1024, 1, 2, "cuda_flash"))
+    assert largest_fitting("sdxl", work, 2 * one) == Workload(1024, 1024, 2, 2, "cuda_flash")
+    smaller = largest_fitting("sdxl", work, one - 1)
+    assert smaller is not None and smaller.batch == 1 and smaller.width == smaller.height == 960
+    assert predict("sdxl", smaller) <= one - 1
+    wide = largest_fitting("sdxl", Workload(1216, 832, 1, 2, "cuda_flash"), one // 2)
+    assert wide is not None and wide.width > wide.height and wide.width % 64 == wide.height % 64 == 0
+    assert largest_fitting("sdxl", work, 1000) is None
+    assert "--size 960x960 --batch 1" in fit_advice("sdxl", work, one - 1)
+    assert "larger card" in fit_advice("sdxl", work, 0)
+
+
+def _unet(n: int, size: int) -> ModelState:
+    return ModelState("SD1.5 UNet", n * size, module_sizes=tuple((f"m{i}", size) for i in range(n)))
+
+
+def test_refused_only_when_activations_and_modules_in_flight_truly_exceed_the_card() -> None:
+    model = _unet(100, 17 * MIB)  # 1.66 GiB of weights in 100 modules
+    activations = predict("sd1", Workload(256, 256, 1, 4, "cpu_flash"))
+    cfg = PlanSettings(vram_state="no_vram", reserve_bytes=0, min_inference_bytes=0)
+    need = activations + 2 * 17 * MIB  # activations + two modules in flight, nothing resident
+    assert plan_load(model, need, activations, cfg).kind == "partial_load"
+    refused = plan_load(model, need - 1, activations, cfg)
+    assert refused.kind == "refuse"
+    assert refused.steps[0].details["activation_bytes"] == activations
+    # the old fixed 0.8 GiB + 400 MiB minimum refused this on a 1 GiB card; the model does not
+    assert plan_load(model, GIB, activations, cfg).kind == "partial_load"
+    assert plan_load(model, 256 * MIB, activations, cfg).kind == "partial_load"
+    old = PlanSettings(vram_state="no_vram")
+    assert plan_load(model, GIB, 0, old).kind == "refuse"
+
+
+def test_tracker_counts_live_activations_not_weights_nor_weight_copies() -> None:
+    lin = nn.Linear(256, 256)
+    x = torch.randn(8, 256)
+    with torch.inference_mode(), ActivationTracker([x]) as tr:
+        w = lin.weight.to(torch.float64).to(torch.float32)  # a weight-made copy (a streamed cast)
+        h = torch.nn.functional.linear(x, w, lin.bias)  # 8 KiB
+        g = torch.relu(h)  # 8 KiB, both live
+        del h
+        out = g * 2  # 8 KiB; h was freed
+        del w
+    assert tr.peak_bytes == 2 * 8 * 256 * 4
+    assert tr.live_bytes == 2 * 8 * 256 * 4  # g and out still live
+    del g, out
+    assert tr.live_bytes == 0
+
+
+def test_tracker_counts_what_an_op_makes_from_nothing_and_views_once() -> None:
+    with ActivationTracker() as tr:
+        a = torch.arange(1024, dtype=torch.float32)  # no inputs: an activation (4 KiB)
+        v = a.view(32, 32).t()  # a view: no new storage
+        b = v.contiguous()  # 4 KiB
+    assert tr.peak_bytes == 8192 and v.shape == (32, 32)
+    del a, b
