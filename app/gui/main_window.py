@@ -329,7 +329,7 @@ class MainWindow(QMainWindow):
     # -- placement -------------------------------------------------------------------------------
     def _selected_loaded(self) -> str | None:
         key = self.loaded_panel.selected_key()
-        return key if key is not None else next((m.key for m in self.models if m.key == "main"), None)
+        return key if key is not None else next((m.key for m in self.models if m.is_main), None)
 
     def _selected_role(self) -> str | None:
         return self.loaded_panel.selected_role() if self.loaded_panel.selected_key() else None
@@ -429,7 +429,7 @@ class MainWindow(QMainWindow):
 
     def _on_models(self, models: tuple[ModelInfo, ...]) -> None:
         self.models = tuple(models)
-        main = next((m for m in self.models if m.key == "main"), None)
+        main = next((m for m in self.models if m.is_main), None)
         self.setWindowTitle(f"Loadout — {main.name}" if main else "Loadout")
         self.testrun_panel.set_model_loaded(main is not None)
         self.details.fit.refresh()
