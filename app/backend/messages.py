@@ -15,6 +15,7 @@ from typing import Literal
 from core.library import Entry
 from core.session.placement import PlacementInfo
 from core.session.snapshots import (
+    MAIN_KEY,
     ComponentInfo,
     LoraInfo,
     ModelInfo,
@@ -26,6 +27,7 @@ from core.session.snapshots import (
 EngineEvent = SessionEvent  # the window's name for a session event (plot markers, event list)
 
 __all__ = [
+    "MAIN_KEY",
     "ComponentInfo",
     "DemoReady",
     "EngineEvent",

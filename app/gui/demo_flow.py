@@ -14,7 +14,7 @@ from pathlib import Path
 from PySide6.QtCore import QObject, QTimer
 from PySide6.QtWidgets import QApplication
 
-from app.backend.messages import ModelInfo, StackInfo, TaskError
+from app.backend.messages import MAIN_KEY, ModelInfo, StackInfo, TaskError
 from app.demo import TINY_CHECKPOINT, TINY_LORA
 
 
@@ -82,12 +82,12 @@ class DemoFlow(QObject):
         elif self.step == "strength" and info.loras and info.baked:
             if self.window.placement.active:
                 self.step = "place"
-                self.window.backend.place("main", "diffusion_model")
+                self.window.backend.place(MAIN_KEY, "diffusion_model")
             else:
                 self._run()
 
     def _on_models(self, models: tuple[ModelInfo, ...]) -> None:
-        main = next((m for m in models if m.key == "main"), None)
+        main = next((m for m in models if m.is_main), None)
         if self.step == "place" and main is not None and any(c.placed for c in main.components):
             self._run()
 

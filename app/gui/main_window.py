@@ -7,12 +7,12 @@ snapshots that come back and words errors through :mod:`app.gui.errors`.
 
 from __future__ import annotations
 
-import sys
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
 
 from PySide6.QtCore import QSettings, QStandardPaths, Qt
-from PySide6.QtGui import QAction, QCloseEvent, QKeySequence
+from PySide6.QtGui import QCloseEvent
 from PySide6.QtWidgets import (
     QApplication,
     QDockWidget,
@@ -21,7 +21,6 @@ from PySide6.QtWidgets import (
     QMainWindow,
     QProgressBar,
     QSplitter,
-    QToolBar,
     QVBoxLayout,
     QWidget,
 )
@@ -29,20 +28,20 @@ from PySide6.QtWidgets import (
 from app.backend.backend import Backend
 from app.backend.messages import EngineEvent, ModelInfo, StackInfo, TaskError, TaskProgress
 from app.backend.monitor import MemoryMonitor
-from app.backend.placement import PlacementInfo
 from app.demo import is_sparse_demo
+from app.gui.actions import main_toolbar, make_action
 from app.gui.browser import BrowserPanel
 from app.gui.details import LOADABLE, DetailsPanel
 from app.gui.errors import Friendly, describe, describe_exception
 from app.gui.loaded_panel import LoadedModelsPanel
 from app.gui.lora_panel import LoraStackPanel
 from app.gui.memory_panel import MemoryPanel
+from app.gui.placement_controls import PlacementControls
 from app.gui.settings import AppSettings, SettingsDialog
 from app.gui.testrun_panel import TestRunPanel
-from app.gui.theme import app_icon, apply_theme, refresh_icons, set_icon
+from app.gui.theme import app_icon, apply_theme, refresh_icons
 from app.gui.widgets import MessageBar
 from core.library import Entry
-from core.memory.policy import reserve_bytes
 
 
 def own_models_folder() -> Path:
@@ -51,7 +50,7 @@ def own_models_folder() -> Path:
     return Path(base) / "Loadout" / "models"
 
 
-class MainWindow(QMainWindow):
+class MainWindow(PlacementControls, QMainWindow):
     def __init__(
         self,
         backend: Backend,
@@ -152,62 +151,32 @@ class MainWindow(QMainWindow):
         self.lora_panel.files_dropped.connect(lambda paths: [self.add_lora(p) for p in paths])
         self.lora_panel.range_changed.connect(self._range_changed)
 
-    def _action(self, name: str, text: str, shortcut: QKeySequence | str, slot: object, tip: str) -> QAction:
-        action = QAction(text, self)
-        set_icon(action, name)
-        action.setShortcut(QKeySequence(shortcut))
-        action.setToolTip(
-            f"{tip} ({QKeySequence(shortcut).toString(QKeySequence.SequenceFormat.NativeText)})"
-        )
-        action.setShortcutContext(Qt.ShortcutContext.WindowShortcut)
-        action.triggered.connect(slot)
-        self.addAction(action)
-        return action
-
     def _build_actions(self) -> None:
-        self.add_folder_action = self._action(
+        act = partial(make_action, self)
+        self.add_folder_action = act(
             "folder-plus", "Add folder", "Ctrl+O", self.add_folder_dialog, "Add a model folder"
         )
-        self.rescan_action = self._action(
-            "refresh", "Rescan", "F5", self.rescan, "Read the model folders again"
-        )
-        self.load_action = self._action(
-            "load", "Load", "Ctrl+L", self.load_selected, "Load the selected model"
-        )
-        self.place_action = self._action(
+        self.rescan_action = act("refresh", "Rescan", "F5", self.rescan, "Read the model folders again")
+        self.load_action = act("load", "Load", "Ctrl+L", self.load_selected, "Load the selected model")
+        self.place_action = act(
             "load", "Load to GPU", "Ctrl+G", self.place_selected, "Place the selected loaded model on the GPU"
         )
-        self.offload_action = self._action(
+        self.offload_action = act(
             "down", "Offload", "Ctrl+Shift+G", self.offload_selected, "Move the selected loaded model to RAM"
         )
-        self.search_action = self._action(
+        self.search_action = act(
             "search", "Search", "Ctrl+F", self.browser.focus_search, "Search the library"
         )
         for action in (self.place_action, self.offload_action):
             action.setEnabled(self.placement.active)
-        self.interrupt_action = self._action("stop", "Stop", "Esc", self.interrupt, "Stop the running task")
+        self.interrupt_action = act("stop", "Stop", "Esc", self.interrupt, "Stop the running task")
         self.interrupt_action.setEnabled(False)
-        self.settings_action = self._action("settings", "Settings", "Ctrl+,", self.open_settings, "Settings")
-        self.quit_action = self._action("remove", "Quit", "Ctrl+Q", self.close, "Quit Loadout")
-        toolbar = QToolBar("Main")
-        toolbar.setObjectName("toolbar")
-        toolbar.setMovable(False)
-        toolbar.setToolButtonStyle(Qt.ToolButtonStyle.ToolButtonTextBesideIcon)
-        for action in (
-            self.add_folder_action, self.rescan_action, self.load_action, self.place_action,
-            self.interrupt_action,
-        ):  # fmt: skip
-            toolbar.addAction(action)
-        spacer = QWidget()
-        spacer.setSizePolicy(
-            spacer.sizePolicy().horizontalPolicy().Expanding, spacer.sizePolicy().verticalPolicy()
+        self.settings_action = act("settings", "Settings", "Ctrl+,", self.open_settings, "Settings")
+        self.quit_action = act("remove", "Quit", "Ctrl+Q", self.close, "Quit Loadout")
+        left = (self.add_folder_action, self.rescan_action, self.load_action, self.place_action)
+        self.addToolBar(
+            main_toolbar((*left, self.interrupt_action), (self.settings_action,), self.interrupt_action)
         )
-        toolbar.addWidget(spacer)
-        toolbar.addAction(self.settings_action)
-        self.addToolBar(toolbar)
-        stop_button = toolbar.widgetForAction(self.interrupt_action)
-        if stop_button is not None:
-            stop_button.setObjectName("interruptButton")
 
     def _connect_backend(self) -> None:
         w = self.backend
@@ -297,65 +266,6 @@ class MainWindow(QMainWindow):
         self.settings = replace(self.settings, lora_min=lo, lora_max=hi)
         self.settings.save(self.store)
 
-    def _device_text(self) -> str:
-        p = self.placement
-        if p.active:
-            return f"{p.label} · {p.vram_state}"
-        return "No GPU found: CPU and system RAM" if not self.has_gpu else f"CPU only ({p.reason})"
-
-    def _on_placement(self, info: PlacementInfo) -> None:
-        """New memory settings took effect on the worker: show the device they placed on."""
-        self.placement = info
-        self.place_action.setEnabled(info.active)
-        self.offload_action.setEnabled(info.active)
-        self._watch_placement()
-        self.monitor.reset_peaks()
-        self.memory_panel.set_placement(info)
-        self.testrun_panel.device = info.device
-        self.device_label.setText(self._device_text())
-        self.details.fit.reserve = self._reserve()
-        self.details.fit.refresh()
-
-    def _watch_placement(self) -> None:
-        """Point the monitor and the fit estimate at the placement's device: the snapshot's memory
-        view (the probe and the manager's lock-free placed bytes) is all the GUI thread reads."""
-        memory = self.placement.memory
-        if memory is None:
-            return
-        self.monitor.gpu = memory.probe  # sampled by the plot's timer
-        self.monitor.reclaimable = memory.placed_bytes
-        self.details.fit.headroom = memory.headroom
-
-    # -- placement -------------------------------------------------------------------------------
-    def _selected_loaded(self) -> str | None:
-        key = self.loaded_panel.selected_key()
-        return key if key is not None else next((m.key for m in self.models if m.key == "main"), None)
-
-    def _selected_role(self) -> str | None:
-        return self.loaded_panel.selected_role() if self.loaded_panel.selected_key() else None
-
-    def place_selected(self) -> None:
-        key = self._selected_loaded()
-        if not self.placement.active:
-            self.show_message(
-                Friendly("No GPU", self.placement.reason + " Models compute on the CPU.", "info")
-            )
-        elif key is None:
-            self.show_message(Friendly("Nothing loaded", "Load a model first (double-click it).", "info"))
-        else:
-            self.backend.place(key, self._selected_role())
-
-    def offload_selected(self) -> None:
-        key = self._selected_loaded()
-        if key is not None and self.placement.active:
-            self.backend.offload(key, self._selected_role())
-
-    def _reserve(self) -> int:
-        device = self.monitor.device
-        if device is None:
-            return 0
-        return reserve_bytes(device, device.total_bytes, sys.platform, self.settings.memory_settings())
-
     # -- loading and LoRAs -----------------------------------------------------------------------
     def load_selected(self) -> None:
         entry = self.browser.current_entry()
@@ -429,7 +339,7 @@ class MainWindow(QMainWindow):
 
     def _on_models(self, models: tuple[ModelInfo, ...]) -> None:
         self.models = tuple(models)
-        main = next((m for m in self.models if m.key == "main"), None)
+        main = next((m for m in self.models if m.is_main), None)
         self.setWindowTitle(f"Loadout — {main.name}" if main else "Loadout")
         self.testrun_panel.set_model_loaded(main is not None)
         self.details.fit.refresh()

@@ -28,7 +28,7 @@ from core.memory.policy import MemorySettings
 from core.patching.merge import LoraArg
 from core.run.testrun import RunConfig, StepDone
 from core.session.placement import Placement, PlacementConfig
-from core.session.session import Session
+from core.session.session import Session, family_naming
 
 
 @dataclass(frozen=True)
@@ -128,7 +128,7 @@ def run_headless(
     device = _device(request.device)
     config = PlacementConfig(request.settings, simulate_bytes=request.vram_limit or 0)
     placement = Placement(device, config, interrupt=interrupt, cpu_is_device=True)
-    session = Session(placement)
+    session = Session(placement, naming=family_naming)
     index, det = inspect_for_loading(request.model)  # the one header read of this load
     kind = "checkpoint" if det.kind == "checkpoint" else "diffusion_model"
     check = interrupt_check(placement.interrupt.is_set)

@@ -58,6 +58,16 @@ def _device_name(module: nn.Module) -> str:
     return str(p.device) if p is not None else "cpu"
 
 
+def file_naming(loaded: LoadedModel, comp: LoadedComponent) -> str:
+    """A component by its file: "juggernaut-xl diffusion model" (the window's event list)."""
+    return f"{loaded.path.stem} {kind_word(comp.role, comp.family)}"
+
+
+def family_naming(loaded: LoadedModel, comp: LoadedComponent) -> str:
+    """A component by its model family: "sdxl diffusion model" (``loadout run``'s report)."""
+    return f"{loaded.family or 'model'} {kind_word(comp.role, comp.family)}"
+
+
 class Session:
     def __init__(
         self,
@@ -67,12 +77,14 @@ class Session:
         loaders: Loaders | None = None,
         on_event: Callable[[SessionEvent], None] | None = None,
         clock: Callable[[], float] = time.monotonic,
+        naming: Callable[[LoadedModel, LoadedComponent], str] | None = None,
     ) -> None:
         self.placement = placement if placement is not None else Placement(None)
         self.library = library if library is not None else Library()
         self.loaders = loaders or Loaders()
         self.on_event = on_event or (lambda event: None)
         self.clock = clock
+        self.naming = naming or file_naming  # what the manager (and its events) call a component
         self.loaded: dict[SlotId, LoadedModel] = {}
         self.loras = LoraControl(lambda: self.placement, self._event)
         self.dtype_overrides: Mapping[str, str] = {}  # role -> short dtype name, applied at load
@@ -150,7 +162,7 @@ class Session:
 
     def _register(self, loaded: LoadedModel) -> None:
         for comp, obj in loaded.pairs():
-            self.placement.register(obj, f"{loaded.path.stem} {kind_word(comp.role, comp.family)}")
+            self.placement.register(obj, self.naming(loaded, comp))
 
     def _release(self, loaded: LoadedModel) -> None:
         for obj in loaded.managed:  # also without a device: a card switched off left them tracked

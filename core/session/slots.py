@@ -22,6 +22,7 @@ from core.loading.loader import (
     load_text_encoder,
     load_vae,
 )
+from core.session.snapshots import MAIN_KEY
 
 LoadKind: TypeAlias = Literal["checkpoint", "diffusion_model", "vae", "text_encoder"]
 SlotRole: TypeAlias = Literal["main", "vae", "text_encoder"]
@@ -45,7 +46,7 @@ class SlotId:
     @classmethod
     def parse(cls, key: str) -> SlotId:
         role, _, family = key.partition(":")
-        if role == "main" and not family:
+        if key == MAIN_KEY:
             return cls.MAIN
         if role in ("vae", "text_encoder") and family:
             return cls("vae" if role == "vae" else "text_encoder", family)
@@ -53,7 +54,7 @@ class SlotId:
 
     @property
     def key(self) -> str:
-        return "main" if self.role == "main" else f"{self.role}:{self.family}"
+        return MAIN_KEY if self.role == "main" else f"{self.role}:{self.family}"
 
 
 SlotId.MAIN = SlotId("main")

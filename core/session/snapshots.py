@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+MAIN_KEY = "main"  # the main slot's key (SlotId.MAIN.key)
+
 
 @dataclass(frozen=True)
 class ComponentInfo:
@@ -38,6 +40,11 @@ class ModelInfo:
     @property
     def name(self) -> str:
         return self.path.name
+
+    @property
+    def is_main(self) -> bool:
+        """In the main slot: the model test runs and the LoRA stack work on."""
+        return self.key == MAIN_KEY
 
     @property
     def bytes(self) -> int:

@@ -71,8 +71,10 @@ def test_a_load_reads_the_header_once(ckpt: Path, header_reads: list[Path], dete
 
 
 def test_loadout_run_reads_the_models_header_once(ckpt: Path, header_reads: list[Path]) -> None:
-    run_headless(RunRequest(ckpt, config=RunConfig(steps=1, width=64, height=64), settings=NORMAL))
+    report = run_headless(RunRequest(ckpt, config=RunConfig(steps=1, width=64, height=64), settings=NORMAL))
     assert header_reads == [ckpt]  # it used to be three: inspect, load's inspect, the mapping
+    assert report.events[0].model == "sd1 diffusion model"  # the report names models by family, as before
+    assert list(report.to_json())[:3] == ["model", "family", "device"]
 
 
 def test_the_librarys_detection_is_reused_while_the_file_is_unchanged(
