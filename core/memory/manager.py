@@ -64,6 +64,12 @@ def module_sizes(module: nn.Module) -> tuple[tuple[str, int], ...]:
     return tuple(sizes)
 
 
+def looked_up_tables(module: nn.Module) -> frozenset[str]:
+    """Embedding tables of ``module``: streamed, a forward sends only the rows it looks up
+    (:meth:`core.ops.streaming.LayerStream.look_up`), so none of their size is in flight."""
+    return frozenset(name for name, sub in module.named_modules() if isinstance(sub, nn.Embedding))
+
+
 def _main_dtype(module: nn.Module) -> str | None:
     by_dtype: dict[torch.dtype, int] = {}
     for t in module.parameters():
@@ -76,9 +82,15 @@ class ManagedModel:
     app dropped it. Only the manager changes ``loaded_modules``/``streaming``/``last_used``."""
 
     def __init__(
-        self, name: str, ref: weakref.ref[object], sizes: tuple[tuple[str, int], ...], dtype: str | None
+        self,
+        name: str,
+        ref: weakref.ref[object],
+        sizes: tuple[tuple[str, int], ...],
+        dtype: str | None,
+        looked_up: frozenset[str] = frozenset(),
     ) -> None:
         self.name = name
+        self.looked_up = looked_up  # embedding tables: streamed, only the rows looked up travel
         self.ref = ref
         self.module_sizes = sizes
         self.total_bytes = sum(s for _, s in sizes)
@@ -105,6 +117,7 @@ class ManagedModel:
             pinned,
             self.module_sizes,
             self.loaded_modules,
+            self.looked_up,
         )
 
     def __repr__(self) -> str:
@@ -204,13 +217,14 @@ class MemoryManager:
                         f"give the module sizes of {type(model).__name__}: it is not an nn.Module"
                     )
                 sizes, dtype = module_sizes(target), dtype or _main_dtype(target)
+            tables = looked_up_tables(target) if isinstance(target, nn.Module) else frozenset()
             own = getattr(model, "name", None)
             label = name or (own if isinstance(own, str) and own else type(target).__name__)
             taken = {e.name for e in self._entries.values()}
             unique = next(
                 n for i in itertools.count(1) if (n := label if i == 1 else f"{label} ({i})") not in taken
             )
-            entry = ManagedModel(unique, weakref.ref(target), tuple(sizes), dtype)
+            entry = ManagedModel(unique, weakref.ref(target), tuple(sizes), dtype, tables)
             with self._view:
                 self._entries[id(target)] = entry
             self._finalizers[id(target)] = weakref.finalize(target, _dropped, weakref.ref(self), entry)

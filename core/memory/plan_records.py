@@ -72,6 +72,9 @@ class ModelState:
     pinned_by_caller: bool = False
     module_sizes: tuple[tuple[str, int], ...] = ()
     loaded_modules: frozenset[str] = frozenset()
+    #: modules that, streamed, send only the rows a forward looks up (embedding tables): nothing of
+    #: their size is in flight on the device
+    looked_up: frozenset[str] = frozenset()
 
     def __post_init__(self) -> None:
         sizes = dict(self.module_sizes)
@@ -95,6 +98,11 @@ class ModelState:
     @property
     def modules(self) -> tuple[tuple[str, int], ...]:
         return self.module_sizes or ((WHOLE, self.total_bytes),)
+
+    @property
+    def flight(self) -> dict[str, int]:
+        """Module -> bytes it has in flight on the device while streamed (0 for looked-up tables)."""
+        return {n: 0 if n in self.looked_up else s for n, s in self.modules}
 
     @property
     def resident(self) -> frozenset[str]:

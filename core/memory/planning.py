@@ -175,21 +175,21 @@ def _placement(m: ModelState, room: int, h: float, k: int) -> set[str]:
     """Modules to have on the device: what is resident stays at its real size unless it and the
     in-flight buffers exceed ``room`` (then the fewest, largest leave); new modules are added
     largest first while ``placed * h + buffers <= room``. A second plan thus adds nothing."""
-    mods = m.modules
+    mods, fly = m.modules, m.flight
     placed = {n for n, _ in mods if n in m.resident}
     used = sum(s for n, s in mods if n in placed)
-    streamed = _Streamed((s for n, s in mods if n not in placed), k)
+    streamed = _Streamed((fly[n] for n, _ in mods if n not in placed), k)
     while placed and used + streamed.buffer() > room:
         over = used + streamed.buffer() - room
         for n, s in choose_modules_to_free([(n, s) for n, s in mods if n in placed], over):
             placed.discard(n)
             used -= s
-            streamed.add(s)
+            streamed.add(fly[n])
     for n, s in _largest_first(mods):
-        if n not in placed and _charge(used + s, h) + streamed.buffer_without(s) <= room:
+        if n not in placed and _charge(used + s, h) + streamed.buffer_without(fly[n]) <= room:
             placed.add(n)
             used += s
-            streamed.remove(s)
+            streamed.remove(fly[n])
     return placed
 
 
@@ -218,8 +218,9 @@ def _decide(
         )
     target = set() if state == "no_vram" else _placement(model, room, h, k)
     placed = sum(s for n, s in mods if n in target)
-    if placed + _buffer((s for n, s in mods if n not in target), k) > room:
-        least = _buffer((s for _, s in mods), k)
+    fly = model.flight
+    if placed + _buffer((fly[n] for n, _ in mods if n not in target), k) > room:
+        least = _buffer(fly.values(), k)
         kept = min(cfg.reserve_bytes, reserve)
         parts = (
             f"{gib(reserve - kept)} for activations, {gib(least)} for up to {k} streamed modules in flight"
@@ -260,7 +261,7 @@ def plan_load(
         "headroom": cfg.weight_headroom,
     }
     if target is None:  # the numbers a caller needs to say what would fit
-        least = _buffer((s for _, s in model.modules), cfg.stream_buffers)
+        least = _buffer(model.flight.values(), cfg.stream_buffers)
         kept = min(cfg.reserve_bytes, reserve)
         numbers |= {"room_bytes": free_bytes + model.loaded_bytes, "stream_buffer_bytes": least}
         numbers |= {"kept_bytes": kept, "activation_bytes": reserve - kept}
@@ -272,7 +273,8 @@ def plan_load(
     to_unload = tuple(n for n, _ in ordered if n in resident and n not in target)
     device, on_cpu = sum(size[n] for n in target), cfg.vram_state == "disabled"
     streamed = 0 if on_cpu else total - device
-    buffer = 0 if on_cpu else _buffer((s for n, s in ordered if n not in target), cfg.stream_buffers)
+    fly = model.flight
+    buffer = 0 if on_cpu else _buffer((fly[n] for n, _ in ordered if n not in target), cfg.stream_buffers)
     numbers |= {"device_bytes": device, "streamed_bytes": streamed, "buffer_bytes": buffer}
     steps: list[Step] = []
     if to_unload:
@@ -342,7 +344,7 @@ def plan_load_models(
     freeing = FreePlan((), 0, 0)
     if state not in ("disabled", "shared"):
         if state == "no_vram":
-            weights = _buffer((s for m in todo for _, s in m.modules), cfg.stream_buffers) - sum(
+            weights = _buffer((s for m in todo for s in m.flight.values()), cfg.stream_buffers) - sum(
                 m.loaded_bytes for m in todo
             )
         else:

@@ -160,8 +160,11 @@ class RMSNorm(CastWeights, nn.RMSNorm):
 class Embedding(CastWeights, nn.Embedding):
     def forward(self, x: torch.Tensor, out_dtype: torch.dtype | None = None) -> torch.Tensor:
         w = self.weight
-        if self.stream is not None:  # indices in, so the stored dtype is kept
-            w = self.stream.cast(w, None, x.device, None)[0]
+        if self.stream is not None:
+            rows = self.stream.look_up(w, x, x.device)  # only the rows looked up travel
+            if rows is not None:
+                return rows if out_dtype is None else rows.to(out_dtype)
+            w = self.stream.cast(w, None, x.device, None)[0]  # indices in, so the stored dtype is kept
         elif isinstance(w, QuantizedWeight):
             w = w.materialize(out_dtype or torch.float32, x.device)
         elif w.device != x.device:

@@ -26,6 +26,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 from core.ops.alignment import copy_for_compute
@@ -126,6 +127,8 @@ class LayerStream:
     interrupt: InterruptCheck | None = None
     pinned: HostCopy | None = None
     staged: Staged | None = None  # the copy started ahead, taken by the next forward
+    #: an embedding table: its forward looks rows up where the table lives (see :meth:`look_up`)
+    table: bool = False
     _ptrs: tuple[int, int] = field(default=(0, 0), init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -155,6 +158,31 @@ class LayerStream:
         staged, ahead = self._fetch(weight, bias, device)
         self.group.stats.record(self.nbytes, patched=False, prefetched=ahead)
         return staged.weight, staged.bias
+
+    def look_up(self, weight: Tensor, ids: Tensor, device: torch.device) -> Tensor | None:
+        """An embedding's rows for ``ids``, gathered where the table lives and sent to ``device``:
+        a 49,408 x 768 CLIP table (76 MB) or T5's (263 MB) never travels, only the rows a prompt
+        uses. A gather copies values exactly, so the rows are those of a resident table, bit for
+        bit. None when the table must travel after all: quantized (dequantized on the computing
+        device), or patched (the patched table is made where the resident one would be)."""
+        if not self.table or isinstance(self.weight, QuantizedWeight):
+            return None
+        self._check(weight, None)
+        if self.patch_fn is not None and self.patch_fn(f"{self.key}.weight", self.weight) is not self.weight:
+            return None
+        rows = F.embedding(ids.to(self.weight.device), self.weight).to(device)
+        self.group.stats.record(rows.nbytes, patched=False, prefetched=False)
+        self.group.after_fetch(self, device)
+        return rows
+
+    def _check(self, weight: Tensor, bias: Tensor | None) -> None:
+        if self.interrupt is not None:
+            self.interrupt()
+        if weight is not self.weight or bias is not self.bias or _ptrs(weight, bias) != self._ptrs:
+            raise RuntimeError(
+                f"layer {self.key!r}: its weight or bias was replaced or moved while it was streamed; "
+                "call unstream_layers before changing a streamed layer's weights, then stream it again"
+            )
 
     def _fetch(self, weight: Tensor, bias: Tensor | None, device: torch.device) -> tuple[Staged, bool]:
         if self.interrupt is not None:
@@ -293,7 +321,7 @@ class StreamedLayers:
                 return  # still learning the order: the next layer is unknown
             following = 0  # the first layer of the next forward
         target = self._order[following]
-        if target.staged is None:
+        if target.staged is None and not target.table:  # a table is looked up in place, never sent
             target.staged = target.copy_to(device, self.side_stream)
 
     def forget(self, stream: LayerStream) -> None:
@@ -369,7 +397,11 @@ def stream_layers(
     cuda = dev.type == "cuda"
     side = torch.cuda.Stream(dev) if cuda and prefetch else None  # type: ignore[no-untyped-call]
     group = StreamedLayers(dev, side, prefetch)
-    sizes = [(name, _nbytes(layer)) for name, layer in layers if _param(layer).device.type == "cpu"]
+    sizes = [
+        (name, _nbytes(layer))
+        for name, layer in layers
+        if _param(layer).device.type == "cpu" and not isinstance(layer, nn.Embedding)  # tables stay put
+    ]
     to_pin = plan_pinning(sizes, pin_budget) if pin and cuda else frozenset()
     for name, layer in layers:
         weight, bias = _param(layer), getattr(layer, "bias", None)
@@ -377,7 +409,8 @@ def stream_layers(
         if name in to_pin:
             pinned_bias = None if bias is None else bias.detach().pin_memory()
             host = HostCopy(weight.detach().pin_memory(), pinned_bias)
-        stream = LayerStream(name, weight, bias, dev, group, patch_fn, interrupt, host)
+        table = isinstance(layer, nn.Embedding)
+        stream = LayerStream(name, weight, bias, dev, group, patch_fn, interrupt, host, table=table)
         group.layers[name] = stream
         layer.stream = stream
     return group

@@ -11,7 +11,7 @@ from torch import Tensor, nn
 
 from core.errors import InterruptedByUser
 from core.ops import default_ops as ops
-from core.ops.layers import CastWeights
+from core.ops.layers import CastWeights, Embedding
 from core.ops.streaming import (
     StreamedLayers,
     StreamStats,
@@ -320,7 +320,11 @@ def test_stats_close_a_forward_when_a_layer_runs_again() -> None:
     net = EveryOp()
     ids = torch.zeros(2, 16, dtype=torch.long)
     group = stream_layers(net, op_layers(net), "cpu")
-    per_forward = group.streamed_bytes
+    # every layer's weights once, but only the looked-up rows of an embedding table
+    per_forward = sum(
+        ids.numel() * s.weight.shape[1] * s.weight.element_size() if s.table else s.nbytes
+        for s in group.layers.values()
+    )
     net(ids)
     net(ids)  # no end_forward between: the repeat of the first layer closes the first forward
     assert group.stats.forwards == 1 and group.stats.current_forward_bytes == per_forward
@@ -367,3 +371,21 @@ def test_cuda_pinned_copies_respect_the_cap() -> None:
     pinned = [s for s in group.layers.values() if s.pinned is not None]
     assert pinned and all(s.pinned is not None and s.pinned.weight.is_pinned() for s in pinned)
     assert all(not s.weight.is_pinned() for s in group.layers.values())
+
+
+def test_a_streamed_embedding_table_stays_where_it_is_and_sends_only_its_rows() -> None:
+    torch.manual_seed(0)
+    table = Embedding(49408, 32)  # CLIP's vocabulary: a 6 MB table here, 76 MB in CLIP-L
+    table.weight.data.normal_()
+    ids = torch.tensor([[49406, 320, 1125, 49407]])
+    resident = table(ids)
+    group = stream_layers(table, [""], "cpu")
+    try:
+        streamed = table(ids)
+        assert torch.equal(streamed, resident)
+        assert group.stats.bytes_total == ids.numel() * 32 * 4  # the four rows, not the table
+        group.end_forward()
+        table(ids)
+        assert group.layers[""].staged is None  # never prefetched: a table is not sent ahead
+    finally:
+        unstream_layers(table, [""])
