@@ -44,6 +44,14 @@ def cast_to(t: torch.Tensor | None, like: torch.Tensor) -> torch.Tensor | None:
 SideOutput = Callable[[nn.Module, torch.Tensor, torch.Tensor], torch.Tensor]
 
 
+def _plain(t: torch.Tensor | None) -> torch.Tensor | None:
+    """``t`` as a plain tensor (no autograd flag, same storage). CPU kernels pick another code path
+    for a weight that requires grad, even under ``no_grad`` (``F.linear`` on a non-contiguous input
+    gives other bits), while streamed and patched copies never do: every path computes with plain
+    tensors, so placement cannot change a result."""
+    return None if t is None else t.detach()
+
+
 class CastWeights:
     """Mixin: the weight and bias to compute with for one input, cast as needed.
 
@@ -69,10 +77,10 @@ class CastWeights:
         if self.stream is not None:
             return self.stream.cast(weight, bias, x.device, x.dtype)
         if isinstance(weight, QuantizedWeight):  # dequantized per forward, on the computing device
-            return weight.materialize(x.dtype, x.device), cast_to(bias, x)
-        w = cast_to(weight, x)
+            return weight.materialize(x.dtype, x.device), _plain(cast_to(bias, x))
+        w = _plain(cast_to(weight, x))
         assert w is not None
-        return w, cast_to(bias, x)
+        return w, _plain(cast_to(bias, x))
 
 
 class Linear(CastWeights, nn.Linear):
