@@ -25,15 +25,17 @@ from core.generate.events import GeneratedImage, GenerateProgress, GenerateResul
 from core.generate.hashes import FileHashes
 from core.generate.naming import file_paths, numbered_paths
 from core.generate.parameters import GenerationParameters, LoraUse, format_parameters
-from core.generate.pipeline import Compute, Hooks, Networks, Pipeline, text_encoders
+from core.generate.pipeline import Compute, Hooks, Networks, Pipeline, text_encoders, vae_decode_bytes
 from core.generate.png import save_png, to_uint8_rgb
 from core.generate.preview import LatentPreview, fit_latent_preview
 from core.generate.request import ImageSettings, default_cfg
 from core.loading.loader import LoadedComponent, inspect_for_loading
 from core.memory.devices import cpu_device
 from core.memory.dtypes import DtypePolicy
+from core.memory.inference import Workload, activation_bytes
 from core.memory.manager import NotEnoughMemoryError
 from core.models.vae import AutoencoderKL
+from core.run.placed import profile_of
 from core.session.session import Session
 from core.session.slots import SlotId
 from core.session.words import kind_word
@@ -136,6 +138,21 @@ def _compute(session: Session, family: str) -> Compute:
     return Compute(target, pick("diffusion_model"), torch.float32, pick("vae"))
 
 
+def _activation_needs(
+    parts: _Parts, settings: ImageSettings, compute: Compute, cfg: float
+) -> dict[Phase, int]:
+    """Room each phase asks the manager to keep for its activations: sampling's from the measured
+    inference-memory model for this size and batch (doubled when CFG runs the negative prompt in
+    the same forward), decoding's from the VAE's shape (:func:`vae_decode_bytes`)."""
+    batch = settings.batch * (1 if cfg == 1.0 else 2)
+    attention = "cuda_flash" if compute.device.type == "cuda" else "cpu_flash"
+    size = torch.empty((), dtype=compute.diffusion_dtype).element_size()
+    work = Workload(settings.width, settings.height, batch, size, attention)
+    profile, width = profile_of(parts.nets.diffusion)
+    vae = vae_decode_bytes(parts.nets.vae, settings.batch, settings.height, settings.width, compute.vae_dtype)
+    return {"sample": activation_bytes(profile, work, width), "decode": vae}
+
+
 def _peak(device: torch.device) -> int:
     if device.type == "cuda":
         return int(torch.cuda.max_memory_allocated(device))
@@ -163,10 +180,12 @@ def generate(
     placement = session.placement
     started = placement.events.clock()
 
+    need = _activation_needs(parts, settings, compute, pipeline.cfg(settings))
+
     def place(phase: Phase) -> None:
         if not placement.active:
             return
-        result = placement.place(parts.objects[phase])
+        result = placement.place(parts.objects[phase], need.get(phase, 0))
         if result.refused:
             raise NotEnoughMemoryError(
                 f"not enough memory on {placement.describe().label} to {phase.replace('_', ' ')}",

@@ -170,9 +170,9 @@ class LayerStream:
         self._check(weight, None)
         if self.patch_fn is not None and self.patch_fn(f"{self.key}.weight", self.weight) is not self.weight:
             return None
+        self.group.after_fetch(self, device)  # first: a repeat closes the previous forward
         rows = F.embedding(ids.to(self.weight.device), self.weight).to(device)
         self.group.stats.record(rows.nbytes, patched=False, prefetched=False)
-        self.group.after_fetch(self, device)
         return rows
 
     def _check(self, weight: Tensor, bias: Tensor | None) -> None:
