@@ -10,34 +10,43 @@ up the way ComfyUI computes, and each setting says which difference it removes (
   handed to diffusers unscaled (it multiplies by ``init_noise_sigma`` = sqrt(1 + sigma_max^2),
   which is ComfyUI's "max denoise" scaling);
 - text goes through transformers' CLIPTokenizer built from open_clip's vocabulary (ComfyUI's
-  tokenizer), padded with the end token to 77, last layer after the final norm (SD1).
+  tokenizer), padded with the end token to 77, last layer after the final norm (SD1);
+- euler runs diffusers' EulerDiscreteScheduler, dpmpp_2m its DPMSolverMultistepScheduler
+  (dpmsolver++, order 2, midpoint, first-order last step): see ``discrete_scheduler``.
 
 Pictures are compared as floats in [0, 1] before quantisation.
 """
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import numpy as np
 import pytest
 import torch
-from torch import nn
 
 from core.generate.pipeline import Compute, Hooks, Networks, Pipeline
 from core.generate.request import ImageSettings, Sampling
 from core.loading.convert.unet_diffusers import unet_diffusers_to_original
-from core.loading.convert.vae_diffusers import vae_diffusers_to_original
-from core.models.clip import CLIPTextConfig, CLIPTextModel
 from core.models.unet import UNetConfig, UNetModel
-from core.models.vae import SD1_LATENT, AutoencoderKL, VAEConfig
-from core.sampling import for_family, ksampler_sigmas
+from core.models.vae import SD1_LATENT
+from core.sampling import for_family
 from core.text.conditioning import TextEncoders
-from core.text.vocab import load_vocabulary
+from tests.core.generate.reference import (
+    clip_pair,
+    clip_tokenizer,
+    discrete_comfy_schedule,
+    discrete_scheduler,
+    randomize,
+    to_unit_image,
+    vae_pair,
+)
 
 diffusers = pytest.importorskip("diffusers")
 transformers = pytest.importorskip("transformers")
+
+# diffusers' schedulers call numpy's __array__ without copy= (numpy 2): not ours to fix
+pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
 WIDTH = 32  # CLIP width = cross-attention width
 
@@ -50,55 +59,10 @@ def _one_thread() -> Any:
     torch.set_num_threads(before)
 
 
-def _randomize(model: nn.Module, seed: int) -> nn.Module:
-    gen = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            noise = torch.randn(p.shape, generator=gen)
-            if "norm" in name and name.endswith("weight"):
-                p.copy_(1 + 0.1 * noise)
-            elif p.ndim >= 2:
-                p.copy_(noise / math.sqrt(p[0].numel()))
-            else:
-                p.copy_(0.1 * noise)
-    return model.eval()
-
-
 @pytest.fixture(scope="module")
-def tokenizer(tmp_path_factory: pytest.TempPathFactory) -> Any:
-    v = load_vocabulary()
-    folder = tmp_path_factory.mktemp("clip_tokenizer")
-    import json
-
-    (folder / "vocab.json").write_text(json.dumps(v.vocab), encoding="utf-8")
-    merges = "\n".join(f"{a} {b}" for a, b in v.merges)
-    (folder / "merges.txt").write_text(f"#version: 0.2\n{merges}\n", encoding="utf-8")
-    return transformers.CLIPTokenizer.from_pretrained(
-        str(folder), pad_token="<|endoftext|>", model_max_length=77
-    )
-
-
-@pytest.fixture(scope="module")
-def pair(tokenizer: Any) -> tuple[Any, Networks]:
-    hf_clip = _randomize(
-        transformers.CLIPTextModel(
-            transformers.CLIPTextConfig(
-                vocab_size=49408, hidden_size=WIDTH, intermediate_size=64, num_hidden_layers=2,
-                num_attention_heads=4, max_position_embeddings=77, hidden_act="quick_gelu",
-                eos_token_id=49407, bos_token_id=49406, pad_token_id=49407, attn_implementation="eager",
-            )
-        ),
-        1,
-    )  # fmt: skip
-    clip = CLIPTextModel(
-        CLIPTextConfig(
-            hidden_size=WIDTH, intermediate_size=64, num_layers=2, num_heads=4, hidden_act="quick_gelu"
-        )
-    )
-    clip.load_state_dict(
-        {k if k.startswith("text_model.") else f"text_model.{k}": v for k, v in hf_clip.state_dict().items()},
-        strict=True,
-    )
+def pair(tmp_path_factory: pytest.TempPathFactory) -> tuple[Any, Networks]:
+    tokenizer = clip_tokenizer(tmp_path_factory.mktemp("clip_l"), pad_with_end=True)
+    hf_clip, clip = clip_pair(WIDTH, act="quick_gelu", projection=None, seed=1)
     unet_cfg = UNetConfig(
         in_channels=4, out_channels=4, model_channels=32, channel_mult=(1, 2), num_res_blocks=(2, 2),
         transformer_depth=(1, 1, 0, 0), transformer_depth_middle=1,
@@ -111,33 +75,14 @@ def pair(tokenizer: Any) -> tuple[Any, Networks]:
         up_block_types=("UpBlock2D", "CrossAttnUpBlock2D"),
         cross_attention_dim=WIDTH, attention_head_dim=2,
     )  # fmt: skip
-    _randomize(hf_unet, 2)
+    randomize(hf_unet, 2)
     unet = UNetModel(unet_cfg).eval()
     unet.load_state_dict(unet_diffusers_to_original(hf_unet.state_dict(), unet_cfg), strict=True)
-    vae_cfg = VAEConfig(
-        base_channels=32, channel_mult=(1, 2, 2, 2), num_res_blocks=1, norm_groups=32
-    ).with_latent_format(SD1_LATENT)
-    hf_vae = diffusers.AutoencoderKL(
-        block_out_channels=vae_cfg.level_channels, down_block_types=("DownEncoderBlock2D",) * 4,
-        up_block_types=("UpDecoderBlock2D",) * 4, layers_per_block=1, latent_channels=4, norm_num_groups=32,
-        scaling_factor=0.18215,
-    )  # fmt: skip
-    _randomize(hf_vae, 3)
-    vae = AutoencoderKL(vae_cfg).eval()
-    vae.load_state_dict(vae_diffusers_to_original(hf_vae.state_dict(), vae_cfg), strict=True)
-    # "leading" spacing: only so that diffusers scales the first latent by sqrt(1 + sigma_max^2) as
-    # ComfyUI does (with "linspace" it uses sigma_max alone); the sigmas themselves are ComfyUI's
-    scheduler = diffusers.EulerDiscreteScheduler(
-        beta_start=0.00085,
-        beta_end=0.012,
-        beta_schedule="scaled_linear",
-        num_train_timesteps=1000,
-        timestep_spacing="leading",
-        steps_offset=1,
-    )
+    hf_vae, vae = vae_pair(4, SD1_LATENT, seed=3)
     pipe = diffusers.StableDiffusionPipeline(
-        vae=hf_vae, text_encoder=hf_clip, tokenizer=tokenizer, unet=hf_unet, scheduler=scheduler,
-        safety_checker=None, feature_extractor=None, requires_safety_checker=False,
+        vae=hf_vae, text_encoder=hf_clip, tokenizer=tokenizer, unet=hf_unet,
+        scheduler=discrete_scheduler("euler"), safety_checker=None, feature_extractor=None,
+        requires_safety_checker=False,
     )  # fmt: skip
     pipe.set_progress_bar_config(disable=True)
     return pipe, Networks("sd1", unet, TextEncoders(clip_l=clip), vae)
@@ -145,20 +90,9 @@ def pair(tokenizer: Any) -> tuple[Any, Networks]:
 
 def _diffusers_image(pipe: Any, settings: ImageSettings) -> np.ndarray:
     s = settings.sampling
-    ms = for_family("sd1")
-    comfy_sigmas = ksampler_sigmas(ms, s.scheduler, s.sampler, s.steps)
-    comfy_timesteps = ms.timestep(comfy_sigmas[:-1]).float()  # ComfyUI: the nearest table index
-    sched = pipe.scheduler
-    original = sched.set_timesteps
-
-    def set_timesteps(
-        num_inference_steps: Any = None, device: Any = None, timesteps: Any = None, sigmas: Any = None
-    ) -> None:
-        original(sigmas=comfy_sigmas.tolist(), device=device)
-        sched.timesteps = comfy_timesteps.to(device or "cpu")
-
-    sched.set_timesteps = set_timesteps
-    try:
+    pipe.scheduler = discrete_scheduler(s.sampler)
+    schedule = discrete_comfy_schedule(pipe.scheduler, for_family("sd1"), s.sampler, s.scheduler, s.steps)
+    with schedule as sigmas:
         noise = torch.randn(
             (settings.batch, 4, settings.height // 8, settings.width // 8),
             generator=torch.Generator("cpu").manual_seed(s.seed),
@@ -168,23 +102,42 @@ def _diffusers_image(pipe: Any, settings: ImageSettings) -> np.ndarray:
             settings.prompt.replace("(red:1.0)", "red"), negative_prompt=settings.negative,
             num_inference_steps=s.steps,
             guidance_scale=s.cfg, latents=noise, height=settings.height, width=settings.width,
-            output_type="np", sigmas=comfy_sigmas.tolist(),
+            output_type="np", sigmas=sigmas,
         )  # fmt: skip
-    finally:
-        sched.set_timesteps = original
     return np.asarray(out.images)
 
 
-@pytest.mark.parametrize("seed", [0, 123456789])
-def test_euler_karras_equals_diffusers_set_up_as_comfyui(pair: tuple[Any, Networks], seed: int) -> None:
+@pytest.mark.parametrize(
+    ("sampler", "seed"), [("euler", 0), ("euler", 123456789), ("dpmpp_2m", 0), ("dpmpp_2m", 987654321)]
+)
+def test_karras_run_equals_diffusers_set_up_as_comfyui(
+    pair: tuple[Any, Networks], sampler: str, seed: int
+) -> None:
     pipe, nets = pair
     settings = ImageSettings(
         prompt="a tiny (red:1.0) fox, forest", negative="blurry", width=64, height=64, batch=1,
-        sampling=Sampling(seed=seed, steps=6, cfg=6.0, sampler="euler", scheduler="karras"),
+        sampling=Sampling(seed=seed, steps=6, cfg=6.0, sampler=sampler, scheduler="karras"),
     )  # fmt: skip
     pixels, timings, _ = Pipeline(nets, Compute()).run(settings, Hooks())
-    ours = ((pixels + 1) / 2).clamp(0, 1).permute(0, 2, 3, 1).numpy()
+    ours = to_unit_image(pixels)
     theirs = _diffusers_image(pipe, settings)
+    err = float(np.abs(ours - theirs).max())
+    print(f"sd1 {sampler} seed {seed}: max |ours - diffusers| = {err:.1e}")
     assert ours.shape == theirs.shape == (1, 64, 64, 3)
-    assert float(np.abs(ours - theirs).max()) < 2e-5
+    assert err < 2e-5
+    assert float(ours.std()) > 0.05  # a picture, not a flat field
     assert len(timings.steps) == 6
+
+
+def test_dpmpp_2m_differs_from_euler(pair: tuple[Any, Networks]) -> None:
+    """The two samplers really run different solvers on the same sigmas (so each parity above
+    proves its own solver, not a shared fallback)."""
+    _, nets = pair
+    images = []
+    for sampler in ("euler", "dpmpp_2m"):
+        settings = ImageSettings(
+            prompt="a tiny fox", negative="blurry", width=64, height=64,
+            sampling=Sampling(seed=0, steps=6, cfg=6.0, sampler=sampler, scheduler="karras"),
+        )  # fmt: skip
+        images.append(Pipeline(nets, Compute()).run(settings, Hooks())[0])
+    assert float((images[0] - images[1]).abs().max()) > 1e-3
