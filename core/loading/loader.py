@@ -104,7 +104,9 @@ class _Source:
         elif index.format == "gguf":
             _refuse_unloadable_format(index)
             self._file = None
-            self.get = GGUFTensors(index.path).tensor
+            gguf = GGUFTensors(index.path)
+            names: dict[str, str] = index.extra.get("gguf_names", {})  # T5: ours -> llama.cpp's
+            self.get = (lambda key: gguf.tensor(names.get(key, key))) if names else gguf.tensor
         elif index.format == "pickle":
             self._file = None
             tensors = load_pickle_state_dict(index.path)

@@ -25,7 +25,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from core.quant.tensor import DeferredWeight
+from core.quant.tensor import DeferredWeight, QuantizedWeight
 
 if TYPE_CHECKING:
     from core.ops.streaming import LayerStream
@@ -163,6 +163,8 @@ class Embedding(CastWeights, nn.Embedding):
         w = self.weight
         if self.stream is not None:  # indices in, so the stored dtype is kept
             w = self.stream.cast(w, None, x.device, None)[0]
+        elif isinstance(w, QuantizedWeight) and self.padding_idx is None and self.max_norm is None:
+            return w.rows(x, out_dtype or torch.float32)  # only the rows looked up are dequantized
         elif isinstance(w, DeferredWeight):
             w = w.materialize(out_dtype or torch.float32, x.device)
         elif w.device != x.device:

@@ -158,6 +158,18 @@ class QuantizedWeight(DeferredWeight):
     def decoded(self, dtype: torch.dtype, device: torch.device | str | None = None) -> Tensor:
         return self.dequantize(dtype, device)
 
+    def rows(self, ids: Tensor, dtype: torch.dtype) -> Tensor:
+        """``F.embedding(ids, values)`` without dequantizing the whole table: a row of a 2-D weight
+        is a whole number of blocks, so only the rows asked for are moved to ``ids``' device and
+        dequantized (a T5 vocabulary is 32k-256k rows; a prompt uses a few dozen). The patch, if
+        any, needs the whole table, so a patched weight is materialized instead."""
+        if self.patch is not None or len(self.qshape) != 2:
+            return torch.nn.functional.embedding(ids, self.materialize(dtype, ids.device))
+        n_rows, width = self.qshape
+        picked = self.raw().view(n_rows, -1)[ids.reshape(-1).to(self.device)]
+        values = dequantize(picked.reshape(-1), self.qtype, (picked.shape[0], width), dtype, ids.device)
+        return values.reshape(*ids.shape, width)
+
 
 def is_quantized(t: object) -> bool:
     return isinstance(t, QuantizedWeight)
