@@ -309,3 +309,16 @@ def test_saving_scaled_weights_needs_a_dtype_and_writes_the_values(tmp_path: Pat
     for key, want in ref.values(torch.float32).items():
         assert torch.equal(f.tensor(key), want.to(torch.float16)), key
     assert not any(k.endswith(("scale_weight", "scaled_fp8")) for k in read_tensor_index(out).tensors)
+
+
+def test_inspect_reports_fp8_storage_in_json_and_text(written: dict) -> None:
+    from app.commands.inspect_cmd import format_table
+    from core.inspect import inspect_file
+
+    path, _ = written["flux-scaled_fp8"]
+    result = inspect_file(path)
+    record = result.to_json()
+    assert record["variant"] == "fp8-scaled"
+    (q,) = record["metadata"]["loadout.quantization"].values()
+    assert q["types"].startswith("F8_E4M3 (") and 8.0 <= q["bits_per_weight"] < 9.0
+    assert "quant     F8_E4M3 (" in format_table([result])
