@@ -29,6 +29,7 @@ from core.files.safetensors import SafetensorsFile
 from core.loading.assign import LoadProgress, assign_weights
 from core.loading.plan import ComponentPlan, LazyTensors, mismatch_error, plan_component
 from core.quant.gguf_types import DEQUANTIZABLE, PLAIN_DTYPES
+from core.quant.scaled_fp8 import fold, layout_of, scaled_reader
 
 
 @dataclass(frozen=True)
@@ -97,10 +98,15 @@ class _Source:
         if index.format == "safetensors":
             self._file: SafetensorsFile | None = SafetensorsFile(index.path)
             self.get: Callable[[str], torch.Tensor] = self._file.tensor
+            scaled = layout_of(index)
+            if scaled is not None:  # fp8 weights with a scale: kept fp8, scaled at forward
+                self.get = scaled_reader(self._file.tensor, scaled, name)
         elif index.format == "gguf":
             _refuse_unloadable_format(index)
             self._file = None
-            self.get = GGUFTensors(index.path).tensor
+            gguf = GGUFTensors(index.path)
+            names: dict[str, str] = index.extra.get("gguf_names", {})  # T5: ours -> llama.cpp's
+            self.get = (lambda key: gguf.tensor(names.get(key, key))) if names else gguf.tensor
         elif index.format == "pickle":
             self._file = None
             tensors = load_pickle_state_dict(index.path)
@@ -153,9 +159,12 @@ def _load_component(
 
 
 def inspect_for_loading(path: str | os.PathLike[str]) -> tuple[TensorIndex, Detection]:
+    """The file's index and detection. Detection sees every key; the index returned has a scaled
+    fp8 file's scale and marker keys folded away (``core.quant.scaled_fp8``), so planning and
+    loading see the network's own keys."""
     index = read_tensor_index(path)
     meta = {k: v for k, v in index.metadata.items() if isinstance(v, str)}
-    return index, detect(index.tensors, meta, index.path.name)
+    return fold(index), detect(index.tensors, meta, index.path.name)
 
 
 _WHERE = {
