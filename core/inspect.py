@@ -107,13 +107,18 @@ def _derived(p: Path, index: TensorIndex, det: Detection) -> dict[str, Any]:
     for key in ("global_step", "wrapper", "gguf_version"):
         if key in index.extra:
             derived[key] = index.extra[key]
-    if index.format == "gguf":  # quantized storage, per component
+    if index.format == "gguf" or _stores_fp8(index):  # quantized storage, per component
         derived["quantization"] = {
             (c.prefix or c.role): summarize(index.tensors, c.prefix).to_json() for c in det.components
         } or {"": summarize(index.tensors).to_json()}
     if det.fields:
         derived["fields"] = {k: v for k, v in det.fields.items() if _jsonable(v)}
     return derived
+
+
+def _stores_fp8(index: Any) -> bool:
+    """fp8 weights (plain or with ComfyUI scales): their storage is worth reporting too."""
+    return any(t.dtype.startswith("F8_") for t in index.tensors.values())
 
 
 def _jsonable(value: Any) -> bool:

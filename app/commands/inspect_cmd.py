@@ -59,6 +59,11 @@ def format_table(results: list[InspectResult]) -> str:
                 f"  {c['role']:<16} {c['family']:<14} {_params(c['params']):>8} params  "
                 f"{_human_size(c['bytes']):>9}  {c['dtype']:<10} {prefix}"
             )
+        for part, q in (j["metadata"].get("loadout.quantization") or {}).items():
+            lines.append(
+                f"  quant     {q['types']}, {_human_size(q['bytes'])}, {q['bits_per_weight']:.2f} bits/weight"
+                + (f"  ({part})" if part else "")
+            )
         lora = j["lora"]
         if lora:
             targets = ", ".join(f"{k}: {v}" for k, v in lora["targets"].items())

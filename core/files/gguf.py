@@ -163,3 +163,38 @@ def _orig_shape(metadata: dict[str, Any], name: str, numel: int) -> tuple[int, .
     for v in value:
         total *= v
     return tuple(value) if total == numel else None
+
+
+#: llama.cpp's names for a T5/UMT5 encoder, as ComfyUI-GGUF's text-encoder files use them, and the
+#: transformers names they stand for (replaced in this order, as ComfyUI-GGUF does).
+T5_NAMES: tuple[tuple[str, str], ...] = (
+    ("enc.", "encoder."),
+    (".blk.", ".block."),
+    ("token_embd", "shared"),
+    ("output_norm", "final_layer_norm"),
+    ("attn_q", "layer.0.SelfAttention.q"),
+    ("attn_k", "layer.0.SelfAttention.k"),
+    ("attn_v", "layer.0.SelfAttention.v"),
+    ("attn_o", "layer.0.SelfAttention.o"),
+    ("attn_norm", "layer.0.layer_norm"),
+    ("attn_rel_b", "layer.0.SelfAttention.relative_attention_bias"),
+    ("ffn_up", "layer.1.DenseReluDense.wi_1"),
+    ("ffn_down", "layer.1.DenseReluDense.wo"),
+    ("ffn_gate", "layer.1.DenseReluDense.wi_0"),
+    ("ffn_norm", "layer.1.layer_norm"),
+)
+#: a key only a llama.cpp-named T5 encoder has
+T5_PROBE = "enc.blk.0.attn_k.weight"
+
+
+def t5_transformers_names(tensors: dict[str, TensorInfo]) -> dict[str, str] | None:
+    """``{transformers name: GGUF name}`` for a llama.cpp-named T5 encoder; None for other files."""
+    if T5_PROBE not in tensors:
+        return None
+    renamed: dict[str, str] = {}
+    for name in tensors:
+        new = name
+        for old, replacement in T5_NAMES:
+            new = new.replace(old, replacement)
+        renamed[new] = name
+    return renamed

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from core.errors import FileAccessError, FileFormatError
-from core.files.gguf import read_gguf_header
+from core.files.gguf import read_gguf_header, t5_transformers_names
 from core.files.pickle_safe import read_pickle_index
 from core.files.safetensors import SafetensorsHeader, read_header
 from core.files.tensor_info import TensorInfo
@@ -140,6 +140,12 @@ def read_tensor_index(path: str | os.PathLike[str]) -> TensorIndex:
     if fmt == "gguf":
         g = read_gguf_header(p)
         meta = {k: v for k, v in g.metadata.items() if not k.startswith("tokenizer.")}
-        return TensorIndex(p, fmt, st.st_size, g.tensors, meta, [], {"gguf_version": g.version})
+        extra: dict[str, Any] = {"gguf_version": g.version}
+        tensors = g.tensors
+        renamed = t5_transformers_names(tensors)
+        if renamed is not None:  # a T5 encoder under llama.cpp names: index it under its own
+            tensors = {new: g.tensors[old] for new, old in renamed.items()}
+            extra["gguf_names"] = renamed
+        return TensorIndex(p, fmt, st.st_size, tensors, meta, [], extra)
     idx = read_pickle_index(p)
     return TensorIndex(p, fmt, st.st_size, idx.tensors, {}, idx.warnings, idx.extra)

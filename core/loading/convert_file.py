@@ -19,10 +19,13 @@ import torch
 from core.errors import LoadoutError
 from core.files.dtypes import DTYPES as DTYPE_INFO
 from core.files.dtypes import torch_dtype_by_short
-from core.files.model_file import read_tensor_index
+from core.files.model_file import TensorIndex, read_tensor_index
 from core.files.pickle_safe import load_pickle_state_dict
 from core.files.safetensors import SafetensorsFile
 from core.files.writer import WriteProgress, refuse_same_file, write_safetensors
+from core.quant.gguf_types import PLAIN_DTYPES
+from core.quant.scaled_fp8 import fold, scaled_reader
+from core.quant.tensor import DeferredWeight
 
 #: the dtypes a file can be converted (and a run computed) in, by short name (core.files.dtypes)
 DTYPES: Mapping[str, torch.dtype] = {
@@ -61,13 +64,21 @@ class _Converted(Mapping[str, torch.Tensor]):
         self._keys, self._get, self._dtype = keys, get, dtype
 
     def __getitem__(self, key: str) -> torch.Tensor:
-        return cast_tensor(self._get(key), self._dtype)
+        t = self._get(key)
+        if isinstance(t, DeferredWeight):  # GGUF blocks, scaled fp8: their values, then the dtype
+            t = t.materialize(torch.float32)
+        return cast_tensor(t, self._dtype)
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._keys)
 
     def __len__(self) -> int:
         return len(self._keys)
+
+
+def layout_is_scaled(index: TensorIndex, name: str) -> bool:
+    layout = index.extra.get("scaled_fp8")
+    return layout is not None and name in layout.layers
 
 
 def convert_file(
@@ -84,19 +95,43 @@ def convert_file(
     if index.format == "safetensors":
         f = SafetensorsFile(source)
         get: Callable[[str], torch.Tensor] = f.tensor
+        if dtype is not None and dtype.itemsize > 1:  # scaled fp8: write the values, drop the scales
+            index = fold(index)
+            layout = index.extra.get("scaled_fp8")
+            if layout is not None:
+                get = scaled_reader(f.tensor, layout, source.name)
     elif index.format == "pickle":
         tensors = load_pickle_state_dict(source)
         get = tensors.__getitem__
+    elif index.format == "gguf":
+        if dtype is None or dtype.itemsize == 1:
+            raise LoadoutError(
+                f"{source.name} is a quantized GGUF file: converting it needs an output dtype",
+                why="safetensors cannot hold GGML blocks, and Loadout never requantizes",
+                fix="Add --dtype fp16, bf16 or fp32 to write a dequantized copy",
+                code="bad_argument",
+            )
+        from core.files.gguf_data import GGUFTensors
+        from core.loading.loader import _refuse_unloadable_format
+
+        _refuse_unloadable_format(index)
+        gguf = GGUFTensors(source)
+        names: dict[str, str] = index.extra.get("gguf_names", {})  # a T5: written under its own names
+        get = lambda key: gguf.tensor(names.get(key, key))  # noqa: E731
     else:
         raise LoadoutError(
             f"{source.name} is a {index.format.upper()} file, which cannot be converted",
-            why="its quantised weights would need dequantising first",
-            fix="Use a .safetensors version of the model",
+            fix="Use a .safetensors, .ckpt or .gguf version of the model",
             code="unsupported_format",
         )
     specs = {}
     for name, info in index.tensors.items():
-        stored = DTYPE_INFO[info.dtype].torch_dtype
+        dt = DTYPE_INFO.get(info.dtype)
+        stored = dt.torch_dtype if dt is not None else PLAIN_DTYPES.get(info.dtype)
+        if index.format == "gguf" and stored is None:
+            stored = torch.float32  # dequantized in float32, then cast
+        elif layout_is_scaled(index, name):
+            stored = torch.float32
         if stored is None:
             raise LoadoutError(
                 f"{source.name}: tensor {name!r} is stored as {info.dtype}, which torch cannot read",

@@ -29,6 +29,7 @@ from core.files.safetensors import SafetensorsFile
 from core.loading.assign import LoadProgress, assign_weights
 from core.loading.plan import ComponentPlan, LazyTensors, mismatch_error, plan_component
 from core.quant.gguf_types import DEQUANTIZABLE, PLAIN_DTYPES
+from core.quant.scaled_fp8 import fold, layout_of, scaled_reader
 
 
 @dataclass(frozen=True)
@@ -102,10 +103,15 @@ class _Source:
         if index.format == "safetensors":
             self._file: SafetensorsFile | None = SafetensorsFile(index.path, header=index.header)
             self.get: Callable[[str], torch.Tensor] = self._file.tensor
+            scaled = layout_of(index)
+            if scaled is not None:  # fp8 weights with a scale: kept fp8, scaled at forward
+                self.get = scaled_reader(self._file.tensor, scaled, name)
         elif index.format == "gguf":
             _refuse_unloadable_format(index)
             self._file = None
-            self.get = GGUFTensors(index.path).tensor
+            gguf = GGUFTensors(index.path)
+            names: dict[str, str] = index.extra.get("gguf_names", {})  # T5: ours -> llama.cpp's
+            self.get = (lambda key: gguf.tensor(names.get(key, key))) if names else gguf.tensor
         elif index.format == "pickle":
             self._file = None
             tensors = load_pickle_state_dict(index.path)
@@ -161,7 +167,9 @@ def inspect_for_loading(
     path: str | os.PathLike[str], options: LoadOptions | None = None
 ) -> tuple[TensorIndex, Detection]:
     """The file's tensor index and detection: those in ``options`` when it has them (the header is
-    then not read again, the file not detected again), else read and detected now."""
+    then not read again, the file not detected again), else read and detected now. Detection sees
+    every key; the index returned has a scaled fp8 file's scale and marker keys folded away
+    (``core.quant.scaled_fp8``), so planning and loading see the network's own keys."""
     index = options.index if options is not None and options.index is not None else None
     if index is None or index.path != Path(path):
         index = read_tensor_index(path)
@@ -169,7 +177,7 @@ def inspect_for_loading(
     if det is None:
         meta = {k: v for k, v in index.metadata.items() if isinstance(v, str)}
         det = detect(index.tensors, meta, index.path.name)
-    return index, det
+    return fold(index), det
 
 
 _WHERE = {

@@ -21,7 +21,8 @@ from core.files.writer import WriteProgress, refuse_same_file, write_safetensors
 from core.loading.convert_file import cast_tensor
 from core.loading.families import modelspec_architecture
 from core.loading.loader import ModelBundle
-from core.quant.tensor import QuantizedWeight, logical_shape
+from core.quant.fp8_weight import ScaledFp8Weight
+from core.quant.tensor import DeferredWeight, QuantizedWeight, logical_shape
 
 
 def checkpoint_tensors(bundle: ModelBundle) -> dict[str, torch.Tensor]:
@@ -54,9 +55,28 @@ class _Cast(Mapping[str, torch.Tensor]):
 
     def __getitem__(self, key: str) -> torch.Tensor:
         t = self._t[key]
-        if isinstance(t, QuantizedWeight):  # dequantized (with any LoRA on it), never requantized
+        if isinstance(t, DeferredWeight):  # dequantized (with any LoRA on it), never requantized
             t = t.materialize(torch.float32)
         return cast_tensor(t, self._dtype)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._t)
+
+    def __len__(self) -> int:
+        return len(self._t)
+
+
+class _Fp8Patched(Mapping[str, torch.Tensor]):
+    """Plain fp8 weights carrying a LoRA, written in their own fp8 dtype (the file asked for)."""
+
+    def __init__(self, tensors: Mapping[str, torch.Tensor]) -> None:
+        self._t = tensors
+
+    def __getitem__(self, key: str) -> torch.Tensor:
+        t = self._t[key]
+        if isinstance(t, ScaledFp8Weight):
+            return cast_tensor(t.materialize(torch.float32), t.dtype)
+        return t
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._t)
@@ -88,14 +108,20 @@ def save_checkpoint(
     meta["loadout.source"] = json.dumps({"file": bundle.path.name, "family": bundle.detection.family})
     tensors: Mapping[str, torch.Tensor] = checkpoint_tensors(bundle)
     quantized = [k for k, v in tensors.items() if isinstance(v, QuantizedWeight)]
-    if quantized and dtype is None:
+    scaled = [k for k, v in tensors.items() if isinstance(v, ScaledFp8Weight) and v.scale is not None]
+    if (quantized or scaled) and dtype is None:
+        what = "quantized (GGUF)" if quantized else "scaled fp8"
+        first = (quantized or scaled)[0]
+        detail = "are GGML blocks" if quantized else "are fp8 values with a scale beside them"
         raise LoadoutError(
-            f"cannot write {out.name}: {bundle.path.name} holds quantized (GGUF) weights",
-            why=f"{len(quantized)} weights such as {quantized[0]} are GGML blocks; Loadout never "
-            "requantizes, and a safetensors file cannot hold them as they are",
+            f"cannot write {out.name}: {bundle.path.name} holds {what} weights",
+            why=f"{len(quantized) + len(scaled)} weights such as {first} {detail}; Loadout never "
+            "requantizes, and baking a change into them would need it",
             fix="Choose an output dtype (--dtype fp16, bf16 or fp32) to write a dequantized copy",
             code="quantized_source",
         )
+    if dtype is None and any(isinstance(v, ScaledFp8Weight) for v in tensors.values()):
+        tensors = _Fp8Patched(tensors)
     specs = None
     if dtype is not None:
         specs = {

@@ -153,10 +153,11 @@ class T5Attention(nn.Module):
             )
 
     def position_bias(self, buckets: torch.Tensor) -> torch.Tensor:
-        """(1, H, L, L) float32 bias from (L, L) bucket ids."""
+        """(1, H, L, L) float32 bias from (L, L) bucket ids. Through the op layer, so a streamed,
+        quantized (GGUF) or fp8 table is cast the way every weight is."""
         assert self.relative_attention_bias is not None
-        w = self.relative_attention_bias.weight.to(device=buckets.device, dtype=torch.float32)
-        return F.embedding(buckets, w).permute(2, 0, 1)[None]
+        table: torch.Tensor = self.relative_attention_bias(buckets, out_dtype=torch.float32)
+        return table.permute(2, 0, 1)[None]
 
     def forward(self, x: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
         """x (B, L, D) in the compute dtype; ``bias`` additive (B or 1, H, L, L) in the same dtype."""

@@ -32,8 +32,6 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from core.quant.tensor import QuantizedWeight
-
 #: Address residue (bytes) that placement preserves: torch's CPU allocator alignment, the widest
 #: vector (AVX-512) and the cache line of x86 CPUs.
 ALIGNMENT = 64
@@ -66,10 +64,6 @@ def copy_keeping_alignment(t: Tensor, *, modulus: int = ALIGNMENT) -> Tensor:
 def copy_for_compute(t: Tensor, device: torch.device, *, non_blocking: bool = False) -> Tensor:
     """A fresh copy of ``t`` on ``device`` made the way every placement makes it: on ``t``'s own
     device at ``t``'s address residue; on another device a fresh allocation of that device."""
-    if isinstance(t, QuantizedWeight):
-        # quantized bytes are dequantized into a fresh tensor at every use, on every path: their
-        # own address never reaches a matmul; the copy keeps the type that knows how to decode them
-        return t.detach().to(device=device, copy=True, non_blocking=non_blocking)
     if t.device == device:
         return copy_keeping_alignment(t)
     return t.detach().to(device=device, copy=True, non_blocking=non_blocking)

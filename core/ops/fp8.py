@@ -4,13 +4,16 @@ Two ways to run a layer whose weight is ``float8_e4m3fn`` or ``float8_e5m2``:
 
 * **upcast** (any device): the weight is cast to the input's dtype at forward, like any other
   manual cast. The ordinary op layers already do this; :data:`fp8_upcast_ops` names the choice.
-* **fp8 matmul** (NVIDIA CC >= 8.9, AMD gfx950 / gfx12): :class:`Fp8Linear` clamps its input to
-  e4m3's range, quantizes it (per-tensor scale 1, as ComfyUI does) and multiplies with
-  ``torch._scaled_mm``, accumulating in fp32. Anything it cannot take (another weight dtype, odd
-  shapes, a device without fp8 matmul, a streamed layer with patches) falls back to upcast.
+* **fp8 matmul** (NVIDIA CC >= 8.9, AMD gfx950 / gfx12): :class:`Fp8Linear` divides its input by
+  the layer's input scale (1 when the file has none, as ComfyUI does), clamps it to e4m3's range,
+  quantizes it and multiplies with ``torch._scaled_mm`` with the weight's own scale (a scaled fp8
+  file's ``scale_weight``, else 1), accumulating in fp32. Anything it cannot take (another weight
+  dtype, odd shapes, a device without fp8 matmul, a weight with a LoRA on it, a file that asks
+  for full-precision matmul) falls back to upcast.
 
-A patched fp8 weight (a LoRA) is never rounded back to fp8: the streaming path upcasts the fp8
-copy *before* applying patches, so small LoRA changes keep their effect.
+A patched fp8 weight (a LoRA) is never rounded back to fp8: every placement applies the patch to
+the weight upcast to the compute dtype (``core.quant.fp8_weight``), so small LoRA changes keep
+their effect and every placement gives the same bits.
 """
 
 from __future__ import annotations
@@ -22,8 +25,9 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from core.ops.layers import Linear, OpSet
+from core.quant.fp8_weight import FP8_DTYPES, ScaledFp8Weight
 
-FP8_DTYPES: tuple[torch.dtype, ...] = (torch.float8_e4m3fn, torch.float8_e5m2)
+__all__ = ["FP8_DTYPES", "Fp8Linear", "is_fp8", "scaled_mm_blocker", "scaled_mm_linear"]
 #: The largest finite e4m3fn value (448): inputs are clamped to it before quantizing.
 E4M3_MAX = float(torch.finfo(torch.float8_e4m3fn).max)
 #: Activation dtypes ``torch._scaled_mm`` can write.
@@ -72,26 +76,42 @@ def scaled_mm_blocker(x: Tensor, weight: Tensor) -> str | None:
     return None
 
 
-def scaled_mm_linear(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
-    """``F.linear(x, weight, bias)`` with an e4m3fn ``weight`` (on ``x``'s device) multiplied in
-    fp8: ``x`` is clamped to +-448 and quantized (a new tensor; ``x`` is not touched), rows are
-    padded to a multiple of 16, and ``torch._scaled_mm`` accumulates in fp32 and writes ``x``'s
-    dtype. Check :func:`scaled_mm_blocker` first."""
+def _scale(s: Tensor | None, device: torch.device) -> Tensor:
+    if s is None:
+        return torch.ones((), device=device, dtype=torch.float32)
+    return s.reshape(()).to(device=device, dtype=torch.float32)
+
+
+def scaled_mm_linear(
+    x: Tensor,
+    weight: Tensor,
+    bias: Tensor | None,
+    weight_scale: Tensor | None = None,
+    input_scale: Tensor | None = None,
+) -> Tensor:
+    """``F.linear(x, weight x weight_scale, bias)`` with e4m3fn ``weight`` values (on ``x``'s
+    device) multiplied in fp8: ``x`` is divided by ``input_scale`` (when given), clamped to +-448
+    and quantized (a new tensor; ``x`` is not touched), rows are padded to a multiple of 16, and
+    ``torch._scaled_mm`` applies both scales, accumulates in fp32 and writes ``x``'s dtype. Check
+    :func:`scaled_mm_blocker` first."""
     shape = x.shape
     rows = x.reshape(-1, shape[-1])
     m = rows.shape[0]
     pad = (-m) % 16
     if pad:
         rows = F.pad(rows, (0, 0, 0, pad))
+    scale_a = _scale(input_scale, x.device)
+    if input_scale is not None:
+        rows = rows * (1.0 / scale_a).to(rows.dtype)
     q = rows.clamp(-E4M3_MAX, E4M3_MAX).to(torch.float8_e4m3fn).contiguous()
-    one = torch.ones((), device=x.device, dtype=torch.float32)
     out_dtype = x.dtype
     fused = bias is not None and out_dtype in (torch.float16, torch.bfloat16)
+    plain = weight.plain() if isinstance(weight, ScaledFp8Weight) else weight
     result: Any = torch._scaled_mm(
         q,
-        weight.contiguous().t(),  # column-major, as cuBLASLt wants the second operand
-        one,
-        one,
+        plain.contiguous().t(),  # column-major, as cuBLASLt wants the second operand
+        scale_a,
+        _scale(weight_scale, x.device),
         bias=bias.to(out_dtype) if fused and bias is not None else None,
         out_dtype=out_dtype,
     )
@@ -109,18 +129,27 @@ class Fp8Linear(Linear):
 
     def forward(self, x: Tensor) -> Tensor:
         stream = self.stream
+        weight = self.weight
+        scaled = weight if isinstance(weight, ScaledFp8Weight) else None
         if (
             (stream is None or stream.patch_fn is None)  # patched weights are computed upcast
-            and self.weight.dtype == torch.float8_e4m3fn
-            and scaled_mm_blocker(x, self.weight) is None
+            and (scaled is None or (scaled.patch is None and scaled.fp8_matmul))
+            and weight.dtype == torch.float8_e4m3fn
+            and scaled_mm_blocker(x, weight) is None
             and device_has_fp8_matmul(x.device)
         ):
             if stream is not None:
-                w, b = stream.fetch(self.weight, self.bias, x.device)
+                w, b = stream.fetch(weight, self.bias, x.device)
             else:
-                w = self.weight if self.weight.device == x.device else self.weight.to(x.device)
+                w = weight if weight.device == x.device else weight.to(x.device)
                 b = self.bias
-            out = scaled_mm_linear(x, w, b if b is None or b.device == x.device else b.to(x.device))
+            out = scaled_mm_linear(
+                x,
+                w,
+                b if b is None or b.device == x.device else b.to(x.device),
+                scaled.scale if scaled is not None else None,
+                scaled.input_scale if scaled is not None else None,
+            )
             return self.add_side_outputs(x, out) if self.side_outputs else out
         return super().forward(x)
 

@@ -9,9 +9,10 @@ directly. These layers
   cast"), without ever changing the stored parameters;
 * while streamed (``core.ops.streaming``), get fresh, patched copies of their weights at forward
   from the object in their one declared ``stream`` slot;
-* dequantize a quantized weight (``core.quant.tensor.QuantizedWeight``, GGUF blocks) per forward
-  into the input's dtype on the input's device, then apply its placed patches (a LoRA), then
-  compute: nothing dense is kept between forwards and nothing is ever requantized.
+* materialize a deferred weight (``core.quant.tensor.DeferredWeight``: GGUF blocks, scaled or
+  LoRA-patched fp8) per forward into the input's dtype on the input's device, then apply its
+  placed patches (a LoRA), then compute: nothing dense is kept between forwards and nothing is
+  ever requantized.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from core.quant.tensor import QuantizedWeight
+from core.quant.tensor import DeferredWeight, QuantizedWeight
 
 if TYPE_CHECKING:
     from core.ops.streaming import LayerStream
@@ -76,7 +77,7 @@ class CastWeights:
         bias: torch.Tensor | None = getattr(self, "bias", None)
         if self.stream is not None:
             return self.stream.cast(weight, bias, x.device, x.dtype)
-        if isinstance(weight, QuantizedWeight):  # dequantized per forward, on the computing device
+        if isinstance(weight, DeferredWeight):  # materialized per forward, on the computing device
             return weight.materialize(x.dtype, x.device), _plain(cast_to(bias, x))
         w = _plain(cast_to(weight, x))
         assert w is not None
@@ -173,7 +174,9 @@ class Embedding(CastWeights, nn.Embedding):
             if rows is not None:
                 return rows if out_dtype is None else rows.to(out_dtype)
             w = self.stream.cast(w, None, x.device, None)[0]  # indices in, so the stored dtype is kept
-        elif isinstance(w, QuantizedWeight):
+        elif isinstance(w, QuantizedWeight) and self.padding_idx is None and self.max_norm is None:
+            return w.rows(x, out_dtype or torch.float32)  # only the rows looked up are dequantized
+        elif isinstance(w, DeferredWeight):
             w = w.materialize(out_dtype or torch.float32, x.device)
         elif w.device != x.device:
             w = w.to(x.device)

@@ -32,7 +32,7 @@ from torch import Tensor, nn
 from core.ops.alignment import copy_for_compute
 from core.ops.fp8 import is_fp8
 from core.ops.layers import CastWeights
-from core.quant.tensor import QuantizedWeight
+from core.quant.tensor import DeferredWeight
 
 #: ``patch(key, base) -> weight``: the weight of state-dict key ``key`` with its patch stack applied
 #: to ``base`` (a fresh copy on the compute device); ``base`` itself when nothing patches ``key``.
@@ -165,7 +165,7 @@ class LayerStream:
         uses. A gather copies values exactly, so the rows are those of a resident table, bit for
         bit. None when the table must travel after all: quantized (dequantized on the computing
         device), or patched (the patched table is made where the resident one would be)."""
-        if not self.table or isinstance(self.weight, QuantizedWeight):
+        if not self.table or isinstance(self.weight, DeferredWeight):
             return None
         self._check(weight, None)
         if self.patch_fn is not None and self.patch_fn(f"{self.key}.weight", self.weight) is not self.weight:
@@ -201,7 +201,7 @@ class LayerStream:
 
     def _finish(self, t: Tensor, part: str, dtype: torch.dtype | None) -> tuple[Tensor, bool]:
         patched = False
-        if isinstance(t, QuantizedWeight):  # the quantized bytes were copied: dequantize here
+        if isinstance(t, DeferredWeight):  # the stored bytes were copied: materialize them here
             t = t.materialize(dtype or torch.float32)
         if self.patch_fn is not None:
             if is_fp8(t.dtype) and dtype is not None and not is_fp8(dtype):
@@ -234,6 +234,8 @@ class LayerStream:
         def fresh(t: Tensor | None) -> Tensor | None:
             # on the source's own device at the source's address residue, elsewhere a fresh device
             # block: what a resident layer computes with, so both give the same bits (alignment.py)
+            if isinstance(t, DeferredWeight):  # copy the stored bytes, keep what they mean
+                return t._twin(copy_for_compute(t.plain(), device, non_blocking=non_blocking))
             return None if t is None else copy_for_compute(t, device, non_blocking=non_blocking)
 
         if side is None:

@@ -30,15 +30,77 @@ _KEEP = frozenset(
 )
 
 
-class QuantizedWeight(Tensor):
+class DeferredWeight(Tensor):
+    """A weight stored as something other than its values, turned into values only by
+    :meth:`materialize`, which the op layers call per forward on the computing device, then
+    applying :attr:`patch` (a LoRA stack placed on it, in the compute dtype).
+
+    Only moving operations keep the subclass (``to`` to another device, ``detach``, ``clone``,
+    ``pin_memory``, ``.data``...): the twin shares the storage's meaning (type, scale, patch).
+    Subclasses say what the stored data is: :class:`QuantizedWeight` (GGML block bytes) and
+    ``core.quant.fp8_weight.ScaledFp8Weight`` (fp8 values with a per-tensor scale)."""
+
+    #: Set on a *placed* copy by the patcher (never on the file's tensor): applied to the
+    #: materialized weight at forward, so a LoRA changes the layer without requantizing it and
+    #: without holding a dense copy.
+    patch: Callable[[Tensor], Tensor] | None
+
+    def _twin(self, data: Tensor) -> DeferredWeight:
+        """The same kind of weight over ``data`` (a plain tensor like :meth:`plain`), same patch."""
+        raise NotImplementedError
+
+    def _keeps(self, out: Tensor) -> bool:
+        return out.dtype == self.dtype and out.shape == self.shape
+
+    @classmethod
+    def __torch_function__(
+        cls,
+        func: Callable[..., Any],
+        types: Any,
+        args: tuple[Any, ...] = (),
+        kwargs: dict[str, Any] | None = None,
+    ) -> Any:
+        with torch._C.DisableTorchFunctionSubclass():
+            out = func(*args, **(kwargs or {}))
+        src = args[0] if args and isinstance(args[0], DeferredWeight) else None
+        if src is not None and getattr(func, "__name__", "") in _KEEP and type(out) is Tensor:
+            return src._moved(out)
+        return out
+
+    def _moved(self, out: Tensor) -> Tensor:
+        """What a moving operation returns: a twin when ``out`` holds the same kind of data."""
+        return self._twin(out) if self._keeps(out) else out
+
+    def plain(self) -> Tensor:
+        """The stored data as a plain tensor (a view, no copy)."""
+        with torch._C.DisableTorchFunctionSubclass():
+            return self.as_subclass(Tensor)
+
+    def with_patch(self, patch: Callable[[Tensor], Tensor] | None) -> DeferredWeight:
+        """The same data (no copy) with ``patch`` applied after materializing."""
+        twin = self._twin(self.plain())
+        twin.patch = patch
+        return twin
+
+    def decoded(self, dtype: torch.dtype, device: torch.device | str | None = None) -> Tensor:
+        """The weight's values, unpatched, in ``dtype`` on ``device`` (default: where it is)."""
+        raise NotImplementedError
+
+    def materialize(self, dtype: torch.dtype, device: torch.device | str | None = None) -> Tensor:
+        """What a layer computes with: the values in ``dtype`` on ``device``, then patched."""
+        dense_w = self.decoded(dtype, device)
+        return dense_w if self.patch is None else self.patch(dense_w)
+
+    @property
+    def logical_shape(self) -> torch.Size:
+        return self.shape
+
+
+class QuantizedWeight(DeferredWeight):
     """GGML-quantized weight: uint8 block bytes, ``qtype`` (e.g. "Q4_K") and ``qshape``."""
 
     qtype: str
     qshape: torch.Size
-    #: Set on a *placed* copy by the patcher (never on the file's tensor): applied to the
-    #: dequantized weight at forward, so a LoRA changes a quantized layer without requantizing it
-    #: and without holding a dense copy.
-    patch: Callable[[Tensor], Tensor] | None
 
     @staticmethod
     def __new__(cls, raw: Tensor, qtype: str, qshape: tuple[int, ...]) -> QuantizedWeight:
@@ -69,33 +131,18 @@ class QuantizedWeight(Tensor):
     def __reduce_ex__(self, proto: Any) -> Any:
         return (QuantizedWeight, (self.raw().clone(), self.qtype, tuple(self.qshape)))
 
-    @classmethod
-    def __torch_function__(
-        cls,
-        func: Callable[..., Any],
-        types: Any,
-        args: tuple[Any, ...] = (),
-        kwargs: dict[str, Any] | None = None,
-    ) -> Any:
-        with torch._C.DisableTorchFunctionSubclass():
-            out = func(*args, **(kwargs or {}))
-        src = args[0] if args and isinstance(args[0], QuantizedWeight) else None
-        if (
-            src is not None
-            and getattr(func, "__name__", "") in _KEEP
-            and type(out) is Tensor
-            and out.dtype == torch.uint8
-            and out.shape == src.shape
-        ):
-            twin = QuantizedWeight(out, src.qtype, tuple(src.qshape))
-            twin.patch = src.patch
-            return twin
-        return out
+    def _twin(self, data: Tensor) -> QuantizedWeight:
+        twin = QuantizedWeight(data, self.qtype, tuple(self.qshape))
+        twin.patch = self.patch
+        return twin
 
     def raw(self) -> Tensor:
         """The bytes as a plain uint8 tensor (a view)."""
-        with torch._C.DisableTorchFunctionSubclass():
-            return self.view(torch.uint8).as_subclass(Tensor)
+        return self.plain()
+
+    @property
+    def logical_shape(self) -> torch.Size:
+        return self.qshape
 
     @property
     def logical_numel(self) -> int:
@@ -108,34 +155,41 @@ class QuantizedWeight(Tensor):
         are). The bytes are moved first (fewer of them), then dequantized there."""
         return dequantize(self.raw(), self.qtype, tuple(self.qshape), dtype, device)
 
-    def with_patch(self, patch: Callable[[Tensor], Tensor] | None) -> QuantizedWeight:
-        """The same bytes (no copy) with ``patch`` applied after dequantizing."""
-        with torch._C.DisableTorchFunctionSubclass():
-            raw = self.view(torch.uint8).as_subclass(Tensor)
-        twin = QuantizedWeight(raw, self.qtype, tuple(self.qshape))
-        twin.patch = patch
-        return twin
+    def decoded(self, dtype: torch.dtype, device: torch.device | str | None = None) -> Tensor:
+        return self.dequantize(dtype, device)
 
-    def materialize(self, dtype: torch.dtype, device: torch.device | str | None = None) -> Tensor:
-        """What a layer computes with: dequantized into ``dtype`` on ``device``, then patched."""
-        dense_w = self.dequantize(dtype, device)
-        return dense_w if self.patch is None else self.patch(dense_w)
+    def rows(self, ids: Tensor, dtype: torch.dtype) -> Tensor:
+        """``F.embedding(ids, values)`` without dequantizing the whole table: a row of a 2-D weight
+        is a whole number of blocks, so only the rows asked for are moved to ``ids``' device and
+        dequantized (a T5 vocabulary is 32k-256k rows; a prompt uses a few dozen). The patch, if
+        any, needs the whole table, so a patched weight is materialized instead."""
+        if self.patch is not None or len(self.qshape) != 2:
+            return torch.nn.functional.embedding(ids, self.materialize(dtype, ids.device))
+        n_rows, width = self.qshape
+        picked = self.raw().view(n_rows, -1)[ids.reshape(-1).to(self.device)]
+        values = dequantize(picked.reshape(-1), self.qtype, (picked.shape[0], width), dtype, ids.device)
+        return values.reshape(*ids.shape, width)
 
 
 def is_quantized(t: object) -> bool:
     return isinstance(t, QuantizedWeight)
 
 
+def is_deferred(t: object) -> bool:
+    """Whether ``t`` is a weight the op layers materialize per forward (GGUF blocks, scaled fp8)."""
+    return isinstance(t, DeferredWeight)
+
+
 def logical_shape(t: Tensor) -> tuple[int, ...]:
     """The shape a weight stands for: ``qshape`` for a quantized one, else ``t.shape``."""
-    return tuple(t.qshape) if isinstance(t, QuantizedWeight) else tuple(t.shape)
+    return tuple(t.logical_shape) if isinstance(t, DeferredWeight) else tuple(t.shape)
 
 
 def dense(t: Tensor, dtype: torch.dtype | None = None, device: torch.device | str | None = None) -> Tensor:
     """``t`` as an ordinary tensor: dequantized when quantized (``dtype`` default float32), else
     ``t`` itself (cast when ``dtype``/``device`` are given)."""
-    if isinstance(t, QuantizedWeight):
-        return t.dequantize(dtype or torch.float32, device)
+    if isinstance(t, DeferredWeight):
+        return t.materialize(dtype or torch.float32, device)
     if (dtype is not None and t.dtype != dtype) or (device is not None and t.device != torch.device(device)):
         return t.to(device=device, dtype=dtype)
     return t

@@ -287,15 +287,11 @@ def _cuda_run(f: Files, dtype: torch.dtype, fraction: float, state: str) -> Outc
     return summary, trace
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="known: fp8 + LoRA is patched in the compute dtype when streamed, "
-    "rounded back to fp8 when baked or resident (issue 11, left open)",
-)
 def test_fp8_weights_with_a_lora_give_the_same_bits_streamed_or_baked() -> None:
     """Another placement-dependent path, found while fixing alignment: a streamed fp8 layer applies
-    its LoRA in the compute dtype (so a small LoRA is not rounded away), a baked or resident one
-    rounds the patched weight back to fp8. Not an address question; recorded here so it is seen."""
+    its LoRA in the compute dtype (so a small LoRA is not rounded away); a baked or resident one
+    used to round the patched weight back to fp8. Now every placement patches the upcast weight
+    (``core.quant.fp8_weight``), so the bits agree."""
     from core.patching.adapters.lora import LoRAAdapter
     from core.patching.patcher import KeyPatch, ModelPatcher
 

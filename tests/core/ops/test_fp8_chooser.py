@@ -24,6 +24,7 @@ from core.ops.fp8 import (
 from core.ops.layers import CastWeights, Linear, OpSet
 from core.ops.streaming import patch_fn_from, stream_layers, unstream_layers
 from core.patching.patcher import ModelPatcher
+from core.quant.fp8_weight import ScaledFp8Weight
 from tests.core.ops import MODELS, assert_untouched, lora_patches, one_thread, op_layers, snapshot
 
 __all__ = ["one_thread"]  # the autouse fixture, imported so it applies here
@@ -89,12 +90,21 @@ def test_a_lora_on_streamed_fp8_weights_keeps_its_effect(dtype: torch.dtype) -> 
     stream_layers(fp8, names, "cpu", patch_fn=patch_fn_from(patcher.patched_weight))
     assert torch.equal(tiny.forward(fp8)[0], wanted)
 
-    # What streaming avoids: the same LoRA baked into fp8 weights is rounded to fp8's 3-bit mantissa.
+    # Baked (apply()) gives the same bits: the fp8 bytes stay, the patch runs on the upcast weight.
     unstream_layers(fp8, names)
     patcher.apply()
-    baked_in_fp8 = tiny.forward(fp8)[0]
+    assert torch.equal(tiny.forward(fp8)[0], wanted)
+    for name in names:
+        w = fp8.get_submodule(name).weight
+        assert isinstance(w, ScaledFp8Weight) and w.dtype == dtype and w.patch is not None
+
+    # What that avoids: the same LoRA rounded back into fp8 weights loses part of its effect.
+    for name in names:
+        layer = fp8.get_submodule(name)
+        layer.weight = nn.Parameter(layer.weight.materialize(torch.float32).to(dtype), requires_grad=False)
+    rounded = tiny.forward(fp8)[0]
     effect = (wanted - plain).norm()
-    assert (baked_in_fp8 - wanted).norm() > 0.1 * effect  # off by a tenth of the LoRA's effect or more
+    assert (rounded - wanted).norm() > 0.1 * effect  # off by a tenth of the LoRA's effect or more
 
 
 # -- fp8 matmul ---------------------------------------------------------------------------------
