@@ -29,6 +29,10 @@ from app.backend.messages import (
 )
 from app.backend.worker import Job, Reporter, TaskRunner
 from app.demo import ensure_demo_library
+from core.generate.events import GenerateProgress, GenerateResult
+from core.generate.generator import Generator
+from core.generate.request import ImageSettings
+from core.generate.session_run import Output
 from core.library import Entry, ScanProgress
 from core.loading.assign import LoadProgress
 from core.run.testrun import RunConfig, StepDone
@@ -52,6 +56,20 @@ def _load_progress(p: LoadProgress) -> TaskProgress:
     return TaskProgress("load", p.bytes_done, p.bytes_total, text)
 
 
+_PHASE_WORDS = {
+    "load": "Loading",
+    "text_encode": "Encoding the prompt",
+    "sample": "Sampling",
+    "decode": "Decoding",
+    "save": "Saving",
+}
+
+
+def _generate_words(p: GenerateProgress) -> str:
+    steps = f" {p.step}/{p.steps}" if p.steps else ""
+    return f"{_PHASE_WORDS.get(p.phase, p.phase)}{steps}"
+
+
 class Backend(QObject):
     busy_changed = Signal(bool)
     started = Signal(str)
@@ -62,6 +80,8 @@ class Backend(QObject):
     models_changed = Signal(tuple)  # tuple[ModelInfo, ...]
     stack_changed = Signal(object)  # StackInfo
     run_done = Signal(object)  # RunReport
+    generate_progress = Signal(object)  # GenerateProgress (each step, with the live preview)
+    generated = Signal(object)  # GenerateResult
     failed = Signal(object)  # TaskError
     interrupted = Signal(str)
     event = Signal(object)  # EngineEvent
@@ -74,6 +94,7 @@ class Backend(QObject):
     def __init__(self, session: Session, parent: QObject | None = None) -> None:
         super().__init__(parent)
         self.session = session  # the worker's: only jobs touch it
+        self.generator = Generator(session)  # its caches live as long as the session
         self.stop_flag: threading.Event = session.interrupt
         self.placement: PlacementInfo = session.placement.describe()  # read before the worker starts
         self._strengths: dict[str, tuple[float, float]] = {}
@@ -89,6 +110,8 @@ class Backend(QObject):
             Models: lambda m: self.models_changed.emit(m.models),  # type: ignore[attr-defined]
             StackInfo: self.stack_changed.emit,
             RunReport: self.run_done.emit,
+            GenerateProgress: self.generate_progress.emit,
+            GenerateResult: self.generated.emit,
             SessionEvent: self.event.emit,
             PlacementInfo: self._placement_changed,
             ScanBatch: lambda b: self.entries_found.emit(list(b.entries)),  # type: ignore[attr-defined]
@@ -244,6 +267,24 @@ class Backend(QObject):
                     self._snapshots(r)
 
         self.submit("run", work)
+
+    def generate(self, settings: ImageSettings, folder: Path | str) -> None:
+        """Make pictures with the loaded model and its LoRA stack, saved as numbered PNGs in
+        ``folder``; each step posts its progress and live preview."""
+        output = Output(Path(folder), is_folder=True)
+
+        def work(r: Reporter) -> None:
+            def step(p: GenerateProgress) -> None:
+                r.post(p)
+                r.progress(TaskProgress("generate", p.step, p.steps, _generate_words(p)))
+
+            try:
+                r.post(self.generator.generate(settings, output, step, r.check))
+            finally:  # the phases placed models: show where everything is now
+                if self.session.placement.active:
+                    self._snapshots(r)
+
+        self.submit("generate", work)
 
     def set_dtype_overrides(self, overrides: dict[str, str]) -> None:
         """Storage dtypes per role for the next loads (applied on the worker, after queued loads)."""

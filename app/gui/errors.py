@@ -22,6 +22,8 @@ _TASKS = {
     "strength": "Changing a LoRA strength",
     "run": "The test run",
     "demo": "Preparing the demo library",
+    "generate": "Generating",
+    "memory": "The memory manager",
 }
 
 #: code -> (title, plain-words lead, level); the engine's own message follows the lead.

@@ -72,6 +72,7 @@ def _pixmap(rgb: np.ndarray) -> QPixmap:
 class GeneratePanel(QWidget):
     generate_requested = Signal(object)  # ImageSettings
     error = Signal(object)  # LoadoutError from a dropped file the panel could not read
+    output_folder_requested = Signal()
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -141,6 +142,13 @@ class GeneratePanel(QWidget):
         self.generate_button.clicked.connect(self.generate)
         for keys in ("Ctrl+Return", "Ctrl+Enter"):
             QShortcut(QKeySequence(keys), self, activated=self.generate)
+        self.output = QToolButton(autoRaise=True)
+        set_icon(self.output, "folder")
+        self.output.clicked.connect(self.output_folder_requested.emit)
+        self.output_label = QLabel(objectName="muted")
+        out_row = QHBoxLayout()
+        out_row.addWidget(self.output)
+        out_row.addWidget(self.output_label, 1)
         self.progress = QProgressBar(maximumHeight=14, textVisible=False)
         self.status = QLabel("Load a model to generate.", objectName="muted", wordWrap=True)
         controls = QVBoxLayout()
@@ -148,6 +156,7 @@ class GeneratePanel(QWidget):
         controls.addWidget(self.negative, 1)
         controls.addLayout(form)
         controls.addWidget(self.generate_button)
+        controls.addLayout(out_row)
         controls.addWidget(self.progress)
         controls.addWidget(self.status)
         left = QWidget()
@@ -262,6 +271,10 @@ class GeneratePanel(QWidget):
         self.generate_button.setToolTip("Generate (Ctrl+Enter)" if available else reason)
         if not available and reason:
             self.status.setText(reason)
+
+    def set_output_folder(self, folder: Path) -> None:
+        self.output_label.setText(f"Saved in {folder}")
+        self.output.setToolTip(f"Pictures are saved in {folder}/<date>/; click to choose another folder")
 
     def _preset_chosen(self, index: int) -> None:
         size = self.size.itemData(index)

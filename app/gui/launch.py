@@ -47,6 +47,7 @@ def build_window(
     monitor: object | None = None,
     placement: object | None = None,
     demo: bool = False,
+    output_folder: Path | None = None,
 ):  # type: ignore[no-untyped-def]
     """The main window with its own session and backend thread (a QApplication must exist).
 
@@ -81,8 +82,9 @@ def build_window(
     backend = Backend(session)
     mon = monitor if isinstance(monitor, MemoryMonitor) else MemoryMonitor(placement.monitor_probe)
     window = MainWindow(
-        backend, mon, settings_store, session_folders=session_folders, include_own_folder=include_own_folder
-    )
+        backend, mon, settings_store, session_folders=session_folders, include_own_folder=include_own_folder,
+        output_folder=output_folder,
+    )  # fmt: skip
     backend.setParent(window)
     settle_heap()
     return window

@@ -33,6 +33,8 @@ from app.gui.actions import main_toolbar, make_action
 from app.gui.browser import BrowserPanel
 from app.gui.details import LOADABLE, DetailsPanel
 from app.gui.errors import Friendly, describe, describe_exception
+from app.gui.generate_controller import GenerateController
+from app.gui.generate_panel import GeneratePanel
 from app.gui.loaded_panel import LoadedModelsPanel
 from app.gui.lora_panel import LoraStackPanel
 from app.gui.memory_panel import MemoryPanel
@@ -59,6 +61,7 @@ class MainWindow(PlacementControls, QMainWindow):
         *,
         session_folders: tuple[str, ...] = (),
         include_own_folder: bool = True,
+        output_folder: Path | None = None,
     ) -> None:
         super().__init__()
         self.backend = backend
@@ -83,6 +86,9 @@ class MainWindow(PlacementControls, QMainWindow):
             self._watch_placement()
         self._build_actions()
         self._connect_backend()
+        self.generate = GenerateController(
+            self.generate_panel, backend, store, self.show_error, output_folder, parent=self
+        )
         self.apply_settings(self.settings, initial=True)
 
     # -- building --------------------------------------------------------------------------------
@@ -108,8 +114,10 @@ class MainWindow(PlacementControls, QMainWindow):
         self.loaded_panel = LoadedModelsPanel(self.backend, self.placement)
         self.memory_panel = MemoryPanel(self.monitor, self.placement)
         self.testrun_panel = TestRunPanel(self.backend, self.placement.device)
+        self.generate_panel = GeneratePanel()
         self.docks: dict[str, QDockWidget] = {}
         for key, title, widget, area in (
+            ("generate", "Generate", self.generate_panel, Qt.DockWidgetArea.RightDockWidgetArea),
             ("lora", "LoRA stack", self.lora_panel, Qt.DockWidgetArea.RightDockWidgetArea),
             ("loaded", "Loaded models", self.loaded_panel, Qt.DockWidgetArea.RightDockWidgetArea),
             ("memory", "Memory", self.memory_panel, Qt.DockWidgetArea.BottomDockWidgetArea),
@@ -124,6 +132,7 @@ class MainWindow(PlacementControls, QMainWindow):
             )
             self.addDockWidget(area, dock)
             self.docks[key] = dock
+        self.splitDockWidget(self.docks["generate"], self.docks["lora"], Qt.Orientation.Horizontal)
         self.splitDockWidget(self.docks["memory"], self.docks["testrun"], Qt.Orientation.Horizontal)
         self.resizeDocks([self.docks["lora"], self.docks["loaded"]], [420, 260], Qt.Orientation.Vertical)
         self.resizeDocks([self.docks["lora"]], [520], Qt.Orientation.Horizontal)
@@ -318,14 +327,15 @@ class MainWindow(PlacementControls, QMainWindow):
             "run": "Test run…",
             "demo": "Preparing the demo library…",
             "memory": "Memory manager at work…",
+            "generate": "Generating…",
         }
         self.task_label.setText(words.get(task, "Working…"))
-        if task in ("load", "run", "demo"):
+        if task in ("load", "run", "demo", "generate"):
             self.task_progress.setRange(0, 0)
             self.task_progress.show()
 
     def _on_progress(self, p: TaskProgress) -> None:
-        if p.task in ("load", "run"):
+        if p.task in ("load", "run", "generate"):
             self.task_label.setText(p.text)
             if p.total > 0:
                 self.task_progress.setRange(0, 1000)

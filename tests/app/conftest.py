@@ -108,7 +108,7 @@ WindowFactory = Callable[..., MainWindow]
 
 
 @pytest.fixture
-def make_window(qtbot, store: QSettings) -> Iterator[WindowFactory]:
+def make_window(qtbot, store: QSettings, tmp_path: Path) -> Iterator[WindowFactory]:
     windows: list[MainWindow] = []
 
     def make(
@@ -125,6 +125,7 @@ def make_window(qtbot, store: QSettings) -> Iterator[WindowFactory]:
             include_own_folder=False,
             monitor=monitor or MemoryMonitor(placement.monitor_probe if placement is not None else None),
             placement=placement if placement is not None else Placement(None),
+            output_folder=tmp_path / "pictures",
         )
         qtbot.addWidget(window)
         window.show()

@@ -1,0 +1,79 @@
+"""Wires the Generate panel to the backend and the window: requests out, progress and pictures in,
+the output folder remembered in the settings, errors shown in the message bar."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+from PySide6.QtCore import QObject, QSettings, QStandardPaths
+from PySide6.QtWidgets import QFileDialog, QWidget
+
+from app.backend.backend import Backend
+from app.backend.messages import TaskError
+from app.gui.generate_panel import GeneratePanel
+from core.errors import LoadoutError
+from core.generate.request import ImageSettings
+from core.session import ModelInfo
+
+_KEY = "generate/output_folder"
+
+
+def default_output_folder() -> Path:
+    pictures = QStandardPaths.writableLocation(QStandardPaths.StandardLocation.PicturesLocation)
+    return Path(pictures or Path.home()) / "Loadout"
+
+
+class GenerateController(QObject):
+    def __init__(
+        self,
+        panel: GeneratePanel,
+        backend: Backend,
+        store: QSettings,
+        show_error: Callable[[TaskError], None],
+        output_folder: Path | None = None,
+        parent: QObject | None = None,
+    ) -> None:
+        super().__init__(parent)
+        self.panel, self.backend, self.store, self.show_error = panel, backend, store, show_error
+        saved = store.value(_KEY)
+        self.output_folder = output_folder or (Path(str(saved)) if saved else default_output_folder())
+        panel.set_output_folder(self.output_folder)
+        panel.generate_requested.connect(self.generate)
+        panel.error.connect(self._panel_error)
+        panel.output_folder_requested.connect(self.choose_output_folder)
+        backend.generate_progress.connect(panel.on_progress)
+        backend.generated.connect(panel.on_result)
+        backend.started.connect(lambda task: panel.on_started() if task == "generate" else None)
+        backend.finished.connect(lambda task: panel.on_finished() if task == "generate" else None)
+        backend.models_changed.connect(self._models)
+
+    def generate(self, settings: ImageSettings) -> None:
+        self.backend.generate(settings, self.output_folder)
+
+    def _panel_error(self, exc: LoadoutError) -> None:
+        self.show_error(TaskError("generate", exc.code or "bad_argument", exc.message))
+
+    def _models(self, models: tuple[ModelInfo, ...]) -> None:
+        main = next((m for m in models if m.is_main), None)
+        family = main.family if main is not None else None
+        if family != self.panel.family:
+            self.panel.set_family(family)
+        can = main is not None and any(c.role == "diffusion_model" for c in main.components)
+        self.panel.set_available(can, "Load a checkpoint or diffusion model to generate.")
+        if can and main is not None and main.name.startswith("loadout-demo"):
+            self.panel.status.setText(
+                "The demo's tiny models have random weights: they make noise-like pictures. "
+                "Load a real checkpoint for real ones."
+            )
+
+    def choose_output_folder(self) -> None:
+        parent = self.panel if isinstance(self.panel, QWidget) else None
+        chosen = QFileDialog.getExistingDirectory(parent, "Save pictures in", str(self.output_folder))
+        if chosen:
+            self.set_output_folder(Path(chosen))
+
+    def set_output_folder(self, folder: Path) -> None:
+        self.output_folder = folder
+        self.store.setValue(_KEY, str(folder))
+        self.panel.set_output_folder(folder)

@@ -1,0 +1,110 @@
+"""Generating from the real window: type a prompt, generate on the demo model, see the picture and its
+parameters; on a simulated card the manager places each phase; a picture dropped in fills the fields."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from PySide6.QtCore import Qt
+
+from app.backend.placement import Placement
+from app.demo import DemoLibrary
+from core.generate.parameters import parse_parameters
+from core.generate.png import read_png_parameters
+from core.session import SlotId
+from tests.app.test_placement import card
+from tests.app.util import strict
+
+
+def _load(qtbot, window, path: Path) -> None:
+    qtbot.waitUntil(lambda: window.browser.select_path(path) and not window.backend.busy, timeout=30000)
+    with strict(qtbot, window.backend, "started", "model_loaded", "finished"):
+        window.load_entry(window.browser.current_entry())
+
+
+def test_type_a_prompt_generate_and_see_the_picture_with_its_parameters(
+    qtbot, make_window, demo_library: DemoLibrary, tmp_path: Path
+) -> None:
+    window = make_window(demo_library.folder)
+    panel = window.generate_panel
+    assert not panel.generate_button.isEnabled()  # nothing loaded yet
+    _load(qtbot, window, demo_library.checkpoint)
+    qtbot.waitUntil(lambda: panel.generate_button.isEnabled(), timeout=5000)
+    assert "noise-like" in panel.status.text()  # the demo says its pictures are noise
+    panel.prompt.setPlainText("")
+    qtbot.keyClicks(panel.prompt, "a red fox in the snow")
+    panel.negative.setPlainText("blurry")
+    panel.seed.setText("1234")
+    panel.steps.setValue(3)
+    panel.size.setCurrentIndex(panel.size.count() - 1)  # custom
+    panel.width_.setValue(64)
+    panel.height_.setValue(96)
+    previews: list = []
+    window.backend.generate_progress.connect(
+        lambda p: previews.append(p.preview) if p.preview is not None else None
+    )
+    with strict(qtbot, window.backend, "started", "generated", "finished", timeout=120000) as rec:
+        qtbot.keyClick(panel.prompt, Qt.Key.Key_Return, Qt.KeyboardModifier.ControlModifier)
+    result = rec.first("generated")
+    assert len(previews) == 3 and previews[0].shape == (12, 8, 3)  # a live preview each step
+    (image,) = result.images
+    assert image.path.parent.parent == tmp_path / "pictures" and image.path.name.endswith("-1234.png")
+    p = parse_parameters(read_png_parameters(image.path))
+    assert (p.prompt, p.negative, p.seed, p.steps, p.width, p.height) == (
+        "a red fox in the snow",
+        "blurry",
+        1234,
+        3,
+        64,
+        96,
+    )
+    assert panel.gallery.count() == 1 and "Seed: 1234" in panel.info.text()
+    assert not panel.view.pixmap().isNull() and panel.generate_button.isEnabled()
+    panel.seed.setText("1")
+    panel.reuse_seed()
+    assert panel.seed.text() == "1234"
+
+
+def test_on_a_simulated_card_each_phase_is_placed_with_its_reasons(
+    qtbot, make_window, demo_library: DemoLibrary
+) -> None:
+    window = make_window(demo_library.folder, placement=Placement(None, card(6, 1)))
+    _load(qtbot, window, demo_library.checkpoint)
+    panel = window.generate_panel
+    qtbot.waitUntil(lambda: panel.generate_button.isEnabled(), timeout=5000)
+    panel.prompt.setPlainText("lighthouse")
+    panel.steps.setValue(2)
+    panel.size.setCurrentIndex(panel.size.count() - 1)
+    panel.width_.setValue(64)
+    panel.height_.setValue(64)
+    events: list = []
+    window.backend.event.connect(events.append)
+    with strict(qtbot, window.backend, "started", "generated", "finished", timeout=120000) as rec:
+        panel.generate_button.click()
+    result = rec.first("generated")
+    roles = {e["role"] for e in result.events}
+    assert {"text_encoder", "diffusion_model", "vae"} <= roles
+    assert any(e.kind in ("evict", "partial_unload", "unload") for e in events)  # swaps made room
+    main = next(m for m in window.models if m.key == SlotId.MAIN.key)
+    assert any(c.placed for c in main.components)  # the loaded panel shows where things ended up
+
+
+def test_a_picture_dropped_on_the_panel_fills_the_fields(
+    qtbot, make_window, demo_library: DemoLibrary, tmp_path: Path
+) -> None:
+    window = make_window(demo_library.folder)
+    _load(qtbot, window, demo_library.checkpoint)
+    panel = window.generate_panel
+    panel.prompt.setPlainText("castle at night")
+    panel.seed.setText("77")
+    panel.steps.setValue(2)
+    panel.size.setCurrentIndex(panel.size.count() - 1)
+    panel.width_.setValue(64)
+    panel.height_.setValue(64)
+    with strict(qtbot, window.backend, "started", "generated", "finished", timeout=120000) as rec:
+        panel.generate_button.click()
+    path = rec.first("generated").images[0].path
+    panel.prompt.setPlainText("something else")
+    panel.seed.setText("5")
+    panel.read_picture(path)
+    assert panel.prompt.toPlainText() == "castle at night" and panel.seed.text() == "77"
