@@ -20,6 +20,7 @@ and a streamed one are bit-identical. The row blocks depend on the weight's shap
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
@@ -36,6 +37,18 @@ if TYPE_CHECKING:
 #: rows per call) until they fall out of cache: on a 2-core EPYC (1 MiB L2, 32 MiB L3) a
 #: 1280 x 11520 conv weight baked in 28 ms with 2 MiB, 30 with 1 MiB, 38 with 512 KiB, 60 with 256.
 BLOCK_BYTES = 1 << 21
+
+
+_local = threading.local()
+
+
+def _buffer(numel: int, dtype: torch.dtype) -> Tensor:
+    """This thread's block buffers (kept: a bake calls here once per weight, and allocating and
+    freeing a few MiB each time churns the allocator)."""
+    held: Tensor | None = getattr(_local, "buffer", None)
+    if held is None or held.dtype != dtype or held.numel() < numel:
+        held = _local.buffer = torch.empty(max(numel, 2 * BLOCK_BYTES // dtype.itemsize), dtype=dtype)
+    return held[:numel]
 
 
 def fusable(weight: Tensor, patches: Sequence[Patch]) -> bool:
@@ -90,9 +103,8 @@ def bake_lora_stack(weight: Tensor, patches: Sequence[Patch], intermediate_dtype
             work.narrow(0, start, up.shape[0]).add_((up @ down).mul_(c))
         return work.to(weight.dtype).reshape(weight.shape)
     out = torch.empty((rows, cols), dtype=weight.dtype)
-    itemsize = torch.empty((), dtype=intermediate_dtype).element_size()
-    block = max(1, min(rows, BLOCK_BYTES // max(1, cols * itemsize)))
-    buffer = torch.empty((2, block, cols), dtype=intermediate_dtype)
+    block = max(1, min(rows, BLOCK_BYTES // max(1, cols * intermediate_dtype.itemsize)))
+    buffer = _buffer(2 * block * cols, intermediate_dtype).view(2, block, cols)
     for first in range(0, rows, block):
         last = min(rows, first + block)
         work, product = buffer[0, : last - first], buffer[1]
