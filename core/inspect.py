@@ -6,6 +6,7 @@ Never raises for a bad file: the error goes into the record (``error: {code, mes
 from __future__ import annotations
 
 import os
+import threading
 from collections import OrderedDict
 from collections.abc import Hashable, Iterator
 from dataclasses import dataclass, field
@@ -26,19 +27,23 @@ DERIVED = "loadout."
 #: library's fine-tunes of one base, LoRAs of one trainer and rank) are classified from shapes once.
 _MEMOS: OrderedDict[Hashable, Memo] = OrderedDict()
 MEMO_CAPACITY = 64
+_MEMOS_LOCK = threading.Lock()
 
 
 def _memo_for(structure: Hashable | None) -> Memo | None:
+    """The memo of one structure. Two threads on one structure may both compute an entry: the
+    values are equal, the last one stays."""
     if structure is None:
         return None
-    memo = _MEMOS.get(structure)
-    if memo is None:
-        memo = _MEMOS[structure] = {}
-        while len(_MEMOS) > MEMO_CAPACITY:
-            _MEMOS.popitem(last=False)
-    else:
-        _MEMOS.move_to_end(structure)
-    return memo
+    with _MEMOS_LOCK:
+        memo = _MEMOS.get(structure)
+        if memo is None:
+            memo = _MEMOS[structure] = {}
+            while len(_MEMOS) > MEMO_CAPACITY:
+                _MEMOS.popitem(last=False)
+        else:
+            _MEMOS.move_to_end(structure)
+        return memo
 
 
 def clear_caches() -> None:
@@ -46,7 +51,8 @@ def clear_caches() -> None:
     from core.files import header_cache
 
     header_cache.clear()
-    _MEMOS.clear()
+    with _MEMOS_LOCK:
+        _MEMOS.clear()
 
 
 @dataclass

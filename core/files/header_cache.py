@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+import threading
 from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
@@ -54,6 +55,7 @@ class Entry:
 
 
 _entries: OrderedDict[Structure, Entry] = OrderedDict()
+_lock = threading.Lock()  # the library scan and the window may read headers on two threads
 
 
 def _object_end(raw: bytes, start: int) -> int:
@@ -114,19 +116,23 @@ def parse_metadata(text: bytes | None) -> dict[str, str] | None:
 
 
 def get(structure: Structure) -> Entry | None:
-    entry = _entries.get(structure)
-    if entry is not None:
-        _entries.move_to_end(structure)
-    return entry
+    with _lock:
+        entry = _entries.get(structure)
+        if entry is not None:
+            _entries.move_to_end(structure)
+        return entry
 
 
 def put(structure: Structure, tensors: dict[str, TensorInfo], warnings: tuple[str, ...]) -> None:
     """Remember a fully validated header's entries (its warnings must not be about metadata)."""
-    _entries[structure] = Entry(dict(tensors), warnings)
-    _entries.move_to_end(structure)
-    while len(_entries) > CAPACITY:
-        _entries.popitem(last=False)
+    entry = Entry(dict(tensors), warnings)
+    with _lock:
+        _entries[structure] = entry
+        _entries.move_to_end(structure)
+        while len(_entries) > CAPACITY:
+            _entries.popitem(last=False)
 
 
 def clear() -> None:
-    _entries.clear()
+    with _lock:
+        _entries.clear()
