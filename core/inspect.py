@@ -6,12 +6,14 @@ Never raises for a bad file: the error goes into the record (``error: {code, mes
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+import threading
+from collections import OrderedDict
+from collections.abc import Hashable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from core.detect.detector import detect, detection_to_json
+from core.detect.detector import Memo, detect, detection_to_json
 from core.detect.metadata import summarize_metadata
 from core.detect.sidecars import find_preview, read_sidecar_info
 from core.detect.types import Detection
@@ -21,6 +23,37 @@ from core.quant.summary import summarize
 
 #: Derived facts are added to ``metadata`` under this prefix, beside the file's own keys.
 DERIVED = "loadout."
+
+#: Detection memos by tensor structure (``TensorIndex.structure``): files of one structure (a
+#: library's fine-tunes of one base, LoRAs of one trainer and rank) are classified from shapes once.
+_MEMOS: OrderedDict[Hashable, Memo] = OrderedDict()
+MEMO_CAPACITY = 64
+_MEMOS_LOCK = threading.Lock()
+
+
+def _memo_for(structure: Hashable | None) -> Memo | None:
+    """The memo of one structure. Two threads on one structure may both compute an entry: the
+    values are equal, the last one stays."""
+    if structure is None:
+        return None
+    with _MEMOS_LOCK:
+        memo = _MEMOS.get(structure)
+        if memo is None:
+            memo = _MEMOS[structure] = {}
+            while len(_MEMOS) > MEMO_CAPACITY:
+                _MEMOS.popitem(last=False)
+        else:
+            _MEMOS.move_to_end(structure)
+        return memo
+
+
+def clear_caches() -> None:
+    """Forget remembered structures (headers and detection); results do not change, only speed."""
+    from core.files import header_cache
+
+    header_cache.clear()
+    with _MEMOS_LOCK:
+        _MEMOS.clear()
 
 
 @dataclass
@@ -82,7 +115,8 @@ def inspect_file(path: str | os.PathLike[str]) -> InspectResult:
         )
         return result
     result.index = index
-    det = detect(index.tensors, {k: v for k, v in index.metadata.items() if isinstance(v, str)}, p.name)
+    str_meta = {k: v for k, v in index.metadata.items() if isinstance(v, str)}
+    det = detect(index.tensors, str_meta, p.name, memo=_memo_for(index.structure))
     result.detection = det
     result.warnings = [*index.warnings, *det.warnings]
     result.derived = _derived(p, index, det)

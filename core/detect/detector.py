@@ -16,9 +16,9 @@ among the candidates the shapes allow, and the result says so.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Hashable, Mapping, MutableMapping
 from dataclasses import replace
-from typing import Any
+from typing import Any, TypeVar
 
 from core.detect.aux_kinds import match_embedding, match_upscale
 from core.detect.catalog import REGISTRY
@@ -52,7 +52,21 @@ def dominant_dtype(view: Mapping[str, TensorInfo]) -> str:
     return dt.short if dt is not None else name
 
 
+#: What detection remembers about one tensor structure (see ``detect``'s ``memo``).
+Memo = MutableMapping[Hashable, Any]
+T = TypeVar("T")
+
+
+def _once(memo: Memo, key: Hashable, compute: Callable[[], T]) -> T:
+    """``compute()``, remembered in ``memo`` under ``key``: only for what depends on shapes alone."""
+    if key in memo:
+        return memo[key]  # type: ignore[no-any-return]
+    value = memo[key] = compute()
+    return value
+
+
 def _component(
+    memo: Memo,
     role: Role,
     family: str,
     prefix: str,
@@ -60,14 +74,19 @@ def _component(
     layout: str = "original",
     exclude: tuple[str, ...] = (),
 ) -> Component:
+    tensors, params, nbytes, dtype = _once(
+        memo,
+        ("stats", role, prefix, exclude),
+        lambda: (len(view), view.params(), view.nbytes(), dominant_dtype(view)),
+    )
     return Component(
         role=role,
         family=family,
         prefix=prefix,
-        tensors=len(view),
-        params=view.params(),
-        bytes=view.nbytes(),
-        dtype=dominant_dtype(view),
+        tensors=tensors,
+        params=params,
+        bytes=nbytes,
+        dtype=dtype,
         layout=layout,
         exclude=exclude,
     )
@@ -122,9 +141,9 @@ def _apply_hints(match: Match, filename: str | None, metadata: Mapping[str, str]
 
 
 def _best(
-    role: str, view: KeyView, filename: str | None, metadata: Mapping[str, str]
+    memo: Memo, tag: str, role: str, view: KeyView, filename: str | None, metadata: Mapping[str, str]
 ) -> tuple[Match | None, list[str]]:
-    matches = _ROLE_MATCHERS[role](view)
+    matches = _once(memo, ("matches", role, tag), lambda: _ROLE_MATCHERS[role](view))
     if not matches:
         return None, []
     best, notes = _apply_hints(matches[0], filename, metadata)
@@ -135,14 +154,27 @@ def detect(
     tensors: Mapping[str, TensorInfo],
     metadata: Mapping[str, str] | None = None,
     filename: str | None = None,
+    *,
+    memo: Memo | None = None,
 ) -> Detection:
-    """Classify a file from its tensor index. Pure: reads no data, mutates nothing."""
+    """Classify a file from its tensor index. Pure: reads no data, mutates nothing but ``memo``.
+
+    ``memo``: a dict the caller keeps for one tensor *structure* (the same names, dtypes, shapes;
+    ``TensorIndex.structure``) and passes again for every file of that structure. What depends on
+    the shapes alone (key views, component splits, family matches, the LoRA analysis for the same
+    metadata hints) is computed once into it; what file names and metadata decide is applied on
+    every call, so the result is the same as without it. File name and metadata reach detection
+    only through ``family_hints``: keep it so, or key what else reads them.
+    """
     meta: Mapping[str, str] = metadata or {}
-    view = KeyView(tensors)
+    m: Memo = memo if memo is not None else {}
+    view = _once(m, "view", lambda: KeyView(tensors))
     if len(view) == 0:
         return Detection(kind="unknown", warnings=("the file holds no tensors",))
 
-    lora = analyze_lora(view, meta)
+    # analyze_lora reads metadata through family_hints(None, metadata) alone.
+    lora_hints = tuple(family_hints(None, meta)) if memo is not None else ()
+    lora = _once(m, ("lora", lora_hints), lambda: analyze_lora(view, meta))
     if lora is not None:
         return Detection(
             kind="lora",
@@ -152,29 +184,32 @@ def detect(
             warnings=tuple([*lora.warnings, lora.base_evidence] if lora.base_evidence else lora.warnings),
         )
 
-    emb = match_embedding(view)
+    emb = _once(m, "embedding", lambda: match_embedding(view))
     if emb is not None:
         return Detection(
             kind="embedding", family=emb.family, layout=emb.layout, warnings=emb.warnings, fields=emb.fields
         )
 
-    checkpoint = _detect_checkpoint(view, filename, meta)
+    checkpoint = _detect_checkpoint(m, view, filename, meta)
     if checkpoint is not None:
         return checkpoint
-    return _detect_standalone(view, filename, meta)
+    return _detect_standalone(m, view, filename, meta)
 
 
-def _detect_checkpoint(view: KeyView, filename: str | None, meta: Mapping[str, str]) -> Detection | None:
-    slots = split_components(view)
+def _detect_checkpoint(
+    memo: Memo, view: KeyView, filename: str | None, meta: Mapping[str, str]
+) -> Detection | None:
+    slots = _once(memo, "slots", lambda: split_components(view))
     prefixed = [s for s in slots if s.prefix]
     if not prefixed:
         return None
     components: list[Component] = []
     warnings: list[str] = []
     diffusion: Match | None = None
-    for slot in slots:
-        sub = slot.view(view)
-        match, notes = _best(slot.role, sub, filename, meta)
+    for i, slot in enumerate(slots):
+        tag = f"slot{i}"
+        sub = _once(memo, ("view", tag), lambda slot=slot: slot.view(view))  # type: ignore[misc]
+        match, notes = _best(memo, tag, slot.role, sub, filename, meta)
         warnings.extend(notes)
         if match is None:
             family = "unknown"
@@ -184,7 +219,7 @@ def _detect_checkpoint(view: KeyView, filename: str | None, meta: Mapping[str, s
         if slot.role == "diffusion_model" and diffusion is None:
             diffusion = match
         layout = match.layout if match is not None else "original"
-        components.append(_component(slot.role, family, slot.prefix, sub, layout, slot.exclude))
+        components.append(_component(memo, slot.role, family, slot.prefix, sub, layout, slot.exclude))
     if diffusion is not None:
         components = [_vae_for(c, diffusion.family, warnings) for c in components]
     roles = {c.role for c in components}
@@ -238,8 +273,8 @@ def _vae_for(comp: Component, diffusion_family: str, warnings: list[str]) -> Com
     return replace(comp, family=want)
 
 
-def _detect_standalone(view: KeyView, filename: str | None, meta: Mapping[str, str]) -> Detection:
-    cn = match_controlnet(view)
+def _detect_standalone(memo: Memo, view: KeyView, filename: str | None, meta: Mapping[str, str]) -> Detection:
+    cn = _once(memo, "controlnet", lambda: match_controlnet(view))
     if cn is not None:
         return Detection(
             kind="controlnet",
@@ -251,18 +286,18 @@ def _detect_standalone(view: KeyView, filename: str | None, meta: Mapping[str, s
         )
     roles: tuple[Role, ...] = ("diffusion_model", "vae", "text_encoder")
     for r in roles:
-        match, notes = _best(r, view, filename, meta)
+        match, notes = _best(memo, "", r, view, filename, meta)
         if match is not None:
             return Detection(
                 kind=r,
                 family=match.family,
                 variant=match.variant,
                 layout=match.layout,
-                components=(_component(r, match.family, "", view, match.layout),),
+                components=(_component(memo, r, match.family, "", view, match.layout),),
                 warnings=tuple(notes),
                 fields=dict(match.fields),
             )
-    up = match_upscale(view)
+    up = _once(memo, "upscale", lambda: match_upscale(view))
     if up is not None:
         return Detection(
             kind="upscale_model",

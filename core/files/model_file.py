@@ -6,16 +6,19 @@ The format is decided by the file's first bytes, not its extension (a ``.sft`` o
 
 from __future__ import annotations
 
+import io
 import os
 import stat
+import struct
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from core.errors import FileAccessError, FileFormatError
+from core.files import header_cache
 from core.files.gguf import read_gguf_header, t5_transformers_names
 from core.files.pickle_safe import read_pickle_index
-from core.files.safetensors import SafetensorsHeader, read_header
+from core.files.safetensors import HEADER_SIZE_CAP, SafetensorsHeader, read_header, read_header_from
 from core.files.tensor_info import TensorInfo
 
 MODEL_EXTENSIONS = (".safetensors", ".sft", ".ckpt", ".pt", ".pth", ".bin", ".gguf")
@@ -33,8 +36,11 @@ class TensorIndex:
     warnings: list[str] = field(default_factory=list)
     extra: dict[str, Any] = field(default_factory=dict)
     #: the parsed safetensors header this index came from (loading maps the file with it, so a
-    #: load parses the header once)
+    #: load parses the header once); None when the index came from the layout cache
     header: SafetensorsHeader | None = field(default=None, repr=False, compare=False)
+    #: For safetensors: a key equal for files whose tensor entries are the same (see
+    #: ``core.files.header_cache``); detection reuses what depends on shapes alone. None otherwise.
+    structure: header_cache.Structure | None = None
 
 
 def _describe_magic(head: bytes) -> str:
@@ -135,8 +141,7 @@ def read_tensor_index(path: str | os.PathLike[str]) -> TensorIndex:
             code="not_a_model",
         )
     if fmt == "safetensors":
-        h = read_header(p)
-        return TensorIndex(p, fmt, st.st_size, h.tensors, dict(h.metadata), list(h.warnings), header=h)
+        return _read_safetensors(p, st.st_size)
     if fmt == "gguf":
         g = read_gguf_header(p)
         meta = {k: v for k, v in g.metadata.items() if not k.startswith("tokenizer.")}
@@ -149,3 +154,45 @@ def read_tensor_index(path: str | os.PathLike[str]) -> TensorIndex:
         return TensorIndex(p, fmt, st.st_size, tensors, meta, [], extra)
     idx = read_pickle_index(p)
     return TensorIndex(p, fmt, st.st_size, idx.tensors, {}, idx.warnings, idx.extra)
+
+
+def _raw_header(p: Path, size: int) -> bytes | None:
+    """The header's JSON bytes when they can be read plainly; None for anything the full read
+    must explain (too short, a length over the cap or past the end)."""
+    try:
+        with open(p, "rb") as fh:
+            prefix = fh.read(8)
+            if len(prefix) != 8:
+                return None
+            (n,) = struct.unpack("<Q", prefix)
+            if n > HEADER_SIZE_CAP or 8 + n > size:
+                return None
+            raw = fh.read(n)
+    except OSError:
+        return None
+    return raw if len(raw) == n else None
+
+
+def _read_safetensors(p: Path, size: int) -> TensorIndex:
+    raw = _raw_header(p, size)
+    if raw is None:
+        h = read_header(p)  # raises the error that says what is wrong
+        return TensorIndex(p, "safetensors", size, h.tensors, dict(h.metadata), list(h.warnings), header=h)
+    cut = header_cache.split(raw, size - 8 - len(raw))
+    meta = header_cache.parse_metadata(cut.metadata) if cut is not None else None
+    if cut is not None and meta is not None:
+        entry = header_cache.get(cut.structure)
+        if entry is not None:
+            tensors = dict(entry.tensors)
+            return TensorIndex(
+                p, "safetensors", size, tensors, meta, list(entry.warnings), structure=cut.structure
+            )
+    # The full read and validation, of the very bytes the key was made from.
+    h = read_header_from(io.BytesIO(struct.pack("<Q", len(raw)) + raw), p, size)
+    structure = None
+    if cut is not None and meta is not None and meta == h.metadata:
+        structure = cut.structure
+        header_cache.put(structure, h.tensors, tuple(h.warnings))
+    return TensorIndex(
+        p, "safetensors", size, h.tensors, dict(h.metadata), list(h.warnings), header=h, structure=structure
+    )

@@ -12,10 +12,12 @@ view of the memory-mapped file) is kept as the backup, so restoring is bit-exact
 Clones (``clone()``) share the module and its applied state, and copy only the patch lists, so a
 clone with an unchanged stack is recognised (``identity()``) and applying it costs nothing.
 
-For additive adapters (LoRA, LoHa, LoKr without DoRA, full diffs) the per-key change at strength 1
-is cached in float32 within a byte budget; re-applying after a strength change is then one fused
-pass over the weight instead of re-running the adapter math. The result is bit-identical to
-applying the adapters from scratch.
+Stacks of plain LoRA/LoCon (the common case) bake fused from their factors, block by block in a
+cache-sized buffer (``adapters.fused``): no full-size float32 copy or delta is ever held. For
+other additive adapters (LoHa, LoKr without DoRA, full diffs), whose change costs more to compute
+than to add, the per-key change at strength 1 is cached in float32 within a byte budget;
+re-applying after a strength change is then one pass over the weight instead of re-running the
+adapter math. Either way the result is bit-identical to ``apply_patches`` from scratch.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from torch import Tensor, nn
 
 from core.models.state import get_tensor, set_tensor
 from core.patching.adapters.base import Adapter
+from core.patching.adapters.fused import fusable
 from core.patching.adapters.lora import LoRAAdapter
 from core.patching.adapters.slices import Offset, Patch, apply_patches
 from core.patching.side import LoraSidePath, clear_side_outputs, has_side_path, set_side_outputs
@@ -224,9 +227,13 @@ class ModelPatcher:
             return self._deferred(key, weight, stack, cache), False
         if any(p.function is not None for _, p in stack):
             return self._sequential(weight, stack), False
-        if all(p.adapter.is_additive and p.adapter.linear_in_strength for _, p in stack):
-            return self._from_deltas(key, weight, stack, cache)
         patches = [Patch(p.adapter, s.strength, p.offset) for s, p in stack]
+        if not fusable(weight, patches) and all(
+            p.adapter.is_additive and p.adapter.linear_in_strength for _, p in stack
+        ):
+            return self._from_deltas(key, weight, stack, cache)
+        # Plain LoRA stacks bake fused from their factors (no delta is worth caching: computing
+        # one costs as much as the bake); the rest has no shortcut.
         return apply_patches(weight, patches, intermediate_dtype=self.intermediate_dtype), False
 
     def _deferred(

@@ -14,6 +14,7 @@ from torch import Tensor
 
 from core.errors import ModelMismatchError
 from core.patching.adapters.base import Adapter
+from core.patching.adapters.fused import bake_lora_stack, fusable
 
 #: ``(dim, start, length)`` of the part of a weight an adapter patches.
 Offset = tuple[int, int, int]
@@ -49,10 +50,13 @@ def apply_patches(
 ) -> Tensor:
     """The weight with every patch applied in order; one cast back to the weight's dtype at the end.
 
-    Shapes are checked for every patch before any work; ``weight`` is never mutated.
+    Shapes are checked for every patch before any work; ``weight`` is never mutated. A stack of
+    plain LoRAs (the common case) is baked fused, block by block (``fused.bake_lora_stack``).
     """
     for patch in patches:
         patch.adapter.check(_narrow(weight, patch.offset, patch.adapter.module).shape)
+    if fusable(weight, patches):
+        return bake_lora_stack(weight, patches, intermediate_dtype)
     work = weight.to(intermediate_dtype, copy=True)
     for patch in patches:
         if patch.strength == 0:

@@ -14,7 +14,9 @@ from core.memory.manager import MemoryManager
 from core.memory.mover import TorchMover
 from core.memory.planning import PlanSettings
 from core.ops.layers import CastWeights
+from core.patching.adapters import DiffAdapter
 from core.patching.lora_stack import LoraStack
+from core.patching.patcher import KeyPatch
 from core.run.testrun import RunConfig, perform_test_run
 from tests.fixtures.st_files import write_at_odd_offsets
 from tests.fixtures.tiny_models import checkpoint_tensors
@@ -150,7 +152,14 @@ def test_device_copies_leave_no_cached_deltas_behind(files: tuple[Path, Path, Pa
     weight, _ = patcher.patched_weight(key, patcher.original(key).to("meta"), cache=False)
     assert weight.is_meta and patcher._state.deltas == {}  # a device copy caches nothing
     patcher.patched_weight(key)
-    assert len(patcher._state.deltas) == 1  # the CPU bake still caches
+    assert patcher._state.deltas == {}  # plain LoRAs bake from their factors: nothing to cache
+    # a mixed stack (LoRA + a full diff) goes through cached deltas, on a CPU bake only
+    diff = DiffAdapter(torch.full(tuple(patcher.original(key).shape), 0.01), module="d")
+    patcher.add_patches("diff", {key: [KeyPatch(diff)]})
+    weight, _ = patcher.patched_weight(key, patcher.original(key).to("meta"), cache=False)
+    assert weight.is_meta and patcher._state.deltas == {}
+    patcher.patched_weight(key)
+    assert len(patcher._state.deltas) == 2
 
 
 def test_a_dropped_model_is_not_kept_alive_by_the_mover(files: tuple[Path, Path, Path]) -> None:
