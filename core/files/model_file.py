@@ -16,9 +16,10 @@ from typing import Any
 
 from core.errors import FileAccessError, FileFormatError
 from core.files import header_cache
+from core.files import safetensors as st_format
 from core.files.gguf import read_gguf_header, t5_transformers_names
 from core.files.pickle_safe import read_pickle_index
-from core.files.safetensors import HEADER_SIZE_CAP, SafetensorsHeader, read_header, read_header_from
+from core.files.safetensors import HEADER_SIZE_CAP, SafetensorsHeader, read_header
 from core.files.tensor_info import TensorInfo
 
 MODEL_EXTENSIONS = (".safetensors", ".sft", ".ckpt", ".pt", ".pth", ".bin", ".gguf")
@@ -188,7 +189,7 @@ def _read_safetensors(p: Path, size: int) -> TensorIndex:
                 p, "safetensors", size, tensors, meta, list(entry.warnings), structure=cut.structure
             )
     # The full read and validation, of the very bytes the key was made from.
-    h = read_header_from(io.BytesIO(struct.pack("<Q", len(raw)) + raw), p, size)
+    h = st_format.read_header_from(io.BytesIO(struct.pack("<Q", len(raw)) + raw), p, size)
     structure = None
     if cut is not None and meta is not None and meta == h.metadata:
         structure = cut.structure
