@@ -1,7 +1,8 @@
 """``loadout --demo``: open the window on the demo library; with ``--screenshot FILE`` also load the
-demo checkpoint, apply the demo LoRA, change its strength, place it on the GPU (a simulated card
-without one), do a short test run, wait until the backend is idle, save a screenshot of the whole
-window and quit (exit 0, or 1 if a step failed).
+demo checkpoint, apply the demo LoRA, change its strength, place its text encoder on the GPU (a
+simulated card without one: it only partly fits), generate a picture (the manager swaps the text
+encoder, diffusion model and VAE in turn), wait until the backend is idle, save a screenshot of the
+whole window and quit (exit 0, or 1 if a step failed).
 
 Driven only by the backend's signals, like a user would be: nothing here blocks the event loop.
 """
@@ -35,7 +36,7 @@ class DemoFlow(QObject):
         w.scan_done.connect(self._on_scanned)
         w.model_loaded.connect(self._on_loaded)
         w.stack_changed.connect(self._on_stack)
-        w.run_done.connect(self._on_run)
+        w.generated.connect(self._on_generated)
         w.models_changed.connect(self._on_models)
         w.failed.connect(self._on_failed)
         window.backend.busy_changed.connect(self._on_busy)
@@ -82,25 +83,31 @@ class DemoFlow(QObject):
         elif self.step == "strength" and info.loras and info.baked:
             if self.window.placement.active:
                 self.step = "place"
-                self.window.backend.place(MAIN_KEY, "diffusion_model")
+                self.window.backend.place(MAIN_KEY, "text_encoder")
             else:
-                self._run()
+                self._generate()
 
     def _on_models(self, models: tuple[ModelInfo, ...]) -> None:
         main = next((m for m in models if m.is_main), None)
         if self.step == "place" and main is not None and any(c.placed for c in main.components):
-            self._run()
+            self._generate()
 
-    def _run(self) -> None:
-        self.step = "run"
-        panel = self.window.testrun_panel
-        panel.steps.setValue(3)
-        panel.width_.setValue(128)
-        panel.height_.setValue(128)
-        panel.run()
+    def _generate(self) -> None:
+        self.step = "generate"
+        panel = self.window.generate_panel
+        panel.prompt.setPlainText("a lighthouse on a cliff at dusk, (volumetric light:1.2), oil painting")
+        panel.negative.setPlainText("blurry, lowres")
+        panel.seed.setText("20261125")
+        panel.steps.setValue(8)
+        panel.sampler.setCurrentIndex(max(0, panel.sampler.findData("dpmpp_2m")))
+        panel.scheduler.setCurrentIndex(max(0, panel.scheduler.findData("karras")))
+        panel.size.setCurrentIndex(panel.size.count() - 1)  # custom
+        panel.width_.setValue(256)
+        panel.height_.setValue(256)
+        panel.generate()
 
-    def _on_run(self, _report: object) -> None:
-        if self.step == "run":
+    def _on_generated(self, _result: object) -> None:
+        if self.step == "generate":
             self.step = "idle"
 
     def _on_busy(self, busy: bool) -> None:

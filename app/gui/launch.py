@@ -13,12 +13,13 @@ from pathlib import Path
 from core.memory.policy import MemorySettings, VramState
 from core.session import Loaders, Placement, PlacementConfig, Session
 
-#: The demo without a GPU: a simulated 3 MiB card (nothing kept free, 1 MiB for activations) on
-#: which the demo's diffusion model (2 MB) only partly fits, so Load to GPU shows a partial load
-#: and the test run streams the rest: the memory manager can be watched at work on any machine.
+#: The demo without a GPU: a simulated 4 MiB card (nothing kept free, 1 MiB for activations) on the
+#: CPU. The demo's text encoder (82 MiB, its CLIP vocabulary table included) only partly fits, so
+#: Load to GPU shows a partial load and streaming; generating swaps the text encoder, diffusion
+#: model (2 MiB) and VAE through it in turn: the memory manager can be watched at work anywhere.
 DEMO_CARD = PlacementConfig(
     MemorySettings(vram_state=VramState.NORMAL_VRAM, reserve_bytes=0),
-    simulate_bytes=3 * 2**20,
+    simulate_bytes=4 * 2**20,
     inference_bytes=1 * 2**20,
 )
 
@@ -81,6 +82,10 @@ def build_window(
     session = Session(placement, library=Library(cache), loaders=loaders)
     backend = Backend(session)
     mon = monitor if isinstance(monitor, MemoryMonitor) else MemoryMonitor(placement.monitor_probe)
+    if demo and output_folder is None:  # the demo's pictures stay with the demo library
+        from app.demo import default_demo_dir
+
+        output_folder = default_demo_dir() / "outputs"
     window = MainWindow(
         backend, mon, settings_store, session_folders=session_folders, include_own_folder=include_own_folder,
         output_folder=output_folder,

@@ -167,6 +167,8 @@ class LayerStream:
         device), or patched (the patched table is made where the resident one would be)."""
         if not self.table or isinstance(self.weight, DeferredWeight):
             return None
+        if ids.numel() * self.weight[0].nbytes >= self.weight.nbytes:  # a small table (T5's relative
+            return None  # position buckets, looked up L x L times) travels whole: fewer bytes
         self._check(weight, None)
         if self.patch_fn is not None and self.patch_fn(f"{self.key}.weight", self.weight) is not self.weight:
             return None

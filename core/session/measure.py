@@ -55,7 +55,8 @@ def measured_test_run(
     work = Workload(config.width, config.height, config.batch, config.dtype.itemsize, attention)
     profile, width = profile_of(component.module)
     predicted = activation_bytes(profile, work, width)
-    fixed = 0 if placement.config.settings.min_inference_bytes is not None else None
+    plan = placement.manager.settings  # a floor above the reserve is the user's (or the demo's)
+    fixed = 0 if plan.min_inference_bytes > plan.reserve_bytes else None  # own figure: it stands
     place = (
         StepPlacer(placement.manager, placement.mover, managed, work, memory_required=fixed)
         if placement.active

@@ -47,7 +47,10 @@ def _buffer(numel: int, dtype: torch.dtype) -> Tensor:
     freeing a few MiB each time churns the allocator)."""
     held: Tensor | None = getattr(_local, "buffer", None)
     if held is None or held.dtype != dtype or held.numel() < numel:
-        held = _local.buffer = torch.empty(max(numel, 2 * BLOCK_BYTES // dtype.itemsize), dtype=dtype)
+        # a normal tensor even when first asked for under inference mode (a streamed layer patched
+        # during a run): an inference tensor could not be written by a later bake outside it
+        with torch.inference_mode(False):
+            held = _local.buffer = torch.empty(max(numel, 2 * BLOCK_BYTES // dtype.itemsize), dtype=dtype)
     return held[:numel]
 
 

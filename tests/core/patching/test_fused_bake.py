@@ -112,3 +112,15 @@ def test_what_is_not_fused() -> None:
     assert not fusable(weight, [Patch(_lora(8, 3, 2, 11), 1.0, (1, 0, 3))])  # a slice of columns
     assert fusable(weight, [Patch(_lora(4, 6, 2, 12), 1.0, (-2, 4, 4))])  # rows, counted from the end
     assert not fusable(weight, [])
+
+
+def test_a_bake_after_one_made_under_inference_mode_still_works() -> None:
+    """The block buffers are kept per thread: made first while a streamed layer was patched during a
+    run (inference mode), they must still be writable by a bake outside it."""
+    import core.patching.adapters.fused as fused
+
+    fused._local.__dict__.clear()
+    with torch.inference_mode():
+        first = fused._buffer(16, torch.float32)
+    assert not first.is_inference()
+    fused._buffer(16, torch.float32).fill_(1.0)  # outside inference mode

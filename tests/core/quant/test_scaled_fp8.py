@@ -122,7 +122,10 @@ def test_streamed_layers_copy_fp8_bytes_and_match(case: str, written: dict) -> N
     try:
         assert _same(tiny.forward(loaded.module), expected)
         group.end_forward()
-        assert group.stats.last_forward_bytes == sum(nb for _, nb in streamable_layers(loaded.module))
+        # the stored (fp8) bytes travel, never an upcast copy; an embedding table sends only its rows
+        whole = sum(nb for _, nb in streamable_layers(loaded.module))
+        tables = sum(s.nbytes for s in group.layers.values() if s.table)
+        assert whole - tables <= group.stats.last_forward_bytes <= whole
     finally:
         unstream_layers(loaded.module, names)
 
