@@ -67,7 +67,7 @@ _PHASE_WORDS = {
 
 def _generate_words(p: GenerateProgress) -> str:
     steps = f" {p.step}/{p.steps}" if p.steps else ""
-    return f"{_PHASE_WORDS.get(p.phase, p.phase)}{steps}"
+    return f"{_PHASE_WORDS.get(p.phase, p.phase)}{steps}…"  # "…": the status bar clears it when idle
 
 
 class Backend(QObject):

@@ -180,7 +180,9 @@ def generate(
     placement = session.placement
     started = placement.events.clock()
 
-    need = _activation_needs(parts, settings, compute, pipeline.cfg(settings))
+    plan = placement.manager.settings
+    fixed = plan.min_inference_bytes > plan.reserve_bytes  # the user (or the demo) fixed the headroom
+    need = {} if fixed else _activation_needs(parts, settings, compute, pipeline.cfg(settings))
 
     def place(phase: Phase) -> None:
         if not placement.active:
