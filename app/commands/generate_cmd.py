@@ -17,6 +17,7 @@ from core.errors import InterruptedByUser
 from core.generate.events import GenerateProgress
 from core.generate.headless import generate_files
 from core.generate.request import GenerateRequest, ImageSettings, ModelFiles, Sampling
+from core.generate.sweep import parse_strengths
 from core.loading.convert_file import DTYPES, parse_dtype
 from core.patching.merge import LoraArg
 from core.run.headless import parse_bytes, parse_size
@@ -47,6 +48,9 @@ def register(sub: Any) -> None:
     p.add_argument("--size", default="512x512", metavar="WxH")
     p.add_argument("--batch", type=int, default=1)
     p.add_argument("--init", metavar="IMAGE", help="img2img: the picture to start from")
+    p.add_argument(
+        "--sweep", metavar="S1,S2,...", help="the first LoRA at each strength: one picture each and a grid"
+    )
     p.add_argument("--denoise", type=float, default=1.0, help="img2img strength (with --init)")
     p.add_argument("--device", default="cpu", help="cpu or cuda (default cpu)")
     p.add_argument("--dtype", choices=list(DTYPES), help="compute dtype (default: the device's policy)")
@@ -91,6 +95,7 @@ def _request(args: argparse.Namespace) -> GenerateRequest:
         device=args.device,
         dtype=parse_dtype(args.dtype) if args.dtype else None,
         vram_limit=parse_bytes(args.vram_limit) if args.vram_limit else None,
+        sweep=parse_strengths(args.sweep) if args.sweep else (),
     )
 
 

@@ -8,10 +8,13 @@ from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
+import torch
 
+from core.errors import LoadoutError
 from core.generate.events import GenerateProgress, GenerateResult
 from core.generate.request import ImageSettings
 from core.generate.session_run import GenerateState, Output, generate
+from core.generate.sweep import Sweep, run_sweep
 from core.session.session import Session
 from core.session.slots import SlotId
 from core.text.t5_tokenizer import T5Tokenizer, T5TokenizerSearch, installs_from_origins
@@ -40,10 +43,47 @@ class Generator:
         progress: Callable[[GenerateProgress], None],
         check: Callable[[], None],
         init: np.ndarray | None = None,
+        dtype: torch.dtype | None = None,
     ) -> GenerateResult:
         loaded = self.session.loaded.get(SlotId.MAIN)
         if loaded is not None and loaded.family in T5_FAMILIES and self.state.t5_tokenizer is None:
             self.state.t5_tokenizer = T5Tokenizer.find(self._search())
         return generate(
-            self.session, settings, output, state=self.state, progress=progress, check=check, init=init
-        )
+            self.session, settings, output, state=self.state, progress=progress, check=check, init=init,
+            dtype=dtype,
+        )  # fmt: skip
+
+    def sweep(
+        self,
+        settings: ImageSettings,
+        sweep: Sweep,
+        output: Output,
+        progress: Callable[[GenerateProgress], None],
+        check: Callable[[], None],
+    ) -> GenerateResult:
+        """The same picture at each strength of one LoRA, and their grid (see core.generate.sweep)."""
+        stack = self.session.loras.stack
+        entry = stack.entries.get(sweep.lora_id) if stack is not None else None
+        if entry is None:
+            raise LoadoutError(
+                "that LoRA is not in the stack",
+                fix="Add the LoRA to the stack, then sweep its strength",
+                code="bad_argument",
+            )
+        loras = self.session.loras
+        original = (entry.model_strength, entry.clip_strength)
+
+        def set_strength(model: float, clip: float) -> None:
+            loras.set_strength(sweep.lora_id, model, clip, bake=False)
+
+        def cell(i: int, p: Callable[[GenerateProgress], None]) -> GenerateResult:
+            where = output
+            if not output.is_folder:  # OUT.png -> OUT-0.4.png, OUT-0.7.png, ...
+                path = output.path
+                where = Output(path.with_name(f"{path.stem}-{sweep.strengths[i]:g}{path.suffix or '.png'}"))
+            return self.generate(settings, where, p, check)
+
+        try:
+            return run_sweep(sweep, entry.path.stem, original, set_strength, cell, progress)
+        finally:
+            loras.set_strength(sweep.lora_id, *original, bake=True)  # the stack as it was, baked

@@ -16,16 +16,16 @@ from PIL import Image, UnidentifiedImageError
 
 from core.errors import FileAccessError, FileFormatError, LoadoutError
 from core.generate.events import GenerateProgress, GenerateResult
+from core.generate.generator import T5_FAMILIES, Generator
 from core.generate.request import GenerateRequest, ModelFiles
-from core.generate.session_run import GenerateState, Output, generate
+from core.generate.session_run import Output
+from core.generate.sweep import Sweep
 from core.loading.assign import interrupt_check
 from core.loading.loader import inspect_for_loading
 from core.memory.devices import DeviceInfo, discover_devices
 from core.session.placement import Placement, PlacementConfig
 from core.session.session import Session
 from core.text.t5_tokenizer import T5Tokenizer, T5TokenizerSearch
-
-_T5_FAMILIES = ("sd3", "sd3.5-medium", "sd3.5-large", "flux-dev", "flux-schnell", "flux-fill", "chroma")
 
 
 def _device(name: str) -> DeviceInfo:
@@ -111,13 +111,19 @@ def generate_files(
     family = _load_all(session, request.models, check)
     for arg in request.loras:
         session.loras.add(arg.path, arg.model, arg.clip)
-    state = GenerateState()
-    if family in _T5_FAMILIES:
+    generator = Generator(session)
+    if family in T5_FAMILIES:
         search = t5_search or T5TokenizerSearch(comfyui_installs=comfyui_installs(request.models.paths))
-        state.t5_tokenizer = T5Tokenizer.find(search)
+        generator.state.t5_tokenizer = T5Tokenizer.find(search)
     init = read_picture(request.image.init_image) if request.image.init_image is not None else None
     output = Output(request.output, request.output_is_folder)
-    return generate(
-        session, request.image, output, state=state, progress=report, check=placement.manager.check,
-        init=init, dtype=request.dtype,
-    )  # fmt: skip
+    check = placement.manager.check
+    if request.sweep:
+        stack = session.loras.stack
+        if stack is None or not stack.entries:
+            raise LoadoutError(
+                "a strength sweep needs a LoRA", fix="Add one with --lora FILE", code="bad_argument"
+            )
+        sweep = Sweep(next(iter(stack.entries)), request.sweep)
+        return generator.sweep(request.image, sweep, output, report, check)
+    return generator.generate(request.image, output, report, check, init, dtype=request.dtype)

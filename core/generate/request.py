@@ -116,3 +116,5 @@ class GenerateRequest:
     device: str = "cpu"
     dtype: torch.dtype | None = None  # compute dtype of the diffusion model; None: the policy decides
     vram_limit: int | None = None
+    #: a strength sweep of the first LoRA: one picture per strength and their grid (empty: none)
+    sweep: tuple[float, ...] = ()

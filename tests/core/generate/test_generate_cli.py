@@ -146,3 +146,45 @@ def test_an_unknown_sampler_is_refused_by_name(capsys: pytest.CaptureFixture[str
 def test_settings_are_checked_before_anything_loads() -> None:
     with pytest.raises(LoadoutError, match=r"(?i)denoise below 1 needs a starting image"):
         ImageSettings("x", sampling=Sampling(denoise=0.5))
+
+
+def test_a_strength_sweep_makes_one_picture_per_strength_and_a_grid(
+    demo: DemoLibrary, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "fox.png"
+    code, stdout, err = _run(
+        [
+            "generate", str(demo.checkpoint), "--prompt", "a fox", "--lora", f"{demo.lora}:1.0",
+            "--seed", "3", "--steps", "2", "--size", "64x64", "--sweep", "0,0.7,1.5", "-o", str(out),
+            "--json",
+        ],
+        capsys,
+    )  # fmt: skip
+    assert code == 0, err
+    images = [Path(p) for p in json.loads(stdout)["images"]]
+    assert [p.name for p in images] == ["fox-0-grid.png", "fox-0.png", "fox-0.7.png", "fox-1.5.png"]
+    grid = _pixels(images[0])
+    assert grid.shape[1] == 3 * 64 and grid.shape[0] > 64  # three cells side by side, labels below
+    cells = [_pixels(p) for p in images[1:]]
+    assert not np.array_equal(cells[0], cells[2])  # the LoRA's strength shows
+    strengths = [parse_parameters(read_png_parameters(p)).loras for p in images[1:]]
+    assert [lo[0].model_strength for lo in strengths] == [0.0, 0.7, 1.5]  # each cell says its strength
+
+
+def test_a_sweep_without_a_lora_is_refused(
+    demo: DemoLibrary, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, _, err = _run(
+        [
+            "generate",
+            str(demo.checkpoint),
+            "--prompt",
+            "x",
+            "--sweep",
+            "0.5,1",
+            "-o",
+            str(tmp_path / "o.png"),
+        ],
+        capsys,
+    )
+    assert code == 2 and "needs a LoRA" in err
