@@ -33,6 +33,7 @@ from core.generate.events import GenerateProgress, GenerateResult
 from core.generate.generator import Generator
 from core.generate.request import ImageSettings
 from core.generate.session_run import Output
+from core.generate.sweep import Sweep
 from core.library import Entry, ScanProgress
 from core.loading.assign import LoadProgress
 from core.run.testrun import RunConfig, StepDone
@@ -268,7 +269,7 @@ class Backend(QObject):
 
         self.submit("run", work)
 
-    def generate(self, settings: ImageSettings, folder: Path | str) -> None:
+    def generate(self, settings: ImageSettings, folder: Path | str, sweep: Sweep | None = None) -> None:
         """Make pictures with the loaded model and its LoRA stack, saved as numbered PNGs in
         ``folder``; each step posts its progress and live preview."""
         output = Output(Path(folder), is_folder=True)
@@ -279,10 +280,15 @@ class Backend(QObject):
                 r.progress(TaskProgress("generate", p.step, p.steps, _generate_words(p)))
 
             try:
-                r.post(self.generator.generate(settings, output, step, r.check))
-            finally:  # the phases placed models: show where everything is now
+                if sweep is not None:
+                    r.post(self.generator.sweep(settings, sweep, output, step, r.check))
+                else:
+                    r.post(self.generator.generate(settings, output, step, r.check))
+            finally:  # the phases placed models (and a sweep moved a strength): show them as they are
                 if self.session.placement.active:
                     self._snapshots(r)
+                elif sweep is not None:
+                    r.post(self.session.loras.info())
 
         self.submit("generate", work)
 

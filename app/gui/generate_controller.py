@@ -40,6 +40,12 @@ class GenerateController(QObject):
         self.output_folder = output_folder or (Path(str(saved)) if saved else default_output_folder())
         panel.set_output_folder(self.output_folder)
         panel.generate_requested.connect(self.generate)
+        panel.sweep_requested.connect(
+            lambda settings, sweep: backend.generate(settings, self.output_folder, sweep)
+        )
+        backend.stack_changed.connect(
+            lambda info: panel.set_loras(tuple((lo.id, lo.path.stem) for lo in info.loras))
+        )
         panel.error.connect(self._panel_error)
         panel.output_folder_requested.connect(self.choose_output_folder)
         backend.generate_progress.connect(panel.on_progress)

@@ -12,9 +12,8 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
-import numpy as np
-from PySide6.QtCore import QSize, Qt, Signal
-from PySide6.QtGui import QDragEnterEvent, QDropEvent, QIcon, QImage, QKeySequence, QPixmap, QShortcut
+from PySide6.QtCore import Signal
+from PySide6.QtGui import QDragEnterEvent, QDropEvent, QKeySequence, QShortcut
 from PySide6.QtWidgets import (
     QCheckBox,
     QComboBox,
@@ -24,7 +23,6 @@ from PySide6.QtWidgets import (
     QLabel,
     QLineEdit,
     QListWidget,
-    QListWidgetItem,
     QPlainTextEdit,
     QProgressBar,
     QPushButton,
@@ -35,12 +33,14 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.gui.gallery import Gallery
 from app.gui.theme import icon, set_icon
 from core.errors import LoadoutError
 from core.generate.events import GenerateProgress, GenerateResult
 from core.generate.parameters import SAMPLER_LABELS, SCHEDULER_LABELS, GenerationParameters, parse_parameters
 from core.generate.png import read_png_parameters
 from core.generate.request import MAX_SEED, ImageSettings, Sampling, default_cfg
+from core.generate.sweep import Sweep, parse_strengths
 
 #: Size presets per family group (width, height): the resolutions each was trained around.
 SIZE_PRESETS: dict[str, list[tuple[int, int]]] = {
@@ -62,17 +62,11 @@ def size_group(family: str | None) -> str:
     return _GROUP.get(family or "", "xl" if family else "sd1")
 
 
-def _pixmap(rgb: np.ndarray) -> QPixmap:
-    h, w, _ = rgb.shape
-    data = np.ascontiguousarray(rgb)
-    image = QImage(data.data, w, h, 3 * w, QImage.Format.Format_RGB888)
-    return QPixmap.fromImage(image.copy())
-
-
 class GeneratePanel(QWidget):
     generate_requested = Signal(object)  # ImageSettings
     error = Signal(object)  # LoadoutError from a dropped file the panel could not read
     output_folder_requested = Signal()
+    sweep_requested = Signal(object, object)  # ImageSettings, Sweep
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -126,6 +120,14 @@ class GeneratePanel(QWidget):
         size_row.addWidget(QLabel("×"))
         size_row.addWidget(self.height_)
         self.batch = QSpinBox(minimum=1, maximum=16, value=1)
+        self.sweep_lora = QComboBox()
+        self.sweep_lora.setToolTip("Render the same seed at several strengths of one LoRA, side by side")
+        self.sweep_values = QLineEdit("0.4, 0.7, 1.0")
+        self.sweep_values.setToolTip("The strengths to compare (the text-encoder strength follows)")
+        sweep_row = QHBoxLayout()
+        sweep_row.addWidget(self.sweep_lora, 1)
+        sweep_row.addWidget(self.sweep_values, 1)
+        self.set_loras(())
         form = QFormLayout()
         form.addRow("Seed", seed_row)
         form.addRow("Steps", self.steps)
@@ -136,6 +138,7 @@ class GeneratePanel(QWidget):
         form.addRow("Scheduler", self.scheduler)
         form.addRow("Size", size_row)
         form.addRow("Batch", self.batch)
+        form.addRow("LoRA sweep", sweep_row)
         self.generate_button = QPushButton(icon("run", "#ffffff"), "Generate")
         self.generate_button.setObjectName("primary")
         self.generate_button.setToolTip("Generate (Ctrl+Enter)")
@@ -161,24 +164,8 @@ class GeneratePanel(QWidget):
         controls.addWidget(self.status)
         left = QWidget()
         left.setLayout(controls)
-        self.view = QLabel(alignment=Qt.AlignmentFlag.AlignCenter)
-        self.view.setMinimumSize(192, 192)
-        self.view.setObjectName("imageView")
-        self.view.setPixmap(icon("image").pixmap(64, 64))
-        self.info = QLabel(wordWrap=True, objectName="muted")
-        self.info.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
-        self.gallery = QListWidget(viewMode=QListWidget.ViewMode.IconMode)
-        self.gallery.setIconSize(QSize(72, 72))
-        self.gallery.setMaximumHeight(104)
-        self.gallery.setFlow(QListWidget.Flow.LeftToRight)
-        self.gallery.setWrapping(False)
-        self.gallery.currentItemChanged.connect(self._show_item)
-        right = QWidget()
-        rl = QVBoxLayout(right)
-        rl.setContentsMargins(0, 0, 0, 0)
-        rl.addWidget(self.view, 1)
-        rl.addWidget(self.info)
-        rl.addWidget(self.gallery)
+        self.gallery_view = Gallery()
+        right = self.gallery_view
         split = QSplitter()
         split.addWidget(left)
         split.addWidget(right)
@@ -186,7 +173,6 @@ class GeneratePanel(QWidget):
         layout = QVBoxLayout(self)
         layout.setContentsMargins(8, 6, 8, 6)
         layout.addWidget(split)
-        self._current: QPixmap | None = None
         self.set_family(None)
         self.set_available(False, "Load a checkpoint or diffusion model to generate.")
 
@@ -295,10 +281,28 @@ class GeneratePanel(QWidget):
             return
         try:
             settings = self.settings()
+            lora_id = self.sweep_lora.currentData()
+            sweep = Sweep(str(lora_id), parse_strengths(self.sweep_values.text())) if lora_id else None
         except LoadoutError as exc:
             self.error.emit(exc)
             return
-        self.generate_requested.emit(settings)
+        if sweep is not None:
+            self.sweep_requested.emit(settings, sweep)
+        else:
+            self.generate_requested.emit(settings)
+
+    def set_loras(self, loras: tuple[tuple[str, str], ...]) -> None:
+        """(id, name) of the stack's LoRAs, offered for a strength sweep (off by default)."""
+        current = self.sweep_lora.currentData()
+        self.sweep_lora.blockSignals(True)
+        self.sweep_lora.clear()
+        self.sweep_lora.addItem("off", None)
+        for lora_id, name in loras:
+            self.sweep_lora.addItem(name, lora_id)
+        i = self.sweep_lora.findData(current)
+        self.sweep_lora.setCurrentIndex(max(0, i))
+        self.sweep_lora.blockSignals(False)
+        self.sweep_values.setEnabled(bool(loras))
 
     # ----------------------------------------------------------------- what the backend reports
     def on_started(self) -> None:
@@ -326,51 +330,28 @@ class GeneratePanel(QWidget):
             f"{_PHASES.get(p.phase, p.phase)}{steps}{picture}{' · ' + p.message if p.message else ''}"
         )
         if p.preview is not None:
-            self._show_pixmap(_pixmap(p.preview))
+            self.gallery_view.show_preview(p.preview)
 
     def on_result(self, result: GenerateResult) -> None:
         self.last_seed = result.seed
-        first: QListWidgetItem | None = None
-        for image in result.images:
-            pix = QPixmap(str(image.path))
-            item = QListWidgetItem(QIcon(pix), image.label or image.path.stem)
-            item.setData(Qt.ItemDataRole.UserRole, (str(image.path), image.infotext))
-            item.setToolTip(image.infotext)
-            self.gallery.insertItem(0, item)
-            first = first or item
-        if first is not None:
-            self.gallery.setCurrentItem(first)
+        self.gallery_view.add(result.images)
         split = ", ".join(f"{k.replace('_', ' ')} {v:.1f} s" for k, v in result.seconds.items())
         notes = " ".join(result.notes)
         self.status.setText(f"Done: {result.seconds_per_step:.2f} s/step; {split}. {notes}".strip())
         self.progress.setRange(0, 1)
         self.progress.setValue(1)
 
-    def _show_item(self, item: QListWidgetItem | None) -> None:
-        if item is None:
-            return
-        path, infotext = item.data(Qt.ItemDataRole.UserRole)
-        self._show_pixmap(QPixmap(path))
-        self.info.setText(f"<b>{Path(path).name}</b><br>{infotext.replace(chr(10), '<br>')}")
+    @property
+    def gallery(self) -> QListWidget:
+        return self.gallery_view.strip
 
-    def _show_pixmap(self, pix: QPixmap) -> None:
-        self._current = pix
-        self._rescale()
+    @property
+    def view(self) -> QLabel:
+        return self.gallery_view.view
 
-    def _rescale(self) -> None:
-        if self._current is None or self._current.isNull():
-            return
-        size = self.view.size()
-        mode = (
-            Qt.TransformationMode.FastTransformation
-            if self._current.width() * 4 <= size.width()
-            else Qt.TransformationMode.SmoothTransformation
-        )
-        self.view.setPixmap(self._current.scaled(size, Qt.AspectRatioMode.KeepAspectRatio, mode))
-
-    def resizeEvent(self, event: object) -> None:
-        super().resizeEvent(event)  # type: ignore[arg-type]
-        self._rescale()
+    @property
+    def info(self) -> QLabel:
+        return self.gallery_view.info
 
     # ----------------------------------------------------------------- drag a picture in
     def dragEnterEvent(self, event: QDragEnterEvent) -> None:

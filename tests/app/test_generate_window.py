@@ -108,3 +108,30 @@ def test_a_picture_dropped_on_the_panel_fills_the_fields(
     panel.seed.setText("5")
     panel.read_picture(path)
     assert panel.prompt.toPlainText() == "castle at night" and panel.seed.text() == "77"
+
+
+def test_a_lora_strength_sweep_from_the_panel_shows_each_cell_and_the_grid(
+    qtbot, make_window, demo_library: DemoLibrary
+) -> None:
+    window = make_window(demo_library.folder)
+    _load(qtbot, window, demo_library.checkpoint)
+    with strict(qtbot, window.backend, "started", "stack_changed", "finished"):
+        window.backend.add_lora(demo_library.lora, 0.8, 0.8)
+    panel = window.generate_panel
+    assert panel.sweep_lora.count() == 2  # off + the demo LoRA
+    panel.sweep_lora.setCurrentIndex(1)
+    panel.sweep_values.setText("0, 1.2")
+    panel.prompt.setPlainText("a fox")
+    panel.steps.setValue(2)
+    panel.size.setCurrentIndex(panel.size.count() - 1)
+    panel.width_.setValue(64)
+    panel.height_.setValue(64)
+    with strict(qtbot, window.backend, "started", "generated", "finished", timeout=120000) as rec:
+        panel.generate_button.click()
+    labels = [i.label for i in rec.first("generated").images]
+    assert labels[0].endswith("sweep") and labels[1:] == [
+        f"{demo_library.lora.stem} 0",
+        f"{demo_library.lora.stem} 1.2",
+    ]
+    assert panel.gallery.count() == 3
+    qtbot.waitUntil(lambda: window.stack.loras and window.stack.loras[0].model_strength == 0.8, timeout=5000)
