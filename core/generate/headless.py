@@ -22,23 +22,10 @@ from core.generate.session_run import Output
 from core.generate.sweep import Sweep
 from core.loading.assign import interrupt_check
 from core.loading.loader import inspect_for_loading
-from core.memory.devices import DeviceInfo, discover_devices
+from core.memory.devices import device_named
 from core.session.placement import Placement, PlacementConfig
 from core.session.session import Session
 from core.text.t5_tokenizer import T5Tokenizer, T5TokenizerSearch
-
-
-def _device(name: str) -> DeviceInfo:
-    kind = name.split(":")[0]
-    for dev in discover_devices():
-        if dev.kind == kind or (kind == "cuda" and dev.kind == "rocm"):
-            return dev
-    raise LoadoutError(
-        f"no {name} device here",
-        why="it was not found on this machine",
-        fix="Use --device cpu, or check the GPU driver",
-        code="no_device",
-    )
 
 
 def comfyui_installs(paths: Iterable[Path]) -> tuple[Path, ...]:
@@ -101,7 +88,7 @@ def generate_files(
 ) -> GenerateResult:
     """Everything ``loadout generate`` does; ``interrupt`` (set from any thread) stops it within a
     tensor, a layer or a step, before any picture is written."""
-    device = _device(request.device)
+    device = device_named(request.device)
     config = PlacementConfig(simulate_bytes=request.vram_limit or 0)
     placement = Placement(device, config, interrupt=interrupt, cpu_is_device=True)
     session = Session(placement)

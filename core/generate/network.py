@@ -15,32 +15,12 @@ import torch
 from torch import Tensor, nn
 
 from core.errors import ModelMismatchError
-from core.models.chroma import Chroma
-from core.models.flux import Flux, make_img_ids, make_txt_ids, pack_latents, unpack_latents
-from core.models.mmdit import MMDiT
-from core.models.unet import UNetModel
+from core.models.flux import make_img_ids, make_txt_ids, pack_latents, unpack_latents
+from core.models.kinds import network_kind
 from core.sampling.conditioning import Conditioning
 
 #: ComfyUI's guidance when no FluxGuidance node sets one.
 FLUX_DEFAULT_GUIDANCE = 3.5
-
-
-def network_kind(model: nn.Module) -> str:
-    """ "unet", "mmdit", "flux" or "chroma"."""
-    if isinstance(model, UNetModel):
-        return "unet"
-    if isinstance(model, MMDiT):
-        return "mmdit"
-    if isinstance(model, Chroma):
-        return "chroma"
-    if isinstance(model, Flux):
-        return "flux"
-    raise ModelMismatchError(
-        f"Loadout cannot generate with a {type(model).__name__}",
-        why="generation needs a diffusion model of a supported family",
-        fix="Load an SD1/SD2/SDXL/SD3/Flux/Chroma checkpoint or diffusion model",
-        code="wrong_kind",
-    )
 
 
 class NetworkAdapter:

@@ -332,3 +332,20 @@ def macos_version() -> tuple[int, ...]:
     """(14, 2, 1) on macOS 14.2.1; () elsewhere."""
     text = platform.mac_ver()[0]
     return tuple(int(p) for p in text.split(".") if p.isdigit())
+
+
+def device_named(name: str) -> DeviceInfo:
+    """The device a command line names ("cpu", "cuda", "cuda:1"), or a LoadoutError saying it is
+    not on this machine."""
+    from core.errors import LoadoutError
+
+    kind = name.split(":")[0]
+    for dev in discover_devices():
+        if dev.kind == kind or (kind == "cuda" and dev.kind == "rocm"):
+            return dev
+    raise LoadoutError(
+        f"no {name} device here",
+        why="it was not found on this machine",
+        fix="Use --device cpu, or check the GPU driver",
+        code="no_device",
+    )

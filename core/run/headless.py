@@ -22,7 +22,7 @@ import torch
 from core.errors import LoadoutError
 from core.loading.assign import interrupt_check
 from core.loading.loader import inspect_for_loading
-from core.memory.devices import DeviceInfo, discover_devices
+from core.memory.devices import device_named
 from core.memory.events import MemoryEvent
 from core.memory.policy import MemorySettings
 from core.patching.merge import LoraArg
@@ -96,19 +96,6 @@ class HeadlessReport:
         }
 
 
-def _device(name: str) -> DeviceInfo:
-    kind = name.split(":")[0]
-    for dev in discover_devices():
-        if dev.kind == kind or (kind == "cuda" and dev.kind == "rocm"):
-            return dev
-    raise LoadoutError(
-        f"no {name} device here",
-        why="it was not found on this machine",
-        fix="Use --device cpu, or check the GPU driver",
-        code="no_device",
-    )
-
-
 def _peak_bytes(device: str) -> int:
     if device.startswith("cuda") and torch.cuda.is_available():
         return int(torch.cuda.max_memory_allocated())
@@ -125,7 +112,7 @@ def run_headless(
     """Load, add the LoRAs (recorded, never baked: the mover applies them), and time the test run
     through a :class:`Session` placing on the requested device. Setting ``interrupt`` (from any
     thread, e.g. a Ctrl-C handler) stops the load or the run within one tensor or layer."""
-    device = _device(request.device)
+    device = device_named(request.device)
     config = PlacementConfig(request.settings, simulate_bytes=request.vram_limit or 0)
     placement = Placement(device, config, interrupt=interrupt, cpu_is_device=True)
     session = Session(placement, naming=family_naming)

@@ -18,11 +18,9 @@ from typing import Any
 import torch
 from torch import nn
 
-from core.errors import LoadoutError, ModelMismatchError
-from core.models.chroma import Chroma
-from core.models.flux import Flux, make_img_ids, make_txt_ids, pack_latents, unpack_latents
-from core.models.mmdit import MMDiT
-from core.models.unet import UNetModel
+from core.errors import LoadoutError
+from core.models.flux import make_img_ids, make_txt_ids, pack_latents, unpack_latents
+from core.models.kinds import network_kind
 
 #: Text tokens per family (what the real text encoders produce).
 CONTEXT_TOKENS = {"unet": 77, "mmdit": 154, "flux": 512, "chroma": 512}
@@ -80,20 +78,7 @@ class RunResult:
 
 
 def _kind(model: nn.Module) -> str:
-    if isinstance(model, UNetModel):
-        return "unet"
-    if isinstance(model, MMDiT):
-        return "mmdit"
-    if isinstance(model, Chroma):
-        return "chroma"
-    if isinstance(model, Flux):
-        return "flux"
-    raise ModelMismatchError(
-        f"a test run cannot drive a {type(model).__name__}",
-        why="test runs need a diffusion model",
-        fix="Load a checkpoint or diffusion model",
-        code="wrong_kind",
-    )
+    return network_kind(model, action="drive a test run with")
 
 
 class _Inputs:
