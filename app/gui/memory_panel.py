@@ -43,7 +43,10 @@ EVENT_COLORS = {
     "lora": "#f783ac",
     "run": "#74c0fc",
     "error": "#ff6b6b",
+    "phase": "#e599f7",
 }
+#: generation phases as shaded bands on the plot (the band runs until the next phase or the end)
+PHASE_COLORS = {"encode": "#e599f733", "sample": "#74c0fc2b", "decode": "#ffd43b2b"}
 #: the plot's marker tags (the event list has the full text, the marker's tooltip the reason)
 SHORT_LABELS = {
     "load": "load",
@@ -73,7 +76,8 @@ class MemoryPlot(pg.PlotWidget):
         super().__init__(background="#14161b" if dark else "#ffffff")
         self.monitor = monitor
         self.window_s = window_s
-        self.markers: list[tuple[float, pg.InfiniteLine]] = []
+        self.markers: list[tuple[float, pg.GraphicsObject]] = []
+        self.open_phase: pg.LinearRegionItem | None = None
         item = self.getPlotItem()
         item.showGrid(x=True, y=True, alpha=0.15)
         item.setLabel("left", "memory", units="B")
@@ -166,8 +170,28 @@ class MemoryPlot(pg.PlotWidget):
         self.peak_line.setPos(self.monitor.peak_rss)
         self.peak_line.label.setFormat(f"peak RSS {human_bytes(self.monitor.peak_rss)}")
         self.setXRange(start, max(now, start + min(60.0, self.window_s)), padding=0)
+        if self.open_phase is not None:  # the running phase's band grows with time
+            self.open_phase.setRegion((self.open_phase.getRegion()[0], now))
         while self.markers and self.markers[0][0] < now - self.monitor.history.maxlen / self.monitor.rate_hz:  # type: ignore[operator]
             self.removeItem(self.markers.pop(0)[1])
+
+    def phase(self, at: float, name: str | None) -> None:
+        """Start a shaded band for generation phase ``name`` at ``at`` (None: the phases ended),
+        ending the band before it."""
+        if self.open_phase is not None:
+            start = self.open_phase.getRegion()[0]
+            self.open_phase.setRegion((start, max(start, at)))
+            self.open_phase = None
+        color = PHASE_COLORS.get(name or "")
+        if color is None:
+            return
+        band = pg.LinearRegionItem(
+            values=(at, at), movable=False, brush=pg.mkBrush(color), pen=pg.mkPen(None)
+        )
+        band.setZValue(-10)
+        self.addItem(band)
+        self.open_phase = band
+        self.markers.append((at, band))
 
     def add_event(self, at: float, label: str, reason: str, kind: str = "") -> None:
         """A labelled vertical marker at ``at`` (seconds on the monitor's clock)."""
@@ -285,6 +309,11 @@ class MemoryPanel(QWidget):
 
     def add_event(self, event: EngineEvent) -> None:
         at = event.time - self.monitor.start  # both on time.monotonic()
+        if event.kind in ("phase", "phase_end"):  # a generation phase: a band, listed but not marked
+            self.plot.phase(at, event.label if event.kind == "phase" else None)
+            if event.kind == "phase":
+                self.events.add_event(f"generate: {event.label}", event.reason, event.kind)
+            return
         self.plot.add_event(
             at, SHORT_LABELS.get(event.kind, event.kind), f"{event.label}: {event.reason}", event.kind
         )

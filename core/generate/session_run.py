@@ -184,7 +184,13 @@ def generate(
     fixed = plan.min_inference_bytes > plan.reserve_bytes  # the user (or the demo) fixed the headroom
     need = {} if fixed else _activation_needs(parts, settings, compute, pipeline.cfg(settings))
 
+    words = {"text_encode": ("encode", "the text encoders turn the prompts into conditioning"),
+             "sample": ("sample", f"{settings.sampling.steps} steps of {settings.sampling.sampler}"),
+             "decode": ("decode", "the VAE turns the latent into pixels")}  # fmt: skip
+
     def place(phase: Phase) -> None:
+        if phase in words:
+            session.note("phase", *words[phase])
         if not placement.active:
             return
         result = placement.place(parts.objects[phase], need.get(phase, 0))
@@ -214,7 +220,10 @@ def generate(
     )
     if compute.device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(compute.device)
-    pixels, timings, notes = pipeline.run(settings, hooks, init)
+    try:
+        pixels, timings, notes = pipeline.run(settings, hooks, init)
+    finally:
+        session.note("phase_end", "done", "the generation's phases are over")
     progress(GenerateProgress("save", 0, len(pixels)))
     s = settings.sampling
     seeds = [s.seed] * len(pixels)

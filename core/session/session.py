@@ -99,6 +99,11 @@ class Session:
     def _event(self, kind: str, label: str, reason: str) -> None:
         self.on_event(SessionEvent(self.clock(), kind, label, reason))
 
+    def note(self, kind: str, label: str, reason: str) -> None:
+        """Tell the front end something an operation built on the session did (a generation's
+        phase: ``kind`` "phase" with the phase's name, "phase_end" when it is over)."""
+        self._event(kind, label, reason)
+
     def _memory_event(self, event: MemoryEvent) -> None:
         """A memory-manager decision, relayed as it happens (on whatever thread made it)."""
         words = MEMORY_WORDS.get(event.kind, event.kind)

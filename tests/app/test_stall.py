@@ -85,3 +85,38 @@ def test_main_thread_keeps_processing_timers_while_the_memory_manager_places_and
     print(f"\nevent-loop stall while the manager placed, patched, streamed: {probe.report()}")
     assert probe.ticks > 20
     assert probe.max_gap < LIMIT_S, f"the main thread stalled for {probe.max_gap * 1000:.0f} ms"
+
+
+def test_main_thread_keeps_processing_timers_while_pictures_are_generated(
+    qtbot, make_window, demo_library: DemoLibrary
+) -> None:
+    """Generation with its per-step previews and the manager swapping the phases' models on a card."""
+    from app.backend.placement import Placement
+    from core.generate.request import ImageSettings, Sampling
+    from core.generate.sweep import Sweep
+    from tests.app.test_placement import card
+
+    window = make_window(demo_library.folder, placement=Placement(None, card(6, 1)))
+    backend = window.backend
+    qtbot.waitUntil(
+        lambda: window.browser.select_path(demo_library.checkpoint) and not backend.busy, timeout=30000
+    )
+    with strict(qtbot, backend, "started", "model_loaded", "finished"):
+        backend.load(demo_library.checkpoint, "checkpoint")
+    with strict(qtbot, backend, "started", "stack_changed", "finished") as rec:
+        backend.add_lora(demo_library.lora, 0.8, 0.8)
+    lora_id = rec.first("stack_changed").loras[0].id
+    qtbot.wait(300)
+    probe = StallProbe(10)
+    probe.start()
+    probe.phase = "generate"
+    settings = ImageSettings("a castle", "fog", Sampling(seed=1, steps=6), 192, 192, batch=2)
+    with strict(qtbot, backend, "started", "generated", "finished", timeout=120000):
+        backend.generate(settings, window.generate.output_folder)
+    probe.phase = "sweep"
+    with strict(qtbot, backend, "started", "generated", "finished", timeout=120000):
+        backend.generate(settings, window.generate.output_folder, Sweep(lora_id, (0.3, 1.2)))
+    probe.stop()
+    print(f"\nevent-loop stall while pictures were generated: {probe.report()}")
+    assert probe.ticks > 20
+    assert probe.max_gap < LIMIT_S, f"the main thread stalled for {probe.max_gap * 1000:.0f} ms"
