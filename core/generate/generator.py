@@ -25,15 +25,20 @@ T5_FAMILIES = frozenset(
 
 
 class Generator:
-    def __init__(self, session: Session, *, t5_tokenizer: Path | None = None) -> None:
+    def __init__(
+        self, session: Session, *, t5_tokenizer: Path | None = None, taesd_folders: tuple[Path, ...] = ()
+    ) -> None:
         self.session = session
         self.state = GenerateState()
         self.t5_path = t5_tokenizer  # Settings: an explicit tokenizer file or folder
+        self.taesd_folders = taesd_folders  # besides the library's ComfyUI installs
 
     def _search(self) -> T5TokenizerSearch:
         index = self.session.library.index
         origins = [r.origin for r in index.roots] if index is not None else []
         comfy, forge = installs_from_origins(origins)
+        found = (root / "models" / "vae_approx" for root in comfy)
+        self.state.taesd_folders = tuple(dict.fromkeys((*self.taesd_folders, *found)))
         return T5TokenizerSearch(explicit=self.t5_path, comfyui_installs=comfy, forge_installs=forge)
 
     def generate(
@@ -46,8 +51,9 @@ class Generator:
         dtype: torch.dtype | None = None,
     ) -> GenerateResult:
         loaded = self.session.loaded.get(SlotId.MAIN)
+        search = self._search()  # also where TAESD decoders may be
         if loaded is not None and loaded.family in T5_FAMILIES and self.state.t5_tokenizer is None:
-            self.state.t5_tokenizer = T5Tokenizer.find(self._search())
+            self.state.t5_tokenizer = T5Tokenizer.find(search)
         return generate(
             self.session, settings, output, state=self.state, progress=progress, check=check, init=init,
             dtype=dtype,

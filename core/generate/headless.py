@@ -98,7 +98,9 @@ def generate_files(
     family = _load_all(session, request.models, check)
     for arg in request.loras:
         session.loras.add(arg.path, arg.model, arg.clip)
-    generator = Generator(session)
+    installs = comfyui_installs(request.models.paths)
+    beside = [p.resolve().parent.parent / "vae_approx" for p in request.models.paths]  # models/<kind>/f
+    generator = Generator(session, taesd_folders=(*(r / "models" / "vae_approx" for r in installs), *beside))
     if family in T5_FAMILIES:
         search = t5_search or T5TokenizerSearch(comfyui_installs=comfyui_installs(request.models.paths))
         generator.state.t5_tokenizer = T5Tokenizer.find(search)

@@ -25,7 +25,7 @@ from torch import Tensor, nn
 from core.errors import LoadoutError, ModelMismatchError
 from core.generate.events import GenerateProgress, Phase
 from core.generate.network import NetworkAdapter
-from core.generate.preview import LatentPreview
+from core.generate.preview import Previewer
 from core.generate.request import ImageSettings, default_cfg
 from core.models.clip import CLIPTextModel
 from core.models.t5 import T5Encoder
@@ -121,7 +121,7 @@ class Hooks:
     text_key: Hashable = None
     #: bytes free on the device for the VAE's activations (None: unknown, decode whole)
     free_bytes: Callable[[], int | None] = lambda: None
-    preview: LatentPreview | None = None
+    preview: Previewer | None = None
     image: int = 0  # which picture of a sweep, for progress
     images: int = 1
 

@@ -14,12 +14,19 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
 from core.models.vae import AutoencoderKL
+
+
+class Previewer(Protocol):
+    """What the sampler's steps are shown with: a model-space latent -> an RGB picture."""
+
+    def rgb(self, latent: torch.Tensor) -> np.ndarray: ...
 
 
 @dataclass(frozen=True)

@@ -27,8 +27,9 @@ from core.generate.naming import file_paths, numbered_paths
 from core.generate.parameters import GenerationParameters, LoraUse, format_parameters
 from core.generate.pipeline import Compute, Hooks, Networks, Pipeline, text_encoders, vae_decode_bytes
 from core.generate.png import save_png, to_uint8_rgb
-from core.generate.preview import LatentPreview, fit_latent_preview
+from core.generate.preview import Previewer, fit_latent_preview
 from core.generate.request import ImageSettings, default_cfg
+from core.generate.taesd import find_taesd, load_taesd
 from core.loading.loader import LoadedComponent, inspect_for_loading
 from core.memory.devices import cpu_device
 from core.memory.dtypes import DtypePolicy
@@ -65,7 +66,9 @@ class GenerateState:
 
     conditioning: ConditioningCache = field(default_factory=ConditioningCache)
     hashes: FileHashes = field(default_factory=FileHashes)
-    previews: dict[int, LatentPreview] = field(default_factory=dict)  # id(VAE module) -> its map
+    previews: dict[int, Previewer] = field(default_factory=dict)  # id(VAE module) -> its previewer
+    #: folders where TAESD decoders may be (ComfyUI's models/vae_approx); found ones are used
+    taesd_folders: tuple[Path, ...] = ()
     variants: dict[Path, str | None] = field(default_factory=dict)  # detection variant per file
     t5_tokenizer: T5Tokenizer | None = None
 
@@ -209,7 +212,8 @@ def generate(
     vae = parts.nets.vae
     preview = state.previews.get(id(vae))
     if preview is None:
-        preview = state.previews[id(vae)] = fit_latent_preview(vae)
+        taesd = find_taesd(parts.family, state.taesd_folders)
+        preview = state.previews[id(vae)] = load_taesd(taesd) if taesd else fit_latent_preview(vae)
     stack = session.loras.stack
     clip_state = tuple(
         (str(e.path), e.clip_strength, e.enabled) for e in (stack.entries.values() if stack else ())
