@@ -23,12 +23,12 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-import torch
 from torch import nn
 
 from core.errors import InterruptedByUser, LoadoutError
 from core.memory.events import EventLog, MemoryEvent, gib
-from core.memory.planning import ModelState, PlanSettings, Step, plan_free, plan_load_models
+from core.memory.managed import ManagedModel, looked_up_tables, main_dtype, module_sizes
+from core.memory.planning import PlanSettings, Step, plan_free, plan_load_models
 
 
 class NotEnoughMemoryError(LoadoutError):
@@ -51,79 +51,6 @@ class Mover(Protocol):
     def unload(self, entry: ManagedModel, module_names: Sequence[str]) -> int: ...
 
     def stop_streaming(self, entry: ManagedModel) -> None: ...
-
-
-def module_sizes(module: nn.Module) -> tuple[tuple[str, int], ...]:
-    """Leaf weight groups: every submodule's own parameters and buffers, in bytes ("" = the root)."""
-    sizes = []
-    for name, sub in module.named_modules():
-        tensors = itertools.chain(sub.parameters(recurse=False), sub.buffers(recurse=False))
-        nbytes = sum(t.numel() * t.element_size() for t in tensors)
-        if nbytes:
-            sizes.append((name, nbytes))
-    return tuple(sizes)
-
-
-def looked_up_tables(module: nn.Module) -> frozenset[str]:
-    """Embedding tables of ``module``: streamed, a forward sends only the rows it looks up
-    (:meth:`core.ops.streaming.LayerStream.look_up`), so none of their size is in flight."""
-    return frozenset(name for name, sub in module.named_modules() if isinstance(sub, nn.Embedding))
-
-
-def _main_dtype(module: nn.Module) -> str | None:
-    by_dtype: dict[torch.dtype, int] = {}
-    for t in module.parameters():
-        by_dtype[t.dtype] = by_dtype.get(t.dtype, 0) + t.numel() * t.element_size()
-    return str(max(by_dtype, key=by_dtype.__getitem__)).removeprefix("torch.") if by_dtype else None
-
-
-class ManagedModel:
-    """The manager's record of one model. It holds the model weakly; ``model()`` is None once the
-    app dropped it. Only the manager changes ``loaded_modules``/``streaming``/``last_used``."""
-
-    def __init__(
-        self,
-        name: str,
-        ref: weakref.ref[object],
-        sizes: tuple[tuple[str, int], ...],
-        dtype: str | None,
-        looked_up: frozenset[str] = frozenset(),
-    ) -> None:
-        self.name = name
-        self.looked_up = looked_up  # embedding tables: streamed, only the rows looked up travel
-        self.ref = ref
-        self.module_sizes = sizes
-        self.total_bytes = sum(s for _, s in sizes)
-        self.dtype = dtype
-        self.loaded_modules: frozenset[str] = frozenset()  # replaced, never mutated: readers see snapshots
-        self.streaming = False
-        self.last_used = 0
-        self.last_reason = ""  # the reason of the last event told about this model
-        self._size = dict(sizes) or {"": 0}
-
-    def model(self) -> object | None:
-        return self.ref()
-
-    @property
-    def loaded_bytes(self) -> int:
-        return sum(self._size.get(n, 0) for n in self.loaded_modules)
-
-    def state(self, pinned: bool = False) -> ModelState:
-        return ModelState(
-            self.name,
-            self.total_bytes,
-            self.loaded_bytes,
-            self.last_used,
-            pinned,
-            self.module_sizes,
-            self.loaded_modules,
-            self.looked_up,
-        )
-
-    def __repr__(self) -> str:
-        return (
-            f"ManagedModel({self.name!r}, {gib(self.loaded_bytes)} of {gib(self.total_bytes)} on the device)"
-        )
 
 
 @dataclass(frozen=True)
@@ -216,7 +143,7 @@ class MemoryManager:
                     raise TypeError(
                         f"give the module sizes of {type(model).__name__}: it is not an nn.Module"
                     )
-                sizes, dtype = module_sizes(target), dtype or _main_dtype(target)
+                sizes, dtype = module_sizes(target), dtype or main_dtype(target)
             tables = looked_up_tables(target) if isinstance(target, nn.Module) else frozenset()
             own = getattr(model, "name", None)
             label = name or (own if isinstance(own, str) and own else type(target).__name__)

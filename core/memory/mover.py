@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 from torch import Tensor, nn
 
-from core.memory.manager import ManagedModel
+from core.memory.managed import ManagedModel
 from core.models.state import get_tensor, set_tensor
 from core.ops.streaming import (
     StreamedLayers,

@@ -25,7 +25,8 @@ import psutil
 
 from core.memory.devices import DeviceInfo, cpu_device, discover_devices, format_gib
 from core.memory.events import EventLog
-from core.memory.manager import LoadResult, ManagedModel, MemoryManager
+from core.memory.managed import ManagedModel
+from core.memory.manager import LoadResult, MemoryManager
 from core.memory.mover import TorchMover
 from core.memory.planning import PlanSettings
 from core.memory.policy import (

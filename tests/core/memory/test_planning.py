@@ -15,7 +15,8 @@ from torch import nn
 
 from core.errors import InterruptedByUser
 from core.memory.events import GIB, EventLog, MemoryEvent, gib
-from core.memory.manager import ManagedModel, MemoryManager, NotEnoughMemoryError
+from core.memory.managed import ManagedModel
+from core.memory.manager import MemoryManager, NotEnoughMemoryError
 from core.memory.planning import (
     ModelState,
     PlanSettings,
