@@ -72,9 +72,10 @@ def estimate_fit(
         if entry.status != "ok":
             why = "it is not read yet" if entry.status == "pending" else "the file cannot be read"
         return FitEstimate("n/a", comps, total, free, 0, 0, where, f"No estimate: {why}.")
-    if headroom is None:
+    fixed = headroom is not None and headroom > reserve  # the user fixed the activation headroom:
+    if headroom is None:  # that figure stands for the activations, as the manager takes it
         headroom = reserve
-    if on_gpu and entry.kind in ("checkpoint", "diffusion_model"):
+    if on_gpu and entry.kind in ("checkpoint", "diffusion_model") and not fixed:
         work = native_workload(profile_for_family(entry.family), 4 if dtype == "fp32" else 2, "cuda_flash")
         headroom += activation_bytes(profile_for_family(entry.family), work)
     usable = max(0, free - headroom)

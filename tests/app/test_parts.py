@@ -200,3 +200,16 @@ def test_fit_estimate_keeps_back_the_predicted_activations_of_the_family_not_a_f
     gpu = dict(where="GPU", on_gpu=True, ram_available=32 * GIB, headroom=0)
     fp32 = estimate_fit(model, 8 * GIB, dtype="fp32", **gpu)  # type: ignore[arg-type]
     assert 8 * GIB - fp32.usable == 2 * (8 * GIB - est.usable)  # fp32 activations: twice the bytes
+
+
+def test_a_fixed_activation_headroom_stands_for_the_activations_in_the_fit_estimate() -> None:
+    """As the manager takes it: a floor above the reserve (Settings, the demo's card) is the
+    activations' room, so the estimate does not add the family's prediction on top."""
+    from dataclasses import replace
+
+    model = replace(_entry("checkpoint", ("diffusion_model", 2_500_000_000, 5 * GIB)), family="sdxl")
+    gpu = dict(where="GPU", on_gpu=True, ram_available=32 * GIB, reserve=0)
+    fixed = estimate_fit(model, 8 * GIB, headroom=GIB, **gpu)  # type: ignore[arg-type]
+    assert fixed.usable == 7 * GIB
+    predicted = estimate_fit(model, 8 * GIB, headroom=0, **gpu)  # type: ignore[arg-type]
+    assert predicted.usable < 8 * GIB
