@@ -287,6 +287,7 @@ class Pipeline:
     def decode(self, latent: Tensor, hooks: Hooks, timings: Timings) -> Tensor:
         """VAE-space latent (B, C, h, w) -> pixels (B, 3, H, W) in [-1, 1] (float32, CPU). Whole when
         the device has room for the activations, in tiles when it does not."""
+        hooks.progress(GenerateProgress("decode", 0, 0, "", None, hooks.image, hooks.images))
         hooks.place("decode")
         hooks.check()
         vae, dev, dt = self.nets.vae, self.compute.device, self.compute.vae_dtype
