@@ -41,6 +41,7 @@ from core.session.session import Session
 from core.session.slots import SlotId
 from core.session.words import kind_word
 from core.text.cache import ConditioningCache
+from core.text.clip_tokenizer import ClipTokenizer
 from core.text.t5_tokenizer import T5Tokenizer
 
 VERSION = "Loadout 0.1.0"
@@ -71,6 +72,7 @@ class GenerateState:
     taesd_folders: tuple[Path, ...] = ()
     variants: dict[Path, str | None] = field(default_factory=dict)  # detection variant per file
     t5_tokenizer: T5Tokenizer | None = None
+    clip_tokenizer: ClipTokenizer | None = None
 
 
 @dataclass
@@ -179,7 +181,12 @@ def generate(
     compute = _compute(session, parts.family)
     if dtype is not None:  # the user's choice for the diffusion model (--dtype)
         compute = replace(compute, diffusion_dtype=dtype)
-    pipeline = Pipeline(parts.nets, compute, t5_tokenizer=state.t5_tokenizer, cache=state.conditioning)
+    if state.clip_tokenizer is None:  # built once per session: 0.3 s of vocabulary parsing
+        state.clip_tokenizer = ClipTokenizer()
+    pipeline = Pipeline(
+        parts.nets, compute, clip_tokenizer=state.clip_tokenizer, t5_tokenizer=state.t5_tokenizer,
+        cache=state.conditioning,
+    )  # fmt: skip
     placement = session.placement
     started = placement.events.clock()
 
