@@ -251,10 +251,13 @@ def generate(
         denoise=s.denoise if init is not None else None,
         guidance=(s.guidance if s.guidance is not None else 3.5) if parts.family == "flux-dev" else None,
     )  # fmt: skip
-    infotext = format_parameters(params, version=VERSION)
     images = []
     for i, path in enumerate(output.paths(seeds)):
         check()
+        # a batch shares one seed (one noise draw for all, as ComfyUI): the position tells them apart
+        if len(pixels) > 1:
+            params = replace(params, extra={"Batch size": str(len(pixels)), "Batch pos": str(i)})
+        infotext = format_parameters(params, version=VERSION)
         save_png(path, to_uint8_rgb(pixels[i]), infotext)
         images.append(
             GeneratedImage(path, params, infotext, f"{i + 1}/{len(pixels)}" if len(pixels) > 1 else "")

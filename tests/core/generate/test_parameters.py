@@ -144,3 +144,10 @@ def test_hashes_are_sha256_prefixes_and_cached(tmp_path: Path) -> None:
     assert hashes.lora_hash(f) == full[:12]
     f.write_bytes(b"y" * 1001)  # a new version of the file is hashed again
     assert hashes.sha256(f) == hashlib.sha256(b"y" * 1001).hexdigest()
+
+
+def test_batch_position_round_trips_as_a1111_writes_it() -> None:
+    p = _params(extra={"Batch size": "4", "Batch pos": "2"})
+    text = format_parameters(p)
+    assert "Batch size: 4, Batch pos: 2" in text
+    assert parse_parameters(text).extra == {"Batch size": "4", "Batch pos": "2"}
