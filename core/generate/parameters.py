@@ -120,7 +120,7 @@ def format_parameters(p: GenerationParameters, *, version: str = "") -> str:
     hashes = [f"{lo.name}: {lo.hash}" for lo in p.loras if lo.hash]
     if hashes:
         items.append(("Lora hashes", ", ".join(hashes)))
-    items += sorted(p.extra.items())
+    items += list(p.extra.items())  # in the order given (A1111: "Batch size", then "Batch pos")
     if version:
         items.append(("Version", version))
     lines.append(", ".join(f"{k}: {_quote(v)}" for k, v in items))
