@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Smoke-run the frozen app the way an artist's machine would: no Python on PATH, an empty home,
 # no screen (Qt's offscreen platform). It opens the window on the demo library, loads the demo
-# checkpoint, applies the demo LoRA, does a short test run and saves a screenshot.
+# checkpoint, applies the demo LoRA, places its text encoder, generates a picture and saves a
+# screenshot.
 #
 #   packaging/smoke.sh [BINARY]        default: the build in dist/ for this OS
 #
