@@ -100,7 +100,7 @@ fi
 changed=$(find "$appdir" -newer "$tmp/marker" | head -n 20)
 [ -z "$changed" ] || fail "the app changed files in its own folder: $changed"
 
-echo "smoke: OK in ${seconds}s (end to end: start, demo library, checkpoint load, LoRA, test run," \
-    "screenshot); screenshot ${width}x${height}, $size bytes; app folder unchanged"
+echo "smoke: OK in ${seconds}s (end to end: start, demo library, checkpoint load, LoRA, a generated" \
+    "picture, screenshot); screenshot ${width}x${height}, $size bytes; app folder unchanged"
 echo "smoke: written under the temporary home:"
 (cd "$home" && find . -mindepth 1 -maxdepth 4 | LC_ALL=C sort | sed 's/^\./    ~/')
