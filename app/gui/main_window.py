@@ -12,7 +12,7 @@ from functools import partial
 from pathlib import Path
 
 from PySide6.QtCore import QSettings, QStandardPaths, Qt
-from PySide6.QtGui import QCloseEvent
+from PySide6.QtGui import QCloseEvent, QDragEnterEvent, QDropEvent
 from PySide6.QtWidgets import (
     QApplication,
     QDockWidget,
@@ -52,6 +52,9 @@ def own_models_folder() -> Path:
     return Path(base) / "Loadout" / "models"
 
 
+PICTURES = (".png", ".jpg", ".jpeg", ".webp")
+
+
 class MainWindow(PlacementControls, QMainWindow):
     def __init__(
         self,
@@ -80,6 +83,7 @@ class MainWindow(PlacementControls, QMainWindow):
         self.setWindowIcon(app_icon())
         self.resize(1500, 940)
         self.setDockNestingEnabled(True)
+        self.setAcceptDrops(True)
         self._build_panels()
         memory = self.placement.memory
         if memory is not None and monitor.gpu is memory.probe:  # not a test's own monitor
@@ -374,6 +378,20 @@ class MainWindow(PlacementControls, QMainWindow):
         """Esc / Stop: set the backend's flag directly (it takes effect while the worker is busy)."""
         self.backend.interrupt()
         self.task_label.setText("Stopping…")
+
+    # -- a picture dropped anywhere on the window: its settings go to the Generate panel --------------
+    def dragEnterEvent(self, event: QDragEnterEvent) -> None:
+        if any(u.toLocalFile().lower().endswith(PICTURES) for u in event.mimeData().urls()):
+            event.acceptProposedAction()
+
+    def dropEvent(self, event: QDropEvent) -> None:
+        pictures = [
+            u.toLocalFile() for u in event.mimeData().urls() if u.toLocalFile().lower().endswith(PICTURES)
+        ]
+        if pictures:
+            self.docks["generate"].raise_()
+            self.generate_panel.read_picture(Path(pictures[0]))
+            event.acceptProposedAction()
 
     def closeEvent(self, event: QCloseEvent) -> None:
         self.memory_panel.plot.timer.stop()

@@ -135,3 +135,30 @@ def test_a_lora_strength_sweep_from_the_panel_shows_each_cell_and_the_grid(
     ]
     assert panel.gallery.count() == 3
     qtbot.waitUntil(lambda: window.stack.loras and window.stack.loras[0].model_strength == 0.8, timeout=5000)
+
+
+def test_a_picture_dropped_anywhere_on_the_window_fills_the_generate_panel(
+    qtbot, make_window, demo_library: DemoLibrary, tmp_path: Path
+) -> None:
+    import numpy as np
+    from PySide6.QtCore import QMimeData, QPointF, QUrl
+    from PySide6.QtGui import QDropEvent
+
+    from core.generate.parameters import GenerationParameters, format_parameters
+    from core.generate.png import save_png
+
+    window = make_window(demo_library.folder)
+    params = GenerationParameters(prompt="a quiet street", seed=99, steps=14)
+    path = save_png(tmp_path / "from-a1111.png", np.zeros((8, 8, 3), np.uint8), format_parameters(params))
+    mime = QMimeData()
+    mime.setUrls([QUrl.fromLocalFile(str(path))])
+    event = QDropEvent(
+        QPointF(5, 5), Qt.DropAction.CopyAction, mime, Qt.MouseButton.NoButton, Qt.KeyboardModifier.NoModifier
+    )
+    window.dropEvent(event)
+    panel = window.generate_panel
+    assert (panel.prompt.toPlainText(), panel.seed.text(), panel.steps.value()) == (
+        "a quiet street",
+        "99",
+        14,
+    )
