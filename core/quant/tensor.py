@@ -46,8 +46,9 @@ class DeferredWeight(Tensor):
     patch: Callable[[Tensor], Tensor] | None
 
     def _twin(self, data: Tensor) -> DeferredWeight:
-        """The same kind of weight over ``data`` (a plain tensor like :meth:`plain`), same patch."""
-        raise NotImplementedError
+        """The same kind of weight over ``data`` (a plain tensor like :meth:`plain`), same patch.
+        Abstract: each subclass defines it (a torch.Tensor subclass cannot use ABCMeta)."""
+        raise NotImplementedError(f"{type(self).__name__} must define _twin")
 
     def _keeps(self, out: Tensor) -> bool:
         return out.dtype == self.dtype and out.shape == self.shape
@@ -83,8 +84,9 @@ class DeferredWeight(Tensor):
         return twin
 
     def decoded(self, dtype: torch.dtype, device: torch.device | str | None = None) -> Tensor:
-        """The weight's values, unpatched, in ``dtype`` on ``device`` (default: where it is)."""
-        raise NotImplementedError
+        """The weight's values, unpatched, in ``dtype`` on ``device`` (default: where it is).
+        Abstract: each subclass defines it."""
+        raise NotImplementedError(f"{type(self).__name__} must define decoded")
 
     def materialize(self, dtype: torch.dtype, device: torch.device | str | None = None) -> Tensor:
         """What a layer computes with: the values in ``dtype`` on ``device``, then patched."""

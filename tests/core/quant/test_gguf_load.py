@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 
 from core.files import read_tensor_index
-from core.loading.loader import LoadedComponent, load_diffusion_model
+from core.loading.loader import load_diffusion_model
 from core.memory.manager import MemoryManager
 from core.memory.mover import TorchMover
 from core.memory.planning import PlanSettings
@@ -22,8 +22,10 @@ from core.ops.streaming import patch_fn_from, stream_layers, streamable_layers, 
 from core.patching.patcher import ModelPatcher
 from core.quant.tensor import QuantizedWeight
 from tests.core.ops import lora_patches, op_layers
+from tests.core.quant.baking import baked as bake_reference
+from tests.core.quant.baking import same
 from tests.fixtures.gguf_quant import write_comfy_gguf
-from tests.fixtures.tiny_models import TINY_FLUX, TINY_UNET_SD1, TINY_UNET_SDXL, Tiny
+from tests.fixtures.tiny_models import TINY_FLUX, TINY_UNET_SD1, TINY_UNET_SDXL
 
 # (tiny network, general.architecture, main quant type) as ComfyUI-GGUF names them
 CASES = {
@@ -55,21 +57,6 @@ def written(
     return out
 
 
-def _baked(tiny: Tiny, loaded: LoadedComponent, reference: dict[str, Tensor]) -> nn.Module:
-    """The same network with gguf-py's dequantized values in place of every quantized weight; plain
-    tensors are the loaded ones themselves (same memory, so same alignment: CPU matmul kernels may
-    round differently for differently aligned operands)."""
-    state = loaded.module.state_dict(keep_vars=True)
-    baked = {k: reference[k].clone() if isinstance(v, QuantizedWeight) else v for k, v in state.items()}
-    module = tiny.architecture.build(tiny.config, "cpu", None)
-    module.load_state_dict(baked, strict=True, assign=True)
-    return module.eval().requires_grad_(False)
-
-
-def _same(a: tuple[Tensor, ...], b: tuple[Tensor, ...]) -> bool:
-    return all(torch.equal(x, y) for x, y in zip(a, b, strict=True))
-
-
 @pytest.mark.parametrize("case", list(CASES))
 def test_loads_quantized_and_matches_the_baked_model(case: str, written: dict) -> None:
     tiny, arch, qtype = CASES[case]
@@ -87,8 +74,8 @@ def test_loads_quantized_and_matches_the_baked_model(case: str, written: dict) -
     assert loaded.nbytes == sum(t.nbytes for t in index.tensors.values())
     dense = sum(v.logical_numel for v in quantized.values()) * 2
     assert sum(v.nbytes for v in quantized.values()) < dense
-    baked = _baked(tiny, loaded, reference)
-    assert _same(tiny.forward(loaded.module), tiny.forward(baked))
+    baked = bake_reference(tiny, loaded, reference)
+    assert same(tiny.forward(loaded.module), tiny.forward(baked))
 
 
 @pytest.mark.parametrize("case", ["flux-Q4_K", "sdxl-Q4_K", "sd1-Q5_1"])
@@ -96,12 +83,12 @@ def test_streamed_layers_copy_quantized_bytes_and_match(case: str, written: dict
     tiny, _, _ = CASES[case]
     path, reference, _ = written[case]
     loaded = load_diffusion_model(path)
-    baked = _baked(tiny, loaded, reference)
+    baked = bake_reference(tiny, loaded, reference)
     expected = tiny.forward(baked)
     names = [n for n, _ in streamable_layers(loaded.module)]
     group = stream_layers(loaded.module, names, "cpu")
     try:
-        assert _same(tiny.forward(loaded.module), expected)
+        assert same(tiny.forward(loaded.module), expected)
         group.end_forward()
         quantized_bytes = sum(nb for n, nb in streamable_layers(loaded.module))
         assert (
@@ -118,7 +105,7 @@ def test_lora_on_quantized_layers_baked_and_streamed(case: str, written: dict) -
     tiny, _, _ = CASES[case]
     path, reference, _ = written[case]
     loaded = load_diffusion_model(path)
-    baked = _baked(tiny, loaded, reference)
+    baked = bake_reference(tiny, loaded, reference)
     patches = lora_patches(baked, op_layers(baked)[::2], seed=3)
     assert any(isinstance(get_tensor(loaded.module, k), QuantizedWeight) for k in patches)
 
@@ -136,9 +123,9 @@ def test_lora_on_quantized_layers_baked_and_streamed(case: str, written: dict) -
         if isinstance(patcher.original(key), QuantizedWeight):
             assert isinstance(w, QuantizedWeight) and w.patch is not None
             assert w.data_ptr() == patcher.original(key).data_ptr()  # the same file bytes
-    assert _same(tiny.forward(loaded.module), expected)
-    assert not _same(
-        tiny.forward(loaded.module), tiny.forward(_baked(tiny, load_diffusion_model(path), reference))
+    assert same(tiny.forward(loaded.module), expected)
+    assert not same(
+        tiny.forward(loaded.module), tiny.forward(bake_reference(tiny, load_diffusion_model(path), reference))
     )
 
     # unpatched again, then streamed with the stack applied at cast time
@@ -153,7 +140,7 @@ def test_lora_on_quantized_layers_baked_and_streamed(case: str, written: dict) -
     names = [n for n, _ in streamable_layers(loaded.module)]
     stream_layers(loaded.module, names, "cpu", patch_fn=patch_fn_from(patcher.patched_weight))
     try:
-        assert _same(tiny.forward(loaded.module), expected)
+        assert same(tiny.forward(loaded.module), expected)
     finally:
         unstream_layers(loaded.module, names)
 
@@ -163,7 +150,7 @@ def test_memory_manager_places_quantized_bytes(fraction: float, written: dict) -
     tiny, _, _ = CASES["sdxl-Q4_K"]
     path, reference, _ = written["sdxl-Q4_K"]
     loaded = load_diffusion_model(path)
-    baked = _baked(tiny, loaded, reference)
+    baked = bake_reference(tiny, loaded, reference)
     patches = lora_patches(baked, op_layers(baked)[1::3], seed=5)
     ref_patcher = ModelPatcher(baked)
     ref_patcher.add_patches("lora", patches, -0.6)
@@ -181,7 +168,7 @@ def test_memory_manager_places_quantized_bytes(fraction: float, written: dict) -
     entry = manager.register(patcher)
     assert entry.streaming == (fraction < 1.0)
     assert entry.loaded_bytes <= loaded.nbytes  # counted in quantized bytes
-    assert _same(tiny.forward(loaded.module), expected)
+    assert same(tiny.forward(loaded.module), expected)
     manager.unload_all()
     assert all(
         isinstance(get_tensor(loaded.module, k), QuantizedWeight)

@@ -33,6 +33,7 @@ from core.ops.streaming import patch_fn_from, stream_layers, streamable_layers, 
 from core.patching.patcher import ModelPatcher
 from core.quant.fp8_weight import ScaledFp8Weight
 from tests.core.ops import lora_patches, op_layers
+from tests.core.quant.baking import baked, same
 from tests.fixtures.fp8_scaled import E4M3, Written, quantize, write_scaled_fp8
 from tests.fixtures.tiny_models import TINY_CLIP_L, TINY_FLUX, TINY_MMDIT, TINY_T5, TINY_UNET_SDXL, Tiny
 
@@ -72,18 +73,10 @@ def _load(tiny: Tiny, path: Path) -> LoadedComponent:
 def _baked(tiny: Tiny, loaded: LoadedComponent, written: Written) -> nn.Module:
     """The network with ``q.to(dtype) * scale.to(dtype)`` in place of every scaled weight, in the
     dtype the network computes in (the text encoders: their embedding's bf16; the diffusion
-    models: the fp32 input's); other tensors are the loaded ones themselves (same memory, so same
-    alignment for the CPU kernels)."""
-    state = loaded.module.state_dict(keep_vars=True)
-    reference = written.values(torch.bfloat16 if tiny.role == "text_encoder" else torch.float32)
-    baked = {k: reference[k].clone() if isinstance(v, ScaledFp8Weight) else v for k, v in state.items()}
-    module = tiny.architecture.build(tiny.config, "cpu", None)
-    module.load_state_dict(baked, strict=True, assign=True)
-    return module.eval().requires_grad_(False)
-
-
-def _same(a: tuple[Tensor, ...], b: tuple[Tensor, ...]) -> bool:
-    return all(torch.equal(x, y) for x, y in zip(a, b, strict=True))
+    models: the fp32 input's)."""
+    return baked(
+        tiny, loaded, written.values(torch.bfloat16 if tiny.role == "text_encoder" else torch.float32)
+    )
 
 
 @pytest.mark.parametrize("case", list(CASES))
@@ -107,7 +100,7 @@ def test_loads_fp8_and_matches_the_baked_model(case: str, written: dict) -> None
     )
     assert sum(v.nbytes for v in scaled.values()) == sum(v.numel() for v in scaled.values())  # 1 byte each
     baked = _baked(tiny, loaded, reference)
-    assert _same(tiny.forward(loaded.module), tiny.forward(baked))
+    assert same(tiny.forward(loaded.module), tiny.forward(baked))
     assert check_file(path)["ok"]
 
 
@@ -120,7 +113,7 @@ def test_streamed_layers_copy_fp8_bytes_and_match(case: str, written: dict) -> N
     names = [n for n, _ in streamable_layers(loaded.module)]
     group = stream_layers(loaded.module, names, "cpu")
     try:
-        assert _same(tiny.forward(loaded.module), expected)
+        assert same(tiny.forward(loaded.module), expected)
         group.end_forward()
         # the stored (fp8) bytes travel, never an upcast copy; an embedding table sends only its rows
         whole = sum(nb for _, nb in streamable_layers(loaded.module))
@@ -143,7 +136,7 @@ def test_lora_on_scaled_layers_baked_streamed_and_placed(case: str, written: dic
     plain = tiny.forward(baked)
     ref_patcher.apply()
     expected = tiny.forward(baked)
-    assert not _same(plain, expected)
+    assert not same(plain, expected)
 
     # baked on the CPU: the same fp8 bytes carry the stack, applied after the scaled upcast
     patcher = ModelPatcher(loaded.module)
@@ -154,15 +147,15 @@ def test_lora_on_scaled_layers_baked_streamed_and_placed(case: str, written: dic
             w = get_tensor(loaded.module, key)
             assert isinstance(w, ScaledFp8Weight) and w.patch is not None and w.dtype == E4M3
             assert w.data_ptr() == patcher.original(key).data_ptr()
-    assert _same(tiny.forward(loaded.module), expected)
+    assert same(tiny.forward(loaded.module), expected)
     patcher.unpatch()
-    assert _same(tiny.forward(loaded.module), plain)
+    assert same(tiny.forward(loaded.module), plain)
 
     # streamed, the stack applied at cast time
     names = [n for n, _ in streamable_layers(loaded.module)]
     stream_layers(loaded.module, names, "cpu", patch_fn=patch_fn_from(patcher.patched_weight))
     try:
-        assert _same(tiny.forward(loaded.module), expected)
+        assert same(tiny.forward(loaded.module), expected)
     finally:
         unstream_layers(loaded.module, names)
 
@@ -175,9 +168,9 @@ def test_lora_on_scaled_layers_baked_streamed_and_placed(case: str, written: dic
     manager.load_models([patcher]).raise_if_refused()
     entry = manager.register(patcher)
     assert entry.streaming and entry.loaded_bytes <= loaded.nbytes
-    assert _same(tiny.forward(loaded.module), expected)
+    assert same(tiny.forward(loaded.module), expected)
     manager.unload_all()
-    assert _same(tiny.forward(loaded.module), plain)
+    assert same(tiny.forward(loaded.module), plain)
 
 
 def test_a_scaled_checkpoint_loads_every_component(tmp_path: Path) -> None:
@@ -202,7 +195,7 @@ def test_a_scaled_checkpoint_loads_every_component(tmp_path: Path) -> None:
     assert bundle.diffusion_model is not None and bundle.vae is not None
     assert not any(k.endswith(("scale_weight", "scaled_fp8")) for k in bundle.extras)
     baked = _baked(TINY_FLUX, bundle.diffusion_model, ref)
-    assert _same(TINY_FLUX.forward(bundle.diffusion_model.module), TINY_FLUX.forward(baked))
+    assert same(TINY_FLUX.forward(bundle.diffusion_model.module), TINY_FLUX.forward(baked))
 
 
 def test_markers_and_records_set_fp8_matmul_and_to_dtype_gives_values(tmp_path: Path) -> None:
