@@ -330,6 +330,7 @@ def _unpickle_index(p: Path, data: bytes, storages: set[str] | None) -> PickleIn
         KeyError,
         RecursionError,
         MemoryError,
+        OverflowError,  # a FRAME or length opcode claiming more bytes than can exist
         struct.error,
     ) as exc:
         raise FileFormatError(

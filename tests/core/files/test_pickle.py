@@ -185,3 +185,12 @@ def test_short_malicious_pickle_never_runs_even_in_format_probes(
     with pytest.raises(UnsafeFileError):
         load_pickle_state_dict(p)
     assert not marker.exists()
+
+
+def test_a_frame_longer_than_any_file_is_a_clear_error(tmp_path: Path) -> None:
+    """Random bytes after the magic sometimes make a FRAME opcode claim 2^63+ bytes: the unpickler
+    raises OverflowError, which must become the file's error (it once surfaced as a traceback)."""
+    p = tmp_path / "frame.ckpt"
+    p.write_bytes(b"\x80\x04\x95" + b"\xff" * 8 + b"junk")
+    with pytest.raises(FileFormatError):
+        read_tensor_index(p)
