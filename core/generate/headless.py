@@ -58,7 +58,7 @@ def read_picture(path: Path) -> np.ndarray:
         ) from None
 
 
-def _load_all(session: Session, models: ModelFiles, check: Callable[[], None]) -> str | None:
+def load_models(session: Session, models: ModelFiles, check: Callable[[], None]) -> str | None:
     if models.checkpoint is not None and models.diffusion_model is not None:
         raise LoadoutError(
             "both a checkpoint and a diffusion model were given",
@@ -79,6 +79,20 @@ def _load_all(session: Session, models: ModelFiles, check: Callable[[], None]) -
     return det.family
 
 
+def generator_for(
+    session: Session, models: ModelFiles, family: str | None, t5_search: T5TokenizerSearch | None = None
+) -> Generator:
+    """A generator for models loaded from these files: TAESD decoders and the T5 tokenizer are looked
+    for beside them (their ComfyUI install's models/vae_approx, its T5 tokenizer)."""
+    installs = comfyui_installs(models.paths)
+    beside = [p.resolve().parent.parent / "vae_approx" for p in models.paths]  # models/<kind>/f
+    generator = Generator(session, taesd_folders=(*(r / "models" / "vae_approx" for r in installs), *beside))
+    if family in T5_FAMILIES:
+        search = t5_search or T5TokenizerSearch(comfyui_installs=installs)
+        generator.state.t5_tokenizer = T5Tokenizer.find(search)
+    return generator
+
+
 def generate_files(
     request: GenerateRequest,
     *,
@@ -95,15 +109,10 @@ def generate_files(
     check = interrupt_check(placement.interrupt.is_set)
     report = progress or (lambda p: None)
     report(GenerateProgress("load", 0, 0, "loading the models"))
-    family = _load_all(session, request.models, check)
+    family = load_models(session, request.models, check)
     for arg in request.loras:
         session.loras.add(arg.path, arg.model, arg.clip)
-    installs = comfyui_installs(request.models.paths)
-    beside = [p.resolve().parent.parent / "vae_approx" for p in request.models.paths]  # models/<kind>/f
-    generator = Generator(session, taesd_folders=(*(r / "models" / "vae_approx" for r in installs), *beside))
-    if family in T5_FAMILIES:
-        search = t5_search or T5TokenizerSearch(comfyui_installs=comfyui_installs(request.models.paths))
-        generator.state.t5_tokenizer = T5Tokenizer.find(search)
+    generator = generator_for(session, request.models, family, t5_search)
     init = read_picture(request.image.init_image) if request.image.init_image is not None else None
     output = Output(request.output, request.output_is_folder)
     check = placement.manager.check

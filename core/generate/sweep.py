@@ -55,16 +55,33 @@ def parse_strengths(text: str) -> tuple[float, ...]:
     return values
 
 
-def grid_png(cells: Sequence[tuple[Path, str]], path: Path, parameters: str) -> Path:
-    """The cells side by side with their labels underneath, saved atomically as ``path``."""
-    images = [np.asarray(Image.open(p).convert("RGB")) for p, _ in cells]
-    h, w = images[0].shape[:2]
+def grid_png(
+    cells: Sequence[tuple[Path | None, str]],
+    path: Path,
+    parameters: str,
+    *,
+    columns: int | None = None,
+    row_labels: Sequence[str] = (),
+) -> Path:
+    """The cells in rows of ``columns`` (default: one row) with each label underneath and, when
+    given, a label at the left of each row (an X/Y grid's Y values); a cell without a picture (None)
+    stays blank. Saved atomically as ``path``."""
+    images = [np.asarray(Image.open(p).convert("RGB")) if p is not None else None for p, _ in cells]
+    first = next(i for i in images if i is not None)
+    h, w = first.shape[:2]
     band = max(18, h // 10)
-    grid = Image.new("RGB", (w * len(images), h + band), (24, 26, 32))
+    cols = columns or len(cells)
+    rows = -(-len(cells) // cols)
+    left = max(48, w // 3) if row_labels else 0
+    grid = Image.new("RGB", (left + w * cols, (h + band) * rows), (24, 26, 32))
     draw = ImageDraw.Draw(grid)
     for i, (img, (_, label)) in enumerate(zip(images, cells, strict=True)):
-        grid.paste(Image.fromarray(img), (i * w, 0))
-        draw.text((i * w + 6, h + band // 4), label, fill=(230, 232, 238))
+        x, y = left + (i % cols) * w, (i // cols) * (h + band)
+        if img is not None:
+            grid.paste(Image.fromarray(img), (x, y))
+        draw.text((x + 6, y + h + band // 4), label, fill=(230, 232, 238))
+    for r, label in enumerate(row_labels):
+        draw.text((6, r * (h + band) + h // 2), label, fill=(230, 232, 238))
     atomic_write_bytes(path, png_bytes(np.asarray(grid), parameters))
     return path
 
