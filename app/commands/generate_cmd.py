@@ -1,11 +1,15 @@
 """``loadout generate [CHECKPOINT] [--diffusion-model F] [--text-encoder F]... [--vae F] --prompt P
 [--negative N] [--lora FILE[:MODEL[:CLIP]]]... [--seed S] [--steps N] [--cfg X] [--sampler NAME]
 [--scheduler NAME] [--size WxH] [--batch B] [--init IMAGE --denoise D] [--device D] [--dtype D]
-[--vram-limit BYTES] -o OUT.png [--json]``: text to image (img2img with --init)."""
+[--vram-limit BYTES] -o OUT.png [--json]``: text to image (img2img with --init).
+
+With ``--x AXIS:V1,V2,... [--y ...] [--z ...] [--ray ADDRESS|local:N] -o DIR`` a grid: one picture per
+cell and a labelled grid per Z value in DIR, in-process or on a Ray cluster (core/queue)."""
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import signal
 import sys
@@ -13,13 +17,16 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from core.errors import InterruptedByUser
+from core.errors import InterruptedByUser, LoadoutError
 from core.generate.events import GenerateProgress
 from core.generate.headless import generate_files
 from core.generate.request import GenerateRequest, ImageSettings, ModelFiles, Sampling
 from core.generate.sweep import parse_strengths
 from core.loading.convert_file import DTYPES, parse_dtype
 from core.patching.merge import LoraArg
+from core.queue.grid import AXES, parse_axis
+from core.queue.headless import cluster_pool, run_grid
+from core.queue.store import Totals
 from core.run.headless import parse_bytes, parse_size
 from core.sampling import SAMPLERS, SCHEDULERS
 
@@ -51,11 +58,16 @@ def register(sub: Any) -> None:
     p.add_argument(
         "--sweep", metavar="S1,S2,...", help="the first LoRA at each strength: one picture each and a grid"
     )
+    for axis in ("x", "y", "z"):
+        p.add_argument(
+            f"--{axis}", metavar="AXIS:V1,V2,...", help=f"a grid's {axis.upper()} axis: " + ", ".join(AXES)
+        )
+    p.add_argument("--ray", metavar="ADDRESS|local:N", help="run a grid's cells on a Ray cluster")
     p.add_argument("--denoise", type=float, default=1.0, help="img2img strength (with --init)")
     p.add_argument("--device", default="cpu", help="cpu or cuda (default cpu)")
     p.add_argument("--dtype", choices=list(DTYPES), help="compute dtype (default: the device's policy)")
     p.add_argument("--vram-limit", metavar="BYTES", help="e.g. 4GiB: the card size the manager sees")
-    p.add_argument("-o", "--output", required=True, metavar="OUT.png")
+    p.add_argument("-o", "--output", required=True, metavar="OUT.png", help="a folder for a grid (--x)")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.add_argument("--quiet", action="store_true", help="no progress on stderr")
     p.set_defaults(handler=run)
@@ -111,7 +123,45 @@ def _printer(quiet: bool) -> Any:
     return show
 
 
+def _bar(quiet: bool) -> Any:
+    def show(t: Totals) -> None:
+        if quiet:
+            return
+        filled = int(30 * t.fraction)
+        print(f"\r[{'#' * filled}{'.' * (30 - filled)}] {t.done}/{t.total} cells", end="", file=sys.stderr, flush=True)
+
+    return show
+
+
+def run_grid_command(args: argparse.Namespace, request: GenerateRequest, interrupt: threading.Event) -> int:
+    if args.sweep:
+        raise LoadoutError("--sweep and --x cannot be combined", fix="Use --x lora-strength:... instead", code="bad_argument")
+    if args.ray is None and args.y is None and args.z is None and not args.x:
+        raise LoadoutError("a grid needs --x", code="bad_argument")
+    axes = (parse_axis(args.x), parse_axis(args.y) if args.y else None, parse_axis(args.z) if args.z else None)
+    folder = Path(args.output)
+    show = _bar(args.quiet or args.json)
+    with contextlib.ExitStack() as stack:
+        pool = stack.enter_context(cluster_pool(args.ray, request)) if args.ray else None
+        report = run_grid(request, folder, axes, pool=pool, progress=show, interrupt=interrupt)
+    if not (args.quiet or args.json):
+        print(file=sys.stderr)
+    if args.json:
+        json.dump(report.to_json(), sys.stdout, indent=1)
+        sys.stdout.write("\n")
+    else:
+        for path in report.grids:
+            print(path)
+        workers = ", ".join(f"{w}: {s['jobs']} cells, {s['model_loads']} loads" for w, s in report.workers.items())
+        print(f"{len(report.cells)} cells in {folder} ({workers})", file=sys.stderr)
+    for failure in report.failed:
+        print(f"loadout: {failure}", file=sys.stderr)
+    return 1 if report.failed else 0
+
+
 def run(args: argparse.Namespace) -> int:
+    if (args.y or args.z or args.ray) and not args.x:
+        raise LoadoutError("--y, --z and --ray need a grid's --x axis", fix="Give --x AXIS:V1,V2,...", code="bad_argument")
     request = _request(args)
     interrupt = threading.Event()
 
@@ -120,6 +170,8 @@ def run(args: argparse.Namespace) -> int:
 
     previous = signal.signal(signal.SIGINT, stop)
     try:
+        if args.x:
+            return run_grid_command(args, request, interrupt)
         result = generate_files(request, progress=_printer(args.quiet or args.json), interrupt=interrupt)
     except InterruptedByUser:
         print("\nloadout: stopped; no picture was written and no model was changed.", file=sys.stderr)

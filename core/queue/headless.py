@@ -3,13 +3,14 @@ queue, in-process or on a Ray cluster, and its ``--json`` report (the contract i
 
 from __future__ import annotations
 
+import contextlib
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from core.errors import InterruptedByUser
+from core.errors import InterruptedByUser, LoadoutError
 from core.generate.request import GenerateRequest
 from core.loading.assign import interrupt_check
 from core.queue.grid import Axis
@@ -33,6 +34,30 @@ class GridReport:
 
 def local_pool(request: GenerateRequest, interrupt: threading.Event | None = None) -> LocalPool:
     return LocalPool(Worker("local", device=request.device, vram_limit=request.vram_limit, interrupt=interrupt))
+
+
+@contextlib.contextmanager
+def cluster_pool(address: str, request: GenerateRequest) -> Iterator[Pool]:
+    """Workers on the Ray cluster at ``address`` (``local:N`` starts one here and stops it after);
+    each worker looks for the request's files where the client has them too (folders of the hints)."""
+    try:
+        from core.queue import ray_pool
+    except ImportError:
+        raise LoadoutError(
+            "Ray is not installed",
+            why="--ray runs the cells on a Ray cluster, an optional part of Loadout",
+            fix="Install it with: pip install 'loadout[cluster]'",
+            code="missing_dependency",
+        ) from None
+    count = ray_pool.connect(address)
+    folders = list(dict.fromkeys(p.resolve().parent for p in (*request.models.paths, *(a.path for a in request.loras))))
+    pool = ray_pool.RayPool(count, roots=folders, vram_limit=request.vram_limit)
+    try:
+        yield pool
+    finally:
+        pool.close()
+        if address.startswith("local:"):
+            ray_pool.shutdown()
 
 
 def run_grid(

@@ -1,0 +1,209 @@
+"""The Ray executor: one actor per worker, each owning a :class:`~core.queue.worker.Worker` (its own
+Session, memory manager and device: ``num_gpus=1`` where the cluster has GPUs). The only module
+that imports Ray (the optional ``cluster`` extra).
+
+Actors are threaded: ``run`` makes pictures on one thread while ``progress`` and ``stop`` answer on
+another, so progress streams back and Stop works mid-job. A job's pictures come back as PNG bytes
+and the client writes them. An actor that dies (its process killed, its node gone) is dropped and
+its job queued again for the others; when none is left the runner says the cluster went away.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import ray
+import torch
+from ray.exceptions import GetTimeoutError, RayActorError, RayError
+
+from core.errors import InterruptedByUser, LoadoutError
+from core.generate.events import GenerateProgress
+from core.queue.job import FileRef, Job, Key
+from core.queue.runner import Outcome
+from core.queue.worker import Worker
+
+_ROOT = str(Path(__file__).resolve().parents[2])  # where the core package is, for a local cluster
+
+
+class WorkerActor:
+    """The actor's body (wrapped by ``ray.remote`` in :class:`RayPool`)."""
+
+    def __init__(self, name: str, device: str, vram_limit: int | None, roots: list[str], threads: int) -> None:
+        # CPU pictures are bit-identical for the same number of threads (a reduction's order depends
+        # on it), so the worker's count is explicit, not whatever the node's environment says
+        torch.set_num_threads(threads)
+        self.worker = Worker(name, device=device, vram_limit=vram_limit, roots=[Path(r) for r in roots])
+        self._progress: tuple[int, GenerateProgress] | None = None
+
+    def pid(self) -> int:
+        return os.getpid()
+
+    def missing(self, files: tuple[FileRef, ...]) -> list[FileRef]:
+        return self.worker.missing(files)
+
+    def run(self, job_id: int, job: Job) -> tuple[str, Any]:
+        def progress(p: GenerateProgress) -> None:
+            self._progress = (job_id, replace(p, preview=None))
+
+        try:
+            return "ok", self.worker.run(job, progress)
+        except InterruptedByUser:
+            return "interrupted", None
+        except LoadoutError as exc:
+            return "error", (exc.code, exc.what, exc.why, exc.fix)
+        finally:
+            self._progress = None
+
+    def progress(self) -> tuple[int, GenerateProgress] | None:
+        return self._progress
+
+    def stop(self) -> None:
+        self.worker.stop()
+
+    def stats(self) -> dict[str, int]:
+        return {"jobs": self.worker.jobs, "model_loads": self.worker.model_loads}
+
+
+def connect(address: str) -> int:
+    """Join the cluster at ``address`` (``ray://host:10001``, ``host:6379``, ``auto``) or start a local
+    one for ``local:N``; returns how many workers to start: N, one per GPU, or one per node."""
+    local = address.startswith("local:")
+    count = 0
+    if local:
+        try:
+            count = int(address.removeprefix("local:"))
+        except ValueError:
+            count = 0
+        if not 1 <= count <= 64:
+            raise LoadoutError(
+                f"{address!r} is not a local cluster size", fix="Write local:N with N from 1 to 64", code="bad_argument"
+            )
+    env = {"env_vars": {"PYTHONPATH": os.pathsep.join(p for p in (_ROOT, os.environ.get("PYTHONPATH")) if p)}}
+    if not ray.is_initialized():
+        try:
+            if local:
+                ray.init(num_cpus=count, include_dashboard=False, log_to_driver=False, runtime_env=env)
+            else:
+                ray.init(address=address, log_to_driver=False, runtime_env=env)
+        except (ConnectionError, RayError, ValueError, RuntimeError) as exc:
+            raise LoadoutError(
+                f"cannot reach the Ray cluster at {address}",
+                why=str(exc).splitlines()[0] if str(exc) else type(exc).__name__,
+                fix="Start it (ray start --head) or check the address; local:N starts one on this machine",
+                code="cluster_unreachable",
+            ) from None
+    if count:
+        return count
+    gpus = int(ray.cluster_resources().get("GPU", 0))
+    return gpus or max(1, sum(1 for n in ray.nodes() if n.get("Alive")))
+
+
+class RayPool:
+    """Workers as Ray actors on the cluster this process is connected to (see :func:`connect`)."""
+
+    def __init__(
+        self,
+        count: int,
+        *,
+        roots: list[list[Path]] | list[Path] = (),  # type: ignore[assignment]
+        vram_limit: int | None = None,
+        cpus_per_worker: float = 1.0,
+    ) -> None:
+        gpus = ray.cluster_resources().get("GPU", 0) >= 1
+        per_worker = [list(r) for r in roots] if roots and isinstance(roots[0], list) else [list(roots)] * count  # type: ignore[arg-type]
+        actor = ray.remote(WorkerActor).options(  # type: ignore[attr-defined]
+            num_gpus=1 if gpus else 0, num_cpus=cpus_per_worker, max_concurrency=4, max_restarts=0
+        )
+        self._actors: dict[str, Any] = {}
+        for i in range(count):
+            name = f"w{i}"
+            folders = [str(p) for p in per_worker[i]] if i < len(per_worker) else []
+            threads = max(1, int(cpus_per_worker))
+            self._actors[name] = actor.remote(name, "cuda" if gpus else "cpu", vram_limit, folders, threads)
+        self._held: dict[str, Key] = dict.fromkeys(self._actors, ((), ()))
+        self._running: dict[Any, tuple[str, int, Job]] = {}  # ObjectRef -> (worker, job id, job)
+        self._progress: dict[int, GenerateProgress] = {}
+        self._stats: dict[str, dict[str, int]] = {name: {"jobs": 0, "model_loads": 0} for name in self._actors}
+        self.pids = {name: ray.get(a.pid.remote(), timeout=120) for name, a in self._actors.items()}
+
+    def _lose(self, worker: str) -> None:
+        self._actors.pop(worker, None)
+
+    def workers(self) -> list[str]:
+        return list(self._actors)
+
+    def held(self, worker: str) -> Key:
+        return self._held.get(worker, ((), ()))
+
+    def missing(self, worker: str, files: tuple[FileRef, ...]) -> list[FileRef]:
+        try:
+            found: list[FileRef] = ray.get(self._actors[worker].missing.remote(files), timeout=600)
+            return found
+        except (RayError, KeyError):
+            self._lose(worker)
+            return list(files)
+
+    def start(self, worker: str, job_id: int, job: Job) -> None:
+        self._running[self._actors[worker].run.remote(job_id, job)] = (worker, job_id, job)
+
+    def wait(self, timeout: float) -> list[Outcome]:
+        if not self._running:
+            return []
+        try:
+            ready, _ = ray.wait(list(self._running), num_returns=1, timeout=timeout)
+        except RayError:
+            ready = list(self._running)
+        out = []
+        for ref in ready:
+            worker, job_id, job = self._running.pop(ref)
+            self._progress.pop(job_id, None)
+            try:
+                status, value = ray.get(ref)
+            except (RayActorError, RayError, ConnectionError):
+                self._lose(worker)
+                out.append(Outcome(worker, job_id, lost=True))
+                continue
+            if status == "ok":
+                self._held[worker] = job.key()
+                self._stats[worker]["jobs"] += 1
+                self._stats[worker]["model_loads"] += value.model_loads
+                out.append(Outcome(worker, job_id, value))
+            elif status == "interrupted":
+                out.append(Outcome(worker, job_id, interrupted=True))
+            else:
+                code, what, why, fix = value
+                out.append(Outcome(worker, job_id, error=LoadoutError(what, why=why, fix=fix, code=code)))
+        return out
+
+    def progress(self) -> dict[int, GenerateProgress]:
+        for worker in list({w for w, _, _ in self._running.values()}):
+            try:
+                found = ray.get(self._actors[worker].progress.remote(), timeout=5)
+            except (RayError, GetTimeoutError, KeyError):
+                continue
+            if found is not None:
+                self._progress[found[0]] = found[1]
+        return dict(self._progress)
+
+    def stop(self) -> None:
+        for a in list(self._actors.values()):
+            try:
+                a.stop.remote()
+            except RayError:
+                pass
+
+    def stats(self) -> dict[str, dict[str, int]]:
+        return {w: dict(s) for w, s in self._stats.items()}
+
+    def close(self) -> None:
+        for a in self._actors.values():
+            ray.kill(a)
+        self._actors.clear()
+
+
+def shutdown() -> None:
+    """Stop the local cluster :func:`connect` started (or leave a joined one)."""
+    ray.shutdown()
