@@ -183,8 +183,11 @@ class QueueRunner:
             grid = draw_finished_grid(self.store, job.job)
             if grid is not None:
                 report.grids.append(str(grid))
-        elif outcome.lost or outcome.interrupted:
-            self.store.requeue(outcome.job_id, "" if outcome.interrupted else f"worker {outcome.worker} was lost")
+        elif outcome.interrupted:  # a stop, whoever asked for it: the job waits for the next run
+            self._stop.set()
+            self.store.requeue(outcome.job_id)
+        elif outcome.lost:
+            self.store.requeue(outcome.job_id, f"worker {outcome.worker} was lost")
         elif outcome.error is not None:
             if outcome.error.code == "missing_file":
                 self._lacks[(outcome.worker, job.job.files)] = True
