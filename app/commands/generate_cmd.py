@@ -128,17 +128,28 @@ def _bar(quiet: bool) -> Any:
         if quiet:
             return
         filled = int(30 * t.fraction)
-        print(f"\r[{'#' * filled}{'.' * (30 - filled)}] {t.done}/{t.total} cells", end="", file=sys.stderr, flush=True)
+        print(
+            f"\r[{'#' * filled}{'.' * (30 - filled)}] {t.done}/{t.total} cells",
+            end="",
+            file=sys.stderr,
+            flush=True,
+        )
 
     return show
 
 
 def run_grid_command(args: argparse.Namespace, request: GenerateRequest, interrupt: threading.Event) -> int:
     if args.sweep:
-        raise LoadoutError("--sweep and --x cannot be combined", fix="Use --x lora-strength:... instead", code="bad_argument")
+        raise LoadoutError(
+            "--sweep and --x cannot be combined", fix="Use --x lora-strength:... instead", code="bad_argument"
+        )
     if args.ray is None and args.y is None and args.z is None and not args.x:
         raise LoadoutError("a grid needs --x", code="bad_argument")
-    axes = (parse_axis(args.x), parse_axis(args.y) if args.y else None, parse_axis(args.z) if args.z else None)
+    axes = (
+        parse_axis(args.x),
+        parse_axis(args.y) if args.y else None,
+        parse_axis(args.z) if args.z else None,
+    )
     folder = Path(args.output)
     show = _bar(args.quiet or args.json)
     with contextlib.ExitStack() as stack:
@@ -152,7 +163,9 @@ def run_grid_command(args: argparse.Namespace, request: GenerateRequest, interru
     else:
         for path in report.grids:
             print(path)
-        workers = ", ".join(f"{w}: {s['jobs']} cells, {s['model_loads']} loads" for w, s in report.workers.items())
+        workers = ", ".join(
+            f"{w}: {s['jobs']} cells, {s['model_loads']} loads" for w, s in report.workers.items()
+        )
         print(f"{len(report.cells)} cells in {folder} ({workers})", file=sys.stderr)
     for failure in report.failed:
         print(f"loadout: {failure}", file=sys.stderr)
@@ -161,7 +174,9 @@ def run_grid_command(args: argparse.Namespace, request: GenerateRequest, interru
 
 def run(args: argparse.Namespace) -> int:
     if (args.y or args.z or args.ray) and not args.x:
-        raise LoadoutError("--y, --z and --ray need a grid's --x axis", fix="Give --x AXIS:V1,V2,...", code="bad_argument")
+        raise LoadoutError(
+            "--y, --z and --ray need a grid's --x axis", fix="Give --x AXIS:V1,V2,...", code="bad_argument"
+        )
     request = _request(args)
     interrupt = threading.Event()
 

@@ -54,7 +54,7 @@ def _read(hint: Any, data: Any) -> Any:
             return tuple(_read(args[0], v) for v in data)
         return tuple(_read(a, v) for a, v in zip(args, data, strict=True))
     if origin is dict:
-        key, val = typing.get_args(hint)
+        _key, val = typing.get_args(hint)
         return {k: _read(val, v) for k, v in data.items()}
     if hint is Path:
         return Path(data)
@@ -71,7 +71,8 @@ def from_jsonable(cls: type[T], data: dict[str, Any]) -> T:
     """The dataclass ``cls`` from :func:`to_jsonable`'s output; fields the data lacks keep their defaults."""
     try:
         hints = typing.get_type_hints(cls)
-        kwargs = {f.name: _read(hints[f.name], data[f.name]) for f in dataclasses.fields(cls) if f.name in data}  # type: ignore[arg-type]
+        fields = dataclasses.fields(cls)  # type: ignore[arg-type]
+        kwargs = {f.name: _read(hints[f.name], data[f.name]) for f in fields if f.name in data}
         return cls(**kwargs)
     except LoadoutError:
         raise

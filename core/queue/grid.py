@@ -57,7 +57,10 @@ def parse_axis(text: str) -> Axis:
     if name != "prompt-sr":
         raw = [v for v in raw if v]
     if len(raw) < 1 or (name == "prompt-sr" and len(raw) < 2) or len(raw) > 64:
-        raise _bad(f"the {name} axis has {len(raw)} values", "Give 1 to 64 values (prompt-sr: the searched text, then each replacement)")  # fmt: skip
+        raise _bad(
+            f"the {name} axis has {len(raw)} values",
+            "Give 1 to 64 values (prompt-sr: the searched text, then each replacement)",
+        )
     values: list[Value]
     if name in ("seed", "steps"):
         values = [_number(name, v, int) for v in raw]
@@ -75,7 +78,9 @@ def parse_axis(text: str) -> Axis:
     elif name == "checkpoint":
         missing = [v for v in raw if not Path(v).is_file()]
         if missing:
-            raise LoadoutError(f"{missing[0]} does not exist", fix="Check the checkpoint paths", code="not_found")
+            raise LoadoutError(
+                f"{missing[0]} does not exist", fix="Check the checkpoint paths", code="not_found"
+            )
         values = list(raw)
     else:
         values = list(raw)
@@ -158,7 +163,9 @@ def cells(base: GenerateRequest, x: Axis, y: Axis | None = None, z: Axis | None 
                     search = str(axis.values[0])
                     request, strengths = _apply(axis, i, request, strengths, search)
                     labels[k] = axis.label(i)
-                live = strengths if strengths != strengths0 or any(a.name in _LORA_AXES for a in axes) else None
+                live = (
+                    strengths if strengths != strengths0 or any(a.name in _LORA_AXES for a in axes) else None
+                )
                 out.append(Cell(ix, iy, iz, request, live, (labels[0], labels[1], labels[2])))
     order = {p: i for i, p in enumerate(dict.fromkeys(c.request.models.checkpoint for c in out))}
     return sorted(out, key=lambda c: (order[c.request.models.checkpoint], c.z, c.y, c.x))

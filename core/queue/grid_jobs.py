@@ -33,7 +33,9 @@ def grid_jobs(
     zs = len(z.values) if z is not None else 1
     jobs = []
     for c in cells(base, x, y, z):
-        request = replace(c.request, output=folder / f"x{c.x}-y{c.y}-z{c.z}.png", output_is_folder=False, sweep=())
+        request = replace(
+            c.request, output=folder / f"x{c.x}-y{c.y}-z{c.z}.png", output_is_folder=False, sweep=()
+        )
         grid_file = folder / ("grid.png" if zs == 1 else f"grid-z{c.z}.png")
         cell = {"lora_strengths": c.lora_strengths, "grid": grid, "x": c.x, "y": c.y, "z": c.z}
         jobs.append(with_hashes(request, hashes, check, labels=c.labels, grid_file=grid_file, **cell))

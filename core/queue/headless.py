@@ -33,7 +33,9 @@ class GridReport:
 
 
 def local_pool(request: GenerateRequest, interrupt: threading.Event | None = None) -> LocalPool:
-    return LocalPool(Worker("local", device=request.device, vram_limit=request.vram_limit, interrupt=interrupt))
+    return LocalPool(
+        Worker("local", device=request.device, vram_limit=request.vram_limit, interrupt=interrupt)
+    )
 
 
 @contextlib.contextmanager
@@ -50,8 +52,10 @@ def cluster_pool(address: str, request: GenerateRequest) -> Iterator[Pool]:
             code="missing_dependency",
         ) from None
     count = ray_pool.connect(address)
-    folders = list(dict.fromkeys(p.resolve().parent for p in (*request.models.paths, *(a.path for a in request.loras))))
-    pool = ray_pool.RayPool(count, roots=folders, vram_limit=request.vram_limit)
+    folders = list(
+        dict.fromkeys(p.resolve().parent for p in (*request.models.paths, *(a.path for a in request.loras)))
+    )
+    pool = ray_pool.RayPool(count, roots=[folders] * count, vram_limit=request.vram_limit)
     try:
         yield pool
     finally:
@@ -80,6 +84,7 @@ def run_grid(
     runner = QueueRunner(store, pool, on_update=progress)
     watcher = None
     if interrupt is not None:
+
         def watch() -> None:
             while not done.wait(0.1):
                 if interrupt.is_set():
@@ -96,7 +101,9 @@ def run_grid(
             done.set()
             watcher.join()
     if report.stopped:
-        raise InterruptedByUser("stopped", why="the running cells were stopped; no picture of theirs was written")
+        raise InterruptedByUser(
+            "stopped", why="the running cells were stopped; no picture of theirs was written"
+        )
     names = [a.name if a is not None else None for a in axes]
     out_cells, images, failed = [], [], []
     for q in store.jobs():
@@ -107,6 +114,12 @@ def run_grid(
         for k, (name, idx) in enumerate(zip(names, (q.job.x, q.job.y, q.job.z), strict=True)):
             coords["xyz"[k]] = values[name].values[idx] if name is not None else None
         images += [str(p) for p in q.images]
-        out_cells.append({**coords, "image": str(q.images[0]), "worker": q.worker, "seconds": round(q.seconds, 4)})
-    grids = list(dict.fromkeys(str(q.job.grid_file) for q in store.jobs() if q.job.grid_file and q.job.grid_file.is_file()))
+        out_cells.append(
+            {**coords, "image": str(q.images[0]), "worker": q.worker, "seconds": round(q.seconds, 4)}
+        )
+    grids = list(
+        dict.fromkeys(
+            str(q.job.grid_file) for q in store.jobs() if q.job.grid_file and q.job.grid_file.is_file()
+        )
+    )
     return GridReport(images, grids, out_cells, pool.stats(), failed)

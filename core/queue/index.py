@@ -60,7 +60,8 @@ class ModelIndex:
         if lacking:
             raise MissingFiles(
                 f"worker {worker} does not have {lacking[0].path.name}",
-                why=f"no file of {lacking[0].size} bytes with SHA-256 {lacking[0].sha256[:12]}... is in its model folders",
-                fix="Copy the file into one of that machine's model folders, or let another worker run the job",
+                why=f"no file of {lacking[0].size} bytes with SHA-256 {lacking[0].sha256[:12]}... "
+                "is in its model folders",
+                fix="Copy the file into one of that machine's model folders, or let another worker run it",
             )
         return {r.sha256: self._found[r.sha256] for r in refs}

@@ -10,7 +10,9 @@ its job queued again for the others; when none is left the runner says the clust
 
 from __future__ import annotations
 
+import contextlib
 import os
+from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -31,7 +33,9 @@ _ROOT = str(Path(__file__).resolve().parents[2])  # where the core package is, f
 class WorkerActor:
     """The actor's body (wrapped by ``ray.remote`` in :class:`RayPool`)."""
 
-    def __init__(self, name: str, device: str, vram_limit: int | None, roots: list[str], threads: int) -> None:
+    def __init__(
+        self, name: str, device: str, vram_limit: int | None, roots: list[str], threads: int
+    ) -> None:
         # CPU pictures are bit-identical for the same number of threads (a reduction's order depends
         # on it), so the worker's count is explicit, not whatever the node's environment says
         torch.set_num_threads(threads)
@@ -79,7 +83,9 @@ def connect(address: str) -> int:
             count = 0
         if not 1 <= count <= 64:
             raise LoadoutError(
-                f"{address!r} is not a local cluster size", fix="Write local:N with N from 1 to 64", code="bad_argument"
+                f"{address!r} is not a local cluster size",
+                fix="Write local:N with N from 1 to 64",
+                code="bad_argument",
             )
     env = {"env_vars": {"PYTHONPATH": os.pathsep.join(p for p in (_ROOT, os.environ.get("PYTHONPATH")) if p)}}
     if not ray.is_initialized():
@@ -97,8 +103,14 @@ def connect(address: str) -> int:
             ) from None
     if count:
         return count
-    gpus = int(ray.cluster_resources().get("GPU", 0))
-    return gpus or max(1, sum(1 for n in ray.nodes() if n.get("Alive")))
+    gpus = int(_resources().get("GPU", 0))
+    nodes: list[dict[str, Any]] = ray.nodes()  # type: ignore[no-untyped-call]
+    return gpus or max(1, sum(1 for n in nodes if n.get("Alive")))
+
+
+def _resources() -> dict[str, float]:
+    found: dict[str, float] = ray.cluster_resources()  # type: ignore[no-untyped-call]
+    return found
 
 
 class RayPool:
@@ -108,13 +120,13 @@ class RayPool:
         self,
         count: int,
         *,
-        roots: list[list[Path]] | list[Path] = (),  # type: ignore[assignment]
+        roots: Sequence[Sequence[Path]] = (),  # each worker's model folders (none: the hints only)
         vram_limit: int | None = None,
         cpus_per_worker: float = 1.0,
     ) -> None:
-        gpus = ray.cluster_resources().get("GPU", 0) >= 1
-        per_worker = [list(r) for r in roots] if roots and isinstance(roots[0], list) else [list(roots)] * count  # type: ignore[arg-type]
-        actor = ray.remote(WorkerActor).options(  # type: ignore[attr-defined]
+        gpus = _resources().get("GPU", 0) >= 1
+        per_worker = [list(r) for r in roots]
+        actor = ray.remote(WorkerActor).options(
             num_gpus=1 if gpus else 0, num_cpus=cpus_per_worker, max_concurrency=4, max_restarts=0
         )
         self._actors: dict[str, Any] = {}
@@ -126,7 +138,9 @@ class RayPool:
         self._held: dict[str, Key] = dict.fromkeys(self._actors, ((), ()))
         self._running: dict[Any, tuple[str, int, Job]] = {}  # ObjectRef -> (worker, job id, job)
         self._progress: dict[int, GenerateProgress] = {}
-        self._stats: dict[str, dict[str, int]] = {name: {"jobs": 0, "model_loads": 0} for name in self._actors}
+        self._stats: dict[str, dict[str, int]] = {
+            name: {"jobs": 0, "model_loads": 0} for name in self._actors
+        }
         self.pids = {name: ray.get(a.pid.remote(), timeout=120) for name, a in self._actors.items()}
 
     def _lose(self, worker: str) -> None:
@@ -190,10 +204,8 @@ class RayPool:
 
     def stop(self) -> None:
         for a in list(self._actors.values()):
-            try:
+            with contextlib.suppress(RayError):
                 a.stop.remote()
-            except RayError:
-                pass
 
     def stats(self) -> dict[str, dict[str, int]]:
         return {w: dict(s) for w, s in self._stats.items()}

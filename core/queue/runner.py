@@ -47,7 +47,9 @@ class Pool(Protocol):
 def fraction(p: GenerateProgress) -> float:
     """How far one job is: sampling is most of it."""
     within = p.step / p.steps if p.steps else 0.0
-    return {"load": 0.0, "text_encode": 0.05, "sample": 0.1 + 0.8 * within, "decode": 0.9, "save": 0.98}[p.phase]
+    return {"load": 0.0, "text_encode": 0.05, "sample": 0.1 + 0.8 * within, "decode": 0.9, "save": 0.98}[
+        p.phase
+    ]
 
 
 class LocalPool:
@@ -123,7 +125,9 @@ Update = Callable[[Totals], None]
 class QueueRunner:
     """Runs the store's queued jobs on a pool until none is left, the queue is paused, or stop()."""
 
-    def __init__(self, store: JobStore, pool: Pool, *, picker: Picker = pick, on_update: Update | None = None) -> None:
+    def __init__(
+        self, store: JobStore, pool: Pool, *, picker: Picker = pick, on_update: Update | None = None
+    ) -> None:
         self.store = store
         self.pool = pool
         self.picker = picker
@@ -149,9 +153,11 @@ class QueueRunner:
                 continue
             pending = [(i, j.key()) for i, j in queued.items()]
             others = {self.pool.held(w) for w in self.pool.workers() if w != worker}
-            job_id = self.picker(
-                self.pool.held(worker), pending, others, lambda i, w=worker: self._can_run(w, queued[i])
-            )
+
+            def can_run(i: int, w: str = worker) -> bool:
+                return self._can_run(w, queued[i])
+
+            job_id = self.picker(self.pool.held(worker), pending, others, can_run)
             if job_id is None:
                 continue
             self.store.start(job_id, worker)
@@ -178,7 +184,9 @@ class QueueRunner:
             paths = job.job.outputs()
             for path, data in zip(paths, outcome.result.pngs, strict=False):
                 atomic_write_bytes(path, data)
-            self.store.finish(outcome.job_id, paths[: len(outcome.result.pngs)], outcome.worker, outcome.result.seconds)
+            self.store.finish(
+                outcome.job_id, paths[: len(outcome.result.pngs)], outcome.worker, outcome.result.seconds
+            )
             report.finished.append(outcome.job_id)
             grid = draw_finished_grid(self.store, job.job)
             if grid is not None:

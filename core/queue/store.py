@@ -114,7 +114,9 @@ class JobStore:
         with self._lock:
             row = self._db.execute(f"SELECT {self._COLUMNS} FROM jobs WHERE id=?", (job_id,)).fetchone()
         if row is None:
-            raise LoadoutError(f"there is no job {job_id} in the queue", fix="Pick a job the queue lists", code="no_job")
+            raise LoadoutError(
+                f"there is no job {job_id} in the queue", fix="Pick a job the queue lists", code="no_job"
+            )
         return self._row(row)
 
     def totals(self) -> Totals:

@@ -37,7 +37,9 @@ def test_axes_are_typed_and_checked(tmp_path: Path) -> None:
 def test_cells_apply_each_axis_value(tmp_path: Path) -> None:
     lora = LoraArg(tmp_path / "l.safetensors", 0.8, 0.5)
     base = _request(tmp_path, (lora,))
-    grid = cells(base, parse_axis("prompt-sr:red,blue"), parse_axis("lora-model-strength:0,1"), parse_axis("cfg:3,9"))
+    grid = cells(
+        base, parse_axis("prompt-sr:red,blue"), parse_axis("lora-model-strength:0,1"), parse_axis("cfg:3,9")
+    )
     assert len(grid) == 8
     c = next(c for c in grid if (c.x, c.y, c.z) == (1, 1, 1))
     assert c.request.image.prompt == "a blue fox" and c.request.image.sampling.cfg == 9.0

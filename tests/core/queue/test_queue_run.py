@@ -46,8 +46,9 @@ def test_a_grid_on_the_command_line_writes_cells_grid_and_the_json_contract(
 ) -> None:
     out = tmp_path / "grid"
     code = main([
-        "generate", str(demo.checkpoint), "--prompt", "a red fox", "--lora", f"{demo.lora}:1.0", "--steps", "2",
-        "--size", "64x64", "--x", "seed:1,2", "--y", "lora-strength:0,1.5", "-o", str(out), "--json",
+        "generate", str(demo.checkpoint), "--prompt", "a red fox", "--lora", f"{demo.lora}:1.0",
+        "--steps", "2", "--size", "64x64", "--x", "seed:1,2", "--y", "lora-strength:0,1.5", "-o", str(out),
+        "--json",
     ])  # fmt: skip
     stdout, err = capsys.readouterr()
     assert code == 0, err
@@ -55,14 +56,16 @@ def test_a_grid_on_the_command_line_writes_cells_grid_and_the_json_contract(
     assert set(report) == {"images", "grids", "cells", "workers"}
     assert report["grids"] == [str(out / "grid.png")]
     assert report["workers"] == {"local": {"jobs": 4, "model_loads": 1}}  # one load for the whole grid
-    assert sorted((c["x"], c["y"], c["z"]) for c in report["cells"]) == [(1, 0.0, None), (1, 1.5, None), (2, 0.0, None), (2, 1.5, None)]  # fmt: skip
+    coords = sorted((c["x"], c["y"], c["z"]) for c in report["cells"])
+    assert coords == [(1, 0.0, None), (1, 1.5, None), (2, 0.0, None), (2, 1.5, None)]
     assert all(set(c) == {"x", "y", "z", "image", "worker", "seconds"} for c in report["cells"])
     for c in report["cells"]:
         p = parse_parameters(read_png_parameters(Path(c["image"])))
         assert (p.seed, p.loras[0].model_strength) == (c["x"], c["y"])  # each cell says its parameters
     with Image.open(out / "grid.png") as g:
         assert g.size[0] > 2 * 64 and g.size[1] > 2 * 64  # two by two, labels beside and below
-    assert sorted(p.name for p in out.iterdir()) == ["grid.png", "x0-y0-z0.png", "x0-y1-z0.png", "x1-y0-z0.png", "x1-y1-z0.png"]  # fmt: skip
+    names = sorted(p.name for p in out.iterdir())
+    assert names == ["grid.png", "x0-y0-z0.png", "x0-y1-z0.png", "x1-y0-z0.png", "x1-y1-z0.png"]
 
 
 def test_a_cell_is_the_picture_a_plain_generate_makes(demo: DemoLibrary, tmp_path: Path) -> None:
@@ -71,10 +74,10 @@ def test_a_cell_is_the_picture_a_plain_generate_makes(demo: DemoLibrary, tmp_pat
     store.add(grid_jobs(base, tmp_path / "g", parse_axis("seed:3,4"), parse_axis("cfg:5,8")))
     QueueRunner(store, LocalPool(Worker("local"))).run()
     cell = tmp_path / "g" / "x1-y1-z0.png"
+    settings = ImageSettings("a red fox", sampling=Sampling(seed=4, steps=2, cfg=8), width=64, height=64)
     plain = generate_files(
-        GenerateRequest(base.models, ImageSettings("a red fox", sampling=Sampling(seed=4, steps=2, cfg=8), width=64, height=64),
-                        loras=base.loras, output=tmp_path / "plain.png")
-    )  # fmt: skip
+        GenerateRequest(base.models, settings, loras=base.loras, output=tmp_path / "p.png")
+    )
     with Image.open(cell) as a, Image.open(plain.images[0].path) as b:
         assert np.array_equal(np.asarray(a), np.asarray(b))
 
