@@ -202,8 +202,10 @@ class RayPool:
                 self._progress[found[0]] = found[1]
         return dict(self._progress)
 
-    def stop(self) -> None:
-        for a in list(self._actors.values()):
+    def stop(self, worker: str | None = None) -> None:
+        for name, a in list(self._actors.items()):
+            if worker is not None and name != worker:
+                continue
             with contextlib.suppress(RayError):
                 a.stop.remote()
 

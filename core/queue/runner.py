@@ -40,7 +40,7 @@ class Pool(Protocol):
     def start(self, worker: str, job_id: int, job: Job) -> None: ...
     def wait(self, timeout: float) -> list[Outcome]: ...
     def progress(self) -> dict[int, GenerateProgress]: ...
-    def stop(self) -> None: ...
+    def stop(self, worker: str | None = None) -> None: ...
     def stats(self) -> dict[str, dict[str, int]]: ...
 
 
@@ -100,7 +100,7 @@ class LocalPool:
         with self._lock:
             return dict(self._progress)
 
-    def stop(self) -> None:
+    def stop(self, worker: str | None = None) -> None:
         self.worker.stop()
 
     def stats(self) -> dict[str, dict[str, int]]:
@@ -139,6 +139,13 @@ class QueueRunner:
         """From any thread: running jobs stop within a step and go back to the queue."""
         self._stop.set()
         self.pool.stop()
+
+    def cancel(self, job_id: int) -> None:
+        """From any thread: a queued job is dropped; a running one stops within a step, unwritten,
+        and the others go on."""
+        job = self.store.get(job_id)
+        if self.store.cancel(job_id) == "running":
+            self.pool.stop(job.worker)
 
     def _can_run(self, worker: str, job: Job) -> bool:
         key = (worker, job.files)

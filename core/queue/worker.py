@@ -47,11 +47,16 @@ class Worker:
         vram_limit: int | None = None,
         roots: Iterable[Path] = (),
         interrupt: threading.Event | None = None,
+        session: Session | None = None,
     ) -> None:
+        """A worker with its own Session, or on ``session`` (the window's: its device and settings,
+        its Stop); it then replaces the loaded models with each job's when they differ."""
         self.name = name
-        config = PlacementConfig(simulate_bytes=vram_limit or 0)
-        self.placement = Placement(device_named(device), config, interrupt=interrupt, cpu_is_device=True)
-        self.session = Session(self.placement)
+        if session is None:
+            config = PlacementConfig(simulate_bytes=vram_limit or 0)
+            placement = Placement(device_named(device), config, interrupt=interrupt, cpu_is_device=True)
+            session = Session(placement)
+        self.session = session
         self.index = ModelIndex(roots)
         self.jobs = 0
         self.model_loads = 0
@@ -65,10 +70,10 @@ class Worker:
 
     def stop(self) -> None:
         """Stop the running job within a tensor, a layer or a step (any thread)."""
-        self.placement.interrupt.set()
+        self.session.interrupt.set()
 
     def _prepare(self, request: GenerateRequest, key: Key) -> tuple[Generator, int]:
-        check = interrupt_check(self.placement.interrupt.is_set)
+        check = interrupt_check(self.session.interrupt.is_set)
         loads = 0
         if self._generator is None or self._models != request.models:
             for slot in list(self.session.loaded):
@@ -93,7 +98,7 @@ class Worker:
     def run(self, job: Job, progress: Callable[[GenerateProgress], None] | None = None) -> CellResult:
         """Make the job's pictures; raises :class:`~core.queue.index.MissingFiles` when a file is
         not on this machine, and InterruptedByUser after :meth:`stop`."""
-        self.placement.interrupt.clear()
+        self.session.interrupt.clear()
         t0 = time.perf_counter()
         request = job.with_paths(self.index.resolve(job.files, self.name))
         generator, loads = self._prepare(request, job.key())
@@ -110,7 +115,7 @@ class Worker:
                     loras.set_strength(first.id, *job.lora_strengths, bake=False)
                 out = Output(Path(scratch) / job.request.output.name)
                 result = generator.generate(
-                    request.image, out, report, self.placement.manager.check, init, dtype=request.dtype
+                    request.image, out, report, self.session.placement.manager.check, init, dtype=request.dtype
                 )
             finally:
                 if first is not None and original is not None and job.lora_strengths is not None:

@@ -55,10 +55,10 @@ def pool(only_w1: Path) -> Iterator[ray_pool.RayPool]:
         ray_pool.shutdown()
 
 
-def _request(demo: DemoLibrary, steps: int = 2) -> GenerateRequest:
+def _request(demo: DemoLibrary, steps: int = 2, size: int = 64) -> GenerateRequest:
     return GenerateRequest(
         ModelFiles(checkpoint=demo.checkpoint),
-        ImageSettings("a red fox", sampling=Sampling(seed=3, steps=steps), width=64, height=64),
+        ImageSettings("a red fox", sampling=Sampling(seed=3, steps=steps), width=size, height=size),
         loras=(LoraArg(demo.lora, 1.0),),
     )
 
@@ -115,7 +115,7 @@ def test_a_killed_worker_s_job_runs_again_on_the_other(
     pool: ray_pool.RayPool, demo: DemoLibrary, tmp_path: Path
 ) -> None:
     store = JobStore()
-    ids = store.add(grid_jobs(_request(demo, steps=6), tmp_path / "g", parse_axis("seed:1,2,3")))
+    ids = store.add(grid_jobs(_request(demo, steps=30, size=128), tmp_path / "g", parse_axis("seed:1,2,3")))
     killed: list[int] = []
 
     def kill_w0_mid_job(totals: Totals) -> None:
@@ -138,10 +138,10 @@ def test_a_cluster_that_goes_away_leaves_the_jobs_queued(
     pool: ray_pool.RayPool, demo: DemoLibrary, tmp_path: Path
 ) -> None:
     store = JobStore(tmp_path / "queue.sqlite")
-    store.add(grid_jobs(_request(demo, steps=6), tmp_path / "g", parse_axis("seed:1,2")))
+    store.add(grid_jobs(_request(demo, steps=30, size=128), tmp_path / "g", parse_axis("seed:1,2")))
 
     def kill_all(totals: Totals) -> None:
-        if any(j.progress > 0.1 for j in store.jobs("running")):
+        if store.jobs("running"):  # whatever its progress: the job is the runner's until it ends
             for pid in pool.pids.values():
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGKILL)
