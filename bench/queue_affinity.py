@@ -64,7 +64,7 @@ def mixed_batch(n: int, models: int, seed: int = 0) -> list[tuple[Key, int]]:
     people's grids and single pictures interleaved)."""
     rng = random.Random(seed)
     jobs = []
-    for i in range(n):
+    for _ in range(n):
         m = rng.randrange(models)
         lora = (f"lora{m}",) if rng.random() < 0.5 else ()
         jobs.append((((f"model{m}",), lora), rng.choice((20, 25, 30))))
@@ -88,7 +88,9 @@ def measure(steps: int = 4) -> dict[str, float]:
         worker.run(job)
         cold = time.perf_counter() - t0
         warm = min(_timed(worker.run, job) for _ in range(3))
-        more = replace(job, request=replace(job.request, image=replace(settings, sampling=Sampling(steps=2 * steps))))
+        more = replace(
+            job, request=replace(job.request, image=replace(settings, sampling=Sampling(steps=2 * steps)))
+        )
         longer = min(_timed(worker.run, more) for _ in range(2))
     step = max(1e-4, (longer - warm) / steps)
     return {"load_s": round(max(0.0, cold - warm), 4), "step_s": round(step, 4), "job_s_warm": round(warm, 4)}
@@ -132,7 +134,9 @@ def real_run() -> dict[str, Any]:
                 jobs = []
                 for i, ck in enumerate(order):
                     settings = ImageSettings("a fox", sampling=Sampling(seed=i, steps=4), width=64, height=64)
-                    jobs.append(with_hashes(GenerateRequest(ModelFiles(checkpoint=ck), settings, output=Path(tmp) / name / f"{i}.png"), hashes))  # fmt: skip
+                    out = Path(tmp) / name / f"{i}.png"
+                    request = GenerateRequest(ModelFiles(checkpoint=ck), settings, output=out)
+                    jobs.append(with_hashes(request, hashes))
                 store.add(jobs)
                 t0 = time.perf_counter()
                 QueueRunner(store, pool, picker=picker).run()
@@ -180,7 +184,12 @@ def main() -> None:
                 },
                 "time_ratio_rr_over_affinity": round(rr["seconds"] / max(aff["seconds"], 1e-9), 2),
             }
-    report: dict[str, Any] = {"measured": measured, "jobs": args.jobs, "models": args.models, "simulated": simulated}
+    report: dict[str, Any] = {
+        "measured": measured,
+        "jobs": args.jobs,
+        "models": args.models,
+        "simulated": simulated,
+    }
     if args.real:
         report["real"] = real_run()
     print(json.dumps(report, indent=1))

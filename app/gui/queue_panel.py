@@ -12,10 +12,12 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from PySide6.QtCore import QSize, Qt, QTimer, Signal
+from PySide6.QtCore import QSettings, QSize, QStandardPaths, Qt, QTimer, Signal
 from PySide6.QtGui import QIcon, QPixmap
 from PySide6.QtWidgets import (
+    QDockWidget,
     QFormLayout,
     QHBoxLayout,
     QLineEdit,
@@ -32,7 +34,11 @@ from PySide6.QtWidgets import (
 from app.backend.backend import Backend
 from app.backend.messages import Models
 from app.backend.worker import Reporter
+from app.gui.errors import describe_exception
 from core.errors import LoadoutError
+from core.generate.events import GeneratedImage
+from core.generate.parameters import parse_parameters
+from core.generate.png import read_png_parameters
 from core.generate.request import GenerateRequest, ImageSettings, ModelFiles
 from core.patching.merge import LoraArg
 from core.queue.grid import parse_axis
@@ -42,7 +48,16 @@ from core.queue.store import JobStore, QueuedJob
 from core.queue.worker import Worker
 from core.session.snapshots import ModelInfo, StackInfo
 
-_STATE_WORDS = {"queued": "queued", "running": "running", "done": "done", "failed": "failed", "cancelled": "cancelled"}
+if TYPE_CHECKING:
+    from app.gui.main_window import MainWindow
+
+_STATE_WORDS = {
+    "queued": "queued",
+    "running": "running",
+    "done": "done",
+    "failed": "failed",
+    "cancelled": "cancelled",
+}
 
 
 class QueuePanel(QWidget):
@@ -119,12 +134,16 @@ class QueuePanel(QWidget):
         self._models = {m.key: m for m in models}
 
     def _on_stack(self, stack: StackInfo) -> None:
-        self._loras = tuple(LoraArg(lo.path, lo.model_strength, lo.clip_strength) for lo in stack.loras if lo.enabled)
+        self._loras = tuple(
+            LoraArg(lo.path, lo.model_strength, lo.clip_strength) for lo in stack.loras if lo.enabled
+        )
 
     def base_request(self) -> GenerateRequest:
         main = self._models.get("main")
         if main is None:
-            raise LoadoutError("no model is loaded", fix="Load a checkpoint first, then queue a grid", code="no_model")
+            raise LoadoutError(
+                "no model is loaded", fix="Load a checkpoint first, then queue a grid", code="no_model"
+            )
         others = [m for k, m in self._models.items() if k != "main"]
         files = ModelFiles(
             checkpoint=main.path if main.kind == "checkpoint" else None,
@@ -140,7 +159,9 @@ class QueuePanel(QWidget):
         try:
             x, y, z = (parse_axis(e.text()) if e.text().strip() else None for e in self.axes.values())
             if x is None:
-                raise LoadoutError("a grid needs an X axis", fix="Type one like seed:1,2,3", code="bad_argument")
+                raise LoadoutError(
+                    "a grid needs an X axis", fix="Type one like seed:1,2,3", code="bad_argument"
+                )
             grid = time.strftime("%Y%m%d-%H%M%S")
             folder = self.output_folder() / "grids" / grid
             ids = self.store.add(grid_jobs(self.base_request(), folder, x, y, z, grid=grid))
@@ -233,7 +254,8 @@ class QueuePanel(QWidget):
         where = " ".join(label for label in q.job.labels if label) or f"seed {s.seed}"
         progress = f" {int(100 * q.progress)}%" if q.state == "running" else ""
         worker = f" on {q.worker}" if q.worker and q.state in ("running", "done") else ""
-        return f"#{q.id} {q.job.request.models.paths[0].stem} · {where}: {_STATE_WORDS[q.state]}{progress}{worker}"
+        model = q.job.request.models.paths[0].stem
+        return f"#{q.id} {model} · {where}: {_STATE_WORDS[q.state]}{progress}{worker}"
 
     def _show_grid(self, cells: list[QueuedJob]) -> None:
         z0 = [q for q in cells if q.job.z == 0]
@@ -267,3 +289,50 @@ class QueuePanel(QWidget):
         path = item.data(Qt.ItemDataRole.UserRole) if item is not None else None
         if path:
             self.open_image.emit(str(path))
+
+
+def queue_file(store: QSettings) -> Path:
+    """The queue file: beside an ini settings file (tests, the demo), else in the app's data folder."""
+    if store.format() == QSettings.Format.IniFormat and store.fileName():
+        return Path(store.fileName()).with_name("queue.sqlite")
+    base = QStandardPaths.writableLocation(QStandardPaths.StandardLocation.AppDataLocation)
+    return Path(base or Path.home() / ".loadout") / "queue.sqlite"
+
+
+def install_queue_panel(window: MainWindow) -> QueuePanel:
+    """The Queue dock, fed by the Generate panel's settings and output folder; a cell opens in the
+    picture view (with its parameters)."""
+    try:
+        store = JobStore(queue_file(window.store))
+    except LoadoutError as exc:
+        window.show_message(describe_exception("queue", exc))
+        store = JobStore()
+    panel = QueuePanel(
+        window.backend,
+        store,
+        window.generate_panel.settings,
+        lambda: window.generate.output_folder,
+        lambda: window.settings.ray_address,
+        parent=window,
+    )
+
+    def show(path: str) -> None:
+        try:
+            text = read_png_parameters(Path(path))
+            image = GeneratedImage(Path(path), parse_parameters(text), text, Path(path).stem)
+        except LoadoutError as exc:
+            window.show_message(describe_exception("queue", exc))
+            return
+        window.generate_panel.gallery_view.add((image,))
+        window.docks["generate"].raise_()
+
+    panel.open_image.connect(show)
+    panel.error.connect(lambda exc: window.show_message(describe_exception("queue", exc)))
+    dock = QDockWidget("Queue", window)
+    dock.setObjectName("dock_queue")
+    dock.setWidget(panel)
+    window.addDockWidget(Qt.DockWidgetArea.RightDockWidgetArea, dock)
+    window.tabifyDockWidget(window.docks["generate"], dock)
+    window.docks["generate"].raise_()
+    window.docks["queue"] = dock
+    return panel

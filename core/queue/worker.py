@@ -115,7 +115,12 @@ class Worker:
                     loras.set_strength(first.id, *job.lora_strengths, bake=False)
                 out = Output(Path(scratch) / job.request.output.name)
                 result = generator.generate(
-                    request.image, out, report, self.session.placement.manager.check, init, dtype=request.dtype
+                    request.image,
+                    out,
+                    report,
+                    self.session.placement.manager.check,
+                    init,
+                    dtype=request.dtype,
                 )
             finally:
                 if first is not None and original is not None and job.lora_strengths is not None:
