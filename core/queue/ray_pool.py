@@ -11,6 +11,7 @@ its job queued again for the others; when none is left the runner says the clust
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 from collections.abc import Sequence
 from dataclasses import replace
@@ -91,7 +92,10 @@ def connect(address: str) -> int:
     if not ray.is_initialized():
         try:
             if local:
-                ray.init(num_cpus=count, include_dashboard=False, log_to_driver=False, runtime_env=env)
+                ray.init(
+                    num_cpus=count, include_dashboard=False, log_to_driver=False, runtime_env=env,
+                    logging_level=logging.ERROR,
+                )  # fmt: skip
             else:
                 ray.init(address=address, log_to_driver=False, runtime_env=env)
         except (ConnectionError, RayError, ValueError, RuntimeError) as exc:

@@ -9,6 +9,7 @@ this process) or Ray's (``core.queue.ray_pool``, one actor per worker).
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -62,6 +63,7 @@ class LocalPool:
         self._progress: dict[int, GenerateProgress] = {}
         self._lock = threading.Lock()
         self.on_progress: Callable[[int, GenerateProgress], None] = lambda job_id, p: None
+        self.listener: Callable[[int, GenerateProgress], None] = lambda job_id, p: None  # the runner's
 
     def workers(self) -> list[str]:
         return [self.worker.name]
@@ -84,6 +86,7 @@ class LocalPool:
         def progress(p: GenerateProgress) -> None:
             with self._lock:
                 self._progress[job_id] = p
+            self.listener(job_id, p)
             self.on_progress(job_id, p)
 
         try:
@@ -133,6 +136,7 @@ class QueueRunner:
         self.picker = picker
         self.on_update = on_update or (lambda totals: None)
         self._stop = threading.Event()
+        self._last_update = 0.0
         self._lacks: dict[tuple[str, tuple[FileRef, ...]], bool] = {}
 
     def stop(self) -> None:
@@ -211,7 +215,17 @@ class QueueRunner:
                 self.store.fail(outcome.job_id, outcome.error.message)
                 report.failed.append(outcome.job_id)
 
+    def _progressed(self, job_id: int, p: GenerateProgress) -> None:
+        """A step of an in-process job (which runs inside pool.wait): its progress and the total."""
+        self.store.set_progress(job_id, fraction(p))
+        now = time.monotonic()
+        if now - self._last_update >= 0.1:
+            self._last_update = now
+            self.on_update(self.store.totals())
+
     def run(self) -> RunReport:
+        if isinstance(self.pool, LocalPool):
+            self.pool.listener = self._progressed
         report = RunReport()
         running: dict[str, int] = {}
         self._stop.clear()
