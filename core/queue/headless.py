@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from core.errors import InterruptedByUser, LoadoutError
+from core.generate.hashes import FileHashes
 from core.generate.request import GenerateRequest
 from core.loading.assign import interrupt_check
 from core.queue.grid import Axis
@@ -32,10 +33,13 @@ class GridReport:
         return {"images": self.images, "grids": self.grids, "cells": self.cells, "workers": self.workers}
 
 
-def local_pool(request: GenerateRequest, interrupt: threading.Event | None = None) -> LocalPool:
-    return LocalPool(
-        Worker("local", device=request.device, vram_limit=request.vram_limit, interrupt=interrupt)
+def local_pool(
+    request: GenerateRequest, interrupt: threading.Event | None = None, hashes: FileHashes | None = None
+) -> LocalPool:
+    worker = Worker(
+        "local", device=request.device, vram_limit=request.vram_limit, interrupt=interrupt, hashes=hashes
     )
+    return LocalPool(worker)
 
 
 @contextlib.contextmanager
@@ -76,11 +80,12 @@ def run_grid(
     """Every cell of the grid as a queued job, run on ``pool`` (default: in-process); ``interrupt``
     stops the running cells (nothing half-written) and raises InterruptedByUser."""
     check = interrupt_check(interrupt.is_set) if interrupt is not None else None
-    jobs = grid_jobs(request, folder, *axes, check=check)
+    hashes = FileHashes()
+    jobs = grid_jobs(request, folder, *axes, check=check, hashes=hashes)
     store = JobStore()
     values = {a.name: a for a in axes if a is not None}
     store.add(jobs)
-    pool = pool or local_pool(request, interrupt)
+    pool = pool or local_pool(request, interrupt, hashes)
     runner = QueueRunner(store, pool, on_update=progress)
     watcher = None
     if interrupt is not None:

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from core.generate.events import GenerateProgress
 from core.generate.generator import Generator
+from core.generate.hashes import FileHashes
 from core.generate.headless import generator_for, load_models, read_picture
 from core.generate.request import GenerateRequest, ModelFiles
 from core.generate.session_run import Output
@@ -48,6 +49,7 @@ class Worker:
         roots: Iterable[Path] = (),
         interrupt: threading.Event | None = None,
         session: Session | None = None,
+        hashes: FileHashes | None = None,
     ) -> None:
         """A worker with its own Session, or on ``session`` (the window's: its device and settings,
         its Stop); it then replaces the loaded models with each job's when they differ."""
@@ -57,7 +59,7 @@ class Worker:
             placement = Placement(device_named(device), config, interrupt=interrupt, cpu_is_device=True)
             session = Session(placement)
         self.session = session
-        self.index = ModelIndex(roots)
+        self.index = ModelIndex(roots, hashes)  # shared with the PNGs' hashes: each file hashed once
         self.jobs = 0
         self.model_loads = 0
         self.held: Key = ((), ())
@@ -83,6 +85,7 @@ class Worker:
             loads = len(request.models.paths)
             self._models = request.models
             self._generator = generator_for(self.session, request.models, family)
+            self._generator.state.hashes = self.index.hashes
         wanted = tuple((a.path, a.model, a.clip) for a in request.loras)
         if wanted != self._loras:
             stack = self.session.loras.stack
