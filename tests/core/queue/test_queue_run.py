@@ -128,3 +128,21 @@ def test_affinity_prefers_held_models_then_models_no_one_holds() -> None:
     assert pick(c, [(1, a), (2, b)], {a}) == 2  # A is held by another worker: B
     assert pick(c, [(1, a)], {a}) == 1  # nothing else: A anyway, no worker idles
     assert pick(a, pending, set(), lambda i: i != 1) == 2  # a job it cannot run is left for others
+
+
+@pytest.mark.parametrize(
+    ("extra", "words"),
+    [
+        (["--y", "seed:1,2"], "need a grid's --x"),
+        (["--x", "seed:1,2", "--ray", "local:0"], "not a local cluster size"),
+        (["--x", "seed:1,2", "--sweep", "0.5,1"], "cannot be combined"),
+        (["--x", "colour:red"], "not an axis"),
+    ],
+)
+def test_grid_arguments_that_cannot_work_are_refused_before_anything_runs(
+    demo: DemoLibrary, tmp_path: Path, capsys: pytest.CaptureFixture[str], extra: list[str], words: str
+) -> None:
+    args = ["generate", str(demo.checkpoint), "--prompt", "x", "--lora", str(demo.lora), "-o", str(tmp_path / "g")]
+    assert main([*args, *extra]) == 2
+    assert words in capsys.readouterr().err
+    assert not (tmp_path / "g").exists()
