@@ -142,7 +142,16 @@ def test_affinity_prefers_held_models_then_models_no_one_holds() -> None:
 def test_grid_arguments_that_cannot_work_are_refused_before_anything_runs(
     demo: DemoLibrary, tmp_path: Path, capsys: pytest.CaptureFixture[str], extra: list[str], words: str
 ) -> None:
-    args = ["generate", str(demo.checkpoint), "--prompt", "x", "--lora", str(demo.lora), "-o", str(tmp_path / "g")]
+    args = [
+        "generate",
+        str(demo.checkpoint),
+        "--prompt",
+        "x",
+        "--lora",
+        str(demo.lora),
+        "-o",
+        str(tmp_path / "g"),
+    ]
     assert main([*args, *extra]) == 2
     assert words in capsys.readouterr().err
     assert not (tmp_path / "g").exists()
