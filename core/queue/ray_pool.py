@@ -145,7 +145,17 @@ class RayPool:
         self._stats: dict[str, dict[str, int]] = {
             name: {"jobs": 0, "model_loads": 0} for name in self._actors
         }
-        self.pids = {name: ray.get(a.pid.remote(), timeout=120) for name, a in self._actors.items()}
+        try:
+            self.pids = {name: ray.get(a.pid.remote(), timeout=300) for name, a in self._actors.items()}
+        except (RayError, ConnectionError) as exc:
+            self.close()
+            raise LoadoutError(
+                f"the cluster could not start {count} worker(s)",
+                why=str(exc).splitlines()[0] if str(exc) else type(exc).__name__,
+                fix="Check that each node has Loadout installed (pip install 'loadout[cluster]') and a free "
+                "GPU or CPU for each worker (ray status)",
+                code="cluster_workers",
+            ) from None
 
     def _lose(self, worker: str) -> None:
         self._actors.pop(worker, None)
@@ -172,7 +182,7 @@ class RayPool:
             return []
         try:
             ready, _ = ray.wait(list(self._running), num_returns=1, timeout=timeout)
-        except RayError:
+        except (RayError, ConnectionError):
             ready = list(self._running)
         out = []
         for ref in ready:
@@ -218,7 +228,8 @@ class RayPool:
 
     def close(self) -> None:
         for a in self._actors.values():
-            ray.kill(a)
+            with contextlib.suppress(RayError, ConnectionError):
+                ray.kill(a)
         self._actors.clear()
 
 
