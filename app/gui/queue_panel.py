@@ -46,7 +46,7 @@ from core.queue.grid_jobs import grid_jobs
 from core.queue.runner import LocalPool, Pool, QueueRunner
 from core.queue.store import JobStore, QueuedJob
 from core.queue.worker import Worker
-from core.session.snapshots import ModelInfo, StackInfo
+from core.session.snapshots import ModelInfo, SessionEvent, StackInfo
 
 if TYPE_CHECKING:
     from app.gui.main_window import MainWindow
@@ -188,7 +188,12 @@ class QueuePanel(QWidget):
 
         def work(r: Reporter) -> None:
             pool = self._pool()
-            self.runner = QueueRunner(self.store, pool)
+
+            def relay(events: list[tuple[str, SessionEvent]]) -> None:
+                for worker, e in events:  # a Ray worker's loads and memory decisions, in the event list
+                    r.post(SessionEvent(time.monotonic(), e.kind, f"{worker}: {e.label}", e.reason))
+
+            self.runner = QueueRunner(self.store, pool, on_events=relay)
             try:
                 self.runner.run()
             finally:

@@ -27,6 +27,7 @@ from core.generate.events import GenerateProgress
 from core.queue.job import FileRef, Job, Key
 from core.queue.runner import Outcome
 from core.queue.worker import Worker
+from core.session.snapshots import SessionEvent
 
 _ROOT = str(Path(__file__).resolve().parents[2])  # where the core package is, for a local cluster
 
@@ -49,21 +50,22 @@ class WorkerActor:
     def missing(self, files: tuple[FileRef, ...]) -> list[FileRef]:
         return self.worker.missing(files)
 
-    def run(self, job_id: int, job: Job) -> tuple[str, Any]:
+    def run(self, job_id: int, job: Job) -> tuple[str, Any, list[SessionEvent]]:
         def progress(p: GenerateProgress) -> None:
             self._progress = (job_id, replace(p, preview=None))
 
         try:
-            return "ok", self.worker.run(job, progress)
+            return "ok", self.worker.run(job, progress), self.worker.drain_events()
         except InterruptedByUser:
-            return "interrupted", None
+            return "interrupted", None, self.worker.drain_events()
         except LoadoutError as exc:
-            return "error", (exc.code, exc.what, exc.why, exc.fix)
+            return "error", (exc.code, exc.what, exc.why, exc.fix), self.worker.drain_events()
         finally:
             self._progress = None
 
-    def progress(self) -> tuple[int, GenerateProgress] | None:
-        return self._progress
+    def poll(self) -> tuple[tuple[int, GenerateProgress] | None, list[SessionEvent]]:
+        """The running job's progress and the session's events so far (answered while it runs)."""
+        return self._progress, self.worker.drain_events()
 
     def stop(self) -> None:
         self.worker.stop()
@@ -142,6 +144,7 @@ class RayPool:
         self._held: dict[str, Key] = dict.fromkeys(self._actors, ((), ()))
         self._running: dict[Any, tuple[str, int, Job]] = {}  # ObjectRef -> (worker, job id, job)
         self._progress: dict[int, GenerateProgress] = {}
+        self._events: list[tuple[str, SessionEvent]] = []
         self._stats: dict[str, dict[str, int]] = {
             name: {"jobs": 0, "model_loads": 0} for name in self._actors
         }
@@ -189,7 +192,8 @@ class RayPool:
             worker, job_id, job = self._running.pop(ref)
             self._progress.pop(job_id, None)
             try:
-                status, value = ray.get(ref)
+                status, value, events = ray.get(ref)
+                self._events += [(worker, e) for e in events]
             except (RayActorError, RayError, ConnectionError):
                 self._lose(worker)
                 out.append(Outcome(worker, job_id, lost=True))
@@ -209,12 +213,17 @@ class RayPool:
     def progress(self) -> dict[int, GenerateProgress]:
         for worker in list({w for w, _, _ in self._running.values()}):
             try:
-                found = ray.get(self._actors[worker].progress.remote(), timeout=5)
+                found, events = ray.get(self._actors[worker].poll.remote(), timeout=5)
             except (RayError, GetTimeoutError, KeyError):
                 continue
+            self._events += [(worker, e) for e in events]
             if found is not None:
                 self._progress[found[0]] = found[1]
         return dict(self._progress)
+
+    def events(self) -> list[tuple[str, SessionEvent]]:
+        out, self._events = self._events, []
+        return out
 
     def stop(self, worker: str | None = None) -> None:
         for name, a in list(self._actors.items()):

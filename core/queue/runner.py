@@ -22,6 +22,7 @@ from core.queue.job import FileRef, Job, Key
 from core.queue.scheduler import Picker, pick
 from core.queue.store import JobStore, Totals
 from core.queue.worker import CellResult, Worker
+from core.session.snapshots import SessionEvent
 
 
 @dataclass(frozen=True)
@@ -42,6 +43,7 @@ class Pool(Protocol):
     def wait(self, timeout: float) -> list[Outcome]: ...
     def progress(self) -> dict[int, GenerateProgress]: ...
     def stop(self, worker: str | None = None) -> None: ...
+    def events(self) -> list[tuple[str, SessionEvent]]: ...
     def stats(self) -> dict[str, dict[str, int]]: ...
 
 
@@ -106,6 +108,9 @@ class LocalPool:
     def stop(self, worker: str | None = None) -> None:
         self.worker.stop()
 
+    def events(self) -> list[tuple[str, SessionEvent]]:
+        return [(self.worker.name, e) for e in self.worker.drain_events()]
+
     def stats(self) -> dict[str, dict[str, int]]:
         return {self.worker.name: {"jobs": self.worker.jobs, "model_loads": self.worker.model_loads}}
 
@@ -123,18 +128,26 @@ class RunReport:
 
 
 Update = Callable[[Totals], None]
+Events = Callable[[list[tuple[str, SessionEvent]]], None]
 
 
 class QueueRunner:
     """Runs the store's queued jobs on a pool until none is left, the queue is paused, or stop()."""
 
     def __init__(
-        self, store: JobStore, pool: Pool, *, picker: Picker = pick, on_update: Update | None = None
+        self,
+        store: JobStore,
+        pool: Pool,
+        *,
+        picker: Picker = pick,
+        on_update: Update | None = None,
+        on_events: Events | None = None,
     ) -> None:
         self.store = store
         self.pool = pool
         self.picker = picker
         self.on_update = on_update or (lambda totals: None)
+        self.on_events = on_events or (lambda events: None)  # each worker's session events, as they come
         self._stop = threading.Event()
         self._last_update = 0.0
         self._lacks: dict[tuple[str, tuple[FileRef, ...]], bool] = {}
@@ -223,6 +236,11 @@ class QueueRunner:
             self._last_update = now
             self.on_update(self.store.totals())
 
+    def _relay_events(self) -> None:
+        events = self.pool.events()
+        if events:
+            self.on_events(events)
+
     def run(self) -> RunReport:
         if isinstance(self.pool, LocalPool):
             self.pool.listener = self._progressed
@@ -246,6 +264,8 @@ class QueueRunner:
             for worker in [w for w in running if w not in alive]:
                 self.store.requeue(running.pop(worker), f"worker {worker} was lost")
             self.on_update(self.store.totals())
+            self._relay_events()
+        self._relay_events()
         report.stopped = self._stop.is_set()
         left = self.store.jobs("queued")
         if left and not self.pool.workers():

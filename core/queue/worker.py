@@ -13,6 +13,7 @@ from __future__ import annotations
 import tempfile
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,6 +30,7 @@ from core.queue.index import ModelIndex
 from core.queue.job import FileRef, Job, Key
 from core.session.placement import Placement, PlacementConfig
 from core.session.session import Session
+from core.session.snapshots import SessionEvent
 
 
 @dataclass(frozen=True)
@@ -57,8 +59,9 @@ class Worker:
         if session is None:
             config = PlacementConfig(simulate_bytes=vram_limit or 0)
             placement = Placement(device_named(device), config, interrupt=interrupt, cpu_is_device=True)
-            session = Session(placement)
+            session = Session(placement, on_event=self._record)
         self.session = session
+        self.events: deque[SessionEvent] = deque(maxlen=2000)  # its own session's, for a remote client
         self.index = ModelIndex(roots, hashes)  # shared with the PNGs' hashes: each file hashed once
         self.jobs = 0
         self.model_loads = 0
@@ -66,6 +69,16 @@ class Worker:
         self._models: ModelFiles | None = None
         self._loras: tuple[tuple[Path, float, float | None], ...] = ()
         self._generator: Generator | None = None
+
+    def _record(self, event: SessionEvent) -> None:
+        self.events.append(event)
+
+    def drain_events(self) -> list[SessionEvent]:
+        """The session's events (loads, LoRAs, memory decisions, phases) since the last call."""
+        out = []
+        while self.events:
+            out.append(self.events.popleft())
+        return out
 
     def missing(self, files: Iterable[FileRef]) -> list[FileRef]:
         return self.index.missing(files)

@@ -28,6 +28,7 @@ from core.queue.job import FileRef, Job
 from core.queue.runner import ClusterLost, LocalPool, QueueRunner
 from core.queue.store import JobStore, Totals
 from core.queue.worker import Worker
+from core.session.snapshots import SessionEvent
 
 
 @pytest.fixture(scope="module")
@@ -69,9 +70,12 @@ def test_a_grid_on_two_workers_is_bit_identical_to_in_process(
     axes = (parse_axis("seed:1,2"), parse_axis("lora-strength:0,1"))
     store = JobStore()
     store.add(grid_jobs(_request(demo), tmp_path / "ray", *axes))
-    QueueRunner(store, pool).run()
+    events: list[tuple[str, SessionEvent]] = []
+    QueueRunner(store, pool, on_events=events.extend).run()
     assert {j.state for j in store.jobs()} == {"done"}
     assert {j.worker for j in store.jobs()} == {"w0", "w1"}  # both took cells
+    loads = {w for w, e in events if e.kind == "load"}
+    assert loads == {"w0", "w1"} and any(e.kind == "phase" for _, e in events)  # their sessions' events
     assert (tmp_path / "ray" / "grid.png").is_file()
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # the workers' count: CPU sums depend on it
