@@ -128,6 +128,8 @@ class RunReport:
 
 
 Update = Callable[[Totals], None]
+#: A job whose worker died this many times fails instead of taking the next worker down with it.
+MAX_ATTEMPTS = 3
 Events = Callable[[list[tuple[str, SessionEvent]]], None]
 
 
@@ -206,8 +208,13 @@ class QueueRunner:
             return
         if outcome.result is not None:
             paths = job.job.outputs()
-            for path, data in zip(paths, outcome.result.pngs, strict=False):
-                atomic_write_bytes(path, data)
+            try:
+                for path, data in zip(paths, outcome.result.pngs, strict=False):
+                    atomic_write_bytes(path, data)
+            except LoadoutError as exc:  # a full disk, a folder gone: this job fails, the file is untouched
+                self.store.fail(outcome.job_id, exc.message)
+                report.failed.append(outcome.job_id)
+                return
             self.store.finish(
                 outcome.job_id, paths[: len(outcome.result.pngs)], outcome.worker, outcome.result.seconds
             )
@@ -218,6 +225,11 @@ class QueueRunner:
         elif outcome.interrupted:  # a stop, whoever asked for it: the job waits for the next run
             self._stop.set()
             self.store.requeue(outcome.job_id)
+        elif outcome.lost and job.attempts + 1 >= MAX_ATTEMPTS:  # it may be what kills them
+            self.store.fail(
+                outcome.job_id, f"{MAX_ATTEMPTS} workers were lost running this job; it is not run again"
+            )
+            report.failed.append(outcome.job_id)
         elif outcome.lost:
             self.store.requeue(outcome.job_id, f"worker {outcome.worker} was lost")
         elif outcome.error is not None:

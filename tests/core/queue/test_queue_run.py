@@ -22,7 +22,7 @@ from core.patching.merge import LoraArg
 from core.queue.grid import parse_axis
 from core.queue.grid_jobs import grid_jobs
 from core.queue.job import FileRef, with_hashes
-from core.queue.runner import LocalPool, QueueRunner
+from core.queue.runner import LocalPool, Outcome, QueueRunner
 from core.queue.scheduler import pick
 from core.queue.store import JobStore
 from core.queue.worker import Worker
@@ -155,3 +155,46 @@ def test_grid_arguments_that_cannot_work_are_refused_before_anything_runs(
     assert main([*args, *extra]) == 2
     assert words in capsys.readouterr().err
     assert not (tmp_path / "g").exists()
+
+
+def test_a_picture_that_cannot_be_written_fails_its_job_clearly(demo: DemoLibrary, tmp_path: Path) -> None:
+    blocked = tmp_path / "a-file"
+    blocked.write_text("not a folder")
+    store = JobStore()
+    (jid,) = store.add(grid_jobs(_request(demo), blocked / "grid", parse_axis("seed:1")))
+    report = QueueRunner(store, LocalPool(Worker("local"))).run()
+    assert report.failed == [jid] and "cannot write" in store.get(jid).error
+    assert blocked.read_text() == "not a folder"
+
+
+class _DyingPool(LocalPool):
+    """Workers whose process dies on whatever job they take (the executor's view of an OOM kill)."""
+
+    def __init__(self, names: list[str]) -> None:
+        super().__init__(Worker("unused"))
+        self.alive = list(names)
+        self.taken: list[tuple[str, int]] = []
+
+    def workers(self) -> list[str]:
+        return list(self.alive)
+
+    def start(self, worker: str, job_id: int, job: object) -> None:
+        self.taken.append((worker, job_id))
+
+    def wait(self, timeout: float) -> list[Outcome]:
+        out = [Outcome(w, j, lost=True) for w, j in self.taken]
+        for w, _ in self.taken:
+            self.alive.remove(w)
+        self.taken = []
+        return out
+
+
+def test_a_job_that_kills_its_workers_fails_after_three_instead_of_killing_them_all(
+    demo: DemoLibrary, tmp_path: Path
+) -> None:
+    store = JobStore()
+    (jid,) = store.add([with_hashes(_request(demo), FileHashes())])
+    pool = _DyingPool(["w0", "w1", "w2", "w3", "w4"])
+    QueueRunner(store, pool).run()
+    assert store.get(jid).state == "failed" and "3 workers were lost" in store.get(jid).error
+    assert pool.alive == ["w3", "w4"]
