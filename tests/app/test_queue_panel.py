@@ -106,3 +106,14 @@ def test_a_grid_without_a_model_or_an_axis_says_why(qtbot, make_window) -> None:
     assert queue.queue_grid() == [] and "no model is loaded" in errors[-1].message
     queue.axes["x"].setText("colour:red")
     assert queue.queue_grid() == [] and "not an axis" in errors[-1].message
+
+
+def test_the_executor_is_a_setting(qtbot, store) -> None:
+    from app.gui.settings import AppSettings, SettingsDialog
+
+    assert AppSettings.load(store).ray_address == ""  # in-process by default
+    dialog = SettingsDialog(AppSettings())
+    qtbot.addWidget(dialog)
+    qtbot.keyClicks(dialog.ray, "ray://head:10001")
+    dialog.settings().save(store)
+    assert AppSettings.load(store).ray_address == "ray://head:10001"
