@@ -20,6 +20,8 @@ AXES = (
     "seed", "steps", "cfg", "sampler", "scheduler", "lora-strength", "lora-model-strength",
     "lora-clip-strength", "checkpoint", "prompt-sr",
 )  # fmt: skip
+_SHORT = {"seed": "seed", "steps": "steps", "cfg": "cfg", "lora-strength": "lora",
+          "lora-model-strength": "lora model", "lora-clip-strength": "lora clip"}  # fmt: skip
 _LORA_AXES = ("lora-strength", "lora-model-strength", "lora-clip-strength")
 Value = int | float | str
 
@@ -34,10 +36,14 @@ class Axis:
     values: tuple[Value, ...]
 
     def label(self, i: int) -> str:
+        """What the grid writes for value ``i``: numbers with their axis ("cfg 7", "lora 0.5"),
+        names as they are."""
         v = self.values[i]
         if self.name == "checkpoint":
             return Path(str(v)).stem
-        return f"{v:g}" if isinstance(v, float) else str(v)
+        number = _SHORT.get(self.name)
+        text = f"{v:g}" if isinstance(v, float) else str(v)
+        return f"{number} {text}" if number else text
 
 
 def _number(name: str, text: str, kind: type[int] | type[float]) -> Value:
