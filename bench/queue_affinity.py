@@ -134,8 +134,8 @@ def real_run() -> dict[str, Any]:
                 jobs = []
                 for i, ck in enumerate(order):
                     settings = ImageSettings("a fox", sampling=Sampling(seed=i, steps=4), width=64, height=64)
-                    out = Path(tmp) / name / f"{i}.png"
-                    request = GenerateRequest(ModelFiles(checkpoint=ck), settings, output=out)
+                    path = Path(tmp) / name / f"{i}.png"
+                    request = GenerateRequest(ModelFiles(checkpoint=ck), settings, output=path)
                     jobs.append(with_hashes(request, hashes))
                 store.add(jobs)
                 t0 = time.perf_counter()
