@@ -178,6 +178,7 @@ class RayPool:
             return list(files)
 
     def start(self, worker: str, job_id: int, job: Job) -> None:
+        self._held[worker] = job.key()  # what it loads now: the next free worker looks elsewhere
         self._running[self._actors[worker].run.remote(job_id, job)] = (worker, job_id, job)
 
     def wait(self, timeout: float) -> list[Outcome]:
