@@ -28,7 +28,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except LoadoutError as exc:  # an argument's value refused by its check (app.commands.args)
+        print(f"loadout: {exc.message}", file=sys.stderr)
+        return 2
     if args.command is None:
         from app.gui.launch import run_gui
 

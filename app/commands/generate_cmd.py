@@ -19,9 +19,10 @@ from core.generate.headless import generate_files
 from core.generate.request import GenerateRequest, ImageSettings, ModelFiles, Sampling
 from core.generate.sweep import parse_strengths
 from core.loading.convert_file import DTYPES, parse_dtype
-from core.patching.merge import LoraArg
-from core.run.headless import parse_bytes, parse_size
 from core.sampling import SAMPLERS, SCHEDULERS
+from core.values import BATCH, CFG, DENOISE, GUIDANCE, SEED, STEPS
+
+from app.commands.args import int_type, number_type, parse_bytes, parse_lora, parse_size
 
 
 def register(sub: Any) -> None:
@@ -39,19 +40,19 @@ def register(sub: Any) -> None:
     p.add_argument("--prompt", required=True)
     p.add_argument("--negative", default="")
     p.add_argument("--lora", action="append", default=[], metavar="FILE[:MODEL[:CLIP]]")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--steps", type=int, default=20)
-    p.add_argument("--cfg", type=float, default=None, help="default: 7 (SD1/2/XL), 4.5 (SD3), 1 (Flux)")
-    p.add_argument("--guidance", type=float, default=None, help="Flux-dev's distilled guidance (3.5)")
+    p.add_argument("--seed", type=int_type(SEED), default=0)
+    p.add_argument("--steps", type=int_type(STEPS), default=20)
+    p.add_argument("--cfg", type=number_type(CFG), default=None, help="default: 7 (SD1/2/XL), 4.5 (SD3), 1 (Flux)")
+    p.add_argument("--guidance", type=number_type(GUIDANCE), default=None, help="Flux-dev's distilled guidance (3.5)")
     p.add_argument("--sampler", choices=list(SAMPLERS), default="euler")
     p.add_argument("--scheduler", choices=list(SCHEDULERS), default="normal")
     p.add_argument("--size", default="512x512", metavar="WxH")
-    p.add_argument("--batch", type=int, default=1)
+    p.add_argument("--batch", type=int_type(BATCH), default=1)
     p.add_argument("--init", metavar="IMAGE", help="img2img: the picture to start from")
     p.add_argument(
         "--sweep", metavar="S1,S2,...", help="the first LoRA at each strength: one picture each and a grid"
     )
-    p.add_argument("--denoise", type=float, default=1.0, help="img2img strength (with --init)")
+    p.add_argument("--denoise", type=number_type(DENOISE), default=1.0, help="img2img strength (with --init)")
     p.add_argument("--device", default="cpu", help="cpu or cuda (default cpu)")
     p.add_argument("--dtype", choices=list(DTYPES), help="compute dtype (default: the device's policy)")
     p.add_argument("--vram-limit", metavar="BYTES", help="e.g. 4GiB: the card size the manager sees")
@@ -90,7 +91,7 @@ def _request(args: argparse.Namespace) -> GenerateRequest:
     return GenerateRequest(
         models=models,
         image=image,
-        loras=tuple(LoraArg.parse(t) for t in args.lora),
+        loras=tuple(parse_lora(t) for t in args.lora),
         output=Path(args.output),
         device=args.device,
         dtype=parse_dtype(args.dtype) if args.dtype else None,

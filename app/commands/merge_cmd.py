@@ -9,7 +9,9 @@ from typing import Any
 
 from core.errors import LoadoutError
 from core.loading.convert_file import DTYPES, parse_dtype
-from core.patching.merge import LoraArg, dry_run, merge
+from core.patching.merge import dry_run, merge
+
+from app.commands.args import parse_lora
 
 
 def register(sub: Any) -> None:
@@ -45,7 +47,7 @@ def _text(report: dict[str, Any]) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    loras = [LoraArg.parse(text) for text in args.lora]
+    loras = [parse_lora(text) for text in args.lora]
     if args.dry_run:
         report = dry_run(args.base, loras)
         if args.json:

@@ -17,6 +17,7 @@ from typing import Any
 import torch
 
 from core.errors import LoadoutError
+from core.values import LORA_STRENGTH
 from core.files.writer import refuse_same_file
 from core.loading.loader import (
     LoadOptions,
@@ -37,21 +38,10 @@ class LoraArg:
     model: float = 1.0
     clip: float | None = None  # None: same as model
 
-    @classmethod
-    def parse(cls, text: str) -> LoraArg:
-        """``FILE[:MODEL[:CLIP]]``; the numbers are taken from the right, so paths may hold colons."""
-        parts = text.split(":")
-        numbers: list[float] = []
-        while len(parts) > 1 and len(numbers) < 2:
-            try:
-                numbers.insert(0, float(parts[-1]))
-            except ValueError:
-                break
-            parts.pop()
-        path = Path(":".join(parts))
-        if not numbers:
-            return cls(path)
-        return cls(path, numbers[0], numbers[1] if len(numbers) > 1 else None)
+    def __post_init__(self) -> None:
+        LORA_STRENGTH.check(self.model)
+        if self.clip is not None:
+            LORA_STRENGTH.check(self.clip)
 
 
 def dry_run(base: str | os.PathLike[str], loras: Sequence[LoraArg]) -> dict[str, Any]:

@@ -19,7 +19,6 @@ from typing import Any
 
 import torch
 
-from core.errors import LoadoutError
 from core.loading.assign import interrupt_check
 from core.loading.loader import inspect_for_loading
 from core.memory.devices import device_named
@@ -156,24 +155,3 @@ def run_model(
     """Everything ``loadout run --json`` prints."""
     return run_headless(request, interrupt=interrupt, progress=progress).to_json()
 
-
-def parse_size(text: str) -> tuple[int, int]:
-    try:
-        w, h = (int(v) for v in text.lower().split("x"))
-    except ValueError:
-        raise LoadoutError(
-            f"size {text!r} is not WIDTHxHEIGHT", fix="Write it like 1024x1024", code="bad_argument"
-        ) from None
-    return w, h
-
-
-def parse_bytes(text: str) -> int:
-    k, m, g = 1 << 10, 1 << 20, 1 << 30
-    units = {"": 1, "b": 1, "k": k, "kb": k, "kib": k, "m": m, "mb": m, "mib": m, "g": g, "gb": g, "gib": g}
-    s = text.strip().lower()
-    num = s.rstrip("kmgib")
-    try:
-        return int(float(num) * units[s[len(num) :]])
-    except (ValueError, KeyError):
-        raise LoadoutError(f"{text!r} is not a size in bytes", fix="Write e.g. 4GiB, 512MiB or 4294967296",
-                           code="bad_argument") from None  # fmt: skip

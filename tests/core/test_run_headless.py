@@ -17,7 +17,7 @@ from core.memory.manager import NotEnoughMemoryError
 from core.memory.policy import MemorySettings, VramState
 from core.patching.lora_stack import LoraStack
 from core.patching.merge import LoraArg
-from core.run.headless import RunRequest, parse_bytes, run_model
+from core.run.headless import RunRequest, run_model
 from core.run.testrun import RunConfig, perform_test_run
 from tests.fixtures.st_files import write_at_odd_offsets
 from tests.fixtures.tiny_models import checkpoint_tensors
@@ -121,10 +121,6 @@ def test_cli_contract(files: tuple[Path, Path, int]) -> None:
     bad = subprocess.run([sys.executable, "-m", "app.cli", "run", str(ckpt), "--size", "65x64"],
                          cwd=ROOT, capture_output=True, text=True, timeout=120)  # fmt: skip
     assert bad.returncode == 2 and "multiples of 8" in bad.stderr and "Traceback" not in bad.stderr
-
-
-def test_parse_bytes() -> None:
-    assert parse_bytes("4GiB") == 4 << 30 and parse_bytes("512mb") == 512 << 20 and parse_bytes("100") == 100
 
 
 def test_ctrl_c_stops_the_cli_cleanly(files: tuple[Path, Path, int]) -> None:
