@@ -63,9 +63,8 @@ class NumberRange:
         """Why ``value`` is not allowed, or None when it is."""
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             return f"{self.name} {value!r} is not a number"
-        if self.integer and not isinstance(value, int):
-            if not (math.isfinite(value) and float(value).is_integer()):
-                return f"{self.name} {_show(value)} is not a whole number"
+        if self.integer and not isinstance(value, int) and not (math.isfinite(value) and value.is_integer()):
+            return f"{self.name} {_show(value)} is not a whole number"
         if isinstance(value, float) and not math.isfinite(value):
             return f"{self.name} {value} is not a finite number"
         low_ok = value > self.lo if self.lo_open else value >= self.lo
@@ -134,6 +133,7 @@ VRAM_LIMIT = NumberRange(
 #: counts read from a file's training metadata (kohya ss_*): anything past this is not a real count
 METADATA_COUNT = NumberRange("a count", 0, 1 << 53, integer=True)
 
+
 def check_size(width: int, height: int) -> tuple[int, int]:
     """A picture's size: each side in :data:`SIDE`, a multiple of 8, at most :data:`MAX_AREA` pixels."""
     for side in (width, height):
@@ -151,4 +151,3 @@ def check_size(width: int, height: int) -> tuple[int, int]:
             fix="Generate smaller and upscale",
         )
     return width, height
-

@@ -20,7 +20,9 @@ _UNITS = {"": 1, "b": 1, "k": 1 << 10, "kb": 1 << 10, "kib": 1 << 10, "m": MiB, 
           "g": GiB, "gb": GiB, "gib": GiB, "t": 1 << 40, "tb": 1 << 40, "tib": 1 << 40}  # fmt: skip
 
 #: sizes in bytes where 0 is a real answer (--reserve 0: keep nothing free)
-BYTES = NumberRange("a size in bytes", 0, 1 << 42, integer=True, in_bytes=True, hint="Write it like 4GiB or 512MiB")
+BYTES = NumberRange(
+    "a size in bytes", 0, 1 << 42, integer=True, in_bytes=True, hint="Write it like 4GiB or 512MiB"
+)
 
 
 def parse_bytes(text: str, limits: NumberRange = VRAM_LIMIT) -> int:

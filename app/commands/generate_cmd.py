@@ -13,6 +13,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from app.commands.args import int_type, number_type, parse_bytes, parse_lora, parse_size
 from core.errors import InterruptedByUser
 from core.generate.events import GenerateProgress
 from core.generate.headless import generate_files
@@ -21,8 +22,6 @@ from core.generate.sweep import parse_strengths
 from core.loading.convert_file import DTYPES, parse_dtype
 from core.sampling import SAMPLERS, SCHEDULERS
 from core.values import BATCH, CFG, DENOISE, GUIDANCE, SEED, STEPS
-
-from app.commands.args import int_type, number_type, parse_bytes, parse_lora, parse_size
 
 
 def register(sub: Any) -> None:
@@ -42,8 +41,12 @@ def register(sub: Any) -> None:
     p.add_argument("--lora", action="append", default=[], metavar="FILE[:MODEL[:CLIP]]")
     p.add_argument("--seed", type=int_type(SEED), default=0)
     p.add_argument("--steps", type=int_type(STEPS), default=20)
-    p.add_argument("--cfg", type=number_type(CFG), default=None, help="default: 7 (SD1/2/XL), 4.5 (SD3), 1 (Flux)")
-    p.add_argument("--guidance", type=number_type(GUIDANCE), default=None, help="Flux-dev's distilled guidance (3.5)")
+    p.add_argument(
+        "--cfg", type=number_type(CFG), default=None, help="default: 7 (SD1/2/XL), 4.5 (SD3), 1 (Flux)"
+    )
+    p.add_argument(
+        "--guidance", type=number_type(GUIDANCE), default=None, help="Flux-dev's distilled guidance (3.5)"
+    )
     p.add_argument("--sampler", choices=list(SAMPLERS), default="euler")
     p.add_argument("--scheduler", choices=list(SCHEDULERS), default="normal")
     p.add_argument("--size", default="512x512", metavar="WxH")

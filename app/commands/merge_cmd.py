@@ -7,11 +7,10 @@ import json
 import sys
 from typing import Any
 
+from app.commands.args import parse_lora
 from core.errors import LoadoutError
 from core.loading.convert_file import DTYPES, parse_dtype
 from core.patching.merge import dry_run, merge
-
-from app.commands.args import parse_lora
 
 
 def register(sub: Any) -> None:

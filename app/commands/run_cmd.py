@@ -11,14 +11,13 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from app.commands.args import BYTES, int_type, parse_bytes, parse_lora, parse_size
 from core.errors import InterruptedByUser
 from core.loading.convert_file import DTYPES, parse_dtype
 from core.memory.policy import MemorySettings, VramState
 from core.run.headless import RunRequest, run_model
 from core.run.testrun import RunConfig
 from core.values import BATCH, SEED, STEPS
-
-from app.commands.args import BYTES, int_type, parse_bytes, parse_lora, parse_size
 
 
 def register(sub: Any) -> None:

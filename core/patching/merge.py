@@ -17,7 +17,6 @@ from typing import Any
 import torch
 
 from core.errors import LoadoutError
-from core.values import LORA_STRENGTH
 from core.files.writer import refuse_same_file
 from core.loading.loader import (
     LoadOptions,
@@ -30,6 +29,7 @@ from core.loading.save import save_checkpoint
 from core.patching.keymap import match_lora_headers
 from core.patching.keymap_headers import lora_analysis
 from core.patching.lora_stack import LoraStack
+from core.values import LORA_STRENGTH
 
 
 @dataclass(frozen=True)

@@ -154,4 +154,3 @@ def run_model(
 ) -> dict[str, Any]:
     """Everything ``loadout run --json`` prints."""
     return run_headless(request, interrupt=interrupt, progress=progress).to_json()
-
