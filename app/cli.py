@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
+import signal
 import sys
 from collections.abc import Sequence
 
@@ -27,6 +29,21 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    # SIGTERM stops like Ctrl-C (partial files removed, one line said); set before the slow imports
+    with contextlib.suppress(ValueError, AttributeError):  # not the main thread / no SIGTERM
+        signal.signal(signal.SIGTERM, _raise_keyboard_interrupt)
+    try:
+        return _main(argv)
+    except KeyboardInterrupt:  # during start-up (imports, parsing) or a command without its own handler
+        print("\nloadout: stopped.", file=sys.stderr)
+        return 130
+
+
+def _raise_keyboard_interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
+def _main(argv: Sequence[str] | None) -> int:
     parser = build_parser()
     try:
         args = parser.parse_args(argv)
@@ -44,7 +61,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
     except KeyboardInterrupt:
-        print("loadout: stopped.", file=sys.stderr)
+        print("\nloadout: stopped; nothing was left half-written.", file=sys.stderr)
         return 130
     except LoadoutError as exc:
         print(f"loadout: {exc.message}", file=sys.stderr)

@@ -65,6 +65,10 @@ class ModelMismatchError(LoadoutError):
 
 
 class InterruptedByUser(LoadoutError):
-    """The user pressed stop; the operation ended early and left everything consistent."""
+    """The user pressed stop; the operation ended early and left everything consistent.
+
+    ``written`` names the files that were complete before the stop (pictures of a sweep's earlier
+    cells): a stopped batch itself writes nothing, so this is empty unless earlier work was saved."""
 
     code = "interrupted"
+    written: tuple[str, ...] = ()

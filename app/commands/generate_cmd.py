@@ -7,13 +7,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import signal
 import sys
 import threading
 from pathlib import Path
 from typing import Any
 
 from app.commands.args import int_type, number_type, parse_bytes, parse_lora, parse_size
+from app.commands.stopping import report_stop, stop_signals
 from core.errors import InterruptedByUser
 from core.generate.events import GenerateProgress
 from core.generate.headless import generate_files
@@ -59,7 +59,10 @@ def register(sub: Any) -> None:
     p.add_argument("--device", default="cpu", help="cpu or cuda (default cpu)")
     p.add_argument("--dtype", choices=list(DTYPES), help="compute dtype (default: the device's policy)")
     p.add_argument("--vram-limit", metavar="BYTES", help="e.g. 4GiB: the card size the manager sees")
-    p.add_argument("-o", "--output", required=True, metavar="OUT.png")
+    p.add_argument(
+        "-o", "--output", required=True, metavar="OUT.png",
+        help="the picture to write (a batch adds -2, -3...); an existing folder: numbered pictures in it",
+    )  # fmt: skip
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.add_argument("--quiet", action="store_true", help="no progress on stderr")
     p.set_defaults(handler=run)
@@ -96,6 +99,8 @@ def _request(args: argparse.Namespace) -> GenerateRequest:
         image=image,
         loras=tuple(parse_lora(t) for t in args.lora),
         output=Path(args.output),
+        # an existing folder: the pictures go into it, numbered as the window numbers them
+        output_is_folder=Path(args.output).is_dir(),
         device=args.device,
         dtype=parse_dtype(args.dtype) if args.dtype else None,
         vram_limit=parse_bytes(args.vram_limit) if args.vram_limit else None,
@@ -118,18 +123,11 @@ def _printer(quiet: bool) -> Any:
 def run(args: argparse.Namespace) -> int:
     request = _request(args)
     interrupt = threading.Event()
-
-    def stop(signum: int, frame: object) -> None:
-        interrupt.set()  # checked between layers and steps
-
-    previous = signal.signal(signal.SIGINT, stop)
     try:
-        result = generate_files(request, progress=_printer(args.quiet or args.json), interrupt=interrupt)
-    except InterruptedByUser:
-        print("\nloadout: stopped; no picture was written and no model was changed.", file=sys.stderr)
-        return 130
-    finally:
-        signal.signal(signal.SIGINT, previous)
+        with stop_signals(interrupt):  # checked between layers and steps
+            result = generate_files(request, progress=_printer(args.quiet or args.json), interrupt=interrupt)
+    except InterruptedByUser as exc:
+        return report_stop(exc)
     report = result.to_json()
     if args.json:
         json.dump(report, sys.stdout, indent=1)

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import signal
 import sys
 import threading
 from pathlib import Path
 from typing import Any
 
 from app.commands.args import BYTES, int_type, parse_bytes, parse_lora, parse_size
+from app.commands.stopping import stop_signals
 from core.errors import InterruptedByUser
 from core.loading.convert_file import DTYPES, parse_dtype
 from core.memory.policy import MemorySettings, VramState
@@ -65,18 +65,12 @@ def run(args: argparse.Namespace) -> int:
         ),
     )
     interrupt = threading.Event()
-
-    def stop(signum: int, frame: object) -> None:
-        interrupt.set()  # checked between tensors while loading, once per layer while running
-
-    previous = signal.signal(signal.SIGINT, stop)
     try:
-        report = run_model(request, interrupt=interrupt)
+        with stop_signals(interrupt):  # checked between tensors while loading, once per layer running
+            report = run_model(request, interrupt=interrupt)
     except InterruptedByUser:
         print("loadout: stopped within one layer; nothing was left half-changed.", file=sys.stderr)
         return 130
-    finally:
-        signal.signal(signal.SIGINT, previous)
     if args.json:
         json.dump(report, sys.stdout, indent=1)
         sys.stdout.write("\n")

@@ -15,6 +15,7 @@ import numpy as np
 from PIL import Image, UnidentifiedImageError
 
 from core.errors import FileAccessError, FileFormatError, LoadoutError
+from core.files.destination import check_output_file, check_output_folder
 from core.generate.events import GenerateProgress, GenerateResult
 from core.generate.generator import T5_FAMILIES, Generator
 from core.generate.request import GenerateRequest, ModelFiles
@@ -88,6 +89,10 @@ def generate_files(
 ) -> GenerateResult:
     """Everything ``loadout generate`` does; ``interrupt`` (set from any thread) stops it within a
     tensor, a layer or a step, before any picture is written."""
+    if request.output_is_folder:  # before any work: a bad destination is refused in a second
+        check_output_folder(request.output)
+    else:
+        check_output_file(request.output)
     device = device_named(request.device)
     config = PlacementConfig(simulate_bytes=request.vram_limit or 0)
     placement = Placement(device, config, interrupt=interrupt, cpu_is_device=True)

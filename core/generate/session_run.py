@@ -21,12 +21,13 @@ import numpy as np
 import torch
 
 from core.errors import LoadoutError, ModelMismatchError
+from core.files.atomic import AtomicBatch
 from core.generate.events import GeneratedImage, GenerateProgress, GenerateResult, Phase
 from core.generate.hashes import FileHashes
 from core.generate.naming import file_paths, numbered_paths
 from core.generate.parameters import GenerationParameters, LoraUse, format_parameters
 from core.generate.pipeline import Compute, Hooks, Networks, Pipeline, text_encoders, vae_decode_bytes
-from core.generate.png import save_png, to_uint8_rgb
+from core.generate.png import png_bytes, to_uint8_rgb
 from core.generate.preview import Previewer, fit_latent_preview
 from core.generate.request import ImageSettings, default_cfg
 from core.generate.taesd import find_taesd, load_taesd
@@ -252,16 +253,18 @@ def generate(
         guidance=(s.guidance if s.guidance is not None else 3.5) if parts.family == "flux-dev" else None,
     )  # fmt: skip
     images = []
-    for i, path in enumerate(output.paths(seeds)):
-        check()
-        # a batch shares one seed (one noise draw for all, as ComfyUI): the position tells them apart
-        if len(pixels) > 1:
-            params = replace(params, extra={"Batch size": str(len(pixels)), "Batch pos": str(i)})
-        infotext = format_parameters(params, version=VERSION)
-        save_png(path, to_uint8_rgb(pixels[i]), infotext)
-        images.append(
-            GeneratedImage(path, params, infotext, f"{i + 1}/{len(pixels)}" if len(pixels) > 1 else "")
-        )
+    # all or nothing: an interrupt (or a full disk) while saving a batch leaves no picture of it
+    with AtomicBatch() as batch:
+        for i, path in enumerate(output.paths(seeds)):
+            check()
+            # a batch shares one seed (one noise draw for all, as ComfyUI): the position tells them apart
+            if len(pixels) > 1:
+                params = replace(params, extra={"Batch size": str(len(pixels)), "Batch pos": str(i)})
+            infotext = format_parameters(params, version=VERSION)
+            batch.write_bytes(path, png_bytes(to_uint8_rgb(pixels[i]), infotext))
+            progress(GenerateProgress("save", i + 1, len(pixels)))
+            label = f"{i + 1}/{len(pixels)}" if len(pixels) > 1 else ""
+            images.append(GeneratedImage(path, params, infotext, label))
     events = tuple(
         {**e.to_json(), "role": parts.names.get(e.model, "")}
         for e in placement.events.events()

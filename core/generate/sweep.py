@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 from PIL import Image, ImageDraw
 
-from core.errors import LoadoutError
+from core.errors import InterruptedByUser, LoadoutError
 from core.files.atomic import atomic_write_bytes
 from core.generate.events import GeneratedImage, GenerateProgress, GenerateResult
 from core.generate.png import png_bytes
@@ -89,6 +89,9 @@ def run_sweep(
                 progress(replace(p, image=i, images=count))
 
             results.append(generate_cell(i, cell_progress))
+    except InterruptedByUser as exc:
+        exc.written = tuple(str(img.path) for r in results for img in r.images)
+        raise
     finally:
         set_strength(*original)
     cells: list[GeneratedImage] = []

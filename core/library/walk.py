@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from core.files.atomic import is_partial
 from core.files.model_file import MODEL_EXTENSIONS
 from core.library.sources import ModelRoot
 
@@ -115,8 +116,8 @@ class Walker:
                 if not item.name.startswith("."):
                     subdirs.append(item.name)
                 continue
-            if not item.name.lower().endswith(MODEL_EXTENSIONS):
-                continue
+            if is_partial(item.name) or not item.name.lower().endswith(MODEL_EXTENSIONS):
+                continue  # a writer's partial file is never a model
             path = folder / item.name
             real = os.path.realpath(path) if item.is_symlink() else os.path.join(real_folder, item.name)
             if real in self._files:

@@ -17,6 +17,7 @@ from pathlib import Path
 import torch
 
 from core.errors import LoadoutError
+from core.files.destination import check_output_file
 from core.files.dtypes import DTYPES as DTYPE_INFO
 from core.files.dtypes import torch_dtype_by_short
 from core.files.model_file import TensorIndex, read_tensor_index
@@ -91,6 +92,7 @@ def convert_file(
 ) -> Path:
     source, target = Path(src), Path(out)
     refuse_same_file(target, source)
+    check_output_file(target)  # before any reading: a folder or /proc/x is refused now, not at the end
     index = read_tensor_index(source)
     if index.format == "safetensors":
         f = SafetensorsFile(source)

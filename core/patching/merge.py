@@ -17,6 +17,7 @@ from typing import Any
 import torch
 
 from core.errors import LoadoutError
+from core.files.destination import check_output_file
 from core.files.writer import refuse_same_file
 from core.loading.loader import (
     LoadOptions,
@@ -89,6 +90,7 @@ def merge(
 ) -> Path:
     base_path, out_path = Path(base), Path(out)
     refuse_same_file(out_path, base_path, *(a.path for a in loras))
+    check_output_file(out_path)
     if not loras:
         raise LoadoutError("nothing to merge", fix="Name at least one LoRA with --lora", code="bad_argument")
     bundle = _load_base(base_path)
