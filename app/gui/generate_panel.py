@@ -41,6 +41,7 @@ from core.generate.parameters import SAMPLER_LABELS, SCHEDULER_LABELS, Generatio
 from core.generate.png import read_png_parameters
 from core.generate.request import MAX_SEED, ImageSettings, Sampling, default_cfg
 from core.generate.sweep import Sweep, parse_strengths
+from core.values import CFG, GUIDANCE, SIDE, STEPS
 
 #: Size presets per family group (width, height): the resolutions each was trained around.
 SIZE_PRESETS: dict[str, list[tuple[int, int]]] = {
@@ -98,9 +99,13 @@ class GeneratePanel(QWidget):
         seed_row = QHBoxLayout()
         for w in (self.seed, dice, reuse, self.random_seed):
             seed_row.addWidget(w)
-        self.steps = QSpinBox(minimum=1, maximum=200, value=20)
-        self.cfg = QDoubleSpinBox(minimum=0.0, maximum=30.0, value=7.0, singleStep=0.5, decimals=1)
-        self.guidance = QDoubleSpinBox(minimum=0.0, maximum=30.0, value=3.5, singleStep=0.5, decimals=1)
+        # the fields accept what the engine accepts (core.values), so a value read from a picture
+        # either fits or is ignored with a reason, never clamped or overflowed
+        self.steps = QSpinBox(minimum=int(STEPS.lo), maximum=int(STEPS.hi), value=20)
+        self.cfg = QDoubleSpinBox(minimum=CFG.lo, maximum=CFG.hi, value=7.0, singleStep=0.5, decimals=1)
+        self.guidance = QDoubleSpinBox(
+            minimum=GUIDANCE.lo, maximum=GUIDANCE.hi, value=3.5, singleStep=0.5, decimals=1
+        )
         self.guidance.setToolTip(
             "Flux's distilled guidance (ComfyUI's FluxGuidance); CFG stays 1 for Flux-dev"
         )
@@ -112,8 +117,12 @@ class GeneratePanel(QWidget):
             self.scheduler.addItem(name, name)
         self.size = QComboBox()
         self.size.currentIndexChanged.connect(self._preset_chosen)
-        self.width_ = QSpinBox(minimum=64, maximum=4096, value=512, singleStep=64, suffix=" px")
-        self.height_ = QSpinBox(minimum=64, maximum=4096, value=512, singleStep=64, suffix=" px")
+        self.width_ = QSpinBox(
+            minimum=int(SIDE.lo), maximum=int(SIDE.hi), value=512, singleStep=64, suffix=" px"
+        )
+        self.height_ = QSpinBox(
+            minimum=int(SIDE.lo), maximum=int(SIDE.hi), value=512, singleStep=64, suffix=" px"
+        )
         size_row = QHBoxLayout()
         size_row.addWidget(self.size, 1)
         size_row.addWidget(self.width_)
@@ -206,25 +215,32 @@ class GeneratePanel(QWidget):
         )
 
     def apply_parameters(self, p: GenerationParameters) -> None:
-        """Fill the fields from a picture's parameters (what is unknown here is left as it is)."""
+        """Fill the fields from a picture's parameters. Values the reader ignored (out of range, not
+        numbers: ``p.ignored``) leave their field as it is, and the status line names them."""
+        skip = p.ignored
         self.prompt.setPlainText(p.prompt)
         self.negative.setPlainText(p.negative)
-        self.seed.setText(str(p.seed))
-        self.random_seed.setChecked(False)
-        self.steps.setValue(p.steps)
-        self.cfg.setValue(p.cfg)
+        if "Seed" not in skip:
+            self.seed.setText(str(p.seed))
+            self.random_seed.setChecked(False)
+        if "Steps" not in skip:
+            self.steps.setValue(p.steps)
+        if "CFG scale" not in skip:
+            self.cfg.setValue(p.cfg)
         if p.guidance is not None:
             self.guidance.setValue(p.guidance)
         for combo, value in ((self.sampler, p.sampler), (self.scheduler, p.scheduler)):
             i = combo.findData(value)
             if i >= 0:
                 combo.setCurrentIndex(i)
-        self.width_.setValue(p.width)
-        self.height_.setValue(p.height)
+        if "Size" not in skip:
+            self.width_.setValue(p.width)
+            self.height_.setValue(p.height)
         loras = ", ".join(f"{lo.name} {lo.model_strength:g}" for lo in p.loras)
+        ignored = "; ".join(f"{key} ignored ({why.rstrip('.')})" for key, why in skip.items())
         self.status.setText(
             f"Settings read from a picture{f' (model {p.model})' if p.model else ''}"
-            f"{f'; it used LoRAs: {loras}' if loras else ''}."
+            f"{f'; it used LoRAs: {loras}' if loras else ''}.{f' {ignored}.' if ignored else ''}"
         )
 
     def set_family(self, family: str | None) -> None:

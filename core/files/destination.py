@@ -58,7 +58,7 @@ def check_output_file(path: str | os.PathLike[str]) -> Path:
         raise _refuse(out, "it is in a system folder, which is not a disk")
     try:
         st = os.stat(out)
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):  # the folder part is checked below
         st = None
     except OSError as exc:
         raise _refuse(out, exc.strerror or str(exc)) from None

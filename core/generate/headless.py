@@ -12,10 +12,11 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 
 import numpy as np
-from PIL import Image, UnidentifiedImageError
+from PIL import Image
 
 from core.errors import FileAccessError, FileFormatError, LoadoutError
 from core.files.destination import check_output_file, check_output_folder
+from core.files.png_text import read_picture_header
 from core.generate.events import GenerateProgress, GenerateResult
 from core.generate.generator import T5_FAMILIES, Generator
 from core.generate.request import GenerateRequest, ModelFiles
@@ -27,6 +28,7 @@ from core.memory.devices import device_named
 from core.session.placement import Placement, PlacementConfig
 from core.session.session import Session
 from core.text.t5_tokenizer import T5Tokenizer, T5TokenizerSearch
+from core.values import MAX_AREA, SIDE, BadValueError
 
 
 def comfyui_installs(paths: Iterable[Path]) -> tuple[Path, ...]:
@@ -42,15 +44,24 @@ def comfyui_installs(paths: Iterable[Path]) -> tuple[Path, ...]:
 
 
 def read_picture(path: Path) -> np.ndarray:
-    """An image file as (H, W, 3) uint8 RGB."""
+    """An image file as (H, W, 3) uint8 RGB (a writable array). Its size is read from the header
+    and checked against the size limit of ``--size`` before a pixel is decoded."""
+    header = read_picture_header(path)
+    w, h = header.width, header.height
+    if w * h > MAX_AREA or max(w, h) > SIDE.hi:
+        raise BadValueError(
+            f"the starting picture {Path(path).name} is {w}x{h} pixels, too large",
+            why=f"pictures are limited to 4096x4096 in area and {int(SIDE.hi)} pixels a side",
+            fix="Resize it first (e.g. to 1024 pixels on the long side)",
+        )
     try:
         with Image.open(path) as im:
-            return np.asarray(im.convert("RGB"))
+            return np.array(im.convert("RGB"))
     except FileNotFoundError:
         raise FileAccessError(
             f"{path} does not exist", fix="Check the --init path", code="not_found"
         ) from None
-    except (UnidentifiedImageError, OSError) as exc:
+    except Exception as exc:  # Pillow raises many kinds for damaged files (OSError, SyntaxError, ValueError)
         raise FileFormatError(
             f"{Path(path).name} is not a picture Loadout can read",
             why=str(exc),

@@ -85,8 +85,6 @@ def test_reads_old_a1111_text_with_the_schedule_folded_into_the_sampler() -> Non
     ("text", "why"),
     [
         ("just a prompt", "Steps"),
-        ("p\nSteps: many, Seed: 1", "whole number"),
-        ("p\nSteps: 2, Size: big", "WIDTHx"),
     ],
 )
 def test_bad_text_says_what_is_wrong(text: str, why: str) -> None:
