@@ -72,3 +72,9 @@ class InterruptedByUser(LoadoutError):
 
     code = "interrupted"
     written: tuple[str, ...] = ()
+
+
+class FileChangedError(LoadoutError):
+    """An input file was truncated or rewritten by another program while Loadout was using it."""
+
+    code = "file_changed"

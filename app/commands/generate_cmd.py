@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from app.commands.args import int_type, number_type, parse_bytes, parse_lora, parse_size
-from app.commands.stopping import report_stop, stop_signals
+from app.commands.stopping import guarded_inputs, report_stop, stop_signals
 from core.errors import InterruptedByUser
 from core.generate.events import GenerateProgress
 from core.generate.headless import generate_files
@@ -124,7 +124,8 @@ def run(args: argparse.Namespace) -> int:
     request = _request(args)
     interrupt = threading.Event()
     try:
-        with stop_signals(interrupt):  # checked between layers and steps
+        inputs = (*request.models.paths, *(a.path for a in request.loras), request.image.init_image)
+        with stop_signals(interrupt), guarded_inputs(inputs, interrupt):  # checked between layers and steps
             result = generate_files(request, progress=_printer(args.quiet or args.json), interrupt=interrupt)
     except InterruptedByUser as exc:
         return report_stop(exc)

@@ -5,9 +5,11 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 from typing import Any
 
 from app.commands.args import parse_lora
+from app.commands.stopping import guarded_inputs
 from core.errors import LoadoutError
 from core.loading.convert_file import DTYPES, parse_dtype
 from core.patching.merge import dry_run, merge
@@ -57,8 +59,13 @@ def run(args: argparse.Namespace) -> int:
         return 0
     if not args.output:
         raise LoadoutError("no output file", fix="Give -o OUT, or use --dry-run", code="bad_argument")
-    out = merge(
-        args.base, loras, args.output, dtype=parse_dtype(args.dtype) if args.dtype else None, force=args.force
-    )
+    with guarded_inputs([Path(args.base), *(a.path for a in loras)]):
+        out = merge(
+            args.base,
+            loras,
+            args.output,
+            dtype=parse_dtype(args.dtype) if args.dtype else None,
+            force=args.force,
+        )
     print(f"wrote {out}", file=sys.stderr)
     return 0

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from app.commands.args import BYTES, int_type, parse_bytes, parse_lora, parse_size
-from app.commands.stopping import stop_signals
+from app.commands.stopping import guarded_inputs, stop_signals
 from core.errors import InterruptedByUser
 from core.loading.convert_file import DTYPES, parse_dtype
 from core.memory.policy import MemorySettings, VramState
@@ -66,7 +66,8 @@ def run(args: argparse.Namespace) -> int:
     )
     interrupt = threading.Event()
     try:
-        with stop_signals(interrupt):  # checked between tensors while loading, once per layer running
+        inputs = (request.model, *(a.path for a in request.loras))
+        with stop_signals(interrupt), guarded_inputs(inputs, interrupt):  # checked per tensor and layer
             report = run_model(request, interrupt=interrupt)
     except InterruptedByUser:
         print("loadout: stopped within one layer; nothing was left half-changed.", file=sys.stderr)

@@ -7,11 +7,12 @@ from __future__ import annotations
 import signal
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 from core.errors import InterruptedByUser
+from core.files.guard import FileGuard, changed_error
 
 STOP_SIGNALS = (signal.SIGINT, *((signal.SIGTERM,) if hasattr(signal, "SIGTERM") else ()))
 
@@ -48,3 +49,19 @@ def report_stop(exc: InterruptedByUser, what: str = "picture") -> int:
             file=sys.stderr,
         )
     return 130
+
+
+@contextmanager
+def guarded_inputs(
+    paths: Iterable[Path | None], interrupt: threading.Event | None = None
+) -> Iterator[FileGuard]:
+    """Watch the command's input files (:class:`~core.files.guard.FileGuard`): one truncated or
+    rewritten meanwhile stops the work, and the stop is reported as that file's error."""
+    with FileGuard(interrupt) as guard:
+        guard.watch(*paths)
+        try:
+            yield guard
+        except InterruptedByUser:
+            if guard.changed is not None:
+                raise changed_error(guard.changed) from None
+            raise

@@ -109,6 +109,7 @@ def write_safetensors(
     total = 8 + len(raw_header) + offset
     check_output_file(out)
     try:
+        out.parent.mkdir(parents=True, exist_ok=True)
         free = shutil.disk_usage(out.parent).free
     except OSError as exc:
         raise write_error(out, exc) from None

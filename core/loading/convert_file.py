@@ -96,12 +96,13 @@ def convert_file(
     index = read_tensor_index(source)
     if index.format == "safetensors":
         f = SafetensorsFile(source)
-        get: Callable[[str], torch.Tensor] = f.tensor
+        # plain file reads, not the mapping: a file truncated meanwhile is an error, not a SIGBUS
+        get: Callable[[str], torch.Tensor] = f.read_tensor
         if dtype is not None and dtype.itemsize > 1:  # scaled fp8: write the values, drop the scales
             index = fold(index)
             layout = index.extra.get("scaled_fp8")
             if layout is not None:
-                get = scaled_reader(f.tensor, layout, source.name)
+                get = scaled_reader(f.read_tensor, layout, source.name)
     elif index.format == "pickle":
         tensors = load_pickle_state_dict(source)
         get = tensors.__getitem__
