@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import argparse
-import contextlib
 import os
 import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from core.errors import LoadoutError
 
@@ -29,27 +28,52 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    # SIGTERM stops like Ctrl-C (partial files removed, one line said); set before the slow imports
-    with contextlib.suppress(ValueError, AttributeError):  # not the main thread / no SIGTERM
-        signal.signal(signal.SIGTERM, _raise_keyboard_interrupt)
+    # Until the command starts working (imports of torch and the engine, parsing), a stop has nothing
+    # to clean up: say one line and leave at once (an interrupted import can leave modules half-made,
+    # so unwinding through them is not safe). From then on Ctrl-C and SIGTERM stop the work cleanly.
+    previous = {sig: signal.getsignal(sig) for sig in _STOPS}
+    starting = _catch_stops(_quit_now)
     try:
-        return _main(argv)
-    except KeyboardInterrupt:  # during start-up (imports, parsing) or a command without its own handler
+        return _main(argv, started=lambda: _catch_stops(_raise_keyboard_interrupt) if starting else None)
+    except KeyboardInterrupt:  # a command without its own handler
         print("\nloadout: stopped.", file=sys.stderr)
         return 130
+    finally:
+        if starting:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+
+
+_STOPS = (signal.SIGINT, *((signal.SIGTERM,) if hasattr(signal, "SIGTERM") else ()))
+
+
+def _catch_stops(handler: Callable[[int, object], None]) -> bool:
+    """Route SIGINT and SIGTERM to ``handler`` (False where signals cannot be set: not the main thread)."""
+    try:
+        for sig in _STOPS:
+            signal.signal(sig, handler)
+    except ValueError:
+        return False
+    return True
+
+
+def _quit_now(signum: int, frame: object) -> None:
+    os.write(2, b"\nloadout: stopped.\n")
+    os._exit(130)
 
 
 def _raise_keyboard_interrupt(signum: int, frame: object) -> None:
     raise KeyboardInterrupt
 
 
-def _main(argv: Sequence[str] | None) -> int:
+def _main(argv: Sequence[str] | None, started: Callable[[], object]) -> int:
     parser = build_parser()
     try:
         args = parser.parse_args(argv)
     except LoadoutError as exc:  # an argument's value refused by its check (app.commands.args)
         print(f"loadout: {exc.message}", file=sys.stderr)
         return 2
+    started()
     if args.command is None:
         from app.gui.launch import run_gui
 

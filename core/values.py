@@ -127,7 +127,7 @@ SIDE = NumberRange("a picture side", 64, 16384, integer=True)
 MAX_AREA = 4096 * 4096
 BATCH = NumberRange("the batch size", 1, 64, integer=True)
 VRAM_LIMIT = NumberRange(
-    "a VRAM limit", 64 * MiB, 1 << 42, integer=True, in_bytes=True,
+    "a VRAM limit", MiB, 1 << 42, integer=True, in_bytes=True,
     hint="Give the card size to simulate, like 4GiB, 512MiB or 4294967296; leave it out for no limit",
 )  # fmt: skip
 #: counts read from a file's training metadata (kohya ss_*): anything past this is not a real count

@@ -63,6 +63,10 @@ def register(sub: Any) -> None:
         "-o", "--output", required=True, metavar="OUT.png",
         help="the picture to write (a batch adds -2, -3...); an existing folder: numbered pictures in it",
     )  # fmt: skip
+    p.add_argument(
+        "--strict", action="store_true", help="refuse a LoRA of which some modules fit nothing in the model"
+    )
+    p.add_argument("--force", action="store_true", help="apply a LoRA made for another model family anyway")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.add_argument("--quiet", action="store_true", help="no progress on stderr")
     p.set_defaults(handler=run)
@@ -105,6 +109,8 @@ def _request(args: argparse.Namespace) -> GenerateRequest:
         dtype=parse_dtype(args.dtype) if args.dtype else None,
         vram_limit=parse_bytes(args.vram_limit) if args.vram_limit else None,
         sweep=parse_strengths(args.sweep) if args.sweep else (),
+        strict=args.strict,
+        force=args.force,
     )
 
 
@@ -141,6 +147,6 @@ def run(args: argparse.Namespace) -> int:
             + ", ".join(f"{k} {v:.2f} s" for k, v in result.seconds.items()),
             file=sys.stderr,
         )
-        for note in result.notes:
-            print(f"note: {note}", file=sys.stderr)
+    for note in result.notes:  # on stderr with --json too (they are in the report as well)
+        print(f"note: {note}", file=sys.stderr)
     return 0

@@ -9,15 +9,16 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Iterable
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 from PIL import Image
 
-from core.errors import FileAccessError, FileFormatError, LoadoutError
+from core.errors import FileAccessError, FileFormatError, LoadoutError, ModelMismatchError
 from core.files.destination import check_output_file, check_output_folder
 from core.files.png_text import read_picture_header
-from core.generate.events import GenerateProgress, GenerateResult
+from core.generate.events import GenerateProgress, GenerateResult, LoraMatch
 from core.generate.generator import T5_FAMILIES, Generator
 from core.generate.request import GenerateRequest, ModelFiles
 from core.generate.session_run import Output
@@ -113,7 +114,17 @@ def generate_files(
     report(GenerateProgress("load", 0, 0, "loading the models"))
     family = _load_all(session, request.models, check)
     for arg in request.loras:
-        session.loras.add(arg.path, arg.model, arg.clip)
+        session.loras.add(arg.path, arg.model, arg.clip, force=request.force)
+    matches = lora_matches(session)
+    refuse_partial = [m for m in matches if m.partial] if request.strict else []
+    if refuse_partial:
+        m = refuse_partial[0]
+        raise ModelMismatchError(
+            f"{m.path.name} fits only {m.matched} of its {m.modules} modules in this model",
+            why="--strict refuses a LoRA that does not apply whole",
+            fix="Pick a LoRA made for this model, or leave out --strict to apply what fits",
+            code="lora_partial_match",
+        )
     installs = comfyui_installs(request.models.paths)
     beside = [p.resolve().parent.parent / "vae_approx" for p in request.models.paths]  # models/<kind>/f
     generator = Generator(session, taesd_folders=(*(r / "models" / "vae_approx" for r in installs), *beside))
@@ -130,5 +141,18 @@ def generate_files(
                 "a strength sweep needs a LoRA", fix="Add one with --lora FILE", code="bad_argument"
             )
         sweep = Sweep(next(iter(stack.entries)), request.sweep)
-        return generator.sweep(request.image, sweep, output, report, check)
-    return generator.generate(request.image, output, report, check, init, dtype=request.dtype)
+        result = generator.sweep(request.image, sweep, output, report, check)
+    else:
+        result = generator.generate(request.image, output, report, check, init, dtype=request.dtype)
+    notes = (*result.notes, *(m.note() for m in matches if m.partial))
+    return replace(result, loras=matches, notes=notes)
+
+
+def lora_matches(session: Session) -> tuple[LoraMatch, ...]:
+    """How each LoRA of the session's stack matched the model."""
+    stack = session.loras.stack
+    return tuple(
+        LoraMatch(e.path, e.report.total, len(e.report.matched), len(e.report.unmatched),
+                  len(e.report.shape_mismatches))
+        for e in (stack.entries.values() if stack is not None else ())
+    )  # fmt: skip

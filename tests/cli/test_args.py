@@ -41,7 +41,7 @@ def test_parse_bytes() -> None:
 def test_a_vram_limit_never_silently_means_no_limit(text: str) -> None:
     with pytest.raises(BadValueError) as err:
         parse_bytes(text)
-    assert "64.00 MiB" in err.value.message and "leave it out for no limit" in err.value.message
+    assert "1.00 MiB" in err.value.message and "leave it out for no limit" in err.value.message
 
 
 @pytest.mark.parametrize(
