@@ -37,9 +37,10 @@ def parse_bytes(text: str, limits: NumberRange = VRAM_LIMIT) -> int:
         value = float(num)
     except ValueError:
         raise limits.error(f"{text!r} is not a size in bytes") from None
-    if not math.isfinite(value):
+    scaled = value * _UNITS[unit]
+    if not math.isfinite(scaled):  # inf, nan, or 1e308 MiB overflowing
         raise limits.error(f"{limits.name} {text!r} is not a finite size")
-    count = round(value * _UNITS[unit])
+    count = round(scaled)
     if limits.problem(count) is not None:
         raise limits.error(f"{limits.name} of {text.strip()} is out of range")
     return count

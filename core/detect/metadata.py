@@ -136,8 +136,9 @@ def _image_count(md: Mapping[str, Any], warnings: list[str]) -> int | None:
     total = 0
     if isinstance(dirs, dict):
         for info in dirs.values():
-            if isinstance(info, dict) and isinstance(info.get("img_count"), int | float):
-                total += int(info["img_count"])
+            count = info.get("img_count") if isinstance(info, dict) else None
+            if METADATA_COUNT.problem(count) is None:  # inf, nan, 1e999, -3, "12": not a count
+                total += int(count)  # type: ignore[arg-type]
     return total or None
 
 
@@ -161,7 +162,7 @@ def trigger_words(md: Mapping[str, Any], warnings: list[str] | None = None) -> t
     for table in _tag_tables(md, warnings):
         for tag, n in table.items():
             name = str(tag).strip()
-            if name and isinstance(n, int | float) and n > 0:
+            if name and METADATA_COUNT.problem(n) is None and n > 0:
                 counts[name] += int(n)
                 order.setdefault(name, len(order))
     if counts:
