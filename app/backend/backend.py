@@ -29,6 +29,7 @@ from app.backend.messages import (
 )
 from app.backend.worker import Job, Reporter, TaskRunner
 from app.demo import ensure_demo_library
+from core.files.destination import check_output_folder
 from core.generate.events import GenerateProgress, GenerateResult
 from core.generate.generator import Generator
 from core.generate.request import ImageSettings
@@ -279,6 +280,7 @@ class Backend(QObject):
                 r.post(p)
                 r.progress(TaskProgress("generate", p.step, p.steps, _generate_words(p)))
 
+            check_output_folder(output.path)  # before any work: an unwritable folder is said at once
             try:
                 if sweep is not None:
                     r.post(self.generator.sweep(settings, sweep, output, step, r.check))

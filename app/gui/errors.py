@@ -82,6 +82,18 @@ _CODES: dict[str, tuple[str, str, Level]] = {
         "warning",
     ),
     "disk_full": ("Disk full", "There is no space left on the disk.", "error"),
+    "write_failed": ("Cannot write the file", "The file could not be written there.", "error"),
+    "bad_output": ("Cannot save there", "That place cannot hold the output; choose another folder.", "error"),
+    "file_changed": (
+        "File changed while in use",
+        "Another program changed the file while Loadout was reading it.",
+        "error",
+    ),
+    "lora_partial_match": (
+        "LoRA does not fit whole",
+        "Part of this LoRA fits nothing in the model.",
+        "warning",
+    ),
     "sparse_demo": ("Demo file without weights", "This demo file has real shapes but no weights.", "info"),
     "bad_argument": ("Invalid settings", "Some settings are out of range.", "warning"),
     "bad_config": (
