@@ -126,6 +126,29 @@ def test_ctrl_c_while_a_batch_is_saved_writes_none_of_it(demo: DemoLibrary, tmp_
     assert list(tmp_path.iterdir()) == []
 
 
+def test_a_stopped_sweep_names_the_cells_it_kept(demo: DemoLibrary, tmp_path: Path) -> None:
+    """A sweep saves each cell as it is done: stopped in the second cell, the first is kept and said."""
+    from core.patching.merge import LoraArg
+
+    stop = threading.Event()
+
+    def progress(p: GenerateProgress) -> None:
+        if p.image == 1 and p.phase == "sample":
+            stop.set()
+
+    request = GenerateRequest(
+        ModelFiles(checkpoint=demo.checkpoint),
+        ImageSettings("a fox", sampling=Sampling(steps=2), width=64, height=64),
+        loras=(LoraArg(demo.lora),),
+        output=tmp_path / "s.png",
+        sweep=(0.5, 1.0),
+    )
+    with pytest.raises(InterruptedByUser) as err:
+        generate_files(request, progress=progress, interrupt=stop)
+    assert [Path(p).name for p in err.value.written] == ["s-0.5.png"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["s-0.5.png"]
+
+
 def _popen(*args: str) -> subprocess.Popen[bytes]:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     cmd = [sys.executable, "-m", "app.cli", *args]
