@@ -116,6 +116,8 @@ class NumberRange:
 #: ComfyUI's widget ranges where it has one (KSampler, LoraLoader, FluxGuidance, EmptyLatentImage).
 SEED = NumberRange("the seed", 0, (1 << 64) - 1, integer=True)
 STEPS = NumberRange("steps", 1, 10_000, integer=True)
+#: forward passes of `loadout run` (a timing loop, not a sampler: long runs are how it is used)
+RUN_STEPS = NumberRange("test-run steps", 1, 10_000_000, integer=True)
 CFG = NumberRange("CFG", 0.0, 100.0)
 GUIDANCE = NumberRange("guidance", 0.0, 100.0)
 DENOISE = NumberRange("denoise", 0.0, 1.0, lo_open=True)

@@ -17,7 +17,7 @@ from core.loading.convert_file import DTYPES, parse_dtype
 from core.memory.policy import MemorySettings, VramState
 from core.run.headless import RunRequest, run_model
 from core.run.testrun import RunConfig
-from core.values import BATCH, SEED, STEPS
+from core.values import BATCH, RUN_STEPS, SEED
 
 
 def register(sub: Any) -> None:
@@ -30,7 +30,7 @@ def register(sub: Any) -> None:
     )
     p.add_argument("model", metavar="MODEL")
     p.add_argument("--lora", action="append", default=[], metavar="FILE[:MODEL[:CLIP]]")
-    p.add_argument("--steps", type=int_type(STEPS), default=4)
+    p.add_argument("--steps", type=int_type(RUN_STEPS), default=4)
     p.add_argument("--size", default="512x512", metavar="WxH")
     p.add_argument("--batch", type=int_type(BATCH), default=1)
     p.add_argument("--seed", type=int_type(SEED), default=0)
