@@ -188,6 +188,24 @@ def test_sigterm_stops_like_ctrl_c(demo: DemoLibrary, tmp_path: Path) -> None:
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.skipif(os.name != "posix", reason="SIGTERM")
+def test_sigterm_during_convert_leaves_no_partial(tmp_path: Path) -> None:
+    from tests.fixtures.st_files import write_tensors
+
+    src = write_tensors(
+        tmp_path / "in" / "big.safetensors", {f"w{i}": torch.ones(1024, 1024) for i in range(32)}
+    )
+    out = tmp_path / "out" / "big-fp16.safetensors"
+    proc = _popen("convert", str(src), "-o", str(out), "--dtype", "fp16")
+    _read_until(proc, b"convert 1/")
+    proc.send_signal(signal.SIGTERM)
+    assert proc.stderr is not None
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=60) == 130, err
+    assert "Traceback" not in err and not out.exists()
+    assert [p.name for p in out.parent.iterdir()] == []  # no .partial left behind
+
+
 def test_ctrl_c_during_start_up_is_one_line(tmp_path: Path) -> None:
     proc = _popen("inspect", str(tmp_path))
     time.sleep(1.0)  # still importing torch
