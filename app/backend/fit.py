@@ -10,9 +10,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from core.detect.catalog import memory_profile
 from core.files.dtypes import dtype_by_short
 from core.library import Entry
-from core.memory.inference import activation_bytes, native_workload, profile_for_family
+from core.memory.inference import activation_bytes, native_workload
 
 Verdict = Literal["fits", "partial", "no", "n/a"]
 
@@ -76,8 +77,8 @@ def estimate_fit(
     if headroom is None:  # that figure stands for the activations, as the manager takes it
         headroom = reserve
     if on_gpu and entry.kind in ("checkpoint", "diffusion_model") and not fixed:
-        work = native_workload(profile_for_family(entry.family), 4 if dtype == "fp32" else 2, "cuda_flash")
-        headroom += activation_bytes(profile_for_family(entry.family), work)
+        work = native_workload(memory_profile(entry.family), 4 if dtype == "fp32" else 2, "cuda_flash")
+        headroom += activation_bytes(memory_profile(entry.family), work)
     usable = max(0, free - headroom)
     if total <= usable:
         text = f"Fits: needs {_gib(total)}, {_gib(usable)} usable in {where}."

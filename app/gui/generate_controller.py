@@ -12,6 +12,7 @@ from PySide6.QtWidgets import QFileDialog, QWidget
 from app.backend.backend import Backend
 from app.backend.messages import TaskError
 from app.gui.generate_panel import GeneratePanel
+from core.detect.spec import NO_MODEL_DEFAULTS
 from core.errors import LoadoutError
 from core.generate.request import ImageSettings
 from core.session import ModelInfo
@@ -64,7 +65,7 @@ class GenerateController(QObject):
         main = next((m for m in models if m.is_main), None)
         family = main.family if main is not None else None
         if family != self.panel.family:
-            self.panel.set_family(family)
+            self.panel.set_family(family, main.defaults if main is not None else NO_MODEL_DEFAULTS)
         can = main is not None and any(c.role == "diffusion_model" for c in main.components)
         self.panel.set_available(can, "Load a checkpoint or diffusion model to generate.")
         if can and main is not None and main.name.startswith("loadout-demo"):

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from core.detect import diffusion_specs as specs
 from core.detect.diffusion_dit import (
     classify_cascade,
     classify_hidream,
@@ -23,6 +24,7 @@ from core.detect.diffusion_unet import classify_unet
 from core.detect.diffusion_video import classify_hunyuan_video, classify_ltxv, classify_wan
 from core.detect.keyview import KeyView
 from core.detect.registry import Family, Match, Registry
+from core.detect.spec import DiffusionSpec
 
 Classifier = Callable[[KeyView], list[Match]]
 
@@ -54,16 +56,35 @@ class Row:
     unet_preset: str = ""
     modelspec: str = ""
     lora_group: str = ""
+    spec: DiffusionSpec | None = None
 
 
 def _unet(
-    fid: str, title: str, preset: str, latent: str, modelspec: str, lora_group: str = "", notes: str = ""
+    fid: str,
+    title: str,
+    preset: str,
+    latent: str,
+    modelspec: str,
+    spec: DiffusionSpec,
+    lora_group: str = "",
+    notes: str = "",
 ) -> Row:
-    return Row(fid, title, classify_unet, 4, "fp16", notes=notes, latent_format=latent, unet_preset=preset,
-               modelspec=modelspec, lora_group=lora_group)  # fmt: skip
+    return Row(
+        fid,
+        title,
+        classify_unet,
+        4,
+        "fp16",
+        notes=notes,
+        latent_format=latent,
+        unet_preset=preset,
+        modelspec=modelspec,
+        lora_group=lora_group,
+        spec=spec,
+    )
 
 
-def _flux(fid: str, title: str, modelspec: str, notes: str = "") -> Row:
+def _flux(fid: str, title: str, modelspec: str, spec: DiffusionSpec, notes: str = "") -> Row:
     return Row(
         fid,
         title,
@@ -73,29 +94,40 @@ def _flux(fid: str, title: str, modelspec: str, notes: str = "") -> Row:
         latent_format="flux",
         modelspec=modelspec,
         lora_group="flux",
+        spec=spec,
     )
 
 
 DIFFUSION_ROWS: tuple[Row, ...] = (
-    _unet("sd1", "Stable Diffusion 1.x", "sd1", "sd1", "stable-diffusion-v1"),
+    _unet("sd1", "Stable Diffusion 1.x", "sd1", "sd1", "stable-diffusion-v1", specs.SD1),
     _unet(
         "sd2",
         "Stable Diffusion 2.x",
         "sd2",
         "sd1",
         "stable-diffusion-v2-768-v",
+        specs.SD2,
         notes="v-prediction is not visible in shapes",
     ),
-    _unet("sdxl", "Stable Diffusion XL", "sdxl", "sdxl", "stable-diffusion-xl-v1-base", "sdxl"),
+    _unet("sdxl", "Stable Diffusion XL", "sdxl", "sdxl", "stable-diffusion-xl-v1-base", specs.SDXL, "sdxl"),
     _unet(
         "sdxl-refiner",
         "Stable Diffusion XL Refiner",
         "sdxl_refiner",
         "sdxl",
         "stable-diffusion-xl-v1-refiner",
+        specs.SDXL_REFINER,
     ),
-    _unet("ssd-1b", "Segmind SSD-1B", "ssd_1b", "sdxl", "stable-diffusion-xl-v1-base", "sdxl"),
-    _unet("segmind-vega", "Segmind Vega", "segmind_vega", "sdxl", "stable-diffusion-xl-v1-base", "sdxl"),
+    _unet("ssd-1b", "Segmind SSD-1B", "ssd_1b", "sdxl", "stable-diffusion-xl-v1-base", specs.SDXL, "sdxl"),
+    _unet(
+        "segmind-vega",
+        "Segmind Vega",
+        "segmind_vega",
+        "sdxl",
+        "stable-diffusion-xl-v1-base",
+        specs.SDXL,
+        "sdxl",
+    ),
     Row(
         "sd3",
         "Stable Diffusion 3 Medium",
@@ -104,6 +136,7 @@ DIFFUSION_ROWS: tuple[Row, ...] = (
         "fp16",
         latent_format="sd3",
         modelspec="stable-diffusion-3-medium",
+        spec=specs.SD3,
     ),
     Row(
         "sd3.5-medium",
@@ -112,6 +145,7 @@ DIFFUSION_ROWS: tuple[Row, ...] = (
         16,
         latent_format="sd3",
         modelspec="stable-diffusion-3.5-medium",
+        spec=specs.SD3,
     ),
     Row(
         "sd3.5-large",
@@ -120,12 +154,15 @@ DIFFUSION_ROWS: tuple[Row, ...] = (
         16,
         latent_format="sd3",
         modelspec="stable-diffusion-3.5-large",
+        spec=specs.SD3,
     ),
-    _flux("flux-dev", "FLUX.1 [dev]", "flux-1-dev", notes="Kontext [dev] has the same shapes"),
-    _flux("flux-schnell", "FLUX.1 [schnell]", "flux-1-schnell"),
-    _flux("flux-fill", "FLUX.1 Fill [dev]", "flux-1-dev-fill"),
-    _flux("chroma", "Chroma", "chroma"),
-    Row("auraflow", "AuraFlow", classify_auraflow, 4, prefixes=("model.",)),
+    _flux(
+        "flux-dev", "FLUX.1 [dev]", "flux-1-dev", specs.FLUX_DEV, notes="Kontext [dev] has the same shapes"
+    ),
+    _flux("flux-schnell", "FLUX.1 [schnell]", "flux-1-schnell", specs.FLUX_SCHNELL),
+    _flux("flux-fill", "FLUX.1 Fill [dev]", "flux-1-dev-fill", specs.FLUX_FILL),
+    _flux("chroma", "Chroma", "chroma", specs.CHROMA),
+    Row("auraflow", "AuraFlow", classify_auraflow, 4, prefixes=("model.",), spec=specs.AURAFLOW),
     Row("hunyuan-dit", "Hunyuan-DiT", classify_hunyuan_dit, 4, "fp16", ("mlp_t5.0.weight",)),
     Row("pixart-alpha", "PixArt-α", classify_pixart, 4, "fp16"),
     Row("pixart-sigma", "PixArt-Σ", classify_pixart, 4, "fp16"),
@@ -167,5 +204,6 @@ def register_diffusion_families(registry: Registry) -> None:
                 unet_preset=row.unet_preset,
                 modelspec=row.modelspec,
                 lora_group=row.lora_group,
+                diffusion=row.spec,
             )
         )

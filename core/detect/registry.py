@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from core.detect.keyview import KeyView
+from core.detect.spec import DiffusionSpec
 
 Group = Literal["diffusion", "text_encoder", "vae", "controlnet", "upscale"]
 
@@ -46,6 +47,8 @@ class Family:
     unet_preset: str = ""  # the UNetConfig preset its diffusers layout converts with ("sdxl" ...)
     modelspec: str = ""  # ModelSpec architecture id written into saved files
     lora_group: str = ""  # families in one group take each other's LoRAs (same touched shapes)
+    #: what generation and memory planning need (None: a family Loadout cannot sample from)
+    diffusion: DiffusionSpec | None = None
 
 
 class Registry:

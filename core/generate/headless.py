@@ -16,7 +16,7 @@ from PIL import Image, UnidentifiedImageError
 
 from core.errors import FileAccessError, FileFormatError, LoadoutError
 from core.generate.events import GenerateProgress, GenerateResult
-from core.generate.generator import T5_FAMILIES, Generator
+from core.generate.generator import Generator, needs_t5
 from core.generate.request import GenerateRequest, ModelFiles
 from core.generate.session_run import Output
 from core.generate.sweep import Sweep
@@ -101,7 +101,7 @@ def generate_files(
     installs = comfyui_installs(request.models.paths)
     beside = [p.resolve().parent.parent / "vae_approx" for p in request.models.paths]  # models/<kind>/f
     generator = Generator(session, taesd_folders=(*(r / "models" / "vae_approx" for r in installs), *beside))
-    if family in T5_FAMILIES:
+    if needs_t5(family):
         search = t5_search or T5TokenizerSearch(comfyui_installs=comfyui_installs(request.models.paths))
         generator.state.t5_tokenizer = T5Tokenizer.find(search)
     init = read_picture(request.image.init_image) if request.image.init_image is not None else None

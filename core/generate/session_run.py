@@ -28,15 +28,14 @@ from core.generate.parameters import GenerationParameters, LoraUse, format_param
 from core.generate.pipeline import Compute, Hooks, Networks, Pipeline, text_encoders, vae_decode_bytes
 from core.generate.png import save_png, to_uint8_rgb
 from core.generate.preview import Previewer, fit_latent_preview
-from core.generate.request import ImageSettings, default_cfg
+from core.generate.request import ImageSettings
 from core.generate.taesd import find_taesd, load_taesd
 from core.loading.loader import LoadedComponent, inspect_for_loading
 from core.memory.devices import cpu_device
 from core.memory.dtypes import DtypePolicy
-from core.memory.inference import Workload, activation_bytes
+from core.memory.inference import Workload, activation_bytes, network_profile
 from core.memory.manager import NotEnoughMemoryError
 from core.models.vae import AutoencoderKL
-from core.run.placed import profile_of
 from core.session.session import Session
 from core.session.slots import SlotId
 from core.session.words import kind_word
@@ -153,7 +152,7 @@ def _activation_needs(
     attention = "cuda_flash" if compute.device.type == "cuda" else "cpu_flash"
     size = torch.empty((), dtype=compute.diffusion_dtype).element_size()
     work = Workload(settings.width, settings.height, batch, size, attention)
-    profile, width = profile_of(parts.nets.diffusion)
+    profile, width = network_profile(parts.family, parts.nets.diffusion)
     vae = vae_decode_bytes(parts.nets.vae, settings.batch, settings.height, settings.width, compute.vae_dtype)
     return {"sample": activation_bytes(profile, work, width), "decode": vae}
 
@@ -245,11 +244,11 @@ def generate(
     )
     params = GenerationParameters(
         prompt=settings.prompt, negative=settings.negative, steps=s.steps, sampler=s.sampler,
-        scheduler=s.scheduler, cfg=s.cfg if s.cfg is not None else default_cfg(parts.family), seed=s.seed,
+        scheduler=s.scheduler, cfg=pipeline.cfg(settings), seed=s.seed,
         width=pixels.shape[3], height=pixels.shape[2], model=parts.model_path.stem,
         model_hash=state.hashes.model_hash(parts.model_path), loras=loras,
         denoise=s.denoise if init is not None else None,
-        guidance=(s.guidance if s.guidance is not None else 3.5) if parts.family == "flux-dev" else None,
+        guidance=_guidance(s.guidance, pipeline.spec.defaults.guidance),
     )  # fmt: skip
     images = []
     for i, path in enumerate(output.paths(seeds)):
@@ -278,6 +277,13 @@ def generate(
         events,
         notes,
     )
+
+
+def _guidance(chosen: float | None, usual: float | None) -> float | None:
+    """The distilled guidance written into the parameters: only for a family that takes one."""
+    if usual is None:
+        return None
+    return chosen if chosen is not None else usual
 
 
 def require_prompt_models(session: Session) -> None:

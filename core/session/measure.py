@@ -13,9 +13,9 @@ import torch
 
 from core.files.dtypes import short_name
 from core.loading.loader import LoadedComponent
-from core.memory.inference import Workload, activation_bytes
+from core.memory.inference import Workload, activation_bytes, network_profile
 from core.memory.tracking import ActivationTracker
-from core.run.placed import StepPlacer, profile_of
+from core.run.placed import StepPlacer
 from core.run.testrun import RunConfig, StepDone, perform_test_run
 from core.session.placement import Placement
 from core.session.snapshots import RunReport
@@ -53,12 +53,12 @@ def measured_test_run(
     # unless the user fixed the inference headroom), and measured by the tracker when asked
     attention = "cuda_flash" if cuda else "cpu_flash"
     work = Workload(config.width, config.height, config.batch, config.dtype.itemsize, attention)
-    profile, width = profile_of(component.module)
+    profile, width = network_profile(component.family, component.module)
     predicted = activation_bytes(profile, work, width)
     plan = placement.manager.settings  # a floor above the reserve is the user's (or the demo's)
     fixed = 0 if plan.min_inference_bytes > plan.reserve_bytes else None  # own figure: it stands
     place = (
-        StepPlacer(placement.manager, placement.mover, managed, work, memory_required=fixed)
+        StepPlacer(placement.manager, placement.mover, managed, (profile, width), work, memory_required=fixed)
         if placement.active
         else None
     )

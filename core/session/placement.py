@@ -25,6 +25,7 @@ import psutil
 
 from core.memory.devices import DeviceInfo, cpu_device, discover_devices, format_gib
 from core.memory.events import EventLog
+from core.memory.inference import network_profile
 from core.memory.managed import ManagedModel
 from core.memory.manager import LoadResult, MemoryManager
 from core.memory.mover import TorchMover
@@ -39,7 +40,7 @@ from core.memory.policy import (
 )
 from core.memory.probes import CpuProbe, LimitedProbe, MemoryProbe, probe_for
 from core.patching.patcher import ModelPatcher
-from core.run.placed import default_memory_required
+from core.run.placed import Profile, default_memory_required
 
 
 @dataclass(frozen=True)
@@ -102,6 +103,7 @@ class Placement:
         self.events = events if events is not None else EventLog()
         self.interrupt = interrupt if interrupt is not None else threading.Event()
         self.cpu_is_device = cpu_is_device
+        self._profiles: dict[int, Profile] = {}  # id(registered model) -> its activation profile
         probe, target, forced = self._probe()
         settings = self.config.settings
         decision = choose_vram_state(probe.device, probe.total(), settings) if probe is not None else None
@@ -192,16 +194,22 @@ class Placement:
         )  # fmt: skip
 
     # -- models -----------------------------------------------------------------------------------
-    def register(self, model: object, name: str) -> ManagedModel:
-        """Track ``model`` (a ``ModelPatcher``: its stack is applied on placement, or a module)."""
+    def register(self, model: object, name: str, family: str | None = None) -> ManagedModel:
+        """Track ``model`` (a ``ModelPatcher``: its stack is applied on placement, or a module) of
+        ``family`` (whose record says how much room its activations take)."""
         if isinstance(model, ModelPatcher):
             self.mover.use_patcher(model)
+        self._profiles[id(model)] = network_profile(family, model)
         return self.manager.register(model, name)
+
+    def profile(self, model: object) -> Profile:
+        """The inference-memory profile ``model`` was registered with ((None, None): unknown)."""
+        return self._profiles.get(id(model), (None, None))
 
     def place(self, models: Sequence[object], memory_required: int = 0) -> LoadResult:
         """Place ``models``, keeping room for ``memory_required`` bytes of activations (0: the
         measured model's figure for one image at each model's usual size)."""
-        need = memory_required or default_memory_required(self.manager, models)
+        need = memory_required or default_memory_required(self.manager, [self.profile(m) for m in models])
         return self.manager.load_models(models, need)
 
     def offload(self, models: Sequence[object], why: str = "you offloaded it") -> LoadResult:
@@ -231,6 +239,7 @@ class Placement:
             self.manager.unload_models([model], "its file was unloaded")
         self.mover.release(model)
         self.manager.forget(model)
+        self._profiles.pop(id(model), None)
 
     def placed_bytes(self) -> int:
         """What the manager has placed on the device (lock-free: the GUI thread reads it too)."""

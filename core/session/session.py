@@ -25,6 +25,7 @@ from pathlib import Path
 
 from torch import nn
 
+from core.detect.catalog import generation_defaults
 from core.detect.types import Detection
 from core.errors import LoadoutError
 from core.files.dtypes import short_name, torch_dtype_by_short
@@ -167,7 +168,7 @@ class Session:
 
     def _register(self, loaded: LoadedModel) -> None:
         for comp, obj in loaded.pairs():
-            self.placement.register(obj, self.naming(loaded, comp))
+            self.placement.register(obj, self.naming(loaded, comp), comp.family)
 
     def _release(self, loaded: LoadedModel) -> None:
         for obj in loaded.managed:  # also without a device: a card switched off left them tracked
@@ -279,8 +280,9 @@ class Session:
             )  # fmt: skip
             comps.append(info)
         return ModelInfo(
-            loaded.slot.key, loaded.path, loaded.kind, loaded.family, tuple(comps), loaded.seconds
-        )
+            loaded.slot.key, loaded.path, loaded.kind, loaded.family, tuple(comps), loaded.seconds,
+            generation_defaults(loaded.family),
+        )  # fmt: skip
 
     # -- test run ---------------------------------------------------------------------------------
     def test_run(

@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from core.detect.spec import NO_MODEL_DEFAULTS, GenerationDefaults
+
 MAIN_KEY = "main"  # the main slot's key (SlotId.MAIN.key)
 
 
@@ -36,6 +38,8 @@ class ModelInfo:
     family: str | None
     components: tuple[ComponentInfo, ...]
     load_seconds: float = 0.0
+    #: the family's usual generation settings (its record's), what the Generate panel starts from
+    defaults: GenerationDefaults = NO_MODEL_DEFAULTS
 
     @property
     def name(self) -> str:
