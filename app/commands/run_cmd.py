@@ -16,7 +16,7 @@ from core.loading.convert_file import DTYPES, parse_dtype
 from core.memory.policy import MemorySettings, VramState
 from core.patching.merge import LoraArg
 from core.run.headless import RunRequest, parse_bytes, parse_size, run_model
-from core.run.testrun import RunConfig
+from core.session.testrun import RunConfig
 
 
 def register(sub: Any) -> None:

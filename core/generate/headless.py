@@ -21,9 +21,7 @@ from core.generate.request import GenerateRequest, ModelFiles
 from core.generate.session_run import Output
 from core.generate.sweep import Sweep
 from core.loading.assign import interrupt_check
-from core.loading.loader import inspect_for_loading
-from core.memory.devices import device_named
-from core.session.placement import Placement, PlacementConfig
+from core.session.compose import headless_session, load_main
 from core.session.session import Session
 from core.text.t5_tokenizer import T5Tokenizer, T5TokenizerSearch
 
@@ -69,9 +67,7 @@ def _load_all(session: Session, models: ModelFiles, check: Callable[[], None]) -
         )
     main = models.checkpoint or models.diffusion_model
     assert main is not None
-    index, det = inspect_for_loading(main)
-    kind = "checkpoint" if det.kind == "checkpoint" else "diffusion_model"
-    session.load(main, kind, lambda p: None, check, inspected=(index, det))
+    det = load_main(session, main, check)
     for path in models.text_encoders:
         session.load(path, "text_encoder", lambda p: None, check)
     if models.vae is not None:
@@ -88,10 +84,8 @@ def generate_files(
 ) -> GenerateResult:
     """Everything ``loadout generate`` does; ``interrupt`` (set from any thread) stops it within a
     tensor, a layer or a step, before any picture is written."""
-    device = device_named(request.device)
-    config = PlacementConfig(simulate_bytes=request.vram_limit or 0)
-    placement = Placement(device, config, interrupt=interrupt, cpu_is_device=True)
-    session = Session(placement)
+    session, _ = headless_session(request.device, vram_limit=request.vram_limit, interrupt=interrupt)
+    placement = session.placement
     check = interrupt_check(placement.interrupt.is_set)
     report = progress or (lambda p: None)
     report(GenerateProgress("load", 0, 0, "loading the models"))

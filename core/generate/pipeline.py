@@ -28,6 +28,7 @@ from core.generate.events import GenerateProgress, Phase
 from core.generate.network import NetworkAdapter
 from core.generate.preview import Previewer
 from core.generate.request import ImageSettings
+from core.memory.peak import median_step_seconds
 from core.models.clip import CLIPTextModel
 from core.models.t5 import T5Encoder
 from core.models.vae import AutoencoderKL
@@ -122,8 +123,7 @@ class Timings:
 
     @property
     def seconds_per_step(self) -> float:
-        times = sorted(self.steps[1:] or self.steps)  # the first step warms caches and allocators
-        return times[len(times) // 2] if times else 0.0
+        return median_step_seconds(self.steps)
 
     def as_dict(self) -> dict[str, float]:
         return {"text_encode": self.text_encode, "sample": self.sample, "decode": self.decode}
@@ -173,7 +173,7 @@ class Pipeline:
         self.compute = compute
         self.spec = spec
         self.text_family: TextFamily = spec.text
-        self.adapter = NetworkAdapter(nets.diffusion)
+        self.adapter = NetworkAdapter(nets.diffusion, convention=spec.network)
         self.sampling = from_spec(spec.sampling, nets.family, v_prediction=nets.v_prediction)
         self.latent_format = latent_format_for(nets.family)
         self.cache = cache if cache is not None else ConditioningCache()

@@ -38,6 +38,10 @@ class PlanSettings:
     headroom: float = 1.1
     low_vram_headroom: float = 1.3
     stream_buffers: int = 2
+    #: the user (or the demo) fixed the inference headroom: ``min_inference_bytes`` then stands for
+    #: the activations and no per-workload prediction is added. None: decided from the numbers (a
+    #: floor above the reserve is someone's own figure), for settings built without a policy.
+    headroom_fixed: bool | None = None
 
     def __post_init__(self) -> None:
         raw: object = self.vram_state
@@ -50,6 +54,8 @@ class PlanSettings:
             raise ValueError("headroom factors are at least 1 (they only add a safety margin)")
         if min(self.min_inference_bytes, self.reserve_bytes, self.stream_buffers) < 0:
             raise ValueError("memory reserves and the stream buffer count cannot be negative")
+        if self.headroom_fixed is None:
+            object.__setattr__(self, "headroom_fixed", self.min_inference_bytes > self.reserve_bytes)
 
     @property
     def weight_headroom(self) -> float:

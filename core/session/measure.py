@@ -14,11 +14,11 @@ import torch
 from core.files.dtypes import short_name
 from core.loading.loader import LoadedComponent
 from core.memory.inference import Workload, activation_bytes, network_profile
+from core.memory.step_placer import StepPlacer
 from core.memory.tracking import ActivationTracker
-from core.run.placed import StepPlacer
-from core.run.testrun import RunConfig, StepDone, perform_test_run
 from core.session.placement import Placement
 from core.session.snapshots import RunReport
+from core.session.testrun import RunConfig, StepDone, perform_test_run
 
 
 @dataclass
@@ -55,8 +55,7 @@ def measured_test_run(
     work = Workload(config.width, config.height, config.batch, config.dtype.itemsize, attention)
     profile, width = network_profile(component.family, component.module)
     predicted = activation_bytes(profile, work, width)
-    plan = placement.manager.settings  # a floor above the reserve is the user's (or the demo's)
-    fixed = 0 if plan.min_inference_bytes > plan.reserve_bytes else None  # own figure: it stands
+    fixed = 0 if placement.manager.settings.headroom_fixed else None  # the user's figure stands
     place = (
         StepPlacer(placement.manager, placement.mover, managed, (profile, width), work, memory_required=fixed)
         if placement.active

@@ -39,8 +39,8 @@ from core.memory.policy import (
     reserve_bytes,
 )
 from core.memory.probes import CpuProbe, LimitedProbe, MemoryProbe, probe_for
+from core.memory.step_placer import Profile, default_memory_required
 from core.patching.patcher import ModelPatcher
-from core.run.placed import Profile, default_memory_required
 
 
 @dataclass(frozen=True)
@@ -61,6 +61,7 @@ class MemoryView:
     probe: MemoryProbe | None  # what the plot samples (also a GPU set not to be used)
     placed_bytes: Callable[[], int]
     headroom: int | None  # the manager's inference headroom; None when nothing is placed
+    headroom_fixed: bool = False  # the user fixed it: it stands for the activations
 
 
 @dataclass(frozen=True)
@@ -116,10 +117,15 @@ class Placement:
         if probe is not None and decision is not None:
             reserve = reserve_bytes(probe.device, probe.total(), sys.platform, settings)
             inference = self.config.inference_bytes
+            given = inference is not None or settings.min_inference_bytes is not None
             if inference is None:
                 inference = minimum_inference_bytes(reserve, settings)
             state = "normal" if forced else decision.state.value.replace("-", "_")
-            plan = PlanSettings(vram_state=state, reserve_bytes=reserve, min_inference_bytes=inference)
+            # a figure at or below the reserve leaves nothing for activations: they are predicted
+            fixed = given and inference > reserve
+            plan = PlanSettings(
+                vram_state=state, reserve_bytes=reserve, min_inference_bytes=inference, headroom_fixed=fixed
+            )
         self.mover = TorchMover(interrupt=lambda: self.manager.check())
         self.manager = MemoryManager(
             probe.free if probe is not None else (lambda: 0),
@@ -177,7 +183,8 @@ class Placement:
         return self.manager.settings.min_inference_bytes if self.active else None
 
     def describe(self) -> PlacementInfo:
-        view = MemoryView(self.monitor_probe, self.placed_bytes, self.headroom)
+        fixed = bool(self.manager.settings.headroom_fixed) and self.active
+        view = MemoryView(self.monitor_probe, self.placed_bytes, self.headroom, fixed)
         has_gpu = self.accelerator is not None
         if self.probe is None or self.decision is None:
             why = "no GPU was found" if self.accelerator is None else "the VRAM mode is set to no GPU"

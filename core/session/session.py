@@ -35,13 +35,13 @@ from core.loading.loader import LoadedComponent, LoadOptions
 from core.memory.events import MemoryEvent
 from core.memory.manager import NotEnoughMemoryError
 from core.patching.lora_stack import LoraStack, component_name
-from core.run.testrun import RunConfig, StepDone
 from core.session.library import Library
 from core.session.loras import LoraControl
 from core.session.measure import measured_test_run
 from core.session.placement import Placement, PlacementConfig, PlacementInfo
 from core.session.slots import LoadedModel, Loaders, SlotId, refuse_unloadable
 from core.session.snapshots import ComponentInfo, ModelInfo, RunReport, SessionEvent
+from core.session.testrun import RunConfig, StepDone
 from core.session.words import MEMORY_WORDS, kind_word, no_model, not_loaded
 
 Check = Callable[[], None]

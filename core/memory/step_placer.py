@@ -17,7 +17,7 @@ def default_memory_required(manager: MemoryManager, profiles: Sequence[Profile])
     usual size in fp16, the most of them. 0 when the user fixed the inference headroom (a floor
     above the reserve in the manager's settings): that figure then stands for the activations."""
     settings = manager.settings
-    if settings.min_inference_bytes > settings.reserve_bytes:
+    if settings.headroom_fixed:
         return 0
     attention = "cpu_flash" if manager.device == "cpu" else "cuda_flash"
     need = 0
@@ -28,7 +28,7 @@ def default_memory_required(manager: MemoryManager, profiles: Sequence[Profile])
 
 
 class StepPlacer:
-    """``before_step`` for :func:`core.run.testrun.perform_test_run`: asks the manager to place
+    """``before_step`` for :func:`core.session.testrun.perform_test_run`: asks the manager to place
     ``model`` (a no-op when it already is) with room for the ``workload``'s predicted
     activations, ends the previous step's streaming tally, and keeps the most the manager had
     placed on the device. Without a workload, :func:`default_memory_required` is asked for;

@@ -1,0 +1,60 @@
+"""The end of a generation: the A1111 parameters of its pictures and the PNGs that carry them."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import torch
+
+from core.generate.events import GeneratedImage
+from core.generate.hashes import FileHashes
+from core.generate.parameters import GenerationParameters, LoraUse, format_parameters
+from core.generate.png import save_png, to_uint8_rgb
+from core.generate.request import ImageSettings
+
+VERSION = "Loadout 0.1.0"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Made:
+    """What the parameters say a picture was made with, beyond the request's settings."""
+
+    cfg: float  # the CFG used (the family's usual one when the request left it unset)
+    guidance: float | None  # the distilled guidance used (None: the family takes none)
+    model_path: Path
+    loras: tuple[tuple[Path, float, float], ...]  # (file, model strength, clip strength), enabled only
+    img2img: bool
+
+
+def parameters_for(
+    settings: ImageSettings, made: Made, size: tuple[int, int], hashes: FileHashes
+) -> GenerationParameters:
+    """The A1111 parameters of a picture of ``size`` (width, height)."""
+    s = settings.sampling
+    loras = tuple(LoraUse(p.stem, m, c, hashes.lora_hash(p)) for p, m, c in made.loras)
+    return GenerationParameters(
+        prompt=settings.prompt, negative=settings.negative, steps=s.steps, sampler=s.sampler,
+        scheduler=s.scheduler, cfg=made.cfg, seed=s.seed, width=size[0], height=size[1],
+        model=made.model_path.stem, model_hash=hashes.model_hash(made.model_path), loras=loras,
+        denoise=s.denoise if made.img2img else None, guidance=made.guidance,
+    )  # fmt: skip
+
+
+def save_pictures(
+    pixels: torch.Tensor, params: GenerationParameters, paths: Sequence[Path], check: Callable[[], None]
+) -> list[GeneratedImage]:
+    """Write each picture of the batch (B, 3, H, W in [-1, 1]) as a PNG with its parameters."""
+    images = []
+    for i, path in enumerate(paths):
+        check()
+        # a batch shares one seed (one noise draw for all, as ComfyUI): the position tells them apart
+        if len(pixels) > 1:
+            params = replace(params, extra={"Batch size": str(len(pixels)), "Batch pos": str(i)})
+        infotext = format_parameters(params, version=VERSION)
+        save_png(path, to_uint8_rgb(pixels[i]), infotext)
+        images.append(
+            GeneratedImage(path, params, infotext, f"{i + 1}/{len(pixels)}" if len(pixels) > 1 else "")
+        )
+    return images
