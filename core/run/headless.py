@@ -44,7 +44,7 @@ class LoraSummary:
     unmatched: int
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class HeadlessReport:
     """What ``loadout run`` measured. :meth:`to_json` is the one place its JSON is written."""
 
@@ -122,14 +122,17 @@ def run_headless(
     cpu_only = report.device == "cpu" and request.vram_limit is None
     stack = session.loras.stack
     return HeadlessReport(
-        request.model, det.family, device.label, str(cfg.dtype).removeprefix("torch."), cfg.steps,
-        report.seconds_per_step, report.resident_bytes, report.streamed_bytes_per_step,
-        peak_bytes(report.device), report.inference_bytes_predicted, report.inference_bytes_measured,
-        "normal" if cpu_only else decision.state.name.lower(), decision.reason,
-        tuple(placement.events.events()), report.output,
-        tuple(LoraSummary(e.path, len(e.report.matched), len(e.report.unmatched))
-              for e in (stack.entries.values() if stack is not None else ())),
-        os.getpid(),
+        model=request.model, family=det.family, device=device.label,
+        dtype=str(cfg.dtype).removeprefix("torch."), steps=cfg.steps,
+        seconds_per_step=report.seconds_per_step,
+        resident_bytes=report.resident_bytes, streamed_bytes_per_step=report.streamed_bytes_per_step,
+        peak_bytes=peak_bytes(report.device), inference_bytes_predicted=report.inference_bytes_predicted,
+        inference_bytes_measured=report.inference_bytes_measured,
+        vram_state="normal" if cpu_only else decision.state.name.lower(), vram_reason=decision.reason,
+        events=tuple(placement.events.events()), output=report.output,
+        loras=tuple(LoraSummary(e.path, len(e.report.matched), len(e.report.unmatched))
+                    for e in (stack.entries.values() if stack is not None else ())),
+        pid=os.getpid(),
     )  # fmt: skip
 
 

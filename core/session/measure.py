@@ -76,8 +76,11 @@ def measured_test_run(
     if place is not None and not cuda:
         peak_vram = place.peak_placed  # a simulated card: what the manager placed on it
     return RunReport(
-        config.steps, config.width, config.height, config.batch, result.seconds_per_step, total,
-        config.device, short_name(config.dtype), rss.peak, peak_vram, result.output_summary(),
-        resident, streamed, placement.describe().label if placement.active else "", predicted,
-        tracker.peak_bytes if measure_activations else None,
+        steps=config.steps, width=config.width, height=config.height, batch=config.batch,
+        seconds_per_step=result.seconds_per_step, total_seconds=total, device=config.device,
+        dtype=short_name(config.dtype), peak_rss=rss.peak, peak_vram=peak_vram,
+        output=result.output_summary(),
+        resident_bytes=resident, streamed_bytes_per_step=streamed,
+        placement=placement.describe().label if placement.active else "", inference_bytes_predicted=predicted,
+        inference_bytes_measured=tracker.peak_bytes if measure_activations else None,
     )  # fmt: skip

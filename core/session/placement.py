@@ -120,7 +120,7 @@ class Placement:
             given = inference is not None or settings.min_inference_bytes is not None
             if inference is None:
                 inference = minimum_inference_bytes(reserve, settings)
-            state = "normal" if forced else decision.state.value.replace("-", "_")
+            state = VramState.NORMAL_VRAM if forced else decision.state
             # a figure at or below the reserve leaves nothing for activations: they are predicted
             fixed = given and inference > reserve
             plan = PlanSettings(
@@ -196,7 +196,7 @@ class Placement:
         simulated = self.accelerator is None and self.config.simulate_bytes > 0
         label = f"Simulated {_mib(self.probe.total())} GPU (on the CPU)" if simulated else dev.label
         return PlacementInfo(
-            True, self.manager.device, label, self.decision.state.value, self.decision.reason,
+            True, self.manager.device, label, self.decision.state.option, self.decision.reason,
             simulated, has_gpu, view,
         )  # fmt: skip
 

@@ -55,7 +55,7 @@ class ModelInfo:
         return sum(c.bytes for c in self.components)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class LoraInfo:
     id: str
     path: Path
@@ -87,7 +87,7 @@ class StackInfo:
     applied: str = "baked into the weights"  # where the stack takes effect, in words
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class RunReport:
     """What a test run measured (the app's Test run panel; ``loadout run`` turns it into its JSON
     report in :mod:`core.run.headless`)."""
