@@ -13,6 +13,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from app.demo import with_demo_note
 from core.errors import InterruptedByUser
 from core.generate.events import GenerateProgress
 from core.generate.headless import generate_files
@@ -126,6 +127,7 @@ def run(args: argparse.Namespace) -> int:
         return 130
     finally:
         signal.signal(signal.SIGINT, previous)
+    result = with_demo_note(result, request.models.checkpoint or request.models.diffusion_model)
     report = result.to_json()
     if args.json:
         json.dump(report, sys.stdout, indent=1)

@@ -164,6 +164,17 @@ _CODES: dict[str, tuple[str, str, Level]] = {
 }
 
 
+#: code -> where in the window to act on it (the engine speaks in its own terms, not in ours)
+_IN_THE_WINDOW: dict[str, str] = {
+    "no_model": "Double-click a model in the browser, or select it and press Ctrl+L.",
+    "no_device": "Settings > Memory can simulate a card.",
+    "out_of_memory": (
+        "Settings > Memory sets what is kept free for other apps; a component row in Loaded models "
+        "places one part at a time."
+    ),
+}
+
+
 @dataclass(frozen=True)
 class Friendly:
     title: str
@@ -184,6 +195,8 @@ def describe(error: TaskError) -> Friendly:
     text = (
         f"{lead} {error.message}".strip() if lead and error.code != "interrupted" else (lead or error.message)
     )
+    if error.code in _IN_THE_WINDOW:
+        text = f"{text} {_IN_THE_WINDOW[error.code]}"
     return Friendly(title, text, level)
 
 

@@ -260,8 +260,6 @@ def generate(
         for e in placement.events.events()
         if e.timestamp >= started
     )
-    if parts.family == "sd1" and parts.model_path.name.startswith("loadout-demo"):
-        notes = (*notes, "the demo's tiny models have random weights: their pictures look like noise")
     return GenerateResult(
         tuple(images), settings.sampling.seed, timings.seconds_per_step, timings.as_dict(),
         peak_bytes(device), events, notes,
@@ -281,6 +279,6 @@ def require_prompt_models(session: Session) -> None:
         raise LoadoutError(
             "no model is loaded",
             why="pictures are made with a checkpoint or a diffusion model",
-            fix="Load one from the browser first (double-click it, or Ctrl+L)",
+            fix="Load a checkpoint or diffusion model first",
             code="no_model",
         )

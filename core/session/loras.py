@@ -134,7 +134,7 @@ class LoraControl:
                 f"applied on {placement.describe().label}: placed weights patched there, "
                 "streamed layers at each step; the RAM copy stays the file's"
             )
-        return "recorded; applied when the model is placed (Load to GPU, or a test run)"
+        return "recorded; applied when the model is placed on the device (or runs)"
 
     def patched_keys(self) -> dict[str, int]:
         """Per patched component name, how many of its keys the stack patches."""

@@ -154,8 +154,8 @@ class Session:
             # GIL for 100+ ms and would stall the GUI thread)
         info = self._info(loaded)
         where = (
-            f"in system RAM, memory-mapped from the file; Load to GPU (Ctrl+G) places it on "
-            f"{self.placement.describe().label}"
+            f"in system RAM, memory-mapped from the file; it is placed on "
+            f"{self.placement.describe().label} when asked or when it runs"
             if self.placement.active
             else "in system RAM, memory-mapped from the file; computed on the CPU (no GPU)"
         )
@@ -216,7 +216,7 @@ class Session:
                 "there is no GPU to place models on",
                 why=info.reason,
                 fix="Models compute on the CPU from RAM. To see the memory manager at work without a GPU, "
-                "set a simulated card in Settings > Memory",
+                "simulate a card of some size",
                 code="no_device",
             )
 
@@ -232,8 +232,8 @@ class Session:
             raise NotEnoughMemoryError(
                 f"not enough GPU memory for all of {loaded.path.name}{placed}",
                 why=result.refused[0],
-                fix="Offload other models, lower 'Keep free for other apps' in Settings > Memory, or place "
-                "the components one by one (select a component row in Loaded models)",
+                fix="Offload other models, lower the memory kept free for other programs, or place the "
+                "components one by one",
             )
         return self.models()
 
