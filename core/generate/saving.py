@@ -13,8 +13,7 @@ from core.generate.hashes import FileHashes
 from core.generate.parameters import GenerationParameters, LoraUse, format_parameters
 from core.generate.png import save_png, to_uint8_rgb
 from core.generate.request import ImageSettings
-
-VERSION = "Loadout 0.1.0"
+from core.version import engine_version
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -52,7 +51,7 @@ def save_pictures(
         # a batch shares one seed (one noise draw for all, as ComfyUI): the position tells them apart
         if len(pixels) > 1:
             params = replace(params, extra={"Batch size": str(len(pixels)), "Batch pos": str(i)})
-        infotext = format_parameters(params, version=VERSION)
+        infotext = format_parameters(params, version=f"Loadout {engine_version()}")
         save_png(path, to_uint8_rgb(pixels[i]), infotext)
         images.append(
             GeneratedImage(path, params, infotext, f"{i + 1}/{len(pixels)}" if len(pixels) > 1 else "")

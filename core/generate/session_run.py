@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from core.errors import LoadoutError, ModelMismatchError
+from core.errors import ModelMismatchError
 from core.generate.events import GenerateProgress, GenerateResult, Phase
 from core.generate.hashes import FileHashes
 from core.generate.naming import file_paths, numbered_paths
@@ -271,14 +271,3 @@ def _guidance(chosen: float | None, usual: float | None) -> float | None:
     if usual is None:
         return None
     return chosen if chosen is not None else usual
-
-
-def require_prompt_models(session: Session) -> None:
-    """Raise the plain-words error when nothing that can generate is loaded."""
-    if SlotId.MAIN not in session.loaded:
-        raise LoadoutError(
-            "no model is loaded",
-            why="pictures are made with a checkpoint or a diffusion model",
-            fix="Load a checkpoint or diffusion model first",
-            code="no_model",
-        )
