@@ -216,7 +216,7 @@ class Session:
                 "there is no GPU to place models on",
                 why=info.reason,
                 fix="Models compute on the CPU from RAM. To see the memory manager at work without a GPU, "
-                "simulate a card of some size",
+                "use a simulated card (a size to simulate)",
                 code="no_device",
             )
 
