@@ -57,6 +57,7 @@ class Row:
     modelspec: str = ""
     lora_group: str = ""
     spec: DiffusionSpec | None = None
+    network_preset: str = ""
 
 
 def _unet(
@@ -84,7 +85,9 @@ def _unet(
     )
 
 
-def _flux(fid: str, title: str, modelspec: str, spec: DiffusionSpec, notes: str = "") -> Row:
+def _flux(
+    fid: str, title: str, modelspec: str, spec: DiffusionSpec, preset: str = "", notes: str = ""
+) -> Row:
     return Row(
         fid,
         title,
@@ -95,6 +98,7 @@ def _flux(fid: str, title: str, modelspec: str, spec: DiffusionSpec, notes: str 
         modelspec=modelspec,
         lora_group="flux",
         spec=spec,
+        network_preset=preset,
     )
 
 
@@ -137,6 +141,7 @@ DIFFUSION_ROWS: tuple[Row, ...] = (
         latent_format="sd3",
         modelspec="stable-diffusion-3-medium",
         spec=specs.SD3,
+        network_preset="sd3_medium",
     ),
     Row(
         "sd3.5-medium",
@@ -146,6 +151,7 @@ DIFFUSION_ROWS: tuple[Row, ...] = (
         latent_format="sd3",
         modelspec="stable-diffusion-3.5-medium",
         spec=specs.SD3,
+        network_preset="sd35_medium",
     ),
     Row(
         "sd3.5-large",
@@ -155,12 +161,18 @@ DIFFUSION_ROWS: tuple[Row, ...] = (
         latent_format="sd3",
         modelspec="stable-diffusion-3.5-large",
         spec=specs.SD3,
+        network_preset="sd35_large",
     ),
     _flux(
-        "flux-dev", "FLUX.1 [dev]", "flux-1-dev", specs.FLUX_DEV, notes="Kontext [dev] has the same shapes"
+        "flux-dev",
+        "FLUX.1 [dev]",
+        "flux-1-dev",
+        specs.FLUX_DEV,
+        "dev",
+        notes="Kontext [dev] has the same shapes",
     ),
-    _flux("flux-schnell", "FLUX.1 [schnell]", "flux-1-schnell", specs.FLUX_SCHNELL),
-    _flux("flux-fill", "FLUX.1 Fill [dev]", "flux-1-dev-fill", specs.FLUX_FILL),
+    _flux("flux-schnell", "FLUX.1 [schnell]", "flux-1-schnell", specs.FLUX_SCHNELL, "schnell"),
+    _flux("flux-fill", "FLUX.1 Fill [dev]", "flux-1-dev-fill", specs.FLUX_FILL, "fill"),
     _flux("chroma", "Chroma", "chroma", specs.CHROMA),
     Row("auraflow", "AuraFlow", classify_auraflow, 4, prefixes=("model.",), spec=specs.AURAFLOW),
     Row("hunyuan-dit", "Hunyuan-DiT", classify_hunyuan_dit, 4, "fp16", ("mlp_t5.0.weight",)),
@@ -205,5 +217,6 @@ def register_diffusion_families(registry: Registry) -> None:
                 modelspec=row.modelspec,
                 lora_group=row.lora_group,
                 diffusion=row.spec,
+                network_preset=row.network_preset,
             )
         )

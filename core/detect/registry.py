@@ -45,6 +45,7 @@ class Family:
     # presets other layers read from the record (never a table keyed by family id elsewhere):
     latent_format: str = ""  # how the VAE's latents are scaled: "sd1" | "sdxl" | "sd3" | "flux"
     unet_preset: str = ""  # the UNetConfig preset its diffusers layout converts with ("sdxl" ...)
+    network_preset: str = ""  # the DiT config preset its diffusers layout converts with ("dev" ...)
     modelspec: str = ""  # ModelSpec architecture id written into saved files
     lora_group: str = ""  # families in one group take each other's LoRAs (same touched shapes)
     #: what generation and memory planning need (None: a family Loadout cannot sample from)

@@ -27,8 +27,6 @@ CORE = Path(__file__).resolve().parents[2] / "core"
 KNOWN = {
     # the dtype policy's fp16-unsafe set (the GPU-ready helper's policy; a record field next)
     "memory/dtypes.py",
-    # diffusers-layout conversion presets per family (MMDiT and Flux configs to convert with)
-    "loading/architectures.py",
 }
 
 
@@ -37,7 +35,7 @@ def _other_vocabularies() -> set[str]:
     for alias in (spec_module.TextConvention, spec_module.NetworkConvention):
         names |= set(typing.get_args(alias))
     for fam in REGISTRY:
-        names |= {fam.unet_preset, fam.latent_format, fam.lora_group}
+        names |= {fam.unet_preset, fam.network_preset, fam.latent_format, fam.lora_group}
         if fam.diffusion is not None and fam.diffusion.memory_profile:
             names.add(fam.diffusion.memory_profile)
     return names
