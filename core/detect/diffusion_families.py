@@ -8,7 +8,7 @@ is adding a row here (and, for a new architecture, one classifier).
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from core.detect import diffusion_specs as specs
 from core.detect.diffusion_dit import (
@@ -58,6 +58,7 @@ class Row:
     lora_group: str = ""
     spec: DiffusionSpec | None = None
     network_preset: str = ""
+    fp16_unsafe: bool = False
 
 
 def _unet(
@@ -172,18 +173,48 @@ DIFFUSION_ROWS: tuple[Row, ...] = (
         notes="Kontext [dev] has the same shapes",
     ),
     _flux("flux-schnell", "FLUX.1 [schnell]", "flux-1-schnell", specs.FLUX_SCHNELL, "schnell"),
-    _flux("flux-fill", "FLUX.1 Fill [dev]", "flux-1-dev-fill", specs.FLUX_FILL, "fill"),
+    replace(
+        _flux("flux-fill", "FLUX.1 Fill [dev]", "flux-1-dev-fill", specs.FLUX_FILL, "fill"), fp16_unsafe=True
+    ),
     _flux("chroma", "Chroma", "chroma", specs.CHROMA),
     Row("auraflow", "AuraFlow", classify_auraflow, 4, prefixes=("model.",), spec=specs.AURAFLOW),
     Row("hunyuan-dit", "Hunyuan-DiT", classify_hunyuan_dit, 4, "fp16", ("mlp_t5.0.weight",)),
     Row("pixart-alpha", "PixArt-α", classify_pixart, 4, "fp16"),
     Row("pixart-sigma", "PixArt-Σ", classify_pixart, 4, "fp16"),
-    Row("stable-cascade-c", "Stable Cascade stage C", classify_cascade, 16, signature=("clf.1.weight",)),
+    Row(
+        "stable-cascade-c",
+        "Stable Cascade stage C",
+        classify_cascade,
+        16,
+        signature=("clf.1.weight",),
+        fp16_unsafe=True,
+    ),
     Row("stable-cascade-b", "Stable Cascade stage B", classify_cascade, 4, signature=("clf.1.weight",)),
-    Row("lumina2", "Lumina Image 2.0", classify_lumina2, 16),
-    Row("z-image", "Z-Image", classify_lumina2, 16, notes="Lumina 2 architecture at width 3840"),
-    Row("hidream", "HiDream-I1", classify_hidream, 16, signature=("caption_projection.0.linear.weight",)),
-    Row("qwen-image", "Qwen-Image", classify_qwen_image, 16, signature=("txt_norm.weight", "img_in.weight")),
+    Row("lumina2", "Lumina Image 2.0", classify_lumina2, 16, fp16_unsafe=True),
+    Row(
+        "z-image",
+        "Z-Image",
+        classify_lumina2,
+        16,
+        notes="Lumina 2 architecture at width 3840",
+        fp16_unsafe=True,
+    ),
+    Row(
+        "hidream",
+        "HiDream-I1",
+        classify_hidream,
+        16,
+        signature=("caption_projection.0.linear.weight",),
+        fp16_unsafe=True,
+    ),
+    Row(
+        "qwen-image",
+        "Qwen-Image",
+        classify_qwen_image,
+        16,
+        signature=("txt_norm.weight", "img_in.weight"),
+        fp16_unsafe=True,
+    ),
     Row("wan2.1", "Wan 2.1", classify_wan, 16, signature=("patch_embedding.weight",)),
     Row(
         "wan2.2",
@@ -193,8 +224,8 @@ DIFFUSION_ROWS: tuple[Row, ...] = (
         signature=("patch_embedding.weight",),
         notes="48 latent channels for TI2V-5B, 16 for the A14B models",
     ),
-    Row("hunyuan-video", "HunyuanVideo", classify_hunyuan_video, 16),
-    Row("ltxv", "LTX-Video", classify_ltxv, 128),
+    Row("hunyuan-video", "HunyuanVideo", classify_hunyuan_video, 16, fp16_unsafe=True),
+    Row("ltxv", "LTX-Video", classify_ltxv, 128, fp16_unsafe=True),
 )
 
 
@@ -218,5 +249,6 @@ def register_diffusion_families(registry: Registry) -> None:
                 lora_group=row.lora_group,
                 diffusion=row.spec,
                 network_preset=row.network_preset,
+                fp16_unsafe=row.fp16_unsafe,
             )
         )

@@ -24,10 +24,7 @@ from core.sampling import for_family
 CORE = Path(__file__).resolve().parents[2] / "core"
 
 #: Files that still hold family ids, each with why (debt the lead knows about, not new tables).
-KNOWN = {
-    # the dtype policy's fp16-unsafe set (the GPU-ready helper's policy; a record field next)
-    "memory/dtypes.py",
-}
+KNOWN: set[str] = set()
 
 
 def _other_vocabularies() -> set[str]:
