@@ -19,7 +19,7 @@ import json
 import math
 import struct
 import zlib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
@@ -27,6 +27,7 @@ from torch import nn
 
 from core.files.atomic import atomic_file, atomic_write_bytes
 from core.files.writer import write_safetensors
+from core.generate.events import GenerateResult
 from core.loading.architectures import CLIP, FLUX, T5, UNET, VAE
 from core.models.clip import CLIPTextConfig
 from core.models.flux import FluxConfig
@@ -306,6 +307,21 @@ def default_demo_dir() -> Path:
     except ImportError:
         base = ""
     return (Path(base) / "Loadout" if base else Path.home() / ".loadout") / "demo-library"
+
+
+#: What a picture made with the demo's checkpoint says (the engine knows nothing of the demo).
+DEMO_NOTE = "the demo's tiny models have random weights: their pictures look like noise"
+
+
+def is_demo_model(path: Path) -> bool:
+    return path.name.startswith("loadout-demo")
+
+
+def with_demo_note(result: GenerateResult, model: Path | None) -> GenerateResult:
+    """``result`` with the demo's note when it was made with the demo's checkpoint."""
+    if model is None or not is_demo_model(model):
+        return result
+    return replace(result, notes=(*result.notes, DEMO_NOTE))
 
 
 def is_sparse_demo(metadata: object) -> bool:

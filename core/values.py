@@ -17,7 +17,7 @@ import math
 from dataclasses import dataclass
 
 from core.errors import LoadoutError
-from core.memory.events import gib
+from core.units import gib
 
 GiB = 1 << 30
 MiB = 1 << 20

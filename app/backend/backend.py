@@ -37,8 +37,8 @@ from core.generate.session_run import Output
 from core.generate.sweep import Sweep
 from core.library import Entry, ScanProgress
 from core.loading.assign import LoadProgress
-from core.run.testrun import RunConfig, StepDone
 from core.session import ModelInfo, PlacementConfig, RunReport, Session, SessionEvent, SlotId, StackInfo
+from core.session.testrun import RunConfig, StepDone
 
 SCAN_BATCH_INTERVAL = 0.1  # library entries are relayed in batches at most this often (seconds)
 

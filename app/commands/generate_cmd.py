@@ -14,6 +14,7 @@ from typing import Any
 
 from app.commands.args import int_type, number_type, parse_bytes, parse_lora, parse_size
 from app.commands.stopping import guarded_inputs, report_stop, stop_signals
+from app.demo import with_demo_note
 from core.errors import InterruptedByUser
 from core.generate.events import GenerateProgress
 from core.generate.headless import generate_files
@@ -135,6 +136,7 @@ def run(args: argparse.Namespace) -> int:
             result = generate_files(request, progress=_printer(args.quiet or args.json), interrupt=interrupt)
     except InterruptedByUser as exc:
         return report_stop(exc)
+    result = with_demo_note(result, request.models.checkpoint or request.models.diffusion_model)
     report = result.to_json()
     if args.json:
         json.dump(report, sys.stdout, indent=1)

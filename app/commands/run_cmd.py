@@ -16,7 +16,7 @@ from core.errors import InterruptedByUser
 from core.loading.convert_file import DTYPES, parse_dtype
 from core.memory.policy import MemorySettings, VramState
 from core.run.headless import RunRequest, run_model
-from core.run.testrun import RunConfig
+from core.session.testrun import RunConfig
 from core.values import BATCH, RUN_STEPS, SEED
 
 
@@ -38,7 +38,7 @@ def register(sub: Any) -> None:
     p.add_argument("--vram-limit", metavar="BYTES", help="e.g. 4GiB: the budget the manager sees")
     p.add_argument("--dtype", choices=list(DTYPES), default="fp32", help="compute dtype (default fp32)")
     p.add_argument(
-        "--vram-mode", choices=[s.value for s in VramState], help="override the automatic VRAM state"
+        "--vram-mode", choices=[s.option for s in VramState], help="override the automatic VRAM state"
     )
     p.add_argument(
         "--reserve", metavar="BYTES", help="VRAM kept free for other programs (default: automatic)"
@@ -59,7 +59,7 @@ def run(args: argparse.Namespace) -> int:
         device=args.device,
         vram_limit=parse_bytes(args.vram_limit) if args.vram_limit else None,
         settings=MemorySettings(
-            vram_state=VramState(args.vram_mode) if args.vram_mode else None,
+            vram_state=VramState.parse(args.vram_mode) if args.vram_mode else None,
             reserve_bytes=parse_bytes(args.reserve, BYTES) if args.reserve else None,
             min_inference_bytes=parse_bytes(args.inference_memory, BYTES) if args.inference_memory else None,
         ),

@@ -22,11 +22,11 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.backend.fit import FitEstimate, estimate_fit
 from app.backend.monitor import MemoryMonitor
 from app.demo import is_sparse_demo
 from app.gui.theme import colors, human_bytes, human_count, icon, kind_icon, kind_text, set_icon
 from core.library import Entry
+from core.memory.fit import FitEstimate, estimate_fit
 
 LOADABLE = ("checkpoint", "diffusion_model", "vae", "text_encoder")
 FIT_DTYPES = (
@@ -98,6 +98,7 @@ class FitBox(QGroupBox):
         self.monitor = monitor
         self.reserve = 0
         self.headroom: int | None = None  # the memory manager's inference headroom, when placing
+        self.headroom_fixed = False  # the user fixed that headroom (it stands for the activations)
         self.entry: Entry | None = None
         self.verdict = QLabel("-")
         self.text = QLabel("")
@@ -137,6 +138,7 @@ class FitBox(QGroupBox):
             e, free, where=where, on_gpu=self.monitor.has_gpu,
             ram_available=int(psutil.virtual_memory().available), reserve=self.reserve,
             dtype=self.dtype.currentData(), headroom=self.headroom if self.monitor.has_gpu else None,
+            headroom_fixed=self.headroom_fixed and self.monitor.has_gpu,
         )  # fmt: skip
         self.estimate = est
         words = {"fits": "Fits", "partial": "Partially", "no": "Does not fit", "n/a": "No estimate"}

@@ -19,14 +19,12 @@ from core.errors import FileAccessError, FileFormatError, LoadoutError, ModelMis
 from core.files.destination import check_output_file, check_output_folder
 from core.files.png_text import read_picture_header
 from core.generate.events import GenerateProgress, GenerateResult, LoraMatch
-from core.generate.generator import T5_FAMILIES, Generator
+from core.generate.generator import Generator, needs_t5
 from core.generate.request import GenerateRequest, ModelFiles
 from core.generate.session_run import Output
 from core.generate.sweep import Sweep
 from core.loading.assign import interrupt_check
-from core.loading.loader import inspect_for_loading
-from core.memory.devices import device_named
-from core.session.placement import Placement, PlacementConfig
+from core.session.compose import headless_session, load_main
 from core.session.session import Session
 from core.text.t5_tokenizer import T5Tokenizer, T5TokenizerSearch
 from core.values import MAX_AREA, SIDE, BadValueError
@@ -82,9 +80,7 @@ def _load_all(session: Session, models: ModelFiles, check: Callable[[], None]) -
         )
     main = models.checkpoint or models.diffusion_model
     assert main is not None
-    index, det = inspect_for_loading(main)
-    kind = "checkpoint" if det.kind == "checkpoint" else "diffusion_model"
-    session.load(main, kind, lambda p: None, check, inspected=(index, det))
+    det = load_main(session, main, check)
     for path in models.text_encoders:
         session.load(path, "text_encoder", lambda p: None, check)
     if models.vae is not None:
@@ -105,10 +101,8 @@ def generate_files(
         check_output_folder(request.output)
     else:
         check_output_file(request.output)
-    device = device_named(request.device)
-    config = PlacementConfig(simulate_bytes=request.vram_limit or 0)
-    placement = Placement(device, config, interrupt=interrupt, cpu_is_device=True)
-    session = Session(placement)
+    session, _ = headless_session(request.device, vram_limit=request.vram_limit, interrupt=interrupt)
+    placement = session.placement
     check = interrupt_check(placement.interrupt.is_set)
     report = progress or (lambda p: None)
     report(GenerateProgress("load", 0, 0, "loading the models"))
@@ -128,7 +122,7 @@ def generate_files(
     installs = comfyui_installs(request.models.paths)
     beside = [p.resolve().parent.parent / "vae_approx" for p in request.models.paths]  # models/<kind>/f
     generator = Generator(session, taesd_folders=(*(r / "models" / "vae_approx" for r in installs), *beside))
-    if family in T5_FAMILIES:
+    if needs_t5(family):
         search = t5_search or T5TokenizerSearch(comfyui_installs=comfyui_installs(request.models.paths))
         generator.state.t5_tokenizer = T5Tokenizer.find(search)
     init = read_picture(request.image.init_image) if request.image.init_image is not None else None

@@ -47,7 +47,7 @@ class Sampling:
 
     seed: int = 0
     steps: int = 20
-    cfg: float | None = None  # None: the family's usual value (see default_cfg)
+    cfg: float | None = None  # None: the family's usual value (its record's defaults)
     sampler: str = "euler"
     scheduler: str = "normal"
     denoise: float = 1.0
@@ -61,16 +61,6 @@ class Sampling:
             *([(GUIDANCE, self.guidance)] if self.guidance is not None else []),
         ]  # fmt: skip
         return [f"{why}: {r.name} must be {r.describe()}" for r, v in checks if (why := r.problem(v))]
-
-
-def default_cfg(family: str | None) -> float:
-    """The CFG a family is usually run at when none is given: guidance-distilled Flux and Chroma
-    run without classifier-free guidance (1), SD3 at 4.5, the UNet families at 7 (A1111's default)."""
-    if family in ("flux-dev", "flux-schnell", "flux-fill", "chroma"):
-        return 1.0
-    if family in ("sd3", "sd3.5-medium", "sd3.5-large"):
-        return 4.5
-    return 7.0
 
 
 @dataclass(frozen=True)

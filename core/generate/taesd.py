@@ -1,5 +1,6 @@
 """Previews through TAESD, the tiny autoencoder many artists already have (ComfyUI keeps its
-decoders in ``models/vae_approx``: ``taesd_decoder`` for SD1/SD2, ``taesdxl_decoder`` for SDXL).
+decoders in ``models/vae_approx``: ``taesd_decoder`` for SD1/SD2, ``taesdxl_decoder`` for SDXL, the
+family record's ``preview_decoder``).
 
 Facts of the network (the public TAESD release, as ComfyUI and diffusers' AutoencoderTiny load it):
 a plain convolutional decoder in an ``nn.Sequential`` whose index 0 is a soft clamp
@@ -20,16 +21,8 @@ import numpy as np
 import torch
 from torch import nn
 
+from core.detect.catalog import REGISTRY
 from core.errors import LoadoutError
-
-#: diffusion family -> the TAESD decoder file's stem
-DECODERS = {
-    "sd1": "taesd_decoder",
-    "sd2": "taesd_decoder",
-    "sdxl": "taesdxl_decoder",
-    "ssd-1b": "taesdxl_decoder",
-    "segmind-vega": "taesdxl_decoder",
-}
 
 
 class _Clamp(nn.Module):
@@ -98,7 +91,8 @@ def load_taesd(path: Path) -> TaesdPreview:
 
 def find_taesd(family: str, folders: Iterable[Path]) -> Path | None:
     """The family's TAESD decoder in ``folders`` (e.g. ComfyUI's ``models/vae_approx``), if any."""
-    stem = DECODERS.get(family)
+    fam = REGISTRY.get(family)
+    stem = fam.diffusion.preview_decoder if fam is not None and fam.diffusion is not None else None
     if stem is None:
         return None
     for folder in folders:

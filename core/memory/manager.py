@@ -29,6 +29,7 @@ from core.errors import InterruptedByUser, LoadoutError
 from core.memory.events import EventLog, MemoryEvent, gib
 from core.memory.managed import ManagedModel, looked_up_tables, main_dtype, module_sizes
 from core.memory.planning import PlanSettings, Step, plan_free, plan_load_models
+from core.memory.vram_state import VramState
 
 
 class NotEnoughMemoryError(LoadoutError):
@@ -259,7 +260,7 @@ class MemoryManager:
                 need,
                 kept,
                 making_room_for=f"{gib(bytes_free)} of free device memory",
-                allow_partial=self.settings.vram_state != "high_vram",
+                allow_partial=self.settings.vram_state != VramState.HIGH_VRAM,
             )
             done = self._run(list(plan.steps))
             if not plan.possible:

@@ -14,12 +14,12 @@ refuse 1-2 GiB cards that ComfyUI serves by streaming everything).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from enum import Enum
 from types import MappingProxyType
 from typing import Literal
 
-from core.errors import LoadoutError
 from core.memory.devices import DeviceInfo, format_gib
+from core.memory.vram_state import SettingsError as SettingsError
+from core.memory.vram_state import VramState as VramState
 
 MIB = 1024**2
 GIB = 1024**3
@@ -36,50 +36,6 @@ LOW_VRAM_BELOW = 5 * GIB
 #: cards this large are told that high-VRAM mode is an option (never chosen automatically)
 HIGH_VRAM_HINT_FROM = 40 * GIB
 
-
-class SettingsError(LoadoutError, ValueError):
-    """A memory setting is out of range or names something unknown."""
-
-    code = "invalid_setting"
-
-
-class VramState(Enum):
-    DISABLED = "disabled"  # no GPU: everything on the CPU
-    NO_VRAM = "no-vram"  # weights live in RAM and stream to the card per layer
-    LOW_VRAM = "low-vram"  # models load partially; the rest streams from RAM
-    NORMAL_VRAM = "normal"  # models load fully when they fit, partially otherwise
-    HIGH_VRAM = "high-vram"  # models never leave the card
-    SHARED = "shared"  # GPU and CPU share RAM (Apple silicon, iGPUs): offloading frees nothing
-
-    @property
-    def title(self) -> str:
-        return _TITLES[self]
-
-    @classmethod
-    def parse(cls, text: str) -> VramState:
-        """Accepts "low-vram", "lowvram", "low_vram", "low", "normal", "highvram", "cpu" ..."""
-        key = text.strip().lower().replace("_", "-")
-        aliases = {"cpu": "disabled", "novram": "no-vram", "none": "no-vram", "lowvram": "low-vram"}
-        aliases |= {"low": "low-vram", "normal-vram": "normal", "normalvram": "normal"}
-        aliases |= {"highvram": "high-vram", "high": "high-vram", "gpu-only": "high-vram"}
-        key = aliases.get(key, key)
-        for state in cls:
-            if state.value == key:
-                return state
-        choices = ", ".join(s.value for s in cls)
-        raise SettingsError(f"unknown VRAM state {text!r}", fix=f"use one of: {choices}")
-
-
-_TITLES = MappingProxyType(
-    {
-        VramState.DISABLED: "no GPU",
-        VramState.NO_VRAM: "no-VRAM mode",
-        VramState.LOW_VRAM: "low VRAM",
-        VramState.NORMAL_VRAM: "normal VRAM",
-        VramState.HIGH_VRAM: "high VRAM",
-        VramState.SHARED: "shared memory",
-    }
-)
 
 _EFFECTS = MappingProxyType(
     {

@@ -12,8 +12,8 @@ from app.demo import DemoLibrary
 from app.gui.settings import AppSettings
 from core.errors import LoadoutError
 from core.memory.policy import MemorySettings, VramState
-from core.run.testrun import RunConfig
 from core.session import Session, SlotId
+from core.session.testrun import RunConfig
 from tests.app.util import strict
 
 MIB = 2**20

@@ -262,6 +262,3 @@ class AdapterRegistry:
     def __len__(self) -> int:
         return len(self._classes)
 
-
-#: The adapter classes, filled once when ``core.patching.adapters`` is imported.
-registry = AdapterRegistry()

@@ -15,9 +15,9 @@ import core.loading.loader as loader_module
 from core.errors import InterruptedByUser, LoadoutError
 from core.memory.policy import MemorySettings, VramState
 from core.run.headless import RunRequest, run_headless
-from core.run.testrun import RunConfig
 from core.session import Placement, PlacementConfig, Session, SlotId
 from core.session.library import Library
+from core.session.testrun import RunConfig
 from tests.fixtures.st_files import write_tensors
 from tests.fixtures.tiny_models import checkpoint_tensors
 
