@@ -35,6 +35,8 @@ from core.generate.request import ImageSettings
 from core.generate.session_run import Output
 from core.generate.sweep import Sweep
 from core.library import Entry, ScanProgress
+from core.library.hasher import BackgroundHasher, HashProgress
+from core.library.hashes import FileDigest
 from core.loading.assign import LoadProgress
 from core.run.testrun import RunConfig, StepDone
 from core.session import ModelInfo, PlacementConfig, RunReport, Session, SessionEvent, SlotId, StackInfo
@@ -89,6 +91,7 @@ class Backend(QObject):
     demo_ready = Signal(str)  # the demo library's folder
     placement_changed = Signal(object)  # PlacementInfo
     finished = Signal(str)
+    hash_progress = Signal(object)  # HashProgress of the background hash pass (its own thread)
 
     _submit = Signal(object)  # Job, queued to the runner's thread
 
@@ -118,7 +121,12 @@ class Backend(QObject):
             ScanBatch: lambda b: self.entries_found.emit(list(b.entries)),  # type: ignore[attr-defined]
             ScanDone: lambda d: self.scan_done.emit(list(d.problems)),  # type: ignore[attr-defined]
             DemoReady: lambda d: self.demo_ready.emit(d.folder),  # type: ignore[attr-defined]
+            HashProgress: self.hash_progress.emit,
         }
+        # Full-file hashes on a thread of their own (never behind a load), paused while a task runs;
+        # what it finds is relayed like the scan's entries.
+        self.hasher = BackgroundHasher(session.library.hashes, self._hashed, self.worker.post)
+        self.busy_changed.connect(lambda busy: self.hasher.pause() if busy else self.hasher.resume())
         self._pending = 0
         self.current_task: str | None = None
         queued = Qt.ConnectionType.QueuedConnection  # the receiver (self) lives in the GUI thread
@@ -165,6 +173,25 @@ class Backend(QObject):
             self.current_task = None
             self.busy_changed.emit(False)
 
+    def _hashed(self, path: Path, digest: FileDigest) -> None:
+        entry = self.session.library.hashed(path, digest)  # (on the hasher's thread; index is locked)
+        if entry is not None:
+            self.worker.post(ScanBatch((entry,)))
+
+    def _used(self, r: Reporter, paths: list[Path]) -> None:
+        """Note that ``paths`` were used now (the library's "last used"), and show it."""
+        changed = self.session.library.note_used(paths)
+        if changed:
+            r.post(ScanBatch(tuple(changed)))
+
+    def hash_library(self) -> None:
+        """Hash the indexed files that have no hash yet, in the background (after every scan too)."""
+        self.submit("hash", lambda r: self.hasher.submit(self.session.library.hash_jobs()))
+
+    def stop_hashing(self) -> None:
+        """Drop the background hash pass (the file being read is abandoned; hashes found stay)."""
+        self.hasher.cancel()
+
     def _snapshots(self, r: Reporter) -> None:
         r.post(Models(self.session.models()))
         r.post(self.session.loras.info())
@@ -188,6 +215,7 @@ class Backend(QObject):
                 if batch:
                     r.post(ScanBatch(tuple(batch)))
             r.post(ScanDone(tuple(self.session.library.problems)))
+            self.hasher.submit(self.session.library.hash_jobs())
 
         self.submit("scan", work)
 
@@ -195,6 +223,7 @@ class Backend(QObject):
         def work(r: Reporter) -> None:
             r.post(self.session.load(Path(path), kind, lambda p: r.progress(_load_progress(p)), r.check))
             self._snapshots(r)
+            self._used(r, [Path(path)])
 
         self.submit("load", work, Path(path))
 
@@ -209,6 +238,7 @@ class Backend(QObject):
         def work(r: Reporter) -> None:
             r.post(self.session.loras.add(Path(path), float(model), float(clip), force))
             r.post(Models(self.session.models()))
+            self._used(r, [Path(path)])
 
         self.submit("lora", work, Path(path))
 
@@ -284,6 +314,8 @@ class Backend(QObject):
                     r.post(self.generator.sweep(settings, sweep, output, step, r.check))
                 else:
                     r.post(self.generator.generate(settings, output, step, r.check))
+                used = [m.path for m in self.session.models()]
+                self._used(r, used + [lo.path for lo in self.session.loras.info().loras if lo.enabled])
             finally:  # the phases placed models (and a sweep moved a strength): show them as they are
                 if self.session.placement.active:
                     self._snapshots(r)
@@ -342,6 +374,7 @@ class Backend(QObject):
 
     def shutdown(self, timeout_ms: int = 15000) -> bool:
         """Stop the running task, end the worker thread and wait for it. True when it ended."""
+        self.hasher.stop()
         if not self.thread.isRunning():
             return True
         self.stop_flag.set()

@@ -23,3 +23,14 @@ def build_registry() -> Registry:
 
 #: The one registry of the application (never changed after it is built).
 REGISTRY = build_registry()
+
+
+def lora_fits(lora_family: str | None, model_family: str) -> bool:
+    """Whether a LoRA made for ``lora_family`` fits a model of ``model_family``: the same family, or
+    two whose records share a ``lora_group`` (same shapes where a LoRA touches them: SDXL LoRAs on
+    SSD-1B or Vega, Flux LoRAs on every Flux and Chroma; Pony and Illustrious *are* SDXL). An
+    unknown base (None) is never ruled out."""
+    if lora_family is None or lora_family == model_family:
+        return True
+    a, b = REGISTRY.get(lora_family), REGISTRY.get(model_family)
+    return a is not None and b is not None and a.lora_group != "" and a.lora_group == b.lora_group

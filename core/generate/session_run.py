@@ -239,7 +239,7 @@ def generate(
     s = settings.sampling
     seeds = [s.seed] * len(pixels)
     loras = tuple(
-        LoraUse(e.path.stem, e.model_strength, e.clip_strength, state.hashes.lora_hash(e.path))
+        LoraUse(e.path.stem, e.model_strength, e.clip_strength, state.hashes.lora_hash(e.path, check))
         for e in (stack.entries.values() if stack else ())
         if e.enabled
     )
@@ -247,7 +247,7 @@ def generate(
         prompt=settings.prompt, negative=settings.negative, steps=s.steps, sampler=s.sampler,
         scheduler=s.scheduler, cfg=s.cfg if s.cfg is not None else default_cfg(parts.family), seed=s.seed,
         width=pixels.shape[3], height=pixels.shape[2], model=parts.model_path.stem,
-        model_hash=state.hashes.model_hash(parts.model_path), loras=loras,
+        model_hash=state.hashes.model_hash(parts.model_path, check), loras=loras,
         denoise=s.denoise if init is not None else None,
         guidance=(s.guidance if s.guidance is not None else 3.5) if parts.family == "flux-dev" else None,
     )  # fmt: skip
