@@ -219,11 +219,11 @@ class LibraryIndex:
         if self.cache is None or listed.error is not None:
             return entry
         stored = self.cache.get_hash(listed.real, listed.size, listed.mtime_ns)
-        sha256 = stored[0] if stored is not None else None
+        sha256, addnet = stored if stored is not None else (None, None)
         last_used = self.cache.last_used(listed.real)
-        if (sha256, last_used) == (entry.sha256, entry.last_used):
+        if (sha256, addnet, last_used) == (entry.sha256, entry.addnet, entry.last_used):
             return entry
-        return replace(entry, sha256=sha256, last_used=last_used)
+        return replace(entry, sha256=sha256, addnet=addnet, last_used=last_used)
 
     def update(self, path: Path | str, **changes: Any) -> Entry | None:
         """Change fields of an indexed entry (a hash found, a use noted); the new entry, or None

@@ -50,7 +50,9 @@ class Library:
 
     def hashed(self, path: Path, digest: FileDigest) -> Entry | None:
         """Note a digest the hasher found; the updated entry (None: not in the index)."""
-        return self.index.update(path, sha256=digest.sha256) if self.index is not None else None
+        if self.index is None:
+            return None
+        return self.index.update(path, sha256=digest.sha256, addnet=digest.addnet)
 
     def note_used(self, paths: Iterable[Path]) -> list[Entry]:
         """Record that ``paths`` were loaded or used for a picture now (kept in the cache); the
