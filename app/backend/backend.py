@@ -184,10 +184,6 @@ class Backend(QObject):
         if changed:
             r.post(ScanBatch(tuple(changed)))
 
-    def hash_library(self) -> None:
-        """Hash the indexed files that have no hash yet, in the background (after every scan too)."""
-        self.submit("hash", lambda r: self.hasher.submit(self.session.library.hash_jobs()))
-
     def stop_hashing(self) -> None:
         """Drop the background hash pass (the file being read is abandoned; hashes found stay)."""
         self.hasher.cancel()
