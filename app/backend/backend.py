@@ -73,6 +73,14 @@ def _generate_words(p: GenerateProgress) -> str:
     return f"{_PHASE_WORDS.get(p.phase, p.phase)}{steps}…"  # "…": the status bar clears it when idle
 
 
+def _large(path: Path | None) -> bool:
+    """A file that takes a while to hash (so the results held before it are shown first)."""
+    try:
+        return path is not None and path.stat().st_size >= 32 << 20
+    except OSError:
+        return False
+
+
 class Backend(QObject):
     busy_changed = Signal(bool)
     started = Signal(str)
@@ -125,7 +133,10 @@ class Backend(QObject):
         }
         # Full-file hashes on a thread of their own (never behind a load), paused while a task runs;
         # what it finds is relayed like the scan's entries.
-        self.hasher = BackgroundHasher(session.library.hashes, self._hashed, self.worker.post)
+        self._hashed_batch: list[Entry] = []
+        self._hashed_lock = threading.Lock()
+        self._hashed_last = 0.0
+        self.hasher = BackgroundHasher(session.library.hashes, self._hashed, self._hash_progress)
         self.busy_changed.connect(lambda busy: self.hasher.pause() if busy else self.hasher.resume())
         self._pending = 0
         self.current_task: str | None = None
@@ -174,9 +185,30 @@ class Backend(QObject):
             self.busy_changed.emit(False)
 
     def _hashed(self, path: Path, digest: FileDigest) -> None:
-        entry = self.session.library.hashed(path, digest)  # (on the hasher's thread; index is locked)
-        if entry is not None:
-            self.worker.post(ScanBatch((entry,)))
+        """(On the hasher's thread; the index is locked.) Relayed in batches, as scan results."""
+        entry = self.session.library.hashed(path, digest)
+        if entry is None:
+            return
+        with self._hashed_lock:
+            self._hashed_batch.append(entry)
+            if time.monotonic() - self._hashed_last < SCAN_BATCH_INTERVAL:
+                return
+        self._flush_hashed()
+
+    def _flush_hashed(self) -> None:
+        with self._hashed_lock:
+            batch, self._hashed_batch = self._hashed_batch, []
+            self._hashed_last = time.monotonic()
+        if batch:
+            self.worker.post(ScanBatch(tuple(batch)))
+
+    def _hash_progress(self, p: HashProgress) -> None:
+        """Before a large file (seconds of hashing) or at the end, what is held is shown."""
+        with self._hashed_lock:
+            due = time.monotonic() - self._hashed_last >= SCAN_BATCH_INTERVAL
+        if not p.running or due or _large(p.current):
+            self._flush_hashed()
+        self.worker.post(p)
 
     def _used(self, r: Reporter, paths: list[Path]) -> None:
         """Note that ``paths`` were used now (the library's "last used"), and show it."""
