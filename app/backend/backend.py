@@ -395,8 +395,10 @@ class Backend(QObject):
 
     # -- stopping --------------------------------------------------------------------------------
     def interrupt(self) -> None:
-        """Stop the running task. Thread-safe and immediate: sets the flag core checks between
-        tensors, files and steps (never a queued call, which would wait for the task to end)."""
+        """Stop the running task and the background hash pass. Thread-safe and immediate: sets
+        the flag core checks between tensors, files and steps (never a queued call, which would
+        wait for the task to end). Hashes found so far are kept; the next scan resumes the pass."""
+        self.hasher.cancel()
         if self.busy:
             self.stop_flag.set()
 

@@ -123,10 +123,14 @@ class BackgroundHasher:
     def cancel(self) -> None:
         """Drop the queue and the file being read (its partial hash is thrown away)."""
         with self._cond:
+            had_work = bool(self._queue)
             self._queue = []
             self._cancel = True
+            idle = not self._working  # else the thread reports the pass's end itself
             self._cond.notify_all()
         self._resume.set()
+        if had_work and idle:
+            self._report(None, False)
 
     def stop(self, timeout: float | None = 5.0) -> bool:
         """End the thread (within one chunk's read); True when it ended."""

@@ -91,6 +91,13 @@ def test_the_hash_pass_can_be_stopped_from_the_browser(qtbot, make_window, tmp_p
     qtbot.waitUntil(lambda: not window.backend.hasher.busy, timeout=10000)
     hashed = [e for e in b.model.entries() if e.sha256 is not None]
     assert len(hashed) < 3  # stopped before the end
+    # a rescan resumes the pass (what was hashed stays); Stop (Esc) ends it too
+    with qtbot.waitSignal(window.backend.hash_progress, timeout=30000):
+        window.backend.scan([str(folder)])
+    qtbot.waitUntil(lambda: window.backend.hasher.busy and not window.backend.busy, timeout=30000)
+    window.backend.interrupt()
+    qtbot.waitUntil(lambda: not window.backend.hasher.busy, timeout=10000)
+    qtbot.waitUntil(lambda: not b.hash_stop.isVisible(), timeout=5000)
 
 
 def test_loras_are_filtered_to_the_loaded_models_family_and_uses_are_remembered(
