@@ -293,7 +293,7 @@ class BrowserPanel(QWidget):
         self.loaded_family = family
         self.fits.blockSignals(True)
         self.fits.setEnabled(family is not None)
-        self.fits.setText(f"Fits the loaded model ({family})" if family else "Fits the loaded model")
+        self.fits.setText(f"Fits {family}" if family else "Fits the loaded model")  # short: narrow docks
         self.fits.setToolTip(
             f"Only LoRAs made for {family} or a family that takes its LoRAs (other files stay)"
             if family
