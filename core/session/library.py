@@ -50,8 +50,8 @@ class Library:
 
     def hashed(self, path: Path, digest: FileDigest) -> Entry | None:
         """Note a digest the hasher found; the updated entry (None: not in the index)."""
-        if self.index is None:
-            return None
+        if self.index is None or self.hashes.known(path) != digest:
+            return None  # (the file changed while it was read: the next scan hashes it again)
         return self.index.update(path, sha256=digest.sha256, addnet=digest.addnet)
 
     def note_used(self, paths: Iterable[Path]) -> list[Entry]:
