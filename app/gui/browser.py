@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from PySide6.QtCore import QItemSelectionModel, QModelIndex, Qt, Signal
+from PySide6.QtCore import QEvent, QItemSelectionModel, QModelIndex, QObject, Qt, Signal
 from PySide6.QtGui import QKeySequence, QShortcut
 from PySide6.QtWidgets import (
     QAbstractItemView,
@@ -40,6 +40,7 @@ from core.library.hasher import HashProgress
 from core.library.query import KIND_ORDER, disk_usage, wasted_bytes
 from core.session import ModelInfo
 
+NAME_MIN = 180  # px: the narrowest the name column gets (the tree scrolls sideways below that)
 SORTS = (
     ("Name", "name"),
     ("Date", "date"),
@@ -139,10 +140,14 @@ class BrowserPanel(QWidget):
         self.tree.setTextElideMode(Qt.TextElideMode.ElideMiddle)  # keeps the extension in sight
         header = self.tree.header()
         header.setStretchLastSection(False)
-        header.setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
-        for col, width in ((1, 92), (2, 118), (3, 72), (4, 64), (5, 52), (6, 72)):
+        # the name takes what the other columns leave, but never less than NAME_MIN: in a narrow
+        # dock the tree scrolls sideways instead of cutting every name to "a…s" (_fit_name_column)
+        header.setSectionResizeMode(0, QHeaderView.ResizeMode.Interactive)
+        for col, width in ((1, 92), (2, 112), (3, 72), (4, 56), (5, 58), (6, 72)):
             header.setSectionResizeMode(col, QHeaderView.ResizeMode.Interactive)
             self.tree.setColumnWidth(col, width)
+        header.sectionResized.connect(lambda col, _old, _new: col != 0 and self._fit_name_column())
+        self.tree.viewport().installEventFilter(self)
         self.tree.selectionModel().currentChanged.connect(self._on_current)
         self.tree.doubleClicked.connect(self._on_activated)  # (not ``activated`` too: both fire)
         for key in (Qt.Key.Key_Return, Qt.Key.Key_Enter):  # Enter loads, like a double-click
@@ -368,7 +373,19 @@ class BrowserPanel(QWidget):
         if entry is not None:
             self.entry_activated.emit(entry)
 
+    def eventFilter(self, watched: QObject, event: QEvent) -> bool:
+        if watched is self.tree.viewport() and event.type() == QEvent.Type.Resize:
+            self._fit_name_column()
+        return super().eventFilter(watched, event)
+
+    def _fit_name_column(self) -> None:
+        header = self.tree.header()
+        others = sum(header.sectionSize(c) for c in range(1, header.count()) if not header.isSectionHidden(c))
+        self.tree.setColumnWidth(0, max(NAME_MIN, self.tree.viewport().width() - others))
+
     def _after_rebuild(self) -> None:
+        for row in range(self.model.rowCount()):  # a folder's or kind's label spans the whole row
+            self.tree.setFirstColumnSpanned(row, QModelIndex(), True)
         self.tree.expandAll()
         if self._selected_path is not None:
             self.tree.selectionModel().blockSignals(True)
