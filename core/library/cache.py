@@ -3,6 +3,9 @@
 One sqlite file (the app picks its per-user location). A record is keyed by the file's real path
 and is valid while the file's size and ``mtime_ns`` (and the signature of its info sidecars) are
 unchanged. Writes go through sqlite transactions, so a crash leaves the last committed state.
+Beside the records (schema 2): full-file hashes by (real path, size, ``mtime_ns``) and the time
+each file was last used, both kept when a new engine version empties the records. A schema-1
+file is migrated in place (the new tables are added, its records kept).
 
 The cache is a convenience, never a reason to fail: a corrupt file, a file from another schema
 or engine version, or a location that cannot be written is rebuilt (or replaced by an in-memory
