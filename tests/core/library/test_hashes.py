@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import os
 import sqlite3
+import sys
 import threading
 import time
 from collections import Counter
@@ -254,6 +255,9 @@ def test_stop_pause_and_cancel_take_effect_between_chunks_without_blocking(tmp_p
     hasher.pause()
     time.sleep(0.1)
     assert hasher.paused and hasher.busy and not found
+    if sys.platform.startswith("linux"):  # the hash thread runs at a lower priority than the app
+        native = hasher._thread.native_id  # type: ignore[union-attr]
+        assert os.getpriority(os.PRIO_PROCESS, native) > os.getpriority(os.PRIO_PROCESS, 0)
     hasher.resume()
     hasher.cancel()  # drops the file in progress: nothing stored
     assert hasher.wait_idle(5) and not found and store.known(f) is None
@@ -287,3 +291,25 @@ def test_an_unreadable_file_is_reported_and_the_pass_goes_on(tmp_path: Path) -> 
         hasher.stop()
     assert list(found) == ["ok.bin"] and progress[-1].failed == 1
     assert hasher.errors and hasher.errors[0].startswith("gone.bin")
+
+
+class _Recorder:
+    """A file that records the buffer size of every read (and serves zeros)."""
+
+    def __init__(self, size: int) -> None:
+        self.left = size
+        self.asks: list[int] = []
+
+    def readinto(self, buf: bytearray) -> int:
+        self.asks.append(len(buf))
+        n = min(len(buf), self.left)
+        memoryview(buf)[:n] = bytes(n)
+        self.left -= n
+        return n
+
+
+def test_reading_uses_one_fixed_buffer_whatever_the_file_size() -> None:
+    f = _Recorder(10 * 1000 + 7)
+    got = hash_stream(f, chunk=1000)  # type: ignore[arg-type]
+    assert got.sha256 == hashlib.sha256(bytes(10 * 1000 + 7)).hexdigest()
+    assert f.asks == [1000] * 12  # 11 reads with data, one at the end
