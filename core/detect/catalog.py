@@ -91,3 +91,14 @@ def memory_profile(family: str | None) -> str | None:
     """The activation-memory profile of a family (None: none measured)."""
     fam = REGISTRY.get(family) if family else None
     return fam.diffusion.memory_profile if fam is not None and fam.diffusion is not None else None
+
+
+def lora_fits(lora_family: str | None, model_family: str) -> bool:
+    """Whether a LoRA made for ``lora_family`` fits a model of ``model_family``: the same family, or
+    two whose records share a ``lora_group`` (same shapes where a LoRA touches them: SDXL LoRAs on
+    SSD-1B or Vega, Flux LoRAs on every Flux and Chroma; Pony and Illustrious *are* SDXL). An
+    unknown base (None) is never ruled out."""
+    if lora_family is None or lora_family == model_family:
+        return True
+    a, b = REGISTRY.get(lora_family), REGISTRY.get(model_family)
+    return a is not None and b is not None and a.lora_group != "" and a.lora_group == b.lora_group

@@ -13,6 +13,7 @@ import torch
 from core.detect.catalog import REGISTRY
 from core.errors import LoadoutError
 from core.generate.events import GenerateProgress, GenerateResult
+from core.generate.hashes import FileHashes
 from core.generate.request import ImageSettings
 from core.generate.session_run import GenerateState, Output, generate
 from core.generate.sweep import Sweep, run_sweep
@@ -32,7 +33,8 @@ class Generator:
         self, session: Session, *, t5_tokenizer: Path | None = None, taesd_folders: tuple[Path, ...] = ()
     ) -> None:
         self.session = session
-        self.state = GenerateState()
+        # picture hashes come from the library's store: the sqlite cache, else one read kept there
+        self.state = GenerateState(hashes=FileHashes(session.library.hashes))
         self.t5_path = t5_tokenizer  # Settings: an explicit tokenizer file or folder
         self.taesd_folders = taesd_folders  # besides the library's ComfyUI installs
 

@@ -29,15 +29,19 @@ class Made:
 
 
 def parameters_for(
-    settings: ImageSettings, made: Made, size: tuple[int, int], hashes: FileHashes
+    settings: ImageSettings,
+    made: Made,
+    size: tuple[int, int],
+    hashes: FileHashes,
+    check: Callable[[], None] | None = None,
 ) -> GenerationParameters:
     """The A1111 parameters of a picture of ``size`` (width, height)."""
     s = settings.sampling
-    loras = tuple(LoraUse(p.stem, m, c, hashes.lora_hash(p)) for p, m, c in made.loras)
+    loras = tuple(LoraUse(p.stem, m, c, hashes.lora_hash(p, check)) for p, m, c in made.loras)
     return GenerationParameters(
         prompt=settings.prompt, negative=settings.negative, steps=s.steps, sampler=s.sampler,
         scheduler=s.scheduler, cfg=made.cfg, seed=s.seed, width=size[0], height=size[1],
-        model=made.model_path.stem, model_hash=hashes.model_hash(made.model_path), loras=loras,
+        model=made.model_path.stem, model_hash=hashes.model_hash(made.model_path, check), loras=loras,
         denoise=s.denoise if made.img2img else None, guidance=made.guidance,
     )  # fmt: skip
 

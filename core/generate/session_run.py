@@ -253,7 +253,7 @@ def generate(
         cfg=pipeline.cfg(settings), model_path=parts.model_path, img2img=init is not None, guidance=guidance,
         loras=tuple((e.path, e.model_strength, e.clip_strength) for e in entries if e.enabled),
     )  # fmt: skip
-    params = parameters_for(settings, made, (pixels.shape[3], pixels.shape[2]), state.hashes)
+    params = parameters_for(settings, made, (pixels.shape[3], pixels.shape[2]), state.hashes, check)
     images = save_pictures(
         pixels, params, output.paths([settings.sampling.seed] * len(pixels)), check, progress
     )

@@ -34,6 +34,7 @@ class Listed:
     siblings: frozenset[str] = field(repr=False)
     sidecars: str = ""  # signature of the info sidecars beside it ("" when none)
     error: tuple[str, str] | None = None  # (code, message)
+    file_id: tuple[int, int] | None = None  # (st_dev, st_ino)
 
 
 @dataclass
@@ -135,8 +136,9 @@ class Walker:
         self, root: ModelRoot, path: Path, rel: str, real: str, st: os.stat_result, names: frozenset[str]
     ) -> Listed:
         return Listed(
-            path, root, rel, real, st.st_size, st.st_mtime_ns, names, _sidecar_signature(path, names)
-        )
+            path, root, rel, real, st.st_size, st.st_mtime_ns, names, _sidecar_signature(path, names),
+            file_id=(st.st_dev, st.st_ino),
+        )  # fmt: skip
 
 
 def _ident(path: Path) -> tuple[int, int] | None:
