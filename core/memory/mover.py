@@ -18,6 +18,7 @@ import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+import torch
 from torch import Tensor, nn
 
 from core.memory.managed import ManagedModel
@@ -29,6 +30,7 @@ from core.ops.streaming import (
     streamable_layers,
     unstream_layers,
 )
+from core.patching.device_factors import DeviceFactors
 from core.patching.patcher import ModelPatcher, Signature
 
 
@@ -40,6 +42,7 @@ class _Placed:
     loose: set[str] = field(default_factory=set)  # patched keys outside resident and streamed layers
     device: str = "cpu"
     streamed: StreamedLayers | None = None
+    factors: DeviceFactors | None = None  # the stack's factors on the device (see device_factors)
 
 
 def _own_tensors(layer: nn.Module) -> list[tuple[str, Tensor]]:
@@ -106,6 +109,10 @@ class TorchMover:
         placed, module, patcher = self._resolve(entry)
         resident = set(entry.loaded_modules) | set(module_names)
         self._unstream(placed, module)
+        if placed.factors is None or placed.factors.device != torch.device(device):
+            placed.factors = DeviceFactors(device)
+        if patcher is not None:
+            placed.factors.patcher_for(patcher)  # every factor goes now, none at a forward
         placed.device = device
         moved = 0
         for name in module_names:
@@ -116,11 +123,17 @@ class TorchMover:
                 placed.loose.discard(key)
                 self._place(placed, module, patcher, key, original)
                 moved += original.numel() * original.element_size()
-        rest = [n for n, _ in streamable_layers(module) if n not in resident]
+        streamable = [n for n, _ in streamable_layers(module)]
+        rest = [n for n in streamable if n not in resident]
+        self._place_small(placed, module, patcher, entry, resident | set(streamable))
         patch_fn = None
         if patcher is not None:
-            weights = patcher.patched_weight
-            patch_fn = patch_fn_from(lambda key, base: weights(key, base, cache=base.device.type == "cpu"))
+            factors, stack = placed.factors, patcher
+
+            def weights(key: str, base: Tensor) -> tuple[Tensor, bool]:
+                return factors.patcher_for(stack).patched_weight(key, base, cache=base.device.type == "cpu")
+
+            patch_fn = patch_fn_from(weights)
         placed.streamed = stream_layers(
             module, rest, device, patch_fn=patch_fn, interrupt=self.interrupt, pin=self.pin
         )
@@ -135,9 +148,31 @@ class TorchMover:
         if patcher is not None:
             signature = patcher.signature(key)
             if signature:
-                copy = patcher.patched_weight(key, copy, cache=copy.device.type == "cpu")[0]
+                on_device = patcher if placed.factors is None else placed.factors.patcher_for(patcher)
+                copy = on_device.patched_weight(key, copy, cache=copy.device.type == "cpu")[0]
         set_tensor(module, key, copy)
         placed.applied[key] = signature
+
+    def _place_small(
+        self,
+        placed: _Placed,
+        module: nn.Module,
+        patcher: ModelPatcher | None,
+        entry: ManagedModel,
+        handled: set[str],
+    ) -> None:
+        """Tensors of modules that are neither resident nor op layers (a Flux block's RMSNorm
+        scale): they cannot stream, so left on the host every forward would copy them (and wait
+        for the card). They are a few KiB: they go to the device with the first partial load."""
+        for name, _ in entry.module_sizes:
+            if name in handled:
+                continue
+            layer = module.get_submodule(name) if name else module
+            for leaf, tensor in _own_tensors(layer):
+                key = f"{name}.{leaf}" if name else leaf
+                if key not in placed.originals:
+                    placed.originals[key] = tensor
+                    self._place(placed, module, patcher, key, tensor)
 
     def _place_loose(self, placed: _Placed, module: nn.Module, patcher: ModelPatcher | None) -> int:
         """Patched weights outside op layers (a norm's scale, say) are neither resident nor
@@ -217,6 +252,8 @@ class TorchMover:
     def _restore_all(self, placed: _Placed, module: nn.Module) -> None:
         for key, original in placed.originals.items():
             set_tensor(module, key, original)
+        if placed.factors is not None:
+            placed.factors.clear()
         placed.originals.clear()
         placed.applied.clear()
         placed.loose.clear()

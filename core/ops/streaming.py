@@ -413,6 +413,8 @@ def stream_layers(
         if name in to_pin:
             pinned_bias = None if bias is None else bias.detach().pin_memory()
             host = HostCopy(weight.detach().pin_memory(), pinned_bias)
+        if isinstance(weight, DeferredWeight):
+            weight.prepare(dev)  # an fp8 scale goes to the device now, not at every forward
         table = isinstance(layer, nn.Embedding)
         stream = LayerStream(name, weight, bias, dev, group, patch_fn, interrupt, host, table=table)
         group.layers[name] = stream

@@ -35,8 +35,11 @@ from core.quant.gguf_types import BY_NAME
 QK_K = 256
 
 
-def _shifts(values: list[int], device: torch.device, shape: tuple[int, ...]) -> Tensor:
-    return torch.tensor(values, dtype=torch.uint8, device=device).reshape(shape)
+def _shifts(count: int, step: int, device: torch.device, shape: tuple[int, ...]) -> Tensor:
+    """The bit shifts ``0, step, 2 * step, ...`` (``count`` of them) made on ``device`` itself: a
+    ``torch.tensor(list, device=...)`` would copy from the host and wait for the card on every
+    layer (``tests/core/test_no_hidden_syncs.py``)."""
+    return torch.arange(0, count * step, step, dtype=torch.uint8, device=device).reshape(shape)
 
 
 def _f16(blocks: Tensor, start: int) -> Tensor:
@@ -47,14 +50,14 @@ def _f16(blocks: Tensor, start: int) -> Tensor:
 def _nibbles(qs: Tensor, groups: int, width: int) -> Tensor:
     """Split ``(n, groups * width)`` bytes into ``(n, groups, 2, width)`` low/high nibbles."""
     n = qs.shape[0]
-    out = qs.reshape(n, groups, 1, width) >> _shifts([0, 4], qs.device, (1, 1, 2, 1))
+    out = qs.reshape(n, groups, 1, width) >> _shifts(2, 4, qs.device, (1, 1, 2, 1))
     return out & 0x0F
 
 
 def _bits(bytes_: Tensor, groups: int, width: int, count: int, step: int, mask: int) -> Tensor:
     """``(n, groups * width)`` bytes -> ``(n, groups, count, width)`` fields of ``step`` bits."""
     n = bytes_.shape[0]
-    shifts = _shifts([i * step for i in range(count)], bytes_.device, (1, 1, count, 1))
+    shifts = _shifts(count, step, bytes_.device, (1, 1, count, 1))
     return (bytes_.reshape(n, groups, 1, width) >> shifts) & mask
 
 
@@ -120,8 +123,8 @@ def q3_k(blocks: Tensor) -> Tensor:
     qs = blocks[:, 32:96]
     packed = blocks[:, 96:108]
     d = _f16(blocks, 108)
-    low = (packed[:, :8].reshape(n, 1, 8) >> _shifts([0, 4], blocks.device, (1, 2, 1))).reshape(n, 16)
-    high = (packed[:, 8:].reshape(n, 1, 4) >> _shifts([0, 2, 4, 6], blocks.device, (1, 4, 1))).reshape(n, 16)
+    low = (packed[:, :8].reshape(n, 1, 8) >> _shifts(2, 4, blocks.device, (1, 2, 1))).reshape(n, 16)
+    high = (packed[:, 8:].reshape(n, 1, 4) >> _shifts(4, 2, blocks.device, (1, 4, 1))).reshape(n, 16)
     sc = (low & 0x0F) | ((high & 0x03) << 4)
     sc_f = (sc.to(torch.int8) - 32).to(torch.float32)
     dl = (d * sc_f).reshape(n, 16, 1)

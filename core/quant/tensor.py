@@ -50,6 +50,11 @@ class DeferredWeight(Tensor):
         Abstract: each subclass defines it (a torch.Tensor subclass cannot use ABCMeta)."""
         raise NotImplementedError(f"{type(self).__name__} must define _twin")
 
+    def prepare(self, device: torch.device) -> None:
+        """Make what computing on ``device`` needs besides the stored bytes (an fp8 scale's copy)
+        before any forward, so that no forward copies from the host (the streamed-layer setup
+        calls it)."""
+
     def _keeps(self, out: Tensor) -> bool:
         return out.dtype == self.dtype and out.shape == self.shape
 

@@ -26,7 +26,9 @@ MIB, GIB = 2**20, 2**30
 def sd15() -> ModelState:
     unet = UNetModel(UNetConfig.sd1(), device="meta").half()
     sizes = module_sizes(unet)
-    return ModelState("SD1.5 UNet", sum(s for _, s in sizes), module_sizes=sizes, looked_up=looked_up_tables(unet))
+    return ModelState(
+        "SD1.5 UNet", sum(s for _, s in sizes), module_sizes=sizes, looked_up=looked_up_tables(unet)
+    )
 
 
 @pytest.mark.parametrize("card", [256 * MIB, 1 * GIB, 2 * GIB - 1])
@@ -51,7 +53,9 @@ def test_no_vram_mode_only_when_the_user_asks() -> None:
         assert choose_vram_state(card.device, card.total()).state is not VramState.NO_VRAM
         asked = choose_vram_state(card.device, card.total(), MemorySettings(vram_state=VramState.NO_VRAM))
         assert asked.state is VramState.NO_VRAM and not asked.automatic
-    placement = Placement(None, PlacementConfig(MemorySettings(vram_state=VramState.NO_VRAM), simulate_bytes=GIB))
+    placement = Placement(
+        None, PlacementConfig(MemorySettings(vram_state=VramState.NO_VRAM), simulate_bytes=GIB)
+    )
     assert placement.manager.settings.vram_state == "no_vram"
 
 
