@@ -126,7 +126,7 @@ class TorchMover:
         streamable = [n for n, _ in streamable_layers(module)]
         rest = [n for n in streamable if n not in resident]
         self._place_small(placed, module, patcher, entry, resident | set(streamable))
-        patch_fn = None
+        patch_fn, touches = None, None
         if patcher is not None:
             factors, stack = placed.factors, patcher
 
@@ -134,8 +134,9 @@ class TorchMover:
                 return factors.patcher_for(stack).patched_weight(key, base, cache=base.device.type == "cpu")
 
             patch_fn = patch_fn_from(weights)
+            touches = lambda key: bool(stack.signature(key))  # noqa: E731 - the current stack
         placed.streamed = stream_layers(
-            module, rest, device, patch_fn=patch_fn, interrupt=self.interrupt, pin=self.pin
+            module, rest, device, patch_fn=patch_fn, touches=touches, interrupt=self.interrupt, pin=self.pin
         )
         self._place_loose(placed, module, patcher)
         return moved
@@ -215,6 +216,16 @@ class TorchMover:
         if placed.streamed is not None:  # placed (streaming set up, possibly with nothing to stream)
             changed += self._place_loose(placed, module, patcher)
         return changed
+
+    def drop_prefetched(self) -> int:
+        """Free every copy started ahead (the next forward's first layer, fetched at the end of
+        the last one): called when a run ends or is interrupted, so nothing unplanned stays on
+        the device between runs. Returns how many copies were dropped."""
+        dropped = 0
+        for placed in self._placed.values():
+            if placed.streamed is not None:
+                dropped += placed.streamed.drop_prefetched()
+        return dropped
 
     # -- unplacing --------------------------------------------------------------------------------
     def stop_streaming(self, entry: ManagedModel) -> None:

@@ -128,7 +128,7 @@ class Fp8Linear(Linear):
         weight = self.weight
         scaled = weight if isinstance(weight, ScaledFp8Weight) else None
         if (
-            (stream is None or stream.patch_fn is None)  # patched weights are computed upcast
+            (stream is None or not stream.patched())  # patched weights are computed upcast
             and (scaled is None or (scaled.patch is None and scaled.fp8_matmul))
             and weight.dtype == torch.float8_e4m3fn
             and scaled_mm_blocker(x, weight) is None

@@ -129,6 +129,8 @@ class LayerStream:
     staged: Staged | None = None  # the copy started ahead, taken by the next forward
     #: an embedding table: its forward looks rows up where the table lives (see :meth:`look_up`)
     table: bool = False
+    #: whether ``patch_fn`` changes a key (None: assume it does)
+    touches: Callable[[str], bool] | None = None
     _ptrs: tuple[int, int] = field(default=(0, 0), init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -137,6 +139,15 @@ class LayerStream:
     @property
     def nbytes(self) -> int:
         return self.weight.nbytes + (self.bias.nbytes if self.bias is not None else 0)
+
+    def patched(self) -> bool:
+        """Whether a patch changes this layer's weight or bias (an fp8 layer nothing patches may
+        multiply in fp8 although it streams)."""
+        if self.patch_fn is None:
+            return False
+        if self.touches is None:
+            return True
+        return self.touches(f"{self.key}.weight") or self.touches(f"{self.key}.bias")
 
     # -- at forward ---------------------------------------------------------------------------
     def cast(
@@ -302,10 +313,13 @@ class StreamedLayers:
         self._order_known = self._order_known or bool(self._order)
         return self.stats.end_forward()
 
-    def drop_prefetched(self) -> None:
-        """Free the copies started ahead (after an interrupt, or before unloading)."""
-        for s in self.layers.values():
+    def drop_prefetched(self) -> int:
+        """Free the copies started ahead (after a run or an interrupt, or before unloading);
+        returns how many there were."""
+        held = [s for s in self.layers.values() if s.staged is not None]
+        for s in held:
             s.staged = None
+        return len(held)
 
     def after_fetch(self, stream: LayerStream, device: torch.device) -> None:
         ident = id(stream)
@@ -373,6 +387,7 @@ def stream_layers(
     device: torch.device | str,
     *,
     patch_fn: PatchFn | None = None,
+    touches: Callable[[str], bool] | None = None,
     interrupt: InterruptCheck | None = None,
     pin: bool = False,
     pin_budget: int | None = None,
@@ -382,10 +397,11 @@ def stream_layers(
 
     Their parameters stay where they are; each forward copies them to the input's device, applies
     ``patch_fn`` (keys are ``f"{name}.weight"`` / ``".bias"``, so ``module`` is the patcher's model
-    and must hold the *unpatched* weights of these layers) and casts. ``pin`` makes pinned host
-    copies of CPU weights within ``pin_budget`` bytes (CUDA only). ``prefetch`` copies the next
-    layer ahead: on a side stream on CUDA, synchronously elsewhere. Everything is checked before
-    any layer changes; :func:`unstream_layers` undoes it."""
+    and must hold the *unpatched* weights of these layers) and casts; ``touches(key)`` says
+    whether ``patch_fn`` changes a key (a layer it does not may take the fp8 matmul path).
+    ``pin`` makes pinned host copies of CPU weights within ``pin_budget`` bytes (CUDA only).
+    ``prefetch`` copies the next layer ahead: on a side stream on CUDA, synchronously elsewhere.
+    Everything is checked before any layer changes; :func:`unstream_layers` undoes it."""
     dev = torch.device(device)
     if dev.type == "cuda" and dev.index is None:
         dev = torch.device("cuda", torch.cuda.current_device())
@@ -416,7 +432,9 @@ def stream_layers(
         if isinstance(weight, DeferredWeight):
             weight.prepare(dev)  # an fp8 scale goes to the device now, not at every forward
         table = isinstance(layer, nn.Embedding)
-        stream = LayerStream(name, weight, bias, dev, group, patch_fn, interrupt, host, table=table)
+        stream = LayerStream(
+            name, weight, bias, dev, group, patch_fn, interrupt, host, table=table, touches=touches
+        )
         group.layers[name] = stream
         layer.stream = stream
     return group

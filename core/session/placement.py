@@ -135,8 +135,8 @@ class Placement:
             probe = probe_for(self.accelerator)
             if simulate > 0:
                 probe = LimitedProbe(probe, simulate)
-            kind = self.accelerator.kind
-            return probe, "cuda" if kind in ("cuda", "rocm") else kind, False
+            # the card itself, index included: "cuda" alone would be whichever card is current
+            return probe, self.accelerator.torch_device, False
         if simulate > 0:
             cpu = CpuProbe(cpu_device(_ram_total(), name="Simulated GPU"))
             return LimitedProbe(cpu, simulate, charge=self.placed_bytes), "cpu", False
@@ -203,6 +203,11 @@ class Placement:
         measured model's figure for one image at each model's usual size)."""
         need = memory_required or default_memory_required(self.manager, models)
         return self.manager.load_models(models, need)
+
+    def settle(self) -> None:
+        """A run ended (done, failed or interrupted): copies started ahead for a next forward are
+        freed, so nothing the plan does not count stays on the device."""
+        self.mover.drop_prefetched()
 
     def offload(self, models: Sequence[object], why: str = "you offloaded it") -> LoadResult:
         return self.manager.unload_models(models, why)
