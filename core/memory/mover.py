@@ -23,6 +23,7 @@ from torch import Tensor, nn
 
 from core.memory.managed import ManagedModel
 from core.models.state import get_tensor, set_tensor
+from core.ops.staging import StagingBackend, StagingRing, build_ring, packed_bytes
 from core.ops.streaming import (
     StreamedLayers,
     patch_fn_from,
@@ -32,6 +33,7 @@ from core.ops.streaming import (
 )
 from core.patching.device_factors import DeviceFactors
 from core.patching.patcher import ModelPatcher, Signature
+from core.quant.tensor import DeferredWeight
 
 
 @dataclass
@@ -43,12 +45,28 @@ class _Placed:
     device: str = "cpu"
     streamed: StreamedLayers | None = None
     factors: DeviceFactors | None = None  # the stack's factors on the device (see device_factors)
+    ring: StagingRing | None = None  # pinned staging buffers of its streamed layers
+    pinning_note: str = ""  # why it streams from pageable memory (told once)
 
 
 def _own_tensors(layer: nn.Module) -> list[tuple[str, Tensor]]:
     found: list[tuple[str, Tensor]] = [(n, t) for n, t in layer._parameters.items() if t is not None]
     found += [(n, t) for n, t in layer._buffers.items() if t is not None]
     return found
+
+
+def _release_cached(device: str) -> None:
+    """Give the blocks freed by an unload back to the driver (CUDA's caching allocator keeps them
+    otherwise: taken from the desktop, and shown as used in the memory plot)."""
+    if torch.device(device).type == "cuda" and torch.cuda.is_available():
+        torch.cuda.empty_cache()
+
+
+def _layer_tensors(module: nn.Module, name: str) -> list[Tensor | None]:
+    layer = module.get_submodule(name) if name else module
+    weight = getattr(layer, "weight", None)
+    plain = weight.plain() if isinstance(weight, DeferredWeight) else weight
+    return [plain, getattr(layer, "bias", None)]
 
 
 def _owner(key: str) -> str:
@@ -59,9 +77,23 @@ class TorchMover:
     """Implements ``core.memory.manager.Mover``. Models are registered as a ``ModelPatcher`` (its
     stack is applied on placement and at cast time) or as a bare ``nn.Module``."""
 
-    def __init__(self, *, interrupt: Callable[[], None] | None = None, pin: bool = False) -> None:
+    def __init__(
+        self,
+        *,
+        interrupt: Callable[[], None] | None = None,
+        pin: bool = False,
+        pinned_cap: int | None = None,
+        staging: StagingBackend | None = None,
+        on_pinning: Callable[[str, str], None] | None = None,
+    ) -> None:
+        """``pin``: streamed layers go through a few reused pinned buffers (``core.ops.staging``)
+        within ``pinned_cap`` bytes (None: no cap) from ``staging`` (the CUDA backend by default);
+        when they cannot be had, ``on_pinning(model, reason)`` is told and copies are pageable."""
         self.interrupt = interrupt
         self.pin = pin
+        self.pinned_cap = pinned_cap
+        self.staging_backend = staging
+        self.on_pinning = on_pinning
         self._placed: dict[int, _Placed] = {}
         # module id -> its patcher, held weakly: the app owns its stacks
         self._patchers: weakref.WeakValueDictionary[int, ModelPatcher] = weakref.WeakValueDictionary()
@@ -136,7 +168,13 @@ class TorchMover:
             patch_fn = patch_fn_from(weights)
             touches = lambda key: bool(stack.signature(key))  # noqa: E731 - the current stack
         placed.streamed = stream_layers(
-            module, rest, device, patch_fn=patch_fn, touches=touches, interrupt=self.interrupt, pin=self.pin
+            module,
+            rest,
+            device,
+            patch_fn=patch_fn,
+            touches=touches,
+            interrupt=self.interrupt,
+            staging=self._ring(placed, module, rest, device, entry.name),
         )
         self._place_loose(placed, module, patcher)
         return moved
@@ -153,6 +191,24 @@ class TorchMover:
                 copy = on_device.patched_weight(key, copy, cache=copy.device.type == "cpu")[0]
         set_tensor(module, key, copy)
         placed.applied[key] = signature
+
+    def _ring(
+        self, placed: _Placed, module: nn.Module, names: Sequence[str], device: str, model: str
+    ) -> StagingRing | None:
+        """The staging buffers for ``names`` streamed to ``device`` (kept while big enough), or
+        None: pinning off, a host device, nothing to stream, or pinning failed (said once)."""
+        kind = torch.device(device).type
+        if not self.pin or kind == "cpu" or (kind == "meta" and self.staging_backend is None):
+            return None  # host memory is the device (or a test's stand-in without a backend)
+        largest = max((packed_bytes(_layer_tensors(module, n)) for n in names), default=0)
+        if placed.ring is not None and placed.ring.slot_bytes >= largest:
+            return placed.ring
+        cap = self.pinned_cap if self.pinned_cap is not None else 1 << 62
+        placed.ring, note = build_ring(largest, cap, backend=self.staging_backend)
+        if note and note != placed.pinning_note and self.on_pinning is not None and largest:
+            self.on_pinning(model, note)
+        placed.pinning_note = note
+        return placed.ring
 
     def _place_small(
         self,
@@ -237,6 +293,8 @@ class TorchMover:
         placed, module, _ = found
         self._unstream(placed, module)
         self._restore_all(placed, module)
+        placed.ring = None
+        _release_cached(placed.device)
 
     def unload(self, entry: ManagedModel, module_names: Sequence[str]) -> int:
         found = self._find(entry)
@@ -253,6 +311,7 @@ class TorchMover:
                 placed.applied.pop(key, None)
                 set_tensor(module, key, original)
                 freed += original.numel() * original.element_size()
+        _release_cached(placed.device)
         return freed
 
     def _unstream(self, placed: _Placed, module: nn.Module) -> None:

@@ -32,6 +32,7 @@ from torch import Tensor, nn
 from core.ops.alignment import copy_for_compute
 from core.ops.fp8 import is_fp8
 from core.ops.layers import CastWeights
+from core.ops.staging import StagingRing
 from core.quant.tensor import DeferredWeight
 
 #: ``patch(key, base) -> weight``: the weight of state-dict key ``key`` with its patch stack applied
@@ -243,6 +244,13 @@ class LayerStream:
         """Fresh copies of the source on ``device``; on ``side`` (a CUDA stream) when given."""
         src_w, src_b = (self.pinned.weight, self.pinned.bias) if self.pinned else (self.weight, self.bias)
         non_blocking = self.pinned is not None
+        ring, slot = self.group.staging, None
+        if ring is not None and self.pinned is None and device.type != "cpu" and src_w.device.type == "cpu":
+            plain = src_w.plain() if isinstance(src_w, DeferredWeight) else src_w
+            (host_w, src_b), slot = ring.stage([plain, src_b])  # through a pinned buffer, reused
+            assert host_w is not None
+            src_w = src_w._twin(host_w) if isinstance(src_w, DeferredWeight) else host_w
+            non_blocking = True
 
         def fresh(t: Tensor | None) -> Tensor | None:
             # on the source's own device at the source's address residue, elsewhere a fresh device
@@ -254,13 +262,18 @@ class LayerStream:
         if side is None:
             w = fresh(src_w)
             assert w is not None
-            return Staged(device, w, fresh(src_b))
+            b = fresh(src_b)
+            if ring is not None and slot is not None:
+                ring.issued(slot, None)  # the buffer is free again once the current stream copied it
+            return Staged(device, w, b)
         with torch.cuda.stream(side):
             w = fresh(src_w)
             assert w is not None
             b = fresh(src_b)
             ready = torch.cuda.Event()  # type: ignore[no-untyped-call]
             ready.record(side)
+            if ring is not None and slot is not None:
+                ring.issued(slot, side)
         return Staged(device, w, b, ready)
 
     def release(self) -> None:
@@ -277,10 +290,17 @@ class StreamedLayers:
     """The layers one :func:`stream_layers` call streams: their shared side stream (CUDA), the order
     they run in (learned on the first forward, for prefetching) and their :class:`StreamStats`."""
 
-    def __init__(self, device: torch.device, side: torch.cuda.Stream | None, prefetch: bool) -> None:
+    def __init__(
+        self,
+        device: torch.device,
+        side: torch.cuda.Stream | None,
+        prefetch: bool,
+        staging: StagingRing | None = None,
+    ) -> None:
         self.device = device
         self.side_stream = side
         self.prefetch = prefetch
+        self.staging = staging  # pinned buffers host copies go through (None: pageable copies)
         self.stats = StreamStats()
         self.layers: dict[str, LayerStream] = {}
         self._order: list[LayerStream] = []
@@ -392,6 +412,7 @@ def stream_layers(
     pin: bool = False,
     pin_budget: int | None = None,
     prefetch: bool = True,
+    staging: StagingRing | None = None,
 ) -> StreamedLayers:
     """Put the op layers ``names`` of ``module`` in streaming mode towards ``device``.
 
@@ -401,7 +422,9 @@ def stream_layers(
     whether ``patch_fn`` changes a key (a layer it does not may take the fp8 matmul path).
     ``pin`` makes pinned host copies of CPU weights within ``pin_budget`` bytes (CUDA only).
     ``prefetch`` copies the next layer ahead: on a side stream on CUDA, synchronously elsewhere.
-    Everything is checked before any layer changes; :func:`unstream_layers` undoes it."""
+    ``staging`` (a :class:`core.ops.staging.StagingRing`) sends host weights through a few
+    reused pinned buffers instead. Everything is checked before any layer changes;
+    :func:`unstream_layers` undoes it."""
     dev = torch.device(device)
     if dev.type == "cuda" and dev.index is None:
         dev = torch.device("cuda", torch.cuda.current_device())
@@ -416,7 +439,7 @@ def stream_layers(
             raise ValueError(f"layer {name!r} has no loaded weight to stream")
     cuda = dev.type == "cuda"
     side = torch.cuda.Stream(dev) if cuda and prefetch else None  # type: ignore[no-untyped-call]
-    group = StreamedLayers(dev, side, prefetch)
+    group = StreamedLayers(dev, side, prefetch, staging)
     sizes = [
         (name, _nbytes(layer))
         for name, layer in layers

@@ -35,6 +35,7 @@ from core.memory.policy import (
     VramState,
     choose_vram_state,
     minimum_inference_bytes,
+    pinned_memory_cap,
     reserve_bytes,
 )
 from core.memory.probes import CpuProbe, LimitedProbe, MemoryProbe, probe_for
@@ -118,7 +119,12 @@ class Placement:
                 inference = minimum_inference_bytes(reserve, settings)
             state = "normal" if forced else decision.state.value.replace("-", "_")
             plan = PlanSettings(vram_state=state, reserve_bytes=reserve, min_inference_bytes=inference)
-        self.mover = TorchMover(interrupt=lambda: self.manager.check())
+        self.mover = TorchMover(
+            interrupt=lambda: self.manager.check(),
+            pin=settings.pinned_memory,
+            pinned_cap=pinned_memory_cap(_ram_total(), sys.platform, settings),
+            on_pinning=self._pinning_note,
+        )
         self.manager = MemoryManager(
             probe.free if probe is not None else (lambda: 0),
             self.mover,
@@ -127,6 +133,10 @@ class Placement:
             events=self.events,
             interrupt=self.interrupt,
         )
+
+    def _pinning_note(self, model: str, reason: str) -> None:
+        """Streaming from pageable memory (pinning failed or is capped): the plot shows why."""
+        self.events.emit("keep", model, 0, reason[0].upper() + reason[1:] + ".", details={"pinning": "off"})
 
     def _probe(self) -> tuple[MemoryProbe | None, str, bool]:
         """(probe, torch device to place on, whether the VRAM state is forced to normal)."""
