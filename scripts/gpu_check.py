@@ -164,9 +164,8 @@ def main(argv: list[str] | None = None) -> int:
             section = {"status": "failed", "reason": f"{type(exc).__name__}: {exc}"}
         section["seconds"] = round(time.perf_counter() - t0, 1)
         report[name] = section
-        print(
-            f"{name:24s} {section['status']:8s} {section['seconds']:7.1f} s  {section.get('reason', '')[:100]}"
-        )
+        why = str(section.get("reason", ""))[:100]
+        print(f"{name:24s} {section['status']:8s} {section['seconds']:7.1f} s  {why}")
         ns.out.write_text(json.dumps(report, indent=2))  # after each section: a killed run keeps its parts
     failed = [n for n in chosen if report[n]["status"] == "failed"]
     print(f"report: {ns.out}" + (f"; failed: {', '.join(failed)}" if failed else ""))
