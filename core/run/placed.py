@@ -24,9 +24,10 @@ def profile_of(model: object) -> tuple[str | None, int | None]:
     return None, None
 
 
-def default_memory_required(manager: MemoryManager, models: Sequence[object]) -> int:
+def default_memory_required(manager: MemoryManager, models: Sequence[object], dtype_bytes: int = 2) -> int:
     """Activation bytes to ask for when the workload is not known yet: one image at each model's
-    usual size in fp16, the most of them. 0 when the user fixed the inference headroom (a floor
+    usual size, activations of ``dtype_bytes`` each (2: fp16/bf16; 4 where the card computes in
+    fp32: Pascal, GTX 16-series), the most of them. 0 when the user fixed the inference headroom (a floor
     above the reserve in the manager's settings): that figure then stands for the activations."""
     settings = manager.settings
     if settings.min_inference_bytes > settings.reserve_bytes:
@@ -36,7 +37,8 @@ def default_memory_required(manager: MemoryManager, models: Sequence[object]) ->
     for m in models:
         profile, width = profile_of(m)
         if profile is not None:
-            need = max(need, activation_bytes(profile, native_workload(profile, 2, attention), width))
+            work = native_workload(profile, dtype_bytes, attention)
+            need = max(need, activation_bytes(profile, work, width))
     return need
 
 

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 import psutil
 
 from core.memory.devices import DeviceInfo, cpu_device, discover_devices, format_gib
+from core.memory.dtypes import DtypePolicy
 from core.memory.events import EventLog
 from core.memory.managed import ManagedModel
 from core.memory.manager import LoadResult, MemoryManager
@@ -181,6 +182,16 @@ class Placement:
         return self.manager.device if self.active else None
 
     @property
+    def compute_bytes(self) -> int:
+        """Bytes per activation element a diffusion model computes with here: the dtype policy's
+        choice for the card (4 on Pascal and GTX 16-series, which compute in fp32); 2 on a card
+        simulated on the CPU, which stands for a GPU computing in fp16."""
+        if self.accelerator is None:
+            return 2
+        choice = DtypePolicy().storage_and_compute("diffusion_model", None, None, self.accelerator)
+        return choice.compute.itemsize
+
+    @property
     def headroom(self) -> int | None:
         return self.manager.settings.min_inference_bytes if self.active else None
 
@@ -211,7 +222,7 @@ class Placement:
     def place(self, models: Sequence[object], memory_required: int = 0) -> LoadResult:
         """Place ``models``, keeping room for ``memory_required`` bytes of activations (0: the
         measured model's figure for one image at each model's usual size)."""
-        need = memory_required or default_memory_required(self.manager, models)
+        need = memory_required or default_memory_required(self.manager, models, self.compute_bytes)
         return self.manager.load_models(models, need)
 
     def settle(self) -> None:

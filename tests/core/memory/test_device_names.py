@@ -54,3 +54,20 @@ def test_placement_places_on_the_named_card(monkeypatch: pytest.MonkeyPatch) -> 
     monkeypatch.setattr(placement_module, "probe_for", lambda d: FakeProbe(d.total_bytes, device=d))
     assert Placement(TWO_CARDS[1]).manager.device == "cuda:1"
     assert Placement(TWO_CARDS[0]).manager.device == "cuda:0"
+
+
+def test_cards_computing_in_fp32_ask_for_fp32_activations(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Pascal and GTX 16-series compute in fp32: the activation room asked for is counted at
+    4 bytes an element there (it was 2 everywhere)."""
+    from core.models.unet import UNetModel
+    from core.models.unet_config import UNetConfig
+    from core.run.placed import default_memory_required
+
+    monkeypatch.setattr(placement_module, "probe_for", lambda d: FakeProbe(d.total_bytes, device=d))
+    gtx = Placement(nvidia_device(0, "NVIDIA GeForce GTX 1660 SUPER", 6 * GIB, (7, 5)))
+    rtx = Placement(TWO_CARDS[0])
+    assert gtx.compute_bytes == 4 and rtx.compute_bytes == 2
+    unet = UNetModel(UNetConfig.sd1(), device="meta")
+    fp32 = default_memory_required(gtx.manager, [unet], gtx.compute_bytes)
+    fp16 = default_memory_required(rtx.manager, [unet], rtx.compute_bytes)
+    assert fp32 == 2 * fp16 > 0
