@@ -84,7 +84,7 @@ class TaesdPreview:
         """The first picture as (3, 8h, 8w) uint8 on the latent's device."""
         decoder = self.decoder_on(latent.device)
         with torch.inference_mode():
-            out = decoder(latent[:1].detach().to(torch.float32))[0]
+            out: torch.Tensor = decoder(latent[:1].detach().to(torch.float32))[0]
             return (out.clamp(0, 1) * 255).round().to(torch.uint8)
 
     def rgb(self, latent: torch.Tensor) -> np.ndarray:
