@@ -171,22 +171,33 @@ class LayerStream:
         self.group.stats.record(self.nbytes, patched=False, prefetched=ahead)
         return staged.weight, staged.bias
 
-    def look_up(self, weight: Tensor, ids: Tensor, device: torch.device) -> Tensor | None:
+    def look_up(
+        self, weight: Tensor, ids: Tensor, device: torch.device, dtype: torch.dtype | None = None
+    ) -> Tensor | None:
         """An embedding's rows for ``ids``, gathered where the table lives and sent to ``device``:
         a 49,408 x 768 CLIP table (76 MB) or T5's (263 MB) never travels, only the rows a prompt
         uses. A gather copies values exactly, so the rows are those of a resident table, bit for
-        bit. None when the table must travel after all: quantized (dequantized on the computing
-        device), or patched (the patched table is made where the resident one would be)."""
-        if not self.table or isinstance(self.weight, DeferredWeight):
+        bit. A quantized or fp8 table (GGUF, scaled fp8) sends the stored bytes of those rows and
+        decodes them on ``device`` in ``dtype`` (as a resident table does): a T5 table
+        is never materialised whole. None when the table must travel after all: patched (the
+        patched table is made where the resident one would be), or small."""
+        if not self.table:
             return None
-        if ids.numel() * self.weight[0].nbytes >= self.weight.nbytes:  # a small table (T5's relative
-            return None  # position buckets, looked up L x L times) travels whole: fewer bytes
+        deferred = self.weight if isinstance(self.weight, DeferredWeight) else None
+        rows_of_table = int(deferred.logical_shape[0]) if deferred is not None else self.weight.shape[0]
+        if ids.numel() * (self.weight.nbytes // max(1, rows_of_table)) >= self.weight.nbytes:
+            return None  # a small table (T5's position buckets, looked up L x L times) travels whole
         self._check(weight, None)
         if self.patch_fn is not None and self.patch_fn(f"{self.key}.weight", self.weight) is not self.weight:
             return None
         self.group.after_fetch(self, device)  # first: a repeat closes the previous forward
-        rows = F.embedding(ids.to(self.weight.device), self.weight).to(device)
-        self.group.stats.record(rows.nbytes, patched=False, prefetched=False)
+        if deferred is not None:
+            rows = deferred.rows(ids.to(device), dtype or torch.float32)  # as a resident table's
+            sent = ids.numel() * (self.weight.nbytes // max(1, rows_of_table))
+        else:
+            rows = F.embedding(ids.to(self.weight.device), self.weight).to(device)
+            sent = rows.nbytes
+        self.group.stats.record(sent, patched=False, prefetched=False)
         return rows
 
     def _check(self, weight: Tensor, bias: Tensor | None) -> None:

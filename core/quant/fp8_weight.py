@@ -125,6 +125,18 @@ class ScaledFp8Weight(DeferredWeight):
             w.mul_(self.scale.reshape(()).to(device=w.device, dtype=dtype))
         return w
 
+    def rows(self, ids: Tensor, dtype: torch.dtype) -> Tensor:
+        """An fp8 embedding's rows for ``ids``: only they are sent (as fp8) and scaled on ``ids``'
+        device, in ComfyUI's order, so each value is the one the whole table would give."""
+        if self.patch is not None or self.ndim != 2:
+            return super().rows(ids, dtype)
+        picked = self.plain()[ids.reshape(-1).to(self.device)]
+        scale, _ = self.scales_on(ids.device)
+        w = picked.to(ids.device, non_blocking=True).to(dtype)
+        if scale is not None:
+            w.mul_(scale.reshape(()).to(dtype))
+        return w.reshape(*ids.shape, self.shape[1])
+
     @property
     def scale_value(self) -> float:
         return 1.0 if self.scale is None else float(self.scale.reshape(()))

@@ -98,6 +98,11 @@ class DeferredWeight(Tensor):
         dense_w = self.decoded(dtype, device)
         return dense_w if self.patch is None else self.patch(dense_w)
 
+    def rows(self, ids: Tensor, dtype: torch.dtype) -> Tensor:
+        """``F.embedding(ids, values)`` on ``ids``' device. Subclasses whose rows can be read
+        alone (GGML blocks, fp8 values) send and decode only those; this default decodes all."""
+        return torch.nn.functional.embedding(ids, self.materialize(dtype, ids.device))
+
     @property
     def logical_shape(self) -> torch.Size:
         return self.shape
