@@ -194,6 +194,11 @@ BLOCK_DEQUANT: dict[str, Callable[[Tensor], Tensor]] = {
 }
 
 
+#: Elements dequantized at once into a narrower target dtype (1 Mi: 4 MiB of float32 values,
+#: ~13 MiB of temporaries for Q4_K; ``bench/transients.py`` measured the whole-weight peaks).
+CHUNK_ELEMENTS = 1 << 20
+
+
 def dequantize(
     raw: Tensor,
     qtype: str,
@@ -203,7 +208,8 @@ def dequantize(
 ) -> Tensor:
     """The ``shape`` tensor that ``raw`` (uint8 bytes of ``qtype`` blocks, row-major) encodes, in
     ``dtype`` on ``device`` (default: where ``raw`` is). Computed in float32 on that device, then
-    cast: the same bytes give the same bits on every path."""
+    cast (in chunks of :data:`CHUNK_ELEMENTS` when ``dtype`` is narrower): the same bytes give
+    the same bits on every path."""
     fn = BLOCK_DEQUANT.get(qtype)
     if fn is None:
         raise ValueError(f"cannot dequantize GGML type {qtype}")
@@ -219,5 +225,17 @@ def dequantize(
             f"{flat.numel()} bytes of {qtype} cannot hold a {tuple(shape)} tensor "
             f"({spec.block} elements per {spec.block_bytes}-byte block)"
         )
-    values = fn(flat.reshape(-1, spec.block_bytes)).reshape(shape)
-    return values if dtype == torch.float32 else values.to(dtype)
+    blocks = flat.reshape(-1, spec.block_bytes)
+    per_chunk = max(1, CHUNK_ELEMENTS // spec.block)
+    if dtype == torch.float32 or blocks.shape[0] <= per_chunk:
+        values = fn(blocks).reshape(shape)
+        return values if dtype == torch.float32 else values.to(dtype)
+    # A narrower target: chunks of blocks, each computed in float32 and cast into the output, so
+    # the float32 values and the formulas' temporaries (8-12 bytes an element for the K types)
+    # exist for one chunk at a time, not the whole weight. Every element is computed by the same
+    # operations as in one piece (no reduction crosses a block): the same bits.
+    out = torch.empty(blocks.shape[0] * spec.block, dtype=dtype, device=blocks.device)
+    for first in range(0, blocks.shape[0], per_chunk):
+        part = blocks[first : first + per_chunk]
+        out[first * spec.block : (first + part.shape[0]) * spec.block].copy_(fn(part).reshape(-1))
+    return out.reshape(shape)

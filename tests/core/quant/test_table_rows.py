@@ -23,16 +23,17 @@ VOCAB, WIDTH = 512, 64
 
 
 class LargestFloat(TorchDispatchMode):
-    """The most elements of any floating-point tensor an op produced."""
+    """The most elements of any floating-point tensor (of ``dtype`` when given) an op produced."""
 
-    def __init__(self) -> None:
+    def __init__(self, dtype: torch.dtype | None = None) -> None:
         super().__init__()
         self.most = 0
+        self.dtype = dtype
 
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         out = func(*args, **(kwargs or {}))
         for t in tree_leaves(out):
-            if isinstance(t, torch.Tensor) and t.is_floating_point():
+            if isinstance(t, torch.Tensor) and t.is_floating_point() and self.dtype in (None, t.dtype):
                 self.most = max(self.most, t.numel())
         return out
 
