@@ -24,6 +24,7 @@ from gguf import GGMLQuantizationType, quants
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
+from core.memory.transients import layer_inflight_bytes
 from core.ops.layers import Linear
 from core.ops.streaming import patch_fn_from, stream_layers, unstream_layers
 from core.patching.adapters import LoRAAdapter
@@ -95,6 +96,8 @@ def measure(fmt: str, rows: int, cols: int, dtype: torch.dtype, lora: bool) -> d
         up, down = torch.randn(rows, 16, generator=g), torch.randn(16, cols, generator=g)
         patcher.add_patches("lora", {"weight": [KeyPatch(LoRAAdapter(up, down, alpha=16.0))]})
         patch_fn = patch_fn_from(lambda key, base: patcher.patched_weight(key.removeprefix("."), base))
+    if fmt in DTYPES:  # a plain 16-bit weight computes as stored (a card's usual case): no cast
+        dtype = DTYPES[fmt]
     x = torch.randn(1, cols, dtype=dtype)
     group = stream_layers(layer, [""], "cpu", patch_fn=patch_fn, prefetch=False)
     try:
@@ -106,10 +109,12 @@ def measure(fmt: str, rows: int, cols: int, dtype: torch.dtype, lora: bool) -> d
     del group
     numel = rows * cols
     stored = layer.weight.nbytes
+    predicted = layer_inflight_bytes(layer.weight, None, dtype.itemsize, patched=lora, host=True)
     return {
         "format": fmt, "lora": lora, "dtype": str(dtype).removeprefix("torch."), "shape": [rows, cols],
         "stored_bytes": stored, "peak_bytes": live.peak, "peak_per_element": round(live.peak / numel, 3),
         "beyond_stored_per_element": round((live.peak - stored) / numel, 3),
+        "predicted_bytes": predicted, "measured_over_predicted": round(live.peak / predicted, 3),
     }  # fmt: skip
 
 
