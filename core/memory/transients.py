@@ -23,7 +23,7 @@ from types import MappingProxyType
 from torch import Tensor, nn
 
 from core.quant.dequant import CHUNK_ELEMENTS
-from core.quant.tensor import DeferredWeight, QuantizedWeight
+from core.quant.tensor import DeferredWeight, QuantizedWeight, logical_shape
 
 #: Scratch bytes per element of one dequantization chunk (float32 values and the formulas'
 #: temporaries), measured by bench/transients.py on a 3072 x 12288 weight decoded to bf16 (CPU,
@@ -43,7 +43,7 @@ def layer_inflight_bytes(
     the bake's blocks are cache-sized buffers kept between bakes, not counted)."""
     stored = weight.nbytes + (bias.nbytes if bias is not None else 0)
     deferred = isinstance(weight, DeferredWeight)
-    numel = math.prod(weight.logical_shape) if deferred else weight.numel()
+    numel = math.prod(logical_shape(weight))
     # the decoded values (a plain weight's cast is not counted: the compute dtype is known only
     # at forward, and a 16-bit weight on a card usually computes as stored)
     values = numel * compute_bytes if deferred else 0
