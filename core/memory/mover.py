@@ -273,6 +273,22 @@ class TorchMover:
             changed += self._place_loose(placed, module, patcher)
         return changed
 
+    def factor_bytes(self, target: object) -> int:
+        """Bytes of the LoRA factors placing ``target`` copies to the device (its active stack's
+        adapters, each once): the caller adds them to the room it asks the manager for."""
+        module = self._module_of(target)
+        patcher = target if isinstance(target, ModelPatcher) else self._patchers.get(id(module))
+        if patcher is None:
+            return 0
+        adapters = {
+            id(p.adapter): p.adapter
+            for s in patcher.sets
+            if s.active
+            for ps in s.patches.values()
+            for p in ps
+        }
+        return sum(a.factor_bytes() for a in adapters.values())
+
     def drop_prefetched(self) -> int:
         """Free every copy started ahead (the next forward's first layer, fetched at the end of
         the last one): called when a run ends or is interrupted, so nothing unplanned stays on

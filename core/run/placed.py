@@ -80,7 +80,8 @@ class StepPlacer:
 
     def __call__(self) -> None:
         self._stats()
-        result = self.manager.load_models([self.model], self.memory_required)
+        factors = self.mover.factor_bytes(self.model)  # the LoRA factors placed beside the weights
+        result = self.manager.load_models([self.model], self.memory_required + factors)
         if not result.ok:
             raise self._refusal(result)
         placed = sum(info.device_bytes for info in self.manager.loaded())

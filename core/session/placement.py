@@ -223,7 +223,8 @@ class Placement:
         """Place ``models``, keeping room for ``memory_required`` bytes of activations (0: the
         measured model's figure for one image at each model's usual size)."""
         need = memory_required or default_memory_required(self.manager, models, self.compute_bytes)
-        return self.manager.load_models(models, need)
+        factors = sum(self.mover.factor_bytes(m) for m in models)  # LoRA factors live on the device
+        return self.manager.load_models(models, need + factors)
 
     def settle(self) -> None:
         """A run ended (done, failed or interrupted): copies started ahead for a next forward are

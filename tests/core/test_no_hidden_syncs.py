@@ -178,3 +178,21 @@ def test_the_tracer_sees_what_it_must() -> None:
             bool(x.sum() > 0)  # meta has no values: the read fails there, recorded before it does
     kinds = [f.kind for f in trace.findings]
     assert kinds == ["host_to_device", "factory_from_host", "scalar_read"], kinds
+
+
+def test_the_factors_placed_on_the_device_are_counted_in_the_plan(tmp_path: Path) -> None:
+    """The LoRA factors copied to the device with the weights are asked for as room: the plan's
+    reserve grows by their bytes (each adapter once)."""
+    from core.session.placement import Placement, PlacementConfig
+
+    module = load_diffusion_model(_write(tmp_path, TINY_FLUX, "fp16")).module
+    patcher = ModelPatcher(module)
+    patches = lora_patches(module, op_layers(module)[::3], 1)
+    patcher.add_patches("lora", patches)
+    factors = sum(kp.adapter.factor_bytes() for kps in patches.values() for kp in kps)
+    placement = Placement(None, PlacementConfig(simulate_bytes=1 << 30, inference_bytes=0))
+    placement.register(patcher, "flux")
+    assert placement.mover.factor_bytes(patcher) == factors > 0
+    result = placement.place([patcher], memory_required=1000)
+    (load,) = [e for e in result.events if e.kind == "load"]
+    assert load.details["reserve_bytes"] == 1000 + factors
