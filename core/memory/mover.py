@@ -24,8 +24,8 @@ from torch import Tensor, nn
 from core.memory.managed import ManagedModel
 from core.models.state import get_tensor, set_tensor
 from core.ops.staging import StagingBackend, StagingRing, build_ring, packed_bytes
+from core.ops.stream_group import StreamedLayers
 from core.ops.streaming import (
-    StreamedLayers,
     patch_fn_from,
     stream_layers,
     streamable_layers,
