@@ -33,8 +33,13 @@ from core.ops.alignment import copy_for_compute
 from core.ops.fp8 import is_fp8
 from core.ops.layers import CastWeights
 from core.ops.staging import StagingRing
-from core.ops.stream_group import StreamedLayers
+from core.ops.stream_group import StreamedLayers, StreamStats
 from core.quant.tensor import DeferredWeight
+
+__all__ = [
+    "HostCopy", "InterruptCheck", "LayerStream", "PatchFn", "Staged", "StreamStats", "StreamedLayers",
+    "patch_fn_from", "plan_pinning", "stream_layers", "streamable_layers", "unstream_layers",
+]  # fmt: skip
 
 #: ``patch(key, base) -> weight``: the weight of state-dict key ``key`` with its patch stack applied
 #: to ``base`` (a fresh copy on the compute device); ``base`` itself when nothing patches ``key``.

@@ -23,9 +23,11 @@ from safetensors.torch import save_file
 from torch import nn
 
 from core.loading.loader import load_diffusion_model
+from core.memory.managed import module_sizes
 from core.memory.manager import MemoryManager
 from core.memory.mover import TorchMover
 from core.memory.planning import PlanSettings
+from core.memory.transients import inflight_sizes
 from core.patching.patcher import ModelPatcher
 from core.patching.side import LoraSidePath, set_side_outputs
 from core.quant.dequant import BLOCK_DEQUANT, dequantize
@@ -68,8 +70,15 @@ def _placed(
     size = sum(t.nbytes for t in module.state_dict().values())
     mover = TorchMover()
     mover.use_patcher(patcher)
-    settings = PlanSettings(vram_state="normal", reserve_bytes=0, min_inference_bytes=0)
-    manager = MemoryManager(lambda: int(size * fraction), mover, settings=settings, device="meta")
+    state = "normal"
+    free = int(size * fraction)
+    if fraction < 1:  # a part resident, and room for two decoded layers in flight
+        flights = {**dict(module_sizes(module)), **dict(inflight_sizes(module))}
+        two = sum(sorted(flights.values(), reverse=True)[:2])
+        # a tiny GGUF model's two largest layers decode into more than the whole model: all stream
+        state, free = ("no_vram", two) if two >= size else ("normal", min(free + two, size - 1))
+    settings = PlanSettings(vram_state=state, reserve_bytes=0, min_inference_bytes=0)
+    manager = MemoryManager(lambda: free, mover, settings=settings, device="meta")
     manager.register(patcher, "model")
     manager.load_models([patcher]).raise_if_refused()
     return module, mover, manager, patcher
