@@ -23,11 +23,9 @@ from safetensors.torch import save_file
 from torch import nn
 
 from core.loading.loader import load_diffusion_model
-from core.memory.managed import module_sizes
 from core.memory.manager import MemoryManager
 from core.memory.mover import TorchMover
 from core.memory.planning import PlanSettings
-from core.memory.transients import inflight_sizes
 from core.patching.patcher import ModelPatcher
 from core.patching.side import LoraSidePath, set_side_outputs
 from core.quant.dequant import BLOCK_DEQUANT, dequantize
@@ -35,6 +33,7 @@ from core.quant.gguf_types import BY_NAME
 from tests.core.ops import lora_patches, op_layers
 from tests.fixtures.fp8_scaled import write_scaled_fp8
 from tests.fixtures.gguf_quant import write_comfy_gguf
+from tests.fixtures.placing import room_to_stream
 from tests.fixtures.sync_trace import HostSyncTrace
 from tests.fixtures.tiny_models import FORWARD, TINY_FLUX, TINY_UNET_SD1, Tiny
 
@@ -67,16 +66,9 @@ def _placed(
     patcher = ModelPatcher(module)
     if lora_seed is not None:
         patcher.add_patches("lora", lora_patches(module, op_layers(module)[::3], lora_seed))
-    size = sum(t.nbytes for t in module.state_dict().values())
     mover = TorchMover()
     mover.use_patcher(patcher)
-    state = "normal"
-    free = int(size * fraction)
-    if fraction < 1:  # a part resident, and room for two decoded layers in flight
-        flights = {**dict(module_sizes(module)), **dict(inflight_sizes(module))}
-        two = sum(sorted(flights.values(), reverse=True)[:2])
-        # a tiny GGUF model's two largest layers decode into more than the whole model: all stream
-        state, free = ("no_vram", two) if two >= size else ("normal", min(free + two, size - 1))
+    state, free = room_to_stream(module, fraction)
     settings = PlanSettings(vram_state=state, reserve_bytes=0, min_inference_bytes=0)
     manager = MemoryManager(lambda: free, mover, settings=settings, device="meta")
     manager.register(patcher, "model")
