@@ -31,8 +31,8 @@ from app.backend.monitor import MemoryMonitor
 from app.demo import is_sparse_demo
 from app.gui.theme import colors, human_bytes, human_count, icon, kind_icon, kind_text, set_icon
 from core.library import Entry
-from core.memory.fit import FitEstimate, estimate_fit
 from core.library.query import Duplicate
+from core.memory.fit import FitEstimate, estimate_fit
 
 LOADABLE = ("checkpoint", "diffusion_model", "vae", "text_encoder")
 FIT_DTYPES = (

@@ -246,6 +246,7 @@ def generate(
     try:
         pixels, timings, notes = pipeline.run(settings, hooks, init)
     finally:
+        placement.settle()  # copies fetched ahead for a next step are freed (also on a stop)
         session.note("phase_end", "done", "the generation's phases are over")
     progress(GenerateProgress("save", 0, len(pixels)))
     guidance = _guidance(settings.sampling.guidance, pipeline.spec.defaults.guidance)

@@ -73,6 +73,9 @@ class ModelState:
     #: modules that, streamed, send only the rows a forward looks up (embedding tables): nothing of
     #: their size is in flight on the device
     looked_up: frozenset[str] = frozenset()
+    #: modules whose bytes in flight while streamed exceed their stored bytes (a GGUF or fp8
+    #: layer is decoded on the device: ``core.memory.transients``): name -> bytes in flight
+    inflight: tuple[tuple[str, int], ...] = ()
 
     def __post_init__(self) -> None:
         sizes = dict(self.module_sizes)
@@ -99,8 +102,10 @@ class ModelState:
 
     @property
     def flight(self) -> dict[str, int]:
-        """Module -> bytes it has in flight on the device while streamed (0 for looked-up tables)."""
-        return {n: 0 if n in self.looked_up else s for n, s in self.modules}
+        """Module -> bytes it has in flight on the device while streamed: 0 for looked-up tables,
+        stored + decoded + scratch for the ``inflight`` ones, else the stored bytes."""
+        more = dict(self.inflight)
+        return {n: 0 if n in self.looked_up else max(s, more.get(n, s)) for n, s in self.modules}
 
     @property
     def resident(self) -> frozenset[str]:

@@ -9,6 +9,11 @@ there on cards over 15 GiB). Activation memory is a different fact: it depends o
 (family, size, batch, dtype, attention kernel) and is predicted by the measured model in
 ``core.memory.inference``; ComfyUI's fixed 0.8 GiB minimum is not taken over (it made the manager
 refuse 1-2 GiB cards that ComfyUI serves by streaming everything).
+
+No-VRAM mode is never chosen automatically (as ComfyUI, whose ``--novram`` is the user's flag):
+a small card runs in low-VRAM mode, where planning keeps resident what the card holds once the
+predicted activations, the streamed modules in flight and the reserve are set aside, and streams
+the rest. Streaming everything on a 2 GiB card would move every weight every step for nothing.
 """
 
 from __future__ import annotations
@@ -30,8 +35,7 @@ ROLES: tuple[DtypeRole, ...] = ("diffusion_model", "text_encoder", "vae", "contr
 #: dtype names a setting may use (storage or compute)
 DTYPE_NAMES = ("fp32", "fp16", "bf16", "fp8_e4m3fn", "fp8_e5m2")
 
-#: below this a card runs in no-VRAM mode; below LOW_VRAM_BELOW in low-VRAM mode
-NO_VRAM_BELOW = 3 * GIB
+#: below this a card runs in low-VRAM mode (no-VRAM mode only when the user asks for it)
 LOW_VRAM_BELOW = 5 * GIB
 #: cards this large are told that high-VRAM mode is an option (never chosen automatically)
 HIGH_VRAM_HINT_FROM = 40 * GIB
@@ -116,8 +120,6 @@ def automatic_vram_state(device: DeviceInfo, total: int) -> VramDecision:
     card = f"{format_gib(total)} {_card_word(device)}"
     if device.shared_memory:
         state = VramState.SHARED
-    elif total < NO_VRAM_BELOW:
-        state = VramState.NO_VRAM
     elif total < LOW_VRAM_BELOW:
         state = VramState.LOW_VRAM
     else:

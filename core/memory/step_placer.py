@@ -12,9 +12,10 @@ from core.memory.mover import TorchMover
 Profile = tuple[str | None, int | None]  # (inference-memory profile, channel width): network_profile
 
 
-def default_memory_required(manager: MemoryManager, profiles: Sequence[Profile]) -> int:
+def default_memory_required(manager: MemoryManager, profiles: Sequence[Profile], dtype_bytes: int = 2) -> int:
     """Activation bytes to ask for when the workload is not known yet: one image at each model's
-    usual size in fp16, the most of them. 0 when the user fixed the inference headroom (a floor
+    usual size, activations of ``dtype_bytes`` each (2: fp16/bf16; 4 where the card computes in
+    fp32: Pascal, GTX 16-series), the most of them. 0 when the user fixed the inference headroom (a floor
     above the reserve in the manager's settings): that figure then stands for the activations."""
     settings = manager.settings
     if settings.headroom_fixed:
@@ -23,7 +24,8 @@ def default_memory_required(manager: MemoryManager, profiles: Sequence[Profile])
     need = 0
     for profile, width in profiles:
         if profile is not None:
-            need = max(need, activation_bytes(profile, native_workload(profile, 2, attention), width))
+            work = native_workload(profile, dtype_bytes, attention)
+            need = max(need, activation_bytes(profile, work, width))
     return need
 
 
@@ -66,7 +68,8 @@ class StepPlacer:
 
     def __call__(self) -> None:
         self._stats()
-        result = self.manager.load_models([self.model], self.memory_required)
+        factors = self.mover.factor_bytes(self.model)  # the LoRA factors placed beside the weights
+        result = self.manager.load_models([self.model], self.memory_required + factors)
         if not result.ok:
             raise self._refusal(result)
         placed = sum(info.device_bytes for info in self.manager.loaded())

@@ -68,8 +68,11 @@ def measured_test_run(
         progress(done)
 
     t0 = time.perf_counter()
-    with tracker if measure_activations else contextlib.nullcontext():
-        result = perform_test_run(component.module, config, check=check, progress=step, before_step=place)
+    try:
+        with tracker if measure_activations else contextlib.nullcontext():
+            result = perform_test_run(component.module, config, check=check, progress=step, before_step=place)
+    finally:
+        placement.settle()  # the next run's first layer, fetched ahead, is not kept (nor on a stop)
     total = time.perf_counter() - t0
     resident, streamed = place.finish() if place is not None else (0, 0)
     peak_vram = int(torch.cuda.max_memory_allocated(config.device)) if cuda else None

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 import psutil
 
 from core.memory.devices import DeviceInfo, cpu_device, discover_devices, format_gib
+from core.memory.dtypes import DtypePolicy
 from core.memory.events import EventLog
 from core.memory.inference import network_profile
 from core.memory.managed import ManagedModel
@@ -36,6 +37,7 @@ from core.memory.policy import (
     VramState,
     choose_vram_state,
     minimum_inference_bytes,
+    pinned_memory_cap,
     reserve_bytes,
 )
 from core.memory.probes import CpuProbe, LimitedProbe, MemoryProbe, probe_for
@@ -126,7 +128,12 @@ class Placement:
             plan = PlanSettings(
                 vram_state=state, reserve_bytes=reserve, min_inference_bytes=inference, headroom_fixed=fixed
             )
-        self.mover = TorchMover(interrupt=lambda: self.manager.check())
+        self.mover = TorchMover(
+            interrupt=lambda: self.manager.check(),
+            pin=settings.pinned_memory,
+            pinned_cap=pinned_memory_cap(_ram_total(), sys.platform, settings),
+            on_pinning=self._pinning_note,
+        )
         self.manager = MemoryManager(
             probe.free if probe is not None else (lambda: 0),
             self.mover,
@@ -136,6 +143,10 @@ class Placement:
             interrupt=self.interrupt,
         )
 
+    def _pinning_note(self, model: str, reason: str) -> None:
+        """Streaming from pageable memory (pinning failed or is capped): the plot shows why."""
+        self.events.emit("keep", model, 0, reason[0].upper() + reason[1:] + ".", details={"pinning": "off"})
+
     def _probe(self) -> tuple[MemoryProbe | None, str, bool]:
         """(probe, torch device to place on, whether the VRAM state is forced to normal)."""
         simulate = self.config.simulate_bytes
@@ -143,8 +154,8 @@ class Placement:
             probe = probe_for(self.accelerator)
             if simulate > 0:
                 probe = LimitedProbe(probe, simulate)
-            kind = self.accelerator.kind
-            return probe, "cuda" if kind in ("cuda", "rocm") else kind, False
+            # the card itself, index included: "cuda" alone would be whichever card is current
+            return probe, self.accelerator.torch_device, False
         if simulate > 0:
             cpu = CpuProbe(cpu_device(_ram_total(), name="Simulated GPU"))
             return LimitedProbe(cpu, simulate, charge=self.placed_bytes), "cpu", False
@@ -177,6 +188,16 @@ class Placement:
     @property
     def target(self) -> str | None:
         return self.manager.device if self.active else None
+
+    @property
+    def compute_bytes(self) -> int:
+        """Bytes per activation element a diffusion model computes with here: the dtype policy's
+        choice for the card (4 on Pascal and GTX 16-series, which compute in fp32); 2 on a card
+        simulated on the CPU, which stands for a GPU computing in fp16."""
+        if self.accelerator is None:
+            return 2
+        choice = DtypePolicy().storage_and_compute("diffusion_model", None, None, self.accelerator)
+        return choice.compute.itemsize
 
     @property
     def headroom(self) -> int | None:
@@ -216,8 +237,16 @@ class Placement:
     def place(self, models: Sequence[object], memory_required: int = 0) -> LoadResult:
         """Place ``models``, keeping room for ``memory_required`` bytes of activations (0: the
         measured model's figure for one image at each model's usual size)."""
-        need = memory_required or default_memory_required(self.manager, [self.profile(m) for m in models])
-        return self.manager.load_models(models, need)
+        need = memory_required or default_memory_required(
+            self.manager, [self.profile(m) for m in models], self.compute_bytes
+        )
+        factors = sum(self.mover.factor_bytes(m) for m in models)  # LoRA factors live on the device
+        return self.manager.load_models(models, need + factors)
+
+    def settle(self) -> None:
+        """A run ended (done, failed or interrupted): copies started ahead for a next forward are
+        freed, so nothing the plan does not count stays on the device."""
+        self.mover.drop_prefetched()
 
     def offload(self, models: Sequence[object], why: str = "you offloaded it") -> LoadResult:
         return self.manager.unload_models(models, why)
