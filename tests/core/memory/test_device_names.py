@@ -59,8 +59,8 @@ def test_placement_places_on_the_named_card(monkeypatch: pytest.MonkeyPatch) -> 
 def test_cards_computing_in_fp32_ask_for_fp32_activations(monkeypatch: pytest.MonkeyPatch) -> None:
     """Pascal and GTX 16-series compute in fp32: the activation room asked for is counted at
     4 bytes an element there (it was 2 everywhere)."""
-    from core.run.placed import default_memory_required
-
+    from core.memory.inference import network_profile
+    from core.memory.step_placer import default_memory_required
     from core.models.unet import UNetModel
     from core.models.unet_config import UNetConfig
 
@@ -69,6 +69,7 @@ def test_cards_computing_in_fp32_ask_for_fp32_activations(monkeypatch: pytest.Mo
     rtx = Placement(TWO_CARDS[0])
     assert gtx.compute_bytes == 4 and rtx.compute_bytes == 2
     unet = UNetModel(UNetConfig.sd1(), device="meta")
-    fp32 = default_memory_required(gtx.manager, [unet], gtx.compute_bytes)
-    fp16 = default_memory_required(rtx.manager, [unet], rtx.compute_bytes)
+    profiles = [network_profile("sd1", unet)]
+    fp32 = default_memory_required(gtx.manager, profiles, gtx.compute_bytes)
+    fp16 = default_memory_required(rtx.manager, profiles, rtx.compute_bytes)
     assert fp32 == 2 * fp16 > 0
