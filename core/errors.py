@@ -15,6 +15,7 @@ class ErrorCode(StrEnum):
     ``app/gui/errors.py`` maps every member to a title."""
 
     BAD_ARGUMENT = "bad_argument"
+    BAD_DEVICE = "bad_device"
     BAD_CONFIG = "bad_config"
     BAD_DTYPE = "bad_dtype"
     BAD_INPUT = "bad_input"

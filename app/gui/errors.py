@@ -83,6 +83,7 @@ _CODES: dict[str, tuple[str, str, Level]] = {
     ),
     "disk_full": ("Disk full", "There is no space left on the disk.", "error"),
     "write_failed": ("Cannot write the file", "The file could not be written there.", "error"),
+    "bad_device": ("No such device", "That device is not on this machine; pick one from Settings.", "error"),
     "bad_output": ("Cannot save there", "That place cannot hold the output; choose another folder.", "error"),
     "file_changed": (
         "File changed while in use",
