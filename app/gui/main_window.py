@@ -102,6 +102,7 @@ class MainWindow(PlacementControls, QMainWindow):
         self.message = MessageBar()
         self.browser = BrowserPanel(self.backend)
         self.details = DetailsPanel(self.monitor)
+        self.details.duplicate_of = self.browser.model.duplicate  # the other copies of a file's data
         split = QSplitter(Qt.Orientation.Horizontal)
         split.addWidget(self.browser)
         split.addWidget(self.details)

@@ -143,7 +143,7 @@ class SettingsDialog(QDialog):
         self.vram = QComboBox()
         self.vram.addItem("Automatic (from the card's size)", "auto")
         for state in VramState:
-            self.vram.addItem(state.title.capitalize(), state.value)
+            self.vram.addItem(state.title.capitalize(), state.option)
         self.vram.setCurrentIndex(max(0, self.vram.findData(settings.vram_mode)))
         self.reserve = QSpinBox()
         self.reserve.setRange(-1, 16384)

@@ -22,10 +22,11 @@ from pathlib import Path
 import numpy as np
 from PIL import Image, ImageDraw
 
-from core.errors import LoadoutError
+from core.errors import InterruptedByUser, LoadoutError
 from core.files.atomic import atomic_write_bytes
 from core.generate.events import GeneratedImage, GenerateProgress, GenerateResult
 from core.generate.png import png_bytes
+from core.values import LORA_STRENGTH
 
 Generate = Callable[[int, Callable[[GenerateProgress], None]], GenerateResult]  # (cell index, progress)
 
@@ -43,16 +44,15 @@ class Sweep:
                 fix="Give strengths like 0.4, 0.7, 1.0",
                 code="bad_argument",
             )
+        for value in self.strengths:
+            LORA_STRENGTH.check(value)
+        if self.clip is not None:
+            LORA_STRENGTH.check(self.clip)
 
 
 def parse_strengths(text: str) -> tuple[float, ...]:
-    try:
-        values = tuple(float(v) for v in text.replace(";", ",").split(",") if v.strip())
-    except ValueError:
-        raise LoadoutError(
-            f"{text!r} is not a list of strengths", fix="Write them like 0.4, 0.7, 1.0", code="bad_argument"
-        ) from None
-    return values
+    """``0.4, 0.7, 1.0`` -> strengths, each checked as a LoRA strength (:data:`LORA_STRENGTH`)."""
+    return tuple(LORA_STRENGTH.parse(v) for v in text.replace(";", ",").split(",") if v.strip())
 
 
 def grid_png(
@@ -106,6 +106,9 @@ def run_sweep(
                 progress(replace(p, image=i, images=count))
 
             results.append(generate_cell(i, cell_progress))
+    except InterruptedByUser as exc:
+        exc.written = tuple(str(img.path) for r in results for img in r.images)
+        raise
     finally:
         set_strength(*original)
     cells: list[GeneratedImage] = []

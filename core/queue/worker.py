@@ -106,7 +106,7 @@ class Worker:
                 self.session.loras.remove(lora_id)
             self._loras = ()
             for path, model, clip in wanted:
-                self.session.loras.add(path, model, clip)
+                self.session.loras.add(path, model, clip, force=request.force)
             self._loras = wanted
         self.held = key
         return self._generator, loads
