@@ -83,6 +83,13 @@ _CODES: dict[str, tuple[str, str, Level]] = {
     ),
     "disk_full": ("Disk full", "There is no space left on the disk.", "error"),
     "write_failed": ("Cannot write the file", "The file could not be written there.", "error"),
+    "bad_queue_file": ("Queue file unreadable", "The queue file is damaged.", "error"),
+    "cluster_lost": ("Cluster went away", "The cluster stopped; its jobs stay queued.", "warning"),
+    "cluster_unreachable": ("Cannot reach the cluster", "No Ray cluster answered; check Settings.", "error"),
+    "cluster_workers": ("No cluster workers", "The cluster has no worker that can run these jobs.", "error"),
+    "missing_file": ("Model file missing", "A worker does not have a file this job needs.", "warning"),
+    "no_job": ("No such job", "That job is no longer in the queue.", "warning"),
+    "queue_file": ("Cannot use the queue file", "The queue file could not be opened or written.", "error"),
     "bad_device": ("No such device", "That device is not on this machine; pick one from Settings.", "error"),
     "bad_output": ("Cannot save there", "That place cannot hold the output; choose another folder.", "error"),
     "file_changed": (
