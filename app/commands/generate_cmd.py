@@ -1,6 +1,7 @@
 """``loadout generate [CHECKPOINT] [--diffusion-model F] [--text-encoder F]... [--vae F] --prompt P
 [--negative N] [--lora FILE[:MODEL[:CLIP]]]... [--seed S] [--steps N] [--cfg X] [--sampler NAME]
 [--scheduler NAME] [--size WxH] [--batch B] [--init IMAGE --denoise D] [--device D] [--dtype D]
+[--hires-scale S --hires-denoise D [--hires-steps N] [--hires-upscaler METHOD_OR_FILE]]
 [--vram-limit BYTES] -o OUT.png [--json]``: text to image (img2img with --init)."""
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from app.commands.hires_args import add_hires_arguments, hires_from_arguments
 from core.errors import InterruptedByUser
 from core.generate.events import GenerateProgress
 from core.generate.headless import generate_files
@@ -52,6 +54,7 @@ def register(sub: Any) -> None:
         "--sweep", metavar="S1,S2,...", help="the first LoRA at each strength: one picture each and a grid"
     )
     p.add_argument("--denoise", type=float, default=1.0, help="img2img strength (with --init)")
+    add_hires_arguments(p)
     p.add_argument("--device", default="cpu", help="cpu or cuda (default cpu)")
     p.add_argument("--dtype", choices=list(DTYPES), help="compute dtype (default: the device's policy)")
     p.add_argument("--vram-limit", metavar="BYTES", help="e.g. 4GiB: the card size the manager sees")
@@ -86,6 +89,7 @@ def _request(args: argparse.Namespace) -> GenerateRequest:
         height=height,
         batch=args.batch,
         init_image=Path(args.init) if args.init else None,
+        hires=hires_from_arguments(args),
     )
     return GenerateRequest(
         models=models,

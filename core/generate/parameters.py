@@ -17,9 +17,11 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from pathlib import Path
 
 from core.errors import LoadoutError
+from core.generate.hires_settings import HiresFix
 
 #: ComfyUI sampler name -> A1111's display name.
 SAMPLER_LABELS: dict[str, str] = {
@@ -76,6 +78,9 @@ class GenerationParameters:
     loras: tuple[LoraUse, ...] = ()
     denoise: float | None = None  # img2img only ("Denoising strength")
     guidance: float | None = None  # Flux's distilled guidance ("Distilled CFG Scale" in Forge)
+    #: the hires fix ("Hires upscale", "Hires steps", "Hires upscaler"; its denoise is "Denoising
+    #: strength"); None: none. ``model`` keeps only the name A1111 writes.
+    hires: HiresFix | None = None
     extra: dict[str, str] = field(default_factory=dict)  # other keys read from an image, kept as text
 
 
@@ -115,7 +120,13 @@ def format_parameters(p: GenerationParameters, *, version: str = "") -> str:
         items.append(("Model hash", p.model_hash))
     if p.model:
         items.append(("Model", p.model))
-    if p.denoise is not None:
+    if p.hires is not None:
+        items.append(("Denoising strength", _num(p.hires.denoise)))
+        items.append(("Hires upscale", _num(p.hires.scale)))
+        if p.hires.steps:
+            items.append(("Hires steps", str(p.hires.steps)))
+        items.append(("Hires upscaler", p.hires.label))
+    elif p.denoise is not None:
         items.append(("Denoising strength", _num(p.denoise)))
     hashes = [f"{lo.name}: {lo.hash}" for lo in p.loras if lo.hash]
     if hashes:
@@ -209,7 +220,37 @@ _KNOWN = {
     "Lora hashes",
     "Distilled CFG Scale",
     "Version",
+    "Hires upscale",
+    "Hires steps",
+    "Hires upscaler",
 }
+
+
+def with_hires(p: GenerationParameters, hires: HiresFix) -> GenerationParameters:
+    """``p`` naming the hires fix."""
+    return replace(p, hires=hires)
+
+
+_LATENT_LABEL = re.compile(r"Latent(?: \(([\w-]+)\))?")
+
+
+def _hires(items: dict[str, str]) -> HiresFix | None:
+    """A1111's hires keys -> a HiresFix (``Latent`` alone is A1111's bilinear latent upscale;
+    a model's name comes back as ``model`` with that name, to be found on disk by the caller)."""
+    scale = _float(items, "Hires upscale")
+    if scale is None:
+        return None
+    steps = _int(items, "Hires steps", 0) or None
+    denoise = _float(items, "Denoising strength")
+    label = items.get("Hires upscaler", "Latent").strip()
+    m = _LATENT_LABEL.fullmatch(label)
+    method, model = "nearest-exact", None
+    if m is not None:  # A1111's names for its latent modes, in ComfyUI's
+        method = (m.group(1) or "bilinear").lower()
+        method = {"nearest": "nearest-exact", "antialiased": "bilinear"}.get(method, method)
+    else:
+        model = Path(label)
+    return HiresFix(scale, 0.7 if denoise is None else denoise, steps, method, model)
 
 
 def parse_parameters(text: str) -> GenerationParameters:
@@ -236,6 +277,7 @@ def parse_parameters(text: str) -> GenerationParameters:
         width, height = int(m.group(1)), int(m.group(2))
     sampler, scheduler = _sampler_and_schedule(items.get("Sampler", "Euler"), items.get("Schedule type"))
     cfg = _float(items, "CFG scale")
+    hires = _hires(items)
     return GenerationParameters(
         prompt=prompt,
         negative=negative,
@@ -249,7 +291,8 @@ def parse_parameters(text: str) -> GenerationParameters:
         model=items.get("Model", ""),
         model_hash=items.get("Model hash", ""),
         loras=loras,
-        denoise=_float(items, "Denoising strength"),
+        denoise=None if hires is not None else _float(items, "Denoising strength"),
         guidance=_float(items, "Distilled CFG Scale"),
+        hires=hires,
         extra={k: v for k, v in items.items() if k not in _KNOWN},
     )

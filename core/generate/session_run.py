@@ -24,7 +24,7 @@ from core.errors import LoadoutError, ModelMismatchError
 from core.generate.events import GeneratedImage, GenerateProgress, GenerateResult, Phase
 from core.generate.hashes import FileHashes
 from core.generate.naming import file_paths, numbered_paths
-from core.generate.parameters import GenerationParameters, LoraUse, format_parameters
+from core.generate.parameters import GenerationParameters, LoraUse, format_parameters, with_hires
 from core.generate.pipeline import Compute, Hooks, Networks, Pipeline, text_encoders, vae_decode_bytes
 from core.generate.png import save_png, to_uint8_rgb
 from core.generate.preview import Previewer, fit_latent_preview
@@ -158,6 +158,11 @@ def _activation_needs(
     return {"sample": activation_bytes(profile, work, width), "decode": vae}
 
 
+def _cropped(picture: np.ndarray) -> tuple[int, int]:
+    """(width, height) of a starting picture once cropped to multiples of 8 (VAEEncode)."""
+    return picture.shape[1] // 8 * 8, picture.shape[0] // 8 * 8
+
+
 def _peak(device: torch.device) -> int:
     if device.type == "cuda":
         return int(torch.cuda.max_memory_allocated(device))
@@ -192,16 +197,24 @@ def generate(
 
     plan = placement.manager.settings
     fixed = plan.min_inference_bytes > plan.reserve_bytes  # the user (or the demo) fixed the headroom
-    need = {} if fixed else _activation_needs(parts, settings, compute, pipeline.cfg(settings))
+    # the largest picture of the generation sizes the activations (the hires pass's, when there is one)
+    width, height = settings.final_size
+    sized = replace(settings, width=width, height=height, hires=None)
+    need = {} if fixed else _activation_needs(parts, sized, compute, pipeline.cfg(settings))
 
     words = {"text_encode": ("encode", "the text encoders turn the prompts into conditioning"),
              "sample": ("sample", f"{settings.sampling.steps} steps of {settings.sampling.sampler}"),
+             "upscale": ("upscale", "the hires fix makes the first pass's picture larger"),
              "decode": ("decode", "the VAE turns the latent into pixels")}  # fmt: skip
+    passes = [0]
 
     def place(phase: Phase) -> None:
-        if phase in words:
+        if phase == "sample" and settings.hires is not None:  # "sample 1", "sample 2"
+            passes[0] += 1
+            session.note("phase", f"sample {passes[0]}", f"pass {passes[0]} of the hires fix")
+        elif phase in words:
             session.note("phase", *words[phase])
-        if not placement.active:
+        if not placement.active or not parts.objects.get(phase):
             return
         result = placement.place(parts.objects[phase], need.get(phase, 0))
         if result.refused:
@@ -243,14 +256,20 @@ def generate(
         for e in (stack.entries.values() if stack else ())
         if e.enabled
     )
+    # A1111's Size is the first pass's (the picture's size before a hires fix)
+    first_w, first_h = pixels.shape[3], pixels.shape[2]
+    if settings.hires is not None:
+        first_w, first_h = (settings.width, settings.height) if init is None else _cropped(init)
     params = GenerationParameters(
         prompt=settings.prompt, negative=settings.negative, steps=s.steps, sampler=s.sampler,
         scheduler=s.scheduler, cfg=s.cfg if s.cfg is not None else default_cfg(parts.family), seed=s.seed,
-        width=pixels.shape[3], height=pixels.shape[2], model=parts.model_path.stem,
+        width=first_w, height=first_h, model=parts.model_path.stem,
         model_hash=state.hashes.model_hash(parts.model_path), loras=loras,
         denoise=s.denoise if init is not None else None,
         guidance=(s.guidance if s.guidance is not None else 3.5) if parts.family == "flux-dev" else None,
     )  # fmt: skip
+    if settings.hires is not None:
+        params = with_hires(params, settings.hires)
     images = []
     for i, path in enumerate(output.paths(seeds)):
         check()
