@@ -17,7 +17,9 @@ conditioning takes the larger size, as ComfyUI's sampler takes it from the laten
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import replace
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from torch import Tensor
@@ -25,6 +27,9 @@ from torch import Tensor
 from core.generate.events import GenerateProgress
 from core.generate.hires_settings import MODEL_RESIZE_METHOD, HiresFix
 from core.generate.latent_upscale import resize, upscale_by
+from core.session.placement import Placement
+from core.upscale.model import UpscaleModel, load_upscale_model
+from core.upscale.placed import ROLE, manager_name, run_upscale
 
 if TYPE_CHECKING:
     from core.generate.pipeline import Hooks, Pipeline, Timings
@@ -72,3 +77,23 @@ def second_pass(
     out = pipe.sample(sized, positive, negative, hooks, timings, big, sampling=sampling)
     timings.sample += time.perf_counter() - t0
     return out
+
+
+def upscaler_hook(
+    placement: Placement,
+    models: dict[Path, UpscaleModel],
+    path: Path,
+    check: Callable[[], None],
+    names: dict[str, str],
+) -> Callable[[Tensor], Tensor]:
+    """``Hooks.upscale`` for an upscale model file: read once per session (kept in ``models``),
+    placed by the manager when it runs (its events tagged with the ``upscale_model`` role)."""
+    model = models.get(path)
+    if model is None:
+        model = models[path] = load_upscale_model(path)
+    names[manager_name(model)] = ROLE
+
+    def run(pictures: Tensor) -> Tensor:
+        return run_upscale(placement, model, pictures, check=check)
+
+    return run

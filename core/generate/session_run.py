@@ -23,6 +23,7 @@ import torch
 from core.errors import LoadoutError, ModelMismatchError
 from core.generate.events import GeneratedImage, GenerateProgress, GenerateResult, Phase
 from core.generate.hashes import FileHashes
+from core.generate.hires import upscaler_hook
 from core.generate.naming import file_paths, numbered_paths
 from core.generate.parameters import GenerationParameters, LoraUse, format_parameters, with_hires
 from core.generate.pipeline import Compute, Hooks, Networks, Pipeline, text_encoders, vae_decode_bytes
@@ -43,6 +44,7 @@ from core.session.words import kind_word
 from core.text.cache import ConditioningCache
 from core.text.clip_tokenizer import ClipTokenizer
 from core.text.t5_tokenizer import T5Tokenizer
+from core.upscale.model import UpscaleModel
 
 VERSION = "Loadout 0.1.0"
 
@@ -73,6 +75,7 @@ class GenerateState:
     variants: dict[Path, str | None] = field(default_factory=dict)  # detection variant per file
     t5_tokenizer: T5Tokenizer | None = None
     clip_tokenizer: ClipTokenizer | None = None
+    upscalers: dict[Path, UpscaleModel] = field(default_factory=dict)  # the hires fix's upscale models
 
 
 @dataclass
@@ -242,6 +245,8 @@ def generate(
     hooks = Hooks(
         place=place, check=check, progress=progress, text_key=text_key, free_bytes=free, preview=preview
     )
+    if settings.hires is not None and settings.hires.model is not None:
+        hooks.upscale = upscaler_hook(placement, state.upscalers, settings.hires.model, check, parts.names)
     if compute.device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(compute.device)
     try:
