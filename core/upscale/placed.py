@@ -7,9 +7,10 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
 from core.memory.manager import NotEnoughMemoryError
+from core.ops.layers import CastWeights
 from core.session.placement import Placement
 from core.upscale.model import UpscaleModel
 from core.upscale.tiled import OVERLAP, TILE, activation_bytes, upscale_pictures
@@ -42,7 +43,30 @@ def place_upscale_model(placement: Placement, model: UpscaleModel, height: int, 
             why=result.refused[0],
             fix="Upscale a smaller picture, or free memory: offload or unload other models",
         )
-    return torch.device(placement.manager.device)
+    device = torch.device(placement.manager.device)
+    stranded = loose_off_device(model.module, device)
+    if stranded:
+        raise NotEnoughMemoryError(
+            f"{model.name} could not be placed on {placement.describe().label}",
+            why=f"{stranded[0]} (a {model.architecture} weight outside its convolutions and linear "
+            "layers, which cannot stream) was left in system memory",
+            fix="Free memory on the device (unload other models), or upscale on the CPU",
+        )
+    return device
+
+
+def loose_off_device(module: nn.Module, device: torch.device) -> list[str]:
+    """Weights that will not be on ``device`` when the model runs: outside Loadout's op layers
+    (which stream when not resident) and not placed. ESRGAN-family models have none; a PReLU's
+    slope or SwinIR's position tables are such weights."""
+    out = []
+    for name, layer in module.named_modules():
+        if isinstance(layer, CastWeights) and layer.stream is not None:
+            continue
+        for key, t in [*layer.named_parameters(recurse=False), *layer.named_buffers(recurse=False)]:
+            if t.device.type != device.type:
+                out.append(f"{name}.{key}" if name else key)
+    return out
 
 
 def run_upscale(

@@ -184,3 +184,19 @@ def test_loadout_upscale_says_what_is_wrong_and_writes_nothing(
     _, err = capsys.readouterr()
     assert code == 2 and "Traceback" not in err and ("missing.pth" in err or "no.png" in err)
     assert not out.exists()
+
+
+def test_weights_that_cannot_stream_and_were_not_placed_are_found() -> None:
+    from torch import nn
+
+    from core.upscale.model import to_op_layers
+    from core.upscale.placed import loose_off_device
+
+    net = nn.Sequential(nn.Conv2d(3, 4, 3), nn.PReLU(4), nn.Conv2d(4, 3, 1))
+    assert to_op_layers(net) == 2
+    cuda = torch.device("cuda")
+    assert loose_off_device(net, cuda) == ["0.weight", "0.bias", "1.weight", "2.weight", "2.bias"]
+    for i in (0, 2):
+        net[i].stream = object()  # type: ignore[assignment]  # streamed: copied to the device per forward
+    assert loose_off_device(net, cuda) == ["1.weight"]  # a PReLU's slopes stay behind
+    assert loose_off_device(net, torch.device("cpu")) == []
