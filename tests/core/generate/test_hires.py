@@ -5,6 +5,7 @@ sampling engine's own calls, whatever the VRAM limit; its parameters go into the
 from __future__ import annotations
 
 import json
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -15,6 +16,8 @@ from PIL import Image
 
 from app.cli import main
 from app.demo import DemoLibrary, ensure_demo_library
+from core.errors import InterruptedByUser
+from core.generate.events import GenerateProgress
 from core.generate.generator import Generator
 from core.generate.headless import generate_files
 from core.generate.hires_settings import HiresFix
@@ -215,3 +218,26 @@ def test_the_cli_runs_the_hires_fix(
     assert json.loads(stdout)["images"] == [str(out)]
     assert _pixels(out).shape == (96, 96, 3)
     assert parse_parameters(read_png_parameters(out)).hires == HiresFix(1.5, 0.4, None, "area")
+
+
+@pytest.mark.parametrize(("phase", "step", "pass_"), [("sample", 1, 2), ("upscale", 0, 1)])
+def test_a_stop_in_the_hires_pass_writes_nothing(
+    demo: DemoLibrary, tmp_path: Path, phase: str, step: int, pass_: int
+) -> None:
+    interrupt = threading.Event()
+    seen = {"sample": 0, "upscale": 0}
+
+    def progress(p: GenerateProgress) -> None:
+        if p.step == 0 and p.phase in seen:
+            seen[p.phase] += 1
+        if p.phase == phase and p.step == step and seen[phase] == pass_:
+            interrupt.set()
+
+    request = GenerateRequest(
+        ModelFiles(checkpoint=demo.checkpoint),
+        ImageSettings("x", sampling=Sampling(steps=2), width=64, height=64, hires=HiresFix(1.5, 0.5)),
+        output=tmp_path / "never.png",
+    )
+    with pytest.raises(InterruptedByUser):
+        generate_files(request, progress=progress, interrupt=interrupt)
+    assert not list(tmp_path.iterdir())
