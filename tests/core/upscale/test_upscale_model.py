@@ -200,3 +200,20 @@ def test_weights_that_cannot_stream_and_were_not_placed_are_found() -> None:
         net[i].stream = object()  # type: ignore[assignment]  # streamed: copied to the device per forward
     assert loose_off_device(net, cuda) == ["1.weight"]  # a PReLU's slopes stay behind
     assert loose_off_device(net, torch.device("cpu")) == []
+
+
+def test_a_compact_model_with_prelus_runs_as_spandrels_own_even_streamed(tmp_path: Path) -> None:
+    from tests.fixtures.upscale_models import write_compact
+
+    path = write_compact(tmp_path / "2x-compact.safetensors")
+    model = load_upscale_model(path)
+    assert (model.architecture, model.scale) == ("RealESRGAN Compact", 2)
+    compact = importlib.import_module("spandrel.architectures.Compact")
+    reference = compact.CompactArch().load(load_file(str(path))).eval()
+    x = _picture(20, 24, seed=5)
+    with torch.inference_mode():
+        want = reference(x.clone())
+    placement = _card((1 << 18) + (7 << 10))  # the convolutions partly stream
+    got = run_upscale(placement, model, x)
+    assert "partial_load" in [e.kind for e in placement.events.events()]
+    assert torch.equal(got, want)
