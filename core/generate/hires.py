@@ -84,6 +84,7 @@ def upscaler_hook(
     models: dict[Path, UpscaleModel],
     path: Path,
     check: Callable[[], None],
+    progress: Callable[[GenerateProgress], None],
     names: dict[str, str],
 ) -> Callable[[Tensor], Tensor]:
     """``Hooks.upscale`` for an upscale model file: read once per session (kept in ``models``),
@@ -93,7 +94,10 @@ def upscaler_hook(
         model = models[path] = load_upscale_model(path)
     names[manager_name(model)] = ROLE
 
+    def tiles(done: int, total: int) -> None:
+        progress(GenerateProgress("upscale", done, total, f"{model.name}, in tiles"))
+
     def run(pictures: Tensor) -> Tensor:
-        return run_upscale(placement, model, pictures, check=check)
+        return run_upscale(placement, model, pictures, check=check, progress=tiles)
 
     return run

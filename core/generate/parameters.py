@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from core.errors import LoadoutError
@@ -224,11 +224,6 @@ _KNOWN = {
     "Hires steps",
     "Hires upscaler",
 }
-
-
-def with_hires(p: GenerationParameters, hires: HiresFix) -> GenerationParameters:
-    """``p`` naming the hires fix."""
-    return replace(p, hires=hires)
 
 
 _LATENT_LABEL = re.compile(r"Latent(?: \(([\w-]+)\))?")

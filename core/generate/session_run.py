@@ -25,7 +25,7 @@ from core.generate.events import GeneratedImage, GenerateProgress, GenerateResul
 from core.generate.hashes import FileHashes
 from core.generate.hires import upscaler_hook
 from core.generate.naming import file_paths, numbered_paths
-from core.generate.parameters import GenerationParameters, LoraUse, format_parameters, with_hires
+from core.generate.parameters import GenerationParameters, LoraUse, format_parameters
 from core.generate.pipeline import Compute, Hooks, Networks, Pipeline, text_encoders, vae_decode_bytes
 from core.generate.png import save_png, to_uint8_rgb
 from core.generate.preview import Previewer, fit_latent_preview
@@ -246,7 +246,8 @@ def generate(
         place=place, check=check, progress=progress, text_key=text_key, free_bytes=free, preview=preview
     )
     if settings.hires is not None and settings.hires.model is not None:
-        hooks.upscale = upscaler_hook(placement, state.upscalers, settings.hires.model, check, parts.names)
+        model = settings.hires.model
+        hooks.upscale = upscaler_hook(placement, state.upscalers, model, check, progress, parts.names)
     if compute.device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(compute.device)
     try:
@@ -272,9 +273,8 @@ def generate(
         model_hash=state.hashes.model_hash(parts.model_path), loras=loras,
         denoise=s.denoise if init is not None else None,
         guidance=(s.guidance if s.guidance is not None else 3.5) if parts.family == "flux-dev" else None,
+        hires=settings.hires,
     )  # fmt: skip
-    if settings.hires is not None:
-        params = with_hires(params, settings.hires)
     images = []
     for i, path in enumerate(output.paths(seeds)):
         check()
