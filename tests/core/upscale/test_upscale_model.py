@@ -217,3 +217,24 @@ def test_a_compact_model_with_prelus_runs_as_spandrels_own_even_streamed(tmp_pat
     got = run_upscale(placement, model, x)
     assert "partial_load" in [e.kind for e in placement.events.events()]
     assert torch.equal(got, want)
+
+
+@pytest.mark.gpu
+def test_on_a_cuda_card_resident_and_streamed_give_the_same_bits(rrdb: Path) -> None:
+    from core.memory.devices import discover_devices
+
+    gpu = next(d for d in discover_devices() if d.kind == "cuda")
+    x = _picture(48, 40, seed=6)
+    settings = MemorySettings(vram_state=VramState.NORMAL_VRAM, reserve_bytes=0)
+
+    def on(limit: int) -> tuple[torch.Tensor, list[str]]:
+        placement = Placement(gpu, PlacementConfig(settings, limit, 64 << 20))
+        out = run_upscale(placement, load_upscale_model(rrdb), x, tile=32, overlap=8)
+        return out, [e.kind for e in placement.events.events()]
+
+    whole, _ = on(0)  # the real card, no limit
+    streamed, kinds = on((64 << 20) + (400 << 10))
+    assert "partial_load" in kinds
+    assert torch.equal(streamed, whole)
+    cpu = run_upscale(Placement(None), load_upscale_model(rrdb), x, tile=32, overlap=8)
+    torch.testing.assert_close(whole, cpu, rtol=0, atol=1e-4)  # another device's kernels: close, not equal
