@@ -118,7 +118,7 @@ def main(argv: list[str] | None = None) -> None:
             else json.dumps({"error": done.stderr[-2000:]})
         )
         return
-    from core.run.headless import parse_bytes
+    from app.commands.args import parse_bytes
 
     limit = parse_bytes(args.vram_limit) if args.vram_limit else None
     if args.part == "hires":

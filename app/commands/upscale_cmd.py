@@ -10,9 +10,9 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from app.commands.args import parse_bytes
 from core.errors import InterruptedByUser
 from core.generate.upscale_file import UpscaleRequest, upscale_file
-from core.run.headless import parse_bytes
 from core.upscale.tiled import SMALLEST_TILE, TILE
 
 

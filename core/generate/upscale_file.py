@@ -16,8 +16,8 @@ import torch
 from core.errors import ModelMismatchError
 from core.generate.headless import read_picture
 from core.generate.png import save_png, to_uint8_rgb
-from core.generate.session_run import _peak
 from core.memory.devices import device_named
+from core.memory.peak import peak_bytes, reset_peak
 from core.session.placement import Placement, PlacementConfig
 from core.upscale.model import load_upscale_model
 from core.upscale.placed import ROLE, manager_name, run_upscale
@@ -78,8 +78,7 @@ def upscale_file(
         )
     pictures = torch.from_numpy(np.array(rgb)).permute(2, 0, 1)[None].float() / 255.0
     device = torch.device(placement.manager.device if placement.active else "cpu")
-    if device.type == "cuda":
-        torch.cuda.reset_peak_memory_stats(device)
+    reset_peak(device)
     started = placement.events.clock()
     t0 = time.perf_counter()
     out = run_upscale(
@@ -96,5 +95,5 @@ def upscale_file(
     )
     return UpscaleResult(
         request.output, model.architecture, model.scale, out.shape[3], out.shape[2], seconds,
-        _peak(device), events,
+        peak_bytes(device), events,
     )  # fmt: skip

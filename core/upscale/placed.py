@@ -29,8 +29,7 @@ def place_upscale_model(placement: Placement, model: UpscaleModel, height: int, 
     if not placement.active:
         return torch.device("cpu")
     placement.register(model.module, manager_name(model))
-    plan = placement.manager.settings
-    fixed = plan.min_inference_bytes > plan.reserve_bytes  # the user fixed the headroom: it stands
+    fixed = placement.manager.settings.headroom_fixed  # the user fixed the headroom: it stands
     need = 0 if fixed else activation_bytes(model.scale, height, width)
     result = placement.place([model.module], need)
     if result.refused and need > 1:
