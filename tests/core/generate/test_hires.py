@@ -113,10 +113,11 @@ def test_hires_is_bit_identical_whatever_the_vram_limit_and_notes_its_phases(
     whole, report = make(None, "whole.png")
     assert whole.shape == (128, 128, 3)
     assert set(report["seconds"]) == {"text_encode", "sample", "upscale", "decode"}  # type: ignore[arg-type]
-    for limit in (48 << 20, 14 << 20):  # the text encoder streams; then the UNet too
+    for limit in (48 << 20, 10 << 20):  # the text encoder streams; then the UNet is partly moved off
         picture, small = make(limit, f"limit{limit}.png")
         assert np.array_equal(picture, whole)
-    streamed = [e for e in small["events"] if e["kind"] == "partial_load"]  # type: ignore[union-attr]
+    partial = ("partial_load", "partial_unload")
+    streamed = [e for e in small["events"] if e["kind"] in partial]  # type: ignore[union-attr]
     assert any(e["role"] == "diffusion_model" for e in streamed)
 
 
