@@ -16,7 +16,15 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--demo", action="store_true", help="open the window on the demo library")
     parser.add_argument("--screenshot", metavar="FILE", help="with --demo: save a screenshot and exit")
     sub = parser.add_subparsers(dest="command")
-    from app.commands import check_cmd, convert_cmd, generate_cmd, inspect_cmd, merge_cmd, run_cmd
+    from app.commands import (
+        check_cmd,
+        convert_cmd,
+        generate_cmd,
+        inspect_cmd,
+        merge_cmd,
+        run_cmd,
+        upscale_cmd,
+    )
 
     inspect_cmd.register(sub)
     check_cmd.register(sub)
@@ -24,6 +32,7 @@ def build_parser() -> argparse.ArgumentParser:
     convert_cmd.register(sub)
     run_cmd.register(sub)
     generate_cmd.register(sub)
+    upscale_cmd.register(sub)
     return parser
 
 

@@ -80,6 +80,8 @@ class ErrorCode(StrEnum):
     UNSUPPORTED_FAMILY = "unsupported_family"
     UNSUPPORTED_FORMAT = "unsupported_format"
     UNSUPPORTED_SIZE = "unsupported_size"
+    UNSUPPORTED_UPSCALE_MODEL = "unsupported_upscale_model"
+    INVALID_UPSCALE_MODEL = "invalid_upscale_model"
     WRITE_FAILED = "write_failed"
     WRONG_KIND = "wrong_kind"
     WRONG_MODEL = "wrong_model"

@@ -59,5 +59,8 @@ def test_every_imported_package_is_a_declared_dependency() -> None:
     missing = sorted(
         name for name in _imported() if DISTRIBUTION.get(name, name).lower().replace("_", "-") not in declared
     )
-    # open_clip is installed --no-deps for its vocabulary file, never imported (core/text/vocab.py)
-    assert missing == [], f"imported but not declared in pyproject.toml: {missing}"
+    # open_clip is installed --no-deps for its vocabulary file, never imported (core/text/vocab.py);
+    # spandrel is installed --no-deps (scripts/test, packaging/build.py): it names torchvision
+    assert [m for m in missing if m != "spandrel"] == [], (
+        f"imported but not declared in pyproject.toml: {missing}"
+    )

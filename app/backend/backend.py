@@ -64,6 +64,7 @@ _PHASE_WORDS = {
     "load": "Loading",
     "text_encode": "Encoding the prompt",
     "sample": "Sampling",
+    "upscale": "Upscaling",
     "decode": "Decoding",
     "save": "Saving",
 }

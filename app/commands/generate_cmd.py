@@ -1,6 +1,7 @@
 """``loadout generate [CHECKPOINT] [--diffusion-model F] [--text-encoder F]... [--vae F] --prompt P
 [--negative N] [--lora FILE[:MODEL[:CLIP]]]... [--seed S] [--steps N] [--cfg X] [--sampler NAME]
 [--scheduler NAME] [--size WxH] [--batch B] [--init IMAGE --denoise D] [--device D] [--dtype D]
+[--hires-scale S --hires-denoise D [--hires-steps N] [--hires-upscaler METHOD_OR_FILE]]
 [--vram-limit BYTES] -o OUT.png [--json]``: text to image (img2img with --init).
 
 With ``--x AXIS:V1,V2,... [--y ...] [--z ...] [--ray ADDRESS|local:N] -o DIR`` a grid: one picture per
@@ -17,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from app.commands.args import int_type, number_type, parse_bytes, parse_lora, parse_size
+from app.commands.hires_args import add_hires_arguments, hires_from_arguments
 from app.commands.stopping import guarded_inputs, report_stop, stop_signals
 from app.demo import with_demo_note
 from core.errors import InterruptedByUser, LoadoutError
@@ -69,6 +71,7 @@ def register(sub: Any) -> None:
         )
     p.add_argument("--ray", metavar="ADDRESS|local:N", help="run a grid's cells on a Ray cluster")
     p.add_argument("--denoise", type=number_type(DENOISE), default=1.0, help="img2img strength (with --init)")
+    add_hires_arguments(p)
     p.add_argument("--device", default="cpu", help="cpu or cuda (default cpu)")
     p.add_argument("--dtype", choices=list(DTYPES), help="compute dtype (default: the device's policy)")
     p.add_argument("--vram-limit", metavar="BYTES", help="e.g. 4GiB: the card size the manager sees")
@@ -111,6 +114,7 @@ def _request(args: argparse.Namespace) -> GenerateRequest:
         height=height,
         batch=args.batch,
         init_image=Path(args.init) if args.init else None,
+        hires=hires_from_arguments(args),
     )
     return GenerateRequest(
         models=models,

@@ -82,6 +82,12 @@ _CODES: dict[str, tuple[str, str, Level]] = {
         "warning",
     ),
     "disk_full": ("Disk full", "There is no space left on the disk.", "error"),
+    "unsupported_upscale_model": (
+        "Not an upscale model Loadout can use",
+        "spandrel recognises no single-picture upscaler in this file.",
+        "error",
+    ),
+    "invalid_upscale_model": ("Damaged upscale model", "Its weights do not fit the network.", "error"),
     "write_failed": ("Cannot write the file", "The file could not be written there.", "error"),
     "bad_queue_file": ("Queue file unreadable", "The queue file is damaged.", "error"),
     "cluster_lost": ("Cluster went away", "The cluster stopped; its jobs stay queued.", "warning"),

@@ -35,6 +35,7 @@ from PySide6.QtWidgets import (
 
 from app.gui.gallery import Gallery
 from app.gui.theme import icon, set_icon
+from app.gui.workflow_hires import HiresControls
 from core.detect.spec import NO_MODEL_DEFAULTS, GenerationDefaults
 from core.errors import LoadoutError
 from core.generate.events import GenerateProgress, GenerateResult
@@ -48,6 +49,7 @@ _PHASES = {
     "load": "Loading",
     "text_encode": "Encoding the prompt",
     "sample": "Sampling",
+    "upscale": "Upscaling",
     "decode": "Decoding",
     "save": "Saving",
 }
@@ -139,6 +141,8 @@ class GeneratePanel(QWidget):
         form.addRow("Size", size_row)
         form.addRow("Batch", self.batch)
         form.addRow("LoRA sweep", sweep_row)
+        self.hires = HiresControls()
+        form.addRow("Hires fix", self.hires)
         self.generate_button = QPushButton(icon("run", "#ffffff"), "Generate")
         self.generate_button.setObjectName("primary")
         self.generate_button.setToolTip("Generate (Ctrl+Enter)")
@@ -203,6 +207,7 @@ class GeneratePanel(QWidget):
             width=self.width_.value() // 8 * 8,
             height=self.height_.value() // 8 * 8,
             batch=self.batch.value(),
+            hires=self.hires.hires(),
         )
 
     def apply_parameters(self, p: GenerationParameters) -> None:
@@ -227,6 +232,7 @@ class GeneratePanel(QWidget):
         if "Size" not in skip:
             self.width_.setValue(p.width)
             self.height_.setValue(p.height)
+        self.hires.apply(p.hires)
         loras = ", ".join(f"{lo.name} {lo.model_strength:g}" for lo in p.loras)
         ignored = "; ".join(f"{key} ignored ({why.rstrip('.')})" for key, why in skip.items())
         self.status.setText(

@@ -10,7 +10,7 @@ import numpy as np
 
 from core.generate.parameters import GenerationParameters
 
-Phase = Literal["load", "text_encode", "sample", "decode", "save"]
+Phase = Literal["load", "text_encode", "sample", "upscale", "decode", "save"]
 
 
 @dataclass(frozen=True)

@@ -18,8 +18,10 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from core.errors import LoadoutError
+from core.generate.hires_settings import HiresFix
 from core.values import (
     CFG,
     DENOISE,
@@ -87,6 +89,9 @@ class GenerationParameters:
     loras: tuple[LoraUse, ...] = ()
     denoise: float | None = None  # img2img only ("Denoising strength")
     guidance: float | None = None  # Flux's distilled guidance ("Distilled CFG Scale" in Forge)
+    #: the hires fix ("Hires upscale", "Hires steps", "Hires upscaler"; its denoise is "Denoising
+    #: strength"); None: none. ``model`` keeps only the name A1111 writes.
+    hires: HiresFix | None = None
     extra: dict[str, str] = field(default_factory=dict)  # other keys read from an image, kept as text
     #: values read from a picture that were not used, by infotext key, with the reason (out of range,
     #: not a number...): the field keeps its default and the reader says so
@@ -129,7 +134,13 @@ def format_parameters(p: GenerationParameters, *, version: str = "") -> str:
         items.append(("Model hash", p.model_hash))
     if p.model:
         items.append(("Model", p.model))
-    if p.denoise is not None:
+    if p.hires is not None:
+        items.append(("Denoising strength", _num(p.hires.denoise)))
+        items.append(("Hires upscale", _num(p.hires.scale)))
+        if p.hires.steps:
+            items.append(("Hires steps", str(p.hires.steps)))
+        items.append(("Hires upscaler", p.hires.label))
+    elif p.denoise is not None:
         items.append(("Denoising strength", _num(p.denoise)))
     hashes = [f"{lo.name}: {lo.hash}" for lo in p.loras if lo.hash]
     if hashes:
@@ -246,7 +257,38 @@ _KNOWN = {
     "Lora hashes",
     "Distilled CFG Scale",
     "Version",
+    "Hires upscale",
+    "Hires steps",
+    "Hires upscaler",
 }
+
+
+_LATENT_LABEL = re.compile(r"Latent(?: \(([\w-]+)\))?")
+
+
+#: the hires fix's scale as the HiresFix checks it
+HIRES_SCALE = NumberRange("the hires scale", 0.1, 8.0)
+
+
+def _hires(items: dict[str, str], ignored: dict[str, str]) -> HiresFix | None:
+    """A1111's hires keys -> a HiresFix (``Latent`` alone is A1111's bilinear latent upscale;
+    a model's name comes back as ``model`` with that name, to be found on disk by the caller)."""
+    scale = _number(items, "Hires upscale", HIRES_SCALE, ignored)
+    if scale is None:
+        return None
+    given = items.get("Hires steps", "0") != "0"  # A1111 writes 0 for "as many as the first pass"
+    steps_read = _number(items, "Hires steps", STEPS, ignored) if given else None
+    steps = None if steps_read is None else int(steps_read)
+    denoise = _number(items, "Denoising strength", DENOISE, ignored)
+    label = items.get("Hires upscaler", "Latent").strip()
+    m = _LATENT_LABEL.fullmatch(label)
+    method, model = "nearest-exact", None
+    if m is not None:  # A1111's names for its latent modes, in ComfyUI's
+        method = (m.group(1) or "bilinear").lower()
+        method = {"nearest": "nearest-exact", "antialiased": "bilinear"}.get(method, method)
+    else:
+        model = Path(label)
+    return HiresFix(scale, 0.7 if denoise is None else denoise, steps, method, model)
 
 
 def parse_parameters(text: str) -> GenerationParameters:
@@ -271,6 +313,7 @@ def parse_parameters(text: str) -> GenerationParameters:
     steps = _number(items, "Steps", STEPS, ignored)
     seed = _number(items, "Seed", SEED, ignored)
     cfg = _number(items, "CFG scale", CFG, ignored)
+    hires = _hires(items, ignored)
     return GenerationParameters(
         prompt=prompt,
         negative=negative,
@@ -284,8 +327,9 @@ def parse_parameters(text: str) -> GenerationParameters:
         model=items.get("Model", ""),
         model_hash=items.get("Model hash", ""),
         loras=loras,
-        denoise=_number(items, "Denoising strength", DENOISE, ignored),
+        denoise=None if hires is not None else _number(items, "Denoising strength", DENOISE, ignored),
         guidance=_number(items, "Distilled CFG Scale", GUIDANCE, ignored),
+        hires=hires,
         extra={k: v for k, v in items.items() if k not in _KNOWN},
         ignored=ignored,
     )

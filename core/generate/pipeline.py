@@ -25,9 +25,10 @@ from torch import Tensor, nn
 from core.detect.catalog import diffusion_spec
 from core.errors import LoadoutError, ModelMismatchError
 from core.generate.events import GenerateProgress, Phase
+from core.generate.hires import second_pass
 from core.generate.network import NetworkAdapter
 from core.generate.preview import Previewer
-from core.generate.request import ImageSettings
+from core.generate.request import ImageSettings, Sampling
 from core.memory.peak import median_step_seconds
 from core.models.clip import CLIPTextModel
 from core.models.t5 import T5Encoder
@@ -111,6 +112,8 @@ class Hooks:
     preview: Previewer | None = None
     image: int = 0  # which picture of a sweep, for progress
     images: int = 1
+    #: the hires fix's upscale model: [B, 3, H, W] in [0, 1] -> the larger picture (None: no model)
+    upscale: Callable[[Tensor], Tensor] | None = None
 
 
 @dataclass
@@ -118,6 +121,7 @@ class Timings:
     text_encode: float = 0.0
     sample: float = 0.0
     decode: float = 0.0
+    upscale: float = 0.0  # the hires fix's upscale (latent, or decode + model + encode)
     steps: list[float] = field(default_factory=list)
     tiled_decode: bool = False
 
@@ -126,7 +130,8 @@ class Timings:
         return median_step_seconds(self.steps)
 
     def as_dict(self) -> dict[str, float]:
-        return {"text_encode": self.text_encode, "sample": self.sample, "decode": self.decode}
+        out = {"text_encode": self.text_encode, "sample": self.sample, "decode": self.decode}
+        return out | ({"upscale": self.upscale} if self.upscale else {})
 
 
 def vae_decode_bytes(vae: AutoencoderKL, batch: int, height: int, width: int, dtype: torch.dtype) -> int:
@@ -229,9 +234,10 @@ class Pipeline:
         return SamplingConditioning(cond.context, pooled, guidance)
 
     def encode_prompts(
-        self, settings: ImageSettings, hooks: Hooks
+        self, settings: ImageSettings, hooks: Hooks, *, announce: bool = True
     ) -> tuple[SamplingConditioning, SamplingConditioning | None, tuple[str, ...]]:
-        hooks.progress(GenerateProgress("text_encode", 0, 0, "", None, hooks.image, hooks.images))
+        if announce:
+            hooks.progress(GenerateProgress("text_encode", 0, 0, "", None, hooks.image, hooks.images))
         positive = self._encode(settings.prompt, hooks)
         cfg = self.cfg(settings)
         negative = None if cfg == 1.0 else self._encode(settings.negative, hooks)
@@ -239,6 +245,13 @@ class Pipeline:
         pos = self._to_sampling(positive, settings, negative=False)
         neg = None if negative is None else self._to_sampling(negative, settings, negative=True)
         return pos, neg, tuple(dict.fromkeys(missing))
+
+    def conditioning(
+        self, settings: ImageSettings, hooks: Hooks
+    ) -> tuple[SamplingConditioning, SamplingConditioning | None]:
+        """The prompts' sampling conditioning at ``settings``' size (from the cache when encoded)."""
+        pos, neg, _ = self.encode_prompts(settings, hooks, announce=False)
+        return pos, neg
 
     def cfg(self, settings: ImageSettings) -> float:
         c = settings.sampling.cfg
@@ -259,6 +272,10 @@ class Pipeline:
         top, left = (rgb.shape[0] % f) // 2, (rgb.shape[1] % f) // 2
         crop = rgb[top : top + h, left : left + w]
         pixels = torch.from_numpy(np.ascontiguousarray(crop)).permute(2, 0, 1)[None].float() / 127.5 - 1.0
+        return self.encode_pixels(pixels, hooks)
+
+    def encode_pixels(self, pixels: Tensor, hooks: Hooks) -> Tensor:
+        """Pixels (B, 3, H, W) in [-1, 1], sides multiples of 8 -> their latents (posterior means)."""
         hooks.place("decode")
         dev, dt = self.compute.device, self.compute.vae_dtype
         with torch.inference_mode():
@@ -307,8 +324,9 @@ class Pipeline:
         hooks: Hooks,
         timings: Timings,
         init_latent: Tensor | None = None,
+        sampling: Sampling | None = None,
     ) -> Tensor:
-        s = settings.sampling
+        s = sampling if sampling is not None else settings.sampling
         request = SamplingRequest(
             seed=s.seed, steps=s.steps, cfg=self.cfg(settings), sampler=s.sampler, scheduler=s.scheduler,
             denoise=s.denoise,
@@ -354,6 +372,8 @@ class Pipeline:
         t0 = time.perf_counter()
         latent = self.sample(settings, positive, negative, hooks, timings, init_latent)
         timings.sample = time.perf_counter() - t0
+        if settings.hires is not None:
+            latent = second_pass(self, settings, latent, hooks, timings)
         t0 = time.perf_counter()
         pixels = self.decode(latent, hooks, timings)
         timings.decode = time.perf_counter() - t0

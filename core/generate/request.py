@@ -8,6 +8,7 @@ from pathlib import Path
 import torch
 
 from core.errors import LoadoutError
+from core.generate.hires_settings import HiresFix
 from core.patching.merge import LoraArg
 from core.values import BATCH, CFG, DENOISE, GUIDANCE, SEED, STEPS, NumberRange, check_size
 
@@ -74,6 +75,7 @@ class ImageSettings:
     height: int = 512
     batch: int = 1
     init_image: Path | None = None  # img2img: the picture to start from (sampling.denoise < 1)
+    hires: HiresFix | None = None  # a second pass at a larger size (core.generate.hires)
 
     def __post_init__(self) -> None:
         problems = self.sampling.problems()
@@ -85,6 +87,11 @@ class ImageSettings:
             problems.append(f"{why}: {BATCH.name} must be {BATCH.describe()}")
         if self.init_image is None and self.sampling.denoise < 1.0:
             problems.append("denoise below 1 needs a starting image (--init)")
+        if self.hires is not None:
+            problems += self.hires.problems()
+            w, h = self.final_size
+            if w * h > 4096 * 4096 or w < 64 or h < 64:
+                problems.append(f"the hires fix's size {w}x{h} must be between 64x64 and 4096x4096 in area")
         if problems:
             raise LoadoutError(
                 "these generation settings cannot be used",
@@ -92,6 +99,13 @@ class ImageSettings:
                 fix="Change the settings named above",
                 code="bad_argument",
             )
+
+    @property
+    def final_size(self) -> tuple[int, int]:
+        """(width, height) of the pictures made: after the hires fix when there is one."""
+        if self.hires is None:
+            return self.width, self.height
+        return self.hires.target_size(self.width, self.height)
 
 
 @dataclass(frozen=True)

@@ -21,6 +21,7 @@ import torch
 from core.errors import ModelMismatchError
 from core.generate.events import GenerateProgress, GenerateResult, Phase
 from core.generate.hashes import FileHashes
+from core.generate.hires import upscaler_hook
 from core.generate.naming import file_paths, numbered_paths
 from core.generate.pipeline import Compute, Hooks, Networks, Pipeline, text_encoders, vae_decode_bytes
 from core.generate.preview import Previewer, fit_latent_preview
@@ -40,6 +41,7 @@ from core.session.words import kind_word
 from core.text.cache import ConditioningCache
 from core.text.clip_tokenizer import ClipTokenizer
 from core.text.t5_tokenizer import T5Tokenizer
+from core.upscale.model import UpscaleModel
 
 
 @dataclass
@@ -68,6 +70,7 @@ class GenerateState:
     variants: dict[Path, str | None] = field(default_factory=dict)  # detection variant per file
     t5_tokenizer: T5Tokenizer | None = None
     clip_tokenizer: ClipTokenizer | None = None
+    upscalers: dict[Path, UpscaleModel] = field(default_factory=dict)  # the hires fix's upscale models
 
 
 @dataclass
@@ -162,12 +165,17 @@ class PhasePlacer:
     objects: dict[Phase, list[object]]
     need: dict[Phase, int]
     words: dict[str, tuple[str, str]]
+    hires: bool = False  # the sampling phases are "sample 1" and "sample 2"
+    passes: int = 0
 
     def __call__(self, phase: Phase) -> None:
-        if phase in self.words:
+        if phase == "sample" and self.hires:
+            self.passes += 1
+            self.session.note("phase", f"sample {self.passes}", f"pass {self.passes} of the hires fix")
+        elif phase in self.words:
             self.session.note("phase", *self.words[phase])
         placement = self.session.placement
-        if not placement.active:
+        if not placement.active or not self.objects.get(phase):
             return
         result = placement.place(self.objects[phase], self.need.get(phase, 0))
         if result.refused:
@@ -187,15 +195,19 @@ class PhasePlacer:
 
 def _placer(session: Session, parts: _Parts, settings: ImageSettings, pipeline: Pipeline) -> PhasePlacer:
     plan = session.placement.manager.settings
+    # the largest picture of the generation sizes the activations (the hires pass's, when there is one)
+    width, height = settings.final_size
+    sized = replace(settings, width=width, height=height, hires=None)
     need = (
         {}
         if plan.headroom_fixed
-        else _activation_needs(parts, settings, pipeline.compute, pipeline.cfg(settings))
+        else _activation_needs(parts, sized, pipeline.compute, pipeline.cfg(settings))
     )
     words = {"text_encode": ("encode", "the text encoders turn the prompts into conditioning"),
              "sample": ("sample", f"{settings.sampling.steps} steps of {settings.sampling.sampler}"),
+             "upscale": ("upscale", "the hires fix makes the first pass's picture larger"),
              "decode": ("decode", "the VAE turns the latent into pixels")}  # fmt: skip
-    return PhasePlacer(session, parts.objects, need, words)
+    return PhasePlacer(session, parts.objects, need, words, hires=settings.hires is not None)
 
 
 def _preview(state: GenerateState, parts: _Parts) -> Previewer:
@@ -241,6 +253,9 @@ def generate(
     text_key = (tuple(id(m) for m in vars(parts.nets.text).values() if m is not None), clip_state)
     hooks = Hooks(place=placer, check=check, progress=progress, text_key=text_key, free_bytes=placer.free,
                   preview=_preview(state, parts))  # fmt: skip
+    if settings.hires is not None and settings.hires.model is not None:
+        model = settings.hires.model
+        hooks.upscale = upscaler_hook(placement, state.upscalers, model, check, progress, parts.names)
     device = pipeline.compute.device
     reset_peak(device)
     try:
@@ -254,7 +269,10 @@ def generate(
         cfg=pipeline.cfg(settings), model_path=parts.model_path, img2img=init is not None, guidance=guidance,
         loras=tuple((e.path, e.model_strength, e.clip_strength) for e in entries if e.enabled),
     )  # fmt: skip
-    params = parameters_for(settings, made, (pixels.shape[3], pixels.shape[2]), state.hashes, check)
+    size = (pixels.shape[3], pixels.shape[2])
+    if settings.hires is not None:  # A1111's Size is the first pass's (before the hires fix)
+        size = (settings.width, settings.height) if init is None else _cropped(init)
+    params = replace(parameters_for(settings, made, size, state.hashes, check), hires=settings.hires)
     images = save_pictures(
         pixels, params, output.paths([settings.sampling.seed] * len(pixels)), check, progress
     )
@@ -267,6 +285,11 @@ def generate(
         tuple(images), settings.sampling.seed, timings.seconds_per_step, timings.as_dict(),
         peak_bytes(device), events, notes,
     )  # fmt: skip
+
+
+def _cropped(picture: np.ndarray) -> tuple[int, int]:
+    """(width, height) of a starting picture once cropped to multiples of 8 (VAEEncode)."""
+    return picture.shape[1] // 8 * 8, picture.shape[0] // 8 * 8
 
 
 def _guidance(chosen: float | None, usual: float | None) -> float | None:

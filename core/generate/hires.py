@@ -1,0 +1,103 @@
+"""The hires fix: a second KSampler pass over the first pass's latent made larger, as this ComfyUI
+graph computes it::
+
+    KSampler (seed, steps, denoise 1) -> LatentUpscaleBy (method, scale)
+        -> KSampler (the same seed, hires steps, denoise D) -> VAEDecode
+
+or, with an upscale model file::
+
+    KSampler -> VAEDecode -> ImageUpscaleWithModel -> ImageScaleBy (to the scale) -> VAEEncode
+        -> KSampler (the same seed, hires steps, denoise D) -> VAEDecode
+
+The second KSampler's sigmas are the last ``steps + 1`` of a ``int(steps / D)``-step schedule
+(``core.sampling.sigmas``); its noise is drawn from the same seed at the larger shape. SDXL's size
+conditioning takes the larger size, as ComfyUI's sampler takes it from the latent it samples.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from torch import Tensor
+
+from core.generate.events import GenerateProgress
+from core.generate.hires_settings import MODEL_RESIZE_METHOD, HiresFix
+from core.generate.latent_upscale import resize, upscale_by
+from core.session.placement import Placement
+from core.upscale.model import UpscaleModel, load_upscale_model
+from core.upscale.placed import ROLE, manager_name, run_upscale
+
+if TYPE_CHECKING:
+    from core.generate.pipeline import Hooks, Pipeline, Timings
+    from core.generate.request import ImageSettings
+
+
+def upscale_latent_with_model(
+    pipe: Pipeline, latent: Tensor, hires: HiresFix, hooks: Hooks, timings: Timings
+) -> Tensor:
+    """Decode, upscale with the model (``hooks.upscale``), resize to the target scale, encode."""
+    if hooks.upscale is None:
+        raise RuntimeError("an upscale model was asked for but the caller gave no way to run it")
+    h, w = latent.shape[-2:]
+    width, height = hires.target_size(w * 8, h * 8)
+    pixels = pipe.decode(latent, hooks, timings)
+    image = ((pixels + 1.0) / 2.0).clamp(0.0, 1.0)  # VAEDecode's [0, 1] picture
+    hooks.progress(GenerateProgress("upscale", 0, 0, hires.label, None, hooks.image, hooks.images))
+    hooks.place("upscale")
+    big = hooks.upscale(image)
+    if big.shape[-2:] != (height, width):
+        big = resize(big, width, height, MODEL_RESIZE_METHOD)  # ImageScaleBy after a 4x model
+    return pipe.encode_pixels(big * 2.0 - 1.0, hooks)
+
+
+def second_pass(
+    pipe: Pipeline, settings: ImageSettings, latent: Tensor, hooks: Hooks, timings: Timings
+) -> Tensor:
+    """The first pass's ``latent`` (VAE space) -> the hires pass's latent (VAE space)."""
+    hires = settings.hires
+    assert hires is not None
+    t0 = time.perf_counter()
+    if hires.model is None:
+        hooks.progress(GenerateProgress("upscale", 0, 0, hires.label, None, hooks.image, hooks.images))
+        hooks.place("upscale")
+        big = upscale_by(latent, hires.scale, hires.upscaler)
+    else:
+        big = upscale_latent_with_model(pipe, latent, hires, hooks, timings)
+    timings.upscale = time.perf_counter() - t0
+    height, width = big.shape[-2] * 8, big.shape[-1] * 8
+    sized = replace(settings, width=width, height=height, hires=None)
+    s = settings.sampling
+    sampling = replace(s, steps=hires.steps or s.steps, denoise=hires.denoise)
+    positive, negative = pipe.conditioning(sized, hooks)
+    t0 = time.perf_counter()
+    out = pipe.sample(sized, positive, negative, hooks, timings, big, sampling=sampling)
+    timings.sample += time.perf_counter() - t0
+    return out
+
+
+def upscaler_hook(
+    placement: Placement,
+    models: dict[Path, UpscaleModel],
+    path: Path,
+    check: Callable[[], None],
+    progress: Callable[[GenerateProgress], None],
+    names: dict[str, str],
+) -> Callable[[Tensor], Tensor]:
+    """``Hooks.upscale`` for an upscale model file: read once per session (kept in ``models``),
+    placed by the manager when it runs (its events tagged with the ``upscale_model`` role)."""
+    model = models.get(path)
+    if model is None:
+        model = models[path] = load_upscale_model(path)
+    names[manager_name(model)] = ROLE
+
+    def tiles(done: int, total: int) -> None:
+        progress(GenerateProgress("upscale", done, total, f"{model.name}, in tiles"))
+
+    def run(pictures: Tensor) -> Tensor:
+        return run_upscale(placement, model, pictures, check=check, progress=tiles)
+
+    return run
