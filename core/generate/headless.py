@@ -11,12 +11,10 @@ import threading
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
-import numpy as np
-from PIL import Image, UnidentifiedImageError
-
-from core.errors import FileAccessError, FileFormatError, LoadoutError
+from core.errors import LoadoutError
 from core.generate.events import GenerateProgress, GenerateResult
 from core.generate.generator import T5_FAMILIES, Generator
+from core.generate.pictures import read_picture
 from core.generate.request import GenerateRequest, ModelFiles
 from core.generate.session_run import Output
 from core.generate.sweep import Sweep
@@ -38,24 +36,6 @@ def comfyui_installs(paths: Iterable[Path]) -> tuple[Path, ...]:
                 found[parent] = None
                 break
     return tuple(found)
-
-
-def read_picture(path: Path) -> np.ndarray:
-    """An image file as (H, W, 3) uint8 RGB."""
-    try:
-        with Image.open(path) as im:
-            return np.asarray(im.convert("RGB"))
-    except FileNotFoundError:
-        raise FileAccessError(
-            f"{path} does not exist", fix="Check the --init path", code="not_found"
-        ) from None
-    except (UnidentifiedImageError, OSError) as exc:
-        raise FileFormatError(
-            f"{Path(path).name} is not a picture Loadout can read",
-            why=str(exc),
-            fix="Start from a PNG, JPEG or WebP picture",
-            code="not_an_image",
-        ) from None
 
 
 def _load_all(session: Session, models: ModelFiles, check: Callable[[], None]) -> str | None:

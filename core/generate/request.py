@@ -8,6 +8,7 @@ from pathlib import Path
 import torch
 
 from core.errors import LoadoutError
+from core.generate.workflow_request import ControlNetUse, RefinerUse
 from core.patching.merge import LoraArg
 
 #: The largest seed ComfyUI's seed widget allows (0xffffffffffffffff).
@@ -86,6 +87,9 @@ class ImageSettings:
     height: int = 512
     batch: int = 1
     init_image: Path | None = None  # img2img: the picture to start from (sampling.denoise < 1)
+    controlnets: tuple[ControlNetUse, ...] = ()  # applied in order (core/generate/controlnet.py)
+    mask_image: Path | None = None  # inpainting: white = repaint (with init_image)
+    refiner: RefinerUse | None = None  # the SDXL refiner hand-off (core/generate/refiner.py)
 
     def __post_init__(self) -> None:
         problems = self.sampling.problems()
@@ -97,6 +101,8 @@ class ImageSettings:
             problems.append(f"batch must be between 1 and 64, not {self.batch}")
         if self.init_image is None and self.sampling.denoise < 1.0:
             problems.append("denoise below 1 needs a starting image (--init)")
+        if self.mask_image is not None and self.init_image is None:
+            problems.append("a mask needs the picture it masks (--init)")
         if problems:
             raise LoadoutError(
                 "these generation settings cannot be used",
