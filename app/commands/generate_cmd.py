@@ -1,7 +1,9 @@
 """``loadout generate [CHECKPOINT] [--diffusion-model F] [--text-encoder F]... [--vae F] --prompt P
 [--negative N] [--lora FILE[:MODEL[:CLIP]]]... [--seed S] [--steps N] [--cfg X] [--sampler NAME]
-[--scheduler NAME] [--size WxH] [--batch B] [--init IMAGE --denoise D] [--device D] [--dtype D]
-[--vram-limit BYTES] -o OUT.png [--json]``: text to image (img2img with --init)."""
+[--scheduler NAME] [--size WxH] [--batch B] [--init IMAGE [--mask MASK] --denoise D]
+[--controlnet FILE:HINT[:STRENGTH[:START:END]]]... [--refiner FILE [--refiner-switch F]] [--device D]
+[--dtype D] [--vram-limit BYTES] -o OUT.png [--json]``: text to image (img2img with --init,
+inpainting with --mask), with ControlNets and the SDXL refiner."""
 
 from __future__ import annotations
 
@@ -18,6 +20,7 @@ from core.generate.events import GenerateProgress
 from core.generate.headless import generate_files
 from core.generate.request import GenerateRequest, ImageSettings, ModelFiles, Sampling
 from core.generate.sweep import parse_strengths
+from core.generate.workflow_request import ControlNetUse, RefinerUse
 from core.loading.convert_file import DTYPES, parse_dtype
 from core.patching.merge import LoraArg
 from core.run.headless import parse_bytes, parse_size
@@ -52,6 +55,15 @@ def register(sub: Any) -> None:
         "--sweep", metavar="S1,S2,...", help="the first LoRA at each strength: one picture each and a grid"
     )
     p.add_argument("--denoise", type=float, default=1.0, help="img2img strength (with --init)")
+    p.add_argument(
+        "--controlnet", action="append", default=[], metavar="FILE:HINT[:STRENGTH[:START:END]]",
+        help="a ControlNet and its hint picture (repeatable; ComfyUI's ControlNetApplyAdvanced)",
+    )  # fmt: skip
+    p.add_argument("--mask", metavar="MASK", help="inpainting: white = repaint (with --init and --denoise)")
+    p.add_argument("--refiner", metavar="FILE", help="the SDXL refiner checkpoint to finish the picture")
+    p.add_argument(
+        "--refiner-switch", type=float, default=0.8, help="fraction of the steps before the refiner"
+    )
     p.add_argument("--device", default="cpu", help="cpu or cuda (default cpu)")
     p.add_argument("--dtype", choices=list(DTYPES), help="compute dtype (default: the device's policy)")
     p.add_argument("--vram-limit", metavar="BYTES", help="e.g. 4GiB: the card size the manager sees")
@@ -86,6 +98,9 @@ def _request(args: argparse.Namespace) -> GenerateRequest:
         height=height,
         batch=args.batch,
         init_image=Path(args.init) if args.init else None,
+        controlnets=tuple(ControlNetUse.parse(t) for t in args.controlnet),
+        mask_image=Path(args.mask) if args.mask else None,
+        refiner=RefinerUse(Path(args.refiner), args.refiner_switch) if args.refiner else None,
     )
     return GenerateRequest(
         models=models,

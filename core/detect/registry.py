@@ -84,4 +84,3 @@ class Registry:
                 found.append(Match(fam.id))
         found.sort(key=lambda m: -m.score)
         return found
-

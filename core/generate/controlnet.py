@@ -42,7 +42,7 @@ _FITS = {"sd1": "sd1", "sd2": "sd2", "sdxl": "sdxl", "ssd-1b": "sdxl", "segmind-
 
 def hint_tensor(rgb: np.ndarray) -> Tensor:
     """(H, W, 3) uint8 -> (1, 3, H, W) float32 in [0, 1] (ComfyUI's LoadImage, channels first)."""
-    return torch.from_numpy(np.ascontiguousarray(rgb)).float().div(255.0).permute(2, 0, 1)[None]
+    return torch.from_numpy(np.array(rgb)).float().div(255.0).permute(2, 0, 1)[None]
 
 
 def center_resize(image: Tensor, width: int, height: int, mode: str = "nearest-exact") -> Tensor:

@@ -30,6 +30,7 @@ from core.generate.png import save_png, to_uint8_rgb
 from core.generate.preview import Previewer, fit_latent_preview
 from core.generate.request import ImageSettings, default_cfg
 from core.generate.taesd import find_taesd, load_taesd
+from core.generate.workflows import WorkflowState, prepare
 from core.loading.loader import LoadedComponent, inspect_for_loading
 from core.memory.devices import cpu_device
 from core.memory.dtypes import DtypePolicy
@@ -73,6 +74,7 @@ class GenerateState:
     variants: dict[Path, str | None] = field(default_factory=dict)  # detection variant per file
     t5_tokenizer: T5Tokenizer | None = None
     clip_tokenizer: ClipTokenizer | None = None
+    workflows: WorkflowState = field(default_factory=WorkflowState)  # loaded ControlNets...
 
 
 @dataclass
@@ -229,6 +231,7 @@ def generate(
     hooks = Hooks(
         place=place, check=check, progress=progress, text_key=text_key, free_bytes=free, preview=preview
     )
+    workflow = prepare(session, state.workflows, settings, parts, pipeline, hooks, init)
     if compute.device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(compute.device)
     try:
@@ -250,13 +253,15 @@ def generate(
         model_hash=state.hashes.model_hash(parts.model_path), loras=loras,
         denoise=s.denoise if init is not None else None,
         guidance=(s.guidance if s.guidance is not None else 3.5) if parts.family == "flux-dev" else None,
+        extra=workflow.parameters,
     )  # fmt: skip
     images = []
     for i, path in enumerate(output.paths(seeds)):
         check()
         # a batch shares one seed (one noise draw for all, as ComfyUI): the position tells them apart
         if len(pixels) > 1:
-            params = replace(params, extra={"Batch size": str(len(pixels)), "Batch pos": str(i)})
+            batch = {"Batch size": str(len(pixels)), "Batch pos": str(i)}
+            params = replace(params, extra={**workflow.parameters, **batch})
         infotext = format_parameters(params, version=VERSION)
         save_png(path, to_uint8_rgb(pixels[i]), infotext)
         images.append(
