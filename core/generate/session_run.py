@@ -235,7 +235,7 @@ def generate(
     if compute.device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(compute.device)
     try:
-        pixels, timings, notes = pipeline.run(settings, hooks, init)
+        pixels, timings, notes = (workflow.run or pipeline.run)(settings, hooks, init)
     finally:
         session.note("phase_end", "done", "the generation's phases are over")
     progress(GenerateProgress("save", 0, len(pixels)))

@@ -15,13 +15,25 @@ from pathlib import Path
 from typing import Protocol
 
 import numpy as np
+from torch import Tensor
 
+from core.errors import ModelMismatchError
 from core.generate import controlnet as cn
 from core.generate.events import Phase
 from core.generate.inpaint import prepare_inpaint
-from core.generate.pipeline import Hooks, Pipeline
+from core.generate.pipeline import Hooks, Pipeline, Timings
+from core.generate.refiner import (
+    BASES,
+    LoadedRefiner,
+    load_refiner,
+    refiner_hooks,
+    refiner_networks,
+    run_refined,
+)
 from core.generate.request import ImageSettings
+from core.memory.manager import NotEnoughMemoryError
 from core.session.session import Session
+from core.session.words import kind_word
 
 
 class Parts(Protocol):
@@ -35,11 +47,16 @@ class WorkflowState:
     """What the workflows keep between generations of one session."""
 
     controlnets: cn.ControlNetCache = field(default_factory=cn.ControlNetCache)
+    refiner: LoadedRefiner | None = None
+
+
+Run = Callable[[ImageSettings, Hooks, "np.ndarray | None"], tuple[Tensor, Timings, tuple[str, ...]]]
 
 
 @dataclass
 class Prepared:
     parameters: dict[str, str] = field(default_factory=dict)  # A1111 infotext items
+    run: Run | None = None  # replaces Pipeline.run (the refiner hand-off)
 
 
 def _num(v: float) -> str:
@@ -97,7 +114,78 @@ def prepare(
     out.parameters |= _controlnets(session, state, settings, parts, pipeline, hooks.check)
     if settings.mask_image is not None and init is not None:
         out.parameters |= prepare_inpaint(pipeline, settings.mask_image, init, hooks)
+    out.run = _refiner(session, state, settings, parts, pipeline, hooks)
+    if settings.refiner is not None:
+        out.parameters |= {
+            "Refiner": settings.refiner.path.stem,
+            "Refiner switch at": _num(settings.refiner.switch),
+        }
     return out
+
+
+def _refiner(
+    session: Session,
+    state: WorkflowState,
+    settings: ImageSettings,
+    parts: Parts,
+    pipeline: Pipeline,
+    hooks: Hooks,
+) -> Run | None:
+    placement = session.placement
+    use = settings.refiner
+    old = state.refiner
+    if old is not None and (use is None or Path(use.path).resolve() != old.path):
+        for obj in old.objects:
+            placement.release(obj)
+        state.refiner = None
+    if use is None:
+        return None
+    if parts.family not in BASES:
+        raise ModelMismatchError(
+            f"the SDXL refiner follows an SDXL base model, and the model is {parts.family}",
+            why="the hand-off passes the base's latent with its leftover noise to the refiner",
+            fix="Load an SDXL checkpoint, or leave the refiner out",
+            code="wrong_refiner",
+        )
+    if state.refiner is None:
+        state.refiner = load_refiner(Path(use.path).resolve(), hooks.check)
+    refiner = state.refiner
+    by_phase: dict[str, list[object]] = {"refine_encode": [], "refine": []}
+    for comp in refiner.bundle.components:
+        name = f"{refiner.path.stem} {kind_word(comp.role, comp.family)}"
+        if placement.active and placement.manager.find(comp.module) is None:
+            placement.register(comp.module, name)
+        parts.names[name] = comp.role
+        if comp.role == "text_encoder":
+            by_phase["refine_encode"].append(comp.module)
+        elif comp.role == "diffusion_model":
+            by_phase["refine"].append(comp.module)
+    words = {"refine_encode": ("refine encode", "the refiner's CLIP-G encodes the prompts"),
+             "refine": ("refine", "the refiner finishes the steps after the switch")}  # fmt: skip
+
+    def place(phase: str) -> None:
+        session.note("phase", *words[phase])
+        if not placement.active:
+            return
+        result = placement.place(by_phase[phase], 0)
+        if result.refused:
+            raise NotEnoughMemoryError(
+                f"not enough memory on {placement.describe().label} to {words[phase][0]}",
+                why=result.refused[0],
+                fix="Use a smaller size or batch, or free memory: offload or unload other models",
+            )
+
+    nets = refiner_networks(refiner, pipeline.nets)
+    rpipe = Pipeline(nets, pipeline.compute, clip_tokenizer=pipeline._clip_tok, cache=pipeline.cache)
+    rhooks = refiner_hooks(hooks, place, tuple(id(m) for m in by_phase["refine_encode"]))
+    switch = use.switch_step(settings.sampling.steps)
+
+    def run(
+        settings: ImageSettings, hooks: Hooks, init: np.ndarray | None
+    ) -> tuple[Tensor, Timings, tuple[str, ...]]:
+        return run_refined(pipeline, rpipe, settings, hooks, rhooks, init, switch)
+
+    return run
 
 
 @dataclass(frozen=True)
