@@ -35,6 +35,7 @@ from PySide6.QtWidgets import (
 
 from app.gui.gallery import Gallery
 from app.gui.theme import icon, set_icon
+from app.gui.workflow_controls import WorkflowControls
 from core.errors import LoadoutError
 from core.generate.events import GenerateProgress, GenerateResult
 from core.generate.parameters import SAMPLER_LABELS, SCHEDULER_LABELS, GenerationParameters, parse_parameters
@@ -158,6 +159,8 @@ class GeneratePanel(QWidget):
         controls.addWidget(self.prompt, 2)
         controls.addWidget(self.negative, 1)
         controls.addLayout(form)
+        self.workflows = WorkflowControls()
+        controls.addWidget(self.workflows)
         controls.addWidget(self.generate_button)
         controls.addLayout(out_row)
         controls.addWidget(self.progress)
@@ -196,13 +199,15 @@ class GeneratePanel(QWidget):
             scheduler=str(self.scheduler.currentData()),
             guidance=self.guidance.value() if flux_guidance else None,
         )
-        return ImageSettings(
-            prompt=self.prompt.toPlainText(),
-            negative=self.negative.toPlainText(),
-            sampling=sampling,
-            width=self.width_.value() // 8 * 8,
-            height=self.height_.value() // 8 * 8,
-            batch=self.batch.value(),
+        return self.workflows.apply(
+            ImageSettings(
+                prompt=self.prompt.toPlainText(),
+                negative=self.negative.toPlainText(),
+                sampling=sampling,
+                width=self.width_.value() // 8 * 8,
+                height=self.height_.value() // 8 * 8,
+                batch=self.batch.value(),
+            )
         )
 
     def apply_parameters(self, p: GenerationParameters) -> None:
@@ -221,6 +226,7 @@ class GeneratePanel(QWidget):
                 combo.setCurrentIndex(i)
         self.width_.setValue(p.width)
         self.height_.setValue(p.height)
+        self.workflows.apply_parameters(p)
         loras = ", ".join(f"{lo.name} {lo.model_strength:g}" for lo in p.loras)
         self.status.setText(
             f"Settings read from a picture{f' (model {p.model})' if p.model else ''}"

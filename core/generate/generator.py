@@ -12,6 +12,7 @@ import torch
 
 from core.errors import LoadoutError
 from core.generate.events import GenerateProgress, GenerateResult
+from core.generate.pictures import read_picture
 from core.generate.request import ImageSettings
 from core.generate.session_run import GenerateState, Output, generate
 from core.generate.sweep import Sweep, run_sweep
@@ -50,6 +51,8 @@ class Generator:
         init: np.ndarray | None = None,
         dtype: torch.dtype | None = None,
     ) -> GenerateResult:
+        if init is None and settings.init_image is not None:  # the window's img2img / inpainting
+            init = read_picture(settings.init_image)
         loaded = self.session.loaded.get(SlotId.MAIN)
         search = self._search()  # also where TAESD decoders may be
         if loaded is not None and loaded.family in T5_FAMILIES and self.state.t5_tokenizer is None:
