@@ -126,3 +126,58 @@ def test_a_damaged_or_wrong_file_is_refused_with_a_clear_error(
     unet_only = write_tensors(tmp_path / "unet.safetensors", {"x.weight": torch.zeros(2)})
     with pytest.raises(LoadoutError):
         load_controlnet(unet_only)
+
+
+def test_sdxl_controlnet_with_its_size_vector_equals_diffusers() -> None:
+    """An SDXL ControlNet embeds the same ``y`` (pooled CLIP-G ++ size embeddings) as its UNet."""
+    from core.loading.controlnet import controlnet_diffusers_to_original
+    from core.loading.convert.unet_diffusers import unet_diffusers_to_original
+    from core.models.controlnet import ControlNetConfig, ControlNetModel
+    from core.models.unet import UNetConfig, UNetModel
+    from core.text.conditioning import SDXL_EMBED_DIM, sdxl_adm
+    from tests.core.generate.reference import randomize
+
+    context, pooled_dim = 80, 40
+    adm = pooled_dim + 6 * SDXL_EMBED_DIM
+    blocks: dict[str, Any] = {
+        "block_out_channels": (32, 64), "layers_per_block": 1,
+        "down_block_types": ("DownBlock2D", "CrossAttnDownBlock2D"), "cross_attention_dim": context,
+        "attention_head_dim": (2, 4), "transformer_layers_per_block": (1, 2), "use_linear_projection": True,
+        "addition_embed_type": "text_time", "addition_time_embed_dim": SDXL_EMBED_DIM,
+        "projection_class_embeddings_input_dim": adm,
+    }  # fmt: skip
+    torch.manual_seed(0)
+    hf_unet = randomize(
+        diffusers.UNet2DConditionModel(
+            sample_size=8, up_block_types=("CrossAttnUpBlock2D", "UpBlock2D"), **blocks
+        ),
+        21,
+    )
+    hf_cn = randomize(diffusers.ControlNetModel(**blocks), 22)
+    cfg = UNetConfig.per_level(
+        model_channels=32, channel_mult=(1, 2), num_res_blocks=1, level_depth=(0, 2),
+        transformer_depth_middle=2, context_dim=context, num_head_channels=16,
+        use_linear_in_transformer=True, adm_in_channels=adm,
+    )  # fmt: skip
+    unet = UNetModel(cfg).eval()
+    unet.load_state_dict(unet_diffusers_to_original(hf_unet.state_dict(), cfg), strict=True)
+    cn = ControlNetModel(ControlNetConfig(cfg)).eval()
+    cn.load_state_dict(controlnet_diffusers_to_original(hf_cn.state_dict(), cn.config), strict=True)
+    g = torch.Generator().manual_seed(3)
+    x, ctx = torch.randn(2, 4, 8, 8, generator=g), torch.randn(2, 77, context, generator=g)
+    pooled, hint = torch.randn(2, pooled_dim, generator=g), torch.rand(1, 3, 64, 64, generator=g)
+    t = torch.tensor([700.0, 20.0])
+    added = {"text_embeds": pooled, "time_ids": torch.tensor([[64.0, 64, 0, 0, 64, 64]] * 2)}
+    with torch.no_grad():
+        down, mid = hf_cn(
+            x, t, ctx, controlnet_cond=hint.expand(2, -1, -1, -1), conditioning_scale=0.8,
+            added_cond_kwargs=added, return_dict=False,
+        )  # fmt: skip
+        want = hf_unet(
+            x, t, ctx, added_cond_kwargs=added, down_block_additional_residuals=down,
+            mid_block_additional_residual=mid,
+        ).sample  # fmt: skip
+        y = sdxl_adm(pooled, width=64, height=64)
+        residuals = ControlStack([AppliedControlNet(cn, hint, 0.8, (1e9, 0.0))])(x, t, Conditioning(ctx, y))
+        got = unet(x, t, ctx, y, control=residuals)
+    assert _rel(got, want) < 1e-5
