@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Protocol
 
 import numpy as np
+import torch
 from torch import Tensor
 
 from core.errors import ModelMismatchError
@@ -31,7 +32,9 @@ from core.generate.refiner import (
     run_refined,
 )
 from core.generate.request import ImageSettings
+from core.memory.inference import Workload, activation_bytes
 from core.memory.manager import NotEnoughMemoryError
+from core.run.placed import profile_of
 from core.session.session import Session
 from core.session.words import kind_word
 
@@ -123,6 +126,22 @@ def prepare(
     return out
 
 
+def _refine_activations(
+    session: Session, settings: ImageSettings, pipeline: Pipeline, unets: list[object]
+) -> int:
+    """Room for the refiner's steps, as session_run asks it for the base's: the measured
+    inference-memory model at this size and batch (0 when the user fixed the headroom)."""
+    plan = session.placement.manager.settings
+    if plan.min_inference_bytes > plan.reserve_bytes or not unets:
+        return 0
+    compute = pipeline.compute
+    batch = settings.batch * (1 if pipeline.cfg(settings) == 1.0 else 2)
+    attention = "cuda_flash" if compute.device.type == "cuda" else "cpu_flash"
+    size = torch.empty((), dtype=compute.diffusion_dtype).element_size()
+    profile, width = profile_of(unets[0])
+    return activation_bytes(profile, Workload(settings.width, settings.height, batch, size, attention), width)
+
+
 def _refiner(
     session: Session,
     state: WorkflowState,
@@ -163,11 +182,13 @@ def _refiner(
     words = {"refine_encode": ("refine encode", "the refiner's CLIP-G encodes the prompts"),
              "refine": ("refine", "the refiner finishes the steps after the switch")}  # fmt: skip
 
+    need = {"refine": _refine_activations(session, settings, pipeline, by_phase["refine"])}
+
     def place(phase: str) -> None:
         session.note("phase", *words[phase])
         if not placement.active:
             return
-        result = placement.place(by_phase[phase], 0)
+        result = placement.place(by_phase[phase], need.get(phase, 0))
         if result.refused:
             raise NotEnoughMemoryError(
                 f"not enough memory on {placement.describe().label} to {words[phase][0]}",
