@@ -18,6 +18,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.gui.mask_editor import MaskEditor
 from core.generate.parameters import GenerationParameters
 from core.generate.request import ImageSettings
 from core.generate.workflow_request import ControlNetUse, RefinerUse
@@ -75,6 +76,11 @@ class WorkflowControls(QGroupBox):
             strength_row.addWidget(w)
         self.init = FilePick("Pick the picture to start from", PICTURES)
         self.mask = FilePick("Pick the mask (white = repaint)", PICTURES)
+        paint = QToolButton(text="Paint…", autoRaise=True, toolTip="Paint the mask over the starting picture")
+        paint.clicked.connect(self.paint_mask)
+        mask_row = QHBoxLayout()
+        mask_row.addWidget(self.mask, 1)
+        mask_row.addWidget(paint)
         self.denoise = _spin(0.75)
         self.refiner = FilePick("Pick the SDXL refiner checkpoint", MODELS)
         self.switch = _spin(0.8)
@@ -85,10 +91,20 @@ class WorkflowControls(QGroupBox):
         form.addRow("Hint", self.hint)
         form.addRow("", strength_row)
         form.addRow("Start from", self.init)
-        form.addRow("Mask", self.mask)
+        form.addRow("Mask", mask_row)
         form.addRow("Denoise", self.denoise)
         form.addRow("Refiner", self.refiner)
         form.addRow("Switch at", self.switch)
+
+    def paint_mask(self) -> None:
+        """Open the brush editor over the starting picture; its mask is saved beside the picture."""
+        if self.init.path is None:
+            self.init._pick()
+        if self.init.path is None:
+            return
+        editor = MaskEditor(self.init.path, self)
+        if editor.exec():
+            self.mask.set_path(editor.save(self.init.path.with_name(self.init.path.stem + "-mask.png")))
 
     def apply(self, settings: ImageSettings) -> ImageSettings:
         """``settings`` with this box's workflows (unchanged when the box is off)."""

@@ -59,3 +59,29 @@ def test_a_pictures_controlnet_and_refiner_parameters_come_back(panel: GenerateP
     assert w.isChecked()
     assert (w.strength.value(), w.start.value(), w.end.value()) == (0.45, 0.1, 0.7)
     assert (w.switch.value(), w.denoise.value()) == (0.7, 0.35)
+
+
+def test_the_brush_paints_the_mask_that_generation_reads(qtbot: QtBot, tmp_path: Path) -> None:
+    import numpy as np
+    from PIL import Image
+    from PySide6.QtCore import QPoint, Qt
+    from PySide6.QtTest import QTest
+
+    from app.gui.mask_editor import MaskEditor
+    from core.generate.pictures import read_mask
+
+    picture = tmp_path / "photo.png"
+    Image.fromarray(np.full((64, 96, 3), 90, np.uint8)).save(picture)
+    editor = MaskEditor(picture)
+    qtbot.addWidget(editor)
+    editor.show()
+    editor.size_slider.setValue(8)
+    canvas = editor.canvas
+    QTest.mousePress(canvas, Qt.MouseButton.LeftButton, Qt.KeyboardModifier.NoModifier, QPoint(10, 30))
+    for x in range(12, 80, 4):
+        QTest.mouseMove(canvas, QPoint(x, 30))
+    QTest.mouseRelease(canvas, Qt.MouseButton.LeftButton, Qt.KeyboardModifier.NoModifier, QPoint(80, 30))
+    mask = read_mask(editor.save(tmp_path / "mask.png"))
+    assert mask.shape == (64, 96)
+    assert mask[30, 20] == 1.0 and mask[30, 70] == 1.0  # along the stroke: repaint
+    assert mask[5, 5] == 0.0 and mask[60, 90] == 0.0  # elsewhere: keep
