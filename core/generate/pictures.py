@@ -31,7 +31,7 @@ def _open(path: Path, what: str) -> Image.Image:
 def read_picture(path: Path, what: str = "--init") -> np.ndarray:
     """An image file as (H, W, 3) uint8 RGB."""
     with _open(path, what) as im:
-        return np.asarray(im.convert("RGB"))
+        return np.array(im.convert("RGB"))  # writable: torch.from_numpy takes it without a warning
 
 
 def read_mask(path: Path) -> np.ndarray:
