@@ -30,8 +30,8 @@ def latent_mask(mask: Tensor, shape: torch.Size | tuple[int, ...]) -> Tensor:
     m = F.interpolate(m, size=(int(shape[2]), int(shape[3])), mode="bilinear")
     m = m.repeat(1, int(shape[1]), 1, 1)
     if m.shape[0] < shape[0]:
-        m = m.repeat(-(-int(shape[0]) // m.shape[0]), 1, 1, 1)[: int(shape[0])]
-    return m
+        m = m.repeat(-(-int(shape[0]) // m.shape[0]), 1, 1, 1)
+    return m[: int(shape[0])]  # ComfyUI's repeat_to_batch_size: repeated, or cut to the batch
 
 
 @dataclass(frozen=True)

@@ -71,3 +71,9 @@ def test_base_to_switch_then_refiner_without_noise_equals_one_run() -> None:
     first = sample(toy, MS, FMT, latent, cond, None, req, sigmas=sigmas[: 4 + 1])
     second = sample(toy, MS, FMT, first, cond, None, req, sigmas=sigmas[4:], add_noise=False)
     assert torch.allclose(second, full, atol=1e-5)
+
+
+def test_a_mask_batch_is_repeated_or_cut_to_the_latent_batch() -> None:
+    two = torch.stack([torch.zeros(8, 8), torch.ones(8, 8)])
+    assert latent_mask(two, (3, 4, 4, 4))[:, 0, 0, 0].tolist() == [0.0, 1.0, 0.0]
+    assert latent_mask(two, (1, 4, 4, 4)).shape == (1, 4, 4, 4)
