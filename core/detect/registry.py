@@ -84,3 +84,4 @@ class Registry:
                 found.append(Match(fam.id))
         found.sort(key=lambda m: -m.score)
         return found
+
