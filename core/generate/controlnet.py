@@ -32,7 +32,7 @@ from core.generate.workflow_request import ControlNetUse
 from core.loading.controlnet import LoadedControlNet, load_controlnet
 from core.loading.loader import LoadOptions
 from core.models.controlnet import ControlNetModel
-from core.models.unet import ControlResiduals
+from core.models.unet import ControlResiduals, ResStage
 from core.sampling.conditioning import Conditioning
 from core.sampling.model_sampling import ModelSampling
 
@@ -165,3 +165,21 @@ def applied(
         rng = (sampling.percent_to_sigma(use.start), sampling.percent_to_sigma(use.end))
         out.append(AppliedControlNet(net.module, hint, use.strength, rng))
     return ControlStack(out)
+
+
+def residual_bytes(module: ControlNetModel, batch: int, height: int, width: int, element: int) -> int:
+    """Bytes of the residuals one ControlNet hands the UNet (one per skip connection and the middle
+    block) for a latent of ``height x width`` and ``batch`` items: what stays alive beside the UNet's
+    own activations while it runs. Several ControlNets hold their sum and the next one's at once."""
+    cfg = module.config.unet
+    total = cfg.model_channels * height * width
+    for stage in cfg.input_stages():
+        level, channels = (
+            (stage.level, stage.out_channels)
+            if isinstance(stage, ResStage)
+            else (stage.level + 1, stage.channels)
+        )
+        total += channels * -(-height >> level) * -(-width >> level)
+    last = len(cfg.channel_mult) - 1
+    total += cfg.middle_channels * -(-height >> last) * -(-width >> last)
+    return total * batch * element

@@ -232,6 +232,8 @@ def generate(
         place=place, check=check, progress=progress, text_key=text_key, free_bytes=free, preview=preview
     )
     workflow = prepare(session, state.workflows, settings, parts, pipeline, hooks, init)
+    if "sample" in need:
+        need["sample"] += workflow.sample_bytes
     if compute.device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(compute.device)
     try:

@@ -59,6 +59,8 @@ Run = Callable[[ImageSettings, Hooks, "np.ndarray | None"], tuple[Tensor, Timing
 @dataclass
 class Prepared:
     parameters: dict[str, str] = field(default_factory=dict)  # A1111 infotext items
+    #: activation room the "sample" phase needs beyond the UNet's (the ControlNets' residuals)
+    sample_bytes: int = 0
     run: Run | None = None  # replaces Pipeline.run (the refiner hand-off)
 
 
@@ -115,6 +117,12 @@ def prepare(
     """Set up this generation's workflows on ``pipeline`` and ``parts`` (see the module notes)."""
     out = Prepared()
     out.parameters |= _controlnets(session, state, settings, parts, pipeline, hooks.check)
+    stack = pipeline.adapter.control
+    if isinstance(stack, cn.ControlStack) and stack.nets:
+        batch = settings.batch * (1 if pipeline.cfg(settings) == 1.0 else 2)
+        size = torch.empty((), dtype=pipeline.compute.diffusion_dtype).element_size()
+        one = cn.residual_bytes(stack.nets[0].module, batch, settings.height // 8, settings.width // 8, size)
+        out.sample_bytes = one * min(len(stack.nets), 2)
     if settings.mask_image is not None and init is not None:
         out.parameters |= prepare_inpaint(pipeline, settings.mask_image, init, hooks)
     out.run = _refiner(session, state, settings, parts, pipeline, hooks)

@@ -181,3 +181,18 @@ def test_sdxl_controlnet_with_its_size_vector_equals_diffusers() -> None:
         residuals = ControlStack([AppliedControlNet(cn, hint, 0.8, (1e9, 0.0))])(x, t, Conditioning(ctx, y))
         got = unet(x, t, ctx, y, control=residuals)
     assert _rel(got, want) < 1e-5
+
+
+def test_the_room_asked_for_the_residuals_is_what_they_take(pair: tuple[Any, Any, Path, Path]) -> None:
+    from core.generate.controlnet import residual_bytes
+
+    _, _, d_file, _ = pair
+    module = load_controlnet(d_file).module
+    x = torch.randn(3, 4, 9, 7)  # odd sizes: each level rounds up, as the strided convolutions do
+    with torch.no_grad():
+        r = ControlStack([AppliedControlNet(module, torch.rand(1, 3, 72, 56), 1.0, (1e9, 0.0))])(
+            x, torch.tensor([10.0] * 3), Conditioning(torch.randn(3, 77, 768))
+        )
+    assert r is not None
+    taken = sum(t.numel() * t.element_size() for t in (*r.skips, r.middle) if t is not None)
+    assert residual_bytes(module, 3, 9, 7, 4) == taken
