@@ -231,7 +231,7 @@ def generate(
     hooks = Hooks(
         place=place, check=check, progress=progress, text_key=text_key, free_bytes=free, preview=preview
     )
-    workflow = prepare(session, state.workflows, settings, parts, pipeline, hooks, init)
+    workflow = prepare(session, state.workflows, settings, parts, pipeline, hooks, init, state.hashes)
     if "sample" in need:
         need["sample"] += workflow.sample_bytes
     if compute.device.type == "cuda":

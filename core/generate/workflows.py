@@ -9,6 +9,7 @@ channels) or in the parts the phases place.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,6 +22,7 @@ from torch import Tensor
 from core.errors import ModelMismatchError
 from core.generate import controlnet as cn
 from core.generate.events import Phase
+from core.generate.hashes import FileHashes
 from core.generate.inpaint import prepare_inpaint
 from core.generate.pipeline import Hooks, Pipeline, Timings
 from core.generate.refiner import (
@@ -81,7 +83,7 @@ def controlnet_parameter(
 
 def _controlnets(
     session: Session, state: WorkflowState, settings: ImageSettings, parts: Parts, pipeline: Pipeline,
-    check: Callable[[], None],
+    check: Callable[[], None], named: Callable[[Path, int], str],
 ) -> dict[str, str]:  # fmt: skip
     placement = session.placement
     uses = settings.controlnets
@@ -101,7 +103,9 @@ def _controlnets(
             parts.objects["sample"].append(net.module)
     pipeline.adapter.control = cn.applied(uses, loaded, pipeline.sampling)
     return dict(
-        controlnet_parameter(i, Path(u.path).stem, u.strength, u.start, u.end) for i, u in enumerate(uses)
+        # sd-webui-controlnet names a model with the first 8 hex digits of its sha256
+        controlnet_parameter(i, named(Path(u.path), 8), u.strength, u.start, u.end)
+        for i, u in enumerate(uses)
     )
 
 
@@ -113,10 +117,16 @@ def prepare(
     pipeline: Pipeline,
     hooks: Hooks,
     init: np.ndarray | None,
+    hashes: FileHashes | None = None,
 ) -> Prepared:
-    """Set up this generation's workflows on ``pipeline`` and ``parts`` (see the module notes)."""
+    """Set up this generation's workflows on ``pipeline`` and ``parts`` (see the module notes);
+    ``hashes`` gives the short hashes A1111 writes beside the ControlNet and refiner names."""
     out = Prepared()
-    out.parameters |= _controlnets(session, state, settings, parts, pipeline, hooks.check)
+
+    def named(path: Path, digits: int) -> str:
+        return f"{path.stem} [{hashes.model_hash(path)[:digits]}]" if hashes is not None else path.stem
+
+    out.parameters |= _controlnets(session, state, settings, parts, pipeline, hooks.check, named)
     stack = pipeline.adapter.control
     if isinstance(stack, cn.ControlStack) and stack.nets:
         batch = settings.batch * (1 if pipeline.cfg(settings) == 1.0 else 2)
@@ -128,7 +138,7 @@ def prepare(
     out.run = _refiner(session, state, settings, parts, pipeline, hooks)
     if settings.refiner is not None:
         out.parameters |= {
-            "Refiner": settings.refiner.path.stem,
+            "Refiner": named(Path(settings.refiner.path), 10),  # A1111: the AutoV2 short hash
             "Refiner switch at": _num(settings.refiner.switch),
         }
     return out
@@ -238,7 +248,7 @@ def controlnets_in(extra: dict[str, str]) -> tuple[ControlNetParameters, ...]:
         fields = {k.strip(): v.strip() for k, v in fields.items()}
         try:
             item = ControlNetParameters(
-                fields["Model"],
+                re.sub(r"\s*\[[0-9a-fA-F]+\]$", "", fields["Model"]),  # the name without its hash
                 float(fields.get("Weight", "1")),
                 float(fields.get("Guidance Start", "0")),
                 float(fields.get("Guidance End", "1")),
