@@ -39,6 +39,7 @@ from app.gui.loaded_panel import LoadedModelsPanel
 from app.gui.lora_panel import LoraStackPanel
 from app.gui.memory_panel import MemoryPanel
 from app.gui.placement_controls import PlacementControls
+from app.gui.queue_panel import install_queue_panel
 from app.gui.settings import AppSettings, SettingsDialog
 from app.gui.testrun_panel import TestRunPanel
 from app.gui.theme import app_icon, apply_theme, refresh_icons
@@ -93,6 +94,7 @@ class MainWindow(PlacementControls, QMainWindow):
         self.generate = GenerateController(
             self.generate_panel, backend, store, self.show_error, output_folder, parent=self
         )
+        self.queue_panel = install_queue_panel(self)  # app/gui/queue_panel.py
         self.apply_settings(self.settings, initial=True)
 
     # -- building --------------------------------------------------------------------------------
@@ -100,6 +102,7 @@ class MainWindow(PlacementControls, QMainWindow):
         self.message = MessageBar()
         self.browser = BrowserPanel(self.backend)
         self.details = DetailsPanel(self.monitor)
+        self.details.duplicate_of = self.browser.model.duplicate  # the other copies of a file's data
         split = QSplitter(Qt.Orientation.Horizontal)
         split.addWidget(self.browser)
         split.addWidget(self.details)

@@ -34,9 +34,8 @@ from core.generate.refiner import (
     run_refined,
 )
 from core.generate.request import ImageSettings
-from core.memory.inference import Workload, activation_bytes
+from core.memory.inference import Workload, activation_bytes, network_profile
 from core.memory.manager import NotEnoughMemoryError
-from core.run.placed import profile_of
 from core.session.session import Session
 from core.session.words import kind_word
 
@@ -150,13 +149,13 @@ def _refine_activations(
     """Room for the refiner's steps, as session_run asks it for the base's: the measured
     inference-memory model at this size and batch (0 when the user fixed the headroom)."""
     plan = session.placement.manager.settings
-    if plan.min_inference_bytes > plan.reserve_bytes or not unets:
+    if plan.headroom_fixed or not unets:
         return 0
     compute = pipeline.compute
     batch = settings.batch * (1 if pipeline.cfg(settings) == 1.0 else 2)
     attention = "cuda_flash" if compute.device.type == "cuda" else "cpu_flash"
     size = torch.empty((), dtype=compute.diffusion_dtype).element_size()
-    profile, width = profile_of(unets[0])
+    profile, width = network_profile("sdxl-refiner", unets[0])
     return activation_bytes(profile, Workload(settings.width, settings.height, batch, size, attention), width)
 
 
