@@ -25,7 +25,15 @@ from core.session.compose import headless_session, load_main
 from core.session.session import Session
 from core.text.t5_tokenizer import T5Tokenizer, T5TokenizerSearch
 
-__all__ = ["comfyui_installs", "generate_files", "generator_for", "load_models", "lora_matches", "read_picture"]
+__all__ = [
+    "comfyui_installs",
+    "generate_files",
+    "generator_for",
+    "load_models",
+    "lora_matches",
+    "read_picture",
+]
+
 
 def comfyui_installs(paths: Iterable[Path]) -> tuple[Path, ...]:
     """ComfyUI installs that hold ``paths`` (a model under ``<install>/models/...``), where its T5
