@@ -6,8 +6,15 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from core.sampling import Conditioning, SamplingRequest, for_family, initial_noise, ksampler_sigmas, sample
-from core.sampling.latent_format import latent_format_for
+from core.sampling import (
+    Conditioning,
+    SamplingRequest,
+    for_family,
+    initial_noise,
+    ksampler_sigmas,
+    latent_format_for,
+    sample,
+)
 from core.sampling.masked import latent_mask
 
 MS = for_family("sd1")
