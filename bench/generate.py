@@ -3,6 +3,7 @@ sample / decode split, on full-size SD1.5 and SDXL checkpoints (random fp16 weig
 the same as a real model's; the pictures are noise).
 
     python -m bench.generate --models sd15 sdxl --size 512 --steps 3 [--device cuda] [--vram-limit 4GiB]
+    python -m bench.generate --models sd15 --controlnet   # plain, then with a full-size SD1.5 ControlNet
 
 Prints one JSON object per model. Files are written once into ``.bench-cache/load/`` (shared with
 ``bench/load.py``). Each model runs in its own process, so peak RSS is the model's own.
@@ -27,8 +28,32 @@ def _file(name: str, cache: Path) -> Path:
     return ensure_file(cache / f"{name}_fp16_random.safetensors", _layouts()[name]())
 
 
+def _controlnet(cache: Path) -> tuple[Path, Path]:
+    """A full-size SD1.5 ControlNet (lllyasviel's original layout, random fp16) and a hint picture."""
+    import numpy as np
+    from PIL import Image
+
+    from bench.load import ensure_file
+    from tests.fixtures.diffusion_layouts_unet import SD1, controlnet_ldm
+
+    path = ensure_file(cache / "control_sd15_fp16_random.safetensors", controlnet_ldm(SD1), seed=3)
+    hint = cache / "hint_edges.png"
+    if not hint.exists():
+        img = np.zeros((512, 512, 3), np.uint8)
+        img[::37, :] = 255
+        img[:, ::53] = 255
+        Image.fromarray(img).save(hint)
+    return path, hint
+
+
 def run_one(
-    path: Path, size: int, steps: int, device: str, vram_limit: int | None, out: Path
+    path: Path,
+    size: int,
+    steps: int,
+    device: str,
+    vram_limit: int | None,
+    out: Path,
+    controlnet: tuple[Path, Path] | None = None,
 ) -> dict[str, Any]:
     import resource
 
@@ -36,12 +61,18 @@ def run_one(
 
     from core.generate.headless import generate_files
     from core.generate.request import GenerateRequest, ImageSettings, ModelFiles, Sampling
+    from core.generate.workflow_request import ControlNetUse
 
     torch.set_num_threads(max(1, torch.get_num_threads()))
     request = GenerateRequest(
         ModelFiles(checkpoint=path),
         ImageSettings(
-            "a lighthouse on a cliff at dusk", "blurry", Sampling(seed=1, steps=steps, cfg=7.0), size, size
+            "a lighthouse on a cliff at dusk",
+            "blurry",
+            Sampling(seed=1, steps=steps, cfg=7.0),
+            size,
+            size,
+            controlnets=(ControlNetUse(*controlnet),) if controlnet else (),
         ),
         output=out,
         device=device,
@@ -70,19 +101,26 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--vram-limit", default=None)
     ap.add_argument("--cache", type=Path, default=ROOT / ".bench-cache" / "load")
+    ap.add_argument("--controlnet", action="store_true", help="also run with a full-size SD1.5 ControlNet")
     ap.add_argument("--one", help=argparse.SUPPRESS)  # internal: run one model in this process
+    ap.add_argument("--with-controlnet", nargs=2, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     from app.commands.args import parse_bytes
 
     limit = parse_bytes(args.vram_limit) if args.vram_limit else None
     if args.one:
         out = ROOT / ".bench-cache" / "generate" / f"{Path(args.one).stem}.png"
-        print(json.dumps(run_one(Path(args.one), args.size, args.steps, args.device, limit, out)))
+        cn = (Path(args.with_controlnet[0]), Path(args.with_controlnet[1])) if args.with_controlnet else None
+        print(json.dumps(run_one(Path(args.one), args.size, args.steps, args.device, limit, out, cn)))
         return
-    for name in args.models:
-        path = _file(name, args.cache)
+    runs: list[tuple[str, list[str]]] = [(name, []) for name in args.models]
+    if args.controlnet:
+        cn_file, hint = _controlnet(args.cache)
+        runs.append(("sd15+controlnet", ["--with-controlnet", str(cn_file), str(hint)]))
+    for name, extra in runs:
+        path = _file(name.split("+")[0], args.cache)
         cmd = [sys.executable, "-m", "bench.generate", "--one", str(path), "--size", str(args.size),
-               "--steps", str(args.steps), "--device", args.device]  # fmt: skip
+               "--steps", str(args.steps), "--device", args.device, *extra]  # fmt: skip
         if args.vram_limit:
             cmd += ["--vram-limit", args.vram_limit]
         done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, check=False)

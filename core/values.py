@@ -121,6 +121,12 @@ RUN_STEPS = NumberRange("test-run steps", 1, 10_000_000, integer=True)
 CFG = NumberRange("CFG", 0.0, 100.0)
 GUIDANCE = NumberRange("guidance", 0.0, 100.0)
 DENOISE = NumberRange("denoise", 0.0, 1.0, lo_open=True)
+#: ComfyUI's ControlNetApplyAdvanced: strength 0..10, start/end percent 0..1; A1111's refiner "switch at"
+CONTROLNET_STRENGTH = NumberRange("a ControlNet strength", 0.0, 10.0, hint="Give e.g. 1 (0 switches it off)")
+CONTROLNET_PERCENT = NumberRange(
+    "a ControlNet start/end percent", 0.0, 1.0, hint="0 is the first step, 1 the last: e.g. 0:0.6"
+)
+REFINER_SWITCH = NumberRange("the refiner switch", 0.0, 1.0, lo_open=True, hint="Give e.g. 0.8")
 LORA_STRENGTH = NumberRange("a LoRA strength", -100.0, 100.0)
 PROMPT_WEIGHT = NumberRange(
     "a prompt weight", -100.0, 100.0, hint="Write weights like (word:1.2)", code="bad_prompt_weight"

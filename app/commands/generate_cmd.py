@@ -1,8 +1,10 @@
 """``loadout generate [CHECKPOINT] [--diffusion-model F] [--text-encoder F]... [--vae F] --prompt P
 [--negative N] [--lora FILE[:MODEL[:CLIP]]]... [--seed S] [--steps N] [--cfg X] [--sampler NAME]
-[--scheduler NAME] [--size WxH] [--batch B] [--init IMAGE --denoise D] [--device D] [--dtype D]
+[--scheduler NAME] [--size WxH] [--batch B] [--init IMAGE [--mask MASK] --denoise D]
+[--controlnet FILE:HINT[:STRENGTH[:START:END]]]... [--refiner FILE [--refiner-switch F]]
 [--hires-scale S --hires-denoise D [--hires-steps N] [--hires-upscaler METHOD_OR_FILE]]
-[--vram-limit BYTES] -o OUT.png [--json]``: text to image (img2img with --init).
+[--device D] [--dtype D] [--vram-limit BYTES] -o OUT.png [--json]``: text to image (img2img with
+--init, inpainting with --mask), with ControlNets, the hires fix and the SDXL refiner.
 
 With ``--x AXIS:V1,V2,... [--y ...] [--z ...] [--ray ADDRESS|local:N] -o DIR`` a grid: one picture per
 cell and a labelled grid per Z value in DIR, in-process or on a Ray cluster (core/queue)."""
@@ -26,12 +28,13 @@ from core.generate.events import GenerateProgress
 from core.generate.headless import generate_files
 from core.generate.request import GenerateRequest, ImageSettings, ModelFiles, Sampling
 from core.generate.sweep import parse_strengths
+from core.generate.workflow_request import ControlNetUse, RefinerUse
 from core.loading.convert_file import DTYPES, parse_dtype
 from core.queue.grid import AXES, parse_axis
 from core.queue.headless import cluster_pool, run_grid
 from core.queue.store import Totals
 from core.sampling import SAMPLERS, SCHEDULERS
-from core.values import BATCH, CFG, DENOISE, GUIDANCE, SEED, STEPS
+from core.values import BATCH, CFG, DENOISE, GUIDANCE, REFINER_SWITCH, SEED, STEPS
 
 
 def register(sub: Any) -> None:
@@ -72,6 +75,16 @@ def register(sub: Any) -> None:
     p.add_argument("--ray", metavar="ADDRESS|local:N", help="run a grid's cells on a Ray cluster")
     p.add_argument("--denoise", type=number_type(DENOISE), default=1.0, help="img2img strength (with --init)")
     add_hires_arguments(p)
+    p.add_argument(
+        "--controlnet", action="append", default=[], metavar="FILE:HINT[:STRENGTH[:START:END]]",
+        help="a ControlNet and its hint picture (repeatable; ComfyUI's ControlNetApplyAdvanced)",
+    )  # fmt: skip
+    p.add_argument("--mask", metavar="MASK", help="inpainting: white = repaint (with --init and --denoise)")
+    p.add_argument("--refiner", metavar="FILE", help="the SDXL refiner checkpoint to finish the picture")
+    p.add_argument(
+        "--refiner-switch", type=number_type(REFINER_SWITCH), default=0.8,
+        help="fraction of the steps before the refiner",
+    )  # fmt: skip
     p.add_argument("--device", default="cpu", help="cpu or cuda (default cpu)")
     p.add_argument("--dtype", choices=list(DTYPES), help="compute dtype (default: the device's policy)")
     p.add_argument("--vram-limit", metavar="BYTES", help="e.g. 4GiB: the card size the manager sees")
@@ -115,6 +128,9 @@ def _request(args: argparse.Namespace) -> GenerateRequest:
         batch=args.batch,
         init_image=Path(args.init) if args.init else None,
         hires=hires_from_arguments(args),
+        controlnets=tuple(ControlNetUse.parse(t) for t in args.controlnet),
+        mask_image=Path(args.mask) if args.mask else None,
+        refiner=RefinerUse(Path(args.refiner), args.refiner_switch) if args.refiner else None,
     )
     return GenerateRequest(
         models=models,

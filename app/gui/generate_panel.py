@@ -35,6 +35,7 @@ from PySide6.QtWidgets import (
 
 from app.gui.gallery import Gallery
 from app.gui.theme import icon, set_icon
+from app.gui.workflow_controls import WorkflowControls
 from app.gui.workflow_hires import HiresControls
 from core.detect.spec import NO_MODEL_DEFAULTS, GenerationDefaults
 from core.errors import LoadoutError
@@ -162,6 +163,8 @@ class GeneratePanel(QWidget):
         controls.addWidget(self.prompt, 2)
         controls.addWidget(self.negative, 1)
         controls.addLayout(form)
+        self.workflows = WorkflowControls()
+        controls.addWidget(self.workflows)
         controls.addWidget(self.generate_button)
         controls.addLayout(out_row)
         controls.addWidget(self.progress)
@@ -200,14 +203,16 @@ class GeneratePanel(QWidget):
             scheduler=str(self.scheduler.currentData()),
             guidance=self.guidance.value() if flux_guidance else None,
         )
-        return ImageSettings(
-            prompt=self.prompt.toPlainText(),
-            negative=self.negative.toPlainText(),
-            sampling=sampling,
-            width=self.width_.value() // 8 * 8,
-            height=self.height_.value() // 8 * 8,
-            batch=self.batch.value(),
-            hires=self.hires.hires(),
+        return self.workflows.apply(
+            ImageSettings(
+                prompt=self.prompt.toPlainText(),
+                negative=self.negative.toPlainText(),
+                sampling=sampling,
+                width=self.width_.value() // 8 * 8,
+                height=self.height_.value() // 8 * 8,
+                batch=self.batch.value(),
+                hires=self.hires.hires(),
+            )
         )
 
     def apply_parameters(self, p: GenerationParameters) -> None:
@@ -233,6 +238,7 @@ class GeneratePanel(QWidget):
             self.width_.setValue(p.width)
             self.height_.setValue(p.height)
         self.hires.apply(p.hires)
+        self.workflows.apply_parameters(p)
         loras = ", ".join(f"{lo.name} {lo.model_strength:g}" for lo in p.loras)
         ignored = "; ".join(f"{key} ignored ({why.rstrip('.')})" for key, why in skip.items())
         self.status.setText(

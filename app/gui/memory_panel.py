@@ -46,7 +46,10 @@ EVENT_COLORS = {
     "phase": "#e599f7",
 }
 #: generation phases as shaded bands on the plot (the band runs until the next phase or the end)
-PHASE_COLORS = {"encode": "#e599f733", "sample": "#74c0fc2b", "decode": "#ffd43b2b"}
+PHASE_COLORS = {
+    "encode": "#e599f733", "sample": "#74c0fc2b", "decode": "#ffd43b2b",
+    "refine encode": "#e599f733", "refine": "#69db7c2b",  # the SDXL refiner hand-off
+}  # fmt: skip
 #: the plot's marker tags (the event list has the full text, the marker's tooltip the reason)
 SHORT_LABELS = {
     "load": "load",

@@ -14,6 +14,7 @@ from core.detect.catalog import REGISTRY
 from core.errors import LoadoutError
 from core.generate.events import GenerateProgress, GenerateResult
 from core.generate.hashes import FileHashes
+from core.generate.pictures import read_picture
 from core.generate.request import ImageSettings
 from core.generate.session_run import GenerateState, Output, generate
 from core.generate.sweep import Sweep, run_sweep
@@ -55,6 +56,8 @@ class Generator:
         init: np.ndarray | None = None,
         dtype: torch.dtype | None = None,
     ) -> GenerateResult:
+        if init is None and settings.init_image is not None:  # the window's img2img / inpainting
+            init = read_picture(settings.init_image)
         loaded = self.session.loaded.get(SlotId.MAIN)
         search = self._search()  # also where TAESD decoders may be
         if loaded is not None and needs_t5(loaded.family) and self.state.t5_tokenizer is None:

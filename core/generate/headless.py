@@ -12,14 +12,11 @@ from collections.abc import Callable, Iterable
 from dataclasses import replace
 from pathlib import Path
 
-import numpy as np
-from PIL import Image
-
-from core.errors import FileAccessError, FileFormatError, LoadoutError, ModelMismatchError
+from core.errors import LoadoutError, ModelMismatchError
 from core.files.destination import check_output_file, check_output_folder
-from core.files.png_text import read_picture_header
 from core.generate.events import GenerateProgress, GenerateResult, LoraMatch
 from core.generate.generator import Generator, needs_t5
+from core.generate.pictures import read_picture
 from core.generate.request import GenerateRequest, ModelFiles
 from core.generate.session_run import Output
 from core.generate.sweep import Sweep
@@ -27,7 +24,15 @@ from core.loading.assign import interrupt_check
 from core.session.compose import headless_session, load_main
 from core.session.session import Session
 from core.text.t5_tokenizer import T5Tokenizer, T5TokenizerSearch
-from core.values import MAX_AREA, SIDE, BadValueError
+
+__all__ = [
+    "comfyui_installs",
+    "generate_files",
+    "generator_for",
+    "load_models",
+    "lora_matches",
+    "read_picture",
+]
 
 
 def comfyui_installs(paths: Iterable[Path]) -> tuple[Path, ...]:
@@ -40,33 +45,6 @@ def comfyui_installs(paths: Iterable[Path]) -> tuple[Path, ...]:
                 found[parent] = None
                 break
     return tuple(found)
-
-
-def read_picture(path: Path) -> np.ndarray:
-    """An image file as (H, W, 3) uint8 RGB (a writable array). Its size is read from the header
-    and checked against the size limit of ``--size`` before a pixel is decoded."""
-    header = read_picture_header(path)
-    w, h = header.width, header.height
-    if w * h > MAX_AREA or max(w, h) > SIDE.hi:
-        raise BadValueError(
-            f"the starting picture {Path(path).name} is {w}x{h} pixels, too large",
-            why=f"pictures are limited to 4096x4096 in area and {int(SIDE.hi)} pixels a side",
-            fix="Resize it first (e.g. to 1024 pixels on the long side)",
-        )
-    try:
-        with Image.open(path) as im:
-            return np.array(im.convert("RGB"))
-    except FileNotFoundError:
-        raise FileAccessError(
-            f"{path} does not exist", fix="Check the --init path", code="not_found"
-        ) from None
-    except Exception as exc:  # Pillow raises many kinds for damaged files (OSError, SyntaxError, ValueError)
-        raise FileFormatError(
-            f"{Path(path).name} is not a picture Loadout can read",
-            why=str(exc),
-            fix="Start from a PNG, JPEG or WebP picture",
-            code="not_an_image",
-        ) from None
 
 
 def load_models(session: Session, models: ModelFiles, check: Callable[[], None]) -> str | None:

@@ -186,6 +186,10 @@ class Pipeline:
         self.text_options = EncodeOptions(compute_dtype=compute.text_dtype, device=compute.device)
         self._clip_tok = clip_tokenizer
         self._t5_tok = t5_tokenizer
+        # the workflows' settings of the KSampler run (core/generate/inpaint.py, refiner.py)
+        self.denoise_mask: Tensor | None = None
+        self.sigmas: Tensor | None = None
+        self.add_noise = True
 
     # -- text -------------------------------------------------------------------------------------
     def _prompt_encoder(self) -> PromptEncoder:
@@ -326,6 +330,7 @@ class Pipeline:
         init_latent: Tensor | None = None,
         sampling: Sampling | None = None,
     ) -> Tensor:
+        """One KSampler run; ``self.denoise_mask`` (inpainting, latent-sized) keeps the unmasked latent."""
         s = sampling if sampling is not None else settings.sampling
         request = SamplingRequest(
             seed=s.seed, steps=s.steps, cfg=self.cfg(settings), sampler=s.sampler, scheduler=s.scheduler,
@@ -357,7 +362,8 @@ class Pipeline:
         return sample(
             self.adapter, self.sampling, self.latent_format, latent, positive, negative, request,
             device=self.compute.device, compute_dtype=self.compute.diffusion_dtype, check=hooks.check,
-            progress=progress, before_forward=before_forward,
+            progress=progress, before_forward=before_forward, on_sigma=self.adapter.see_sigma,
+            denoise_mask=self.denoise_mask, sigmas=self.sigmas, add_noise=self.add_noise,
         )  # fmt: skip
 
     def run(

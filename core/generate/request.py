@@ -9,6 +9,7 @@ import torch
 
 from core.errors import LoadoutError
 from core.generate.hires_settings import HiresFix
+from core.generate.workflow_request import ControlNetUse, RefinerUse
 from core.patching.merge import LoraArg
 from core.values import BATCH, CFG, DENOISE, GUIDANCE, SEED, STEPS, NumberRange, check_size
 
@@ -76,6 +77,9 @@ class ImageSettings:
     batch: int = 1
     init_image: Path | None = None  # img2img: the picture to start from (sampling.denoise < 1)
     hires: HiresFix | None = None  # a second pass at a larger size (core.generate.hires)
+    controlnets: tuple[ControlNetUse, ...] = ()  # applied in order (core/generate/controlnet.py)
+    mask_image: Path | None = None  # inpainting: white = repaint (with init_image)
+    refiner: RefinerUse | None = None  # the SDXL refiner hand-off (core/generate/refiner.py)
 
     def __post_init__(self) -> None:
         problems = self.sampling.problems()
@@ -92,6 +96,8 @@ class ImageSettings:
             w, h = self.final_size
             if w * h > 4096 * 4096 or w < 64 or h < 64:
                 problems.append(f"the hires fix's size {w}x{h} must be between 64x64 and 4096x4096 in area")
+        if self.mask_image is not None and self.init_image is None:
+            problems.append("a mask needs the picture it masks (--init)")
         if problems:
             raise LoadoutError(
                 "these generation settings cannot be used",

@@ -62,7 +62,9 @@ def save_pictures(
             check()
             # a batch shares one seed (one noise draw for all, as ComfyUI): the position tells them apart
             if len(pixels) > 1:
-                params = replace(params, extra={"Batch size": str(len(pixels)), "Batch pos": str(i)})
+                params = replace(
+                    params, extra={**params.extra, "Batch size": str(len(pixels)), "Batch pos": str(i)}
+                )
             infotext = format_parameters(params, version=f"Loadout {engine_version()}")
             batch.write_bytes(path, png_bytes(to_uint8_rgb(pixels[i]), infotext))
             progress(GenerateProgress("save", i + 1, len(pixels)))

@@ -28,6 +28,7 @@ from core.generate.preview import Previewer, fit_latent_preview
 from core.generate.request import ImageSettings
 from core.generate.saving import Made, parameters_for, save_pictures
 from core.generate.taesd import find_taesd, load_taesd
+from core.generate.workflows import WorkflowState, prepare
 from core.loading.loader import LoadedComponent, inspect_for_loading
 from core.memory.devices import cpu_device
 from core.memory.dtypes import DtypePolicy
@@ -71,6 +72,7 @@ class GenerateState:
     t5_tokenizer: T5Tokenizer | None = None
     clip_tokenizer: ClipTokenizer | None = None
     upscalers: dict[Path, UpscaleModel] = field(default_factory=dict)  # the hires fix's upscale models
+    workflows: WorkflowState = field(default_factory=WorkflowState)  # loaded ControlNets...
 
 
 @dataclass
@@ -256,10 +258,13 @@ def generate(
     if settings.hires is not None and settings.hires.model is not None:
         model = settings.hires.model
         hooks.upscale = upscaler_hook(placement, state.upscalers, model, check, progress, parts.names)
+    workflow = prepare(session, state.workflows, settings, parts, pipeline, hooks, init, state.hashes)
+    if "sample" in placer.need:
+        placer.need["sample"] += workflow.sample_bytes
     device = pipeline.compute.device
     reset_peak(device)
     try:
-        pixels, timings, notes = pipeline.run(settings, hooks, init)
+        pixels, timings, notes = (workflow.run or pipeline.run)(settings, hooks, init)
     finally:
         placement.settle()  # copies fetched ahead for a next step are freed (also on a stop)
         session.note("phase_end", "done", "the generation's phases are over")
@@ -273,6 +278,7 @@ def generate(
     if settings.hires is not None:  # A1111's Size is the first pass's (before the hires fix)
         size = (settings.width, settings.height) if init is None else _cropped(init)
     params = replace(parameters_for(settings, made, size, state.hashes, check), hires=settings.hires)
+    params = replace(params, extra=dict(workflow.parameters))  # ControlNet, refiner (A1111's items)
     images = save_pictures(
         pixels, params, output.paths([settings.sampling.seed] * len(pixels)), check, progress
     )

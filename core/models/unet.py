@@ -12,6 +12,8 @@ forward. Computation runs in ``x``'s dtype.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 from torch import nn
 
@@ -28,7 +30,60 @@ from core.models.unet_blocks import (
 from core.models.unet_config import DownStage, ResStage, UNetConfig
 from core.ops.layers import OpSet, default_ops
 
-__all__ = ["DownStage", "ResStage", "UNetConfig", "UNetModel"]
+__all__ = ["ControlResiduals", "DownStage", "ResStage", "UNetConfig", "UNetModel"]
+
+
+@dataclass(frozen=True)
+class ControlResiduals:
+    """What ControlNets add to a UNet (ComfyUI's ``control`` dict): one tensor (or None) per skip
+    connection, in ``input_blocks`` order, and one for the middle block's output. Each is added to
+    the skip before it is concatenated on the output side, as ComfyUI's ``apply_control`` does."""
+
+    skips: tuple[torch.Tensor | None, ...]
+    middle: torch.Tensor | None
+
+
+def _transformer(f: LayerFactory, cfg: UNetConfig, channels: int, depth: int) -> SpatialTransformer:
+    assert cfg.context_dim is not None  # UNetConfig validates this
+    heads, head_dim = cfg.heads(channels)
+    return SpatialTransformer(
+        f, channels, heads, head_dim, depth, cfg.context_dim, cfg.use_linear_in_transformer
+    )
+
+
+def res_block(f: LayerFactory, cfg: UNetConfig, stage: ResStage) -> UNetBlock:
+    """One ResBlock stage with its transformer and upsampler (input or output side)."""
+    layers: list[nn.Module] = [ResBlock(f, stage.in_channels, stage.out_channels, cfg.time_embed_dim)]
+    if stage.transformer_depth:
+        layers.append(_transformer(f, cfg, stage.out_channels, stage.transformer_depth))
+    if stage.upsample:
+        layers.append(Upsample(f, stage.out_channels))
+    return UNetBlock(*layers)
+
+
+def input_side(
+    f: LayerFactory, config: UNetConfig
+) -> tuple[nn.Sequential, nn.Sequential | None, nn.ModuleList, UNetBlock]:
+    """The time embedding, label embedding, input blocks and middle block: what a UNet and the
+    ControlNets built on it share (same keys, same shapes)."""
+    mc, ted = config.model_channels, config.time_embed_dim
+    time_embed = nn.Sequential(f.linear(mc, ted), nn.SiLU(), f.linear(ted, ted))
+    label_emb: nn.Sequential | None = None
+    if config.adm_in_channels is not None:
+        mlp = nn.Sequential(f.linear(config.adm_in_channels, ted), nn.SiLU(), f.linear(ted, ted))
+        label_emb = nn.Sequential(mlp)
+    input_blocks = nn.ModuleList([UNetBlock(f.conv(config.in_channels, mc, 3, padding=1))])
+    for stage in config.input_stages():
+        if isinstance(stage, DownStage):
+            input_blocks.append(UNetBlock(Downsample(f, stage.channels)))
+        else:
+            input_blocks.append(res_block(f, config, stage))
+    mid = config.middle_channels
+    middle: list[nn.Module] = [ResBlock(f, mid, mid, ted)]
+    if config.transformer_depth_middle is not None:
+        middle.append(_transformer(f, config, mid, config.transformer_depth_middle))
+        middle.append(ResBlock(f, mid, mid, ted))
+    return time_embed, label_emb, input_blocks, UNetBlock(*middle)
 
 
 class UNetModel(nn.Module):
@@ -46,44 +101,10 @@ class UNetModel(nn.Module):
         super().__init__()
         self.config = config
         f = LayerFactory(ops, device, dtype)
-        mc, ted = config.model_channels, config.time_embed_dim
-        self.time_embed = nn.Sequential(f.linear(mc, ted), nn.SiLU(), f.linear(ted, ted))
-        self.label_emb: nn.Sequential | None = None
-        if config.adm_in_channels is not None:
-            mlp = nn.Sequential(f.linear(config.adm_in_channels, ted), nn.SiLU(), f.linear(ted, ted))
-            self.label_emb = nn.Sequential(mlp)
-        self.input_blocks = nn.ModuleList([UNetBlock(f.conv(config.in_channels, mc, 3, padding=1))])
-        for stage in config.input_stages():
-            if isinstance(stage, DownStage):
-                self.input_blocks.append(UNetBlock(Downsample(f, stage.channels)))
-            else:
-                self.input_blocks.append(self._block(f, stage))
-        mid = config.middle_channels
-        middle: list[nn.Module] = [ResBlock(f, mid, mid, ted)]
-        if config.transformer_depth_middle is not None:
-            middle.append(self._transformer(f, mid, config.transformer_depth_middle))
-            middle.append(ResBlock(f, mid, mid, ted))
-        self.middle_block = UNetBlock(*middle)
-        self.output_blocks = nn.ModuleList(self._block(f, s) for s in config.output_stages())
+        self.time_embed, self.label_emb, self.input_blocks, self.middle_block = input_side(f, config)
+        self.output_blocks = nn.ModuleList(res_block(f, config, s) for s in config.output_stages())
+        mc = config.model_channels
         self.out = nn.Sequential(f.group_norm(mc), nn.SiLU(), f.conv(mc, config.out_channels, 3, padding=1))
-
-    def _transformer(self, f: LayerFactory, channels: int, depth: int) -> SpatialTransformer:
-        cfg = self.config
-        assert cfg.context_dim is not None  # UNetConfig validates this
-        heads, head_dim = cfg.heads(channels)
-        return SpatialTransformer(
-            f, channels, heads, head_dim, depth, cfg.context_dim, cfg.use_linear_in_transformer
-        )
-
-    def _block(self, f: LayerFactory, stage: ResStage) -> UNetBlock:
-        layers: list[nn.Module] = [
-            ResBlock(f, stage.in_channels, stage.out_channels, self.config.time_embed_dim)
-        ]
-        if stage.transformer_depth:
-            layers.append(self._transformer(f, stage.out_channels, stage.transformer_depth))
-        if stage.upsample:
-            layers.append(Upsample(f, stage.out_channels))
-        return UNetBlock(*layers)
 
     def forward(
         self,
@@ -91,9 +112,11 @@ class UNetModel(nn.Module):
         timesteps: torch.Tensor,
         context: torch.Tensor | None = None,
         y: torch.Tensor | None = None,
+        control: ControlResiduals | None = None,
     ) -> torch.Tensor:
         """x: (B, in_channels, H, W) latents; timesteps: (B,) or scalar; context: (B, L, context_dim);
-        y: (B, adm_in_channels), SDXL's pooled text embedding + size/crop embeddings."""
+        y: (B, adm_in_channels), SDXL's pooled text embedding + size/crop embeddings; control: what
+        ControlNets add to the skips and the middle block."""
         dtype = x.dtype
         t = timesteps.reshape(-1).to(x.device)
         if t.shape[0] != x.shape[0]:
@@ -117,9 +140,33 @@ class UNetModel(nn.Module):
             h = block(h, emb, context)
             skips.append(h)
         h = self.middle_block(h, emb, context)
+        if control is not None:
+            h = _add_control(h, control.middle)
+            if len(control.skips) != len(skips):
+                raise _control_mismatch(f"{len(control.skips)} residuals for {len(skips)} skip connections")
+            skips = [_add_control(s, c) for s, c in zip(skips, control.skips, strict=True)]
         for block in self.output_blocks:
             h = torch.cat([h, skips.pop()], dim=1)
             size = (skips[-1].shape[-2], skips[-1].shape[-1]) if skips else None
             h = block(h, emb, context, size)
         out: torch.Tensor = self.out(h)
         return out
+
+
+def _add_control(h: torch.Tensor, residual: torch.Tensor | None) -> torch.Tensor:
+    if residual is None:
+        return h
+    if residual.shape != h.shape:
+        raise _control_mismatch(
+            f"it gives a {list(residual.shape)} residual where the UNet has {list(h.shape)}"
+        )
+    return (h + residual).to(h.dtype)  # as ComfyUI's in-place ``h += ctrl``
+
+
+def _control_mismatch(why: str) -> ModelMismatchError:
+    return ModelMismatchError(
+        "the ControlNet does not fit this diffusion model",
+        why=why,
+        fix="Use a ControlNet made for the loaded model's family (SD1.5 or SDXL)",
+        code="wrong_controlnet",
+    )

@@ -39,10 +39,14 @@ class ModelDenoiser:
     compute_dtype: torch.dtype = torch.float32
     #: called before every forward pass (interrupt checks, placing the model on its device)
     before_forward: Callable[[], None] | None = None
+    #: told each forward's sigmas first (ControlNets compare them with their start/end percent)
+    on_sigma: Callable[[Tensor], None] | None = None
 
     def __call__(self, x: Tensor, sigma: Tensor, cond: Conditioning) -> Tensor:
         if self.before_forward is not None:
             self.before_forward()
+        if self.on_sigma is not None:
+            self.on_sigma(sigma)
         x_in = self.sampling.calculate_input(sigma, x).to(self.compute_dtype)
         timestep = self.sampling.timestep(sigma).float()
         out = self.model(x_in, timestep, cond.to(x_in.device, self.compute_dtype)).float()

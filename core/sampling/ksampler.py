@@ -30,9 +30,10 @@ from core.errors import LoadoutError
 from core.sampling.cfg import CfgDenoiser
 from core.sampling.conditioning import Conditioning
 from core.sampling.denoiser import DiffusionModel, ModelDenoiser
+from core.sampling.masked import MaskedDenoiser, latent_mask
 from core.sampling.model_sampling import ModelSampling
 from core.sampling.noise import check_seed, initial_noise
-from core.sampling.samplers import SamplerContext, SamplerOptions, get_sampler
+from core.sampling.samplers import ModelFn, SamplerContext, SamplerOptions, get_sampler
 from core.sampling.schedulers import SCHEDULERS
 from core.sampling.sigmas import ksampler_sigmas
 
@@ -125,8 +126,17 @@ def sample(
     check: Callable[[], None] | None = None,
     progress: Callable[[StepProgress], None] | None = None,
     before_forward: Callable[[], None] | None = None,
+    on_sigma: Callable[[Tensor], None] | None = None,
+    sigmas: Tensor | None = None,
+    add_noise: bool = True,
+    denoise_mask: Tensor | None = None,
 ) -> Tensor:
-    """Run the request; returns the final latent in the VAE's space (float32, on ``device``)."""
+    """Run the request; returns the final latent in the VAE's space (float32, on ``device``).
+
+    ``sigmas`` replaces the request's schedule (KSamplerAdvanced's start/end steps); ``add_noise``
+    False starts from the latent alone (zero noise); ``denoise_mask`` (any size, 1 = repaint;
+    resized to the latent as ComfyUI's ``prepare_mask``) keeps the rest of the latent at every
+    step, as ComfyUI's KSamplerX0Inpaint."""
     if latent.ndim != 4 or latent.shape[1] != latent_format.channels:
         raise LoadoutError(
             f"the latent's shape {list(latent.shape)} does not fit this model",
@@ -136,13 +146,16 @@ def sample(
         )
     spec = get_sampler(request.sampler)
     dev = torch.device(device)
-    sigmas = ksampler_sigmas(sampling, request.scheduler, request.sampler, request.steps, request.denoise)
+    if sigmas is None:
+        sigmas = ksampler_sigmas(sampling, request.scheduler, request.sampler, request.steps, request.denoise)
     if len(sigmas) == 0:
         return latent.to(dev, copy=True)
     if check is not None:
         check()
 
     noise = initial_noise(latent.shape, request.seed, request.batch_index).to(dev)
+    if not add_noise:
+        noise = torch.zeros_like(noise)
     start = latent.to(device=dev, dtype=torch.float32)
     if torch.count_nonzero(start) > 0:  # an empty latent is left as it is
         start = latent_format.process_in(start)
@@ -155,8 +168,11 @@ def sample(
         if before_forward is not None:
             before_forward()
 
-    denoiser = ModelDenoiser(model, sampling, compute_dtype, before)
-    guided = CfgDenoiser(denoiser, positive, negative, request.cfg)
+    denoiser = ModelDenoiser(model, sampling, compute_dtype, before, on_sigma)
+    guided: ModelFn = CfgDenoiser(denoiser, positive, negative, request.cfg)
+    if denoise_mask is not None:
+        mask = latent_mask(denoise_mask, latent.shape).to(dev)
+        guided = MaskedDenoiser(guided, sampling, mask, noise, start)
     total = len(sigmas) - 1
 
     def report(i: int, denoised: Tensor) -> None:

@@ -13,7 +13,7 @@ Extra input channels (inpaint/instruct-pix2pix ``c_concat``) are appended to the
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 from torch import Tensor, nn
@@ -22,6 +22,15 @@ from core.errors import ModelMismatchError
 from core.models.flux import make_img_ids, make_txt_ids, pack_latents, unpack_latents
 from core.models.kinds import network_kind
 from core.sampling.conditioning import Conditioning
+
+
+class Control(Protocol):
+    """ControlNets for a UNet: told each forward's sigma, then asked for the residuals."""
+
+    def see_sigma(self, sigma: Tensor) -> None: ...
+
+    def __call__(self, x: Tensor, timestep: Tensor, cond: Conditioning) -> Any: ...
+
 
 #: ComfyUI's guidance when no FluxGuidance node sets one.
 FLUX_DEFAULT_GUIDANCE = 3.5
@@ -42,6 +51,7 @@ class NetworkAdapter:
                 code="wrong_kind",
             )
         self.concat = concat
+        self.control: Control | None = None  # ControlNets (core/generate/controlnet.py), UNets only
         config: Any = getattr(model, "config")  # noqa: B009 - every network keeps its config
         self.config = config
 
@@ -50,12 +60,21 @@ class NetworkAdapter:
         c = int(self.config.in_channels)
         return c // 4 if self.kind in ("flux", "chroma") else c
 
+    def see_sigma(self, sigma: Tensor) -> None:
+        if self.control is not None:
+            self.control.see_sigma(sigma)
+
     def __call__(self, x: Tensor, timestep: Tensor, cond: Conditioning) -> Tensor:
+        # ControlNets see the latent alone, before an inpaint model's extra channels are added
+        residuals = self.control(x, timestep, cond) if self.control is not None else None
         if self.concat is not None:
             extra = self.concat.to(device=x.device, dtype=x.dtype)
             x = torch.cat([x, extra.expand(x.shape[0], -1, -1, -1)], dim=1)
+        if residuals is not None:
+            out: Tensor = self.model(x, timestep, cond.context, cond.pooled, control=residuals)
+            return out
         if self.kind in ("unet", "mmdit"):
-            out: Tensor = self.model(x, timestep, cond.context, cond.pooled)
+            out = self.model(x, timestep, cond.context, cond.pooled)
             return out
         return self._flux(x, timestep, cond)
 

@@ -162,3 +162,37 @@ def test_a_picture_dropped_anywhere_on_the_window_fills_the_generate_panel(
         "99",
         14,
     )
+
+
+def test_a_controlnet_and_a_painted_mask_from_the_workflow_box_on_a_simulated_card(
+    qtbot, make_window, demo_library: DemoLibrary, tmp_path: Path
+) -> None:
+    import numpy as np
+    from PIL import Image
+
+    from tests.fixtures.controlnets import hint_picture, mask_picture, tiny_controlnet_file
+
+    window = make_window(demo_library.folder, placement=Placement(None, card(6, 1)))
+    _load(qtbot, window, demo_library.checkpoint)
+    panel = window.generate_panel
+    qtbot.waitUntil(lambda: panel.generate_button.isEnabled(), timeout=5000)
+    panel.prompt.setPlainText("lighthouse")
+    panel.steps.setValue(2)
+    panel.size.setCurrentIndex(panel.size.count() - 1)
+    panel.width_.setValue(64)
+    panel.height_.setValue(64)
+    init = tmp_path / "init.png"
+    Image.fromarray(np.full((64, 64, 3), 150, np.uint8)).save(init)
+    box = panel.workflows
+    box.setChecked(True)
+    box.controlnet.set_path(tiny_controlnet_file(tmp_path / "cn.safetensors"))
+    box.hint.set_path(hint_picture(tmp_path / "hint.png"))
+    box.init.set_path(init)
+    box.mask.set_path(mask_picture(tmp_path / "mask.png"))
+    box.denoise.setValue(0.8)
+    with strict(qtbot, window.backend, "started", "generated", "finished", timeout=120000) as rec:
+        panel.generate_button.click()
+    result = rec.first("generated")
+    assert "controlnet" in {e["role"] for e in result.events}  # the manager placed it
+    p = parse_parameters(read_png_parameters(result.images[0].path))
+    assert p.denoise == 0.8 and p.extra["ControlNet 0"].startswith("Module: none, Model: cn")

@@ -1,0 +1,84 @@
+"""What the workflows beside text-to-image ask for: ControlNets (ComfyUI's ControlNetApplyAdvanced),
+an inpainting mask (SetLatentNoiseMask / InpaintModelConditioning) and the SDXL refiner hand-off
+(two KSamplerAdvanced nodes). Plain values with their checks; the engine is in
+``core.generate.controlnet``, ``inpaint`` and ``refiner``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from core.errors import LoadoutError
+from core.values import CONTROLNET_PERCENT, CONTROLNET_STRENGTH, REFINER_SWITCH
+
+
+def _bad(what: str, why: str, fix: str) -> LoadoutError:
+    return LoadoutError(what, why=why, fix=fix, code="bad_argument")
+
+
+@dataclass(frozen=True)
+class ControlNetUse:
+    """One ControlNet: its file, the hint picture, strength and the part of the schedule it acts on
+    (ComfyUI's start/end percent: 0 is the first, noisiest step)."""
+
+    path: Path
+    hint: Path
+    strength: float = 1.0
+    start: float = 0.0
+    end: float = 1.0
+
+    def __post_init__(self) -> None:
+        CONTROLNET_STRENGTH.check(self.strength)
+        CONTROLNET_PERCENT.check(self.start)
+        CONTROLNET_PERCENT.check(self.end)
+        if self.start > self.end:
+            raise _bad(
+                f"ControlNet start {self.start} is after its end {self.end}",
+                "a ControlNet acts from its start percent to its end percent",
+                "Give a start at or before the end",
+            )
+
+    @classmethod
+    def parse(cls, text: str) -> ControlNetUse:
+        """``FILE:HINT[:STRENGTH[:START:END]]`` (the command line's ``--controlnet``). Windows drive
+        letters (``C:\\...``) stay part of the paths."""
+        parts = _split_paths(text)
+        if len(parts) not in (2, 3, 5):
+            raise _bad(
+                f"--controlnet {text!r} is not FILE:HINT[:STRENGTH[:START:END]]",
+                f"it has {len(parts)} parts",
+                "Give e.g. --controlnet canny.safetensors:edges.png:0.8:0:1",
+            )
+        ranges = (CONTROLNET_STRENGTH, CONTROLNET_PERCENT, CONTROLNET_PERCENT)
+        nums = [r.parse(v) for r, v in zip(ranges, parts[2:], strict=False)]
+        strength = nums[0] if nums else 1.0
+        start, end = (nums[1], nums[2]) if len(nums) == 3 else (0.0, 1.0)
+        return cls(Path(parts[0]), Path(parts[1]), strength, start, end)
+
+
+def _split_paths(text: str) -> list[str]:
+    raw = text.split(":")
+    out: list[str] = []
+    for piece in raw:
+        # "C" then "\\x.png": a drive letter belongs to the next piece
+        if out and len(out[-1]) == 1 and out[-1].isalpha() and piece.startswith(("\\", "/")):
+            out[-1] = f"{out[-1]}:{piece}"
+        else:
+            out.append(piece)
+    return out
+
+
+@dataclass(frozen=True)
+class RefinerUse:
+    """The SDXL refiner and the fraction of the steps the base model runs (A1111's "switch at")."""
+
+    path: Path
+    switch: float = 0.8
+
+    def __post_init__(self) -> None:
+        REFINER_SWITCH.check(self.switch)
+
+    def switch_step(self, steps: int) -> int:
+        """The step the refiner starts at: ``round(steps * switch)`` clamped to 1..steps-1 (so both
+        models run at least one step)."""
+        return min(max(round(steps * self.switch), 1), max(steps - 1, 1))

@@ -1,0 +1,258 @@
+"""The workflows beside text-to-image, wired into one generation through a session: the ControlNets
+(loaded once per session, placed with the diffusion model for the "sample" phase), the inpainting
+mask and the PNG parameters that name what was used.
+
+``session_run.generate`` calls :func:`prepare` once its pipeline and hooks exist; everything a
+workflow changes is on the pipeline (its adapter's ControlNets, its noise mask, its inpaint
+channels) or in the parts the phases place.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from core.errors import ModelMismatchError
+from core.generate import controlnet as cn
+from core.generate.events import Phase
+from core.generate.hashes import FileHashes
+from core.generate.inpaint import prepare_inpaint
+from core.generate.pipeline import Hooks, Pipeline, Timings
+from core.generate.refiner import (
+    BASES,
+    LoadedRefiner,
+    load_refiner,
+    refiner_hooks,
+    refiner_networks,
+    run_refined,
+)
+from core.generate.request import ImageSettings
+from core.memory.inference import Workload, activation_bytes, network_profile
+from core.memory.manager import NotEnoughMemoryError
+from core.session.session import Session
+from core.session.words import kind_word
+
+
+class Parts(Protocol):
+    family: str
+    objects: dict[Phase, list[object]]  # phase -> the models it places
+    names: dict[str, str]  # the manager's model names -> role
+
+
+@dataclass
+class WorkflowState:
+    """What the workflows keep between generations of one session."""
+
+    controlnets: cn.ControlNetCache = field(default_factory=cn.ControlNetCache)
+    refiner: LoadedRefiner | None = None
+
+
+Run = Callable[[ImageSettings, Hooks, "np.ndarray | None"], tuple[Tensor, Timings, tuple[str, ...]]]
+
+
+@dataclass
+class Prepared:
+    parameters: dict[str, str] = field(default_factory=dict)  # A1111 infotext items
+    #: activation room the "sample" phase needs beyond the UNet's (the ControlNets' residuals)
+    sample_bytes: int = 0
+    run: Run | None = None  # replaces Pipeline.run (the refiner hand-off)
+
+
+def _num(v: float) -> str:
+    return f"{v:g}"
+
+
+def controlnet_parameter(
+    index: int, name: str, use_strength: float, start: float, end: float
+) -> tuple[str, str]:
+    """A1111's sd-webui-controlnet infotext item: ``ControlNet 0: "Module: none, Model: ..., ..."``."""
+    text = (
+        f"Module: none, Model: {name}, Weight: {_num(use_strength)}, Resize Mode: Crop and Resize, "
+        f"Guidance Start: {_num(start)}, Guidance End: {_num(end)}"
+    )
+    return f"ControlNet {index}", text
+
+
+def _controlnets(
+    session: Session, state: WorkflowState, settings: ImageSettings, parts: Parts, pipeline: Pipeline,
+    check: Callable[[], None], named: Callable[[Path, int], str],
+) -> dict[str, str]:  # fmt: skip
+    placement = session.placement
+    uses = settings.controlnets
+    wanted = {Path(u.path).resolve() for u in uses}
+    for gone in state.controlnets.keep_only(wanted):
+        placement.release(gone.module)
+    if not uses:
+        return {}
+    loaded = [state.controlnets.get(u.path, check) for u in uses]
+    for net in loaded:
+        cn.check_fits(net, parts.family)
+        name = f"{net.path.stem} ControlNet"
+        if placement.active and placement.manager.find(net.module) is None:
+            placement.register(net.module, name)
+        parts.names[name] = "controlnet"
+        if net.module not in parts.objects["sample"]:
+            parts.objects["sample"].append(net.module)
+    pipeline.adapter.control = cn.applied(uses, loaded, pipeline.sampling)
+    return dict(
+        # sd-webui-controlnet names a model with the first 8 hex digits of its sha256
+        controlnet_parameter(i, named(Path(u.path), 8), u.strength, u.start, u.end)
+        for i, u in enumerate(uses)
+    )
+
+
+def prepare(
+    session: Session,
+    state: WorkflowState,
+    settings: ImageSettings,
+    parts: Parts,
+    pipeline: Pipeline,
+    hooks: Hooks,
+    init: np.ndarray | None,
+    hashes: FileHashes | None = None,
+) -> Prepared:
+    """Set up this generation's workflows on ``pipeline`` and ``parts`` (see the module notes);
+    ``hashes`` gives the short hashes A1111 writes beside the ControlNet and refiner names."""
+    out = Prepared()
+
+    def named(path: Path, digits: int) -> str:
+        return f"{path.stem} [{hashes.model_hash(path)[:digits]}]" if hashes is not None else path.stem
+
+    out.parameters |= _controlnets(session, state, settings, parts, pipeline, hooks.check, named)
+    stack = pipeline.adapter.control
+    if isinstance(stack, cn.ControlStack) and stack.nets:
+        batch = settings.batch * (1 if pipeline.cfg(settings) == 1.0 else 2)
+        size = torch.empty((), dtype=pipeline.compute.diffusion_dtype).element_size()
+        one = cn.residual_bytes(stack.nets[0].module, batch, settings.height // 8, settings.width // 8, size)
+        out.sample_bytes = one * min(len(stack.nets), 2)
+    if settings.mask_image is not None and init is not None:
+        out.parameters |= prepare_inpaint(pipeline, settings.mask_image, init, hooks)
+    out.run = _refiner(session, state, settings, parts, pipeline, hooks)
+    if settings.refiner is not None:
+        out.parameters |= {
+            "Refiner": named(Path(settings.refiner.path), 10),  # A1111: the AutoV2 short hash
+            "Refiner switch at": _num(settings.refiner.switch),
+        }
+    return out
+
+
+def _refine_activations(
+    session: Session, settings: ImageSettings, pipeline: Pipeline, unets: list[object]
+) -> int:
+    """Room for the refiner's steps, as session_run asks it for the base's: the measured
+    inference-memory model at this size and batch (0 when the user fixed the headroom)."""
+    plan = session.placement.manager.settings
+    if plan.headroom_fixed or not unets:
+        return 0
+    compute = pipeline.compute
+    batch = settings.batch * (1 if pipeline.cfg(settings) == 1.0 else 2)
+    attention = "cuda_flash" if compute.device.type == "cuda" else "cpu_flash"
+    size = torch.empty((), dtype=compute.diffusion_dtype).element_size()
+    profile, width = network_profile("sdxl-refiner", unets[0])
+    return activation_bytes(profile, Workload(settings.width, settings.height, batch, size, attention), width)
+
+
+def _refiner(
+    session: Session,
+    state: WorkflowState,
+    settings: ImageSettings,
+    parts: Parts,
+    pipeline: Pipeline,
+    hooks: Hooks,
+) -> Run | None:
+    placement = session.placement
+    use = settings.refiner
+    old = state.refiner
+    if old is not None and (use is None or Path(use.path).resolve() != old.path):
+        for obj in old.objects:
+            placement.release(obj)
+        state.refiner = None
+    if use is None:
+        return None
+    if parts.family not in BASES:
+        raise ModelMismatchError(
+            f"the SDXL refiner follows an SDXL base model, and the model is {parts.family}",
+            why="the hand-off passes the base's latent with its leftover noise to the refiner",
+            fix="Load an SDXL checkpoint, or leave the refiner out",
+            code="wrong_refiner",
+        )
+    if state.refiner is None:
+        state.refiner = load_refiner(Path(use.path).resolve(), hooks.check)
+    refiner = state.refiner
+    by_phase: dict[str, list[object]] = {"refine_encode": [], "refine": []}
+    for comp in refiner.bundle.components:
+        name = f"{refiner.path.stem} {kind_word(comp.role, comp.family)}"
+        if placement.active and placement.manager.find(comp.module) is None:
+            placement.register(comp.module, name)
+        parts.names[name] = comp.role
+        if comp.role == "text_encoder":
+            by_phase["refine_encode"].append(comp.module)
+        elif comp.role == "diffusion_model":
+            by_phase["refine"].append(comp.module)
+    words = {"refine_encode": ("refine encode", "the refiner's CLIP-G encodes the prompts"),
+             "refine": ("refine", "the refiner finishes the steps after the switch")}  # fmt: skip
+
+    need = {"refine": _refine_activations(session, settings, pipeline, by_phase["refine"])}
+
+    def place(phase: str) -> None:
+        session.note("phase", *words[phase])
+        if not placement.active:
+            return
+        result = placement.place(by_phase[phase], need.get(phase, 0))
+        if result.refused:
+            raise NotEnoughMemoryError(
+                f"not enough memory on {placement.describe().label} to {words[phase][0]}",
+                why=result.refused[0],
+                fix="Use a smaller size or batch, or free memory: offload or unload other models",
+            )
+
+    nets = refiner_networks(refiner, pipeline.nets)
+    rpipe = Pipeline(nets, pipeline.compute, clip_tokenizer=pipeline._clip_tok, cache=pipeline.cache)
+    rhooks = refiner_hooks(hooks, place, tuple(id(m) for m in by_phase["refine_encode"]))
+    switch = use.switch_step(settings.sampling.steps)
+
+    def run(
+        settings: ImageSettings, hooks: Hooks, init: np.ndarray | None
+    ) -> tuple[Tensor, Timings, tuple[str, ...]]:
+        return run_refined(pipeline, rpipe, settings, hooks, rhooks, init, switch)
+
+    return run
+
+
+@dataclass(frozen=True)
+class ControlNetParameters:
+    """One ControlNet as a picture's parameters name it (A1111's ``ControlNet N`` item)."""
+
+    model: str
+    weight: float
+    start: float
+    end: float
+
+
+def controlnets_in(extra: dict[str, str]) -> tuple[ControlNetParameters, ...]:
+    """The ``ControlNet 0``, ``ControlNet 1``... items of an infotext's extra keys, in order;
+    items that do not read as A1111's form are left out."""
+    found: list[tuple[int, ControlNetParameters]] = []
+    for key, text in extra.items():
+        if not key.startswith("ControlNet ") or not key[11:].isdigit():
+            continue
+        fields = dict(part.split(":", 1) for part in text.split(", ") if ":" in part)
+        fields = {k.strip(): v.strip() for k, v in fields.items()}
+        try:
+            item = ControlNetParameters(
+                re.sub(r"\s*\[[0-9a-fA-F]+\]$", "", fields["Model"]),  # the name without its hash
+                float(fields.get("Weight", "1")),
+                float(fields.get("Guidance Start", "0")),
+                float(fields.get("Guidance End", "1")),
+            )
+        except (KeyError, ValueError):
+            continue
+        found.append((int(key[11:]), item))
+    return tuple(item for _, item in sorted(found, key=lambda p: p[0]))

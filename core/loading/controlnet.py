@@ -1,0 +1,162 @@
+"""Loading a ControlNet file (SD1.x / SD2.x / SDXL): lllyasviel's original layout (with or without
+``control_model.``) and diffusers' ControlNetModel layout, detected by ``inspect`` as kind
+``controlnet``. The network is built on the meta device and filled zero-copy from the
+memory-mapped file, as every other model is; keys and shapes are compared before any data is read.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+from core.detect.keyview import KeyView
+from core.errors import ModelMismatchError
+from core.loading.assign import assign_weights, compare_layout, expected_layout
+from core.loading.convert.unet_diffusers import unet_original_key_map
+from core.loading.loader import (
+    LoadOptions,
+    _refuse_unloadable_format,
+    _Source,
+    _wrong_kind,
+    inspect_for_loading,
+)
+from core.loading.plan import LazyTensors, meta_tensors
+from core.models.controlnet import HINT_LAYERS, ControlNetConfig, ControlNetModel
+from core.models.unet import UNetConfig
+
+T = TypeVar("T")
+
+#: diffusion families whose ControlNets load (Flux and SD3 ControlNets are inspected only)
+LOADABLE = ("sd1", "sd2", "sdxl")
+
+
+@dataclass
+class LoadedControlNet:
+    path: Path
+    family: str  # the diffusion family it is for
+    layout: str
+    module: ControlNetModel
+
+    @property
+    def nbytes(self) -> int:
+        return sum(t.numel() * t.element_size() for t in self.module.state_dict().values())
+
+
+def controlnet_key_map(config: ControlNetConfig) -> dict[str, str]:
+    """diffusers name -> original name for every tensor of a ControlNet with ``config``."""
+    sides = ("input_blocks.", "middle_block.", "time_embed.", "label_emb.")
+    out = {k: v for k, v in unet_original_key_map(config.unet).items() if v.startswith(sides)}
+    hint = ["controlnet_cond_embedding.conv_in"]
+    hint += [f"controlnet_cond_embedding.blocks.{i}" for i in range(len(HINT_LAYERS))]
+    hint.append("controlnet_cond_embedding.conv_out")
+    for n, src in enumerate(hint):
+        for p in ("weight", "bias"):
+            out[f"{src}.{p}"] = f"input_hint_block.{2 * n}.{p}"
+    for i in range(config.blocks):
+        for p in ("weight", "bias"):
+            out[f"controlnet_down_blocks.{i}.{p}"] = f"zero_convs.{i}.0.{p}"
+    for p in ("weight", "bias"):
+        out[f"controlnet_mid_block.{p}"] = f"middle_block_out.0.{p}"
+    return out
+
+
+def controlnet_diffusers_to_original(state: Mapping[str, T], config: ControlNetConfig) -> dict[str, T]:
+    """The same tensors (or shapes) under original names; keys that do not map are left out
+    (the layout comparison names them)."""
+    key_map = controlnet_key_map(config)
+    return {key_map[k]: v for k, v in state.items() if k in key_map}
+
+
+def _config_from_fields(fields: Mapping[str, Any]) -> ControlNetConfig:
+    """The network a diffusers ControlNet describes, from what detection read of its shapes."""
+    middle = int(fields["transformer_depth_middle"])
+    context = fields.get("context_dim")
+    nrb = tuple(fields["num_res_blocks"])
+    unet = UNetConfig(
+        in_channels=int(fields["in_channels"]),
+        out_channels=int(fields["in_channels"]),
+        model_channels=int(fields["model_channels"]),
+        channel_mult=tuple(fields["channel_mult"]),
+        num_res_blocks=nrb,
+        transformer_depth=tuple(fields["transformer_depth"]),
+        transformer_depth_middle=middle if middle > 0 else None,
+        transformer_depth_output=(0,) * sum(n + 1 for n in nrb),
+        context_dim=context,
+        num_heads=8 if context == 768 else None,
+        num_head_channels=None if context == 768 else 64,
+        use_linear_in_transformer=bool(fields["use_linear_in_transformer"]),
+        adm_in_channels=fields.get("adm_in_channels"),
+    )
+    return ControlNetConfig(unet, hint_channels=int(fields.get("hint_channels") or 3))
+
+
+def load_controlnet(path: str | os.PathLike[str], options: LoadOptions | None = None) -> LoadedControlNet:
+    """Load a ControlNet file; refuses another kind of file, a ControlNet of a family that cannot
+    load, and a damaged layout (before reading any data)."""
+    opts = options or LoadOptions()
+    index, det = inspect_for_loading(path, opts)
+    name = index.path.name
+    if det.kind != "controlnet":
+        raise _wrong_kind(name, det, "controlnet")
+    if det.family not in LOADABLE:
+        raise ModelMismatchError(
+            f"{name} is a ControlNet for {det.family}, which Loadout cannot apply yet",
+            why="ControlNets are applied to SD1.x, SD2.x and SDXL UNets",
+            fix="Use a ControlNet made for SD1.5 or SDXL",
+            code="unsupported_family",
+        )
+    _refuse_unloadable_format(index)
+    whole = KeyView(index.tensors)
+    prefix = "control_model." if "control_model.input_blocks.0.0.weight" in whole else ""
+    view = whole.sub(prefix) if prefix else whole
+    meta = meta_tensors(view)
+    try:
+        if det.layout == "diffusers":
+            config = _config_from_fields(det.fields)
+            meta_state: Mapping[str, Any] = controlnet_diffusers_to_original(meta, config)
+        else:
+            config = ControlNetConfig.from_shapes({k: tuple(v.shape) for k, v in meta.items()})
+            meta_state = meta
+    except (KeyError, ValueError, TypeError) as exc:
+        raise ModelMismatchError(
+            f"{name}: the ControlNet does not have the layout of a {det.family} ControlNet",
+            why=f"{type(exc).__name__}: {exc}"[:400],
+            fix="The file may be damaged: run `loadout inspect` on it, or get it again",
+            code="layout_mismatch",
+        ) from None
+    module = ControlNetModel(config, device="meta")
+    found = {k: tuple(v.shape) for k, v in meta_state.items()}
+    if det.layout == "diffusers":  # keys the map did not take are the file's, unexpected
+        key_map = controlnet_key_map(config)
+        found |= {k: tuple(meta[k].shape) for k in meta if k not in key_map}
+    report = compare_layout(expected_layout(module), found)
+    if not report.ok:
+        bad = (report.missing or report.unexpected or report.shape_mismatches)[0]
+        raise ModelMismatchError(
+            f"{name}: the ControlNet does not match the {det.family} ControlNet architecture",
+            why=f"{len(report.missing)} missing, {len(report.unexpected)} unexpected, "
+            f"{len(report.shape_mismatches)} with the wrong shape (e.g. {bad})",
+            fix="The file may be damaged or another kind of adapter: run `loadout inspect` on it",
+            code="layout_mismatch",
+        )
+    source = _Source(index)
+    lazy = LazyTensors(list(view), source.get, prefix)
+    get = lazy.__getitem__
+    if det.layout == "diffusers":
+        original = {v: k for k, v in controlnet_key_map(config).items()}
+        get = lambda key: lazy[original[key]]  # noqa: E731 - read one tensor when it is assigned
+    assign_weights(
+        module,
+        get,
+        {k: k for k in module.state_dict(keep_vars=True)},
+        component=f"controlnet ({det.family})",
+        dtype=opts.dtype,
+        device=opts.device,
+        check=opts.check,
+        progress=opts.progress,
+    )
+    module.eval()
+    return LoadedControlNet(index.path, det.family or "", det.layout or "original", module)
