@@ -82,9 +82,12 @@ class ErrorCode(StrEnum):
     UNSUPPORTED_SIZE = "unsupported_size"
     UNSUPPORTED_UPSCALE_MODEL = "unsupported_upscale_model"
     INVALID_UPSCALE_MODEL = "invalid_upscale_model"
+    UNSUPPORTED_VARIANT = "unsupported_variant"
     WRITE_FAILED = "write_failed"
+    WRONG_CONTROLNET = "wrong_controlnet"
     WRONG_KIND = "wrong_kind"
     WRONG_MODEL = "wrong_model"
+    WRONG_REFINER = "wrong_refiner"
     WRONG_VAE = "wrong_vae"
 
 

@@ -126,7 +126,9 @@ CONTROLNET_STRENGTH = NumberRange("a ControlNet strength", 0.0, 10.0, hint="Give
 CONTROLNET_PERCENT = NumberRange(
     "a ControlNet start/end percent", 0.0, 1.0, hint="0 is the first step, 1 the last: e.g. 0:0.6"
 )
-REFINER_SWITCH = NumberRange("the refiner switch", 0.0, 1.0, lo_open=True, hint="Give e.g. 0.8")
+REFINER_SWITCH = NumberRange(
+    "the refiner switch", 0.0, 0.99, lo_open=True, hint="Give a fraction between 0 and 1, e.g. 0.8"
+)
 LORA_STRENGTH = NumberRange("a LoRA strength", -100.0, 100.0)
 PROMPT_WEIGHT = NumberRange(
     "a prompt weight", -100.0, 100.0, hint="Write weights like (word:1.2)", code="bad_prompt_weight"

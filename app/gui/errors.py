@@ -96,6 +96,9 @@ _CODES: dict[str, tuple[str, str, Level]] = {
     "missing_file": ("Model file missing", "A worker does not have a file this job needs.", "warning"),
     "no_job": ("No such job", "That job is no longer in the queue.", "warning"),
     "queue_file": ("Cannot use the queue file", "The queue file could not be opened or written.", "error"),
+    "unsupported_variant": ("Variant not supported", "Loadout cannot fill its extra inputs.", "warning"),
+    "wrong_controlnet": ("ControlNet does not fit", "It is for another model family.", "warning"),
+    "wrong_refiner": ("Refiner does not fit", "The SDXL refiner follows an SDXL base model.", "warning"),
     "bad_device": ("No such device", "That device is not on this machine; pick one from Settings.", "error"),
     "bad_output": ("Cannot save there", "That place cannot hold the output; choose another folder.", "error"),
     "file_changed": (

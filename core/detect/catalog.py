@@ -102,3 +102,17 @@ def lora_fits(lora_family: str | None, model_family: str) -> bool:
         return True
     a, b = REGISTRY.get(lora_family), REGISTRY.get(model_family)
     return a is not None and b is not None and a.lora_group != "" and a.lora_group == b.lora_group
+
+
+#: The family that finishes an SDXL base's picture in the refiner hand-off (KSamplerAdvanced x 2).
+REFINER_FAMILY = "sdxl-refiner"
+#: Families whose ControlNets Loadout applies (the UNet ControlNets: SD1.x, SD2.x, SDXL).
+_CONTROLNET_FAMILIES = ("sd1", "sd2", "sdxl")
+
+
+def controlnet_family_for(family: str) -> str | None:
+    """The ControlNet family that fits a diffusion model of ``family`` (its LoRA group's, where it
+    has one: SDXL ControlNets on SSD-1B and Vega as on SDXL), or None when none is applied."""
+    fam = REGISTRY.get(family)
+    group = (fam.lora_group if fam is not None else "") or family
+    return group if group in _CONTROLNET_FAMILIES else None

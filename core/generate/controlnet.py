@@ -26,6 +26,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from core.detect.catalog import controlnet_family_for
 from core.errors import ModelMismatchError
 from core.generate.pictures import read_picture
 from core.generate.workflow_request import ControlNetUse
@@ -35,9 +36,6 @@ from core.models.controlnet import ControlNetModel
 from core.models.unet import ControlResiduals, ResStage
 from core.sampling.conditioning import Conditioning
 from core.sampling.model_sampling import ModelSampling
-
-#: diffusion family -> the ControlNet family that fits it
-_FITS = {"sd1": "sd1", "sd2": "sd2", "sdxl": "sdxl", "ssd-1b": "sdxl", "segmind-vega": "sdxl"}
 
 
 def hint_tensor(rgb: np.ndarray) -> Tensor:
@@ -141,7 +139,7 @@ class ControlNetCache:
 
 
 def check_fits(net: LoadedControlNet, diffusion_family: str) -> None:
-    want = _FITS.get(diffusion_family)
+    want = controlnet_family_for(diffusion_family)
     if want is None or net.family != want:
         raise ModelMismatchError(
             f"{net.path.name} is a ControlNet for {net.family}, and the model is {diffusion_family}",

@@ -24,6 +24,7 @@ from pathlib import Path
 import numpy as np
 from torch import Tensor
 
+from core.detect.catalog import REFINER_FAMILY
 from core.errors import ModelMismatchError
 from core.generate.pipeline import Hooks, Networks, Pipeline, Timings, text_encoders
 from core.generate.request import ImageSettings
@@ -47,7 +48,7 @@ class LoadedRefiner:
 def load_refiner(path: Path, check: Callable[[], None] | None = None) -> LoadedRefiner:
     bundle = load_checkpoint(path, LoadOptions(check=check))
     d = bundle.diffusion_model
-    if d is None or d.family != "sdxl-refiner" or not bundle.text_encoders:
+    if d is None or d.family != REFINER_FAMILY or not bundle.text_encoders:
         what = d.family if d is not None else "no diffusion model"
         raise ModelMismatchError(
             f"{Path(path).name} is not an SDXL refiner checkpoint ({what})",
@@ -62,7 +63,7 @@ def refiner_networks(refiner: LoadedRefiner, base: Networks) -> Networks:
     d = refiner.bundle.diffusion_model
     assert d is not None
     text = text_encoders([(c.family, c.module) for c in refiner.bundle.text_encoders])
-    return Networks("sdxl-refiner", d.module, text, base.vae)
+    return Networks(REFINER_FAMILY, d.module, text, base.vae)
 
 
 def run_refined(

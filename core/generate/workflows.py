@@ -19,6 +19,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from core.detect.catalog import REFINER_FAMILY
 from core.errors import ModelMismatchError
 from core.generate import controlnet as cn
 from core.generate.events import Phase
@@ -155,7 +156,7 @@ def _refine_activations(
     batch = settings.batch * (1 if pipeline.cfg(settings) == 1.0 else 2)
     attention = "cuda_flash" if compute.device.type == "cuda" else "cpu_flash"
     size = torch.empty((), dtype=compute.diffusion_dtype).element_size()
-    profile, width = network_profile("sdxl-refiner", unets[0])
+    profile, width = network_profile(REFINER_FAMILY, unets[0])
     return activation_bytes(profile, Workload(settings.width, settings.height, batch, size, attention), width)
 
 
