@@ -12,7 +12,7 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
-from PySide6.QtCore import Signal
+from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QDragEnterEvent, QDropEvent, QKeySequence, QShortcut
 from PySide6.QtWidgets import (
     QCheckBox,
@@ -22,18 +22,15 @@ from PySide6.QtWidgets import (
     QHBoxLayout,
     QLabel,
     QLineEdit,
-    QListWidget,
     QPlainTextEdit,
     QProgressBar,
     QPushButton,
     QSpinBox,
-    QSplitter,
     QToolButton,
     QVBoxLayout,
     QWidget,
 )
 
-from app.gui.gallery import Gallery
 from app.gui.theme import icon, set_icon
 from core.errors import LoadoutError
 from core.generate.events import GenerateProgress, GenerateResult
@@ -67,6 +64,8 @@ class GeneratePanel(QWidget):
     error = Signal(object)  # LoadoutError from a dropped file the panel could not read
     output_folder_requested = Signal()
     sweep_requested = Signal(object, object)  # ImageSettings, Sweep
+    preview_ready = Signal(object)  # np.ndarray (h, w, 3): the viewer shows it
+    pictures_ready = Signal(object)  # GenerateResult: the viewer and the gallery show it
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -114,6 +113,8 @@ class GeneratePanel(QWidget):
         self.size.currentIndexChanged.connect(self._preset_chosen)
         self.width_ = QSpinBox(minimum=64, maximum=4096, value=512, singleStep=64, suffix=" px")
         self.height_ = QSpinBox(minimum=64, maximum=4096, value=512, singleStep=64, suffix=" px")
+        self.width_.valueChanged.connect(self._size_typed)
+        self.height_.valueChanged.connect(self._size_typed)
         size_row = QHBoxLayout()
         size_row.addWidget(self.size, 1)
         size_row.addWidget(self.width_)
@@ -123,10 +124,20 @@ class GeneratePanel(QWidget):
         self.sweep_lora = QComboBox()
         self.sweep_lora.setToolTip("Render the same seed at several strengths of one LoRA, side by side")
         self.sweep_values = QLineEdit("0.4, 0.7, 1.0")
-        self.sweep_values.setToolTip("The strengths to compare (the text-encoder strength follows)")
-        sweep_row = QHBoxLayout()
-        sweep_row.addWidget(self.sweep_lora, 1)
-        sweep_row.addWidget(self.sweep_values, 1)
+        self.sweep_values.setToolTip("The strengths to compare, separated by commas")
+        self.sweep_target = QComboBox()
+        self.sweep_target.addItem("model and text encoder", True)
+        self.sweep_target.addItem("model only", False)
+        self.sweep_target.setToolTip(
+            "What each cell's strength sets. 'Model and text encoder' is what an A1111 <lora:name:s> tag "
+            "does; 'model only' keeps the LoRA's text-encoder strength as it is on the stack."
+        )
+        sweep_row = QVBoxLayout()
+        sweep_line = QHBoxLayout()
+        sweep_line.addWidget(self.sweep_lora, 1)
+        sweep_line.addWidget(self.sweep_values, 1)
+        sweep_row.addLayout(sweep_line)
+        sweep_row.addWidget(self.sweep_target)
         self.set_loras(())
         form = QFormLayout()
         form.addRow("Seed", seed_row)
@@ -154,7 +165,11 @@ class GeneratePanel(QWidget):
         out_row.addWidget(self.output_label, 1)
         self.progress = QProgressBar(maximumHeight=14, textVisible=False)
         self.status = QLabel("Load a model to generate.", objectName="muted", wordWrap=True)
-        controls = QVBoxLayout()
+        # three lines, always: a longer or shorter message never moves the controls above it
+        self.status.setFixedHeight(3 * self.status.fontMetrics().lineSpacing() + 4)
+        self.status.setAlignment(Qt.AlignmentFlag.AlignTop | Qt.AlignmentFlag.AlignLeft)
+        controls = QVBoxLayout(self)
+        controls.setContentsMargins(8, 6, 8, 6)
         controls.addWidget(self.prompt, 2)
         controls.addWidget(self.negative, 1)
         controls.addLayout(form)
@@ -162,17 +177,6 @@ class GeneratePanel(QWidget):
         controls.addLayout(out_row)
         controls.addWidget(self.progress)
         controls.addWidget(self.status)
-        left = QWidget()
-        left.setLayout(controls)
-        self.gallery_view = Gallery()
-        right = self.gallery_view
-        split = QSplitter()
-        split.addWidget(left)
-        split.addWidget(right)
-        split.setStretchFactor(1, 1)
-        layout = QVBoxLayout(self)
-        layout.setContentsMargins(8, 6, 8, 6)
-        layout.addWidget(split)
         self.set_family(None)
         self.set_available(False, "Load a checkpoint or diffusion model to generate.")
 
@@ -265,8 +269,17 @@ class GeneratePanel(QWidget):
     def _preset_chosen(self, index: int) -> None:
         size = self.size.itemData(index)
         if size:
-            self.width_.setValue(size[0])
-            self.height_.setValue(size[1])
+            for box, value in ((self.width_, size[0]), (self.height_, size[1])):
+                box.blockSignals(True)
+                box.setValue(value)
+                box.blockSignals(False)
+
+    def _size_typed(self) -> None:
+        """A typed size selects its preset, or "custom" when it is none of them."""
+        i = self.size.findData((self.width_.value(), self.height_.value()))
+        self.size.blockSignals(True)
+        self.size.setCurrentIndex(i if i >= 0 else self.size.count() - 1)
+        self.size.blockSignals(False)
 
     def new_seed(self) -> None:
         self.seed.setText(str(random.SystemRandom().randrange(0, 2**32)))
@@ -282,7 +295,9 @@ class GeneratePanel(QWidget):
         try:
             settings = self.settings()
             lora_id = self.sweep_lora.currentData()
-            sweep = Sweep(str(lora_id), parse_strengths(self.sweep_values.text())) if lora_id else None
+            strengths = parse_strengths(self.sweep_values.text())
+            follow = bool(self.sweep_target.currentData())
+            sweep = Sweep(str(lora_id), strengths, text_encoder=follow) if lora_id else None
         except LoadoutError as exc:
             self.error.emit(exc)
             return
@@ -303,6 +318,7 @@ class GeneratePanel(QWidget):
         self.sweep_lora.setCurrentIndex(max(0, i))
         self.sweep_lora.blockSignals(False)
         self.sweep_values.setEnabled(bool(loras))
+        self.sweep_target.setEnabled(bool(loras))
 
     # ----------------------------------------------------------------- what the backend reports
     def on_started(self) -> None:
@@ -318,6 +334,12 @@ class GeneratePanel(QWidget):
             self.progress.setRange(0, 1)
             self.progress.setValue(0)
 
+    def on_stopped(self) -> None:
+        """Stop (Esc) ended the run: say so instead of leaving the last step's words."""
+        self.progress.setRange(0, 1)
+        self.progress.setValue(0)
+        self.status.setText("Stopped: no picture was saved from this run.")
+
     def on_progress(self, p: GenerateProgress) -> None:
         if p.steps:
             self.progress.setRange(0, p.steps)
@@ -330,28 +352,16 @@ class GeneratePanel(QWidget):
             f"{_PHASES.get(p.phase, p.phase)}{steps}{picture}{' · ' + p.message if p.message else ''}"
         )
         if p.preview is not None:
-            self.gallery_view.show_preview(p.preview)
+            self.preview_ready.emit(p.preview)
 
     def on_result(self, result: GenerateResult) -> None:
         self.last_seed = result.seed
-        self.gallery_view.add(result.images)
+        self.pictures_ready.emit(result)
         split = ", ".join(f"{k.replace('_', ' ')} {v:.1f} s" for k, v in result.seconds.items())
         notes = " ".join(result.notes)
         self.status.setText(f"Done: {result.seconds_per_step:.2f} s/step; {split}. {notes}".strip())
         self.progress.setRange(0, 1)
         self.progress.setValue(1)
-
-    @property
-    def gallery(self) -> QListWidget:
-        return self.gallery_view.strip
-
-    @property
-    def view(self) -> QLabel:
-        return self.gallery_view.view
-
-    @property
-    def info(self) -> QLabel:
-        return self.gallery_view.info
 
     # ----------------------------------------------------------------- drag a picture in
     def dragEnterEvent(self, event: QDragEnterEvent) -> None:

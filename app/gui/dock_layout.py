@@ -1,0 +1,109 @@
+"""The window's panels as docks: closable, floatable and tabbable, each inside a scroll area so a
+small screen never pushes a control out of reach, with a default layout that fits 1280 x 720
+logical pixels (1920 x 1080 at 150 %, a 1366 x 768 laptop) and the user's layout and window size
+remembered in the settings.
+
+The picture viewer is the central widget; around it:
+
+- left: the library (browser) with the selected file's details below;
+- right: Generate, with the LoRA stack and the loaded models (tabbed) below;
+- bottom (under the viewer only): the gallery beside the memory plot, the test run tabbed with it.
+"""
+
+from __future__ import annotations
+
+from PySide6.QtCore import QByteArray, QSettings, QSize, Qt
+from PySide6.QtGui import QGuiApplication
+from PySide6.QtWidgets import QDockWidget, QFrame, QMainWindow, QScrollArea, QWidget
+
+Area = Qt.DockWidgetArea
+#: key, title, default area (the View menu lists them in this order)
+PANELS: tuple[tuple[str, str, Area], ...] = (
+    ("library", "Library", Area.LeftDockWidgetArea),
+    ("details", "Details", Area.LeftDockWidgetArea),
+    ("generate", "Generate", Area.RightDockWidgetArea),
+    ("lora", "LoRA stack", Area.RightDockWidgetArea),
+    ("loaded", "Loaded models", Area.RightDockWidgetArea),
+    ("gallery", "Gallery", Area.BottomDockWidgetArea),
+    ("memory", "Memory", Area.BottomDockWidgetArea),
+    ("testrun", "Test run", Area.BottomDockWidgetArea),
+)
+_STATE_VERSION = 2  # bump when the set of docks changes: an old saved state is then ignored
+_GEOMETRY, _STATE = "window/geometry", "window/state"
+
+
+def scrolled(widget: QWidget) -> QScrollArea:
+    """``widget`` in a frameless scroll area: its minimum size no longer sets the window's."""
+    area = QScrollArea()
+    area.setWidgetResizable(True)
+    area.setFrameShape(QFrame.Shape.NoFrame)
+    area.setWidget(widget)
+    area.setMinimumSize(120, 60)
+    return area
+
+
+def initial_size(window: QWidget) -> QSize:
+    """A first run's window: 1500 x 940, or the screen's free area when that is smaller."""
+    screen = window.screen() or QGuiApplication.primaryScreen()
+    free = screen.availableGeometry().size() if screen is not None else QSize(1500, 940)
+    return QSize(min(1500, free.width()), min(940, free.height()))
+
+
+class DockLayout:
+    """Builds the docks of ``window`` and puts them back where they belong."""
+
+    def __init__(self, window: QMainWindow, panels: dict[str, QWidget]) -> None:
+        self.window = window
+        self.docks: dict[str, QDockWidget] = {}
+        window.setDockNestingEnabled(True)
+        window.setCorner(Qt.Corner.BottomLeftCorner, Area.LeftDockWidgetArea)
+        window.setCorner(Qt.Corner.BottomRightCorner, Area.RightDockWidgetArea)
+        for key, title, area in PANELS:
+            dock = QDockWidget(title, window)
+            dock.setObjectName(f"dock_{key}")
+            dock.setWidget(scrolled(panels[key]))
+            dock.setFeatures(
+                QDockWidget.DockWidgetFeature.DockWidgetMovable
+                | QDockWidget.DockWidgetFeature.DockWidgetFloatable
+                | QDockWidget.DockWidgetFeature.DockWidgetClosable
+            )
+            window.addDockWidget(area, dock)
+            self.docks[key] = dock
+        self.arrange()
+
+    def arrange(self) -> None:
+        """The default layout (also View ▸ Reset layout): every panel docked and shown."""
+        w, d = self.window, self.docks
+        for key, _title, area in PANELS:
+            dock = d[key]
+            dock.setFloating(False)
+            w.removeDockWidget(dock)
+            w.addDockWidget(area, dock)
+            dock.show()
+        w.splitDockWidget(d["library"], d["details"], Qt.Orientation.Vertical)
+        w.splitDockWidget(d["generate"], d["lora"], Qt.Orientation.Vertical)
+        w.tabifyDockWidget(d["lora"], d["loaded"])
+        w.splitDockWidget(d["gallery"], d["memory"], Qt.Orientation.Horizontal)
+        w.tabifyDockWidget(d["memory"], d["testrun"])
+        d["lora"].raise_()
+        d["memory"].raise_()
+        width, height = max(w.width(), 1280), max(w.height(), 720)
+        side = max(300, min(460, width // 4))
+        w.resizeDocks([d["library"], d["generate"]], [side, side + 40], Qt.Orientation.Horizontal)
+        w.resizeDocks([d["library"], d["details"]], [height // 2, height // 3], Qt.Orientation.Vertical)
+        w.resizeDocks([d["generate"], d["lora"]], [height // 2, height // 3], Qt.Orientation.Vertical)
+        w.resizeDocks([d["gallery"]], [max(170, height // 4)], Qt.Orientation.Vertical)
+
+    # -- remembered between runs -----------------------------------------------------------------
+    def save(self, store: QSettings) -> None:
+        store.setValue(_GEOMETRY, self.window.saveGeometry())
+        store.setValue(_STATE, self.window.saveState(_STATE_VERSION))
+
+    def restore(self, store: QSettings) -> bool:
+        """The saved size and layout, if any (False: none saved, or from an older set of docks)."""
+        geometry, state = store.value(_GEOMETRY), store.value(_STATE)
+        if isinstance(geometry, QByteArray | bytes):
+            self.window.restoreGeometry(QByteArray(geometry))
+        if isinstance(state, QByteArray | bytes):
+            return bool(self.window.restoreState(QByteArray(state), _STATE_VERSION))
+        return False
