@@ -28,6 +28,7 @@ PANELS: tuple[tuple[str, str, Area], ...] = (
     ("memory", "Memory", Area.BottomDockWidgetArea),
     ("testrun", "Test run", Area.BottomDockWidgetArea),
 )
+MAX_MIN_WIDTH = 360
 _STATE_VERSION = 2  # bump when the set of docks changes: an old saved state is then ignored
 _GEOMETRY, _STATE = "window/geometry", "window/state"
 
@@ -38,7 +39,8 @@ def scrolled(widget: QWidget) -> QScrollArea:
     area.setWidgetResizable(True)
     area.setFrameShape(QFrame.Shape.NoFrame)
     area.setWidget(widget)
-    area.setMinimumSize(120, 60)
+    # as wide as the panel needs up to a side column's width (no sideways scrolling in normal use)
+    area.setMinimumSize(min(widget.minimumSizeHint().width() + 14, MAX_MIN_WIDTH), 60)
     return area
 
 
@@ -87,12 +89,14 @@ class DockLayout:
         w.tabifyDockWidget(d["memory"], d["testrun"])
         d["lora"].raise_()
         d["memory"].raise_()
-        width, height = max(w.width(), 1280), max(w.height(), 720)
-        side = max(300, min(460, width // 4))
+        width, height = w.width(), w.height()
+        side = max(280, min(460, width // 4))
         w.resizeDocks([d["library"], d["generate"]], [side, side + 40], Qt.Orientation.Horizontal)
         w.resizeDocks([d["library"], d["details"]], [height // 2, height // 3], Qt.Orientation.Vertical)
         w.resizeDocks([d["generate"], d["lora"]], [height // 2, height // 3], Qt.Orientation.Vertical)
         w.resizeDocks([d["gallery"]], [max(170, height // 4)], Qt.Orientation.Vertical)
+        center = max(400, width - 2 * side - 40)
+        w.resizeDocks([d["gallery"], d["memory"]], [center * 2 // 5, center * 3 // 5], Qt.Orientation.Horizontal)
 
     # -- remembered between runs -----------------------------------------------------------------
     def save(self, store: QSettings) -> None:

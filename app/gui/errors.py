@@ -84,6 +84,9 @@ _CODES: dict[str, tuple[str, str, Level]] = {
     "disk_full": ("Disk full", "There is no space left on the disk.", "error"),
     "sparse_demo": ("Demo file without weights", "This demo file has real shapes but no weights.", "info"),
     "bad_argument": ("Invalid settings", "Some settings are out of range.", "warning"),
+    "no_parameters": ("No generation parameters", "This picture does not say how it was made.", "info"),
+    "bad_parameters": ("Unreadable parameters", "This picture's parameters could not be read.", "warning"),
+    "not_an_image": ("Not a picture", "This file is not a picture Loadout can read.", "warning"),
     "bad_config": (
         "Bad model folder config",
         "A model folder configuration file could not be used.",
@@ -108,11 +111,26 @@ def describe(error: TaskError) -> Friendly:
             "Your files were not changed. Please report this message.",
             "error",
         )
+    if error.task == "memory" and error.code == "out_of_memory":  # Load to GPU: generating still works
+        return Friendly(
+            "Does not fit on the GPU",
+            f"{_capitalized(error.message)} Generating on this card still works: what does not fit "
+            "streams to the GPU layer by layer at each step (slower).",
+            "info",
+        )
     title, lead, level = _CODES.get(error.code, (f"{_TASKS.get(error.task, 'The task')} failed", "", "error"))
-    text = (
-        f"{lead} {error.message}".strip() if lead and error.code != "interrupted" else (lead or error.message)
-    )
+    message = _capitalized(error.message)
+    text = f"{lead} {message}".strip() if lead and error.code != "interrupted" else (lead or message)
     return Friendly(title, text, level)
+
+
+def _capitalized(message: str) -> str:
+    """The engine's message as a sentence of its own ("not enough…" -> "Not enough…"); a message
+    that starts with a file name (it has a dot or an underscore in its first word) keeps its case."""
+    first = message.split(" ", 1)[0]
+    if first.isalpha() and first.islower():
+        return message[:1].upper() + message[1:]
+    return message
 
 
 def describe_exception(task: str, exc: BaseException) -> Friendly:

@@ -32,6 +32,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.gui.theme import icon, set_icon
+from app.gui.widgets import ElidedLabel
 from core.errors import LoadoutError
 from core.generate.events import GenerateProgress, GenerateResult
 from core.generate.parameters import SAMPLER_LABELS, SCHEDULER_LABELS, GenerationParameters, parse_parameters
@@ -120,6 +121,11 @@ class GeneratePanel(QWidget):
         size_row.addWidget(self.width_)
         size_row.addWidget(QLabel("×"))
         size_row.addWidget(self.height_)
+        self.size.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
+        self.size.setMinimumContentsLength(6)
+        for combo in (self.sampler, self.scheduler):  # the panel fits a 340 px dock
+            combo.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
+            combo.setMinimumContentsLength(9)
         self.batch = QSpinBox(minimum=1, maximum=16, value=1)
         self.sweep_lora = QComboBox()
         self.sweep_lora.setToolTip("Render the same seed at several strengths of one LoRA, side by side")
@@ -159,7 +165,8 @@ class GeneratePanel(QWidget):
         self.output = QToolButton(autoRaise=True)
         set_icon(self.output, "folder")
         self.output.clicked.connect(self.output_folder_requested.emit)
-        self.output_label = QLabel(objectName="muted")
+        self.output_label = ElidedLabel()  # a long folder is cut with "…", never widens the panel
+        self.output_label.setObjectName("muted")
         out_row = QHBoxLayout()
         out_row.addWidget(self.output)
         out_row.addWidget(self.output_label, 1)
@@ -264,6 +271,7 @@ class GeneratePanel(QWidget):
 
     def set_output_folder(self, folder: Path) -> None:
         self.output_label.setText(f"Saved in {folder}")
+        self.output_label.setToolTip(str(folder))
         self.output.setToolTip(f"Pictures are saved in {folder}/<date>/; click to choose another folder")
 
     def _preset_chosen(self, index: int) -> None:

@@ -12,7 +12,7 @@ from functools import partial
 from pathlib import Path
 
 from PySide6.QtCore import QSettings, QStandardPaths
-from PySide6.QtGui import QAction, QCloseEvent, QDragEnterEvent, QDropEvent
+from PySide6.QtGui import QAction, QCloseEvent, QDragEnterEvent, QDropEvent, QShowEvent
 from PySide6.QtWidgets import QApplication, QFileDialog, QMainWindow, QVBoxLayout, QWidget
 
 from app.backend.backend import Backend
@@ -87,9 +87,9 @@ class MainWindow(PlacementControls, QMainWindow):
         self.generate.folder_changed.connect(self.gallery.set_folder)
         self.gallery.set_folder(self.generate.output_folder)
         build_menus(self)
-        if not self.layout_.restore(store):
+        self._arrange_on_show = not self.layout_.restore(store)  # a first run: the default layout
+        if self._arrange_on_show:
             self.resize(initial_size(self))
-            self.layout_.arrange()
         self.apply_settings(self.settings, initial=True)
 
     # -- building --------------------------------------------------------------------------------
@@ -343,6 +343,12 @@ class MainWindow(PlacementControls, QMainWindow):
             self.docks["generate"].raise_()
             self.generate_panel.read_picture(Path(pictures[0]))
             event.acceptProposedAction()
+
+    def showEvent(self, event: QShowEvent) -> None:
+        super().showEvent(event)
+        if self._arrange_on_show:  # sized for the window as it is shown
+            self._arrange_on_show = False
+            self.layout_.arrange()
 
     def closeEvent(self, event: QCloseEvent) -> None:
         self.layout_.save(self.store)

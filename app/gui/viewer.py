@@ -17,6 +17,7 @@ from PySide6.QtWidgets import (
     QGraphicsScene,
     QGraphicsView,
     QHBoxLayout,
+    QLabel,
     QListWidget,
     QListWidgetItem,
     QTabWidget,
@@ -155,8 +156,9 @@ class PicturePanel(QWidget):
         self.view = PictureView()
         self.caption = ElidedLabel("No picture yet: load a model and Generate.")
         self.caption.setObjectName("muted")
-        self.zoom_label = ElidedLabel("")
-        self.zoom_label.setFixedWidth(56)
+        self.zoom_label = QLabel("")
+        self.zoom_label.setObjectName("muted")
+        self.zoom_label.setFixedWidth(self.zoom_label.fontMetrics().horizontalAdvance("0000 %") + 6)
         tools = QHBoxLayout()
         tools.setContentsMargins(4, 0, 4, 0)
         tools.addWidget(self.caption, 1)

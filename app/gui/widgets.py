@@ -90,7 +90,8 @@ class ElidedLabel(QLabel):
     def setText(self, text: str) -> None:  # type: ignore[override]  # noqa: N802
         self.full = text
         super().setText(text)
-        self.setToolTip(text if self.fontMetrics().horizontalAdvance(text) > self.width() else "")
+        self.setToolTip(text)
+        self.update()
 
     def text(self) -> str:  # noqa: D102
         return self.full
