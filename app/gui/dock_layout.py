@@ -96,7 +96,9 @@ class DockLayout:
         w.resizeDocks([d["generate"], d["lora"]], [height // 2, height // 3], Qt.Orientation.Vertical)
         w.resizeDocks([d["gallery"]], [max(170, height // 4)], Qt.Orientation.Vertical)
         center = max(400, width - 2 * side - 40)
-        w.resizeDocks([d["gallery"], d["memory"]], [center * 2 // 5, center * 3 // 5], Qt.Orientation.Horizontal)
+        w.resizeDocks(
+            [d["gallery"], d["memory"]], [center * 2 // 5, center * 3 // 5], Qt.Orientation.Horizontal
+        )
 
     # -- remembered between runs -----------------------------------------------------------------
     def save(self, store: QSettings) -> None:

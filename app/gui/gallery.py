@@ -60,7 +60,9 @@ class GalleryPanel(QWidget):
         self.strip.setTextElideMode(Qt.TextElideMode.ElideMiddle)
         self.strip.setContextMenuPolicy(Qt.ContextMenuPolicy.CustomContextMenu)
         self.strip.customContextMenuRequested.connect(self._menu)
-        self.strip.itemDoubleClicked.connect(lambda item: self.open_requested.emit(Path(item.data(PATH_ROLE))))
+        self.strip.itemDoubleClicked.connect(
+            lambda item: self.open_requested.emit(Path(item.data(PATH_ROLE)))
+        )
         self.strip.itemActivated.connect(lambda item: self.open_requested.emit(Path(item.data(PATH_ROLE))))
         self.empty = QLabel("Pictures you make appear here (also those of earlier sessions).")
         self.empty.setObjectName("muted")

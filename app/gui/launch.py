@@ -156,7 +156,9 @@ def run_gui(
         window.show()
         if window_size is not None:
             window.resize(*window_size)
-        flow = DemoFlow(window, screenshot=screenshot, folder=demo_folder, extra=extra_folder) if demo else None
+        flow = (
+            DemoFlow(window, screenshot=screenshot, folder=demo_folder, extra=extra_folder) if demo else None
+        )
         if flow is not None:
             flow.start()
         code = int(app.exec())

@@ -47,7 +47,9 @@ class StrengthControl(QWidget):
         self.slider = QSlider(Qt.Orientation.Horizontal)
         self.slider.setPageStep(5)
         self.slider.setMinimumWidth(self.MIN_SLIDER)
-        self.slider.setToolTip("Drag, or use the arrow keys (0.01) and Page Up/Down (0.05); double-click for 1.0")
+        self.slider.setToolTip(
+            "Drag, or use the arrow keys (0.01) and Page Up/Down (0.05); double-click for 1.0"
+        )
         self.slider.installEventFilter(self)
         self.spin = QDoubleSpinBox()
         self.spin.setDecimals(2)
@@ -71,7 +73,7 @@ class StrengthControl(QWidget):
         layout.addLayout(head)
         layout.addWidget(self.slider)
 
-    def eventFilter(self, watched: QObject, event: QEvent) -> bool:  # noqa: N802
+    def eventFilter(self, watched: QObject, event: QEvent) -> bool:
         if watched is self.slider and event.type() == QEvent.Type.MouseButtonDblClick:
             self.spin.setValue(1.0)
             return True

@@ -16,7 +16,7 @@ from PySide6.QtGui import QAction, QCloseEvent, QDragEnterEvent, QDropEvent, QSh
 from PySide6.QtWidgets import QApplication, QFileDialog, QMainWindow, QVBoxLayout, QWidget
 
 from app.backend.backend import Backend
-from app.backend.messages import EngineEvent, ModelInfo, StackInfo, TaskError, TaskProgress
+from app.backend.messages import EngineEvent, ModelInfo, StackInfo, TaskError
 from app.backend.monitor import MemoryMonitor
 from app.demo import is_sparse_demo
 from app.gui.actions import main_toolbar, make_action

@@ -16,11 +16,11 @@ from PySide6.QtCore import QModelIndex, QPersistentModelIndex, QRect, QSize, Qt,
 from PySide6.QtWidgets import (
     QComboBox,
     QHBoxLayout,
-    QStyledItemDelegate,
-    QStyleOptionViewItem,
     QHeaderView,
     QLabel,
     QSplitter,
+    QStyledItemDelegate,
+    QStyleOptionViewItem,
     QTreeWidget,
     QTreeWidgetItem,
     QVBoxLayout,
@@ -230,7 +230,7 @@ class MemoryPlot(pg.PlotWidget):
 class WrapDelegate(QStyledItemDelegate):
     """Rows as tall as their wrapped text at the column's current width: a reason is never cut."""
 
-    def sizeHint(self, option: QStyleOptionViewItem, index: QModelIndex | QPersistentModelIndex) -> QSize:  # noqa: N802
+    def sizeHint(self, option: QStyleOptionViewItem, index: QModelIndex | QPersistentModelIndex) -> QSize:
         view = self.parent()
         hint = super().sizeHint(option, index)
         if not isinstance(view, QTreeWidget) or index.column() != 1:

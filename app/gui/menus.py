@@ -28,7 +28,9 @@ def shortcuts_text(window: MainWindow) -> str:
         if keys and action.text():
             rows.append((action.text().replace("&", ""), keys))
     rows += [("Generate", "Ctrl+Enter"), ("Zoom the picture", "mouse wheel"), ("Pan the picture", "drag")]
-    body = "".join(f"<tr><td>{t}</td><td style='padding-left:16px'><b>{k}</b></td></tr>" for t, k in sorted(set(rows)))
+    body = "".join(
+        f"<tr><td>{t}</td><td style='padding-left:16px'><b>{k}</b></td></tr>" for t, k in sorted(set(rows))
+    )
     return f"<table>{body}</table>"
 
 
@@ -61,7 +63,10 @@ def build_menus(window: MainWindow) -> QMenuBar:
         action.setShortcut(QKeySequence(keys))
 
     help_ = bar.addMenu("&Help")
-    help_.addAction("Keyboard shortcuts", lambda: QMessageBox.information(window, "Keyboard shortcuts", shortcuts_text(window)))
+    help_.addAction(
+        "Keyboard shortcuts",
+        lambda: QMessageBox.information(window, "Keyboard shortcuts", shortcuts_text(window)),
+    )
     help_.addAction("About Loadout", lambda: QMessageBox.about(window, "About Loadout", about_text()))
     return bar
 

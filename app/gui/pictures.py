@@ -76,7 +76,7 @@ class Pictures(QObject):
             w.show_message(
                 Friendly(
                     "LoRAs not found",
-                    f"The picture used {names}, which is not in your library or does not fit the loaded model.",
+                    f"The picture used {names}: not in your library, or not for the loaded model.",
                     "info",
                 )
             )
@@ -100,7 +100,9 @@ class Pictures(QObject):
             if not lora.enabled:
                 w.backend.set_enabled(lora.id, True)
             w.backend.bake_strength(lora.id, use.model_strength, use.clip_strength)
-        files = {e.path.stem: e.path for e in w.browser.model.entries() if e.kind == "lora" and e.status == "ok"}
+        files = {
+            e.path.stem: e.path for e in w.browser.model.entries() if e.kind == "lora" and e.status == "ok"
+        }
         missing = []
         for name, use in wanted.items():
             if name in on_stack:

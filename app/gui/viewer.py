@@ -10,7 +10,16 @@ from pathlib import Path
 
 import numpy as np
 from PySide6.QtCore import QPoint, QSize, Qt, Signal
-from PySide6.QtGui import QContextMenuEvent, QIcon, QImage, QMouseEvent, QPainter, QPixmap, QResizeEvent, QWheelEvent
+from PySide6.QtGui import (
+    QContextMenuEvent,
+    QIcon,
+    QImage,
+    QMouseEvent,
+    QPainter,
+    QPixmap,
+    QResizeEvent,
+    QWheelEvent,
+)
 from PySide6.QtWidgets import (
     QFrame,
     QGraphicsPixmapItem,
@@ -85,7 +94,9 @@ class PictureView(QGraphicsView):
         self.scale(factor, factor)
         # past 2x a pixel is a square (an artist inspects pixels), below it is smoothed
         self.item.setTransformationMode(
-            Qt.TransformationMode.FastTransformation if factor >= 2 else Qt.TransformationMode.SmoothTransformation
+            Qt.TransformationMode.FastTransformation
+            if factor >= 2
+            else Qt.TransformationMode.SmoothTransformation
         )
         self.zoom_changed.emit(factor)
 
@@ -212,7 +223,11 @@ class PicturePanel(QWidget):
 
     def open(self, path: Path) -> None:
         item = next(
-            (self.sweep.item(i) for i in range(self.sweep.count()) if self.sweep.item(i).data(PATH_ROLE) == str(path)),
+            (
+                self.sweep.item(i)
+                for i in range(self.sweep.count())
+                if self.sweep.item(i).data(PATH_ROLE) == str(path)
+            ),
             None,
         )
         self.show_image(path, item.toolTip() if item is not None else read_infotext(path))

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from PySide6.QtCore import QSize, Qt
-from PySide6.QtGui import QPaintEvent, QPainter
+from PySide6.QtGui import QPainter, QPaintEvent
 from PySide6.QtWidgets import (
     QFrame,
     QHBoxLayout,
@@ -19,7 +19,6 @@ from PySide6.QtWidgets import (
 )
 
 from app.backend.messages import TaskProgress
-
 from app.gui.errors import Friendly
 from app.gui.theme import icon, set_icon
 
@@ -87,22 +86,22 @@ class ElidedLabel(QLabel):
         self.full = ""
         self.setText(text)
 
-    def setText(self, text: str) -> None:  # type: ignore[override]  # noqa: N802
+    def setText(self, text: str) -> None:  # type: ignore[override]
         self.full = text
         super().setText(text)
         self.setToolTip(text)
         self.update()
 
-    def text(self) -> str:  # noqa: D102
+    def text(self) -> str:
         return self.full
 
-    def minimumSizeHint(self) -> QSize:  # noqa: N802
+    def minimumSizeHint(self) -> QSize:
         return QSize(16, self.fontMetrics().height())
 
-    def sizeHint(self) -> QSize:  # noqa: N802
+    def sizeHint(self) -> QSize:
         return QSize(self.fontMetrics().horizontalAdvance(self.full) + 4, self.fontMetrics().height())
 
-    def paintEvent(self, event: QPaintEvent) -> None:  # noqa: N802
+    def paintEvent(self, event: QPaintEvent) -> None:
         painter = QPainter(self)
         painter.setPen(self.palette().color(self.foregroundRole()))
         elided = self.fontMetrics().elidedText(self.full, Qt.TextElideMode.ElideRight, self.width())

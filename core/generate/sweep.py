@@ -85,6 +85,7 @@ def run_sweep(
     strengths whatever happens, and add the grid picture."""
     results: list[GenerateResult] = []
     count = len(sweep.strengths)
+
     def clip_at(s: float) -> float:
         if sweep.clip is not None:
             return sweep.clip

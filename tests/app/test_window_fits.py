@@ -45,7 +45,7 @@ def test_selecting_a_long_name_does_not_change_the_minimum_width(qtbot, make_win
     long_name = "truncated_download_" + "of_a_merge_with_a_very_long_name_" * 4 + "v2.safetensors"
     (folder).mkdir(parents=True)
     (folder / "short.safetensors").write_bytes(b"\x10\x00\x00\x00\x00\x00\x00\x00{}" + b" " * 8)
-    (folder / long_name).write_bytes(b"\x10\x00\x00\x00\x00\x00\x00\x00{\"a\":")
+    (folder / long_name).write_bytes(b'\x10\x00\x00\x00\x00\x00\x00\x00{"a":')
     write_sparse(folder / ("lora_" + "x" * 120 + ".safetensors"), {"a.lora_down.weight": ("F16", [4, 8])})
     window = make_window(tmp_path / "models")
     qtbot.waitUntil(lambda: window.browser.model.index_of(str(folder / long_name)).isValid(), timeout=30000)
