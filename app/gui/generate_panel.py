@@ -284,7 +284,8 @@ class GeneratePanel(QWidget):
 
     def _size_typed(self) -> None:
         """A typed size selects its preset, or "custom" when it is none of them."""
-        i = self.size.findData((self.width_.value(), self.height_.value()))
+        typed = (self.width_.value(), self.height_.value())
+        i = next((j for j in range(self.size.count()) if self.size.itemData(j) == typed), -1)
         self.size.blockSignals(True)
         self.size.setCurrentIndex(i if i >= 0 else self.size.count() - 1)
         self.size.blockSignals(False)
