@@ -26,6 +26,7 @@ from app.backend.fit import FitEstimate, estimate_fit
 from app.backend.monitor import MemoryMonitor
 from app.demo import is_sparse_demo
 from app.gui.theme import colors, human_bytes, human_count, icon, kind_icon, kind_text, set_icon
+from app.gui.widgets import ElidedLabel
 from core.detect.notes import NOTE_PREFIX, is_note
 from core.library import Entry
 
@@ -167,8 +168,7 @@ class DetailsPanel(QWidget):
         self.entry: Entry | None = None
         self.model_loaded = False
         self.icon = QLabel()
-        self.title = QLabel("Nothing selected")
-        self.title.setWordWrap(True)
+        self.title = ElidedLabel("Nothing selected")  # a long file name ends in "…", never widens
         self.title.setStyleSheet("font-size: 13pt; font-weight: 600;")
         self.subtitle = QLabel("")
         self.subtitle.setObjectName("muted")

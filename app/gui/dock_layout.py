@@ -28,7 +28,7 @@ PANELS: tuple[tuple[str, str, Area], ...] = (
     ("memory", "Memory", Area.BottomDockWidgetArea),
     ("testrun", "Test run", Area.BottomDockWidgetArea),
 )
-MAX_MIN_WIDTH = 360
+MAX_MIN_WIDTH = 400
 _STATE_VERSION = 2  # bump when the set of docks changes: an old saved state is then ignored
 _GEOMETRY, _STATE = "window/geometry", "window/state"
 
@@ -40,7 +40,8 @@ def scrolled(widget: QWidget) -> QScrollArea:
     area.setFrameShape(QFrame.Shape.NoFrame)
     area.setWidget(widget)
     # as wide as the panel needs up to a side column's width (no sideways scrolling in normal use)
-    area.setMinimumSize(min(widget.minimumSizeHint().width() + 14, MAX_MIN_WIDTH), 60)
+    bar = area.verticalScrollBar().sizeHint().width()
+    area.setMinimumSize(min(widget.minimumSizeHint().width() + bar + 2, MAX_MIN_WIDTH), 60)
     return area
 
 
@@ -94,7 +95,7 @@ class DockLayout:
         w.resizeDocks([d["library"], d["generate"]], [side, side + 40], Qt.Orientation.Horizontal)
         w.resizeDocks([d["library"], d["details"]], [height // 2, height // 3], Qt.Orientation.Vertical)
         w.resizeDocks([d["generate"], d["lora"]], [height // 2, height // 3], Qt.Orientation.Vertical)
-        w.resizeDocks([d["gallery"]], [max(170, height // 4)], Qt.Orientation.Vertical)
+        w.resizeDocks([d["gallery"]], [max(220, height * 3 // 10)], Qt.Orientation.Vertical)
         center = max(400, width - 2 * side - 40)
         w.resizeDocks(
             [d["gallery"], d["memory"]], [center * 2 // 5, center * 3 // 5], Qt.Orientation.Horizontal

@@ -212,3 +212,17 @@ def test_a_loras_base_model_evidence_is_a_note_not_a_warning(
     )
     html = window.details.body.toHtml()
     assert "reads 768-wide text features" in html and "ⓘ" in html and "⚠" not in html
+
+
+def test_settings_say_what_each_vram_mode_does_on_the_simulated_card(qtbot) -> None:
+    from app.gui.settings import AppSettings, SettingsDialog
+
+    dialog = SettingsDialog(AppSettings(simulate_vram_mib=256), None, has_gpu=False)
+    qtbot.addWidget(dialog)
+    text = dialog.vram_help.text()
+    assert "256 MiB card: Automatic picks no-VRAM mode" in text and "Nothing stays on the card" in text
+    assert text.count("<li>") == 4  # every mode, for this size
+    dialog.simulate.setValue(8192)
+    assert "8 GiB card: Automatic picks normal VRAM" in dialog.vram_help.text()
+    dialog.vram.setCurrentIndex(dialog.vram.findData("low-vram"))
+    assert "Your choice: low VRAM" in dialog.vram_help.text()
