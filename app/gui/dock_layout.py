@@ -28,12 +28,14 @@ PANELS: tuple[tuple[str, str, Area], ...] = (
     ("memory", "Memory", Area.BottomDockWidgetArea),
     ("testrun", "Test run", Area.BottomDockWidgetArea),
 )
-MAX_MIN_WIDTH = 400
+MAX_MIN_WIDTH = 340
+#: the right column (Generate and the LoRA strengths) is the widest: no sideways scrolling there
+WIDE = {"generate": 400, "lora": 400, "loaded": 400}
 _STATE_VERSION = 2  # bump when the set of docks changes: an old saved state is then ignored
 _GEOMETRY, _STATE = "window/geometry", "window/state"
 
 
-def scrolled(widget: QWidget) -> QScrollArea:
+def scrolled(widget: QWidget, cap: int = MAX_MIN_WIDTH) -> QScrollArea:
     """``widget`` in a frameless scroll area: its minimum size no longer sets the window's."""
     area = QScrollArea()
     area.setWidgetResizable(True)
@@ -41,7 +43,7 @@ def scrolled(widget: QWidget) -> QScrollArea:
     area.setWidget(widget)
     # as wide as the panel needs up to a side column's width (no sideways scrolling in normal use)
     bar = area.verticalScrollBar().sizeHint().width()
-    area.setMinimumSize(min(widget.minimumSizeHint().width() + bar + 2, MAX_MIN_WIDTH), 60)
+    area.setMinimumSize(min(widget.minimumSizeHint().width() + bar + 2, cap), 60)
     return area
 
 
@@ -64,7 +66,7 @@ class DockLayout:
         for key, title, area in PANELS:
             dock = QDockWidget(title, window)
             dock.setObjectName(f"dock_{key}")
-            dock.setWidget(scrolled(panels[key]))
+            dock.setWidget(scrolled(panels[key], WIDE.get(key, MAX_MIN_WIDTH)))
             dock.setFeatures(
                 QDockWidget.DockWidgetFeature.DockWidgetMovable
                 | QDockWidget.DockWidgetFeature.DockWidgetFloatable

@@ -123,9 +123,6 @@ class GeneratePanel(QWidget):
         size_row.addWidget(self.height_)
         self.size.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
         self.size.setMinimumContentsLength(6)
-        for combo in (self.sampler, self.scheduler):  # the panel fits a 340 px dock
-            combo.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
-            combo.setMinimumContentsLength(9)
         self.batch = QSpinBox(minimum=1, maximum=16, value=1)
         self.sweep_lora = QComboBox()
         self.sweep_lora.setToolTip("Render the same seed at several strengths of one LoRA, side by side")
@@ -144,6 +141,9 @@ class GeneratePanel(QWidget):
         sweep_line.addWidget(self.sweep_values, 1)
         sweep_row.addLayout(sweep_line)
         sweep_row.addWidget(self.sweep_target)
+        for combo in (self.sampler, self.scheduler, self.sweep_lora):  # the panel fits a 380 px dock
+            combo.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
+            combo.setMinimumContentsLength(9)
         self.set_loras(())
         form = QFormLayout()
         form.addRow("Seed", seed_row)
