@@ -59,7 +59,8 @@ def shoot(display: int, screen: str, scale: str, window: str, out: Path, folder:
         with tempfile.TemporaryDirectory() as home:
             env.update(HOME=home, XDG_DATA_HOME=f"{home}/data", XDG_CONFIG_HOME=f"{home}/config",
                        XDG_CACHE_HOME=f"{home}/cache")  # fmt: skip
-            cmd = [sys.executable, "-m", "app.cli", "--demo", "--screenshot", str(out), "--window-size", window]
+            cmd = [sys.executable, "-m", "app.cli", "--demo", "--screenshot", str(out)]
+            cmd += ["--window-size", window]
             if folder is not None:
                 cmd += ["--folder", str(folder)]
             subprocess.run(cmd, cwd=ROOT, env=env, check=True, timeout=300)

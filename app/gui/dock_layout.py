@@ -88,20 +88,25 @@ class DockLayout:
         w.splitDockWidget(d["library"], d["details"], Qt.Orientation.Vertical)
         w.splitDockWidget(d["generate"], d["lora"], Qt.Orientation.Vertical)
         w.tabifyDockWidget(d["lora"], d["loaded"])
-        w.splitDockWidget(d["gallery"], d["memory"], Qt.Orientation.Horizontal)
+        width, height = w.width(), w.height()
+        roomy = width >= 1700  # the memory plot needs width: on smaller screens it is a tab
+        if roomy:
+            w.splitDockWidget(d["gallery"], d["memory"], Qt.Orientation.Horizontal)
+        else:
+            w.tabifyDockWidget(d["gallery"], d["memory"])
         w.tabifyDockWidget(d["memory"], d["testrun"])
         d["lora"].raise_()
-        d["memory"].raise_()
-        width, height = w.width(), w.height()
+        (d["memory"] if roomy else d["gallery"]).raise_()
         side = max(280, min(460, width // 4))
         w.resizeDocks([d["library"], d["generate"]], [side, side + 40], Qt.Orientation.Horizontal)
         w.resizeDocks([d["library"], d["details"]], [height // 2, height // 3], Qt.Orientation.Vertical)
         w.resizeDocks([d["generate"], d["lora"]], [height // 2, height // 3], Qt.Orientation.Vertical)
         w.resizeDocks([d["gallery"]], [max(220, height * 3 // 10)], Qt.Orientation.Vertical)
         center = max(400, width - 2 * side - 40)
-        w.resizeDocks(
-            [d["gallery"], d["memory"]], [center * 2 // 5, center * 3 // 5], Qt.Orientation.Horizontal
-        )
+        if roomy:
+            w.resizeDocks(
+                [d["gallery"], d["memory"]], [center * 2 // 5, center * 3 // 5], Qt.Orientation.Horizontal
+            )
 
     # -- remembered between runs -----------------------------------------------------------------
     def save(self, store: QSettings) -> None:
