@@ -153,9 +153,11 @@ def run_gui(
             with contextlib.suppress(OSError):  # Loadout's own model folder, listed when it exists
                 own_models_folder().mkdir(parents=True, exist_ok=True)
             window = build_window(cache_path=default_cache_path())
+        if window_size is not None:
+            window.resize(*window_size)  # before show: the default layout is arranged for this size
         window.show()
         if window_size is not None:
-            window.resize(*window_size)
+            window.resize(*window_size)  # and after: a window manager or the offscreen screen may differ
         flow = (
             DemoFlow(window, screenshot=screenshot, folder=demo_folder, extra=extra_folder) if demo else None
         )
