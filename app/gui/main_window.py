@@ -292,8 +292,8 @@ class MainWindow(PlacementControls, QMainWindow):
 
     def _on_started(self, task: str) -> None:
         self.status.started(task)
-        if self.message.isVisible() and self.message.level == "info":
-            self.message.hide()  # "Stopped" and other notices belong to the run before this one
+        if self.message.isVisible() and self.message.title == "Stopped":
+            self.message.hide()  # it belonged to the run before this one
 
     def _on_interrupted(self, task: str) -> None:
         self.show_error(TaskError(task, "interrupted", ""))  # type: ignore[arg-type]

@@ -50,6 +50,7 @@ class MessageBar(QFrame):
         layout.addWidget(close)
         self._callback: Callable[[], None] | None = None
         self.level = ""
+        self.title = ""
         self.hide()
 
     def show_message(self, message: Friendly, action: tuple[str, Callable[[], None]] | None = None) -> None:
@@ -57,6 +58,7 @@ class MessageBar(QFrame):
         self.icon.setPixmap(icon(name, color).pixmap(20, 20))
         self.text.setText(f"<b>{message.title}.</b> {message.text}")
         self.level = message.level
+        self.title = message.title
         self.setProperty("level", "info" if message.level == "info" else "error")
         self.style().unpolish(self)
         self.style().polish(self)

@@ -113,12 +113,13 @@ def test_use_these_settings_fills_the_panel_and_applies_the_loras(
     lora = demo_library.lora.stem
     path = _picture(
         tmp_path / "from-a1111.png", prompt="a misty harbour", seed=777, steps=13, sampler="dpmpp_2m",
-        loras=(LoraUse(lora, 0.35, 0.25),),
+        loras=(LoraUse(lora, 0.35, 0.25), LoraUse("not-in-this-library", 1.0, 1.0)),
     )  # fmt: skip
     with strict(qtbot, window.backend, "started", "stack_changed", "finished") as rec:
         window.pictures.use_settings(path)
     (info,) = rec.first("stack_changed").loras
     assert (info.path.stem, info.model_strength, info.clip_strength) == (lora, 0.35, 0.25)
+    assert window.message.isVisible() and "not-in-this-library" in window.message.text.text()
     panel = window.generate_panel
     assert panel.prompt.toPlainText() == "a misty harbour" and panel.seed.text() == "777"
     assert panel.steps.value() == 13 and panel.sampler.currentData() == "dpmpp_2m"
