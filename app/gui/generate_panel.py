@@ -82,6 +82,8 @@ class GeneratePanel(QWidget):
         self.prompt.setTabChangesFocus(True)
         self.negative.setTabChangesFocus(True)
         self.prompt.setMinimumHeight(64)
+        # about six lines: in a short dock the settings below come first, not a tall empty box
+        self.prompt.setMaximumHeight(8 * self.prompt.fontMetrics().lineSpacing())
         self.negative.setMaximumHeight(52)
         self.seed = QLineEdit("0")
         self.seed.setInputMask("")
@@ -186,6 +188,7 @@ class GeneratePanel(QWidget):
         controls.addLayout(out_row)
         controls.addWidget(self.progress)
         controls.addWidget(self.status)
+        controls.addStretch(1)
         self.set_family(None)
         self.set_available(False, "Load a checkpoint or diffusion model to generate.")
 
