@@ -7,7 +7,7 @@ The user's steps, each driven through the same window method a click or double-c
   3. double-click the LoRA in the library (it goes onto the stack at 1.0)  -> ``load_entry``
   4. click the prompt, type it; 5. click Generate (defaults: the family's 512x512, 20 steps)
 
-    PYTHONPATH=$PWD .venv/bin/python bench/first_picture.py [--steps 20] [--size 512]
+    PYTHONPATH=$PWD .venv/bin/python -m bench.first_picture [--steps 20] [--size 512]
 
 Prints JSON: seconds from the start of the process to the window shown, to the library read, the
 checkpoint loaded, the LoRA applied and the picture saved, and the number of clicks. The folder is
