@@ -147,14 +147,37 @@ class SweepGrid(QListWidget):
         self.setIconSize(QSize(256, 256))
         self.setSpacing(8)
         self.setWordWrap(True)
+        self.pixmaps: list[QPixmap] = []
 
     def show_cells(self, cells: tuple[GeneratedImage, ...]) -> None:
         self.clear()
-        for cell in cells:
-            item = QListWidgetItem(QIcon(QPixmap(str(cell.path))), cell.label or cell.path.stem)
+        self.pixmaps = [QPixmap(str(cell.path)) for cell in cells]
+        for cell, pix in zip(cells, self.pixmaps, strict=True):
+            item = QListWidgetItem(QIcon(pix), cell.label or cell.path.stem)
             item.setData(PATH_ROLE, str(cell.path))
             item.setToolTip(cell.infotext)
             self.addItem(item)
+        self._fit_cells()
+
+    def _fit_cells(self) -> None:
+        """Cells as large as the view allows in one row (128 to 512 px), small pictures enlarged
+        with square pixels so a 64 px test picture is readable too."""
+        if not self.pixmaps:
+            return
+        n = len(self.pixmaps)
+        side = (self.viewport().width() - self.spacing() * (2 * n + 2)) // n
+        side = max(128, min(512, side, self.viewport().height() - 4 * self.fontMetrics().height()))
+        self.setIconSize(QSize(side, side))
+        for i, pix in enumerate(self.pixmaps):
+            if not pix.isNull() and max(pix.width(), pix.height()) < side:
+                pix = pix.scaled(
+                    side, side, Qt.AspectRatioMode.KeepAspectRatio, Qt.TransformationMode.FastTransformation
+                )
+            self.item(i).setIcon(QIcon(pix))
+
+    def resizeEvent(self, event: QResizeEvent) -> None:
+        super().resizeEvent(event)
+        self._fit_cells()
 
 
 class PicturePanel(QWidget):

@@ -136,6 +136,7 @@ def test_a_lora_strength_sweep_from_the_panel_shows_each_cell_and_the_grid(
     assert len(window.gallery.paths()) == 3
     grid = window.picture.sweep  # the cells as a readable grid, labelled, each viewable
     assert grid.count() == 2 and grid.item(1).text() == labels[2] and window.picture.tabs.currentIndex() == 1
+    assert grid.iconSize().width() >= 128  # 64 px cells enlarged to a readable size
     grid.itemDoubleClicked.emit(grid.item(1))
     assert window.picture.view.path == rec.first("generated").images[2].path
     qtbot.waitUntil(lambda: window.stack.loras and window.stack.loras[0].model_strength == 0.8, timeout=5000)
