@@ -24,6 +24,7 @@ from app.gui.browser import BrowserPanel
 from app.gui.details import LOADABLE, DetailsPanel
 from app.gui.dock_layout import DockLayout, initial_size
 from app.gui.errors import Friendly, describe, describe_exception
+from app.gui.gallery import PICTURES
 from app.gui.generate_controller import GenerateController
 from app.gui.generate_panel import GeneratePanel
 from app.gui.loaded_panel import LoadedModelsPanel
@@ -43,9 +44,6 @@ def own_models_folder() -> Path:
     """Loadout's own model folder (``<app data>/models``): always listed when it exists."""
     base = QStandardPaths.writableLocation(QStandardPaths.StandardLocation.GenericDataLocation)
     return Path(base) / "Loadout" / "models"
-
-
-PICTURES = (".png", ".jpg", ".jpeg", ".webp")
 
 
 class MainWindow(PlacementControls, QMainWindow):

@@ -38,6 +38,7 @@ def test_stop_says_stopped_and_the_banner_leaves_with_the_next_run(
     panel.steps.setValue(60)
     panel.width_.setValue(64)
     panel.height_.setValue(64)
+
     def stop_at_the_first_step(p) -> None:
         if p.phase == "sample" and p.step >= 1:
             window.backend.generate_progress.disconnect(stop_at_the_first_step)  # one Esc
