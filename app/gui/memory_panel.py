@@ -337,6 +337,10 @@ class MemoryPanel(QWidget):
         else:
             text = f"{placement.label} · {placement.vram_state}"
             tip = placement.reason
+            if placement.vram_state == "no-vram":  # Automatic on a small card: say why nothing stays
+                text += (
+                    " · layers stream, nothing stays placed (Settings › Memory: Normal VRAM keeps what fits)"
+                )
             if placement.simulated:
                 tip += (
                     ". No GPU here: the memory manager plans, evicts and streams for a card of this size, "

@@ -227,3 +227,14 @@ def test_settings_say_what_each_vram_mode_does_on_the_simulated_card(qtbot) -> N
     assert "8 GiB card: Automatic picks normal VRAM" in dialog.vram_help.text()
     dialog.vram.setCurrentIndex(dialog.vram.findData("low-vram"))
     assert "Your choice: low VRAM" in dialog.vram_help.text()
+
+
+def test_a_small_simulated_card_in_automatic_mode_says_why_nothing_stays_placed(qtbot, make_window) -> None:
+    from app.backend.placement import PlacementConfig
+    from core.memory.policy import MemorySettings
+
+    window = make_window(
+        placement=Placement(None, PlacementConfig(MemorySettings(), simulate_bytes=256 * 2**20))
+    )
+    note = window.memory_panel.note.text()
+    assert "no-vram" in note and "nothing stays placed" in note and "Normal VRAM" in note
