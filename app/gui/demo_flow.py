@@ -55,6 +55,7 @@ class DemoFlow(QObject):
         )
 
     def start(self) -> None:
+        self.window.docks["memory"].raise_()  # the demo is there to show the memory manager at work
         if self.screenshot:
             self.timeout.start()
         self.window.backend.prepare_demo(self.folder)
