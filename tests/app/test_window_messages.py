@@ -238,3 +238,15 @@ def test_a_small_simulated_card_in_automatic_mode_says_why_nothing_stays_placed(
     )
     note = window.memory_panel.note.text()
     assert "no-vram" in note and "nothing stays placed" in note and "Normal VRAM" in note
+
+
+def test_every_long_task_shows_its_progress_in_the_status_bar(qtbot, make_window) -> None:
+    from app.backend.messages import TaskProgress
+
+    window = make_window()
+    window.backend.started.emit("scan")  # reading folders: a progress bar too, not only loads
+    assert window.task_progress.isVisibleTo(window) and window.task_label.text() == "Reading model folders…"
+    window.backend.progress.emit(TaskProgress("scan", 3, 12, "Reading 3 of 12 files"))
+    assert window.task_progress.value() == 250 and window.task_label.text() == "Reading 3 of 12 files"
+    window.status.busy(False)
+    assert not window.task_progress.isVisibleTo(window)
