@@ -1,14 +1,15 @@
 """The gallery: every picture in the output folder, newest first, including those made in earlier
-runs of the app. Thumbnails are read lazily, one per event-loop turn, so a folder of thousands
-of pictures never freezes the window; new pictures appear at the front as they are saved.
+runs of the app. Thumbnails are decoded off the GUI thread (Qt's thread pool, a few at a time) and
+shown as they arrive, so a folder of thousands of large pictures never freezes the window; new
+pictures appear at the front as they are saved.
 Double-click shows a picture in the viewer; right-click opens the picture menu."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from PySide6.QtCore import QPoint, QSize, Qt, QTimer, Signal
-from PySide6.QtGui import QIcon, QImageReader, QPixmap
+from PySide6.QtCore import QObject, QPoint, QRunnable, QSize, Qt, QThreadPool, Signal
+from PySide6.QtGui import QIcon, QImage, QImageReader, QPixmap
 from PySide6.QtWidgets import QLabel, QListWidget, QListWidgetItem, QVBoxLayout, QWidget
 
 from app.gui.theme import icon
@@ -35,12 +36,29 @@ def pictures_in(folder: Path, limit: int = MAX_LISTED) -> list[Path]:
     return [p for _, p in found[:limit]]
 
 
-def thumbnail(path: Path, size: int = THUMB) -> QPixmap:
+def thumbnail(path: Path, size: int = THUMB) -> QImage:
+    """The picture scaled to fit ``size`` (a QImage: safe to make on any thread)."""
     reader = QImageReader(str(path))
     original = reader.size()
     if original.isValid() and max(original.width(), original.height()) > size:
         reader.setScaledSize(original.scaled(size, size, Qt.AspectRatioMode.KeepAspectRatio))
-    return QPixmap.fromImage(reader.read())
+    return reader.read()
+
+
+class _Done(QObject):
+    """Carries a finished thumbnail to the GUI thread (queued). Parentless and held by the job, so
+    a gallery closed while a job runs only loses the connection."""
+
+    ready = Signal(str, QImage)
+
+
+class _ThumbJob(QRunnable):
+    def __init__(self, path: str, done: _Done) -> None:
+        super().__init__()
+        self.path, self.done = path, done
+
+    def run(self) -> None:
+        self.done.ready.emit(self.path, thumbnail(Path(self.path)))
 
 
 class GalleryPanel(QWidget):
@@ -71,11 +89,12 @@ class GalleryPanel(QWidget):
         layout.setContentsMargins(4, 4, 4, 4)
         layout.addWidget(self.empty)
         layout.addWidget(self.strip, 1)
-        self._pending: list[QListWidgetItem] = []
+        self._pending: list[str] = []  # paths waiting for a thumbnail, in order
+        self._running = 0
         self._placeholder = icon("image")
-        self._timer = QTimer(self)
-        self._timer.setInterval(0)
-        self._timer.timeout.connect(self._load_one)
+        self._done = _Done()
+        self._done.ready.connect(self._thumbnail_ready, Qt.ConnectionType.QueuedConnection)
+        self._pool = QThreadPool.globalInstance()
 
     # -- contents --------------------------------------------------------------------------------
     def set_folder(self, folder: Path) -> None:
@@ -86,7 +105,7 @@ class GalleryPanel(QWidget):
         for path in pictures_in(folder):
             self.strip.addItem(self._item(path, ""))
         self._update_empty()
-        self._timer.start()
+        self._start_jobs()
 
     def add(self, images: tuple[GeneratedImage, ...]) -> None:
         """New pictures at the front, in the order given (a sweep's grid first)."""
@@ -98,38 +117,43 @@ class GalleryPanel(QWidget):
         if images:
             self.strip.setCurrentRow(0)
         self._update_empty()
-        self._timer.start()
+        self._start_jobs()
 
     def remove(self, path: Path) -> None:
         for i in reversed(range(self.strip.count())):
             if self.strip.item(i).data(PATH_ROLE) == str(path):
-                item = self.strip.takeItem(i)
-                if item in self._pending:
-                    self._pending.remove(item)
+                self.strip.takeItem(i)
+                if str(path) in self._pending:
+                    self._pending.remove(str(path))
         self._update_empty()
 
     def paths(self) -> list[Path]:
         return [Path(self.strip.item(i).data(PATH_ROLE)) for i in range(self.strip.count())]
 
     def loading(self) -> bool:
-        return bool(self._pending)
+        return bool(self._pending) or self._running > 0
 
     # -- internals -------------------------------------------------------------------------------
     def _item(self, path: Path, label: str) -> QListWidgetItem:
         item = QListWidgetItem(self._placeholder, label or path.stem)
         item.setData(PATH_ROLE, str(path))
         item.setToolTip(str(path))
-        self._pending.append(item)
+        self._pending.append(str(path))
         return item
 
-    def _load_one(self) -> None:
-        if not self._pending:
-            self._timer.stop()
-            return
-        item = self._pending.pop(0)
-        pix = thumbnail(Path(item.data(PATH_ROLE)))
-        if not pix.isNull():
-            item.setIcon(QIcon(pix))
+    def _start_jobs(self, at_once: int = 2) -> None:
+        while self._pending and self._running < at_once:
+            self._running += 1
+            self._pool.start(_ThumbJob(self._pending.pop(0), self._done))
+
+    def _thumbnail_ready(self, path: str, image: QImage) -> None:
+        self._running -= 1
+        if not image.isNull():
+            for i in range(self.strip.count()):
+                item = self.strip.item(i)
+                if item.data(PATH_ROLE) == path:
+                    item.setIcon(QIcon(QPixmap.fromImage(image)))
+        self._start_jobs()
 
     def _update_empty(self) -> None:
         self.empty.setVisible(self.strip.count() == 0)
