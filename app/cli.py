@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from core.errors import LoadoutError
 
@@ -34,8 +35,52 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    # Until the command starts working (imports of torch and the engine, parsing), a stop has nothing
+    # to clean up: say one line and leave at once (an interrupted import can leave modules half-made,
+    # so unwinding through them is not safe). From then on Ctrl-C and SIGTERM stop the work cleanly.
+    previous = {sig: signal.getsignal(sig) for sig in _STOPS}
+    starting = _catch_stops(_quit_now)
+    try:
+        return _main(argv, started=lambda: _catch_stops(_raise_keyboard_interrupt) if starting else None)
+    except KeyboardInterrupt:  # a command without its own handler
+        print("\nloadout: stopped.", file=sys.stderr)
+        return 130
+    finally:
+        if starting:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+
+
+_STOPS = (signal.SIGINT, *((signal.SIGTERM,) if hasattr(signal, "SIGTERM") else ()))
+
+
+def _catch_stops(handler: Callable[[int, object], None]) -> bool:
+    """Route SIGINT and SIGTERM to ``handler`` (False where signals cannot be set: not the main thread)."""
+    try:
+        for sig in _STOPS:
+            signal.signal(sig, handler)
+    except ValueError:
+        return False
+    return True
+
+
+def _quit_now(signum: int, frame: object) -> None:
+    os.write(2, b"\nloadout: stopped.\n")
+    os._exit(130)
+
+
+def _raise_keyboard_interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
+def _main(argv: Sequence[str] | None, started: Callable[[], object]) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except LoadoutError as exc:  # an argument's value refused by its check (app.commands.args)
+        print(f"loadout: {exc.message}", file=sys.stderr)
+        return 2
+    started()
     if args.command is None:
         from app.gui.launch import run_gui
 
@@ -56,7 +101,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
     except KeyboardInterrupt:
-        print("loadout: stopped.", file=sys.stderr)
+        print("\nloadout: stopped; nothing was left half-written.", file=sys.stderr)
         return 130
     except LoadoutError as exc:
         print(f"loadout: {exc.message}", file=sys.stderr)

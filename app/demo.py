@@ -19,13 +19,15 @@ import json
 import math
 import struct
 import zlib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
-from safetensors.torch import save_file
 from torch import nn
 
+from core.files.atomic import atomic_file, atomic_write_bytes
+from core.files.writer import write_safetensors
+from core.generate.events import GenerateResult
 from core.loading.architectures import CLIP, FLUX, T5, UNET, VAE
 from core.models.clip import CLIPTextConfig
 from core.models.flux import FluxConfig
@@ -149,8 +151,7 @@ def write_sparse(
         offset += n
     raw = json.dumps(header, separators=(",", ":")).encode()
     raw += b" " * ((-len(raw)) % 8)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "wb") as fh:
+    with atomic_file(path) as fh:
         fh.write(struct.pack("<Q", len(raw)) + raw)
         fh.truncate(8 + len(raw) + offset)
 
@@ -210,7 +211,7 @@ def write_png(path: Path, width: int, height: int, colors: tuple[tuple[int, int,
 
     ihdr = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
     png = b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr) + chunk(b"IDAT", zlib.compress(b"".join(rows), 9))
-    path.write_bytes(png + chunk(b"IEND", b""))
+    atomic_write_bytes(path, png + chunk(b"IEND", b""))
 
 
 # --- the library ----------------------------------------------------------------------------------------
@@ -232,7 +233,7 @@ def _write_all(root: Path) -> None:
     ckpt = root / TINY_CHECKPOINT
     ckpt.parent.mkdir(parents=True, exist_ok=True)
     title = {"modelspec.title": "Loadout demo SD1.5 (tiny)", "modelspec.architecture": "stable-diffusion-v1"}
-    save_file(tiny_checkpoint_tensors(), str(ckpt), metadata=title)
+    write_safetensors(ckpt, tiny_checkpoint_tensors(), title)
     write_png(
         ckpt.with_name(ckpt.stem + ".preview.png"), 96, 96, ((40, 60, 140), (200, 90, 160), (250, 200, 90))
     )
@@ -244,7 +245,7 @@ def _write_all(root: Path) -> None:
         "modelspec.title": "Ink wash style (demo)",
         "modelspec.trigger_phrase": "inkwash style, sumi-e",
     }
-    save_file(tiny_lora_tensors(), str(lora), metadata=lora_meta)
+    write_safetensors(lora, tiny_lora_tensors(), lora_meta)
     write_png(
         lora.with_name(lora.stem + ".preview.png"), 96, 96, ((20, 20, 24), (120, 120, 130), (235, 235, 225))
     )
@@ -272,7 +273,9 @@ def _write_all(root: Path) -> None:
         m / "loras/demo-film-grain-flux.safetensors", flux_lora_layout(), dtype="BF16", metadata=SPARSE_META
     )
     broken = m / "checkpoints/damaged-download.safetensors"
-    broken.write_bytes(struct.pack("<Q", 4096) + b'{"__metadata__":{}, "model.diffusion_model.x": {"dtype":')
+    atomic_write_bytes(
+        broken, struct.pack("<Q", 4096) + b'{"__metadata__":{}, "model.diffusion_model.x": {"dtype":'
+    )
     (root / "custom_nodes").mkdir(exist_ok=True)  # makes the folder read as a ComfyUI base folder
 
 
@@ -291,7 +294,7 @@ def ensure_demo_library(folder: Path | str | None = None) -> DemoLibrary:
         pass
     root.mkdir(parents=True, exist_ok=True)
     _write_all(root)
-    marker.write_text(json.dumps({"version": DEMO_VERSION}))
+    atomic_write_bytes(marker, json.dumps({"version": DEMO_VERSION}).encode())
     return DemoLibrary(root)
 
 
@@ -304,6 +307,21 @@ def default_demo_dir() -> Path:
     except ImportError:
         base = ""
     return (Path(base) / "Loadout" if base else Path.home() / ".loadout") / "demo-library"
+
+
+#: What a picture made with the demo's checkpoint says (the engine knows nothing of the demo).
+DEMO_NOTE = "the demo's tiny models have random weights: their pictures look like noise"
+
+
+def is_demo_model(path: Path) -> bool:
+    return path.name.startswith("loadout-demo")
+
+
+def with_demo_note(result: GenerateResult, model: Path | None) -> GenerateResult:
+    """``result`` with the demo's note when it was made with the demo's checkpoint."""
+    if model is None or not is_demo_model(model):
+        return result
+    return replace(result, notes=(*result.notes, DEMO_NOTE))
 
 
 def is_sparse_demo(metadata: object) -> bool:

@@ -72,7 +72,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--cache", type=Path, default=ROOT / ".bench-cache" / "load")
     ap.add_argument("--one", help=argparse.SUPPRESS)  # internal: run one model in this process
     args = ap.parse_args(argv)
-    from core.run.headless import parse_bytes
+    from app.commands.args import parse_bytes
 
     limit = parse_bytes(args.vram_limit) if args.vram_limit else None
     if args.one:

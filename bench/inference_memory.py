@@ -44,7 +44,7 @@ from core.memory.tracking import ActivationTracker  # noqa: E402
 from core.models.flux import Flux, FluxConfig  # noqa: E402
 from core.models.unet import UNetModel  # noqa: E402
 from core.models.unet_config import UNetConfig  # noqa: E402
-from core.run.testrun import RunConfig, _Inputs  # noqa: E402
+from core.session.testrun import RunConfig, _Inputs  # noqa: E402
 
 DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 TARGET = 0.15  # |predicted / measured - 1|

@@ -6,6 +6,78 @@ friendly text in one place. ``code`` is a stable machine-readable identifier (us
 
 from __future__ import annotations
 
+from enum import StrEnum
+
+
+class ErrorCode(StrEnum):
+    """Every stable ``code`` an engine error carries (JSON output, the window's titles). Raising
+    sites write the string; ``tests/core/test_error_codes.py`` checks each is a member here, and
+    ``app/gui/errors.py`` maps every member to a title."""
+
+    BAD_ARGUMENT = "bad_argument"
+    BAD_DEVICE = "bad_device"
+    BAD_CONFIG = "bad_config"
+    BAD_DTYPE = "bad_dtype"
+    BAD_INPUT = "bad_input"
+    BAD_OUTPUT = "bad_output"
+    BAD_PARAMETERS = "bad_parameters"
+    BAD_PROMPT_WEIGHT = "bad_prompt_weight"
+    CONFIG_UNREADABLE = "config_unreadable"
+    DISK_FULL = "disk_full"
+    EMPTY_FILE = "empty_file"
+    ERROR = "error"
+    FILE_ACCESS = "file_access"
+    FILE_CHANGED = "file_changed"
+    HEADER_TOO_LARGE = "header_too_large"
+    INTERRUPTED = "interrupted"
+    INVALID_ADAPTER = "invalid_adapter"
+    INVALID_FILE = "invalid_file"
+    INVALID_HEADER = "invalid_header"
+    INVALID_OFFSETS = "invalid_offsets"
+    INVALID_PICKLE = "invalid_pickle"
+    INVALID_SETTING = "invalid_setting"
+    INVALID_SHAPE = "invalid_shape"
+    IS_DIRECTORY = "is_directory"
+    LAYOUT_MISMATCH = "layout_mismatch"
+    LORA_FAMILY_MISMATCH = "lora_family_mismatch"
+    LORA_PARTIAL_MATCH = "lora_partial_match"
+    MISSING_CONDITIONING = "missing_conditioning"
+    MISSING_DEPENDENCY = "missing_dependency"
+    MISSING_VAE = "missing_vae"
+    MISSING_WEIGHTS = "missing_weights"
+    NO_DEVICE = "no_device"
+    NO_MODEL = "no_model"
+    NO_PARAMETERS = "no_parameters"
+    NONFINITE_ADAPTER = "nonfinite_adapter"
+    NOT_A_FILE = "not_a_file"
+    NOT_A_MODEL = "not_a_model"
+    NOT_AN_IMAGE = "not_an_image"
+    NOT_FOUND = "not_found"
+    NOT_LOADABLE = "not_loadable"
+    NOT_LOADED = "not_loaded"
+    OUT_OF_MEMORY = "out_of_memory"
+    OUTPUT_IS_INPUT = "output_is_input"
+    PROMPT_TOO_LONG = "prompt_too_long"
+    QUANTIZED_SOURCE = "quantized_source"
+    READ_FAILED = "read_failed"
+    SHAPE_MISMATCH = "shape_mismatch"
+    TOKENIZER_MISSING = "tokenizer_missing"
+    TRUNCATED = "truncated"
+    UNKNOWN_COMPONENT = "unknown_component"
+    UNKNOWN_DTYPE = "unknown_dtype"
+    UNREADABLE = "unreadable"
+    UNSAFE_FILE = "unsafe_file"
+    UNSAFE_PICKLE = "unsafe_pickle"
+    UNSUPPORTED_ADAPTER = "unsupported_adapter"
+    UNSUPPORTED_DTYPE = "unsupported_dtype"
+    UNSUPPORTED_FAMILY = "unsupported_family"
+    UNSUPPORTED_FORMAT = "unsupported_format"
+    UNSUPPORTED_SIZE = "unsupported_size"
+    WRITE_FAILED = "write_failed"
+    WRONG_KIND = "wrong_kind"
+    WRONG_MODEL = "wrong_model"
+    WRONG_VAE = "wrong_vae"
+
 
 def _sentence(text: str) -> str:
     text = text.strip().rstrip(".")
@@ -65,6 +137,16 @@ class ModelMismatchError(LoadoutError):
 
 
 class InterruptedByUser(LoadoutError):
-    """The user pressed stop; the operation ended early and left everything consistent."""
+    """The user pressed stop; the operation ended early and left everything consistent.
+
+    ``written`` names the files that were complete before the stop (pictures of a sweep's earlier
+    cells): a stopped batch itself writes nothing, so this is empty unless earlier work was saved."""
 
     code = "interrupted"
+    written: tuple[str, ...] = ()
+
+
+class FileChangedError(LoadoutError):
+    """An input file was truncated or rewritten by another program while Loadout was using it."""
+
+    code = "file_changed"

@@ -6,8 +6,6 @@ Never raises for a bad file: the error goes into the record (``error: {code, mes
 from __future__ import annotations
 
 import os
-import threading
-from collections import OrderedDict
 from collections.abc import Hashable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,6 +17,7 @@ from core.detect.sidecars import find_preview, read_sidecar_info
 from core.detect.types import Detection
 from core.errors import LoadoutError
 from core.files.model_file import MODEL_EXTENSIONS, TensorIndex, read_tensor_index
+from core.lru import LruCache
 from core.quant.summary import summarize
 
 #: Derived facts are added to ``metadata`` under this prefix, beside the file's own keys.
@@ -26,9 +25,8 @@ DERIVED = "loadout."
 
 #: Detection memos by tensor structure (``TensorIndex.structure``): files of one structure (a
 #: library's fine-tunes of one base, LoRAs of one trainer and rank) are classified from shapes once.
-_MEMOS: OrderedDict[Hashable, Memo] = OrderedDict()
 MEMO_CAPACITY = 64
-_MEMOS_LOCK = threading.Lock()
+_MEMOS: LruCache[Hashable, Memo] = LruCache(MEMO_CAPACITY)
 
 
 def _memo_for(structure: Hashable | None) -> Memo | None:
@@ -36,15 +34,7 @@ def _memo_for(structure: Hashable | None) -> Memo | None:
     values are equal, the last one stays."""
     if structure is None:
         return None
-    with _MEMOS_LOCK:
-        memo = _MEMOS.get(structure)
-        if memo is None:
-            memo = _MEMOS[structure] = {}
-            while len(_MEMOS) > MEMO_CAPACITY:
-                _MEMOS.popitem(last=False)
-        else:
-            _MEMOS.move_to_end(structure)
-        return memo
+    return _MEMOS.get_or_put(structure, dict)
 
 
 def clear_caches() -> None:
@@ -52,8 +42,7 @@ def clear_caches() -> None:
     from core.files import header_cache
 
     header_cache.clear()
-    with _MEMOS_LOCK:
-        _MEMOS.clear()
+    _MEMOS.clear()
 
 
 @dataclass

@@ -19,16 +19,36 @@ DISTRIBUTION = {
 }
 
 
+#: optional extras: import name -> (extra, the only module that may import it)
+OPTIONAL = {"ray": ("cluster", ROOT / "core" / "queue" / "ray_pool.py")}
+
+
+def _imports_of(path: Path) -> set[str]:
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            names |= {a.name.split(".")[0] for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names.add(node.module.split(".")[0])
+    return names
+
+
 def _imported() -> set[str]:
     names: set[str] = set()
     for package in ("core", "app"):
         for path in (ROOT / package).rglob("*.py"):
-            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-                if isinstance(node, ast.Import):
-                    names |= {a.name.split(".")[0] for a in node.names}
-                elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-                    names.add(node.module.split(".")[0])
-    return names - set(sys.stdlib_module_names) - {"core", "app", "__future__"}
+            names |= _imports_of(path)
+    return names - set(sys.stdlib_module_names) - {"core", "app", "__future__"} - set(OPTIONAL)
+
+
+def test_ray_is_an_optional_extra_that_only_the_ray_executor_imports() -> None:
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    for name, (extra, allowed) in OPTIONAL.items():
+        assert any(d.lower().startswith(name) for d in extras[extra]), f"{name} is not in the {extra} extra"
+        users = [
+            p for package in ("core", "app") for p in (ROOT / package).rglob("*.py") if name in _imports_of(p)
+        ]
+        assert users == [allowed], f"{name} is imported outside {allowed.name}: {users}"
 
 
 def test_every_imported_package_is_a_declared_dependency() -> None:

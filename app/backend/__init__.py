@@ -5,5 +5,5 @@
 - :mod:`~app.backend.backend`: :class:`Backend`, the GUI side: one method per operation (a job
   over the :class:`core.session.Session`), busy state, interrupt, results routed to typed signals;
 - :mod:`~app.backend.messages`: the frozen records that cross between the two threads;
-- :mod:`~app.backend.monitor` and :mod:`~app.backend.fit`: memory sampling and fit estimates.
+- :mod:`~app.backend.monitor` and :mod:`~core.memory.fit`: memory sampling and fit estimates.
 """

@@ -29,15 +29,18 @@ from app.backend.messages import (
 )
 from app.backend.worker import Job, Reporter, TaskRunner
 from app.demo import ensure_demo_library
+from core.files.destination import check_output_folder
 from core.generate.events import GenerateProgress, GenerateResult
 from core.generate.generator import Generator
 from core.generate.request import ImageSettings
 from core.generate.session_run import Output
 from core.generate.sweep import Sweep
 from core.library import Entry, ScanProgress
+from core.library.hasher import BackgroundHasher, HashProgress
+from core.library.hashes import FileDigest
 from core.loading.assign import LoadProgress
-from core.run.testrun import RunConfig, StepDone
 from core.session import ModelInfo, PlacementConfig, RunReport, Session, SessionEvent, SlotId, StackInfo
+from core.session.testrun import RunConfig, StepDone
 
 SCAN_BATCH_INTERVAL = 0.1  # library entries are relayed in batches at most this often (seconds)
 
@@ -71,6 +74,14 @@ def _generate_words(p: GenerateProgress) -> str:
     return f"{_PHASE_WORDS.get(p.phase, p.phase)}{steps}…"  # "…": the status bar clears it when idle
 
 
+def _large(path: Path | None) -> bool:
+    """A file that takes a while to hash (so the results held before it are shown first)."""
+    try:
+        return path is not None and path.stat().st_size >= 32 << 20
+    except OSError:
+        return False
+
+
 class Backend(QObject):
     busy_changed = Signal(bool)
     started = Signal(str)
@@ -89,6 +100,7 @@ class Backend(QObject):
     demo_ready = Signal(str)  # the demo library's folder
     placement_changed = Signal(object)  # PlacementInfo
     finished = Signal(str)
+    hash_progress = Signal(object)  # HashProgress of the background hash pass (its own thread)
 
     _submit = Signal(object)  # Job, queued to the runner's thread
 
@@ -118,7 +130,15 @@ class Backend(QObject):
             ScanBatch: lambda b: self.entries_found.emit(list(b.entries)),  # type: ignore[attr-defined]
             ScanDone: lambda d: self.scan_done.emit(list(d.problems)),  # type: ignore[attr-defined]
             DemoReady: lambda d: self.demo_ready.emit(d.folder),  # type: ignore[attr-defined]
+            HashProgress: self.hash_progress.emit,
         }
+        # Full-file hashes on a thread of their own (never behind a load), paused while a task runs;
+        # what it finds is relayed like the scan's entries.
+        self._hashed_batch: list[Entry] = []
+        self._hashed_lock = threading.Lock()
+        self._hashed_last = 0.0
+        self.hasher = BackgroundHasher(session.library.hashes, self._hashed, self._hash_progress)
+        self.busy_changed.connect(lambda busy: self.hasher.pause() if busy else self.hasher.resume())
         self._pending = 0
         self.current_task: str | None = None
         queued = Qt.ConnectionType.QueuedConnection  # the receiver (self) lives in the GUI thread
@@ -165,6 +185,42 @@ class Backend(QObject):
             self.current_task = None
             self.busy_changed.emit(False)
 
+    def _hashed(self, path: Path, digest: FileDigest) -> None:
+        """(On the hasher's thread; the index is locked.) Relayed in batches, as scan results."""
+        entry = self.session.library.hashed(path, digest)
+        if entry is None:
+            return
+        with self._hashed_lock:
+            self._hashed_batch.append(entry)
+            if time.monotonic() - self._hashed_last < SCAN_BATCH_INTERVAL:
+                return
+        self._flush_hashed()
+
+    def _flush_hashed(self) -> None:
+        with self._hashed_lock:
+            batch, self._hashed_batch = self._hashed_batch, []
+            self._hashed_last = time.monotonic()
+        if batch:
+            self.worker.post(ScanBatch(tuple(batch)))
+
+    def _hash_progress(self, p: HashProgress) -> None:
+        """Before a large file (seconds of hashing) or at the end, what is held is shown."""
+        with self._hashed_lock:
+            due = time.monotonic() - self._hashed_last >= SCAN_BATCH_INTERVAL
+        if not p.running or due or _large(p.current):
+            self._flush_hashed()
+        self.worker.post(p)
+
+    def _used(self, r: Reporter, paths: list[Path]) -> None:
+        """Note that ``paths`` were used now (the library's "last used"), and show it."""
+        changed = self.session.library.note_used(paths)
+        if changed:
+            r.post(ScanBatch(tuple(changed)))
+
+    def stop_hashing(self) -> None:
+        """Drop the background hash pass (the file being read is abandoned; hashes found stay)."""
+        self.hasher.cancel()
+
     def _snapshots(self, r: Reporter) -> None:
         r.post(Models(self.session.models()))
         r.post(self.session.loras.info())
@@ -188,6 +244,7 @@ class Backend(QObject):
                 if batch:
                     r.post(ScanBatch(tuple(batch)))
             r.post(ScanDone(tuple(self.session.library.problems)))
+            self.hasher.submit(self.session.library.hash_jobs())
 
         self.submit("scan", work)
 
@@ -195,6 +252,7 @@ class Backend(QObject):
         def work(r: Reporter) -> None:
             r.post(self.session.load(Path(path), kind, lambda p: r.progress(_load_progress(p)), r.check))
             self._snapshots(r)
+            self._used(r, [Path(path)])
 
         self.submit("load", work, Path(path))
 
@@ -209,6 +267,7 @@ class Backend(QObject):
         def work(r: Reporter) -> None:
             r.post(self.session.loras.add(Path(path), float(model), float(clip), force))
             r.post(Models(self.session.models()))
+            self._used(r, [Path(path)])
 
         self.submit("lora", work, Path(path))
 
@@ -279,11 +338,14 @@ class Backend(QObject):
                 r.post(p)
                 r.progress(TaskProgress("generate", p.step, p.steps, _generate_words(p)))
 
+            check_output_folder(output.path)  # before any work: an unwritable folder is said at once
             try:
                 if sweep is not None:
                     r.post(self.generator.sweep(settings, sweep, output, step, r.check))
                 else:
                     r.post(self.generator.generate(settings, output, step, r.check))
+                used = [m.path for m in self.session.models()]
+                self._used(r, used + [lo.path for lo in self.session.loras.info().loras if lo.enabled])
             finally:  # the phases placed models (and a sweep moved a strength): show them as they are
                 if self.session.placement.active:
                     self._snapshots(r)
@@ -335,13 +397,16 @@ class Backend(QObject):
 
     # -- stopping --------------------------------------------------------------------------------
     def interrupt(self) -> None:
-        """Stop the running task. Thread-safe and immediate: sets the flag core checks between
-        tensors, files and steps (never a queued call, which would wait for the task to end)."""
+        """Stop the running task and the background hash pass. Thread-safe and immediate: sets
+        the flag core checks between tensors, files and steps (never a queued call, which would
+        wait for the task to end). Hashes found so far are kept; the next scan resumes the pass."""
+        self.hasher.cancel()
         if self.busy:
             self.stop_flag.set()
 
     def shutdown(self, timeout_ms: int = 15000) -> bool:
         """Stop the running task, end the worker thread and wait for it. True when it ended."""
+        self.hasher.stop()
         if not self.thread.isRunning():
             return True
         self.stop_flag.set()

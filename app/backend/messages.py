@@ -44,7 +44,7 @@ __all__ = [
     "TaskProgress",
 ]
 
-Task = Literal["scan", "load", "unload", "lora", "strength", "run", "demo", "memory", "generate"]
+Task = Literal["scan", "load", "unload", "lora", "strength", "run", "demo", "memory", "generate", "queue"]
 
 
 @dataclass(frozen=True)

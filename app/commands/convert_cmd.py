@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 from typing import Any
 
+from app.commands.stopping import guarded_inputs
+from core.files.writer import WriteProgress
 from core.loading.convert_file import DTYPES, convert_file, parse_dtype
 
 
@@ -18,11 +21,20 @@ def register(sub: Any) -> None:
     p.add_argument("input", metavar="IN")
     p.add_argument("-o", "--output", required=True, metavar="OUT", help="the .safetensors file to write")
     p.add_argument("--dtype", choices=list(DTYPES), help="floating-point dtype of the copy (default: keep)")
+    p.add_argument("--quiet", action="store_true", help="no progress on stderr")
     p.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace) -> int:
     dtype = parse_dtype(args.dtype) if args.dtype else None
-    out = convert_file(args.input, args.output, dtype)
-    print(f"wrote {out}", file=sys.stderr)
+
+    def show(p: WriteProgress) -> None:
+        if not args.quiet:
+            print(
+                f"\rconvert {p.tensors_done}/{p.tensors_total} tensors", end="", file=sys.stderr, flush=True
+            )
+
+    with guarded_inputs([Path(args.input)]) as guard:
+        out = convert_file(args.input, args.output, dtype, progress=show, check=guard.check)
+    print(f"\nwrote {out}" if not args.quiet else f"wrote {out}", file=sys.stderr)
     return 0

@@ -1,27 +1,35 @@
 """``loadout generate [CHECKPOINT] [--diffusion-model F] [--text-encoder F]... [--vae F] --prompt P
 [--negative N] [--lora FILE[:MODEL[:CLIP]]]... [--seed S] [--steps N] [--cfg X] [--sampler NAME]
 [--scheduler NAME] [--size WxH] [--batch B] [--init IMAGE --denoise D] [--device D] [--dtype D]
-[--vram-limit BYTES] -o OUT.png [--json]``: text to image (img2img with --init)."""
+[--vram-limit BYTES] -o OUT.png [--json]``: text to image (img2img with --init).
+
+With ``--x AXIS:V1,V2,... [--y ...] [--z ...] [--ray ADDRESS|local:N] -o DIR`` a grid: one picture per
+cell and a labelled grid per Z value in DIR, in-process or on a Ray cluster (core/queue)."""
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
-import signal
 import sys
 import threading
 from pathlib import Path
 from typing import Any
 
-from core.errors import InterruptedByUser
+from app.commands.args import int_type, number_type, parse_bytes, parse_lora, parse_size
+from app.commands.stopping import guarded_inputs, report_stop, stop_signals
+from app.demo import with_demo_note
+from core.errors import InterruptedByUser, LoadoutError
 from core.generate.events import GenerateProgress
 from core.generate.headless import generate_files
 from core.generate.request import GenerateRequest, ImageSettings, ModelFiles, Sampling
 from core.generate.sweep import parse_strengths
 from core.loading.convert_file import DTYPES, parse_dtype
-from core.patching.merge import LoraArg
-from core.run.headless import parse_bytes, parse_size
+from core.queue.grid import AXES, parse_axis
+from core.queue.headless import cluster_pool, run_grid
+from core.queue.store import Totals
 from core.sampling import SAMPLERS, SCHEDULERS
+from core.values import BATCH, CFG, DENOISE, GUIDANCE, SEED, STEPS
 
 
 def register(sub: Any) -> None:
@@ -39,23 +47,40 @@ def register(sub: Any) -> None:
     p.add_argument("--prompt", required=True)
     p.add_argument("--negative", default="")
     p.add_argument("--lora", action="append", default=[], metavar="FILE[:MODEL[:CLIP]]")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--steps", type=int, default=20)
-    p.add_argument("--cfg", type=float, default=None, help="default: 7 (SD1/2/XL), 4.5 (SD3), 1 (Flux)")
-    p.add_argument("--guidance", type=float, default=None, help="Flux-dev's distilled guidance (3.5)")
+    p.add_argument("--seed", type=int_type(SEED), default=0)
+    p.add_argument("--steps", type=int_type(STEPS), default=20)
+    p.add_argument(
+        "--cfg", type=number_type(CFG), default=None, help="default: 7 (SD1/2/XL), 4.5 (SD3), 1 (Flux)"
+    )
+    p.add_argument(
+        "--guidance", type=number_type(GUIDANCE), default=None, help="Flux-dev's distilled guidance (3.5)"
+    )
     p.add_argument("--sampler", choices=list(SAMPLERS), default="euler")
     p.add_argument("--scheduler", choices=list(SCHEDULERS), default="normal")
     p.add_argument("--size", default="512x512", metavar="WxH")
-    p.add_argument("--batch", type=int, default=1)
+    p.add_argument("--batch", type=int_type(BATCH), default=1)
     p.add_argument("--init", metavar="IMAGE", help="img2img: the picture to start from")
     p.add_argument(
         "--sweep", metavar="S1,S2,...", help="the first LoRA at each strength: one picture each and a grid"
     )
-    p.add_argument("--denoise", type=float, default=1.0, help="img2img strength (with --init)")
+    for axis in ("x", "y", "z"):
+        p.add_argument(
+            f"--{axis}", metavar="AXIS:V1,V2,...", help=f"a grid's {axis.upper()} axis: " + ", ".join(AXES)
+        )
+    p.add_argument("--ray", metavar="ADDRESS|local:N", help="run a grid's cells on a Ray cluster")
+    p.add_argument("--denoise", type=number_type(DENOISE), default=1.0, help="img2img strength (with --init)")
     p.add_argument("--device", default="cpu", help="cpu or cuda (default cpu)")
     p.add_argument("--dtype", choices=list(DTYPES), help="compute dtype (default: the device's policy)")
     p.add_argument("--vram-limit", metavar="BYTES", help="e.g. 4GiB: the card size the manager sees")
-    p.add_argument("-o", "--output", required=True, metavar="OUT.png")
+    p.add_argument(
+        "-o", "--output", required=True, metavar="OUT.png",
+        help="the picture to write (a batch adds -2, -3...); an existing folder: numbered pictures in it; "
+        "a grid (--x): the folder for its cells and grids",
+    )  # fmt: skip
+    p.add_argument(
+        "--strict", action="store_true", help="refuse a LoRA of which some modules fit nothing in the model"
+    )
+    p.add_argument("--force", action="store_true", help="apply a LoRA made for another model family anyway")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.add_argument("--quiet", action="store_true", help="no progress on stderr")
     p.set_defaults(handler=run)
@@ -90,12 +115,16 @@ def _request(args: argparse.Namespace) -> GenerateRequest:
     return GenerateRequest(
         models=models,
         image=image,
-        loras=tuple(LoraArg.parse(t) for t in args.lora),
+        loras=tuple(parse_lora(t) for t in args.lora),
         output=Path(args.output),
+        # an existing folder: the pictures go into it, numbered as the window numbers them
+        output_is_folder=Path(args.output).is_dir(),
         device=args.device,
         dtype=parse_dtype(args.dtype) if args.dtype else None,
         vram_limit=parse_bytes(args.vram_limit) if args.vram_limit else None,
         sweep=parse_strengths(args.sweep) if args.sweep else (),
+        strict=args.strict,
+        force=args.force,
     )
 
 
@@ -111,21 +140,71 @@ def _printer(quiet: bool) -> Any:
     return show
 
 
+def _bar(quiet: bool) -> Any:
+    def show(t: Totals) -> None:
+        if quiet:
+            return
+        filled = int(30 * t.fraction)
+        print(
+            f"\r[{'#' * filled}{'.' * (30 - filled)}] {t.done}/{t.total} cells",
+            end="",
+            file=sys.stderr,
+            flush=True,
+        )
+
+    return show
+
+
+def run_grid_command(args: argparse.Namespace, request: GenerateRequest, interrupt: threading.Event) -> int:
+    if args.sweep:
+        raise LoadoutError(
+            "--sweep and --x cannot be combined", fix="Use --x lora-strength:... instead", code="bad_argument"
+        )
+    if args.ray is None and args.y is None and args.z is None and not args.x:
+        raise LoadoutError("a grid needs --x", code="bad_argument")
+    axes = (
+        parse_axis(args.x),
+        parse_axis(args.y) if args.y else None,
+        parse_axis(args.z) if args.z else None,
+    )
+    folder = Path(args.output)
+    show = _bar(args.quiet or args.json)
+    with contextlib.ExitStack() as stack:
+        pool = stack.enter_context(cluster_pool(args.ray, request)) if args.ray else None
+        report = run_grid(request, folder, axes, pool=pool, progress=show, interrupt=interrupt)
+    if not (args.quiet or args.json):
+        print(file=sys.stderr)
+    if args.json:
+        json.dump(report.to_json(), sys.stdout, indent=1)
+        sys.stdout.write("\n")
+    else:
+        for path in report.grids:
+            print(path)
+        workers = ", ".join(
+            f"{w}: {s['jobs']} cells, {s['model_loads']} loads" for w, s in report.workers.items()
+        )
+        print(f"{len(report.cells)} cells in {folder} ({workers})", file=sys.stderr)
+    for failure in report.failed:
+        print(f"loadout: {failure}", file=sys.stderr)
+    return 1 if report.failed else 0
+
+
 def run(args: argparse.Namespace) -> int:
+    if (args.y or args.z or args.ray) and not args.x:
+        raise LoadoutError(
+            "--y, --z and --ray need a grid's --x axis", fix="Give --x AXIS:V1,V2,...", code="bad_argument"
+        )
     request = _request(args)
     interrupt = threading.Event()
-
-    def stop(signum: int, frame: object) -> None:
-        interrupt.set()  # checked between layers and steps
-
-    previous = signal.signal(signal.SIGINT, stop)
     try:
-        result = generate_files(request, progress=_printer(args.quiet or args.json), interrupt=interrupt)
-    except InterruptedByUser:
-        print("\nloadout: stopped; no picture was written and no model was changed.", file=sys.stderr)
-        return 130
-    finally:
-        signal.signal(signal.SIGINT, previous)
+        inputs = (*request.models.paths, *(a.path for a in request.loras), request.image.init_image)
+        with stop_signals(interrupt), guarded_inputs(inputs, interrupt):  # checked between layers and steps
+            if args.x:
+                return run_grid_command(args, request, interrupt)
+            result = generate_files(request, progress=_printer(args.quiet or args.json), interrupt=interrupt)
+    except InterruptedByUser as exc:
+        return report_stop(exc)
+    result = with_demo_note(result, request.models.checkpoint or request.models.diffusion_model)
     report = result.to_json()
     if args.json:
         json.dump(report, sys.stdout, indent=1)
@@ -138,6 +217,6 @@ def run(args: argparse.Namespace) -> int:
             + ", ".join(f"{k} {v:.2f} s" for k, v in result.seconds.items()),
             file=sys.stderr,
         )
-        for note in result.notes:
-            print(f"note: {note}", file=sys.stderr)
+    for note in result.notes:  # on stderr with --json too (they are in the report as well)
+        print(f"note: {note}", file=sys.stderr)
     return 0

@@ -5,11 +5,14 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 from typing import Any
 
+from app.commands.args import parse_lora
+from app.commands.stopping import guarded_inputs
 from core.errors import LoadoutError
 from core.loading.convert_file import DTYPES, parse_dtype
-from core.patching.merge import LoraArg, dry_run, merge
+from core.patching.merge import dry_run, merge
 
 
 def register(sub: Any) -> None:
@@ -45,7 +48,7 @@ def _text(report: dict[str, Any]) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    loras = [LoraArg.parse(text) for text in args.lora]
+    loras = [parse_lora(text) for text in args.lora]
     if args.dry_run:
         report = dry_run(args.base, loras)
         if args.json:
@@ -56,8 +59,13 @@ def run(args: argparse.Namespace) -> int:
         return 0
     if not args.output:
         raise LoadoutError("no output file", fix="Give -o OUT, or use --dry-run", code="bad_argument")
-    out = merge(
-        args.base, loras, args.output, dtype=parse_dtype(args.dtype) if args.dtype else None, force=args.force
-    )
+    with guarded_inputs([Path(args.base), *(a.path for a in loras)]):
+        out = merge(
+            args.base,
+            loras,
+            args.output,
+            dtype=parse_dtype(args.dtype) if args.dtype else None,
+            force=args.force,
+        )
     print(f"wrote {out}", file=sys.stderr)
     return 0

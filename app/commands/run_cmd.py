@@ -5,18 +5,19 @@ from __future__ import annotations
 
 import argparse
 import json
-import signal
 import sys
 import threading
 from pathlib import Path
 from typing import Any
 
+from app.commands.args import BYTES, int_type, parse_bytes, parse_lora, parse_size
+from app.commands.stopping import guarded_inputs, stop_signals
 from core.errors import InterruptedByUser
 from core.loading.convert_file import DTYPES, parse_dtype
 from core.memory.policy import MemorySettings, VramState
-from core.patching.merge import LoraArg
-from core.run.headless import RunRequest, parse_bytes, parse_size, run_model
-from core.run.testrun import RunConfig
+from core.run.headless import RunRequest, run_model
+from core.session.testrun import RunConfig
+from core.values import BATCH, RUN_STEPS, SEED
 
 
 def register(sub: Any) -> None:
@@ -29,15 +30,15 @@ def register(sub: Any) -> None:
     )
     p.add_argument("model", metavar="MODEL")
     p.add_argument("--lora", action="append", default=[], metavar="FILE[:MODEL[:CLIP]]")
-    p.add_argument("--steps", type=int, default=4)
+    p.add_argument("--steps", type=int_type(RUN_STEPS), default=4)
     p.add_argument("--size", default="512x512", metavar="WxH")
-    p.add_argument("--batch", type=int, default=1)
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--batch", type=int_type(BATCH), default=1)
+    p.add_argument("--seed", type=int_type(SEED), default=0)
     p.add_argument("--device", default="cpu", help="cpu or cuda (default cpu)")
     p.add_argument("--vram-limit", metavar="BYTES", help="e.g. 4GiB: the budget the manager sees")
     p.add_argument("--dtype", choices=list(DTYPES), default="fp32", help="compute dtype (default fp32)")
     p.add_argument(
-        "--vram-mode", choices=[s.value for s in VramState], help="override the automatic VRAM state"
+        "--vram-mode", choices=[s.option for s in VramState], help="override the automatic VRAM state"
     )
     p.add_argument(
         "--reserve", metavar="BYTES", help="VRAM kept free for other programs (default: automatic)"
@@ -53,29 +54,24 @@ def run(args: argparse.Namespace) -> int:
     width, height = parse_size(args.size)
     request = RunRequest(
         model=Path(args.model),
-        loras=tuple(LoraArg.parse(t) for t in args.lora),
+        loras=tuple(parse_lora(t) for t in args.lora),
         config=RunConfig(args.steps, width, height, args.batch, args.seed, parse_dtype(args.dtype)),
         device=args.device,
         vram_limit=parse_bytes(args.vram_limit) if args.vram_limit else None,
         settings=MemorySettings(
-            vram_state=VramState(args.vram_mode) if args.vram_mode else None,
-            reserve_bytes=parse_bytes(args.reserve) if args.reserve else None,
-            min_inference_bytes=parse_bytes(args.inference_memory) if args.inference_memory else None,
+            vram_state=VramState.parse(args.vram_mode) if args.vram_mode else None,
+            reserve_bytes=parse_bytes(args.reserve, BYTES) if args.reserve else None,
+            min_inference_bytes=parse_bytes(args.inference_memory, BYTES) if args.inference_memory else None,
         ),
     )
     interrupt = threading.Event()
-
-    def stop(signum: int, frame: object) -> None:
-        interrupt.set()  # checked between tensors while loading, once per layer while running
-
-    previous = signal.signal(signal.SIGINT, stop)
     try:
-        report = run_model(request, interrupt=interrupt)
+        inputs = (request.model, *(a.path for a in request.loras))
+        with stop_signals(interrupt), guarded_inputs(inputs, interrupt):  # checked per tensor and layer
+            report = run_model(request, interrupt=interrupt)
     except InterruptedByUser:
         print("loadout: stopped within one layer; nothing was left half-changed.", file=sys.stderr)
         return 130
-    finally:
-        signal.signal(signal.SIGINT, previous)
     if args.json:
         json.dump(report, sys.stdout, indent=1)
         sys.stdout.write("\n")

@@ -2,17 +2,21 @@
 
 A view over the backend's library: it listens to the worker's ``entries_found`` / ``progress`` /
 ``scan_done`` signals and never reads files itself. Selecting a row emits ``entry_selected``;
-double-clicking (or Enter) emits ``entry_activated`` (the window loads it).
+double-clicking (or Enter) emits ``entry_activated`` (the window loads it). "Fits the loaded
+model" (on by default once a model is loaded) hides LoRAs made for other model families; the
+footer says how much disk the library takes (per folder and kind in its tooltip), what duplicates
+waste, and how far the background hash pass is (with a button to stop it).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from PySide6.QtCore import QItemSelectionModel, QModelIndex, Qt, Signal
+from PySide6.QtCore import QEvent, QItemSelectionModel, QModelIndex, QObject, Qt, Signal
 from PySide6.QtGui import QKeySequence, QShortcut
 from PySide6.QtWidgets import (
     QAbstractItemView,
+    QCheckBox,
     QComboBox,
     QHBoxLayout,
     QHeaderView,
@@ -20,6 +24,7 @@ from PySide6.QtWidgets import (
     QLineEdit,
     QProgressBar,
     QPushButton,
+    QSizePolicy,
     QToolButton,
     QTreeView,
     QVBoxLayout,
@@ -29,11 +34,21 @@ from PySide6.QtWidgets import (
 from app.backend.backend import Backend
 from app.backend.messages import TaskProgress
 from app.gui.library_model import KIND_TITLES, LibraryTreeModel
-from app.gui.theme import icon, kind_text, set_icon
+from app.gui.theme import human_bytes, icon, kind_text, set_icon
 from core.library import Entry
-from core.library.query import KIND_ORDER
+from core.library.hasher import HashProgress
+from core.library.query import KIND_ORDER, disk_usage, wasted_bytes
+from core.session import ModelInfo
 
-SORTS = (("Name", "name"), ("Date", "date"), ("Size", "size"), ("Family", "family"))
+NAME_MIN = 180  # px: the narrowest the name column gets (the tree scrolls sideways below that)
+SORTS = (
+    ("Name", "name"),
+    ("Date", "date"),
+    ("Size", "size"),
+    ("Family", "family"),
+    ("Last used", "last_used"),
+    ("Kind", "kind"),
+)
 
 
 class BrowserPanel(QWidget):
@@ -47,8 +62,12 @@ class BrowserPanel(QWidget):
         self.model = LibraryTreeModel(self)
         self._selected_path: str | None = None
         self._seen: set[str] = set()
+        self._problems: list[str] = []
+        self.loaded_family: str | None = None
         self._build()
         w = backend
+        w.models_changed.connect(self._on_models)
+        w.hash_progress.connect(self._on_hash_progress)
         w.entries_found.connect(self.add_entries)
         w.progress.connect(self._on_progress)
         w.scan_done.connect(self._on_scan_done)
@@ -97,6 +116,22 @@ class BrowserPanel(QWidget):
             controls.addWidget(widget)
         controls.addStretch(1)
 
+        self.fits = QCheckBox("Fits the loaded model")
+        self.fits.setEnabled(False)
+        self.fits.setToolTip("Load a model to list only the LoRAs made for its family")
+        self.fits.toggled.connect(self._apply_fits)
+        self.only_duplicates = QCheckBox("Duplicates")
+        self.only_duplicates.setToolTip(
+            "Only files whose data is also under another name or folder (×: same SHA-256; "
+            "?: same size, not hashed yet)"
+        )
+        self.only_duplicates.toggled.connect(lambda on: self.model.set_view(only_duplicates=on))
+        filters = QHBoxLayout()
+        filters.setSpacing(12)
+        filters.addWidget(self.fits)
+        filters.addWidget(self.only_duplicates)
+        filters.addStretch(1)
+
         self.tree = QTreeView()
         self.tree.setModel(self.model)
         self.tree.setAlternatingRowColors(True)
@@ -105,12 +140,17 @@ class BrowserPanel(QWidget):
         self.tree.setDragEnabled(True)
         self.tree.setDragDropMode(QAbstractItemView.DragDropMode.DragOnly)
         self.tree.setAnimated(False)
+        self.tree.setTextElideMode(Qt.TextElideMode.ElideMiddle)  # keeps the extension in sight
         header = self.tree.header()
         header.setStretchLastSection(False)
-        header.setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
-        for col, width in ((1, 92), (2, 118), (3, 72), (4, 64)):
+        # the name takes what the other columns leave, but never less than NAME_MIN: in a narrow
+        # dock the tree scrolls sideways instead of cutting every name to "a…s" (_fit_name_column)
+        header.setSectionResizeMode(0, QHeaderView.ResizeMode.Interactive)
+        for col, width in ((1, 92), (2, 112), (3, 72), (4, 56), (5, 58), (6, 72)):
             header.setSectionResizeMode(col, QHeaderView.ResizeMode.Interactive)
             self.tree.setColumnWidth(col, width)
+        header.sectionResized.connect(lambda col, _old, _new: col != 0 and self._fit_name_column())
+        self.tree.viewport().installEventFilter(self)
         self.tree.selectionModel().currentChanged.connect(self._on_current)
         self.tree.doubleClicked.connect(self._on_activated)  # (not ``activated`` too: both fire)
         for key in (Qt.Key.Key_Return, Qt.Key.Key_Enter):  # Enter loads, like a double-click
@@ -140,15 +180,28 @@ class BrowserPanel(QWidget):
         self.progress.hide()
         self.summary = QLabel("")
         self.summary.setObjectName("muted")
+        # a long summary is cut, never widens the window (the full text is in the tooltip)
+        self.summary.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
+        self.hash_status = QLabel("")
+        self.hash_status.setObjectName("muted")
+        self.hash_status.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
+        self.hash_stop = QToolButton(toolTip="Stop hashing files (hashes found so far are kept)")
+        set_icon(self.hash_stop, "stop")
+        self.hash_stop.clicked.connect(self._stop_hashing)
+        self.hash_status.hide()
+        self.hash_stop.hide()
         bottom = QHBoxLayout()
-        bottom.addWidget(self.summary, 1)
+        bottom.addWidget(self.summary, 2)
         bottom.addWidget(self.progress, 1)
+        bottom.addWidget(self.hash_status, 1)
+        bottom.addWidget(self.hash_stop)
 
         layout = QVBoxLayout(self)
         layout.setContentsMargins(8, 8, 8, 6)
         layout.setSpacing(6)
         layout.addWidget(self.search)
         layout.addLayout(controls)
+        layout.addLayout(filters)
         layout.addWidget(self.tree, 1)
         layout.addWidget(self.empty, 1)
         layout.addLayout(bottom)
@@ -160,9 +213,14 @@ class BrowserPanel(QWidget):
 
     def add_entries(self, entries: list[Entry]) -> None:
         self._seen.update(str(e.path) for e in entries)
+        selected = self._selected_path
+        before = self.model.duplicates.get(selected) if selected is not None else None
         self.model.add_entries(entries)
         self._refresh_summary()
-        if self._selected_path is not None and any(str(e.path) == self._selected_path for e in entries):
+        if selected is None:
+            return
+        # the selected file changed, or another file's hash made it (or not) a duplicate
+        if any(str(e.path) == selected for e in entries) or self.model.duplicates.get(selected) != before:
             self.entry_selected.emit(self.current_entry())
 
     def _on_started(self, task: str) -> None:
@@ -205,12 +263,75 @@ class BrowserPanel(QWidget):
             parts.append(f"{pending} to read")
         if errors:
             parts.append(f"{errors} unreadable")
-        if problems:
-            parts.append(f"{len(problems)} folder problem(s)")
-            self.summary.setToolTip("\n".join(problems))
+        if entries:
+            usage = disk_usage(entries, "root")
+            parts.append(f"{human_bytes(sum(u.bytes for u in usage.values()))} on disk")
+            wasted = wasted_bytes(self.model.duplicates, entries)
+            if wasted:
+                parts.append(f"{human_bytes(wasted)} in duplicates")
+        tip = [self.usage_text(entries)] if entries else []
+        if problems is not None:
+            self._problems = list(problems)
+        if self._problems:
+            parts.append(f"{len(self._problems)} folder problem(s)")
+            tip += ["", *self._problems]
+        self.summary.setToolTip("\n".join(tip))
         if not self.progress.isVisible():
             self.summary.setText(" · ".join(parts))
         self._update_families()
+
+    @staticmethod
+    def usage_text(entries: list[Entry]) -> str:
+        """Bytes on disk per configured folder and per kind (hard links counted once)."""
+        lines = ["Disk usage per folder:"]
+        for root, u in sorted(disk_usage(entries, "root").items(), key=lambda kv: -kv[1].bytes):
+            lines.append(f"  {root}: {human_bytes(u.bytes)} in {u.files} files")
+        lines.append("Per kind:")
+        for kind, u in sorted(disk_usage(entries, "kind").items(), key=lambda kv: -kv[1].bytes):
+            lines.append(
+                f"  {KIND_TITLES.get(kind, kind_text(kind))}: {human_bytes(u.bytes)} in {u.files} files"
+            )
+        return "\n".join(lines)
+
+    # -- the loaded model's family and the hash pass -----------------------------------------------
+    def _on_models(self, models: tuple[ModelInfo, ...]) -> None:
+        family = next((m.family for m in models if m.is_main), None)
+        if family == self.loaded_family:
+            return
+        self.loaded_family = family
+        self.fits.blockSignals(True)
+        self.fits.setEnabled(family is not None)
+        self.fits.setText(f"Fits {family}" if family else "Fits the loaded model")  # short: narrow docks
+        self.fits.setToolTip(
+            f"Only LoRAs made for {family} or a family that takes its LoRAs (other files stay)"
+            if family
+            else "Load a model to list only the LoRAs made for its family"
+        )
+        self.fits.setChecked(family is not None)  # on by default for each newly loaded model
+        self.fits.blockSignals(False)
+        self._apply_fits(self.fits.isChecked())
+
+    def _apply_fits(self, on: bool) -> None:
+        self.model.set_view(fits=self.loaded_family if on and self.loaded_family else None)
+
+    def _on_hash_progress(self, p: HashProgress) -> None:
+        running = p.running and p.total > 0
+        self.hash_status.setVisible(running)
+        self.hash_stop.setVisible(running)
+        if running:
+            name = f" ({p.current.name})" if p.current is not None else ""
+            self.hash_status.setText(f"Hashing {p.done + 1}/{p.total}{name}")
+            self.hash_status.setToolTip(
+                "SHA-256 of every file, once (kept in the library cache): duplicates and the "
+                "hashes pictures name"
+            )
+        else:
+            self._refresh_summary()
+
+    def _stop_hashing(self) -> None:
+        self.backend.stop_hashing()
+        self.hash_status.hide()
+        self.hash_stop.hide()
 
     def _update_families(self) -> None:
         current = self.family_filter.currentData()
@@ -255,7 +376,19 @@ class BrowserPanel(QWidget):
         if entry is not None:
             self.entry_activated.emit(entry)
 
+    def eventFilter(self, watched: QObject, event: QEvent) -> bool:
+        if watched is self.tree.viewport() and event.type() == QEvent.Type.Resize:
+            self._fit_name_column()
+        return super().eventFilter(watched, event)
+
+    def _fit_name_column(self) -> None:
+        header = self.tree.header()
+        others = sum(header.sectionSize(c) for c in range(1, header.count()) if not header.isSectionHidden(c))
+        self.tree.setColumnWidth(0, max(NAME_MIN, self.tree.viewport().width() - others))
+
     def _after_rebuild(self) -> None:
+        for row in range(self.model.rowCount()):  # a folder's or kind's label spans the whole row
+            self.tree.setFirstColumnSpanned(row, QModelIndex(), True)
         self.tree.expandAll()
         if self._selected_path is not None:
             self.tree.selectionModel().blockSignals(True)

@@ -1,15 +1,19 @@
 """The details pane of the browser: what the selected file is, its preview, and whether it fits.
 
-Shows one :class:`~core.library.Entry` (components, trigger words, warnings and errors inline)
-and a fit estimate against the memory monitor's free-memory reading, at a chosen dtype.
+Shows one :class:`~core.library.Entry` (components, trigger words, warnings and errors inline,
+its hashes as A1111 and Civitai name them, when it was last used, and the other copies of its
+data) and a fit estimate against the memory monitor's free-memory reading, at a chosen dtype.
+The title is one line cut in the middle to the pane's width: a long file name never widens the
+window.
 """
 
 from __future__ import annotations
 
 import html
+from collections.abc import Callable
 from datetime import datetime
 
-from PySide6.QtCore import Qt, Signal
+from PySide6.QtCore import QEvent, QObject, Qt, Signal
 from PySide6.QtGui import QPixmap
 from PySide6.QtWidgets import (
     QComboBox,
@@ -17,18 +21,19 @@ from PySide6.QtWidgets import (
     QHBoxLayout,
     QLabel,
     QPushButton,
+    QSizePolicy,
     QTextBrowser,
     QVBoxLayout,
     QWidget,
 )
 
-from app.backend.fit import FitEstimate, estimate_fit
 from app.backend.monitor import MemoryMonitor
 from app.demo import is_sparse_demo
 from app.gui.theme import colors, human_bytes, human_count, icon, kind_icon, kind_text, set_icon
-from app.gui.widgets import ElidedLabel
 from core.detect.notes import NOTE_PREFIX, is_note
 from core.library import Entry
+from core.library.query import Duplicate
+from core.memory.fit import FitEstimate, estimate_fit
 
 LOADABLE = ("checkpoint", "diffusion_model", "vae", "text_encoder")
 FIT_DTYPES = (
@@ -40,14 +45,46 @@ FIT_DTYPES = (
 )
 
 
-def entry_html(e: Entry) -> str:
+def _when(t: float | None) -> str:
+    return datetime.fromtimestamp(t).strftime("%Y-%m-%d %H:%M") if t is not None else "never"
+
+
+def hash_rows(e: Entry) -> list[tuple[str, str]]:
+    """The file's hashes as A1111 and Civitai show them (or that they are still to come)."""
+    if e.sha256 is None:
+        return [("Hash", "not computed yet (the library hashes files in the background)")]
+    rows = [("Hash (AutoV2)", f"<code>{e.sha256[:10]}</code>")]
+    if e.kind == "lora":
+        rows.append(("LoRA hash (A1111)", f"<code>{(e.addnet or e.sha256)[:12]}</code>"))
+    rows.append(("SHA-256", f"<code>{e.sha256[:32]}<br>{e.sha256[32:]}</code>"))
+    return rows
+
+
+def duplicate_html(dup: Duplicate | None) -> str:
+    if dup is None:
+        return ""
+    col = colors()
+    paths = "".join(f"<br>&nbsp;&nbsp;{html.escape(str(p))}" for p in dup.others)
+    if dup.confirmed:
+        return (
+            f"<p style='color:{col['warn']}'><b>Duplicate.</b> The same data (SHA-256) as "
+            f"{len(dup.others)} other file(s); the copies waste {human_bytes(dup.wasted)}:{paths}</p>"
+        )
+    return (
+        f"<p style='color:{col['muted']}'><b>Possibly a duplicate</b>: the same size as{paths}<br>"
+        "The hash, computed in the background, will tell.</p>"
+    )
+
+
+def entry_html(e: Entry, dup: Duplicate | None = None) -> str:
     esc = html.escape
     col = colors()
     rows = [
         ("File", esc(e.name)),
         ("Folder", esc(str(e.path.parent))),
         ("Size", human_bytes(e.size)),
-        ("Modified", datetime.fromtimestamp(e.mtime).strftime("%Y-%m-%d %H:%M")),
+        ("Modified", _when(e.mtime)),
+        ("Last used", _when(e.last_used)),
     ]
     if e.status == "ok":
         rows += [("Format", esc(e.format or "-")), ("Precision", esc(e.dtype or "-"))]
@@ -57,11 +94,13 @@ def entry_html(e: Entry) -> str:
             rows.append(("Variant", esc(e.variant)))
         if e.lora_text:
             rows.append(("LoRA", esc(e.lora_text)))
+    rows += hash_rows(e)
     out = ["<table cellspacing=0 cellpadding=2>"]
     out += [
         f"<tr><td style='color:{col['muted']};padding-right:10px'>{k}</td><td>{v}</td></tr>" for k, v in rows
     ]
     out.append("</table>")
+    out.append(duplicate_html(dup))
     if e.trigger_words:
         words = "&nbsp; ".join(
             f"<span style='background:{col['chip_bg']};color:{col['chip_fg']}'>&nbsp;{esc(w)}&nbsp;</span>"
@@ -103,6 +142,7 @@ class FitBox(QGroupBox):
         self.monitor = monitor
         self.reserve = 0
         self.headroom: int | None = None  # the memory manager's inference headroom, when placing
+        self.headroom_fixed = False  # the user fixed that headroom (it stands for the activations)
         self.entry: Entry | None = None
         self.verdict = QLabel("-")
         self.text = QLabel("")
@@ -142,6 +182,7 @@ class FitBox(QGroupBox):
             e, free, where=where, on_gpu=self.monitor.has_gpu,
             ram_available=int(psutil.virtual_memory().available), reserve=self.reserve,
             dtype=self.dtype.currentData(), headroom=self.headroom if self.monitor.has_gpu else None,
+            headroom_fixed=self.headroom_fixed and self.monitor.has_gpu,
         )  # fmt: skip
         self.estimate = est
         words = {"fits": "Fits", "partial": "Partially", "no": "Does not fit", "n/a": "No estimate"}
@@ -167,9 +208,15 @@ class DetailsPanel(QWidget):
         super().__init__(parent)
         self.entry: Entry | None = None
         self.model_loaded = False
+        #: the other copies of an entry's data (the window gives the browser's duplicates)
+        self.duplicate_of: Callable[[Entry], Duplicate | None] = lambda entry: None
         self.icon = QLabel()
-        self.title = ElidedLabel("Nothing selected")  # a long file name ends in "…", never widens
+        self.title = QLabel("Nothing selected")
         self.title.setStyleSheet("font-size: 13pt; font-weight: 600;")
+        # one line, cut to the pane's width (see _elide_title): a long name never widens the window
+        self.title.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
+        self.title_text = "Nothing selected"
+        self.title.installEventFilter(self)
         self.subtitle = QLabel("")
         self.subtitle.setObjectName("muted")
         self.preview = QLabel()
@@ -217,7 +264,7 @@ class DetailsPanel(QWidget):
         self.fit.setVisible(entry is not None and entry.status != "error" and entry.group_kind in LOADABLE)
         self._update_buttons()
         if entry is None:
-            self.title.setText("Nothing selected")
+            self._set_title("Nothing selected")
             self.subtitle.setText("Pick a model in the browser")
             self.icon.clear()
             self.preview.clear()
@@ -226,7 +273,7 @@ class DetailsPanel(QWidget):
             return
         badge = icon("error", "#ff6b6b") if entry.status == "error" else kind_icon(entry.group_kind)
         self.icon.setPixmap(badge.pixmap(32, 32))
-        self.title.setText(entry.title or entry.name)
+        self._set_title(entry.title or entry.name)
         parts = [kind_text(entry.group_kind)]
         if entry.family:
             parts.append(entry.family)
@@ -242,7 +289,22 @@ class DetailsPanel(QWidget):
         else:
             self.preview.setPixmap(pixmap.scaled(110, 110, Qt.AspectRatioMode.KeepAspectRatio,
                                                  Qt.TransformationMode.SmoothTransformation))  # fmt: skip
-        self.body.setHtml(entry_html(entry))
+        self.body.setHtml(entry_html(entry, self.duplicate_of(entry)))
+
+    def _set_title(self, text: str) -> None:
+        self.title_text = text
+        self._elide_title()
+
+    def _elide_title(self) -> None:
+        width = max(40, self.title.width())
+        shown = self.title.fontMetrics().elidedText(self.title_text, Qt.TextElideMode.ElideMiddle, width)
+        self.title.setText(shown)
+        self.title.setToolTip(self.title_text if shown != self.title_text else "")
+
+    def eventFilter(self, watched: QObject, event: QEvent) -> bool:
+        if watched is self.title and event.type() == QEvent.Type.Resize:
+            self._elide_title()  # (the label's own size: set by the layout after the pane's)
+        return super().eventFilter(watched, event)
 
     def _update_buttons(self) -> None:
         e = self.entry

@@ -60,6 +60,7 @@ class DockLayout:
     def __init__(self, window: QMainWindow, panels: dict[str, QWidget]) -> None:
         self.window = window
         self.docks: dict[str, QDockWidget] = {}
+        self.extra: list[tuple[str, Area, str]] = []  # docks added later: key, area, tabbed with
         window.setDockNestingEnabled(True)
         window.setCorner(Qt.Corner.BottomLeftCorner, Area.LeftDockWidgetArea)
         window.setCorner(Qt.Corner.BottomRightCorner, Area.RightDockWidgetArea)
@@ -75,6 +76,24 @@ class DockLayout:
             window.addDockWidget(area, dock)
             self.docks[key] = dock
         self.arrange()
+
+    def add(self, key: str, title: str, widget: QWidget, area: Area, tab_with: str) -> QDockWidget:
+        """A panel another module adds (the queue): a dock like the others, tabbed with ``tab_with``
+        by the default layout, listed in the View menu when added before the menus are built."""
+        dock = QDockWidget(title, self.window)
+        dock.setObjectName(f"dock_{key}")
+        dock.setWidget(scrolled(widget, WIDE.get(tab_with, MAX_MIN_WIDTH)))
+        dock.setFeatures(
+            QDockWidget.DockWidgetFeature.DockWidgetMovable
+            | QDockWidget.DockWidgetFeature.DockWidgetFloatable
+            | QDockWidget.DockWidgetFeature.DockWidgetClosable
+        )
+        self.window.addDockWidget(area, dock)
+        self.window.tabifyDockWidget(self.docks[tab_with], dock)
+        self.docks[tab_with].raise_()
+        self.docks[key] = dock
+        self.extra.append((key, area, tab_with))
+        return dock
 
     def arrange(self) -> None:
         """The default layout (also View ▸ Reset layout): every panel docked and shown."""
@@ -95,6 +114,12 @@ class DockLayout:
         else:
             w.tabifyDockWidget(d["gallery"], d["memory"])
         w.tabifyDockWidget(d["memory"], d["testrun"])
+        for key, area, tab_with in self.extra:
+            d[key].setFloating(False)
+            w.removeDockWidget(d[key])
+            w.addDockWidget(area, d[key])
+            d[key].show()
+            w.tabifyDockWidget(d[tab_with], d[key])
         d["lora"].raise_()
         (d["memory"] if roomy else d["gallery"]).raise_()
         side = max(280, min(460, width // 4))

@@ -82,15 +82,107 @@ _CODES: dict[str, tuple[str, str, Level]] = {
         "warning",
     ),
     "disk_full": ("Disk full", "There is no space left on the disk.", "error"),
+    "write_failed": ("Cannot write the file", "The file could not be written there.", "error"),
+    "bad_device": ("No such device", "That device is not on this machine; pick one from Settings.", "error"),
+    "bad_output": ("Cannot save there", "That place cannot hold the output; choose another folder.", "error"),
+    "file_changed": (
+        "File changed while in use",
+        "Another program changed the file while Loadout was reading it.",
+        "error",
+    ),
+    "lora_partial_match": (
+        "LoRA does not fit whole",
+        "Part of this LoRA fits nothing in the model.",
+        "warning",
+    ),
     "sparse_demo": ("Demo file without weights", "This demo file has real shapes but no weights.", "info"),
     "bad_argument": ("Invalid settings", "Some settings are out of range.", "warning"),
-    "no_parameters": ("No generation parameters", "This picture does not say how it was made.", "info"),
-    "bad_parameters": ("Unreadable parameters", "This picture's parameters could not be read.", "warning"),
-    "not_an_image": ("Not a picture", "This file is not a picture Loadout can read.", "warning"),
     "bad_config": (
         "Bad model folder config",
         "A model folder configuration file could not be used.",
         "warning",
+    ),
+    "config_unreadable": (
+        "Bad model folder config",
+        "A model folder configuration file cannot be read.",
+        "warning",
+    ),
+    "error": ("Something went wrong", "", "error"),
+    "bad_dtype": ("Invalid precision", "That precision cannot be used here.", "warning"),
+    "bad_input": ("Invalid input", "The model was given inputs of the wrong shape.", "error"),
+    "bad_parameters": (
+        "Unreadable parameters",
+        "The picture's generation parameters cannot be read.",
+        "warning",
+    ),
+    "bad_prompt_weight": (
+        "Prompt weight not understood",
+        "A (word:weight) in the prompt is malformed.",
+        "warning",
+    ),
+    "header_too_large": (
+        "Damaged file",
+        "The file's header is implausibly large (a damaged file?).",
+        "error",
+    ),
+    "invalid_adapter": ("Broken LoRA", "The LoRA's weights do not fit together.", "error"),
+    "invalid_pickle": ("Damaged file", "The checkpoint's pickle data is broken.", "error"),
+    "invalid_setting": ("Invalid setting", "A memory setting is out of range.", "warning"),
+    "invalid_shape": ("Damaged file", "A tensor's shape in the file is impossible.", "error"),
+    "is_directory": ("Not a file", "That is a folder, not a model file.", "warning"),
+    "missing_conditioning": (
+        "Text encoder missing",
+        "The model needs a text encoder that is not loaded.",
+        "warning",
+    ),
+    "missing_dependency": (
+        "Part of Loadout is missing",
+        "A package Loadout needs is not installed.",
+        "error",
+    ),
+    "missing_vae": ("VAE missing", "This model has no VAE; load one beside it.", "warning"),
+    "no_device": ("No GPU", "There is no GPU to place models on.", "warning"),
+    "no_parameters": (
+        "No parameters in the picture",
+        "The picture carries no generation parameters.",
+        "info",
+    ),
+    "not_a_file": ("Not a file", "That path is not a regular file.", "warning"),
+    "not_an_image": ("Not a picture", "That file is not a picture Loadout can read.", "warning"),
+    "not_loaded": ("Model not loaded", "That model is not loaded.", "warning"),
+    "output_is_input": (
+        "Would overwrite the source",
+        "The output would replace the file being read.",
+        "warning",
+    ),
+    "prompt_too_long": ("Prompt too long", "The prompt is longer than this model can read.", "warning"),
+    "quantized_source": ("Quantized model", "A quantized model cannot be saved this way.", "warning"),
+    "read_failed": ("Cannot read the file", "Reading the file failed.", "error"),
+    "tokenizer_missing": (
+        "Tokenizer missing",
+        "The text tokenizer this model needs was not found.",
+        "warning",
+    ),
+    "unknown_dtype": (
+        "Unknown precision",
+        "The file stores numbers in a type Loadout does not know.",
+        "error",
+    ),
+    "unsupported_adapter": ("LoRA type not supported", "This kind of LoRA cannot be applied yet.", "warning"),
+    "unsupported_dtype": ("Precision not supported", "That precision is not supported here.", "warning"),
+    "unsupported_size": ("Size not supported", "This model cannot make pictures of that size.", "warning"),
+    "wrong_model": ("Not the right model", "This file is not what this action needs.", "warning"),
+    "wrong_vae": ("Wrong VAE", "This VAE does not belong to the model.", "warning"),
+}
+
+
+#: code -> where in the window to act on it (the engine speaks in its own terms, not in ours)
+_IN_THE_WINDOW: dict[str, str] = {
+    "no_model": "Double-click a model in the browser, or select it and press Ctrl+L.",
+    "no_device": "Settings > Memory can simulate a card.",
+    "out_of_memory": (
+        "Settings > Memory sets what is kept free for other apps; a component row in Loaded models "
+        "places one part at a time."
     ),
 }
 
@@ -121,6 +213,8 @@ def describe(error: TaskError) -> Friendly:
     title, lead, level = _CODES.get(error.code, (f"{_TASKS.get(error.task, 'The task')} failed", "", "error"))
     message = _capitalized(error.message)
     text = f"{lead} {message}".strip() if lead and error.code != "interrupted" else (lead or message)
+    if error.code in _IN_THE_WINDOW:
+        text = f"{text} {_IN_THE_WINDOW[error.code]}"
     return Friendly(title, text, level)
 
 

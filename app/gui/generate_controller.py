@@ -11,7 +11,9 @@ from PySide6.QtWidgets import QFileDialog, QWidget
 
 from app.backend.backend import Backend
 from app.backend.messages import TaskError
+from app.demo import with_demo_note
 from app.gui.generate_panel import GeneratePanel
+from core.detect.spec import NO_MODEL_DEFAULTS
 from core.errors import LoadoutError
 from core.generate.request import ImageSettings
 from core.session import ModelInfo
@@ -51,7 +53,8 @@ class GenerateController(QObject):
         panel.error.connect(self._panel_error)
         panel.output_folder_requested.connect(self.choose_output_folder)
         backend.generate_progress.connect(panel.on_progress)
-        backend.generated.connect(panel.on_result)
+        self.main_path: Path | None = None
+        backend.generated.connect(lambda result: panel.on_result(with_demo_note(result, self.main_path)))
         backend.started.connect(lambda task: panel.on_started() if task == "generate" else None)
         backend.finished.connect(lambda task: panel.on_finished() if task == "generate" else None)
         backend.interrupted.connect(lambda task: panel.on_stopped() if task == "generate" else None)
@@ -66,8 +69,9 @@ class GenerateController(QObject):
     def _models(self, models: tuple[ModelInfo, ...]) -> None:
         main = next((m for m in models if m.is_main), None)
         family = main.family if main is not None else None
+        self.main_path = main.path if main is not None else None
         if family != self.panel.family:
-            self.panel.set_family(family)
+            self.panel.set_family(family, main.defaults if main is not None else NO_MODEL_DEFAULTS)
         can = main is not None and any(c.role == "diffusion_model" for c in main.components)
         self.panel.set_available(can, "Load a checkpoint or diffusion model to generate.")
         if can and main is not None and main.name.startswith("loadout-demo"):

@@ -33,20 +33,15 @@ from PySide6.QtWidgets import (
 
 from app.gui.theme import icon, set_icon
 from app.gui.widgets import ElidedLabel
+from core.detect.spec import NO_MODEL_DEFAULTS, GenerationDefaults
 from core.errors import LoadoutError
 from core.generate.events import GenerateProgress, GenerateResult
 from core.generate.parameters import SAMPLER_LABELS, SCHEDULER_LABELS, GenerationParameters, parse_parameters
 from core.generate.png import read_png_parameters
-from core.generate.request import MAX_SEED, ImageSettings, Sampling, default_cfg
+from core.generate.request import MAX_SEED, ImageSettings, Sampling
 from core.generate.sweep import Sweep, parse_strengths
+from core.values import CFG, GUIDANCE, SIDE, STEPS
 
-#: Size presets per family group (width, height): the resolutions each was trained around.
-SIZE_PRESETS: dict[str, list[tuple[int, int]]] = {
-    "sd1": [(512, 512), (512, 768), (768, 512), (640, 640), (448, 640)],
-    "sd2": [(768, 768), (512, 512), (640, 896), (896, 640)],
-    "xl": [(1024, 1024), (832, 1216), (1216, 832), (896, 1152), (1152, 896), (768, 1344), (1344, 768)],
-}
-_GROUP = {"sd1": "sd1", "sd2": "sd2"}
 _PHASES = {
     "load": "Loading",
     "text_encode": "Encoding the prompt",
@@ -54,10 +49,6 @@ _PHASES = {
     "decode": "Decoding",
     "save": "Saving",
 }
-
-
-def size_group(family: str | None) -> str:
-    return _GROUP.get(family or "", "xl" if family else "sd1")
 
 
 class GeneratePanel(QWidget):
@@ -72,6 +63,7 @@ class GeneratePanel(QWidget):
         super().__init__(parent)
         self.setAcceptDrops(True)
         self.family: str | None = None
+        self.defaults: GenerationDefaults = NO_MODEL_DEFAULTS
         self.last_seed: int | None = None
         self.busy = False
         self.available = False
@@ -100,9 +92,13 @@ class GeneratePanel(QWidget):
         seed_row = QHBoxLayout()
         for w in (self.seed, dice, reuse, self.random_seed):
             seed_row.addWidget(w)
-        self.steps = QSpinBox(minimum=1, maximum=200, value=20)
-        self.cfg = QDoubleSpinBox(minimum=0.0, maximum=30.0, value=7.0, singleStep=0.5, decimals=1)
-        self.guidance = QDoubleSpinBox(minimum=0.0, maximum=30.0, value=3.5, singleStep=0.5, decimals=1)
+        # the fields accept what the engine accepts (core.values), so a value read from a picture
+        # either fits or is ignored with a reason, never clamped or overflowed
+        self.steps = QSpinBox(minimum=int(STEPS.lo), maximum=int(STEPS.hi), value=20)
+        self.cfg = QDoubleSpinBox(minimum=CFG.lo, maximum=CFG.hi, value=7.0, singleStep=0.5, decimals=1)
+        self.guidance = QDoubleSpinBox(
+            minimum=GUIDANCE.lo, maximum=GUIDANCE.hi, value=3.5, singleStep=0.5, decimals=1
+        )
         self.guidance.setToolTip(
             "Flux's distilled guidance (ComfyUI's FluxGuidance); CFG stays 1 for Flux-dev"
         )
@@ -114,8 +110,12 @@ class GeneratePanel(QWidget):
             self.scheduler.addItem(name, name)
         self.size = QComboBox()
         self.size.currentIndexChanged.connect(self._preset_chosen)
-        self.width_ = QSpinBox(minimum=64, maximum=4096, value=512, singleStep=64, suffix=" px")
-        self.height_ = QSpinBox(minimum=64, maximum=4096, value=512, singleStep=64, suffix=" px")
+        self.width_ = QSpinBox(
+            minimum=int(SIDE.lo), maximum=int(SIDE.hi), value=512, singleStep=64, suffix=" px"
+        )
+        self.height_ = QSpinBox(
+            minimum=int(SIDE.lo), maximum=int(SIDE.hi), value=512, singleStep=64, suffix=" px"
+        )
         self.width_.valueChanged.connect(self._size_typed)
         self.height_.valueChanged.connect(self._size_typed)
         size_row = QVBoxLayout()  # preset above, width × height below: fits a narrow dock
@@ -189,7 +189,7 @@ class GeneratePanel(QWidget):
         controls.addWidget(self.progress)
         controls.addWidget(self.status)
         controls.addStretch(1)
-        self.set_family(None)
+        self.set_family(None, NO_MODEL_DEFAULTS)
         self.set_available(False, "Load a checkpoint or diffusion model to generate.")
 
     # ----------------------------------------------------------------- settings in and out
@@ -203,7 +203,7 @@ class GeneratePanel(QWidget):
                 f"the seed {text!r} is not a whole number", fix=f"Type a number from 0 to {MAX_SEED}",
                 code="bad_argument",
             )  # fmt: skip
-        flux_guidance = self.guidance.isVisible() or self.family == "flux-dev"
+        flux_guidance = self.guidance.isVisible() or self.defaults.guidance is not None
         sampling = Sampling(
             seed=int(text),
             steps=self.steps.value(),
@@ -222,50 +222,57 @@ class GeneratePanel(QWidget):
         )
 
     def apply_parameters(self, p: GenerationParameters) -> None:
-        """Fill the fields from a picture's parameters (what is unknown here is left as it is)."""
+        """Fill the fields from a picture's parameters. Values the reader ignored (out of range, not
+        numbers: ``p.ignored``) leave their field as it is, and the status line names them."""
+        skip = p.ignored
         self.prompt.setPlainText(p.prompt)
         self.negative.setPlainText(p.negative)
-        self.seed.setText(str(p.seed))
-        self.random_seed.setChecked(False)
-        self.steps.setValue(p.steps)
-        self.cfg.setValue(p.cfg)
+        if "Seed" not in skip:
+            self.seed.setText(str(p.seed))
+            self.random_seed.setChecked(False)
+        if "Steps" not in skip:
+            self.steps.setValue(p.steps)
+        if "CFG scale" not in skip:
+            self.cfg.setValue(p.cfg)
         if p.guidance is not None:
             self.guidance.setValue(p.guidance)
         for combo, value in ((self.sampler, p.sampler), (self.scheduler, p.scheduler)):
             i = combo.findData(value)
             if i >= 0:
                 combo.setCurrentIndex(i)
-        self.width_.setValue(p.width)
-        self.height_.setValue(p.height)
+        if "Size" not in skip:
+            self.width_.setValue(p.width)
+            self.height_.setValue(p.height)
         loras = ", ".join(f"{lo.name} {lo.model_strength:g}" for lo in p.loras)
+        ignored = "; ".join(f"{key} ignored ({why.rstrip('.')})" for key, why in skip.items())
         self.status.setText(
             f"Settings read from a picture{f' (model {p.model})' if p.model else ''}"
-            f"{f'; it used LoRAs: {loras}' if loras else ''}."
+            f"{f'; it used LoRAs: {loras}' if loras else ''}.{f' {ignored}.' if ignored else ''}"
         )
 
-    def set_family(self, family: str | None) -> None:
-        """Offer the loaded family's sizes; Flux-dev shows its guidance field."""
-        self.family = family
-        group = size_group(family)
+    def set_family(self, family: str | None, defaults: GenerationDefaults) -> None:
+        """Offer the loaded family's sizes and usual settings (its record's ``defaults``); a family
+        with distilled guidance (Flux-dev) shows its guidance field."""
+        self.family, self.defaults = family, defaults
         self.size.blockSignals(True)
         self.size.clear()
-        for w, h in SIZE_PRESETS[group]:
+        for w, h in defaults.sizes:
             self.size.addItem(f"{w}×{h}", (w, h))
         self.size.addItem("custom", None)
         self.size.blockSignals(False)
         if family is not None:
             self.size.setCurrentIndex(0)
             self._preset_chosen(0)
-        flux = family == "flux-dev"
-        self.guidance.setVisible(flux)
+        guided = defaults.guidance is not None
+        self.guidance.setVisible(guided)
         if self.guidance_label is not None:
-            self.guidance_label.setVisible(flux)
+            self.guidance_label.setVisible(guided)
         if family is not None:
-            self.cfg.setValue(default_cfg(family))
-        if family in ("flux-dev", "flux-schnell", "chroma"):
-            self.scheduler.setCurrentIndex(max(0, self.scheduler.findData("simple")))
-        if family == "flux-schnell":
-            self.steps.setValue(4)
+            self.cfg.setValue(defaults.cfg)
+        if defaults.scheduler is not None:
+            self.scheduler.setCurrentIndex(max(0, self.scheduler.findData(defaults.scheduler)))
+        if defaults.steps is not None:
+            self.steps.setValue(defaults.steps)
 
     def set_available(self, available: bool, reason: str = "") -> None:
         self.available = available

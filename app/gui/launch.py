@@ -7,11 +7,11 @@ import gc
 import os
 import sys
 import tempfile
-from importlib import metadata
 from pathlib import Path
 
 from core.memory.policy import MemorySettings, VramState
 from core.session import Loaders, Placement, PlacementConfig, Session
+from core.version import engine_version
 
 #: The demo without a GPU: a simulated 4 MiB card (nothing kept free, 1 MiB for activations) on the
 #: CPU. The demo's text encoder (82 MiB, its CLIP vocabulary table included) only partly fits, so
@@ -22,13 +22,6 @@ DEMO_CARD = PlacementConfig(
     simulate_bytes=4 * 2**20,
     inference_bytes=1 * 2**20,
 )
-
-
-def _engine_version() -> str:
-    try:
-        return metadata.version("loadout")
-    except metadata.PackageNotFoundError:
-        return "dev"
 
 
 def default_cache_path() -> Path:
@@ -78,7 +71,7 @@ def build_window(
         placement = Placement.discover(AppSettings.load(settings_store).placement_config())
         if demo and placement.accelerator is None:
             placement = placement.reconfigured(DEMO_CARD)
-    cache = InspectCache(cache_path, engine_version=_engine_version())
+    cache = InspectCache(cache_path, engine_version=engine_version())
     session = Session(placement, library=Library(cache), loaders=loaders)
     backend = Backend(session)
     mon = monitor if isinstance(monitor, MemoryMonitor) else MemoryMonitor(placement.monitor_probe)

@@ -4,10 +4,13 @@ A two-level Qt item model over plain :class:`~core.library.Entry` records, using
 search/filter/sort/group functions. Entries arrive in batches while the worker scans; a filled-in
 entry that keeps its place is updated in place (one ``dataChanged``), anything that moves rows
 schedules one debounced rebuild, so a folder of thousands of files fills in without stalls.
+Duplicates (core's :func:`~core.library.query.find_duplicates`) are recomputed when a hash
+arrives; a group row shows its folder's files and bytes on disk.
 """
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,9 +29,10 @@ from PySide6.QtGui import QBrush, QColor, QFont
 
 from app.gui.theme import human_bytes, icon, kind_icon, kind_text
 from core.library import Entry, filter_entries, group_by_folder, group_by_kind, search, sort_entries
-from core.library.query import natural_key
+from core.library.query import Duplicate, disk_usage, find_duplicates, natural_key
 
-COLUMNS = ("Name", "Family", "Kind", "Size", "Dtype")
+COLUMNS = ("Name", "Family", "Kind", "Size", "Dtype", "Copies", "Used")
+COPIES_COLUMN = 5
 KIND_TITLES = {
     "checkpoint": "Checkpoints",
     "diffusion_model": "Diffusion models",
@@ -50,6 +54,7 @@ class _Group:
     tooltip: str
     icon_kind: str | None  # None: a folder
     rows: list[Entry] = field(default_factory=list)
+    bytes: int = 0  # on disk, every file of the folder or kind (shown or filtered out)
 
 
 class LibraryTreeModel(QAbstractItemModel):
@@ -66,6 +71,9 @@ class LibraryTreeModel(QAbstractItemModel):
         self.family: str | None = None
         self.sort_key = "name"
         self.descending = False
+        self.fits: str | None = None  # a model family: LoRAs for other models are hidden
+        self.only_duplicates = False
+        self.duplicates: dict[str, Duplicate] = {}
         self._timer = QTimer(self)
         self._timer.setSingleShot(True)
         self._timer.setInterval(120)
@@ -78,23 +86,50 @@ class LibraryTreeModel(QAbstractItemModel):
 
     def add_entries(self, entries: list[Entry]) -> None:
         dirty = False
+        hashes_changed = False
         for entry in entries:
             key = str(entry.path)
             old = self._entries.get(key)
             self._entries[key] = entry
+            if old is None or (old.sha256, old.size) != (entry.sha256, entry.size):
+                hashes_changed = True
             if old is not None and key in self._where and self._place(old) == self._place(entry):
                 self._update_in_place(key, entry)
             elif old is None and not self._visible(entry):
                 continue
             else:
                 dirty = True
+        if hashes_changed:
+            dirty = self._update_duplicates() or dirty
         if dirty and not self._timer.isActive():
             self._timer.start()
+
+    def _update_duplicates(self) -> bool:
+        """Recompute duplicates; True when rows must move (the duplicates filter is on)."""
+        found = find_duplicates(self._entries.values())
+        if found == self.duplicates:
+            return False
+        changed = {k for k in set(found) | set(self.duplicates) if found.get(k) != self.duplicates.get(k)}
+        self.duplicates = found
+        if self.only_duplicates:
+            return True
+        for key in changed:
+            where = self._where.get(key)
+            if where is not None:
+                parent = self.index(where[0], 0)
+                cell = self.index(where[1], COPIES_COLUMN, parent)
+                self.dataChanged.emit(cell, cell)
+        return False
+
+    def duplicate(self, entry: Entry | None) -> Duplicate | None:
+        """The other copies of ``entry``'s data, if any (confirmed, or possible while unhashed)."""
+        return self.duplicates.get(str(entry.path)) if entry is not None else None
 
     def remove_missing(self, keep: set[str]) -> None:
         """Drop entries whose files are gone from the last scan."""
         for key in [k for k in self._entries if k not in keep]:
             del self._entries[key]
+        self.duplicates = find_duplicates(self._entries.values())
         self.rebuild()
 
     def _visible(self, entry: Entry) -> bool:
@@ -102,7 +137,9 @@ class LibraryTreeModel(QAbstractItemModel):
 
     def _place(self, entry: Entry) -> tuple[object, ...]:
         group = entry.group_kind if self.grouping == "kind" else (entry.root, entry.folder)
-        sort_value = {"family": entry.family, "size": entry.size, "date": entry.mtime_ns}.get(self.sort_key)
+        sort_value = {
+            "family": entry.family, "size": entry.size, "date": entry.mtime_ns, "last_used": entry.last_used
+        }.get(self.sort_key)  # fmt: skip
         return group, self._visible(entry), sort_value
 
     def _update_in_place(self, key: str, entry: Entry) -> None:
@@ -116,8 +153,9 @@ class LibraryTreeModel(QAbstractItemModel):
         out = search(entries, self.search_text) if self.search_text.strip() else entries
         kinds = None if self.kind is None else [self.kind]
         families = None if self.family is None else [self.family]
-        if kinds is not None or families is not None:
-            out = filter_entries(out, kinds=kinds, families=families)
+        paths = self.duplicates.keys() if self.only_duplicates else None
+        if kinds is not None or families is not None or self.fits is not None or paths is not None:
+            out = filter_entries(out, kinds=kinds, families=families, fits=self.fits, paths=paths)
         return out
 
     def set_view(self, **changes: Any) -> None:
@@ -133,13 +171,19 @@ class LibraryTreeModel(QAbstractItemModel):
             self._filtered(list(self._entries.values())), self.sort_key, descending=self.descending
         )  # type: ignore[arg-type]
         groups: list[_Group] = []
+        everything = list(self._entries.values())
         if self.grouping == "kind":
+            usage = disk_usage(everything, "kind")
             for kind, rows in group_by_kind(shown).items():
-                groups.append(_Group(KIND_TITLES.get(kind, kind_text(kind)), kind, kind, rows))
+                title = KIND_TITLES.get(kind, kind_text(kind))
+                groups.append(_Group(title, kind, kind, rows, usage[kind].bytes))
         else:
+            usage = disk_usage(everything, "folder")
             for key, rows in group_by_folder(shown).items():
                 label = f"{key.root.name}/{key.folder}" if key.folder else key.root.name
-                groups.append(_Group(label, f"{key.label}\n({key.origin})", None, rows))
+                used = usage[key.label]
+                tip = f"{key.label}\n({key.origin})\n{used.files} files, {human_bytes(used.bytes)} on disk"
+                groups.append(_Group(label, tip, None, rows, used.bytes))
             groups.sort(key=lambda g: natural_key(g.label))
         self.beginResetModel()
         self._groups = groups
@@ -222,13 +266,16 @@ class LibraryTreeModel(QAbstractItemModel):
             return None
         if index.internalId() == 0:
             return self._group_data(self._groups[index.row()], index.column(), role)
-        return _entry_data(self._groups[index.internalId() - 1].rows[index.row()], index.column(), role)
+        entry = self._groups[index.internalId() - 1].rows[index.row()]
+        if index.column() == COPIES_COLUMN:
+            return _copies_data(self.duplicates.get(str(entry.path)), role)
+        return _entry_data(entry, index.column(), role)
 
     def _group_data(self, group: _Group, column: int, role: int) -> Any:
         if column != 0:
             return None
         if role == Qt.ItemDataRole.DisplayRole:
-            return f"{group.label}  ({len(group.rows)})"
+            return f"{group.label}  ({len(group.rows)} · {human_bytes(group.bytes)})"
         if role == Qt.ItemDataRole.DecorationRole:
             return icon("folder") if group.icon_kind is None else kind_icon(group.icon_kind)
         if role == Qt.ItemDataRole.ToolTipRole:
@@ -260,6 +307,8 @@ def _entry_data(e: Entry, column: int, role: int) -> Any:
             return human_bytes(e.size)
         if column == 4:
             return e.dtype or "-"
+        if column == 6:
+            return used_text(e.last_used)
     if role == Qt.ItemDataRole.DecorationRole and column == 0:
         return icon("error", "#ff6b6b") if e.status == "error" else kind_icon(e.group_kind)
     if role == Qt.ItemDataRole.ForegroundRole:
@@ -275,4 +324,35 @@ def _entry_data(e: Entry, column: int, role: int) -> Any:
         return int(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
     if role == ENTRY_ROLE:
         return e
+    return None
+
+
+def used_text(when: float | None, now: float | None = None) -> str:
+    """ "today", "3 d ago", "5 wk ago" or "never": short enough for a narrow column."""
+    if when is None:
+        return "never"
+    days = int(((now if now is not None else time.time()) - when) // 86400)
+    if days < 1:
+        return "today"
+    if days < 14:
+        return f"{days} d ago"
+    if days < 120:
+        return f"{days // 7} wk ago"
+    return time.strftime("%Y-%m-%d", time.localtime(when))
+
+
+def _copies_data(dup: Duplicate | None, role: int) -> Any:
+    if dup is None:
+        return None
+    if role == Qt.ItemDataRole.DisplayRole:
+        return f"{len(dup.others) + 1}×" if dup.confirmed else f"{len(dup.others) + 1}?"
+    if role == Qt.ItemDataRole.ToolTipRole:
+        names = "\n".join(str(p) for p in dup.others)
+        if dup.confirmed:
+            return f"Same SHA-256 as:\n{names}\n\n{human_bytes(dup.wasted)} wasted on copies"
+        return f"Same size as (not hashed yet, so only possibly the same):\n{names}"
+    if role == Qt.ItemDataRole.ForegroundRole and not dup.confirmed:
+        return _MUTED
+    if role == Qt.ItemDataRole.TextAlignmentRole:
+        return int(Qt.AlignmentFlag.AlignCenter)
     return None

@@ -33,6 +33,7 @@ from app.gui.memory_panel import MemoryPanel
 from app.gui.menus import build_menus
 from app.gui.pictures import Pictures
 from app.gui.placement_controls import PlacementControls
+from app.gui.queue_panel import install_queue_panel
 from app.gui.settings import AppSettings, SettingsDialog
 from app.gui.testrun_panel import TestRunPanel
 from app.gui.theme import app_icon, apply_theme, refresh_icons
@@ -84,6 +85,7 @@ class MainWindow(PlacementControls, QMainWindow):
         )
         self.generate.folder_changed.connect(self.gallery.set_folder)
         self.gallery.set_folder(self.generate.output_folder)
+        self.queue_panel = install_queue_panel(self)  # app/gui/queue_panel.py
         build_menus(self)
         self._arrange_on_show = not self.layout_.restore(store)  # a first run: the default layout
         if self._arrange_on_show:
@@ -95,6 +97,7 @@ class MainWindow(PlacementControls, QMainWindow):
         self.message = MessageBar()
         self.browser = BrowserPanel(self.backend)
         self.details = DetailsPanel(self.monitor)
+        self.details.duplicate_of = self.browser.model.duplicate  # the other copies of a file's data
         self.pictures = Pictures(self)
         self.picture = self.pictures.viewer
         self.gallery = self.pictures.gallery

@@ -46,6 +46,7 @@ class PlacementControls:
         self.monitor.gpu = memory.probe  # sampled by the plot's timer
         self.monitor.reclaimable = memory.placed_bytes
         self.details.fit.headroom = memory.headroom
+        self.details.fit.headroom_fixed = memory.headroom_fixed
 
     def _selected_loaded(self) -> str | None:
         key = self.loaded_panel.selected_key()

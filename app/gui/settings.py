@@ -16,6 +16,7 @@ from PySide6.QtWidgets import (
     QGroupBox,
     QHBoxLayout,
     QLabel,
+    QLineEdit,
     QListWidget,
     QPushButton,
     QSpinBox,
@@ -42,6 +43,7 @@ class AppSettings:
     lora_min: float = -1.0
     lora_max: float = 2.0
     simulate_vram_mib: int = 0  # a simulated card (no GPU) or a cap on the real one; 0 = off
+    ray_address: str = ""  # the queue's executor: "" in-process, else a Ray address or local:N
 
     def placement_config(self) -> PlacementConfig:
         return PlacementConfig(self.memory_settings(), max(0, self.simulate_vram_mib) * MIB)
@@ -82,6 +84,7 @@ class AppSettings:
                 lora_min=float(get("lora/min", d.lora_min)),  # type: ignore[arg-type]
                 lora_max=float(get("lora/max", d.lora_max)),  # type: ignore[arg-type]
                 simulate_vram_mib=int(get("memory/simulate_vram_mib", 0)),  # type: ignore[call-overload]
+                ray_address=str(get("queue/ray_address", "")),
             )
         except (TypeError, ValueError):
             return d  # a hand-edited, broken settings file: start from the defaults
@@ -96,6 +99,7 @@ class AppSettings:
             "lora/min": self.lora_min,
             "lora/max": self.lora_max,
             "memory/simulate_vram_mib": self.simulate_vram_mib,
+            "queue/ray_address": self.ray_address,
         }
         for key, value in values.items():
             store.setValue(key, json.dumps(value))
@@ -140,7 +144,7 @@ class SettingsDialog(QDialog):
         self.vram = QComboBox()
         self.vram.addItem("Automatic (from the card's size)", "auto")
         for state in VramState:
-            self.vram.addItem(state.title.capitalize(), state.value)
+            self.vram.addItem(state.title.capitalize(), state.option)
         self.vram.setCurrentIndex(max(0, self.vram.findData(settings.vram_mode)))
         self.reserve = QSpinBox()
         self.reserve.setRange(-1, 16384)
@@ -184,6 +188,17 @@ class SettingsDialog(QDialog):
             self.dtypes[role] = combo
             prec_form.addRow(label, combo)
 
+        self.ray = QLineEdit(settings.ray_address)
+        self.ray.setPlaceholderText(
+            "empty: in this process; or a Ray address (HOST:6379, ray://HOST:10001, local:2)"
+        )
+        self.ray.setToolTip(
+            "Where the Queue runs its jobs: here, or on a Ray cluster (pip install 'loadout[cluster]')"
+        )
+        queue = QGroupBox("Queue")
+        queue_form = QFormLayout(queue)
+        queue_form.addRow("Run jobs on", self.ray)
+
         self.dark = QCheckBox("Dark theme")
         self.dark.setChecked(settings.dark_theme)
         buttons = QDialogButtonBox(
@@ -195,6 +210,7 @@ class SettingsDialog(QDialog):
         layout.addWidget(library)
         layout.addWidget(memory)
         layout.addWidget(precision)
+        layout.addWidget(queue)
         layout.addWidget(self.dark)
         layout.addWidget(buttons)
 
@@ -217,4 +233,5 @@ class SettingsDialog(QDialog):
             },
             dark_theme=self.dark.isChecked(),
             simulate_vram_mib=self.simulate.value(),
+            ray_address=self.ray.text().strip(),
         )

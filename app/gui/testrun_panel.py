@@ -1,6 +1,6 @@
 """The test run panel: N denoising passes of the loaded model at a chosen size and batch.
 
-Sends a :class:`~core.run.testrun.RunConfig` to the backend and shows what the run cost
+Sends a :class:`~core.session.testrun.RunConfig` to the backend and shows what the run cost
 (seconds per step, peak memory) from the worker's :class:`RunReport`; earlier runs stay listed.
 """
 
@@ -23,7 +23,7 @@ from PySide6.QtWidgets import (
 from app.backend.backend import Backend
 from app.backend.messages import RunReport, TaskProgress
 from app.gui.theme import human_bytes, icon
-from core.run.testrun import RunConfig
+from core.session.testrun import RunConfig
 
 
 def _spin(lo: int, hi: int, value: int, step: int = 1, suffix: str = "") -> QSpinBox:

@@ -11,6 +11,16 @@ from __future__ import annotations
 from core.detect.diffusion_families import register_diffusion_families
 from core.detect.encoder_families import register as register_encoder_families
 from core.detect.registry import Registry
+from core.detect.spec import (
+    LATENT_FORMATS,
+    NO_MODEL_DEFAULTS,
+    UNKNOWN_FAMILY_DEFAULTS,
+    DiffusionSpec,
+    GenerationDefaults,
+    LatentFormat,
+    SamplingSpec,
+)
+from core.errors import ModelMismatchError
 
 
 def build_registry() -> Registry:
@@ -23,3 +33,72 @@ def build_registry() -> Registry:
 
 #: The one registry of the application (never changed after it is built).
 REGISTRY = build_registry()
+
+
+def diffusion_spec(family: str | None, *, action: str = "generate with") -> DiffusionSpec:
+    """The spec of a diffusion family that Loadout can sample from, or a clear refusal."""
+    fam = REGISTRY.get(family) if family else None
+    spec = fam.diffusion if fam is not None else None
+    if spec is None or spec.text is None or spec.network is None:
+        able = sorted(f.title for f in REGISTRY if f.diffusion is not None and f.diffusion.text is not None)
+        raise ModelMismatchError(
+            f"Loadout cannot {action} a {family} model yet",
+            why="its prompt encoding and sampling are not implemented",
+            fix=f"Use a model of a family that generates: {', '.join(dict.fromkeys(able))}",
+            code="unsupported_family",
+        )
+    return spec
+
+
+def sampling_spec(family: str) -> SamplingSpec:
+    """The model sampling of a family (known for some families that cannot generate yet)."""
+    fam = REGISTRY.get(family)
+    if fam is None or fam.diffusion is None:
+        raise ModelMismatchError(
+            f"no sampling is known for the family {family!r}",
+            why="the sampler needs the family's noise schedule and prediction type",
+            fix="use a model of a supported family (SD1, SD2, SDXL, SD3, Flux, Chroma, AuraFlow)",
+            code="unsupported_family",
+        )
+    return fam.diffusion.sampling
+
+
+def latent_format_for(family: str) -> LatentFormat:
+    """The latent format of a diffusion family, or of a VAE family that has one of its own."""
+    fam = REGISTRY.get(family)
+    fmt = LATENT_FORMATS.get(fam.latent_format) if fam is not None else None
+    if fmt is None:
+        known = sorted(f.id for f in REGISTRY if f.latent_format)
+        raise ModelMismatchError(
+            f"No KL-VAE latent format is known for family {family!r}",
+            why="the sampler and the VAE need the scale between the VAE's latents and the model's",
+            fix=f"Use one of: {', '.join(known)}",
+            code="unsupported_family",
+        )
+    return fmt
+
+
+def generation_defaults(family: str | None) -> GenerationDefaults:
+    """The settings the family is usually run at (no model: SD1's; no spec: a large-model guess)."""
+    if family is None:
+        return NO_MODEL_DEFAULTS
+    fam = REGISTRY.get(family)
+    spec = fam.diffusion if fam is not None else None
+    return spec.defaults if spec is not None else UNKNOWN_FAMILY_DEFAULTS
+
+
+def memory_profile(family: str | None) -> str | None:
+    """The activation-memory profile of a family (None: none measured)."""
+    fam = REGISTRY.get(family) if family else None
+    return fam.diffusion.memory_profile if fam is not None and fam.diffusion is not None else None
+
+
+def lora_fits(lora_family: str | None, model_family: str) -> bool:
+    """Whether a LoRA made for ``lora_family`` fits a model of ``model_family``: the same family, or
+    two whose records share a ``lora_group`` (same shapes where a LoRA touches them: SDXL LoRAs on
+    SSD-1B or Vega, Flux LoRAs on every Flux and Chroma; Pony and Illustrious *are* SDXL). An
+    unknown base (None) is never ruled out."""
+    if lora_family is None or lora_family == model_family:
+        return True
+    a, b = REGISTRY.get(lora_family), REGISTRY.get(model_family)
+    return a is not None and b is not None and a.lora_group != "" and a.lora_group == b.lora_group

@@ -265,13 +265,10 @@ def _detect_checkpoint(
     )
 
 
-#: The VAE a diffusion family ships with, where shapes alone cannot tell it from another.
-_VAE_OF = {"sd3": "vae-sd3", "sd3.5-medium": "vae-sd3", "sd3.5-large": "vae-sd3"}
-
-
 def _vae_for(comp: Component, diffusion_family: str, warnings: list[str]) -> Component:
     """Inside a checkpoint, the diffusion model says which of two same-shaped VAEs it carries."""
-    want = _VAE_OF.get(diffusion_family)
+    fam = REGISTRY.get(diffusion_family)
+    want = fam.diffusion.vae if fam is not None and fam.diffusion is not None else None
     if comp.role != "vae" or want is None or comp.family == want:
         return comp
     warnings.append(f"the VAE is {want}: the {diffusion_family} model it ships with says so")

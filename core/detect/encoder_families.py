@@ -110,7 +110,16 @@ def _families() -> list[Family]:
             )
         )
     for m in LLM_SPECS:
-        out.append(Family(m.id, "text_encoder", m.title, rule=partial(match_llm, m), default_dtype="bf16"))
+        out.append(
+            Family(
+                m.id,
+                "text_encoder",
+                m.title,
+                rule=partial(match_llm, m),
+                default_dtype="bf16",
+                fp16_unsafe=True,
+            )
+        )
     for v in KL_SPECS:
         out.append(
             Family(

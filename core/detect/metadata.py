@@ -12,12 +12,15 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+import math
 import re
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import PurePath
 from typing import Any
+
+from core.values import METADATA_COUNT, BadValueError
 
 #: Decoded thumbnails larger than this are refused (a header is capped at 100 MB anyway).
 THUMBNAIL_CAP = 16 * 1024 * 1024
@@ -74,19 +77,24 @@ def _text(md: Mapping[str, Any], key: str) -> str | None:
 
 
 def _int(md: Mapping[str, Any], key: str) -> int | None:
+    """A count from training metadata, or None when it is missing, not a number, not finite or
+    past any real count ("inf", "1e999", "-3": one file's odd metadata never stops a folder's inspect)."""
     text = _text(md, key)
+    if text is None:
+        return None
     try:
-        return int(float(text)) if text is not None else None
-    except ValueError:
+        return METADATA_COUNT.parse_int(text)
+    except BadValueError:
         return None
 
 
 def _float(md: Mapping[str, Any], key: str) -> float | None:
     text = _text(md, key)
     try:
-        return float(text) if text is not None else None
+        value = float(text) if text is not None else None
     except ValueError:
         return None
+    return value if value is not None and math.isfinite(value) else None
 
 
 def _bool(md: Mapping[str, Any], key: str) -> bool | None:
@@ -128,8 +136,9 @@ def _image_count(md: Mapping[str, Any], warnings: list[str]) -> int | None:
     total = 0
     if isinstance(dirs, dict):
         for info in dirs.values():
-            if isinstance(info, dict) and isinstance(info.get("img_count"), int | float):
-                total += int(info["img_count"])
+            count = info.get("img_count") if isinstance(info, dict) else None
+            if METADATA_COUNT.problem(count) is None:  # inf, nan, 1e999, -3, "12": not a count
+                total += int(count)  # type: ignore[arg-type]
     return total or None
 
 
@@ -153,7 +162,7 @@ def trigger_words(md: Mapping[str, Any], warnings: list[str] | None = None) -> t
     for table in _tag_tables(md, warnings):
         for tag, n in table.items():
             name = str(tag).strip()
-            if name and isinstance(n, int | float) and n > 0:
+            if name and METADATA_COUNT.problem(n) is None and n > 0:
                 counts[name] += int(n)
                 order.setdefault(name, len(order))
     if counts:

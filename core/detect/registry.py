@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from core.detect.keyview import KeyView
+from core.detect.spec import DiffusionSpec
 
 Group = Literal["diffusion", "text_encoder", "vae", "controlnet", "upscale"]
 
@@ -44,8 +45,14 @@ class Family:
     # presets other layers read from the record (never a table keyed by family id elsewhere):
     latent_format: str = ""  # how the VAE's latents are scaled: "sd1" | "sdxl" | "sd3" | "flux"
     unet_preset: str = ""  # the UNetConfig preset its diffusers layout converts with ("sdxl" ...)
+    network_preset: str = ""  # the DiT config preset its diffusers layout converts with ("dev" ...)
+    #: its activations overflow fp16 (ComfyUI: supported_inference_dtypes = [bf16, fp32]; LLM text
+    #: encoders, trained in bf16, whose MLP activations exceed fp16's range)
+    fp16_unsafe: bool = False
     modelspec: str = ""  # ModelSpec architecture id written into saved files
     lora_group: str = ""  # families in one group take each other's LoRAs (same touched shapes)
+    #: what generation and memory planning need (None: a family Loadout cannot sample from)
+    diffusion: DiffusionSpec | None = None
 
 
 class Registry:
@@ -84,4 +91,3 @@ class Registry:
                 found.append(Match(fam.id))
         found.sort(key=lambda m: -m.score)
         return found
-

@@ -18,6 +18,27 @@ Kind = Literal[
 ]
 Role = Literal["diffusion_model", "vae", "text_encoder"]
 
+#: each kind with its article, as a sentence says it ("is a LoRA", "is an upscale model")
+_KIND_PHRASES = {
+    "checkpoint": "a checkpoint",
+    "diffusion_model": "a diffusion model",
+    "vae": "a VAE",
+    "text_encoder": "a text encoder",
+    "lora": "a LoRA",
+    "controlnet": "a ControlNet",
+    "upscale_model": "an upscale model",
+    "embedding": "an embedding",
+    "unknown": "a file of a kind Loadout does not recognise",
+}
+
+
+def kind_phrase(kind: str) -> str:
+    """``kind`` with its article for a sentence: never "is a unknown"."""
+    if kind in _KIND_PHRASES:
+        return _KIND_PHRASES[kind]
+    word = kind.replace("_", " ")
+    return f"{'an' if word[:1].lower() in 'aeiou' else 'a'} {word}"
+
 
 @dataclass(frozen=True)
 class Component:

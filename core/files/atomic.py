@@ -1,7 +1,18 @@
-"""Small files written atomically: a temporary file beside the target, fsynced, then renamed over it.
+"""The one way Loadout writes a file: a partial file beside the target, fsynced, renamed over it.
 
-A crash, an interrupt or a full disk leaves the target as it was (absent or the old file) and removes
-the temporary file. Large tensor files use :mod:`core.files.writer`, which streams tensor by tensor.
+Every output (pictures, grids, merged and converted models) goes through :func:`atomic_file` (or
+:class:`AtomicBatch` for several files that appear together), which promises:
+
+- readers see the old file (or none) or the whole new one, never a half-written file;
+- a crash, an interrupt (Ctrl-C, SIGTERM, :class:`~core.errors.InterruptedByUser`) or an error
+  removes the partial file;
+- the file gets the permissions of any file the user creates (``0666`` less the umask: ``0644``
+  under umask 022), not ``mkstemp``'s ``0600``;
+- running out of space at any point (``ENOSPC``/``EDQUOT``: the free-space check passed, then
+  another writer filled the disk) is the ``disk_full`` error, never an internal error;
+- the partial is named ``.<target>.<pid>-<random>.partial`` and locked (``flock``) while written: a
+  writer killed with SIGKILL leaves it behind, and the next write to that folder removes it (its
+  lock is free: its writer is dead). The library never lists ``.partial`` files as models.
 """
 
 from __future__ import annotations
@@ -9,43 +20,235 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
-import tempfile
+import re
+import secrets
+import signal
+import threading
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from types import FrameType
+from typing import BinaryIO
 
-from core.errors import FileAccessError
+from core.errors import FileAccessError, LoadoutError
+
+try:
+    import fcntl
+except ImportError:  # Windows: stale partials are found by their writer's pid alone
+    fcntl = None  # type: ignore[assignment]
+
+PARTIAL_SUFFIX = ".partial"
+_PARTIAL = re.compile(r"^\..+\.(\d+)-[0-9a-f]{8}\.partial$")
+#: a partial without a pid in its name (older versions' mkstemp names) is stale after this long
+_OLD_PARTIAL_AGE = 24 * 3600
+#: never sweep a partial younger than this (its writer may be between creating and locking it)
+_MIN_AGE = 2.0
+_FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
 
 
-def atomic_write_bytes(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` so that readers see either the old file or the whole new one."""
-    path = Path(path)
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".partial", dir=path.parent)
-    except OSError as exc:
-        raise FileAccessError(
+def is_partial(name: str) -> bool:
+    """Whether ``name`` is a writer's partial file (never a model, never listed)."""
+    return name.startswith(".") and name.endswith(PARTIAL_SUFFIX)
+
+
+def write_error(path: Path, exc: OSError) -> LoadoutError:
+    """The error for a failed write of ``path``: ``disk_full`` for no space, else ``write_failed``."""
+    if exc.errno in _FULL:
+        return FileAccessError(
             f"cannot write {path}",
-            why=exc.strerror or str(exc),
-            fix="Choose a folder you can write to",
-            code="write_failed",
-        ) from None
-    tmp = Path(tmp_name)
+            why="the disk is full",
+            fix="Free some space or choose another folder, and try again",
+            code="disk_full",
+        )
+    return FileAccessError(
+        f"cannot write {path}",
+        why=exc.strerror or str(exc),
+        fix="Choose a folder you can write to",
+        code="write_failed",
+    )
+
+
+def _pid_alive(pid: int) -> bool:
     try:
-        with os.fdopen(fd, "wb") as out:
-            out.write(data)
-            out.flush()
-            os.fsync(out.fileno())
-        os.replace(tmp, path)
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OSError):
+        return True
+    return True
+
+
+def _stale(path: Path) -> bool:
+    try:
+        age = time.time() - path.stat().st_mtime
+    except OSError:
+        return False
+    if age < _MIN_AGE:
+        return False
+    m = _PARTIAL.match(path.name)
+    if m is None:
+        return age > _OLD_PARTIAL_AGE
+    if fcntl is not None:  # the writer holds an exclusive lock until it ends; the kernel drops it at death
+        try:
+            fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+        except OSError:
+            return False
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            return False  # locked: its writer is alive
+        finally:
+            os.close(fd)
+        return True
+    return not _pid_alive(int(m.group(1)))
+
+
+def sweep_stale_partials(folder: Path) -> list[Path]:
+    """Remove the partial files of dead writers in ``folder``; returns what was removed."""
+    removed: list[Path] = []
+    try:
+        entries = list(os.scandir(folder))
+    except OSError:
+        return removed
+    for entry in entries:
+        if is_partial(entry.name) and entry.is_file(follow_symlinks=False) and _stale(Path(entry.path)):
+            with contextlib.suppress(OSError):
+                os.unlink(entry.path)
+                removed.append(Path(entry.path))
+    return removed
+
+
+def _create_partial(target: Path) -> tuple[int, Path]:
+    """A new locked partial beside ``target`` created with mode 0666 (the kernel applies the umask)."""
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise write_error(target, exc) from None
+    sweep_stale_partials(target.parent)
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_BINARY", 0)
+    for _ in range(100):
+        tmp = target.parent / f".{target.name}.{os.getpid()}-{secrets.token_hex(4)}{PARTIAL_SUFFIX}"
+        try:
+            fd = os.open(tmp, flags, 0o666)
+        except FileExistsError:
+            continue
+        except OSError as exc:
+            raise write_error(target, exc) from None
+        if fcntl is not None:
+            with contextlib.suppress(OSError):
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return fd, tmp
+    raise FileAccessError(f"cannot write {target}", why="no free temporary name", code="write_failed")
+
+
+@contextlib.contextmanager
+def atomic_file(path: str | os.PathLike[str]) -> Iterator[BinaryIO]:
+    """Open a partial for ``path``; when the block ends normally it is fsynced and renamed over
+    ``path``, otherwise removed. OSErrors (the disk filling up included) become :func:`write_error`."""
+    target = Path(path)
+    fd, tmp = _create_partial(target)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            yield fh
+            fh.flush()
+            os.fsync(fh.fileno())
+        with deferred_stop_signals():
+            os.replace(tmp, target)
     except OSError as exc:
         with contextlib.suppress(OSError):
             tmp.unlink()
-        full = exc.errno in (errno.ENOSPC, errno.EDQUOT)
-        raise FileAccessError(
-            f"cannot write {path}",
-            why="the disk is full" if full else (exc.strerror or str(exc)),
-            fix="Free some space and try again" if full else "Choose a folder you can write to",
-            code="disk_full" if full else "write_failed",
-        ) from None
+        raise write_error(target, exc) from None
     except BaseException:
         with contextlib.suppress(OSError):
             tmp.unlink()
         raise
+
+
+def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> None:
+    """Write ``data`` to ``path`` so that readers see either the old file or the whole new one."""
+    with atomic_file(path) as out:
+        out.write(data)
+
+
+class AtomicBatch:
+    """Several files that appear together or not at all (a batch of pictures): each is written to
+    its partial by :meth:`write_bytes`; :meth:`commit` renames them all (Ctrl-C and SIGTERM wait
+    until the renames are done); :meth:`abort` (or leaving the ``with`` block by an exception)
+    removes every partial, so an interrupted batch writes nothing."""
+
+    def __init__(self) -> None:
+        self._pending: list[tuple[int, Path, Path]] = []  # (locked fd, partial, target)
+
+    def __enter__(self) -> AtomicBatch:
+        return self
+
+    def __exit__(self, kind: object, exc: object, tb: object) -> None:
+        if kind is None:
+            self.commit()
+        else:
+            self.abort()
+
+    def write_bytes(self, path: str | os.PathLike[str], data: bytes) -> None:
+        target = Path(path)
+        fd, tmp = _create_partial(target)
+        self._pending.append((fd, tmp, target))
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+            os.fsync(fd)
+        except OSError as exc:
+            self.abort()
+            raise write_error(target, exc) from None
+
+    def commit(self) -> list[Path]:
+        done: list[Path] = []
+        with deferred_stop_signals():
+            try:
+                for _, tmp, target in self._pending:
+                    os.replace(tmp, target)
+                    done.append(target)
+            except OSError as exc:
+                self.abort()
+                raise write_error(self._pending[len(done)][2], exc) from None
+            finally:
+                self._close()
+        return done
+
+    def abort(self) -> None:
+        for _, tmp, _ in self._pending:
+            with contextlib.suppress(OSError):
+                tmp.unlink()
+        self._close()
+
+    def _close(self) -> None:
+        for fd, _, _ in self._pending:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        self._pending = []
+
+
+@contextlib.contextmanager
+def deferred_stop_signals() -> Iterator[None]:
+    """Hold SIGINT and SIGTERM while a few renames finish, then handle them as they would have
+    been (only in the main thread, where Python runs signal handlers; elsewhere nothing changes)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    wanted = [signal.SIGINT, *([signal.SIGTERM] if hasattr(signal, "SIGTERM") else [])]
+    got: list[int] = []
+    previous: dict[int, signal.Handlers | Callable[[int, FrameType | None], object] | int | None] = {}
+    for sig in wanted:
+        with contextlib.suppress(ValueError, OSError):  # not the main interpreter
+            previous[sig] = signal.signal(sig, lambda signum, frame: got.append(signum))
+    try:
+        yield
+    finally:
+        for number, handler in previous.items():
+            signal.signal(number, handler)
+        for signum in got[:1]:
+            held = previous.get(signum)
+            if callable(held):
+                held(signum, None)
+            elif held == signal.SIG_DFL:
+                os.kill(os.getpid(), signum)

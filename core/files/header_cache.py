@@ -19,14 +19,13 @@ from __future__ import annotations
 
 import hashlib
 import re
-import threading
-from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
 import orjson
 
 from core.files.tensor_info import TensorInfo
+from core.lru import LruCache
 
 #: (data area size, digest of the header without its metadata)
 Structure = tuple[int, bytes]
@@ -54,8 +53,7 @@ class Entry:
     warnings: tuple[str, ...]
 
 
-_entries: OrderedDict[Structure, Entry] = OrderedDict()
-_lock = threading.Lock()  # the library scan and the window may read headers on two threads
+_entries: LruCache[Structure, Entry] = LruCache(CAPACITY)
 
 
 def _object_end(raw: bytes, start: int) -> int:
@@ -116,23 +114,13 @@ def parse_metadata(text: bytes | None) -> dict[str, str] | None:
 
 
 def get(structure: Structure) -> Entry | None:
-    with _lock:
-        entry = _entries.get(structure)
-        if entry is not None:
-            _entries.move_to_end(structure)
-        return entry
+    return _entries.get(structure)
 
 
 def put(structure: Structure, tensors: dict[str, TensorInfo], warnings: tuple[str, ...]) -> None:
     """Remember a fully validated header's entries (its warnings must not be about metadata)."""
-    entry = Entry(dict(tensors), warnings)
-    with _lock:
-        _entries[structure] = entry
-        _entries.move_to_end(structure)
-        while len(_entries) > CAPACITY:
-            _entries.popitem(last=False)
+    _entries.put(structure, Entry(dict(tensors), warnings))
 
 
 def clear() -> None:
-    with _lock:
-        _entries.clear()
+    _entries.clear()

@@ -96,12 +96,7 @@ def _check_path(p: Path) -> os.stat_result:
             code="unreadable",
         ) from None
     if stat.S_ISDIR(st.st_mode):
-        raise FileAccessError(
-            f"{p} is a folder with no model files in it",
-            why="a model is a single file (" + ", ".join(MODEL_EXTENSIONS) + ")",
-            fix="Pick a model file, or a folder that holds some",
-            code="is_directory",
-        )
+        raise _folder_error(p)
     if not stat.S_ISREG(st.st_mode):
         raise FileAccessError(
             f"{p} is not a regular file",
@@ -110,6 +105,31 @@ def _check_path(p: Path) -> os.stat_result:
             code="not_a_file",
         )
     return st
+
+
+def _folder_error(p: Path) -> FileAccessError:
+    """A folder given where a model file goes: name the model files it holds, if any."""
+    try:
+        names = sorted(e.name for e in os.scandir(p) if e.name.lower().endswith(MODEL_EXTENSIONS) and
+                       not e.name.startswith(".") and e.is_file())  # fmt: skip
+    except OSError:
+        names = []
+    if not names:
+        return FileAccessError(
+            f"{p} is a folder with no model files in it",
+            why="a model is a single file (" + ", ".join(MODEL_EXTENSIONS) + ")",
+            fix="Pick a model file",
+            code="is_directory",
+        )
+    shown = ", ".join(str(p / n) for n in names[:8]) + (
+        f" and {len(names) - 8} more" if len(names) > 8 else ""
+    )
+    return FileAccessError(
+        f"{p} is a folder, not a model file",
+        why=f"it holds {len(names)} model file{'s' if len(names) > 1 else ''}: {shown}",
+        fix="Pick one of them",
+        code="is_directory",
+    )
 
 
 def read_tensor_index(path: str | os.PathLike[str]) -> TensorIndex:

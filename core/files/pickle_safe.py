@@ -16,6 +16,7 @@ import collections
 import io
 import os
 import pickle
+import re
 import struct
 import warnings
 import zipfile
@@ -366,6 +367,23 @@ def _torch_dtype_name(dtype: torch.dtype) -> str:
     return name_of_torch_dtype(dtype)
 
 
+_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+_GLOBAL = re.compile(r"(?:GLOBAL|global)\s+([A-Za-z_][\w.]*)")
+
+
+def _refused_global(text: str) -> str | None:
+    """The ``module.name`` torch's restricted unpickler refused, if its message names one."""
+    m = _GLOBAL.search(_ANSI.sub("", text))
+    return m.group(1) if m else None
+
+
+def _plain_reason(text: str) -> str:
+    """torch's reason in one plain line: no terminal colours, no advice to turn its safety off."""
+    lines = [ln.strip() for ln in _ANSI.sub("", text).splitlines() if ln.strip()]
+    kept = [ln for ln in lines if "weights_only" not in ln]
+    return (kept[0] if kept else "torch could not read it")[:200]
+
+
 def load_pickle_state_dict(path: str | os.PathLike[str]) -> dict[str, torch.Tensor]:
     """Tensors of a pickle checkpoint via ``torch.load(weights_only=True)``; nothing else runs."""
     p = Path(path)
@@ -383,16 +401,18 @@ def load_pickle_state_dict(path: str | os.PathLike[str]) -> dict[str, torch.Tens
             warnings.filterwarnings("ignore", message=".*pickle protocol.*", category=UserWarning)
             top = torch.load(p, map_location="cpu", weights_only=True, mmap=zipped)
     except pickle.UnpicklingError as exc:
+        name = _refused_global(str(exc))
         raise UnsafeFileError(
             f"{p.name} was refused: it holds objects other than tensors",
-            why=str(exc).splitlines()[0][:300],
+            why=(f"it refers to {name}, which Loadout never imports from a model file" if name else
+                 "loading it would run Python code stored in the file"),
             fix="Get a .safetensors version of the model from a source you trust",
             code="unsafe_pickle",
-        ) from None
+        ) from None  # fmt: skip
     except (RuntimeError, EOFError, OSError, ValueError) as exc:
         raise FileFormatError(
             f"{p.name} is not a readable PyTorch checkpoint",
-            why=str(exc).splitlines()[0][:300],
+            why=_plain_reason(str(exc)),
             fix="Get the file again",
             code="invalid_pickle",
         ) from None

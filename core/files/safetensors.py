@@ -26,6 +26,7 @@ import torch
 
 from core.errors import FileFormatError
 from core.files.dtypes import DTYPES, nbytes_for
+from core.files.guard import changed_error
 from core.files.tensor_info import TensorInfo
 
 #: The reference implementation refuses headers over 100 MB; so do we, by default.
@@ -354,11 +355,8 @@ class SafetensorsFile:
     def metadata(self) -> dict[str, str]:
         return self.header.metadata
 
-    def tensor(self, name: str) -> torch.Tensor:
-        """The named tensor as a view on the mapped file, at the file's own address (placement keeps
-        that address modulo 64 in every copy it makes: ``core.ops.alignment``). Copied only when its
-        offset is not a multiple of its element size, which torch cannot view: then into a fresh
-        tensor (64-byte aligned, like every allocation of torch's CPU allocator)."""
+    def _locate(self, name: str) -> tuple[torch.dtype, int, int, int]:
+        """(torch dtype, element size, absolute start, byte count) of a tensor's data."""
         info = self.header.tensors[name]
         dt = DTYPES[info.dtype]
         tdt = dt.torch_dtype
@@ -369,18 +367,47 @@ class SafetensorsFile:
                 fix="Update torch, or convert the file to a supported dtype",
                 code="unsupported_dtype",
             )
+        begin, end = self.header.offsets[name]
+        return tdt, max(1, dt.bits // 8), self.header.data_start + begin, end - begin
+
+    def tensor(self, name: str) -> torch.Tensor:
+        """The named tensor as a view on the mapped file, at the file's own address (placement keeps
+        that address modulo 64 in every copy it makes: ``core.ops.alignment``). Copied only when its
+        offset is not a multiple of its element size, which torch cannot view: then into a fresh
+        tensor (64-byte aligned, like every allocation of torch's CPU allocator)."""
+        info = self.header.tensors[name]
+        tdt, itemsize, start, count = self._locate(name)
         if info.numel == 0:
             return torch.empty(info.shape, dtype=tdt)
-        begin, end = self.header.offsets[name]
-        start = self.header.data_start + begin
         assert self._mmap is not None
-        itemsize = max(1, dt.bits // 8)
         with warnings.catch_warnings():
             # torch warns that a read-only buffer must not be written: see ``writable``
             warnings.filterwarnings("ignore", message="The given buffer is not writable")
             if start % itemsize:
-                raw = torch.frombuffer(self._mmap, dtype=torch.uint8, count=end - begin, offset=start)
+                raw = torch.frombuffer(self._mmap, dtype=torch.uint8, count=count, offset=start)
                 flat = raw.clone().view(tdt)
             else:
                 flat = torch.frombuffer(self._mmap, dtype=tdt, count=info.numel, offset=start)
         return flat.view(info.shape)
+
+    def read_tensor(self, name: str) -> torch.Tensor:
+        """The named tensor read into fresh memory with plain file reads, never through the mapping:
+        a file truncated meanwhile gives a short read, which is :class:`FileChangedError` (a mapped
+        page past the end would be a SIGBUS). For readers that copy each tensor once anyway
+        (``convert``)."""
+        info = self.header.tensors[name]
+        tdt, _, start, count = self._locate(name)
+        out = torch.empty(count, dtype=torch.uint8)
+        if count:
+            view = memoryview(out.numpy().data).cast("B")
+            with open(self.path, "rb") as fh:
+                if os.fstat(fh.fileno()).st_size != self.header.file_size:
+                    raise changed_error(self.path)
+                fh.seek(start)
+                done = 0
+                while done < count:
+                    got = fh.readinto(view[done:])
+                    if not got:
+                        raise changed_error(self.path)
+                    done += got
+        return out.view(tdt).view(info.shape)

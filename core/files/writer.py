@@ -11,7 +11,6 @@ import json
 import math
 import os
 import shutil
-import tempfile
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,6 +18,8 @@ from pathlib import Path
 import torch
 
 from core.errors import FileAccessError, LoadoutError
+from core.files.atomic import atomic_file, write_error
+from core.files.destination import check_output_file
 from core.files.dtypes import name_of_torch_dtype
 
 #: The data area starts at a multiple of this many bytes (the header is padded with spaces, which
@@ -106,8 +107,12 @@ def write_safetensors(
     raw_header = json.dumps(header, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
     raw_header += b" " * ((-(8 + len(raw_header))) % DATA_ALIGN)
     total = 8 + len(raw_header) + offset
-    out.parent.mkdir(parents=True, exist_ok=True)
-    free = shutil.disk_usage(out.parent).free
+    check_output_file(out)
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        free = shutil.disk_usage(out.parent).free
+    except OSError as exc:
+        raise write_error(out, exc) from None
     if free < total:
         raise LoadoutError(
             f"not enough disk space to write {out.name}",
@@ -115,27 +120,18 @@ def write_safetensors(
             fix="Free some space or choose another folder",
             code="disk_full",
         )
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".partial", dir=out.parent)
-    tmp = Path(tmp_name)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(len(raw_header).to_bytes(8, "little"))
-            fh.write(raw_header)
-            done = 0
-            for i, name in enumerate(names):
-                if check is not None:
-                    check()
-                t = tensors[name]
-                if _nbytes(t) != sizes[name] or name_of_torch_dtype(t.dtype) != header_dtype(header, name):
-                    raise ValueError(f"tensor {name!r} does not match its announced dtype and shape")
-                fh.write(_raw(t))
-                done += sizes[name]
-                if progress is not None:
-                    progress(WriteProgress(i + 1, len(names), done, offset))
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, out)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+    with atomic_file(out) as fh:
+        fh.write(len(raw_header).to_bytes(8, "little"))
+        fh.write(raw_header)
+        done = 0
+        for i, name in enumerate(names):
+            if check is not None:
+                check()
+            t = tensors[name]
+            if _nbytes(t) != sizes[name] or name_of_torch_dtype(t.dtype) != header_dtype(header, name):
+                raise ValueError(f"tensor {name!r} does not match its announced dtype and shape")
+            fh.write(_raw(t))
+            done += sizes[name]
+            if progress is not None:
+                progress(WriteProgress(i + 1, len(names), done, offset))
     return out

@@ -33,6 +33,34 @@ class GeneratedImage:
 
 
 @dataclass(frozen=True)
+class LoraMatch:
+    """How one LoRA of the stack mapped onto the loaded model (the window's LoRA card shows the same)."""
+
+    path: Path
+    modules: int
+    matched: int
+    unmatched: int
+    shape_mismatches: int
+
+    @property
+    def partial(self) -> bool:
+        return bool(self.unmatched or self.shape_mismatches)
+
+    def note(self) -> str:
+        missed = self.unmatched + self.shape_mismatches
+        return (
+            f"LoRA {self.path.name}: {missed} of its {self.modules} modules fit nothing in this model and "
+            f"were not applied ({self.matched} applied); --strict refuses such a LoRA"
+        )
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "path": str(self.path), "modules": self.modules, "matched": self.matched,
+            "unmatched": self.unmatched, "shape_mismatches": self.shape_mismatches,
+        }  # fmt: skip
+
+
+@dataclass(frozen=True)
 class GenerateResult:
     images: tuple[GeneratedImage, ...]
     seed: int
@@ -41,6 +69,7 @@ class GenerateResult:
     peak_bytes: int
     events: tuple[dict[str, object], ...] = ()
     notes: tuple[str, ...] = ()  # e.g. "demo models make noise-like pictures"
+    loras: tuple[LoraMatch, ...] = ()  # how each LoRA of the stack matched the model
 
     def to_json(self) -> dict[str, object]:
         """``loadout generate --json`` (the contract in docs/cli.md)."""
@@ -52,4 +81,5 @@ class GenerateResult:
             "peak_bytes": self.peak_bytes,
             "events": list(self.events),
             "notes": list(self.notes),
+            "loras": [m.to_json() for m in self.loras],
         }

@@ -10,8 +10,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from core.detect.catalog import REGISTRY
 from core.errors import LoadoutError
 from core.generate.events import GenerateProgress, GenerateResult
+from core.generate.hashes import FileHashes
 from core.generate.request import ImageSettings
 from core.generate.session_run import GenerateState, Output, generate
 from core.generate.sweep import Sweep, run_sweep
@@ -19,9 +21,11 @@ from core.session.session import Session
 from core.session.slots import SlotId
 from core.text.t5_tokenizer import T5Tokenizer, T5TokenizerSearch, installs_from_origins
 
-T5_FAMILIES = frozenset(
-    {"sd3", "sd3.5-medium", "sd3.5-large", "flux-dev", "flux-schnell", "flux-fill", "chroma"}
-)
+
+def needs_t5(family: str | None) -> bool:
+    """Whether the family's prompt encoding takes T5 (its record's text encoders say so)."""
+    fam = REGISTRY.get(family) if family else None
+    return fam is not None and fam.diffusion is not None and fam.diffusion.needs_t5
 
 
 class Generator:
@@ -29,7 +33,8 @@ class Generator:
         self, session: Session, *, t5_tokenizer: Path | None = None, taesd_folders: tuple[Path, ...] = ()
     ) -> None:
         self.session = session
-        self.state = GenerateState()
+        # picture hashes come from the library's store: the sqlite cache, else one read kept there
+        self.state = GenerateState(hashes=FileHashes(session.library.hashes))
         self.t5_path = t5_tokenizer  # Settings: an explicit tokenizer file or folder
         self.taesd_folders = taesd_folders  # besides the library's ComfyUI installs
 
@@ -52,7 +57,7 @@ class Generator:
     ) -> GenerateResult:
         loaded = self.session.loaded.get(SlotId.MAIN)
         search = self._search()  # also where TAESD decoders may be
-        if loaded is not None and loaded.family in T5_FAMILIES and self.state.t5_tokenizer is None:
+        if loaded is not None and needs_t5(loaded.family) and self.state.t5_tokenizer is None:
             self.state.t5_tokenizer = T5Tokenizer.find(search)
         return generate(
             self.session, settings, output, state=self.state, progress=progress, check=check, init=init,

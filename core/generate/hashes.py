@@ -1,47 +1,32 @@
-"""File hashes as A1111 and Civitai show them, computed once per file version.
+"""File hashes as A1111 and Civitai show them in a picture's parameters, computed once per file.
 
-``Model hash`` is the first 10 hex digits of the file's SHA-256 ("AutoV2"); LoRA hashes are the
-first 12 ("short hash"). Hashing a 6 GB checkpoint takes seconds, so results are kept by
-(path, size, modification time) for the life of the process, and can be persisted by the caller.
+``Model hash`` is the first 10 hex digits of the checkpoint's SHA-256 ("AutoV2"); a LoRA's hash
+in ``Lora hashes`` is 12 digits of the SHA-256 of its data after the safetensors header (A1111's
+``use_addnet_hash``; the whole file's for other formats). The digests come from the library's
+:class:`~core.library.hashes.HashStore`: the sqlite cache when the file was hashed before (by the
+background pass or an earlier picture, in this run or an earlier one), else one read whose result
+goes into the cache.
 """
 
 from __future__ import annotations
 
-import hashlib
-import os
-import threading
 from collections.abc import Callable
 from pathlib import Path
 
-_CHUNK = 8 << 20
+from core.library.hashes import HashStore
 
 
 class FileHashes:
-    """A small cache of full-file SHA-256 digests keyed by (path, size, mtime)."""
+    """The hashes a picture's parameters name, from ``store`` (a memory-only one by default)."""
 
-    def __init__(self) -> None:
-        self._known: dict[tuple[str, int, int], str] = {}
-        self._lock = threading.Lock()
+    def __init__(self, store: HashStore | None = None) -> None:
+        self.store = store if store is not None else HashStore()
 
     def sha256(self, path: Path, check: Callable[[], None] | None = None) -> str:
-        st = os.stat(path)
-        key = (str(Path(path).resolve()), st.st_size, st.st_mtime_ns)
-        with self._lock:
-            if key in self._known:
-                return self._known[key]
-        h = hashlib.sha256()
-        with open(path, "rb") as f:
-            while chunk := f.read(_CHUNK):
-                h.update(chunk)
-                if check is not None:
-                    check()
-        digest = h.hexdigest()
-        with self._lock:
-            self._known[key] = digest
-        return digest
+        return self.store.digest(path, check=check).sha256
 
-    def model_hash(self, path: Path) -> str:
-        return self.sha256(path)[:10]
+    def model_hash(self, path: Path, check: Callable[[], None] | None = None) -> str:
+        return self.store.digest(path, check=check).autov2
 
-    def lora_hash(self, path: Path) -> str:
-        return self.sha256(path)[:12]
+    def lora_hash(self, path: Path, check: Callable[[], None] | None = None) -> str:
+        return self.store.digest(path, addnet=True, check=check).lora_hash

@@ -9,23 +9,25 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Iterable
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
-from PIL import Image, UnidentifiedImageError
+from PIL import Image
 
-from core.errors import FileAccessError, FileFormatError, LoadoutError
-from core.generate.events import GenerateProgress, GenerateResult
-from core.generate.generator import T5_FAMILIES, Generator
+from core.errors import FileAccessError, FileFormatError, LoadoutError, ModelMismatchError
+from core.files.destination import check_output_file, check_output_folder
+from core.files.png_text import read_picture_header
+from core.generate.events import GenerateProgress, GenerateResult, LoraMatch
+from core.generate.generator import Generator, needs_t5
 from core.generate.request import GenerateRequest, ModelFiles
 from core.generate.session_run import Output
 from core.generate.sweep import Sweep
 from core.loading.assign import interrupt_check
-from core.loading.loader import inspect_for_loading
-from core.memory.devices import device_named
-from core.session.placement import Placement, PlacementConfig
+from core.session.compose import headless_session, load_main
 from core.session.session import Session
 from core.text.t5_tokenizer import T5Tokenizer, T5TokenizerSearch
+from core.values import MAX_AREA, SIDE, BadValueError
 
 
 def comfyui_installs(paths: Iterable[Path]) -> tuple[Path, ...]:
@@ -41,15 +43,24 @@ def comfyui_installs(paths: Iterable[Path]) -> tuple[Path, ...]:
 
 
 def read_picture(path: Path) -> np.ndarray:
-    """An image file as (H, W, 3) uint8 RGB."""
+    """An image file as (H, W, 3) uint8 RGB (a writable array). Its size is read from the header
+    and checked against the size limit of ``--size`` before a pixel is decoded."""
+    header = read_picture_header(path)
+    w, h = header.width, header.height
+    if w * h > MAX_AREA or max(w, h) > SIDE.hi:
+        raise BadValueError(
+            f"the starting picture {Path(path).name} is {w}x{h} pixels, too large",
+            why=f"pictures are limited to 4096x4096 in area and {int(SIDE.hi)} pixels a side",
+            fix="Resize it first (e.g. to 1024 pixels on the long side)",
+        )
     try:
         with Image.open(path) as im:
-            return np.asarray(im.convert("RGB"))
+            return np.array(im.convert("RGB"))
     except FileNotFoundError:
         raise FileAccessError(
             f"{path} does not exist", fix="Check the --init path", code="not_found"
         ) from None
-    except (UnidentifiedImageError, OSError) as exc:
+    except Exception as exc:  # Pillow raises many kinds for damaged files (OSError, SyntaxError, ValueError)
         raise FileFormatError(
             f"{Path(path).name} is not a picture Loadout can read",
             why=str(exc),
@@ -58,7 +69,7 @@ def read_picture(path: Path) -> np.ndarray:
         ) from None
 
 
-def _load_all(session: Session, models: ModelFiles, check: Callable[[], None]) -> str | None:
+def load_models(session: Session, models: ModelFiles, check: Callable[[], None]) -> str | None:
     if models.checkpoint is not None and models.diffusion_model is not None:
         raise LoadoutError(
             "both a checkpoint and a diffusion model were given",
@@ -69,14 +80,26 @@ def _load_all(session: Session, models: ModelFiles, check: Callable[[], None]) -
         )
     main = models.checkpoint or models.diffusion_model
     assert main is not None
-    index, det = inspect_for_loading(main)
-    kind = "checkpoint" if det.kind == "checkpoint" else "diffusion_model"
-    session.load(main, kind, lambda p: None, check, inspected=(index, det))
+    det = load_main(session, main, check)
     for path in models.text_encoders:
         session.load(path, "text_encoder", lambda p: None, check)
     if models.vae is not None:
         session.load(models.vae, "vae", lambda p: None, check)
     return det.family
+
+
+def generator_for(
+    session: Session, models: ModelFiles, family: str | None, t5_search: T5TokenizerSearch | None = None
+) -> Generator:
+    """A generator for models loaded from these files: TAESD decoders and the T5 tokenizer are looked
+    for beside them (their ComfyUI install's models/vae_approx, its T5 tokenizer)."""
+    installs = comfyui_installs(models.paths)
+    beside = [p.resolve().parent.parent / "vae_approx" for p in models.paths]  # models/<kind>/f
+    generator = Generator(session, taesd_folders=(*(r / "models" / "vae_approx" for r in installs), *beside))
+    if needs_t5(family):
+        search = t5_search or T5TokenizerSearch(comfyui_installs=installs)
+        generator.state.t5_tokenizer = T5Tokenizer.find(search)
+    return generator
 
 
 def generate_files(
@@ -88,22 +111,29 @@ def generate_files(
 ) -> GenerateResult:
     """Everything ``loadout generate`` does; ``interrupt`` (set from any thread) stops it within a
     tensor, a layer or a step, before any picture is written."""
-    device = device_named(request.device)
-    config = PlacementConfig(simulate_bytes=request.vram_limit or 0)
-    placement = Placement(device, config, interrupt=interrupt, cpu_is_device=True)
-    session = Session(placement)
+    if request.output_is_folder:  # before any work: a bad destination is refused in a second
+        check_output_folder(request.output)
+    else:
+        check_output_file(request.output)
+    session, _ = headless_session(request.device, vram_limit=request.vram_limit, interrupt=interrupt)
+    placement = session.placement
     check = interrupt_check(placement.interrupt.is_set)
     report = progress or (lambda p: None)
     report(GenerateProgress("load", 0, 0, "loading the models"))
-    family = _load_all(session, request.models, check)
+    family = load_models(session, request.models, check)
     for arg in request.loras:
-        session.loras.add(arg.path, arg.model, arg.clip)
-    installs = comfyui_installs(request.models.paths)
-    beside = [p.resolve().parent.parent / "vae_approx" for p in request.models.paths]  # models/<kind>/f
-    generator = Generator(session, taesd_folders=(*(r / "models" / "vae_approx" for r in installs), *beside))
-    if family in T5_FAMILIES:
-        search = t5_search or T5TokenizerSearch(comfyui_installs=comfyui_installs(request.models.paths))
-        generator.state.t5_tokenizer = T5Tokenizer.find(search)
+        session.loras.add(arg.path, arg.model, arg.clip, force=request.force)
+    matches = lora_matches(session)
+    refuse_partial = [m for m in matches if m.partial] if request.strict else []
+    if refuse_partial:
+        m = refuse_partial[0]
+        raise ModelMismatchError(
+            f"{m.path.name} fits only {m.matched} of its {m.modules} modules in this model",
+            why="--strict refuses a LoRA that does not apply whole",
+            fix="Pick a LoRA made for this model, or leave out --strict to apply what fits",
+            code="lora_partial_match",
+        )
+    generator = generator_for(session, request.models, family, t5_search)
     init = read_picture(request.image.init_image) if request.image.init_image is not None else None
     output = Output(request.output, request.output_is_folder)
     check = placement.manager.check
@@ -114,5 +144,18 @@ def generate_files(
                 "a strength sweep needs a LoRA", fix="Add one with --lora FILE", code="bad_argument"
             )
         sweep = Sweep(next(iter(stack.entries)), request.sweep)
-        return generator.sweep(request.image, sweep, output, report, check)
-    return generator.generate(request.image, output, report, check, init, dtype=request.dtype)
+        result = generator.sweep(request.image, sweep, output, report, check)
+    else:
+        result = generator.generate(request.image, output, report, check, init, dtype=request.dtype)
+    notes = (*result.notes, *(m.note() for m in matches if m.partial))
+    return replace(result, loras=matches, notes=notes)
+
+
+def lora_matches(session: Session) -> tuple[LoraMatch, ...]:
+    """How each LoRA of the session's stack matched the model."""
+    stack = session.loras.stack
+    return tuple(
+        LoraMatch(e.path, e.report.total, len(e.report.matched), len(e.report.unmatched),
+                  len(e.report.shape_mismatches))
+        for e in (stack.entries.values() if stack is not None else ())
+    )  # fmt: skip

@@ -20,6 +20,17 @@ import re
 from dataclasses import dataclass, field
 
 from core.errors import LoadoutError
+from core.values import (
+    CFG,
+    DENOISE,
+    GUIDANCE,
+    LORA_STRENGTH,
+    SEED,
+    STEPS,
+    BadValueError,
+    NumberRange,
+    check_size,
+)
 
 #: ComfyUI sampler name -> A1111's display name.
 SAMPLER_LABELS: dict[str, str] = {
@@ -77,6 +88,9 @@ class GenerationParameters:
     denoise: float | None = None  # img2img only ("Denoising strength")
     guidance: float | None = None  # Flux's distilled guidance ("Distilled CFG Scale" in Forge)
     extra: dict[str, str] = field(default_factory=dict)  # other keys read from an image, kept as text
+    #: values read from a picture that were not used, by infotext key, with the reason (out of range,
+    #: not a number...): the field keeps its default and the reader says so
+    ignored: dict[str, str] = field(default_factory=dict)
 
 
 def _num(value: float) -> str:
@@ -164,16 +178,20 @@ def _sampler_and_schedule(label: str, schedule: str | None) -> tuple[str, str]:
     return label.strip(), scheduler or "normal"
 
 
-def _loras_from_prompt(prompt: str, hashes: dict[str, str]) -> tuple[str, tuple[LoraUse, ...]]:
+def _loras_from_prompt(
+    prompt: str, hashes: dict[str, str], ignored: dict[str, str]
+) -> tuple[str, tuple[LoraUse, ...]]:
     found: list[LoraUse] = []
     for m in _TAG.finditer(prompt):
         values = [v for v in m.group(2).split(":")[1:] if v and "=" not in v]
+        name = m.group(1).strip()
         try:
-            nums = [float(v) for v in values] or [1.0]
-        except ValueError:
+            nums = [LORA_STRENGTH.parse(v) for v in values] or [1.0]
+        except BadValueError as exc:
+            if all(_is_number(v) for v in values):  # a number out of range; otherwise not a strength
+                ignored[f"<lora:{name}>"] = exc.message
             continue
         clip, model = (nums[0], nums[1]) if len(nums) > 1 else (nums[0], nums[0])
-        name = m.group(1).strip()
         found.append(LoraUse(name, model, clip, hashes.get(name, "")))
     if not found:
         return prompt, ()
@@ -182,18 +200,37 @@ def _loras_from_prompt(prompt: str, hashes: dict[str, str]) -> tuple[str, tuple[
     return stripped, tuple(found)
 
 
-def _int(items: dict[str, str], key: str, default: int) -> int:
+def _is_number(text: str) -> bool:
     try:
-        return int(items[key]) if key in items else default
+        float(text)
     except ValueError:
-        raise _bad(f"{key} is {items[key]!r}, not a whole number") from None
+        return False
+    return True
 
 
-def _float(items: dict[str, str], key: str) -> float | None:
+def _number(items: dict[str, str], key: str, limits: NumberRange, ignored: dict[str, str]) -> float | None:
+    """``items[key]`` checked against ``limits``; None (and the reason in ``ignored``) when it is
+    missing, not a number, not finite or out of range."""
+    if key not in items:
+        return None
     try:
-        return float(items[key]) if key in items else None
-    except ValueError:
-        raise _bad(f"{key} is {items[key]!r}, not a number") from None
+        return limits.parse(items[key])
+    except BadValueError as exc:
+        ignored[key] = exc.message
+        return None
+
+
+def _size(items: dict[str, str], ignored: dict[str, str]) -> tuple[int, int]:
+    if "Size" not in items:
+        return 512, 512
+    m = re.fullmatch(r"\s*(\d{1,6})\s*x\s*(\d{1,6})\s*", items["Size"])
+    try:
+        if m is None:
+            raise BadValueError(f"Size is {items['Size'][:40]!r}, not WIDTHxHEIGHT")
+        return check_size(int(m.group(1)), int(m.group(2)))
+    except BadValueError as exc:
+        ignored["Size"] = exc.message
+        return 512, 512
 
 
 _KNOWN = {
@@ -227,29 +264,28 @@ def parse_parameters(text: str) -> GenerationParameters:
         if ":" in part:
             name, h = part.rsplit(":", 1)
             hashes[name.strip()] = h.strip()
-    prompt, loras = _loras_from_prompt(prompt, hashes)
-    width, height = 512, 512
-    if "Size" in items:
-        m = re.fullmatch(r"\s*(\d+)\s*x\s*(\d+)\s*", items["Size"])
-        if m is None:
-            raise _bad(f"Size is {items['Size']!r}, not WIDTHxHEIGHT")
-        width, height = int(m.group(1)), int(m.group(2))
+    ignored: dict[str, str] = {}
+    prompt, loras = _loras_from_prompt(prompt, hashes, ignored)
+    width, height = _size(items, ignored)
     sampler, scheduler = _sampler_and_schedule(items.get("Sampler", "Euler"), items.get("Schedule type"))
-    cfg = _float(items, "CFG scale")
+    steps = _number(items, "Steps", STEPS, ignored)
+    seed = _number(items, "Seed", SEED, ignored)
+    cfg = _number(items, "CFG scale", CFG, ignored)
     return GenerationParameters(
         prompt=prompt,
         negative=negative,
-        steps=_int(items, "Steps", 20),
+        steps=20 if steps is None else int(steps),
         sampler=sampler,
         scheduler=scheduler,
         cfg=7.0 if cfg is None else cfg,
-        seed=_int(items, "Seed", 0),
+        seed=0 if seed is None else int(seed),
         width=width,
         height=height,
         model=items.get("Model", ""),
         model_hash=items.get("Model hash", ""),
         loras=loras,
-        denoise=_float(items, "Denoising strength"),
-        guidance=_float(items, "Distilled CFG Scale"),
+        denoise=_number(items, "Denoising strength", DENOISE, ignored),
+        guidance=_number(items, "Distilled CFG Scale", GUIDANCE, ignored),
         extra={k: v for k, v in items.items() if k not in _KNOWN},
+        ignored=ignored,
     )

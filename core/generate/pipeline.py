@@ -22,16 +22,19 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
+from core.detect.catalog import diffusion_spec
 from core.errors import LoadoutError, ModelMismatchError
 from core.generate.events import GenerateProgress, Phase
 from core.generate.network import NetworkAdapter
 from core.generate.preview import Previewer
-from core.generate.request import ImageSettings, default_cfg
+from core.generate.request import ImageSettings
+from core.memory.peak import median_step_seconds
 from core.models.clip import CLIPTextModel
 from core.models.t5 import T5Encoder
 from core.models.vae import AutoencoderKL
 from core.sampling import Conditioning as SamplingConditioning
-from core.sampling import SamplingRequest, StepProgress, empty_latent, for_family, latent_format_for, sample
+from core.sampling import SamplingRequest, StepProgress, empty_latent, latent_format_for, sample
+from core.sampling.model_sampling import from_spec
 from core.text.cache import CacheKey, ConditioningCache
 from core.text.clip_tokenizer import ClipTokenizer
 from core.text.conditioning import (
@@ -45,22 +48,6 @@ from core.text.conditioning import (
 )
 from core.text.t5_tokenizer import T5Tokenizer
 
-#: Diffusion family -> how its prompts are encoded.
-TEXT_FAMILY: dict[str, TextFamily] = {
-    "sd1": "sd1",
-    "sd2": "sd2",
-    "sdxl": "sdxl",
-    "ssd-1b": "sdxl",
-    "segmind-vega": "sdxl",
-    "sdxl-refiner": "sdxl_refiner",
-    "sd3": "sd3",
-    "sd3.5-medium": "sd3",
-    "sd3.5-large": "sd3",
-    "flux-dev": "flux",
-    "flux-schnell": "flux",
-    "flux-fill": "flux",
-    "chroma": "chroma",
-}
 _TOWER = {"clip-l": "clip_l", "clip-h": "clip_h", "clip-g": "clip_g", "t5-xxl": "t5", "t5-base": "t5"}
 
 
@@ -136,8 +123,7 @@ class Timings:
 
     @property
     def seconds_per_step(self) -> float:
-        times = sorted(self.steps[1:] or self.steps)  # the first step warms caches and allocators
-        return times[len(times) // 2] if times else 0.0
+        return median_step_seconds(self.steps)
 
     def as_dict(self) -> dict[str, float]:
         return {"text_encode": self.text_encode, "sample": self.sample, "decode": self.decode}
@@ -173,14 +159,8 @@ class Pipeline:
         t5_tokenizer: T5Tokenizer | None = None,
         cache: ConditioningCache | None = None,
     ) -> None:
-        family = TEXT_FAMILY.get(nets.family)
-        if family is None:
-            raise ModelMismatchError(
-                f"Loadout cannot generate with a {nets.family} model yet",
-                why="its prompt encoding and sampling are not implemented",
-                fix="Use an SD1, SD2, SDXL, SD3, Flux or Chroma model",
-                code="unsupported_family",
-            )
+        spec = diffusion_spec(nets.family)
+        assert spec.text is not None  # diffusion_spec refuses a family without prompt encoding
         f = nets.vae.config.downscale
         if f != 8:
             raise ModelMismatchError(
@@ -191,9 +171,10 @@ class Pipeline:
             )
         self.nets = nets
         self.compute = compute
-        self.text_family: TextFamily = family
-        self.adapter = NetworkAdapter(nets.diffusion)
-        self.sampling = for_family(nets.family, v_prediction=nets.v_prediction)
+        self.spec = spec
+        self.text_family: TextFamily = spec.text
+        self.adapter = NetworkAdapter(nets.diffusion, convention=spec.network)
+        self.sampling = from_spec(spec.sampling, nets.family, v_prediction=nets.v_prediction)
         self.latent_format = latent_format_for(nets.family)
         self.cache = cache if cache is not None else ConditioningCache()
         self._encoder: PromptEncoder | None = None
@@ -261,7 +242,7 @@ class Pipeline:
 
     def cfg(self, settings: ImageSettings) -> float:
         c = settings.sampling.cfg
-        return default_cfg(self.nets.family) if c is None else c
+        return self.spec.defaults.cfg if c is None else c
 
     # -- pixels <-> latents -------------------------------------------------------------------------
     def encode_image(self, rgb: np.ndarray, hooks: Hooks) -> Tensor:

@@ -11,10 +11,11 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from PIL import Image, PngImagePlugin, UnidentifiedImageError
+from PIL import Image, PngImagePlugin
 
-from core.errors import FileAccessError, FileFormatError
+from core.errors import FileFormatError
 from core.files.atomic import atomic_write_bytes
+from core.files.png_text import read_picture_header
 
 
 def to_uint8_rgb(pixels: torch.Tensor) -> np.ndarray:
@@ -47,35 +48,23 @@ def save_png(path: Path, rgb: np.ndarray, parameters: str | None = None) -> Path
 
 
 def read_png_parameters(path: Path) -> str:
-    """The A1111 ``parameters`` text of an image file, or a clear error saying why there is none."""
+    """The A1111 ``parameters`` text of an image file, or a clear error saying why there is none.
+    Only the header and text chunks are read (:mod:`core.files.png_text`): never the pixels."""
     path = Path(path)
-    try:
-        with Image.open(path) as im:
-            im.load()
-            text = dict(getattr(im, "text", {}) or {})
-            info = dict(im.info)
-    except FileNotFoundError:
-        raise FileAccessError(f"{path} does not exist", fix="Check the path", code="not_found") from None
-    except (UnidentifiedImageError, OSError, SyntaxError) as exc:
-        raise FileFormatError(
-            f"{path.name} is not an image Loadout can read",
-            why=str(exc) or "its bytes are not a PNG, JPEG or WebP picture",
-            fix="Drop a PNG saved by Loadout, A1111, Forge or a similar tool",
-            code="not_an_image",
-        ) from None
-    value = text.get("parameters") or info.get("parameters")
-    if isinstance(value, bytes):
-        value = value.decode("utf-8", "replace")
-    if isinstance(value, str) and value.strip():
+    header = read_picture_header(path)
+    value = header.text.get("parameters")
+    if value is not None and value.strip():
         return value
-    comfy = "prompt" in text or "workflow" in text
+    comfy = "prompt" in header.text or "workflow" in header.text
+    if header.skipped and not comfy:
+        why = "its text was not read: " + "; ".join(header.skipped)
+    elif comfy:
+        why = "it was saved by ComfyUI, which stores its workflow graph, not A1111 parameters"
+    else:
+        why = "the picture has no 'parameters' text chunk"
     raise FileFormatError(
         f"{path.name} carries no generation parameters",
-        why=(
-            "it was saved by ComfyUI, which stores its workflow graph, not A1111 parameters"
-            if comfy
-            else "the picture has no 'parameters' text chunk"
-        ),
+        why=why,
         fix="Use a picture saved by Loadout, A1111 or Forge, or type the settings in",
         code="no_parameters",
     )

@@ -9,9 +9,10 @@ import torch
 
 from core.errors import LoadoutError
 from core.patching.merge import LoraArg
+from core.values import BATCH, CFG, DENOISE, GUIDANCE, SEED, STEPS, NumberRange, check_size
 
 #: The largest seed ComfyUI's seed widget allows (0xffffffffffffffff).
-MAX_SEED = (1 << 64) - 1
+MAX_SEED = int(SEED.hi)
 
 
 @dataclass(frozen=True)
@@ -46,33 +47,20 @@ class Sampling:
 
     seed: int = 0
     steps: int = 20
-    cfg: float | None = None  # None: the family's usual value (see default_cfg)
+    cfg: float | None = None  # None: the family's usual value (its record's defaults)
     sampler: str = "euler"
     scheduler: str = "normal"
     denoise: float = 1.0
     guidance: float | None = None  # Flux-dev's distilled guidance (FluxGuidance; ComfyUI default 3.5)
 
     def problems(self) -> list[str]:
-        out = []
-        if not 0 <= self.seed <= MAX_SEED:
-            out.append(f"seed must be between 0 and {MAX_SEED}, not {self.seed}")
-        if not 1 <= self.steps <= 10_000:
-            out.append(f"steps must be between 1 and 10000, not {self.steps}")
-        if self.cfg is not None and not 0.0 <= self.cfg <= 100.0:
-            out.append(f"CFG must be between 0 and 100, not {self.cfg}")
-        if not 0.0 < self.denoise <= 1.0:
-            out.append(f"denoise must be above 0 and at most 1, not {self.denoise}")
-        return out
-
-
-def default_cfg(family: str | None) -> float:
-    """The CFG a family is usually run at when none is given: guidance-distilled Flux and Chroma
-    run without classifier-free guidance (1), SD3 at 4.5, the UNet families at 7 (A1111's default)."""
-    if family in ("flux-dev", "flux-schnell", "flux-fill", "chroma"):
-        return 1.0
-    if family in ("sd3", "sd3.5-medium", "sd3.5-large"):
-        return 4.5
-    return 7.0
+        """Each value outside its range (:mod:`core.values`), said with the range."""
+        checks: list[tuple[NumberRange, object]] = [
+            (SEED, self.seed), (STEPS, self.steps), (DENOISE, self.denoise),
+            *([(CFG, self.cfg)] if self.cfg is not None else []),
+            *([(GUIDANCE, self.guidance)] if self.guidance is not None else []),
+        ]  # fmt: skip
+        return [f"{why}: {r.name} must be {r.describe()}" for r, v in checks if (why := r.problem(v))]
 
 
 @dataclass(frozen=True)
@@ -89,12 +77,12 @@ class ImageSettings:
 
     def __post_init__(self) -> None:
         problems = self.sampling.problems()
-        if self.width < 64 or self.height < 64 or self.width % 8 or self.height % 8:
-            problems.append(f"size {self.width}x{self.height} must be multiples of 8, at least 64")
-        if self.width * self.height > 4096 * 4096:
-            problems.append(f"size {self.width}x{self.height} is larger than 4096x4096 in area")
-        if not 1 <= self.batch <= 64:
-            problems.append(f"batch must be between 1 and 64, not {self.batch}")
+        try:
+            check_size(self.width, self.height)
+        except LoadoutError as exc:
+            problems.append(exc.what)
+        if (why := BATCH.problem(self.batch)) is not None:
+            problems.append(f"{why}: {BATCH.name} must be {BATCH.describe()}")
         if self.init_image is None and self.sampling.denoise < 1.0:
             problems.append("denoise below 1 needs a starting image (--init)")
         if problems:
@@ -118,3 +106,7 @@ class GenerateRequest:
     vram_limit: int | None = None
     #: a strength sweep of the first LoRA: one picture per strength and their grid (empty: none)
     sweep: tuple[float, ...] = ()
+    #: refuse a LoRA of which some modules fit nothing in the model (default: apply what fits, say so)
+    strict: bool = False
+    #: apply a LoRA made for another model family anyway (what fits of it)
+    force: bool = False

@@ -11,8 +11,6 @@ needed now and streams what does not fit. Every decision is an event with its re
 
 from __future__ import annotations
 
-import resource
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -20,31 +18,28 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from core.errors import LoadoutError, ModelMismatchError
-from core.generate.events import GeneratedImage, GenerateProgress, GenerateResult, Phase
+from core.errors import ModelMismatchError
+from core.generate.events import GenerateProgress, GenerateResult, Phase
 from core.generate.hashes import FileHashes
 from core.generate.naming import file_paths, numbered_paths
-from core.generate.parameters import GenerationParameters, LoraUse, format_parameters
 from core.generate.pipeline import Compute, Hooks, Networks, Pipeline, text_encoders, vae_decode_bytes
-from core.generate.png import save_png, to_uint8_rgb
 from core.generate.preview import Previewer, fit_latent_preview
-from core.generate.request import ImageSettings, default_cfg
+from core.generate.request import ImageSettings
+from core.generate.saving import Made, parameters_for, save_pictures
 from core.generate.taesd import find_taesd, load_taesd
 from core.loading.loader import LoadedComponent, inspect_for_loading
 from core.memory.devices import cpu_device
 from core.memory.dtypes import DtypePolicy
-from core.memory.inference import Workload, activation_bytes
+from core.memory.inference import Workload, activation_bytes, network_profile
 from core.memory.manager import NotEnoughMemoryError
+from core.memory.peak import peak_bytes, reset_peak
 from core.models.vae import AutoencoderKL
-from core.run.placed import profile_of
 from core.session.session import Session
 from core.session.slots import SlotId
 from core.session.words import kind_word
 from core.text.cache import ConditioningCache
 from core.text.clip_tokenizer import ClipTokenizer
 from core.text.t5_tokenizer import T5Tokenizer
-
-VERSION = "Loadout 0.1.0"
 
 
 @dataclass
@@ -153,16 +148,75 @@ def _activation_needs(
     attention = "cuda_flash" if compute.device.type == "cuda" else "cpu_flash"
     size = torch.empty((), dtype=compute.diffusion_dtype).element_size()
     work = Workload(settings.width, settings.height, batch, size, attention)
-    profile, width = profile_of(parts.nets.diffusion)
+    profile, width = network_profile(parts.family, parts.nets.diffusion)
     vae = vae_decode_bytes(parts.nets.vae, settings.batch, settings.height, settings.width, compute.vae_dtype)
     return {"sample": activation_bytes(profile, work, width), "decode": vae}
 
 
-def _peak(device: torch.device) -> int:
-    if device.type == "cuda":
-        return int(torch.cuda.max_memory_allocated(device))
-    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return int(rss if sys.platform == "darwin" else rss * 1024)
+@dataclass
+class PhasePlacer:
+    """``hooks.place``: notes each phase as a session event and, with an active placement, asks the
+    manager for that phase's models with room for its activations (``need``)."""
+
+    session: Session
+    objects: dict[Phase, list[object]]
+    need: dict[Phase, int]
+    words: dict[str, tuple[str, str]]
+
+    def __call__(self, phase: Phase) -> None:
+        if phase in self.words:
+            self.session.note("phase", *self.words[phase])
+        placement = self.session.placement
+        if not placement.active:
+            return
+        result = placement.place(self.objects[phase], self.need.get(phase, 0))
+        if result.refused:
+            raise NotEnoughMemoryError(
+                f"not enough memory on {placement.describe().label} to {phase.replace('_', ' ')}",
+                why=result.refused[0],
+                fix="Use a smaller size or batch, or free memory: offload or unload other models",
+            )
+
+    def free(self) -> int | None:
+        """Bytes free on the device for the VAE's activations (None: nothing is placed)."""
+        placement = self.session.placement
+        if not placement.active or placement.probe is None:
+            return None
+        return max(0, placement.probe.free() - placement.manager.settings.reserve_bytes)
+
+
+def _placer(session: Session, parts: _Parts, settings: ImageSettings, pipeline: Pipeline) -> PhasePlacer:
+    plan = session.placement.manager.settings
+    need = (
+        {}
+        if plan.headroom_fixed
+        else _activation_needs(parts, settings, pipeline.compute, pipeline.cfg(settings))
+    )
+    words = {"text_encode": ("encode", "the text encoders turn the prompts into conditioning"),
+             "sample": ("sample", f"{settings.sampling.steps} steps of {settings.sampling.sampler}"),
+             "decode": ("decode", "the VAE turns the latent into pixels")}  # fmt: skip
+    return PhasePlacer(session, parts.objects, need, words)
+
+
+def _preview(state: GenerateState, parts: _Parts) -> Previewer:
+    vae = parts.nets.vae
+    preview = state.previews.get(id(vae))
+    if preview is None:
+        taesd = find_taesd(parts.family, state.taesd_folders)
+        preview = state.previews[id(vae)] = load_taesd(taesd) if taesd else fit_latent_preview(vae)
+    return preview
+
+
+def _pipeline(session: Session, parts: _Parts, state: GenerateState, dtype: torch.dtype | None) -> Pipeline:
+    compute = _compute(session, parts.family)
+    if dtype is not None:  # the user's choice for the diffusion model (--dtype)
+        compute = replace(compute, diffusion_dtype=dtype)
+    if state.clip_tokenizer is None:  # built once per session: 0.3 s of vocabulary parsing
+        state.clip_tokenizer = ClipTokenizer()
+    return Pipeline(
+        parts.nets, compute, clip_tokenizer=state.clip_tokenizer, t5_tokenizer=state.t5_tokenizer,
+        cache=state.conditioning,
+    )  # fmt: skip
 
 
 def generate(
@@ -178,114 +232,45 @@ def generate(
 ) -> GenerateResult:
     """Make ``settings.batch`` pictures with the loaded models and save them (see the module notes)."""
     parts = _gather(session, state.variants)
-    compute = _compute(session, parts.family)
-    if dtype is not None:  # the user's choice for the diffusion model (--dtype)
-        compute = replace(compute, diffusion_dtype=dtype)
-    if state.clip_tokenizer is None:  # built once per session: 0.3 s of vocabulary parsing
-        state.clip_tokenizer = ClipTokenizer()
-    pipeline = Pipeline(
-        parts.nets, compute, clip_tokenizer=state.clip_tokenizer, t5_tokenizer=state.t5_tokenizer,
-        cache=state.conditioning,
-    )  # fmt: skip
+    pipeline = _pipeline(session, parts, state, dtype)
     placement = session.placement
     started = placement.events.clock()
-
-    plan = placement.manager.settings
-    fixed = plan.min_inference_bytes > plan.reserve_bytes  # the user (or the demo) fixed the headroom
-    need = {} if fixed else _activation_needs(parts, settings, compute, pipeline.cfg(settings))
-
-    words = {"text_encode": ("encode", "the text encoders turn the prompts into conditioning"),
-             "sample": ("sample", f"{settings.sampling.steps} steps of {settings.sampling.sampler}"),
-             "decode": ("decode", "the VAE turns the latent into pixels")}  # fmt: skip
-
-    def place(phase: Phase) -> None:
-        if phase in words:
-            session.note("phase", *words[phase])
-        if not placement.active:
-            return
-        result = placement.place(parts.objects[phase], need.get(phase, 0))
-        if result.refused:
-            raise NotEnoughMemoryError(
-                f"not enough memory on {placement.describe().label} to {phase.replace('_', ' ')}",
-                why=result.refused[0],
-                fix="Use a smaller size or batch, or free memory: offload or unload other models",
-            )
-
-    def free() -> int | None:
-        if not placement.active or placement.probe is None:
-            return None
-        return max(0, placement.probe.free() - placement.manager.settings.reserve_bytes)
-
-    vae = parts.nets.vae
-    preview = state.previews.get(id(vae))
-    if preview is None:
-        taesd = find_taesd(parts.family, state.taesd_folders)
-        preview = state.previews[id(vae)] = load_taesd(taesd) if taesd else fit_latent_preview(vae)
-    stack = session.loras.stack
-    clip_state = tuple(
-        (str(e.path), e.clip_strength, e.enabled) for e in (stack.entries.values() if stack else ())
-    )
+    placer = _placer(session, parts, settings, pipeline)
+    entries = list(session.loras.stack.entries.values()) if session.loras.stack else []
+    clip_state = tuple((str(e.path), e.clip_strength, e.enabled) for e in entries)
     text_key = (tuple(id(m) for m in vars(parts.nets.text).values() if m is not None), clip_state)
-    hooks = Hooks(
-        place=place, check=check, progress=progress, text_key=text_key, free_bytes=free, preview=preview
-    )
-    if compute.device.type == "cuda":
-        torch.cuda.reset_peak_memory_stats(compute.device)
+    hooks = Hooks(place=placer, check=check, progress=progress, text_key=text_key, free_bytes=placer.free,
+                  preview=_preview(state, parts))  # fmt: skip
+    device = pipeline.compute.device
+    reset_peak(device)
     try:
         pixels, timings, notes = pipeline.run(settings, hooks, init)
     finally:
+        placement.settle()  # copies fetched ahead for a next step are freed (also on a stop)
         session.note("phase_end", "done", "the generation's phases are over")
     progress(GenerateProgress("save", 0, len(pixels)))
-    s = settings.sampling
-    seeds = [s.seed] * len(pixels)
-    loras = tuple(
-        LoraUse(e.path.stem, e.model_strength, e.clip_strength, state.hashes.lora_hash(e.path))
-        for e in (stack.entries.values() if stack else ())
-        if e.enabled
-    )
-    params = GenerationParameters(
-        prompt=settings.prompt, negative=settings.negative, steps=s.steps, sampler=s.sampler,
-        scheduler=s.scheduler, cfg=s.cfg if s.cfg is not None else default_cfg(parts.family), seed=s.seed,
-        width=pixels.shape[3], height=pixels.shape[2], model=parts.model_path.stem,
-        model_hash=state.hashes.model_hash(parts.model_path), loras=loras,
-        denoise=s.denoise if init is not None else None,
-        guidance=(s.guidance if s.guidance is not None else 3.5) if parts.family == "flux-dev" else None,
+    guidance = _guidance(settings.sampling.guidance, pipeline.spec.defaults.guidance)
+    made = Made(
+        cfg=pipeline.cfg(settings), model_path=parts.model_path, img2img=init is not None, guidance=guidance,
+        loras=tuple((e.path, e.model_strength, e.clip_strength) for e in entries if e.enabled),
     )  # fmt: skip
-    images = []
-    for i, path in enumerate(output.paths(seeds)):
-        check()
-        # a batch shares one seed (one noise draw for all, as ComfyUI): the position tells them apart
-        if len(pixels) > 1:
-            params = replace(params, extra={"Batch size": str(len(pixels)), "Batch pos": str(i)})
-        infotext = format_parameters(params, version=VERSION)
-        save_png(path, to_uint8_rgb(pixels[i]), infotext)
-        images.append(
-            GeneratedImage(path, params, infotext, f"{i + 1}/{len(pixels)}" if len(pixels) > 1 else "")
-        )
+    params = parameters_for(settings, made, (pixels.shape[3], pixels.shape[2]), state.hashes, check)
+    images = save_pictures(
+        pixels, params, output.paths([settings.sampling.seed] * len(pixels)), check, progress
+    )
     events = tuple(
         {**e.to_json(), "role": parts.names.get(e.model, "")}
         for e in placement.events.events()
         if e.timestamp >= started
     )
-    if parts.family == "sd1" and parts.model_path.name.startswith("loadout-demo"):
-        notes = (*notes, "the demo's tiny models have random weights: their pictures look like noise")
     return GenerateResult(
-        tuple(images),
-        s.seed,
-        timings.seconds_per_step,
-        timings.as_dict(),
-        _peak(compute.device),
-        events,
-        notes,
-    )
+        tuple(images), settings.sampling.seed, timings.seconds_per_step, timings.as_dict(),
+        peak_bytes(device), events, notes,
+    )  # fmt: skip
 
 
-def require_prompt_models(session: Session) -> None:
-    """Raise the plain-words error when nothing that can generate is loaded."""
-    if SlotId.MAIN not in session.loaded:
-        raise LoadoutError(
-            "no model is loaded",
-            why="pictures are made with a checkpoint or a diffusion model",
-            fix="Load one from the browser first (double-click it, or Ctrl+L)",
-            code="no_model",
-        )
+def _guidance(chosen: float | None, usual: float | None) -> float | None:
+    """The distilled guidance written into the parameters: only for a family that takes one."""
+    if usual is None:
+        return None
+    return chosen if chosen is not None else usual

@@ -24,10 +24,11 @@ from pathlib import Path
 import numpy as np
 from PIL import Image, ImageDraw
 
-from core.errors import LoadoutError
+from core.errors import InterruptedByUser, LoadoutError
 from core.files.atomic import atomic_write_bytes
 from core.generate.events import GeneratedImage, GenerateProgress, GenerateResult
 from core.generate.png import png_bytes
+from core.values import LORA_STRENGTH
 
 Generate = Callable[[int, Callable[[GenerateProgress], None]], GenerateResult]  # (cell index, progress)
 
@@ -47,28 +48,44 @@ class Sweep:
                 fix="Give strengths like 0.4, 0.7, 1.0",
                 code="bad_argument",
             )
+        for value in self.strengths:
+            LORA_STRENGTH.check(value)
+        if self.clip is not None:
+            LORA_STRENGTH.check(self.clip)
 
 
 def parse_strengths(text: str) -> tuple[float, ...]:
-    try:
-        values = tuple(float(v) for v in text.replace(";", ",").split(",") if v.strip())
-    except ValueError:
-        raise LoadoutError(
-            f"{text!r} is not a list of strengths", fix="Write them like 0.4, 0.7, 1.0", code="bad_argument"
-        ) from None
-    return values
+    """``0.4, 0.7, 1.0`` -> strengths, each checked as a LoRA strength (:data:`LORA_STRENGTH`)."""
+    return tuple(LORA_STRENGTH.parse(v) for v in text.replace(";", ",").split(",") if v.strip())
 
 
-def grid_png(cells: Sequence[tuple[Path, str]], path: Path, parameters: str) -> Path:
-    """The cells side by side with their labels underneath, saved atomically as ``path``."""
-    images = [np.asarray(Image.open(p).convert("RGB")) for p, _ in cells]
-    h, w = images[0].shape[:2]
+def grid_png(
+    cells: Sequence[tuple[Path | None, str]],
+    path: Path,
+    parameters: str,
+    *,
+    columns: int | None = None,
+    row_labels: Sequence[str] = (),
+) -> Path:
+    """The cells in rows of ``columns`` (default: one row) with each label underneath and, when
+    given, a label at the left of each row (an X/Y grid's Y values); a cell without a picture (None)
+    stays blank. Saved atomically as ``path``."""
+    images = [np.asarray(Image.open(p).convert("RGB")) if p is not None else None for p, _ in cells]
+    first = next(i for i in images if i is not None)
+    h, w = first.shape[:2]
     band = max(18, h // 10)
-    grid = Image.new("RGB", (w * len(images), h + band), (24, 26, 32))
+    cols = columns or len(cells)
+    rows = -(-len(cells) // cols)
+    left = max(48, w // 3) if row_labels else 0
+    grid = Image.new("RGB", (left + w * cols, (h + band) * rows), (24, 26, 32))
     draw = ImageDraw.Draw(grid)
     for i, (img, (_, label)) in enumerate(zip(images, cells, strict=True)):
-        grid.paste(Image.fromarray(img), (i * w, 0))
-        draw.text((i * w + 6, h + band // 4), label, fill=(230, 232, 238))
+        x, y = left + (i % cols) * w, (i // cols) * (h + band)
+        if img is not None:
+            grid.paste(Image.fromarray(img), (x, y))
+        draw.text((x + 6, y + h + band // 4), label, fill=(230, 232, 238))
+    for r, label in enumerate(row_labels):
+        draw.text((6, r * (h + band) + h // 2), label, fill=(230, 232, 238))
     atomic_write_bytes(path, png_bytes(np.asarray(grid), parameters))
     return path
 
@@ -99,6 +116,9 @@ def run_sweep(
                 progress(replace(p, image=i, images=count))
 
             results.append(generate_cell(i, cell_progress))
+    except InterruptedByUser as exc:
+        exc.written = tuple(str(img.path) for r in results for img in r.images)
+        raise
     finally:
         set_strength(*original)
     cells: list[GeneratedImage] = []

@@ -1,5 +1,6 @@
 """Previews through TAESD, the tiny autoencoder many artists already have (ComfyUI keeps its
-decoders in ``models/vae_approx``: ``taesd_decoder`` for SD1/SD2, ``taesdxl_decoder`` for SDXL).
+decoders in ``models/vae_approx``: ``taesd_decoder`` for SD1/SD2, ``taesdxl_decoder`` for SDXL, the
+family record's ``preview_decoder``).
 
 Facts of the network (the public TAESD release, as ComfyUI and diffusers' AutoencoderTiny load it):
 a plain convolutional decoder in an ``nn.Sequential`` whose index 0 is a soft clamp
@@ -13,6 +14,7 @@ Loadout keeps the linear map fitted from the VAE (``core.generate.preview``).
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -20,16 +22,8 @@ import numpy as np
 import torch
 from torch import nn
 
+from core.detect.catalog import REGISTRY
 from core.errors import LoadoutError
-
-#: diffusion family -> the TAESD decoder file's stem
-DECODERS = {
-    "sd1": "taesd_decoder",
-    "sd2": "taesd_decoder",
-    "sdxl": "taesdxl_decoder",
-    "ssd-1b": "taesdxl_decoder",
-    "segmind-vega": "taesdxl_decoder",
-}
 
 
 class _Clamp(nn.Module):
@@ -62,15 +56,32 @@ def tiny_decoder(latent_channels: int = 4, width: int = 64) -> nn.Sequential:
 
 
 class TaesdPreview:
-    """``rgb(latent)``: the first picture of a model-space latent as (8h, 8w, 3) uint8."""
+    """``rgb(latent)``: the first picture of a model-space latent as (8h, 8w, 3) uint8.
+
+    The decoder runs where the latent is (a copy of it is made on that device the first time, a
+    few MiB, as ComfyUI keeps TAESD on the GPU): decoding a 1024x1024 preview on the CPU took
+    seconds per step. Only the finished uint8 picture comes back to the host."""
 
     def __init__(self, decoder: nn.Module) -> None:
         self.decoder = decoder.eval()
+        self._placed: tuple[torch.device, nn.Module] | None = None
+
+    def decoder_on(self, device: torch.device) -> nn.Module:
+        if device.type == "cpu":
+            return self.decoder
+        if self._placed is None or self._placed[0] != device:
+            self._placed = (device, copy.deepcopy(self.decoder).to(device))
+        return self._placed[1]
+
+    def pixels(self, latent: torch.Tensor) -> torch.Tensor:
+        """The first picture as (3, 8h, 8w) uint8 on the latent's device."""
+        decoder = self.decoder_on(latent.device)
+        with torch.inference_mode():
+            out: torch.Tensor = decoder(latent[:1].detach().to(torch.float32))[0]
+            return (out.clamp(0, 1) * 255).round().to(torch.uint8)
 
     def rgb(self, latent: torch.Tensor) -> np.ndarray:
-        with torch.inference_mode():
-            pixels = self.decoder(latent[:1].detach().to("cpu", torch.float32))[0]
-        out: np.ndarray = (pixels.clamp(0, 1) * 255).round().to(torch.uint8).permute(1, 2, 0).numpy()
+        out: np.ndarray = self.pixels(latent).permute(1, 2, 0).cpu().numpy()
         return out
 
 
@@ -98,7 +109,8 @@ def load_taesd(path: Path) -> TaesdPreview:
 
 def find_taesd(family: str, folders: Iterable[Path]) -> Path | None:
     """The family's TAESD decoder in ``folders`` (e.g. ComfyUI's ``models/vae_approx``), if any."""
-    stem = DECODERS.get(family)
+    fam = REGISTRY.get(family)
+    stem = fam.diffusion.preview_decoder if fam is not None and fam.diffusion is not None else None
     if stem is None:
         return None
     for folder in folders:

@@ -3,6 +3,9 @@
 One sqlite file (the app picks its per-user location). A record is keyed by the file's real path
 and is valid while the file's size and ``mtime_ns`` (and the signature of its info sidecars) are
 unchanged. Writes go through sqlite transactions, so a crash leaves the last committed state.
+Beside the records (schema 2): full-file hashes by (real path, size, ``mtime_ns``) and the time
+each file was last used, both kept when a new engine version empties the records. A schema-1
+file is migrated in place (the new tables are added, its records kept).
 
 The cache is a convenience, never a reason to fail: a corrupt file, a file from another schema
 or engine version, or a location that cannot be written is rebuilt (or replaced by an in-memory
@@ -20,8 +23,11 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-#: Bump when the stored record's shape changes; older files are rebuilt.
-SCHEMA_VERSION = 1
+#: Bump when the stored shape changes. Version 1 files (records only) are migrated in place by
+#: adding the tables of version 2 (full-file hashes, last-used times); others are rebuilt.
+SCHEMA_VERSION = 2
+#: Versions opened by adding what is missing (CREATE TABLE IF NOT EXISTS), nothing lost.
+MIGRATABLE = (0, 1, SCHEMA_VERSION)
 #: Records are committed in batches of this many (and on flush/close).
 BATCH = 64
 #: Error codes that say nothing lasting about the file (a permission, a race): never cached.
@@ -31,6 +37,10 @@ _CREATE = (
     "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
     "CREATE TABLE IF NOT EXISTS records (path TEXT PRIMARY KEY, size INTEGER NOT NULL, "
     "mtime_ns INTEGER NOT NULL, sidecars TEXT NOT NULL, record TEXT NOT NULL)",
+    # v2: hashes do not depend on the engine's detection, so a new engine version keeps them
+    "CREATE TABLE IF NOT EXISTS hashes (path TEXT PRIMARY KEY, size INTEGER NOT NULL, "
+    "mtime_ns INTEGER NOT NULL, sha256 TEXT NOT NULL, addnet TEXT)",
+    "CREATE TABLE IF NOT EXISTS usage (path TEXT PRIMARY KEY, last_used REAL NOT NULL)",
 )
 
 
@@ -55,6 +65,7 @@ class InspectCache:
         self._lock = threading.Lock()
         self._pending = 0
         self._closed = False
+        self.hash_hits = 0  # hashes answered from the cache (tests count them)
         self._conn = self._open()
 
     # -- opening and rebuilding ---------------------------------------------------------------
@@ -64,7 +75,7 @@ class InspectCache:
         try:
             conn.execute("BEGIN")
             version = conn.execute("PRAGMA user_version").fetchone()[0]
-            if version not in (0, SCHEMA_VERSION):
+            if version not in MIGRATABLE:
                 raise _Mismatch(f"it was written with cache schema {version}, this is {SCHEMA_VERSION}")
             for statement in _CREATE:
                 conn.execute(statement)
@@ -191,8 +202,55 @@ class InspectCache:
             except sqlite3.Error as exc:
                 self._recover(exc)
 
+    # -- full-file hashes and last-used times (kept across engine versions) --------------------
+
+    def get_hash(self, real_path: str, size: int, mtime_ns: int) -> tuple[str, str | None] | None:
+        """``(sha256, addnet)`` stored for this file in this state, or None. Counts :attr:`hash_hits`."""
+        row = self._fetch("SELECT size, mtime_ns, sha256, addnet FROM hashes WHERE path = ?", real_path)
+        if row is None or (row[0], row[1]) != (size, mtime_ns) or not isinstance(row[2], str):
+            return None
+        self.hash_hits += 1
+        return row[2], row[3] if isinstance(row[3], str) else None
+
+    def put_hash(self, real_path: str, size: int, mtime_ns: int, sha256: str, addnet: str | None) -> None:
+        """Store a file's hashes, committed at once (each took a full read of the file)."""
+        values = (real_path, size, mtime_ns, sha256, addnet)
+        self._write("INSERT OR REPLACE INTO hashes VALUES (?, ?, ?, ?, ?)", values)
+
+    def last_used(self, real_path: str) -> float | None:
+        """When the file was last loaded or used for a picture (seconds since the epoch), or None."""
+        row = self._fetch("SELECT last_used FROM usage WHERE path = ?", real_path)
+        return float(row[0]) if row is not None and isinstance(row[0], (int, float)) else None
+
+    def note_used(self, real_path: str, when: float) -> None:
+        self._write("INSERT OR REPLACE INTO usage VALUES (?, ?)", (real_path, when))
+
+    def _fetch(self, query: str, key: str) -> tuple[Any, ...] | None:
+        with self._lock:
+            if self._closed:
+                return None
+            try:
+                row = self._conn.execute(query, (key,)).fetchone()
+            except sqlite3.Error as exc:
+                self._recover(exc)
+                return None
+        return tuple(row) if row is not None else None
+
+    def _write(self, statement: str, values: tuple[Any, ...]) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            try:
+                if not self._conn.in_transaction:
+                    self._conn.execute("BEGIN")
+                self._conn.execute(statement, values)
+                self._commit()
+            except sqlite3.Error as exc:
+                self._recover(exc)
+
     def forget_missing(self) -> int:
-        """Drop records of files that no longer exist; returns how many."""
+        """Drop records (and hashes, last-used times) of files that no longer exist; returns how
+        many records."""
         with self._lock:
             if self._closed:
                 return 0
@@ -200,8 +258,14 @@ class InspectCache:
                 self._commit()
                 paths = [r[0] for r in self._conn.execute("SELECT path FROM records")]
                 gone = [(p,) for p in paths if not os.path.exists(p)]
+                others = {
+                    r[0] for t in ("hashes", "usage") for r in self._conn.execute(f"SELECT path FROM {t}")
+                }
+                gone_others = [(p,) for p in others if not os.path.exists(p)]
                 self._conn.execute("BEGIN")
                 self._conn.executemany("DELETE FROM records WHERE path = ?", gone)
+                self._conn.executemany("DELETE FROM hashes WHERE path = ?", gone_others)
+                self._conn.executemany("DELETE FROM usage WHERE path = ?", gone_others)
                 self._conn.execute("COMMIT")
             except sqlite3.Error as exc:
                 self._recover(exc)

@@ -62,6 +62,10 @@ class Entry:
     error: str | None = None
     error_code: str | None = None
     record: Mapping[str, Any] | None = field(default=None, compare=False, repr=False)
+    file_id: tuple[int, int] | None = None  # (device, inode): hard links to one file share it
+    sha256: str | None = None  # the whole file's, once hashed (see core.library.hashes)
+    addnet: str | None = None  # a safetensors file's data hash (A1111's LoRA hash), when computed
+    last_used: float | None = None  # when it was last loaded or used for a picture (epoch seconds)
 
     @property
     def name(self) -> str:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -213,6 +213,29 @@ class LibraryIndex:
         return removed
 
     def _listed_entry(self, listed: Listed) -> Entry:
+        """The entry for a listed file: known, cached or pending, with its stored hash and
+        last-used time (kept in the cache beside the records)."""
+        entry = self._listed_record(listed)
+        if self.cache is None or listed.error is not None:
+            return entry
+        stored = self.cache.get_hash(listed.real, listed.size, listed.mtime_ns)
+        sha256, addnet = stored if stored is not None else (None, None)
+        last_used = self.cache.last_used(listed.real)
+        if (sha256, addnet, last_used) == (entry.sha256, entry.addnet, entry.last_used):
+            return entry
+        return replace(entry, sha256=sha256, addnet=addnet, last_used=last_used)
+
+    def update(self, path: Path | str, **changes: Any) -> Entry | None:
+        """Change fields of an indexed entry (a hash found, a use noted); the new entry, or None
+        when ``path`` is not in the index."""
+        with self._lock:
+            entry = self._entries.get(str(path))
+            if entry is None:
+                return None
+            entry = self._entries[str(path)] = replace(entry, **changes)
+        return entry
+
+    def _listed_record(self, listed: Listed) -> Entry:
         base = _base_entry(listed)
         if listed.error is not None:
             return _error_entry(base, listed)
@@ -278,6 +301,7 @@ def _base_entry(listed: Listed) -> Entry:
         kind_hint=listed.root.kind_hint,
         size=listed.size,
         mtime_ns=listed.mtime_ns,
+        file_id=listed.file_id,
     )
 
 
@@ -304,7 +328,7 @@ def _relist(entry: Entry) -> Listed:
         for listed in batch:
             return Listed(
                 entry.path, root, entry.folder, listed.real, listed.size, listed.mtime_ns,
-                listed.siblings, listed.sidecars,
+                listed.siblings, listed.sidecars, file_id=listed.file_id,
             )  # fmt: skip
     try:
         os.stat(entry.path)

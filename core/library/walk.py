@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from core.files.atomic import is_partial
 from core.files.model_file import MODEL_EXTENSIONS
 from core.library.sources import ModelRoot
 
@@ -33,6 +34,7 @@ class Listed:
     siblings: frozenset[str] = field(repr=False)
     sidecars: str = ""  # signature of the info sidecars beside it ("" when none)
     error: tuple[str, str] | None = None  # (code, message)
+    file_id: tuple[int, int] | None = None  # (st_dev, st_ino)
 
 
 @dataclass
@@ -115,8 +117,8 @@ class Walker:
                 if not item.name.startswith("."):
                     subdirs.append(item.name)
                 continue
-            if not item.name.lower().endswith(MODEL_EXTENSIONS):
-                continue
+            if is_partial(item.name) or not item.name.lower().endswith(MODEL_EXTENSIONS):
+                continue  # a writer's partial file is never a model
             path = folder / item.name
             real = os.path.realpath(path) if item.is_symlink() else os.path.join(real_folder, item.name)
             if real in self._files:
@@ -134,8 +136,9 @@ class Walker:
         self, root: ModelRoot, path: Path, rel: str, real: str, st: os.stat_result, names: frozenset[str]
     ) -> Listed:
         return Listed(
-            path, root, rel, real, st.st_size, st.st_mtime_ns, names, _sidecar_signature(path, names)
-        )
+            path, root, rel, real, st.st_size, st.st_mtime_ns, names, _sidecar_signature(path, names),
+            file_id=(st.st_dev, st.st_ino),
+        )  # fmt: skip
 
 
 def _ident(path: Path) -> tuple[int, int] | None:

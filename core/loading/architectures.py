@@ -24,7 +24,7 @@ from core.loading.convert.open_clip import hf_to_open_clip, open_clip_to_hf
 from core.loading.convert.unet_diffusers import unet_diffusers_to_original
 from core.loading.convert.vae_diffusers import vae_diffusers_to_original
 from core.loading.families import family as family_record
-from core.loading.families import unet_families
+from core.loading.families import network_families, network_preset, unet_families
 from core.models.chroma import Chroma, ChromaConfig
 from core.models.clip import CLIPTextConfig, CLIPTextModel
 from core.models.flux import Flux, FluxConfig
@@ -123,34 +123,40 @@ UNET = Architecture(
 )
 
 # --- MMDiT / Flux / Chroma ------------------------------------------------------------------------
+def _dit_preset(presets: Mapping[str, Callable[[], Any]], family: str) -> Any:
+    """The config a family's diffusers layout converts with (its record's ``network_preset``)."""
+    return presets[network_preset(family)]()
+
+
+#: DiT presets by name (a family's ``network_preset``)
 _MMDIT_PRESETS = {
-    "sd3": MMDiTConfig.sd3_medium,
-    "sd3.5-medium": MMDiTConfig.sd35_medium,
-    "sd3.5-large": MMDiTConfig.sd35_large,
+    "sd3_medium": MMDiTConfig.sd3_medium,
+    "sd35_medium": MMDiTConfig.sd35_medium,
+    "sd35_large": MMDiTConfig.sd35_large,
 }
 MMDIT = Architecture(
     "mmdit",
     "diffusion_model",
-    tuple(_MMDIT_PRESETS),
+    network_families("mmdit"),
     configure=lambda shapes, family: MMDiTConfig.from_shapes(shapes),
     build=lambda cfg, device, dtype: MMDiT(cfg, device=device, dtype=dtype),
-    to_module={"diffusers": lambda t, fam: sd3_diffusers_to_original(t, _MMDIT_PRESETS[fam]())},
+    to_module={"diffusers": lambda t, fam: sd3_diffusers_to_original(t, _dit_preset(_MMDIT_PRESETS, fam))},
 )
 
-_FLUX_PRESETS = {"flux-dev": FluxConfig.dev, "flux-schnell": FluxConfig.schnell, "flux-fill": FluxConfig.fill}
+_FLUX_PRESETS = {"dev": FluxConfig.dev, "schnell": FluxConfig.schnell, "fill": FluxConfig.fill}
 FLUX = Architecture(
     "flux",
     "diffusion_model",
-    tuple(_FLUX_PRESETS),
+    network_families("flux"),
     configure=lambda shapes, family: FluxConfig.from_shapes(shapes),
     build=lambda cfg, device, dtype: Flux(cfg, device=device, dtype=dtype),
-    to_module={"diffusers": lambda t, fam: flux_diffusers_to_original(t, _FLUX_PRESETS[fam]())},
+    to_module={"diffusers": lambda t, fam: flux_diffusers_to_original(t, _dit_preset(_FLUX_PRESETS, fam))},
 )
 
 CHROMA = Architecture(
     "chroma",
     "diffusion_model",
-    ("chroma",),
+    network_families("chroma"),
     configure=lambda shapes, family: ChromaConfig.from_shapes(shapes),
     build=lambda cfg, device, dtype: Chroma(cfg, device=device, dtype=dtype),
     to_module={"diffusers": lambda t, fam: chroma_diffusers_to_original(t, ChromaConfig())},

@@ -7,6 +7,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from core.detect.types import kind_phrase
 from core.errors import LoadoutError
 from core.loading.loader import _view, inspect_for_loading
 from core.loading.plan import plan_component
@@ -24,10 +25,10 @@ def check_file(path: str | os.PathLike[str]) -> dict[str, Any]:
         return record
     record["family"] = det.family
     if not det.components:
-        what = det.kind.replace("_", " ")
         record["error"] = {
             "code": "nothing_to_check",
-            "message": f"{p.name} is a {what}: it has no network to check. Use `loadout inspect` for it.",
+            "message": f"{p.name} is {kind_phrase(det.kind)}: it has no network to check. "
+            "Use `loadout inspect` for it.",
         }
         return record
     ok = True

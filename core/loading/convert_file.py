@@ -17,6 +17,7 @@ from pathlib import Path
 import torch
 
 from core.errors import LoadoutError
+from core.files.destination import check_output_file
 from core.files.dtypes import DTYPES as DTYPE_INFO
 from core.files.dtypes import torch_dtype_by_short
 from core.files.model_file import TensorIndex, read_tensor_index
@@ -91,15 +92,17 @@ def convert_file(
 ) -> Path:
     source, target = Path(src), Path(out)
     refuse_same_file(target, source)
+    check_output_file(target)  # before any reading: a folder or /proc/x is refused now, not at the end
     index = read_tensor_index(source)
     if index.format == "safetensors":
         f = SafetensorsFile(source)
-        get: Callable[[str], torch.Tensor] = f.tensor
+        # plain file reads, not the mapping: a file truncated meanwhile is an error, not a SIGBUS
+        get: Callable[[str], torch.Tensor] = f.read_tensor
         if dtype is not None and dtype.itemsize > 1:  # scaled fp8: write the values, drop the scales
             index = fold(index)
             layout = index.extra.get("scaled_fp8")
             if layout is not None:
-                get = scaled_reader(f.tensor, layout, source.name)
+                get = scaled_reader(f.read_tensor, layout, source.name)
     elif index.format == "pickle":
         tensors = load_pickle_state_dict(source)
         get = tensors.__getitem__

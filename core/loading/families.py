@@ -12,6 +12,18 @@ def family(family_id: str) -> Family | None:
     return REGISTRY.get(family_id)
 
 
+def network_families(network: str) -> tuple[str, ...]:
+    """Families whose record names ``network`` as their calling convention, in registry order."""
+    return tuple(f.id for f in REGISTRY if f.diffusion is not None and f.diffusion.network == network)
+
+
+def network_preset(family_id: str) -> str:
+    """The DiT config preset (an ``MMDiTConfig``/``FluxConfig`` constructor name) of a family."""
+    fam = REGISTRY.get(family_id)
+    assert fam is not None and fam.network_preset, f"{family_id} has no network preset"
+    return fam.network_preset
+
+
 def unet_families() -> tuple[str, ...]:
     """Families built as the SD-family UNet (they carry a UNet preset)."""
     return tuple(f.id for f in REGISTRY if f.unet_preset)

@@ -20,7 +20,7 @@ from torch import nn
 
 from core.detect.detector import detect
 from core.detect.keyview import KeyView
-from core.detect.types import Component, Detection, Role
+from core.detect.types import Component, Detection, Role, kind_phrase
 from core.errors import FileFormatError, ModelMismatchError
 from core.files.gguf_data import GGUFTensors
 from core.files.model_file import TensorIndex, read_tensor_index
@@ -185,23 +185,23 @@ _WHERE = {
     "embedding": "it is a textual-inversion embedding: use it in a prompt of a loaded model",
     "controlnet": "ControlNets load beside a model, not as one",
     "upscale_model": "upscalers are not diffusion models",
-    "vae": "load it as a VAE (loadout: load_vae) beside a checkpoint or diffusion model",
-    "text_encoder": "load it as a text encoder beside a diffusion model",
+    "vae": "give it with --vae beside a checkpoint or diffusion model (in the window: select it, then Load)",
+    "text_encoder": "give it with --text-encoder beside a diffusion model (in the window: select it, "
+    "then Load)",
     "diffusion_model": "load it as a diffusion model, and add a VAE and text encoders from separate files",
     "unknown": "run `loadout inspect` on it to see what it holds",
 }
 
 
 def _wrong_kind(name: str, det: Detection, wanted: str) -> ModelMismatchError:
-    what = det.kind.replace("_", " ")
     fam = (
         f" for {det.family}"
         if det.family and det.kind in ("lora", "controlnet", "embedding")
         else (f" ({det.family})" if det.family else "")
     )
     return ModelMismatchError(
-        f"{name} is a {what}{fam}, not a {wanted.replace('_', ' ')}",
-        why=f"a {wanted.replace('_', ' ')} was expected here",
+        f"{name} is {kind_phrase(det.kind)}{fam}, not {kind_phrase(wanted)}",
+        why=f"{kind_phrase(wanted)} was expected here",
         fix=_WHERE.get(det.kind, "pick another file"),
         code="wrong_kind",
     )

@@ -334,15 +334,42 @@ def macos_version() -> tuple[int, ...]:
     return tuple(int(p) for p in text.split(".") if p.isdigit())
 
 
+def parse_device_name(name: str) -> tuple[str, int | None]:
+    """("cuda", 1) for "cuda:1", ("cuda", None) for "cuda" (the first), ("cpu", None) for "cpu";
+    a LoadoutError for text that names no device ("gpu", "cuda:x", "cuda:-1")."""
+    from core.errors import LoadoutError
+
+    kind, sep, index = name.strip().lower().partition(":")
+    known = ("cpu", "cuda", "rocm", "mps", "xpu")
+    if kind not in known or (sep and not index.isdigit()):
+        raise LoadoutError(
+            f"{name!r} is not a device name",
+            why=f"a device is one of {', '.join(known)}, optionally with an index (cuda:1)",
+            fix="Use --device cpu, --device cuda or --device cuda:N",
+            code="bad_device",
+        )
+    return kind, (int(index) if sep else None)
+
+
+def pick_device(name: str, devices: list[DeviceInfo]) -> DeviceInfo | None:
+    """The device of ``devices`` that ``name`` names: its kind ("cuda" also finds ROCm cards,
+    which torch calls cuda) and, when given, its index; None when there is none such."""
+    kind, index = parse_device_name(name)
+    for dev in devices:
+        same_kind = dev.kind == kind or (kind == "cuda" and dev.kind == "rocm")
+        if same_kind and (index is None or dev.index == index):
+            return dev
+    return None
+
+
 def device_named(name: str) -> DeviceInfo:
     """The device a command line names ("cpu", "cuda", "cuda:1"), or a LoadoutError saying it is
     not on this machine."""
     from core.errors import LoadoutError
 
-    kind = name.split(":")[0]
-    for dev in discover_devices():
-        if dev.kind == kind or (kind == "cuda" and dev.kind == "rocm"):
-            return dev
+    found = pick_device(name, discover_devices())
+    if found is not None:
+        return found
     raise LoadoutError(
         f"no {name} device here",
         why="it was not found on this machine",

@@ -38,15 +38,8 @@ from core.memory.policy import ROLES, MemorySettings, SettingsError
 FP32, FP16, BF16 = torch.float32, torch.float16, torch.bfloat16
 FP8_TYPES = (torch.float8_e4m3fn, torch.float8_e5m2)
 
-#: Families whose activations overflow fp16 (ComfyUI: supported_inference_dtypes = [bf16, fp32]),
-#: and LLM text encoders (trained in bf16; their MLP activations exceed fp16's range).
-FP16_UNSAFE: frozenset[str] = frozenset(
-    {
-        "flux-fill", "qwen-image", "hidream", "lumina2", "z-image", "hunyuan-video", "ltxv",
-        "stable-cascade-c", "llama3.1-8b", "qwen2.5-vl-7b", "qwen2.5-vl-3b", "qwen3-4b",
-        "gemma2-2b", "gemma3-4b",
-    }
-)  # fmt: skip
+#: Families whose activations overflow fp16 (their records say so: ``Family.fp16_unsafe``).
+FP16_UNSAFE: frozenset[str] = frozenset(f.id for f in REGISTRY if f.fp16_unsafe)
 
 #: the dtypes a setting or a family preference may name, in the order an error lists them
 SETTING_DTYPES = ("fp32", "fp16", "bf16", "fp8_e4m3fn", "fp8_e5m2", "fp64")

@@ -17,6 +17,10 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Literal
 
+from core.units import GIB as GIB  # re-exported: the reasons' byte figures
+from core.units import MIB as MIB
+from core.units import gib as gib
+
 EventKind = Literal["load", "partial_load", "unload", "partial_unload", "keep", "refuse", "interrupt"]
 EVENT_KINDS: frozenset[str] = frozenset(
     ("load", "partial_load", "unload", "partial_unload", "keep", "refuse", "interrupt")
@@ -25,20 +29,8 @@ EVENT_KINDS: frozenset[str] = frozenset(
 Detail = int | float | str | bool | None
 Listener = Callable[["MemoryEvent"], None]
 
-GIB = 1 << 30
-MIB = 1 << 20
 
 _log = logging.getLogger(__name__)
-
-
-def gib(n: int | float) -> str:
-    """Bytes as the figure reasons use: ``gib(1_720_000_000) == "1.60 GiB"``; below 100 MiB
-    (tiny test and demo models) in MiB or KiB, where GiB would read "0.00 GiB"."""
-    if 0 < abs(n) < MIB:
-        return f"{n / 1024:.1f} KiB"
-    if 0 < abs(n) < 100 * MIB:
-        return f"{n / MIB:.2f} MiB"
-    return f"{n / GIB:.2f} GiB"
 
 
 def frozen_details(details: Mapping[str, Detail] | None) -> Mapping[str, Detail]:

@@ -27,6 +27,8 @@ from dataclasses import dataclass, replace
 from types import MappingProxyType
 from typing import Literal
 
+from core.detect.catalog import memory_profile
+
 AttentionKind = Literal["cpu_flash", "cuda_flash", "math"]
 ATTENTION_KINDS: tuple[AttentionKind, ...] = ("cpu_flash", "cuda_flash", "math")
 
@@ -96,23 +98,6 @@ _TABLE = {
 _TABLE |= {(p, "cuda_flash"): replace(c, measured=_FROM_CPU) for (p, _), c in list(_TABLE.items())}
 COEFFICIENTS: MappingProxyType[tuple[str, str], Coefficients] = MappingProxyType(_TABLE)
 
-#: Diffusion family id -> the profile that models it (same network shape, or an upper bound).
-FAMILY_PROFILES = MappingProxyType(
-    {
-        "sd1": "sd1",
-        "sd2": "sd1",  # the SD1 UNet with 64-channel heads: the same maps, fewer heads
-        "sdxl": "sdxl",
-        "sdxl-refiner": "sdxl",
-        "ssd-1b": "sdxl",  # distilled SDXL: fewer blocks, the same widths (an upper bound)
-        "segmind-vega": "sdxl",
-        "flux-dev": "flux",
-        "flux-schnell": "flux",
-        "flux-fill": "flux",
-        "chroma": "flux",
-    }
-)
-
-
 def has_coefficients(profile: str, attention: str) -> bool:
     return (profile, attention) in COEFFICIENTS
 
@@ -137,8 +122,16 @@ def predict(profile: str, work: Workload, width: int | None = None) -> int:
     return int(work.dtype_bytes * work.batch * per_sample * scale)
 
 
-def profile_for_family(family: str | None) -> str | None:
-    return FAMILY_PROFILES.get(family or "")
+def network_profile(family: str | None, model: object) -> tuple[str | None, int | None]:
+    """The inference-memory profile of a loaded diffusion network (its family record's) and its
+    channel width (for scaling a test's tiny config); (None, None) without a measured profile.
+    ``model`` may be the network or what holds it (a patcher's ``model``)."""
+    profile = memory_profile(family)
+    if profile is None:
+        return None, None
+    config = getattr(getattr(model, "model", model), "config", None)
+    width = getattr(config, "model_channels", None) or getattr(config, "hidden_size", None)
+    return profile, width if isinstance(width, int) else None
 
 
 #: The profile assumed for a family without a measured model: the largest activations measured

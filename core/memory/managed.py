@@ -48,8 +48,10 @@ class ManagedModel:
         sizes: tuple[tuple[str, int], ...],
         dtype: str | None,
         looked_up: frozenset[str] = frozenset(),
+        inflight: tuple[tuple[str, int], ...] = (),
     ) -> None:
         self.name = name
+        self.inflight = inflight  # streamed layers' bytes in flight beyond stored (transients.py)
         self.looked_up = looked_up  # embedding tables: streamed, only the rows looked up travel
         self.ref = ref
         self.module_sizes = sizes
@@ -78,6 +80,7 @@ class ManagedModel:
             self.module_sizes,
             self.loaded_modules,
             self.looked_up,
+            self.inflight,
         )
 
     def __repr__(self) -> str:

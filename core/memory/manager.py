@@ -29,6 +29,8 @@ from core.errors import InterruptedByUser, LoadoutError
 from core.memory.events import EventLog, MemoryEvent, gib
 from core.memory.managed import ManagedModel, looked_up_tables, main_dtype, module_sizes
 from core.memory.planning import PlanSettings, Step, plan_free, plan_load_models
+from core.memory.transients import inflight_sizes
+from core.memory.vram_state import VramState
 
 
 class NotEnoughMemoryError(LoadoutError):
@@ -145,13 +147,14 @@ class MemoryManager:
                     )
                 sizes, dtype = module_sizes(target), dtype or main_dtype(target)
             tables = looked_up_tables(target) if isinstance(target, nn.Module) else frozenset()
+            inflight = inflight_sizes(target) if isinstance(target, nn.Module) else ()
             own = getattr(model, "name", None)
             label = name or (own if isinstance(own, str) and own else type(target).__name__)
             taken = {e.name for e in self._entries.values()}
             unique = next(
                 n for i in itertools.count(1) if (n := label if i == 1 else f"{label} ({i})") not in taken
             )
-            entry = ManagedModel(unique, weakref.ref(target), tuple(sizes), dtype, tables)
+            entry = ManagedModel(unique, weakref.ref(target), tuple(sizes), dtype, tables, inflight)
             with self._view:
                 self._entries[id(target)] = entry
             self._finalizers[id(target)] = weakref.finalize(target, _dropped, weakref.ref(self), entry)
@@ -259,7 +262,7 @@ class MemoryManager:
                 need,
                 kept,
                 making_room_for=f"{gib(bytes_free)} of free device memory",
-                allow_partial=self.settings.vram_state != "high_vram",
+                allow_partial=self.settings.vram_state != VramState.HIGH_VRAM,
             )
             done = self._run(list(plan.steps))
             if not plan.possible:

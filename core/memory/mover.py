@@ -18,18 +18,22 @@ import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+import torch
 from torch import Tensor, nn
 
 from core.memory.managed import ManagedModel
 from core.models.state import get_tensor, set_tensor
+from core.ops.staging import StagingBackend, StagingRing, build_ring, packed_bytes
+from core.ops.stream_group import StreamedLayers
 from core.ops.streaming import (
-    StreamedLayers,
     patch_fn_from,
     stream_layers,
     streamable_layers,
     unstream_layers,
 )
+from core.patching.device_factors import DeviceFactors
 from core.patching.patcher import ModelPatcher, Signature
+from core.quant.tensor import DeferredWeight
 
 
 @dataclass
@@ -40,12 +44,29 @@ class _Placed:
     loose: set[str] = field(default_factory=set)  # patched keys outside resident and streamed layers
     device: str = "cpu"
     streamed: StreamedLayers | None = None
+    factors: DeviceFactors | None = None  # the stack's factors on the device (see device_factors)
+    ring: StagingRing | None = None  # pinned staging buffers of its streamed layers
+    pinning_note: str = ""  # why it streams from pageable memory (told once)
 
 
 def _own_tensors(layer: nn.Module) -> list[tuple[str, Tensor]]:
     found: list[tuple[str, Tensor]] = [(n, t) for n, t in layer._parameters.items() if t is not None]
     found += [(n, t) for n, t in layer._buffers.items() if t is not None]
     return found
+
+
+def _release_cached(device: str) -> None:
+    """Give the blocks freed by an unload back to the driver (CUDA's caching allocator keeps them
+    otherwise: taken from the desktop, and shown as used in the memory plot)."""
+    if torch.device(device).type == "cuda" and torch.cuda.is_available():
+        torch.cuda.empty_cache()
+
+
+def _layer_tensors(module: nn.Module, name: str) -> list[Tensor | None]:
+    layer = module.get_submodule(name) if name else module
+    weight = getattr(layer, "weight", None)
+    plain = weight.plain() if isinstance(weight, DeferredWeight) else weight
+    return [plain, getattr(layer, "bias", None)]
 
 
 def _owner(key: str) -> str:
@@ -56,9 +77,23 @@ class TorchMover:
     """Implements ``core.memory.manager.Mover``. Models are registered as a ``ModelPatcher`` (its
     stack is applied on placement and at cast time) or as a bare ``nn.Module``."""
 
-    def __init__(self, *, interrupt: Callable[[], None] | None = None, pin: bool = False) -> None:
+    def __init__(
+        self,
+        *,
+        interrupt: Callable[[], None] | None = None,
+        pin: bool = False,
+        pinned_cap: int | None = None,
+        staging: StagingBackend | None = None,
+        on_pinning: Callable[[str, str], None] | None = None,
+    ) -> None:
+        """``pin``: streamed layers go through a few reused pinned buffers (``core.ops.staging``)
+        within ``pinned_cap`` bytes (None: no cap) from ``staging`` (the CUDA backend by default);
+        when they cannot be had, ``on_pinning(model, reason)`` is told and copies are pageable."""
         self.interrupt = interrupt
         self.pin = pin
+        self.pinned_cap = pinned_cap
+        self.staging_backend = staging
+        self.on_pinning = on_pinning
         self._placed: dict[int, _Placed] = {}
         # module id -> its patcher, held weakly: the app owns its stacks
         self._patchers: weakref.WeakValueDictionary[int, ModelPatcher] = weakref.WeakValueDictionary()
@@ -106,6 +141,10 @@ class TorchMover:
         placed, module, patcher = self._resolve(entry)
         resident = set(entry.loaded_modules) | set(module_names)
         self._unstream(placed, module)
+        if placed.factors is None or placed.factors.device != torch.device(device):
+            placed.factors = DeviceFactors(device)
+        if patcher is not None:
+            placed.factors.patcher_for(patcher)  # every factor goes now, none at a forward
         placed.device = device
         moved = 0
         for name in module_names:
@@ -116,13 +155,26 @@ class TorchMover:
                 placed.loose.discard(key)
                 self._place(placed, module, patcher, key, original)
                 moved += original.numel() * original.element_size()
-        rest = [n for n, _ in streamable_layers(module) if n not in resident]
-        patch_fn = None
+        streamable = [n for n, _ in streamable_layers(module)]
+        rest = [n for n in streamable if n not in resident]
+        self._place_small(placed, module, patcher, entry, resident | set(streamable))
+        patch_fn, touches = None, None
         if patcher is not None:
-            weights = patcher.patched_weight
-            patch_fn = patch_fn_from(lambda key, base: weights(key, base, cache=base.device.type == "cpu"))
+            factors, stack = placed.factors, patcher
+
+            def weights(key: str, base: Tensor) -> tuple[Tensor, bool]:
+                return factors.patcher_for(stack).patched_weight(key, base, cache=base.device.type == "cpu")
+
+            patch_fn = patch_fn_from(weights)
+            touches = lambda key: bool(stack.signature(key))  # noqa: E731 - the current stack
         placed.streamed = stream_layers(
-            module, rest, device, patch_fn=patch_fn, interrupt=self.interrupt, pin=self.pin
+            module,
+            rest,
+            device,
+            patch_fn=patch_fn,
+            touches=touches,
+            interrupt=self.interrupt,
+            staging=self._ring(placed, module, rest, device, entry.name),
         )
         self._place_loose(placed, module, patcher)
         return moved
@@ -135,9 +187,49 @@ class TorchMover:
         if patcher is not None:
             signature = patcher.signature(key)
             if signature:
-                copy = patcher.patched_weight(key, copy, cache=copy.device.type == "cpu")[0]
+                on_device = patcher if placed.factors is None else placed.factors.patcher_for(patcher)
+                copy = on_device.patched_weight(key, copy, cache=copy.device.type == "cpu")[0]
         set_tensor(module, key, copy)
         placed.applied[key] = signature
+
+    def _ring(
+        self, placed: _Placed, module: nn.Module, names: Sequence[str], device: str, model: str
+    ) -> StagingRing | None:
+        """The staging buffers for ``names`` streamed to ``device`` (kept while big enough), or
+        None: pinning off, a host device, nothing to stream, or pinning failed (said once)."""
+        kind = torch.device(device).type
+        if not self.pin or kind == "cpu" or (kind == "meta" and self.staging_backend is None):
+            return None  # host memory is the device (or a test's stand-in without a backend)
+        largest = max((packed_bytes(_layer_tensors(module, n)) for n in names), default=0)
+        if placed.ring is not None and placed.ring.slot_bytes >= largest:
+            return placed.ring
+        cap = self.pinned_cap if self.pinned_cap is not None else 1 << 62
+        placed.ring, note = build_ring(largest, cap, backend=self.staging_backend)
+        if note and note != placed.pinning_note and self.on_pinning is not None and largest:
+            self.on_pinning(model, note)
+        placed.pinning_note = note
+        return placed.ring
+
+    def _place_small(
+        self,
+        placed: _Placed,
+        module: nn.Module,
+        patcher: ModelPatcher | None,
+        entry: ManagedModel,
+        handled: set[str],
+    ) -> None:
+        """Tensors of modules that are neither resident nor op layers (a Flux block's RMSNorm
+        scale): they cannot stream, so left on the host every forward would copy them (and wait
+        for the card). They are a few KiB: they go to the device with the first partial load."""
+        for name, _ in entry.module_sizes:
+            if name in handled:
+                continue
+            layer = module.get_submodule(name) if name else module
+            for leaf, tensor in _own_tensors(layer):
+                key = f"{name}.{leaf}" if name else leaf
+                if key not in placed.originals:
+                    placed.originals[key] = tensor
+                    self._place(placed, module, patcher, key, tensor)
 
     def _place_loose(self, placed: _Placed, module: nn.Module, patcher: ModelPatcher | None) -> int:
         """Patched weights outside op layers (a norm's scale, say) are neither resident nor
@@ -181,6 +273,32 @@ class TorchMover:
             changed += self._place_loose(placed, module, patcher)
         return changed
 
+    def factor_bytes(self, target: object) -> int:
+        """Bytes of the LoRA factors placing ``target`` copies to the device (its active stack's
+        adapters, each once): the caller adds them to the room it asks the manager for."""
+        module = self._module_of(target)
+        patcher = target if isinstance(target, ModelPatcher) else self._patchers.get(id(module))
+        if patcher is None:
+            return 0
+        adapters = {
+            id(p.adapter): p.adapter
+            for s in patcher.sets
+            if s.active
+            for ps in s.patches.values()
+            for p in ps
+        }
+        return sum(a.factor_bytes() for a in adapters.values())
+
+    def drop_prefetched(self) -> int:
+        """Free every copy started ahead (the next forward's first layer, fetched at the end of
+        the last one): called when a run ends or is interrupted, so nothing unplanned stays on
+        the device between runs. Returns how many copies were dropped."""
+        dropped = 0
+        for placed in self._placed.values():
+            if placed.streamed is not None:
+                dropped += placed.streamed.drop_prefetched()
+        return dropped
+
     # -- unplacing --------------------------------------------------------------------------------
     def stop_streaming(self, entry: ManagedModel) -> None:
         """The model left the device entirely: streaming stops and every weight still placed (the
@@ -191,6 +309,8 @@ class TorchMover:
         placed, module, _ = found
         self._unstream(placed, module)
         self._restore_all(placed, module)
+        placed.ring = None
+        _release_cached(placed.device)
 
     def unload(self, entry: ManagedModel, module_names: Sequence[str]) -> int:
         found = self._find(entry)
@@ -207,6 +327,7 @@ class TorchMover:
                 placed.applied.pop(key, None)
                 set_tensor(module, key, original)
                 freed += original.numel() * original.element_size()
+        _release_cached(placed.device)
         return freed
 
     def _unstream(self, placed: _Placed, module: nn.Module) -> None:
@@ -217,6 +338,8 @@ class TorchMover:
     def _restore_all(self, placed: _Placed, module: nn.Module) -> None:
         for key, original in placed.originals.items():
             set_tensor(module, key, original)
+        if placed.factors is not None:
+            placed.factors.clear()
         placed.originals.clear()
         placed.applied.clear()
         placed.loose.clear()

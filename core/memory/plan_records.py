@@ -10,17 +10,9 @@ from dataclasses import dataclass, field
 from enum import Enum
 
 from core.memory.events import GIB, MIB, Detail, EventKind, MemoryEvent, frozen_details, gib
+from core.memory.vram_state import VramState
 
-VRAM_STATES = ("disabled", "no_vram", "low_vram", "normal", "high_vram", "shared")
-_ALIASES = {
-    "normal_vram": "normal",
-    "cpu": "disabled",
-    "novram": "no_vram",
-    "lowvram": "low_vram",
-    "highvram": "high_vram",
-    "gpu_only": "high_vram",
-    "mps": "shared",
-}
+VRAM_STATES = tuple(s.value for s in VramState)
 #: Module name standing for a whole model given without a module breakdown (moved as one block).
 WHOLE = ""
 
@@ -29,27 +21,33 @@ WHOLE = ""
 class PlanSettings:
     """The knobs planning needs (the policy layer maps its settings onto these).
 
-    ``vram_state`` is a name from ``VRAM_STATES``; ComfyUI-style names ("NORMAL_VRAM") and Enum
-    members (by name) are accepted and normalised."""
+    ``vram_state`` is a :class:`VramState` (a ``str``: "normal", "low_vram", ...); any spelling
+    ``VramState.parse`` knows (ComfyUI's "NORMAL_VRAM", "lowvram") and Enum members (by name) are
+    accepted and normalised."""
 
-    vram_state: str = "normal"
+    vram_state: VramState = VramState.NORMAL_VRAM
     min_inference_bytes: int = int(0.8 * GIB) + 400 * MIB
     reserve_bytes: int = 400 * MIB
     headroom: float = 1.1
     low_vram_headroom: float = 1.3
     stream_buffers: int = 2
+    #: the user (or the demo) fixed the inference headroom: ``min_inference_bytes`` then stands for
+    #: the activations and no per-workload prediction is added. None: decided from the numbers (a
+    #: floor above the reserve is someone's own figure), for settings built without a policy.
+    headroom_fixed: bool | None = None
 
     def __post_init__(self) -> None:
         raw: object = self.vram_state
-        name = (raw.name if isinstance(raw, Enum) else str(raw)).lower().replace("-", "_")
-        name = _ALIASES.get(name, name)
-        if name not in VRAM_STATES:
-            raise ValueError(f"unknown VRAM state {raw!r}; expected one of {', '.join(VRAM_STATES)}")
-        object.__setattr__(self, "vram_state", name)
+        if not isinstance(raw, VramState):
+            object.__setattr__(
+                self, "vram_state", VramState.parse(raw.name if isinstance(raw, Enum) else str(raw))
+            )
         if self.headroom < 1 or self.low_vram_headroom < 1:
             raise ValueError("headroom factors are at least 1 (they only add a safety margin)")
         if min(self.min_inference_bytes, self.reserve_bytes, self.stream_buffers) < 0:
             raise ValueError("memory reserves and the stream buffer count cannot be negative")
+        if self.headroom_fixed is None:
+            object.__setattr__(self, "headroom_fixed", self.min_inference_bytes > self.reserve_bytes)
 
     @property
     def weight_headroom(self) -> float:
@@ -75,6 +73,9 @@ class ModelState:
     #: modules that, streamed, send only the rows a forward looks up (embedding tables): nothing of
     #: their size is in flight on the device
     looked_up: frozenset[str] = frozenset()
+    #: modules whose bytes in flight while streamed exceed their stored bytes (a GGUF or fp8
+    #: layer is decoded on the device: ``core.memory.transients``): name -> bytes in flight
+    inflight: tuple[tuple[str, int], ...] = ()
 
     def __post_init__(self) -> None:
         sizes = dict(self.module_sizes)
@@ -101,8 +102,10 @@ class ModelState:
 
     @property
     def flight(self) -> dict[str, int]:
-        """Module -> bytes it has in flight on the device while streamed (0 for looked-up tables)."""
-        return {n: 0 if n in self.looked_up else s for n, s in self.modules}
+        """Module -> bytes it has in flight on the device while streamed: 0 for looked-up tables,
+        stored + decoded + scratch for the ``inflight`` ones, else the stored bytes."""
+        more = dict(self.inflight)
+        return {n: 0 if n in self.looked_up else max(s, more.get(n, s)) for n, s in self.modules}
 
     @property
     def resident(self) -> frozenset[str]:

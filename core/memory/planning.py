@@ -42,6 +42,7 @@ from core.memory.plan_records import (
     PlanSettings,
     Step,
 )
+from core.memory.vram_state import VramState
 
 __all__ = [
     "VRAM_STATES",
@@ -203,20 +204,20 @@ def _decide(
     room = free_bytes + model.loaded_bytes - reserve  # the same before and after our own moves
     free_for_it = free_bytes + model.loaded_bytes
     context = f"the {gib(free_for_it)} free once {gib(reserve)} is kept for inference"
-    if state == "low_vram":
+    if state == VramState.LOW_VRAM:
         context += f" (low-VRAM mode counts weights at {h:g}x their size)"
-    if state == "disabled":
+    if state == VramState.DISABLED:
         return set(), f"{name} stays on the CPU ({gib(total)}): the GPU is disabled, so nothing moves."
-    if state == "shared":
+    if state == VramState.SHARED:
         return everything, f"the GPU shares system memory, so offloading {name} would gain nothing"
-    if state != "no_vram" and (_charge(total, h) <= room or model.loaded_bytes == total <= room):
+    if state != VramState.NO_VRAM and (_charge(total, h) <= room or model.loaded_bytes == total <= room):
         return everything, f"it fits in {context}"
-    if state == "high_vram":
+    if state == VramState.HIGH_VRAM:
         return None, (
             f"Cannot load {name} ({gib(total)}): high-VRAM mode never streams weights, and it does "
             f"not fit in {context}. Switch to normal VRAM mode or unload other models."
         )
-    target = set() if state == "no_vram" else _placement(model, room, h, k)
+    target = set() if state == VramState.NO_VRAM else _placement(model, room, h, k)
     placed = sum(s for n, s in mods if n in target)
     fly = model.flight
     if placed + _buffer((fly[n] for n, _ in mods if n not in target), k) > room:
@@ -231,7 +232,7 @@ def _decide(
             f"Cannot run {name}: even streaming all its weights needs {gib(reserve + least)} on the "
             f"device ({parts}), but only {gib(free_for_it)} is free."
         )
-    if state == "no_vram":
+    if state == VramState.NO_VRAM:
         return target, "no-VRAM mode keeps weights off the device"
     return target, f"all {gib(total)} do not fit in {context}"
 
@@ -271,7 +272,7 @@ def plan_load(
     size = dict(ordered)
     to_load = tuple(n for n, _ in ordered if n in target and n not in resident)
     to_unload = tuple(n for n, _ in ordered if n in resident and n not in target)
-    device, on_cpu = sum(size[n] for n in target), cfg.vram_state == "disabled"
+    device, on_cpu = sum(size[n] for n in target), cfg.vram_state == VramState.DISABLED
     streamed = 0 if on_cpu else total - device
     fly = model.flight
     buffer = 0 if on_cpu else _buffer((fly[n] for n, _ in ordered if n not in target), cfg.stream_buffers)
@@ -342,8 +343,8 @@ def plan_load_models(
     todo = list(wanted.values())
     others = [m for m in loaded_models if m.name not in wanted]
     freeing = FreePlan((), 0, 0)
-    if state not in ("disabled", "shared"):
-        if state == "no_vram":
+    if state not in (VramState.DISABLED, VramState.SHARED):
+        if state == VramState.NO_VRAM:
             weights = _buffer((s for m in todo for s in m.flight.values()), cfg.stream_buffers) - sum(
                 m.loaded_bytes for m in todo
             )
@@ -354,9 +355,9 @@ def plan_load_models(
             )
         need = weights + cfg.inference_reserve(memory_required) - free_bytes
         if need > 0:
-            freeing = plan_free(
-                others, need, wanted, making_room_for=_room_phrase(todo), allow_partial=state != "high_vram"
-            )
+            partial = state != VramState.HIGH_VRAM
+            room_for = _room_phrase(todo)
+            freeing = plan_free(others, need, wanted, making_room_for=room_for, allow_partial=partial)
     loads, refused = _place_all(todo, free_bytes + freeing.bytes_freed, memory_required, cfg)
     if freeing.steps and todo and refused == len(todo):  # all refused anyway: evict nothing for nothing
         return _place_all(todo, free_bytes, memory_required, cfg)[0]

@@ -9,17 +9,22 @@ there on cards over 15 GiB). Activation memory is a different fact: it depends o
 (family, size, batch, dtype, attention kernel) and is predicted by the measured model in
 ``core.memory.inference``; ComfyUI's fixed 0.8 GiB minimum is not taken over (it made the manager
 refuse 1-2 GiB cards that ComfyUI serves by streaming everything).
+
+No-VRAM mode is never chosen automatically (as ComfyUI, whose ``--novram`` is the user's flag):
+a small card runs in low-VRAM mode, where planning keeps resident what the card holds once the
+predicted activations, the streamed modules in flight and the reserve are set aside, and streams
+the rest. Streaming everything on a 2 GiB card would move every weight every step for nothing.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from enum import Enum
 from types import MappingProxyType
 from typing import Literal
 
-from core.errors import LoadoutError
 from core.memory.devices import DeviceInfo, format_gib
+from core.memory.vram_state import SettingsError as SettingsError
+from core.memory.vram_state import VramState as VramState
 
 MIB = 1024**2
 GIB = 1024**3
@@ -30,56 +35,11 @@ ROLES: tuple[DtypeRole, ...] = ("diffusion_model", "text_encoder", "vae", "contr
 #: dtype names a setting may use (storage or compute)
 DTYPE_NAMES = ("fp32", "fp16", "bf16", "fp8_e4m3fn", "fp8_e5m2")
 
-#: below this a card runs in no-VRAM mode; below LOW_VRAM_BELOW in low-VRAM mode
-NO_VRAM_BELOW = 3 * GIB
+#: below this a card runs in low-VRAM mode (no-VRAM mode only when the user asks for it)
 LOW_VRAM_BELOW = 5 * GIB
 #: cards this large are told that high-VRAM mode is an option (never chosen automatically)
 HIGH_VRAM_HINT_FROM = 40 * GIB
 
-
-class SettingsError(LoadoutError, ValueError):
-    """A memory setting is out of range or names something unknown."""
-
-    code = "invalid_setting"
-
-
-class VramState(Enum):
-    DISABLED = "disabled"  # no GPU: everything on the CPU
-    NO_VRAM = "no-vram"  # weights live in RAM and stream to the card per layer
-    LOW_VRAM = "low-vram"  # models load partially; the rest streams from RAM
-    NORMAL_VRAM = "normal"  # models load fully when they fit, partially otherwise
-    HIGH_VRAM = "high-vram"  # models never leave the card
-    SHARED = "shared"  # GPU and CPU share RAM (Apple silicon, iGPUs): offloading frees nothing
-
-    @property
-    def title(self) -> str:
-        return _TITLES[self]
-
-    @classmethod
-    def parse(cls, text: str) -> VramState:
-        """Accepts "low-vram", "lowvram", "low_vram", "low", "normal", "highvram", "cpu" ..."""
-        key = text.strip().lower().replace("_", "-")
-        aliases = {"cpu": "disabled", "novram": "no-vram", "none": "no-vram", "lowvram": "low-vram"}
-        aliases |= {"low": "low-vram", "normal-vram": "normal", "normalvram": "normal"}
-        aliases |= {"highvram": "high-vram", "high": "high-vram", "gpu-only": "high-vram"}
-        key = aliases.get(key, key)
-        for state in cls:
-            if state.value == key:
-                return state
-        choices = ", ".join(s.value for s in cls)
-        raise SettingsError(f"unknown VRAM state {text!r}", fix=f"use one of: {choices}")
-
-
-_TITLES = MappingProxyType(
-    {
-        VramState.DISABLED: "no GPU",
-        VramState.NO_VRAM: "no-VRAM mode",
-        VramState.LOW_VRAM: "low VRAM",
-        VramState.NORMAL_VRAM: "normal VRAM",
-        VramState.HIGH_VRAM: "high VRAM",
-        VramState.SHARED: "shared memory",
-    }
-)
 
 _EFFECTS = MappingProxyType(
     {
@@ -160,8 +120,6 @@ def automatic_vram_state(device: DeviceInfo, total: int) -> VramDecision:
     card = f"{format_gib(total)} {_card_word(device)}"
     if device.shared_memory:
         state = VramState.SHARED
-    elif total < NO_VRAM_BELOW:
-        state = VramState.NO_VRAM
     elif total < LOW_VRAM_BELOW:
         state = VramState.LOW_VRAM
     else:

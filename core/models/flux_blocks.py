@@ -31,15 +31,29 @@ class Mod(NamedTuple):
         return (1 + self.scale) * x + self.shift
 
 
+#: Device types without float64 (Apple's MPS, Intel's XPU): the angles are computed on the CPU.
+NO_FLOAT64 = frozenset({"mps", "xpu"})
+
+
+def rope_device(device: torch.device) -> torch.device:
+    """Where :func:`rope` computes for ids on ``device``: there, unless it has no float64 (then on
+    the CPU and the result is moved, as ComfyUI does for MPS, XPU and DirectML)."""
+    return torch.device("cpu") if device.type in NO_FLOAT64 else device
+
+
 def rope(ids: torch.Tensor, axes_dim: tuple[int, ...], theta: float) -> torch.Tensor:
-    """Rotation angles for position ids (B, L, n_axes) -> (B, 1, L, head_dim/2, 2) as (cos, sin)."""
+    """Rotation angles for position ids (B, L, n_axes) -> (B, 1, L, head_dim/2, 2) as (cos, sin),
+    computed in float64 (see :func:`rope_device`) and returned in float32 on ``ids``' device."""
+    where = rope_device(ids.device)
+    pos = ids.to(where)
     angles = []
     for i, dim in enumerate(axes_dim):
-        exponent = torch.arange(0, dim, 2, dtype=torch.float64, device=ids.device) / dim
+        exponent = torch.arange(0, dim, 2, dtype=torch.float64, device=where) / dim
         freqs = 1.0 / (theta**exponent)
-        angles.append(ids[..., i].to(torch.float64).unsqueeze(-1) * freqs)
+        angles.append(pos[..., i].to(torch.float64).unsqueeze(-1) * freqs)
     angle = torch.cat(angles, dim=-1)
-    return torch.stack((torch.cos(angle), torch.sin(angle)), dim=-1).float().unsqueeze(1)
+    out = torch.stack((torch.cos(angle), torch.sin(angle)), dim=-1).float().unsqueeze(1)
+    return out.to(ids.device)
 
 
 def apply_rope(x: torch.Tensor, pe: torch.Tensor) -> torch.Tensor:

@@ -12,7 +12,7 @@ from core.models.unet import UNetModel
 
 
 def network_kind(model: nn.Module, *, action: str = "generate with") -> str:
-    """"unet", "mmdit", "flux" or "chroma" (Chroma is checked before the Flux it resembles)."""
+    """ "unet", "mmdit", "flux" or "chroma" (Chroma is checked before the Flux it resembles)."""
     if isinstance(model, UNetModel):
         return "unet"
     if isinstance(model, MMDiT):

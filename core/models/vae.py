@@ -13,51 +13,21 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
-from types import MappingProxyType
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from core.detect.catalog import REGISTRY
+from core.detect.catalog import latent_format_for
+from core.detect.spec import FLUX_LATENT, LATENT_FORMATS, SD1_LATENT, SD3_LATENT, SDXL_LATENT, LatentFormat
 from core.errors import ModelMismatchError
 from core.models.attention import attention_heads_first
 from core.models.tiling import Progress, tiled_map
 from core.ops.layers import OpSet, default_ops
 
-
-@dataclass(frozen=True)
-class LatentFormat:
-    """How a diffusion family scales the VAE's posterior mean into its latent space."""
-
-    name: str
-    latent_channels: int
-    scaling_factor: float
-    shift_factor: float = 0.0
-
-
-SD1_LATENT = LatentFormat("sd1", 4, 0.18215)
-SDXL_LATENT = LatentFormat("sdxl", 4, 0.13025)
-SD3_LATENT = LatentFormat("sd3", 16, 1.5305, 0.0609)
-FLUX_LATENT = LatentFormat("flux", 16, 0.3611, 0.1159)
-
-LATENT_FORMATS: Mapping[str, LatentFormat] = MappingProxyType(
-    {f.name: f for f in (SD1_LATENT, SDXL_LATENT, SD3_LATENT, FLUX_LATENT)}
-)
-"""Latent format name -> the format (read-only). Which family uses which is family data
-(``Family.latent_format``)."""
-
-
-def latent_format_for(family: str) -> LatentFormat:
-    """The latent format of a diffusion family, or of a VAE family that has one of its own."""
-    fam = REGISTRY.get(family)
-    fmt = LATENT_FORMATS.get(fam.latent_format) if fam is not None else None
-    if fmt is None:
-        known = sorted(f.id for f in REGISTRY if f.latent_format)
-        raise ModelMismatchError(
-            f"No KL-VAE latent format is known for family {family!r}", fix=f"Use one of: {', '.join(known)}"
-        )
-    return fmt
+__all__ = ["FLUX_LATENT", "LATENT_FORMATS", "SD1_LATENT", "SD3_LATENT", "SDXL_LATENT", "LatentFormat",
+           "latent_format_for"]  # fmt: skip
+# The latent formats are family data (core.detect.spec); the VAE scales with them.
 
 
 @dataclass(frozen=True)
@@ -92,13 +62,13 @@ class VAEConfig:
         return int(2 ** (len(self.channel_mult) - 1))
 
     def with_latent_format(self, fmt: LatentFormat) -> VAEConfig:
-        if fmt.latent_channels != self.latent_channels:
+        if fmt.channels != self.latent_channels:
             raise ModelMismatchError(
-                f"Latent format {fmt.name!r} has {fmt.latent_channels} channels, the VAE has "
+                f"Latent format {fmt.name!r} has {fmt.channels} channels, the VAE has "
                 f"{self.latent_channels}",
                 fix="Pick the format of the diffusion family this VAE belongs to",
             )
-        return replace(self, scaling_factor=fmt.scaling_factor, shift_factor=fmt.shift_factor)
+        return replace(self, scaling_factor=fmt.scale, shift_factor=fmt.shift)
 
     @classmethod
     def sd(cls, family: str = "sd1") -> VAEConfig:

@@ -21,7 +21,6 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 
 from core.ops.layers import Linear, OpSet
@@ -91,15 +90,14 @@ def scaled_mm_linear(
 ) -> Tensor:
     """``F.linear(x, weight x weight_scale, bias)`` with e4m3fn ``weight`` values (on ``x``'s
     device) multiplied in fp8: ``x`` is divided by ``input_scale`` (when given), clamped to +-448
-    and quantized (a new tensor; ``x`` is not touched), rows are padded to a multiple of 16, and
-    ``torch._scaled_mm`` applies both scales, accumulates in fp32 and writes ``x``'s dtype. Check
-    :func:`scaled_mm_blocker` first."""
+    and quantized (a new tensor; ``x`` is not touched), and ``torch._scaled_mm`` applies both
+    scales, accumulates in fp32 and writes ``x``'s dtype. cuBLASLt needs the inner and output
+    widths divisible by 16, not the row count, so rows are not padded (ComfyUI does not either).
+    The scales are passed by name (their position moved between torch releases). Check
+    :func:`scaled_mm_blocker` first; the scales should already be on ``x``'s device (a scaled
+    fp8 weight keeps its scale beside its values), else each call copies one from the host."""
     shape = x.shape
     rows = x.reshape(-1, shape[-1])
-    m = rows.shape[0]
-    pad = (-m) % 16
-    if pad:
-        rows = F.pad(rows, (0, 0, 0, pad))
     scale_a = _scale(input_scale, x.device)
     if input_scale is not None:
         rows = rows * (1.0 / scale_a).to(rows.dtype)
@@ -110,14 +108,12 @@ def scaled_mm_linear(
     result: Any = torch._scaled_mm(
         q,
         plain.contiguous().t(),  # column-major, as cuBLASLt wants the second operand
-        scale_a,
-        _scale(weight_scale, x.device),
+        scale_a=scale_a,
+        scale_b=_scale(weight_scale, x.device),
         bias=bias.to(out_dtype) if fused and bias is not None else None,
         out_dtype=out_dtype,
     )
     out: Tensor = result[0] if isinstance(result, tuple) else result  # torch < 2.5 also returned amax
-    if pad:
-        out = out[:m]
     if bias is not None and not fused:
         out = out + bias.to(out_dtype)
     return out.reshape(*shape[:-1], out.shape[-1])
@@ -132,7 +128,7 @@ class Fp8Linear(Linear):
         weight = self.weight
         scaled = weight if isinstance(weight, ScaledFp8Weight) else None
         if (
-            (stream is None or stream.patch_fn is None)  # patched weights are computed upcast
+            (stream is None or not stream.patched())  # patched weights are computed upcast
             and (scaled is None or (scaled.patch is None and scaled.fp8_matmul))
             and weight.dtype == torch.float8_e4m3fn
             and scaled_mm_blocker(x, weight) is None
@@ -143,12 +139,14 @@ class Fp8Linear(Linear):
             else:
                 w = weight if weight.device == x.device else weight.to(x.device)
                 b = self.bias
+            # the scales of the copy on the device (a streamed twin's are the cached device ones)
+            here = w if isinstance(w, ScaledFp8Weight) else None
             out = scaled_mm_linear(
                 x,
                 w,
                 b if b is None or b.device == x.device else b.to(x.device),
-                scaled.scale if scaled is not None else None,
-                scaled.input_scale if scaled is not None else None,
+                here.scale if here is not None else None,
+                here.input_scale if here is not None else None,
             )
             return self.add_side_outputs(x, out) if self.side_outputs else out
         return super().forward(x)

@@ -25,7 +25,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from core.quant.tensor import DeferredWeight, QuantizedWeight
+from core.quant.tensor import DeferredWeight
 
 if TYPE_CHECKING:
     from core.ops.streaming import LayerStream
@@ -170,12 +170,12 @@ class Embedding(CastWeights, nn.Embedding):
     def forward(self, x: torch.Tensor, out_dtype: torch.dtype | None = None) -> torch.Tensor:
         w = self.weight
         if self.stream is not None:
-            rows = self.stream.look_up(w, x, x.device)  # only the rows looked up travel
+            rows = self.stream.look_up(w, x, x.device, out_dtype)  # only the rows looked up travel
             if rows is not None:
                 return rows if out_dtype is None else rows.to(out_dtype)
             w = self.stream.cast(w, None, x.device, None)[0]  # indices in, so the stored dtype is kept
-        elif isinstance(w, QuantizedWeight) and self.padding_idx is None and self.max_norm is None:
-            return w.rows(x, out_dtype or torch.float32)  # only the rows looked up are dequantized
+        elif isinstance(w, DeferredWeight) and self.padding_idx is None and self.max_norm is None:
+            return w.rows(x, out_dtype or torch.float32)  # only the rows looked up are decoded
         elif isinstance(w, DeferredWeight):
             w = w.materialize(out_dtype or torch.float32, x.device)
         elif w.device != x.device:

@@ -32,7 +32,14 @@ from torch import Tensor, nn
 from core.ops.alignment import copy_for_compute
 from core.ops.fp8 import is_fp8
 from core.ops.layers import CastWeights
+from core.ops.staging import StagingRing
+from core.ops.stream_group import StreamedLayers, StreamStats
 from core.quant.tensor import DeferredWeight
+
+__all__ = [
+    "HostCopy", "InterruptCheck", "LayerStream", "PatchFn", "Staged", "StreamStats", "StreamedLayers",
+    "patch_fn_from", "plan_pinning", "stream_layers", "streamable_layers", "unstream_layers",
+]  # fmt: skip
 
 #: ``patch(key, base) -> weight``: the weight of state-dict key ``key`` with its patch stack applied
 #: to ``base`` (a fresh copy on the compute device); ``base`` itself when nothing patches ``key``.
@@ -49,43 +56,6 @@ def patch_fn_from(patched_weight: Callable[[str, Tensor], tuple[Tensor, bool]]) 
         return patched_weight(key, base)[0]
 
     return patch
-
-
-@dataclass
-class StreamStats:
-    """What the streamed layers of one :class:`StreamedLayers` copied, for the run report."""
-
-    bytes_total: int = 0
-    casts: int = 0  # layer forwards served by streaming
-    patched: int = 0  # of which a patch changed the weight or bias
-    prefetched: int = 0  # of which the copy had been started ahead
-    forwards: int = 0  # forwards finished
-    last_forward_bytes: int = 0
-    max_forward_bytes: int = 0
-    current_forward_bytes: int = 0
-
-    def record(self, nbytes: int, *, patched: bool, prefetched: bool) -> None:
-        self.bytes_total += nbytes
-        self.current_forward_bytes += nbytes
-        self.casts += 1
-        self.patched += int(patched)
-        self.prefetched += int(prefetched)
-
-    def end_forward(self) -> int:
-        """Close the current forward; returns the bytes it streamed (0 and nothing counted when
-        no streamed layer ran)."""
-        n = self.current_forward_bytes
-        if n == 0:
-            return 0
-        self.forwards += 1
-        self.last_forward_bytes = n
-        self.max_forward_bytes = max(self.max_forward_bytes, n)
-        self.current_forward_bytes = 0
-        return n
-
-    @property
-    def mean_forward_bytes(self) -> float:
-        return (self.bytes_total - self.current_forward_bytes) / self.forwards if self.forwards else 0.0
 
 
 @dataclass(frozen=True, eq=False)
@@ -129,6 +99,8 @@ class LayerStream:
     staged: Staged | None = None  # the copy started ahead, taken by the next forward
     #: an embedding table: its forward looks rows up where the table lives (see :meth:`look_up`)
     table: bool = False
+    #: whether ``patch_fn`` changes a key (None: assume it does)
+    touches: Callable[[str], bool] | None = None
     _ptrs: tuple[int, int] = field(default=(0, 0), init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -137,6 +109,15 @@ class LayerStream:
     @property
     def nbytes(self) -> int:
         return self.weight.nbytes + (self.bias.nbytes if self.bias is not None else 0)
+
+    def patched(self) -> bool:
+        """Whether a patch changes this layer's weight or bias (an fp8 layer nothing patches may
+        multiply in fp8 although it streams)."""
+        if self.patch_fn is None:
+            return False
+        if self.touches is None:
+            return True
+        return self.touches(f"{self.key}.weight") or self.touches(f"{self.key}.bias")
 
     # -- at forward ---------------------------------------------------------------------------
     def cast(
@@ -159,22 +140,33 @@ class LayerStream:
         self.group.stats.record(self.nbytes, patched=False, prefetched=ahead)
         return staged.weight, staged.bias
 
-    def look_up(self, weight: Tensor, ids: Tensor, device: torch.device) -> Tensor | None:
+    def look_up(
+        self, weight: Tensor, ids: Tensor, device: torch.device, dtype: torch.dtype | None = None
+    ) -> Tensor | None:
         """An embedding's rows for ``ids``, gathered where the table lives and sent to ``device``:
         a 49,408 x 768 CLIP table (76 MB) or T5's (263 MB) never travels, only the rows a prompt
         uses. A gather copies values exactly, so the rows are those of a resident table, bit for
-        bit. None when the table must travel after all: quantized (dequantized on the computing
-        device), or patched (the patched table is made where the resident one would be)."""
-        if not self.table or isinstance(self.weight, DeferredWeight):
+        bit. A quantized or fp8 table (GGUF, scaled fp8) sends the stored bytes of those rows and
+        decodes them on ``device`` in ``dtype`` (as a resident table does): a T5 table
+        is never materialised whole. None when the table must travel after all: patched (the
+        patched table is made where the resident one would be), or small."""
+        if not self.table:
             return None
-        if ids.numel() * self.weight[0].nbytes >= self.weight.nbytes:  # a small table (T5's relative
-            return None  # position buckets, looked up L x L times) travels whole: fewer bytes
+        deferred = self.weight if isinstance(self.weight, DeferredWeight) else None
+        rows_of_table = int(deferred.logical_shape[0]) if deferred is not None else self.weight.shape[0]
+        if ids.numel() * (self.weight.nbytes // max(1, rows_of_table)) >= self.weight.nbytes:
+            return None  # a small table (T5's position buckets, looked up L x L times) travels whole
         self._check(weight, None)
         if self.patch_fn is not None and self.patch_fn(f"{self.key}.weight", self.weight) is not self.weight:
             return None
         self.group.after_fetch(self, device)  # first: a repeat closes the previous forward
-        rows = F.embedding(ids.to(self.weight.device), self.weight).to(device)
-        self.group.stats.record(rows.nbytes, patched=False, prefetched=False)
+        if deferred is not None:
+            rows = deferred.rows(ids.to(device), dtype or torch.float32)  # as a resident table's
+            sent = ids.numel() * (self.weight.nbytes // max(1, rows_of_table))
+        else:
+            rows = F.embedding(ids.to(self.weight.device), self.weight).to(device)
+            sent = rows.nbytes
+        self.group.stats.record(sent, patched=False, prefetched=False)
         return rows
 
     def _check(self, weight: Tensor, bias: Tensor | None) -> None:
@@ -232,6 +224,13 @@ class LayerStream:
         """Fresh copies of the source on ``device``; on ``side`` (a CUDA stream) when given."""
         src_w, src_b = (self.pinned.weight, self.pinned.bias) if self.pinned else (self.weight, self.bias)
         non_blocking = self.pinned is not None
+        ring, slot = self.group.staging, None
+        if ring is not None and self.pinned is None and device.type != "cpu" and src_w.device.type == "cpu":
+            plain = src_w.plain() if isinstance(src_w, DeferredWeight) else src_w
+            (host_w, src_b), slot = ring.stage([plain, src_b])  # through a pinned buffer, reused
+            assert host_w is not None
+            src_w = src_w._twin(host_w) if isinstance(src_w, DeferredWeight) else host_w
+            non_blocking = True
 
         def fresh(t: Tensor | None) -> Tensor | None:
             # on the source's own device at the source's address residue, elsewhere a fresh device
@@ -243,13 +242,18 @@ class LayerStream:
         if side is None:
             w = fresh(src_w)
             assert w is not None
-            return Staged(device, w, fresh(src_b))
+            b = fresh(src_b)
+            if ring is not None and slot is not None:
+                ring.issued(slot, None)  # the buffer is free again once the current stream copied it
+            return Staged(device, w, b)
         with torch.cuda.stream(side):
             w = fresh(src_w)
             assert w is not None
             b = fresh(src_b)
             ready = torch.cuda.Event()  # type: ignore[no-untyped-call]
             ready.record(side)
+            if ring is not None and slot is not None:
+                ring.issued(slot, side)
         return Staged(device, w, b, ready)
 
     def release(self) -> None:
@@ -260,79 +264,6 @@ class LayerStream:
 
 def _ptrs(weight: Tensor, bias: Tensor | None) -> tuple[int, int]:
     return weight.data_ptr(), (bias.data_ptr() if bias is not None else 0)
-
-
-class StreamedLayers:
-    """The layers one :func:`stream_layers` call streams: their shared side stream (CUDA), the order
-    they run in (learned on the first forward, for prefetching) and their :class:`StreamStats`."""
-
-    def __init__(self, device: torch.device, side: torch.cuda.Stream | None, prefetch: bool) -> None:
-        self.device = device
-        self.side_stream = side
-        self.prefetch = prefetch
-        self.stats = StreamStats()
-        self.layers: dict[str, LayerStream] = {}
-        self._order: list[LayerStream] = []
-        self._position: dict[int, int] = {}  # id(LayerStream) -> index in _order
-        self._seen: set[int] = set()  # layers run in the current forward
-        self._order_known = False
-
-    @property
-    def names(self) -> tuple[str, ...]:
-        return tuple(self.layers)
-
-    @property
-    def streamed_bytes(self) -> int:
-        """Bytes one forward copies (every streamed layer once)."""
-        return sum(s.nbytes for s in self.layers.values())
-
-    @property
-    def pinned_bytes(self) -> int:
-        return sum(s.pinned.nbytes for s in self.layers.values() if s.pinned is not None)
-
-    @property
-    def order(self) -> tuple[str, ...]:
-        """The streamed layers in the order they ran (complete after the first forward)."""
-        return tuple(s.key for s in self._order)
-
-    def end_forward(self) -> int:
-        """Close the current forward for the stats (call after each model call for exact counts;
-        otherwise a forward closes when a streamed layer runs again)."""
-        self._seen.clear()
-        self._order_known = self._order_known or bool(self._order)
-        return self.stats.end_forward()
-
-    def drop_prefetched(self) -> None:
-        """Free the copies started ahead (after an interrupt, or before unloading)."""
-        for s in self.layers.values():
-            s.staged = None
-
-    def after_fetch(self, stream: LayerStream, device: torch.device) -> None:
-        ident = id(stream)
-        if ident in self._seen:  # the same layer again: a new forward began
-            self.end_forward()
-        self._seen.add(ident)
-        if ident not in self._position:
-            self._position[ident] = len(self._order)
-            self._order.append(stream)
-        if self.prefetch and device == self.device:
-            self._prefetch_after(self._position[ident], device)
-
-    def _prefetch_after(self, index: int, device: torch.device) -> None:
-        following = index + 1
-        if following >= len(self._order):
-            if not self._order_known:
-                return  # still learning the order: the next layer is unknown
-            following = 0  # the first layer of the next forward
-        target = self._order[following]
-        if target.staged is None and not target.table:  # a table is looked up in place, never sent
-            target.staged = target.copy_to(device, self.side_stream)
-
-    def forget(self, stream: LayerStream) -> None:
-        self.layers.pop(stream.key, None)
-        self._order = [s for s in self._order if s is not stream]
-        self._position = {id(s): i for i, s in enumerate(self._order)}
-        self._seen.discard(id(stream))
 
 
 # -- putting layers in and out of streaming mode ------------------------------------------------
@@ -373,19 +304,24 @@ def stream_layers(
     device: torch.device | str,
     *,
     patch_fn: PatchFn | None = None,
+    touches: Callable[[str], bool] | None = None,
     interrupt: InterruptCheck | None = None,
     pin: bool = False,
     pin_budget: int | None = None,
     prefetch: bool = True,
+    staging: StagingRing | None = None,
 ) -> StreamedLayers:
     """Put the op layers ``names`` of ``module`` in streaming mode towards ``device``.
 
     Their parameters stay where they are; each forward copies them to the input's device, applies
     ``patch_fn`` (keys are ``f"{name}.weight"`` / ``".bias"``, so ``module`` is the patcher's model
-    and must hold the *unpatched* weights of these layers) and casts. ``pin`` makes pinned host
-    copies of CPU weights within ``pin_budget`` bytes (CUDA only). ``prefetch`` copies the next
-    layer ahead: on a side stream on CUDA, synchronously elsewhere. Everything is checked before
-    any layer changes; :func:`unstream_layers` undoes it."""
+    and must hold the *unpatched* weights of these layers) and casts; ``touches(key)`` says
+    whether ``patch_fn`` changes a key (a layer it does not may take the fp8 matmul path).
+    ``pin`` makes pinned host copies of CPU weights within ``pin_budget`` bytes (CUDA only).
+    ``prefetch`` copies the next layer ahead: on a side stream on CUDA, synchronously elsewhere.
+    ``staging`` (a :class:`core.ops.staging.StagingRing`) sends host weights through a few
+    reused pinned buffers instead. Everything is checked before any layer changes;
+    :func:`unstream_layers` undoes it."""
     dev = torch.device(device)
     if dev.type == "cuda" and dev.index is None:
         dev = torch.device("cuda", torch.cuda.current_device())
@@ -400,7 +336,7 @@ def stream_layers(
             raise ValueError(f"layer {name!r} has no loaded weight to stream")
     cuda = dev.type == "cuda"
     side = torch.cuda.Stream(dev) if cuda and prefetch else None  # type: ignore[no-untyped-call]
-    group = StreamedLayers(dev, side, prefetch)
+    group = StreamedLayers(dev, side, prefetch, staging)
     sizes = [
         (name, _nbytes(layer))
         for name, layer in layers
@@ -413,8 +349,12 @@ def stream_layers(
         if name in to_pin:
             pinned_bias = None if bias is None else bias.detach().pin_memory()
             host = HostCopy(weight.detach().pin_memory(), pinned_bias)
+        if isinstance(weight, DeferredWeight):
+            weight.prepare(dev)  # an fp8 scale goes to the device now, not at every forward
         table = isinstance(layer, nn.Embedding)
-        stream = LayerStream(name, weight, bias, dev, group, patch_fn, interrupt, host, table=table)
+        stream = LayerStream(
+            name, weight, bias, dev, group, patch_fn, interrupt, host, table=table, touches=touches
+        )
         group.layers[name] = stream
         layer.stream = stream
     return group

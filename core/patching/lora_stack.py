@@ -16,7 +16,7 @@ from pathlib import Path
 
 import torch
 
-from core.detect.catalog import REGISTRY
+from core.detect.catalog import REGISTRY, lora_fits
 from core.detect.keyview import KeyView
 from core.detect.lora import LoraAnalysis, LoraModule, analyze_lora
 from core.errors import FileFormatError, LoadoutError, ModelMismatchError
@@ -31,12 +31,9 @@ from core.patching.side import clear_side_outputs
 
 
 def compatible(lora_family: str | None, model_family: str) -> bool:
-    """Whether a LoRA made for ``lora_family`` fits ``model_family``: the same family, or two in
-    one ``lora_group`` (family data: same shapes where a LoRA touches them)."""
-    if lora_family is None or lora_family == model_family:
-        return True
-    a, b = REGISTRY.get(lora_family), REGISTRY.get(model_family)
-    return a is not None and b is not None and a.lora_group != "" and a.lora_group == b.lora_group
+    """Whether a LoRA made for ``lora_family`` fits ``model_family`` (family data, see
+    :func:`core.detect.catalog.lora_fits`)."""
+    return lora_fits(lora_family, model_family)
 
 
 def _title(family: str | None) -> str:
@@ -145,7 +142,8 @@ class LoraStack:
             raise ModelMismatchError(
                 f"{p.name}: this LoRA targets {lora_for}; the loaded model is {model_is}",
                 why=analysis.base_evidence or "its shapes were made for another model",
-                fix="Pick a LoRA made for this model, or add it anyway (force) to apply what fits",
+                fix="Pick a LoRA made for this model, or apply what fits anyway: --force on the command "
+                "line (generate, merge), Add anyway in the window",
                 code="lora_family_mismatch",
             )
         report = match_lora(analysis, self._indexes)

@@ -17,6 +17,7 @@ from typing import Any
 import torch
 
 from core.errors import LoadoutError
+from core.files.destination import check_output_file
 from core.files.writer import refuse_same_file
 from core.loading.loader import (
     LoadOptions,
@@ -29,6 +30,7 @@ from core.loading.save import save_checkpoint
 from core.patching.keymap import match_lora_headers
 from core.patching.keymap_headers import lora_analysis
 from core.patching.lora_stack import LoraStack
+from core.values import LORA_STRENGTH
 
 
 @dataclass(frozen=True)
@@ -37,21 +39,10 @@ class LoraArg:
     model: float = 1.0
     clip: float | None = None  # None: same as model
 
-    @classmethod
-    def parse(cls, text: str) -> LoraArg:
-        """``FILE[:MODEL[:CLIP]]``; the numbers are taken from the right, so paths may hold colons."""
-        parts = text.split(":")
-        numbers: list[float] = []
-        while len(parts) > 1 and len(numbers) < 2:
-            try:
-                numbers.insert(0, float(parts[-1]))
-            except ValueError:
-                break
-            parts.pop()
-        path = Path(":".join(parts))
-        if not numbers:
-            return cls(path)
-        return cls(path, numbers[0], numbers[1] if len(numbers) > 1 else None)
+    def __post_init__(self) -> None:
+        LORA_STRENGTH.check(self.model)
+        if self.clip is not None:
+            LORA_STRENGTH.check(self.clip)
 
 
 def dry_run(base: str | os.PathLike[str], loras: Sequence[LoraArg]) -> dict[str, Any]:
@@ -99,6 +90,7 @@ def merge(
 ) -> Path:
     base_path, out_path = Path(base), Path(out)
     refuse_same_file(out_path, base_path, *(a.path for a in loras))
+    check_output_file(out_path)
     if not loras:
         raise LoadoutError("nothing to merge", fix="Name at least one LoRA with --lora", code="bad_argument")
     bundle = _load_base(base_path)

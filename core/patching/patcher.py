@@ -120,6 +120,17 @@ class ModelPatcher:
         twin._objects = dict(self._objects)
         return twin
 
+    def with_adapters(self, swap: Callable[[Adapter], Adapter]) -> ModelPatcher:
+        """A clone whose active sets hold ``swap(adapter)`` in place of each adapter (the same
+        keys, strengths and order): the mover's twin with the factors on the device."""
+        twin = self.clone()
+        twin._sets = {
+            k: replace(s, patches={key: tuple(replace(p, adapter=swap(p.adapter)) for p in ps)
+                                   for key, ps in s.patches.items()}) if s.active else s
+            for k, s in self._sets.items()
+        }  # fmt: skip
+        return twin
+
     def add_object_patch(self, path: str, value: object) -> None:
         """Replace an attribute or submodule (dotted path, e.g. ``"middle_block.1"``) while
         patched; ``apply()`` sets it, ``unpatch()`` puts the original back."""

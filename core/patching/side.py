@@ -11,8 +11,9 @@ exact low-rank side path; other adapters (LoHa, LoKr, DoRA, OFT...) are baked di
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
@@ -37,12 +38,27 @@ class LoraSidePath:
     adapter: LoRAAdapter
     strength: float
     offset: Offset | None = None
+    #: the factors as the forward uses them, per (device, dtype): copied from the host on the
+    #: first forward that needs them, never again (each copy to a GPU makes the CPU wait for it)
+    _factors: dict[tuple[torch.device, torch.dtype], tuple[Tensor, Tensor]] = field(
+        default_factory=dict, init=False, repr=False
+    )
+
+    def factors(self, device: torch.device, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
+        """(down, up) on ``device`` in ``dtype``."""
+        found = self._factors.get((device, dtype))
+        if found is None:
+            a = self.adapter
+            found = self._factors[(device, dtype)] = (
+                a.down.to(device=device, dtype=dtype, non_blocking=True),
+                a.up.to(device=device, dtype=dtype, non_blocking=True),
+            )
+        return found
 
     def __call__(self, layer: nn.Module, x: Tensor, out: Tensor) -> Tensor:
         a = self.adapter
         coef = self.strength * a.scale
-        down = a.down.to(device=x.device, dtype=x.dtype)
-        up = a.up.to(device=x.device, dtype=x.dtype)
+        down, up = self.factors(x.device, x.dtype)
         if isinstance(layer, nn.Conv2d):
             h = F.conv2d(x, down, None, layer.stride, layer.padding, layer.dilation)
             extra = F.conv2d(h, up.reshape(up.shape[0], up.shape[1], 1, 1)) * coef

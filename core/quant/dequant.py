@@ -35,8 +35,11 @@ from core.quant.gguf_types import BY_NAME
 QK_K = 256
 
 
-def _shifts(values: list[int], device: torch.device, shape: tuple[int, ...]) -> Tensor:
-    return torch.tensor(values, dtype=torch.uint8, device=device).reshape(shape)
+def _shifts(count: int, step: int, device: torch.device, shape: tuple[int, ...]) -> Tensor:
+    """The bit shifts ``0, step, 2 * step, ...`` (``count`` of them) made on ``device`` itself: a
+    ``torch.tensor(list, device=...)`` would copy from the host and wait for the card on every
+    layer (``tests/core/test_no_hidden_syncs.py``)."""
+    return torch.arange(0, count * step, step, dtype=torch.uint8, device=device).reshape(shape)
 
 
 def _f16(blocks: Tensor, start: int) -> Tensor:
@@ -47,14 +50,14 @@ def _f16(blocks: Tensor, start: int) -> Tensor:
 def _nibbles(qs: Tensor, groups: int, width: int) -> Tensor:
     """Split ``(n, groups * width)`` bytes into ``(n, groups, 2, width)`` low/high nibbles."""
     n = qs.shape[0]
-    out = qs.reshape(n, groups, 1, width) >> _shifts([0, 4], qs.device, (1, 1, 2, 1))
+    out = qs.reshape(n, groups, 1, width) >> _shifts(2, 4, qs.device, (1, 1, 2, 1))
     return out & 0x0F
 
 
 def _bits(bytes_: Tensor, groups: int, width: int, count: int, step: int, mask: int) -> Tensor:
     """``(n, groups * width)`` bytes -> ``(n, groups, count, width)`` fields of ``step`` bits."""
     n = bytes_.shape[0]
-    shifts = _shifts([i * step for i in range(count)], bytes_.device, (1, 1, count, 1))
+    shifts = _shifts(count, step, bytes_.device, (1, 1, count, 1))
     return (bytes_.reshape(n, groups, 1, width) >> shifts) & mask
 
 
@@ -120,8 +123,8 @@ def q3_k(blocks: Tensor) -> Tensor:
     qs = blocks[:, 32:96]
     packed = blocks[:, 96:108]
     d = _f16(blocks, 108)
-    low = (packed[:, :8].reshape(n, 1, 8) >> _shifts([0, 4], blocks.device, (1, 2, 1))).reshape(n, 16)
-    high = (packed[:, 8:].reshape(n, 1, 4) >> _shifts([0, 2, 4, 6], blocks.device, (1, 4, 1))).reshape(n, 16)
+    low = (packed[:, :8].reshape(n, 1, 8) >> _shifts(2, 4, blocks.device, (1, 2, 1))).reshape(n, 16)
+    high = (packed[:, 8:].reshape(n, 1, 4) >> _shifts(4, 2, blocks.device, (1, 4, 1))).reshape(n, 16)
     sc = (low & 0x0F) | ((high & 0x03) << 4)
     sc_f = (sc.to(torch.int8) - 32).to(torch.float32)
     dl = (d * sc_f).reshape(n, 16, 1)
@@ -191,6 +194,11 @@ BLOCK_DEQUANT: dict[str, Callable[[Tensor], Tensor]] = {
 }
 
 
+#: Elements dequantized at once into a narrower target dtype (1 Mi: 4 MiB of float32 values,
+#: ~13 MiB of temporaries for Q4_K; ``bench/transients.py`` measured the whole-weight peaks).
+CHUNK_ELEMENTS = 1 << 20
+
+
 def dequantize(
     raw: Tensor,
     qtype: str,
@@ -200,7 +208,8 @@ def dequantize(
 ) -> Tensor:
     """The ``shape`` tensor that ``raw`` (uint8 bytes of ``qtype`` blocks, row-major) encodes, in
     ``dtype`` on ``device`` (default: where ``raw`` is). Computed in float32 on that device, then
-    cast: the same bytes give the same bits on every path."""
+    cast (in chunks of :data:`CHUNK_ELEMENTS` when ``dtype`` is narrower): the same bytes give
+    the same bits on every path."""
     fn = BLOCK_DEQUANT.get(qtype)
     if fn is None:
         raise ValueError(f"cannot dequantize GGML type {qtype}")
@@ -216,5 +225,17 @@ def dequantize(
             f"{flat.numel()} bytes of {qtype} cannot hold a {tuple(shape)} tensor "
             f"({spec.block} elements per {spec.block_bytes}-byte block)"
         )
-    values = fn(flat.reshape(-1, spec.block_bytes)).reshape(shape)
-    return values if dtype == torch.float32 else values.to(dtype)
+    blocks = flat.reshape(-1, spec.block_bytes)
+    per_chunk = max(1, CHUNK_ELEMENTS // spec.block)
+    if dtype == torch.float32 or blocks.shape[0] <= per_chunk:
+        values = fn(blocks).reshape(shape)
+        return values if dtype == torch.float32 else values.to(dtype)
+    # A narrower target: chunks of blocks, each computed in float32 and cast into the output, so
+    # the float32 values and the formulas' temporaries (8-12 bytes an element for the K types)
+    # exist for one chunk at a time, not the whole weight. Every element is computed by the same
+    # operations as in one piece (no reduction crosses a block): the same bits.
+    out = torch.empty(blocks.shape[0] * spec.block, dtype=dtype, device=blocks.device)
+    for first in range(0, blocks.shape[0], per_chunk):
+        part = blocks[first : first + per_chunk]
+        out[first * spec.block : (first + part.shape[0]) * spec.block].copy_(fn(part).reshape(-1))
+    return out.reshape(shape)

@@ -38,6 +38,10 @@ class ScaledFp8Weight(DeferredWeight):
     scale: Tensor | None
     input_scale: Tensor | None
     fp8_matmul: bool
+    #: the scales' copies on each device the values went to, shared by every twin of one file
+    #: tensor: made once (at placement, or when a streamed layer is set up), so no forward copies
+    #: a scale from the host (each such copy would wait for the card)
+    _scales_on: dict[torch.device, tuple[Tensor | None, Tensor | None]]
 
     @staticmethod
     def __new__(
@@ -58,6 +62,7 @@ class ScaledFp8Weight(DeferredWeight):
         out.input_scale = input_scale
         out.fp8_matmul = fp8_matmul
         out.patch = None
+        out._scales_on = {}
         return out
 
     def __init__(
@@ -80,9 +85,27 @@ class ScaledFp8Weight(DeferredWeight):
         return (ScaledFp8Weight, (self.plain().clone(), self.scale, self.input_scale, self.fp8_matmul))
 
     def _twin(self, data: Tensor) -> ScaledFp8Weight:
-        twin = ScaledFp8Weight(data, self.scale, self.input_scale, self.fp8_matmul)
+        scale, input_scale = self.scales_on(data.device)
+        twin = ScaledFp8Weight(data, scale, input_scale, self.fp8_matmul)
         twin.patch = self.patch
+        twin._scales_on = self._scales_on
         return twin
+
+    def scales_on(self, device: torch.device) -> tuple[Tensor | None, Tensor | None]:
+        """(scale, input scale) on ``device``: the copies made the first time it was asked for."""
+        here = [s for s in (self.scale, self.input_scale) if s is not None]
+        if all(s.device == device for s in here):
+            return self.scale, self.input_scale
+        found = self._scales_on.get(device)
+        if found is None:
+            found = self._scales_on[device] = (
+                _moved_to(self.scale, device),
+                _moved_to(self.input_scale, device),
+            )
+        return found
+
+    def prepare(self, device: torch.device) -> None:
+        self.scales_on(device)
 
     def _moved(self, out: Tensor) -> Tensor:
         if self._keeps(out):
@@ -102,9 +125,25 @@ class ScaledFp8Weight(DeferredWeight):
             w.mul_(self.scale.reshape(()).to(device=w.device, dtype=dtype))
         return w
 
+    def rows(self, ids: Tensor, dtype: torch.dtype) -> Tensor:
+        """An fp8 embedding's rows for ``ids``: only they are sent (as fp8) and scaled on ``ids``'
+        device, in ComfyUI's order, so each value is the one the whole table would give."""
+        if self.patch is not None or self.ndim != 2:
+            return super().rows(ids, dtype)
+        picked = self.plain()[ids.reshape(-1).to(self.device)]
+        scale, _ = self.scales_on(ids.device)
+        w = picked.to(ids.device, non_blocking=True).to(dtype)
+        if scale is not None:
+            w.mul_(scale.reshape(()).to(dtype))
+        return w.reshape(*ids.shape, self.shape[1])
+
     @property
     def scale_value(self) -> float:
         return 1.0 if self.scale is None else float(self.scale.reshape(()))
+
+
+def _moved_to(t: Tensor | None, device: torch.device) -> Tensor | None:
+    return None if t is None else t.to(device, non_blocking=True)
 
 
 def fp8_with_patch(weight: Tensor, patch: Callable[[Tensor], Tensor]) -> ScaledFp8Weight:

@@ -50,6 +50,11 @@ class DeferredWeight(Tensor):
         Abstract: each subclass defines it (a torch.Tensor subclass cannot use ABCMeta)."""
         raise NotImplementedError(f"{type(self).__name__} must define _twin")
 
+    def prepare(self, device: torch.device) -> None:
+        """Make what computing on ``device`` needs besides the stored bytes (an fp8 scale's copy)
+        before any forward, so that no forward copies from the host (the streamed-layer setup
+        calls it)."""
+
     def _keeps(self, out: Tensor) -> bool:
         return out.dtype == self.dtype and out.shape == self.shape
 
@@ -92,6 +97,11 @@ class DeferredWeight(Tensor):
         """What a layer computes with: the values in ``dtype`` on ``device``, then patched."""
         dense_w = self.decoded(dtype, device)
         return dense_w if self.patch is None else self.patch(dense_w)
+
+    def rows(self, ids: Tensor, dtype: torch.dtype) -> Tensor:
+        """``F.embedding(ids, values)`` on ``ids``' device. Subclasses whose rows can be read
+        alone (GGML blocks, fp8 values) send and decode only those; this default decodes all."""
+        return torch.nn.functional.embedding(ids, self.materialize(dtype, ids.device))
 
     @property
     def logical_shape(self) -> torch.Size:

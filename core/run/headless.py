@@ -9,26 +9,20 @@ limit and whether LoRAs are baked (resident layers) or applied at cast time (str
 from __future__ import annotations
 
 import os
-import resource
-import sys
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import torch
-
-from core.errors import LoadoutError
 from core.loading.assign import interrupt_check
-from core.loading.loader import inspect_for_loading
-from core.memory.devices import device_named
 from core.memory.events import MemoryEvent
+from core.memory.peak import peak_bytes
 from core.memory.policy import MemorySettings
 from core.patching.merge import LoraArg
-from core.run.testrun import RunConfig, StepDone
-from core.session.placement import Placement, PlacementConfig
-from core.session.session import Session, family_naming
+from core.session.compose import headless_session, load_main
+from core.session.session import family_naming
+from core.session.testrun import RunConfig, StepDone
 
 
 @dataclass(frozen=True)
@@ -49,7 +43,7 @@ class LoraSummary:
     unmatched: int
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class HeadlessReport:
     """What ``loadout run`` measured. :meth:`to_json` is the one place its JSON is written."""
 
@@ -96,13 +90,6 @@ class HeadlessReport:
         }
 
 
-def _peak_bytes(device: str) -> int:
-    if device.startswith("cuda") and torch.cuda.is_available():
-        return int(torch.cuda.max_memory_allocated())
-    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return int(rss if sys.platform == "darwin" else rss * 1024)
-
-
 def run_headless(
     request: RunRequest,
     *,
@@ -112,14 +99,12 @@ def run_headless(
     """Load, add the LoRAs (recorded, never baked: the mover applies them), and time the test run
     through a :class:`Session` placing on the requested device. Setting ``interrupt`` (from any
     thread, e.g. a Ctrl-C handler) stops the load or the run within one tensor or layer."""
-    device = device_named(request.device)
-    config = PlacementConfig(request.settings, simulate_bytes=request.vram_limit or 0)
-    placement = Placement(device, config, interrupt=interrupt, cpu_is_device=True)
-    session = Session(placement, naming=family_naming)
-    index, det = inspect_for_loading(request.model)  # the one header read of this load
-    kind = "checkpoint" if det.kind == "checkpoint" else "diffusion_model"
-    check = interrupt_check(placement.interrupt.is_set)
-    session.load(request.model, kind, lambda p: None, check, inspected=(index, det))
+    session, device = headless_session(
+        request.device, settings=request.settings, vram_limit=request.vram_limit, interrupt=interrupt,
+        naming=family_naming,
+    )  # fmt: skip
+    placement = session.placement
+    det = load_main(session, request.model, interrupt_check(placement.interrupt.is_set))
     for arg in request.loras:
         session.loras.add(arg.path, arg.model, arg.clip)
     cfg = request.config
@@ -136,14 +121,17 @@ def run_headless(
     cpu_only = report.device == "cpu" and request.vram_limit is None
     stack = session.loras.stack
     return HeadlessReport(
-        request.model, det.family, device.label, str(cfg.dtype).removeprefix("torch."), cfg.steps,
-        report.seconds_per_step, report.resident_bytes, report.streamed_bytes_per_step,
-        _peak_bytes(report.device), report.inference_bytes_predicted, report.inference_bytes_measured,
-        "normal" if cpu_only else decision.state.name.lower(), decision.reason,
-        tuple(placement.events.events()), report.output,
-        tuple(LoraSummary(e.path, len(e.report.matched), len(e.report.unmatched))
-              for e in (stack.entries.values() if stack is not None else ())),
-        os.getpid(),
+        model=request.model, family=det.family, device=device.label,
+        dtype=str(cfg.dtype).removeprefix("torch."), steps=cfg.steps,
+        seconds_per_step=report.seconds_per_step,
+        resident_bytes=report.resident_bytes, streamed_bytes_per_step=report.streamed_bytes_per_step,
+        peak_bytes=peak_bytes(report.device), inference_bytes_predicted=report.inference_bytes_predicted,
+        inference_bytes_measured=report.inference_bytes_measured,
+        vram_state="normal" if cpu_only else decision.state.name.lower(), vram_reason=decision.reason,
+        events=tuple(placement.events.events()), output=report.output,
+        loras=tuple(LoraSummary(e.path, len(e.report.matched), len(e.report.unmatched))
+                    for e in (stack.entries.values() if stack is not None else ())),
+        pid=os.getpid(),
     )  # fmt: skip
 
 
@@ -155,25 +143,3 @@ def run_model(
 ) -> dict[str, Any]:
     """Everything ``loadout run --json`` prints."""
     return run_headless(request, interrupt=interrupt, progress=progress).to_json()
-
-
-def parse_size(text: str) -> tuple[int, int]:
-    try:
-        w, h = (int(v) for v in text.lower().split("x"))
-    except ValueError:
-        raise LoadoutError(
-            f"size {text!r} is not WIDTHxHEIGHT", fix="Write it like 1024x1024", code="bad_argument"
-        ) from None
-    return w, h
-
-
-def parse_bytes(text: str) -> int:
-    k, m, g = 1 << 10, 1 << 20, 1 << 30
-    units = {"": 1, "b": 1, "k": k, "kb": k, "kib": k, "m": m, "mb": m, "mib": m, "g": g, "gb": g, "gib": g}
-    s = text.strip().lower()
-    num = s.rstrip("kmgib")
-    try:
-        return int(float(num) * units[s[len(num) :]])
-    except (ValueError, KeyError):
-        raise LoadoutError(f"{text!r} is not a size in bytes", fix="Write e.g. 4GiB, 512MiB or 4294967296",
-                           code="bad_argument") from None  # fmt: skip

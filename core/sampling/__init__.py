@@ -5,11 +5,12 @@ KSampler on an Empty Latent Image (fp32, CPU). Entry point: :func:`sample`. See
 ``docs/sampling.md``.
 """
 
+from core.detect.catalog import latent_format_for
+from core.detect.spec import LatentFormat
 from core.sampling.cfg import CfgDenoiser
 from core.sampling.conditioning import Conditioning
 from core.sampling.denoiser import Denoiser, DiffusionModel, ModelDenoiser
 from core.sampling.ksampler import SamplingRequest, StepProgress, empty_latent, is_max_denoise, sample
-from core.sampling.latent_format import LatentFormat, latent_format_for
 from core.sampling.model_sampling import ModelSampling, for_family
 from core.sampling.noise import BrownianNoise, GaussianNoise, initial_noise
 from core.sampling.samplers import SAMPLERS, SamplerOptions, SamplerSpec, get_sampler

@@ -25,11 +25,11 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
+from core.detect.spec import LatentFormat
 from core.errors import LoadoutError
 from core.sampling.cfg import CfgDenoiser
 from core.sampling.conditioning import Conditioning
 from core.sampling.denoiser import DiffusionModel, ModelDenoiser
-from core.sampling.latent_format import LatentFormat
 from core.sampling.model_sampling import ModelSampling
 from core.sampling.noise import check_seed, initial_noise
 from core.sampling.samplers import SamplerContext, SamplerOptions, get_sampler

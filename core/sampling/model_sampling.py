@@ -25,6 +25,8 @@ from typing import Protocol
 import torch
 from torch import Tensor
 
+from core.detect.catalog import sampling_spec
+from core.detect.spec import SamplingSpec
 from core.errors import LoadoutError
 from core.sampling.prediction import EpsPrediction, FlowPrediction, Prediction, VPrediction
 
@@ -209,22 +211,24 @@ def flux_shift(shift: float = 1.15) -> ModelSampling:
     return ModelSampling(FluxSchedule(shift=shift), FlowPrediction())
 
 
-_EPS_FAMILIES = frozenset({"sd1", "sd2", "sdxl", "sdxl-refiner", "ssd-1b", "segmind-vega"})
-_FLUX_FAMILIES = frozenset({"flux-dev", "flux-fill"})
-_SD3_FAMILIES = frozenset({"sd3", "sd3.5-medium", "sd3.5-large"})
-
-
 def for_family(family: str, *, v_prediction: bool = False, shift: float | None = None) -> ModelSampling:
-    """The model sampling ComfyUI uses for a diffusion family id (``core.detect`` ids).
+    """The model sampling ComfyUI uses for a diffusion family id (read from its record's spec).
 
     ``v_prediction`` selects v-prediction for the discrete families (SD2-768-v and v-pred SDXL
     finetunes); ``shift`` overrides the flow families' default shift (ComfyUI's
     ``ModelSamplingSD3`` / ``ModelSamplingFlux`` nodes).
     """
-    if family in _EPS_FAMILIES:
+    return from_spec(sampling_spec(family), family, v_prediction=v_prediction, shift=shift)
+
+
+def from_spec(
+    spec: SamplingSpec, name: str, *, v_prediction: bool = False, shift: float | None = None
+) -> ModelSampling:
+    """The model sampling a :class:`SamplingSpec` names (``name``: the family, for messages)."""
+    if spec.schedule == "discrete":
         if shift is not None:
             raise LoadoutError(
-                f"a shift was given for {family}",
+                f"a shift was given for {name}",
                 why="discrete (SD1/SD2/SDXL) schedules have no shift",
                 fix="leave the shift unset for this model",
                 code="bad_argument",
@@ -232,22 +236,12 @@ def for_family(family: str, *, v_prediction: bool = False, shift: float | None =
         return v_discrete() if v_prediction else eps_discrete()
     if v_prediction:
         raise LoadoutError(
-            f"v-prediction was asked for {family}",
+            f"v-prediction was asked for {name}",
             why="only discrete-schedule families (SD1/SD2/SDXL) have a v-prediction variant",
             fix="leave v-prediction off for this model",
             code="bad_argument",
         )
-    if family in _SD3_FAMILIES:
-        return flow_shift(3.0 if shift is None else shift, 1000.0)
-    if family in _FLUX_FAMILIES:
-        return flux_shift(1.15 if shift is None else shift)
-    if family in ("flux-schnell", "chroma"):
-        return flow_shift(1.0 if shift is None else shift, 1.0)
-    if family == "auraflow":
-        return flow_shift(1.73 if shift is None else shift, 1.0)
-    raise LoadoutError(
-        f"no sampling is known for the family {family!r}",
-        why="the sampler needs the family's noise schedule and prediction type",
-        fix="use a model of a supported family (SD1, SD2, SDXL, SD3, Flux, Chroma, AuraFlow)",
-        code="unsupported_family",
-    )
+    value = spec.shift if shift is None else shift
+    if spec.schedule == "flux":
+        return flux_shift(value)
+    return flow_shift(value, spec.multiplier)

@@ -23,7 +23,6 @@ from collections.abc import Callable, Mapping
 from types import MappingProxyType
 
 import numpy
-import scipy.stats
 import torch
 from torch import Tensor
 
@@ -84,6 +83,8 @@ def simple(ms: ModelSampling, steps: int) -> Tensor:
 def beta(ms: ModelSampling, steps: int, alpha: float = 0.6, beta_: float = 0.6) -> Tensor:
     last_index = len(ms.sigmas) - 1
     quantiles = 1 - numpy.linspace(0, 1, steps, endpoint=False)
+    import scipy.stats  # 2 s to import: only when the beta scheduler is used
+
     indices = numpy.rint(scipy.stats.beta.ppf(quantiles, alpha, beta_) * last_index)
     sigmas: list[float] = []
     previous = -1.0

@@ -116,9 +116,11 @@ class LoraControl:
             if fam is not None and not compatible(e.base_family, fam):
                 warning = f"made for {e.base_family}, the loaded model is {fam}: only what fits is applied"
             info = LoraInfo(
-                e.id, e.path, e.base_family, e.model_strength, e.clip_strength, e.enabled,
-                len(e.report.matched), len(e.report.unmatched), len(e.skipped),
-                len(e.report.shape_mismatches), warning, e.analysis.summary.format, tuple(e.keys),
+                id=e.id, path=e.path, base_family=e.base_family, model_strength=e.model_strength,
+                clip_strength=e.clip_strength, enabled=e.enabled, matched=len(e.report.matched),
+                unmatched=len(e.report.unmatched), skipped=len(e.skipped),
+                shape_mismatches=len(e.report.shape_mismatches), family_warning=warning,
+                format=e.analysis.summary.format, targets=tuple(e.keys),
             )  # fmt: skip
             loras.append(info)
         return StackInfo(fam, tuple(loras), baked, recomputed, self._applied_words())
@@ -132,7 +134,7 @@ class LoraControl:
                 f"applied on {placement.describe().label}: placed weights patched there, "
                 "streamed layers at each step; the RAM copy stays the file's"
             )
-        return "recorded; applied when the model is placed (Load to GPU, or a test run)"
+        return "recorded; applied when the model is placed on the device (or runs)"
 
     def patched_keys(self) -> dict[str, int]:
         """Per patched component name, how many of its keys the stack patches."""

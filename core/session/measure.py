@@ -13,12 +13,12 @@ import torch
 
 from core.files.dtypes import short_name
 from core.loading.loader import LoadedComponent
-from core.memory.inference import Workload, activation_bytes
+from core.memory.inference import Workload, activation_bytes, network_profile
+from core.memory.step_placer import StepPlacer
 from core.memory.tracking import ActivationTracker
-from core.run.placed import StepPlacer, profile_of
-from core.run.testrun import RunConfig, StepDone, perform_test_run
 from core.session.placement import Placement
 from core.session.snapshots import RunReport
+from core.session.testrun import RunConfig, StepDone, perform_test_run
 
 
 @dataclass
@@ -53,12 +53,11 @@ def measured_test_run(
     # unless the user fixed the inference headroom), and measured by the tracker when asked
     attention = "cuda_flash" if cuda else "cpu_flash"
     work = Workload(config.width, config.height, config.batch, config.dtype.itemsize, attention)
-    profile, width = profile_of(component.module)
+    profile, width = network_profile(component.family, component.module)
     predicted = activation_bytes(profile, work, width)
-    plan = placement.manager.settings  # a floor above the reserve is the user's (or the demo's)
-    fixed = 0 if plan.min_inference_bytes > plan.reserve_bytes else None  # own figure: it stands
+    fixed = 0 if placement.manager.settings.headroom_fixed else None  # the user's figure stands
     place = (
-        StepPlacer(placement.manager, placement.mover, managed, work, memory_required=fixed)
+        StepPlacer(placement.manager, placement.mover, managed, (profile, width), work, memory_required=fixed)
         if placement.active
         else None
     )
@@ -69,16 +68,22 @@ def measured_test_run(
         progress(done)
 
     t0 = time.perf_counter()
-    with tracker if measure_activations else contextlib.nullcontext():
-        result = perform_test_run(component.module, config, check=check, progress=step, before_step=place)
+    try:
+        with tracker if measure_activations else contextlib.nullcontext():
+            result = perform_test_run(component.module, config, check=check, progress=step, before_step=place)
+    finally:
+        placement.settle()  # the next run's first layer, fetched ahead, is not kept (nor on a stop)
     total = time.perf_counter() - t0
     resident, streamed = place.finish() if place is not None else (0, 0)
     peak_vram = int(torch.cuda.max_memory_allocated(config.device)) if cuda else None
     if place is not None and not cuda:
         peak_vram = place.peak_placed  # a simulated card: what the manager placed on it
     return RunReport(
-        config.steps, config.width, config.height, config.batch, result.seconds_per_step, total,
-        config.device, short_name(config.dtype), rss.peak, peak_vram, result.output_summary(),
-        resident, streamed, placement.describe().label if placement.active else "", predicted,
-        tracker.peak_bytes if measure_activations else None,
+        steps=config.steps, width=config.width, height=config.height, batch=config.batch,
+        seconds_per_step=result.seconds_per_step, total_seconds=total, device=config.device,
+        dtype=short_name(config.dtype), peak_rss=rss.peak, peak_vram=peak_vram,
+        output=result.output_summary(),
+        resident_bytes=resident, streamed_bytes_per_step=streamed,
+        placement=placement.describe().label if placement.active else "", inference_bytes_predicted=predicted,
+        inference_bytes_measured=tracker.peak_bytes if measure_activations else None,
     )  # fmt: skip

@@ -24,7 +24,9 @@ from dataclasses import dataclass, field
 import psutil
 
 from core.memory.devices import DeviceInfo, cpu_device, discover_devices, format_gib
+from core.memory.dtypes import DtypePolicy
 from core.memory.events import EventLog
+from core.memory.inference import network_profile
 from core.memory.managed import ManagedModel
 from core.memory.manager import LoadResult, MemoryManager
 from core.memory.mover import TorchMover
@@ -35,11 +37,12 @@ from core.memory.policy import (
     VramState,
     choose_vram_state,
     minimum_inference_bytes,
+    pinned_memory_cap,
     reserve_bytes,
 )
 from core.memory.probes import CpuProbe, LimitedProbe, MemoryProbe, probe_for
+from core.memory.step_placer import Profile, default_memory_required
 from core.patching.patcher import ModelPatcher
-from core.run.placed import default_memory_required
 
 
 @dataclass(frozen=True)
@@ -60,6 +63,7 @@ class MemoryView:
     probe: MemoryProbe | None  # what the plot samples (also a GPU set not to be used)
     placed_bytes: Callable[[], int]
     headroom: int | None  # the manager's inference headroom; None when nothing is placed
+    headroom_fixed: bool = False  # the user fixed it: it stands for the activations
 
 
 @dataclass(frozen=True)
@@ -102,6 +106,7 @@ class Placement:
         self.events = events if events is not None else EventLog()
         self.interrupt = interrupt if interrupt is not None else threading.Event()
         self.cpu_is_device = cpu_is_device
+        self._profiles: dict[int, Profile] = {}  # id(registered model) -> its activation profile
         probe, target, forced = self._probe()
         settings = self.config.settings
         decision = choose_vram_state(probe.device, probe.total(), settings) if probe is not None else None
@@ -114,11 +119,21 @@ class Placement:
         if probe is not None and decision is not None:
             reserve = reserve_bytes(probe.device, probe.total(), sys.platform, settings)
             inference = self.config.inference_bytes
+            given = inference is not None or settings.min_inference_bytes is not None
             if inference is None:
                 inference = minimum_inference_bytes(reserve, settings)
-            state = "normal" if forced else decision.state.value.replace("-", "_")
-            plan = PlanSettings(vram_state=state, reserve_bytes=reserve, min_inference_bytes=inference)
-        self.mover = TorchMover(interrupt=lambda: self.manager.check())
+            state = VramState.NORMAL_VRAM if forced else decision.state
+            # a figure at or below the reserve leaves nothing for activations: they are predicted
+            fixed = given and inference > reserve
+            plan = PlanSettings(
+                vram_state=state, reserve_bytes=reserve, min_inference_bytes=inference, headroom_fixed=fixed
+            )
+        self.mover = TorchMover(
+            interrupt=lambda: self.manager.check(),
+            pin=settings.pinned_memory,
+            pinned_cap=pinned_memory_cap(_ram_total(), sys.platform, settings),
+            on_pinning=self._pinning_note,
+        )
         self.manager = MemoryManager(
             probe.free if probe is not None else (lambda: 0),
             self.mover,
@@ -128,6 +143,10 @@ class Placement:
             interrupt=self.interrupt,
         )
 
+    def _pinning_note(self, model: str, reason: str) -> None:
+        """Streaming from pageable memory (pinning failed or is capped): the plot shows why."""
+        self.events.emit("keep", model, 0, reason[0].upper() + reason[1:] + ".", details={"pinning": "off"})
+
     def _probe(self) -> tuple[MemoryProbe | None, str, bool]:
         """(probe, torch device to place on, whether the VRAM state is forced to normal)."""
         simulate = self.config.simulate_bytes
@@ -135,8 +154,8 @@ class Placement:
             probe = probe_for(self.accelerator)
             if simulate > 0:
                 probe = LimitedProbe(probe, simulate)
-            kind = self.accelerator.kind
-            return probe, "cuda" if kind in ("cuda", "rocm") else kind, False
+            # the card itself, index included: "cuda" alone would be whichever card is current
+            return probe, self.accelerator.torch_device, False
         if simulate > 0:
             cpu = CpuProbe(cpu_device(_ram_total(), name="Simulated GPU"))
             return LimitedProbe(cpu, simulate, charge=self.placed_bytes), "cpu", False
@@ -171,11 +190,22 @@ class Placement:
         return self.manager.device if self.active else None
 
     @property
+    def compute_bytes(self) -> int:
+        """Bytes per activation element a diffusion model computes with here: the dtype policy's
+        choice for the card (4 on Pascal and GTX 16-series, which compute in fp32); 2 on a card
+        simulated on the CPU, which stands for a GPU computing in fp16."""
+        if self.accelerator is None:
+            return 2
+        choice = DtypePolicy().storage_and_compute("diffusion_model", None, None, self.accelerator)
+        return choice.compute.itemsize
+
+    @property
     def headroom(self) -> int | None:
         return self.manager.settings.min_inference_bytes if self.active else None
 
     def describe(self) -> PlacementInfo:
-        view = MemoryView(self.monitor_probe, self.placed_bytes, self.headroom)
+        fixed = bool(self.manager.settings.headroom_fixed) and self.active
+        view = MemoryView(self.monitor_probe, self.placed_bytes, self.headroom, fixed)
         has_gpu = self.accelerator is not None
         if self.probe is None or self.decision is None:
             why = "no GPU was found" if self.accelerator is None else "the VRAM mode is set to no GPU"
@@ -187,22 +217,36 @@ class Placement:
         simulated = self.accelerator is None and self.config.simulate_bytes > 0
         label = f"Simulated {_mib(self.probe.total())} GPU (on the CPU)" if simulated else dev.label
         return PlacementInfo(
-            True, self.manager.device, label, self.decision.state.value, self.decision.reason,
+            True, self.manager.device, label, self.decision.state.option, self.decision.reason,
             simulated, has_gpu, view,
         )  # fmt: skip
 
     # -- models -----------------------------------------------------------------------------------
-    def register(self, model: object, name: str) -> ManagedModel:
-        """Track ``model`` (a ``ModelPatcher``: its stack is applied on placement, or a module)."""
+    def register(self, model: object, name: str, family: str | None = None) -> ManagedModel:
+        """Track ``model`` (a ``ModelPatcher``: its stack is applied on placement, or a module) of
+        ``family`` (whose record says how much room its activations take)."""
         if isinstance(model, ModelPatcher):
             self.mover.use_patcher(model)
+        self._profiles[id(model)] = network_profile(family, model)
         return self.manager.register(model, name)
+
+    def profile(self, model: object) -> Profile:
+        """The inference-memory profile ``model`` was registered with ((None, None): unknown)."""
+        return self._profiles.get(id(model), (None, None))
 
     def place(self, models: Sequence[object], memory_required: int = 0) -> LoadResult:
         """Place ``models``, keeping room for ``memory_required`` bytes of activations (0: the
         measured model's figure for one image at each model's usual size)."""
-        need = memory_required or default_memory_required(self.manager, models)
-        return self.manager.load_models(models, need)
+        need = memory_required or default_memory_required(
+            self.manager, [self.profile(m) for m in models], self.compute_bytes
+        )
+        factors = sum(self.mover.factor_bytes(m) for m in models)  # LoRA factors live on the device
+        return self.manager.load_models(models, need + factors)
+
+    def settle(self) -> None:
+        """A run ended (done, failed or interrupted): copies started ahead for a next forward are
+        freed, so nothing the plan does not count stays on the device."""
+        self.mover.drop_prefetched()
 
     def offload(self, models: Sequence[object], why: str = "you offloaded it") -> LoadResult:
         return self.manager.unload_models(models, why)
@@ -231,6 +275,7 @@ class Placement:
             self.manager.unload_models([model], "its file was unloaded")
         self.mover.release(model)
         self.manager.forget(model)
+        self._profiles.pop(id(model), None)
 
     def placed_bytes(self) -> int:
         """What the manager has placed on the device (lock-free: the GUI thread reads it too)."""

@@ -25,6 +25,7 @@ from pathlib import Path
 
 from torch import nn
 
+from core.detect.catalog import generation_defaults
 from core.detect.types import Detection
 from core.errors import LoadoutError
 from core.files.dtypes import short_name, torch_dtype_by_short
@@ -34,13 +35,13 @@ from core.loading.loader import LoadedComponent, LoadOptions
 from core.memory.events import MemoryEvent
 from core.memory.manager import NotEnoughMemoryError
 from core.patching.lora_stack import LoraStack, component_name
-from core.run.testrun import RunConfig, StepDone
 from core.session.library import Library
 from core.session.loras import LoraControl
 from core.session.measure import measured_test_run
 from core.session.placement import Placement, PlacementConfig, PlacementInfo
 from core.session.slots import LoadedModel, Loaders, SlotId, refuse_unloadable
 from core.session.snapshots import ComponentInfo, ModelInfo, RunReport, SessionEvent
+from core.session.testrun import RunConfig, StepDone
 from core.session.words import MEMORY_WORDS, kind_word, no_model, not_loaded
 
 Check = Callable[[], None]
@@ -153,8 +154,8 @@ class Session:
             # GIL for 100+ ms and would stall the GUI thread)
         info = self._info(loaded)
         where = (
-            f"in system RAM, memory-mapped from the file; Load to GPU (Ctrl+G) places it on "
-            f"{self.placement.describe().label}"
+            f"in system RAM, memory-mapped from the file; it is placed on "
+            f"{self.placement.describe().label} when asked or when it runs"
             if self.placement.active
             else "in system RAM, memory-mapped from the file; computed on the CPU (no GPU)"
         )
@@ -167,7 +168,7 @@ class Session:
 
     def _register(self, loaded: LoadedModel) -> None:
         for comp, obj in loaded.pairs():
-            self.placement.register(obj, self.naming(loaded, comp))
+            self.placement.register(obj, self.naming(loaded, comp), comp.family)
 
     def _release(self, loaded: LoadedModel) -> None:
         for obj in loaded.managed:  # also without a device: a card switched off left them tracked
@@ -215,7 +216,7 @@ class Session:
                 "there is no GPU to place models on",
                 why=info.reason,
                 fix="Models compute on the CPU from RAM. To see the memory manager at work without a GPU, "
-                "set a simulated card in Settings > Memory",
+                "use a simulated card (a size to simulate)",
                 code="no_device",
             )
 
@@ -231,8 +232,8 @@ class Session:
             raise NotEnoughMemoryError(
                 f"not enough GPU memory for all of {loaded.path.name}{placed}",
                 why=result.refused[0],
-                fix="Offload other models, lower 'Keep free for other apps' in Settings > Memory, or place "
-                "the components one by one (select a component row in Loaded models)",
+                fix="Offload other models, lower the memory kept free for other programs, or place the "
+                "components one by one",
             )
         return self.models()
 
@@ -279,8 +280,9 @@ class Session:
             )  # fmt: skip
             comps.append(info)
         return ModelInfo(
-            loaded.slot.key, loaded.path, loaded.kind, loaded.family, tuple(comps), loaded.seconds
-        )
+            loaded.slot.key, loaded.path, loaded.kind, loaded.family, tuple(comps), loaded.seconds,
+            generation_defaults(loaded.family),
+        )  # fmt: skip
 
     # -- test run ---------------------------------------------------------------------------------
     def test_run(

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar, Literal, TypeAlias, get_args
 
+from core.detect.types import kind_phrase
 from core.errors import LoadoutError
 from core.loading.loader import (
     LoadedComponent,
@@ -89,9 +90,8 @@ def refuse_unloadable(path: Path, kind: str) -> LoadKind:
     for loadable in get_args(LoadKind):
         if kind == loadable:
             return loadable  # type: ignore[no-any-return]
-    what = kind.replace("_", " ")
     raise LoadoutError(
-        f"{path.name} is a {what}, which cannot be loaded on its own",
+        f"{path.name} is {kind_phrase(kind)}, which cannot be loaded on its own",
         why="only checkpoints, diffusion models, VAEs and text encoders load as models",
         fix="Add a LoRA to the LoRA stack of a loaded model instead" if kind == "lora" else "",
         code="not_loadable",

@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from core.detect.spec import NO_MODEL_DEFAULTS, GenerationDefaults
+
 MAIN_KEY = "main"  # the main slot's key (SlotId.MAIN.key)
 
 
@@ -36,6 +38,8 @@ class ModelInfo:
     family: str | None
     components: tuple[ComponentInfo, ...]
     load_seconds: float = 0.0
+    #: the family's usual generation settings (its record's), what the Generate panel starts from
+    defaults: GenerationDefaults = NO_MODEL_DEFAULTS
 
     @property
     def name(self) -> str:
@@ -51,7 +55,7 @@ class ModelInfo:
         return sum(c.bytes for c in self.components)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class LoraInfo:
     id: str
     path: Path
@@ -83,7 +87,7 @@ class StackInfo:
     applied: str = "baked into the weights"  # where the stack takes effect, in words
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class RunReport:
     """What a test run measured (the app's Test run panel; ``loadout run`` turns it into its JSON
     report in :mod:`core.run.headless`)."""

@@ -26,7 +26,7 @@ def no_model() -> LoadoutError:
     return LoadoutError(
         "no model is loaded",
         why="LoRAs and test runs work on a loaded checkpoint or diffusion model",
-        fix="Load one from the browser first (double-click it, or Ctrl+L)",
+        fix="Load a checkpoint or diffusion model first",
         code="no_model",
     )
 

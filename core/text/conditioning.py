@@ -23,7 +23,6 @@ carried in :attr:`Conditioning.guidance` (ComfyUI's default 3.5 when no FluxGuid
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from typing import Final, Literal, TypeVar
 
@@ -31,6 +30,7 @@ import torch
 import torch.nn.functional as F
 
 from core.errors import LoadoutError, ModelMismatchError
+from core.models.attention import timestep_embedding
 from core.models.clip import CLIPTextModel
 from core.models.t5 import T5Encoder
 from core.text.chunking import ChunkSpec
@@ -239,16 +239,6 @@ def _combine_sd3(out: _Outputs) -> tuple[torch.Tensor, torch.Tensor]:
     return context, torch.zeros(1, 768 + 1280) if pooled is None else pooled
 
 
-def timestep_embedding(
-    values: torch.Tensor, dim: int = SDXL_EMBED_DIM, max_period: float = 10000.0
-) -> torch.Tensor:
-    """(N,) numbers -> (N, dim) [cos | sin] embeddings with frequencies max_period^(-i/half)."""
-    half = dim // 2
-    freqs = torch.exp(-math.log(max_period) * torch.arange(half, dtype=torch.float32) / half)
-    args = values.float()[:, None] * freqs[None]
-    return torch.cat([torch.cos(args), torch.sin(args)], dim=-1)
-
-
 def sdxl_adm(
     pooled: torch.Tensor,
     *,
@@ -263,7 +253,7 @@ def sdxl_adm(
     target_height, target_width. ComfyUI's defaults: width/height = the image size (latent x 8),
     crops 0, targets = width/height."""
     sizes = [height, width, crop_h, crop_w, target_height or height, target_width or width]
-    flat = timestep_embedding(torch.tensor(sizes, dtype=torch.float32)).flatten()[None]
+    flat = timestep_embedding(torch.tensor(sizes, dtype=torch.float32), SDXL_EMBED_DIM).flatten()[None]
     return torch.cat([pooled.float(), flat.to(pooled.device).repeat(pooled.shape[0], 1)], dim=1)
 
 
@@ -280,6 +270,7 @@ def sdxl_refiner_adm(
     """The refiner's (B, 2560) vector: pooled ++ height, width, crop_h, crop_w, aesthetic score
     (ComfyUI's defaults: 6 for the positive prompt, 2.5 for the negative)."""
     score = aesthetic_score if aesthetic_score is not None else (2.5 if negative else 6.0)
-    flat = timestep_embedding(torch.tensor([height, width, crop_h, crop_w, score], dtype=torch.float32))
+    sizes = [height, width, crop_h, crop_w, score]
+    flat = timestep_embedding(torch.tensor(sizes, dtype=torch.float32), SDXL_EMBED_DIM)
     flat = flat.flatten()[None].to(pooled.device)
     return torch.cat([pooled.float(), flat.repeat(pooled.shape[0], 1)], dim=1)

@@ -11,12 +11,11 @@ rest of the prompt one plain segment with the bracket in it; whitespace is kept 
 
 from __future__ import annotations
 
-import math
 import re
 from dataclasses import dataclass
 from typing import Final
 
-from core.errors import LoadoutError
+from core.values import PROMPT_WEIGHT
 
 #: ComfyUI's factor for a bracket group without an explicit weight
 GROUP_FACTOR: Final = 1.1
@@ -63,18 +62,13 @@ def _groups(text: str) -> list[str]:
 
 
 def _explicit_weight(tail: str) -> float | None:
+    """The number after a group's last colon (checked against :data:`PROMPT_WEIGHT`), or None
+    when that text is not a number (then it is part of the prompt, as in ComfyUI)."""
     try:
         value = float(tail)
     except ValueError:
         return None
-    if not math.isfinite(value):
-        raise LoadoutError(
-            f"The prompt weight {tail.strip()!r} is not a finite number",
-            why="a weight of inf or nan would make the conditioning unusable",
-            fix="write a number such as (word:1.2)",
-            code="bad_prompt_weight",
-        )
-    return value
+    return PROMPT_WEIGHT.check(value)
 
 
 def _weigh(text: str, weight: float) -> list[WeightedText]:
@@ -83,6 +77,8 @@ def _weigh(text: str, weight: float) -> list[WeightedText]:
         if len(piece) >= 2 and piece[0] == "(" and piece[-1] == ")":
             inner = piece[1:-1]
             inner_weight = weight * GROUP_FACTOR
+            if PROMPT_WEIGHT.problem(inner_weight) is not None:  # ((((...)))) nested past the range
+                raise PROMPT_WEIGHT.error(f"brackets nested so deep give {PROMPT_WEIGHT.name} past the range")
             colon = inner.rfind(":")
             if colon > 0 and (explicit := _explicit_weight(inner[colon + 1 :])) is not None:
                 inner, inner_weight = inner[:colon], explicit

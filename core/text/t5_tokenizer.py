@@ -108,7 +108,7 @@ def find_t5_tokenizer(search: T5TokenizerSearch) -> Path:
         "No T5 tokenizer was found (SD3, Flux and Chroma prompts need one)",
         why=f"looked in: {listed}",
         fix=(
-            "point Settings > T5 tokenizer (or the LOADOUT_T5_TOKENIZER variable) at a folder holding "
+            "point the T5 tokenizer setting (or the LOADOUT_T5_TOKENIZER variable) at a folder holding "
             "tokenizer.json or spiece.model: ComfyUI's comfy/text_encoders/t5_tokenizer/ or the "
             "tokenizer_2/ folder of black-forest-labs/FLUX.1-dev from Hugging Face"
         ),

@@ -11,8 +11,8 @@ from PySide6.QtCore import QThread
 from app.backend.backend import Backend
 from app.backend.messages import ModelInfo, StackInfo, TaskError
 from app.demo import DemoLibrary
-from core.run.testrun import RunConfig
 from core.session import Session, SlotId
+from core.session.testrun import RunConfig
 from tests.app.util import strict
 
 

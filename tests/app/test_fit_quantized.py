@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from app.backend.fit import component_fits, estimate_fit
 from core.library import LibraryIndex, ModelRoot
 from core.loading.loader import load_diffusion_model
+from core.memory.fit import component_fits, estimate_fit
 from tests.fixtures.fp8_scaled import write_scaled_fp8
 from tests.fixtures.gguf_quant import write_comfy_gguf
 from tests.fixtures.tiny_models import TINY_FLUX

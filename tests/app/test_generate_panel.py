@@ -11,6 +11,7 @@ from PySide6.QtGui import QDropEvent
 from pytestqt.qtbot import QtBot
 
 from app.gui.generate_panel import GeneratePanel
+from core.detect.catalog import generation_defaults
 from core.errors import LoadoutError
 from core.generate.events import GeneratedImage, GenerateProgress, GenerateResult
 from core.generate.parameters import GenerationParameters, LoraUse, format_parameters
@@ -28,7 +29,7 @@ def panel(qtbot: QtBot) -> GeneratePanel:
 
 
 def test_generate_emits_the_typed_settings(panel: GeneratePanel, qtbot: QtBot) -> None:
-    panel.set_family("sdxl")
+    panel.set_family("sdxl", generation_defaults("sdxl"))
     panel.set_available(True)
     assert (panel.width_.value(), panel.height_.value()) == (1024, 1024)
     qtbot.keyClicks(panel.prompt, "a red fox in snow, (detailed:1.2)")
@@ -56,11 +57,11 @@ def test_a_bad_seed_is_an_error_not_a_request(panel: GeneratePanel, qtbot: QtBot
 
 
 def test_flux_dev_offers_guidance_and_flux_defaults(panel: GeneratePanel) -> None:
-    panel.set_family("flux-dev")
+    panel.set_family("flux-dev", generation_defaults("flux-dev"))
     assert panel.guidance.isVisible() and panel.cfg.value() == 1.0
     assert panel.scheduler.currentData() == "simple"
     assert panel.settings().sampling.guidance == 3.5
-    panel.set_family("sd1")
+    panel.set_family("sd1", generation_defaults("sd1"))
     assert not panel.guidance.isVisible() and (panel.width_.value(), panel.height_.value()) == (512, 512)
 
 

@@ -8,7 +8,6 @@ from pathlib import Path
 import pytest
 from PySide6.QtCore import QSettings, QThread
 
-from app.backend.fit import estimate_fit
 from app.backend.messages import TaskError
 from app.backend.monitor import MemoryMonitor
 from app.demo import DemoLibrary, is_sparse_demo
@@ -17,6 +16,7 @@ from app.gui.settings import AppSettings, SettingsDialog
 from core.inspect import inspect_file
 from core.library import Entry
 from core.library.entry import Component
+from core.memory.fit import estimate_fit
 from core.memory.policy import VramState
 from core.memory.probes import FakeProbe
 from core.session import Session
@@ -209,7 +209,7 @@ def test_a_fixed_activation_headroom_stands_for_the_activations_in_the_fit_estim
 
     model = replace(_entry("checkpoint", ("diffusion_model", 2_500_000_000, 5 * GIB)), family="sdxl")
     gpu = dict(where="GPU", on_gpu=True, ram_available=32 * GIB, reserve=0)
-    fixed = estimate_fit(model, 8 * GIB, headroom=GIB, **gpu)  # type: ignore[arg-type]
+    fixed = estimate_fit(model, 8 * GIB, headroom=GIB, headroom_fixed=True, **gpu)  # type: ignore[arg-type]
     assert fixed.usable == 7 * GIB
     predicted = estimate_fit(model, 8 * GIB, headroom=0, **gpu)  # type: ignore[arg-type]
     assert predicted.usable < 8 * GIB

@@ -12,8 +12,8 @@ from app.demo import DemoLibrary
 from app.gui.settings import AppSettings
 from core.errors import LoadoutError
 from core.memory.policy import MemorySettings, VramState
-from core.run.testrun import RunConfig
 from core.session import Session, SlotId
+from core.session.testrun import RunConfig
 from tests.app.util import strict
 
 MIB = 2**20
@@ -194,7 +194,7 @@ def test_on_a_real_gpu_placed_and_streamed_runs_match_the_cpu(demo_library: Demo
     expected = _output(cpu)
     for limit in (0, 3 * MIB):
         gpu = _engine(demo_library, Placement.discover(PlacementConfig(NORMAL, limit, MIB)))
-        assert gpu.placement.active and gpu.placement.target == "cuda"
+        assert gpu.placement.active and gpu.placement.target == "cuda:0"
         gpu.loras.add(demo_library.lora, 0.8, 0.6, False)
         gpu.place(SlotId.MAIN, "diffusion_model")
         report = gpu.test_run(RUN, lambda s: None, lambda: None)

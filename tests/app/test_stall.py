@@ -4,7 +4,7 @@ thread records the longest gap between its ticks (target < 100 ms; the test fail
 from __future__ import annotations
 
 from app.demo import DemoLibrary
-from core.run.testrun import RunConfig
+from core.session.testrun import RunConfig
 from tests.app.util import StallProbe, strict
 
 LIMIT_S = 0.25

@@ -103,6 +103,8 @@ def test_load_lora_sliders_run_and_unload_through_the_window(
     assert list(window.lora_panel.cards) == [lora.id]
 
     # a LoRA dropped from the browser onto the panel
+    assert b.fits.isChecked() and not b.model.index_of(str(sdxl_lora)).isValid()  # hidden: for SDXL
+    b.fits.setChecked(False)
     mime = b.model.mimeData([b.model.index_of(str(sdxl_lora))])
     drop = QDropEvent(
         QPointF(20, 20),

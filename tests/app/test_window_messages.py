@@ -67,7 +67,7 @@ def test_a_png_without_parameters_says_so(qtbot, make_window, tmp_path: Path) ->
     assert image.save(str(plain))
     window.generate_panel.read_picture(plain)
     text = window.message.text.text()
-    assert "No generation parameters" in text and "failed" not in text, text
+    assert "No parameters in the picture" in text and "failed" not in text, text
 
 
 def test_load_to_gpu_that_does_not_fit_says_what_and_that_generating_streams_it(

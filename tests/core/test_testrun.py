@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from core.errors import InterruptedByUser, LoadoutError, ModelMismatchError
-from core.run.testrun import RunConfig, perform_test_run
+from core.session.testrun import RunConfig, perform_test_run
 from tests.fixtures.tiny_models import (
     TINY_CHROMA,
     TINY_FLUX,

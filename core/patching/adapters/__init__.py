@@ -1,7 +1,7 @@
 """Weight adapters: LoRA/LoCon, LoHa, LoKr (each optionally DoRA), GLoRA, OFT, BOFT, diff, set.
 
 Each adapter is a small frozen class holding one module's factors; its weight math is pure (see
-``base.Adapter``). Importing this package registers every class in ``registry``.
+``base.Adapter``). ``catalog`` registers every class in ``registry``, explicitly.
 """
 
 from core.patching.adapters.base import (
@@ -9,8 +9,8 @@ from core.patching.adapters.base import (
     AdapterRegistry,
     DoraAxis,
     LowRankAdapter,
-    registry,
 )
+from core.patching.adapters.catalog import registry
 from core.patching.adapters.dora import dora_difference, dora_weight
 from core.patching.adapters.errors import AdapterFormatError, NonFiniteAdapterError
 from core.patching.adapters.full import DiffAdapter, SetWeightAdapter

@@ -14,10 +14,11 @@ change with one multiply-add.
 
 from __future__ import annotations
 
+import copy
 import math
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import ClassVar, Literal, Self, TypeVar, overload
 
 import torch
@@ -132,6 +133,22 @@ class Adapter(ABC):
         product = self.target_shape()
         if not fits(product, weight_shape):
             raise shape_mismatch(self.module, product, weight_shape)
+
+    def on_device(self, device: torch.device) -> Self:
+        """The same adapter with its factor tensors copied to ``device`` (dtypes kept; scalars,
+        module and checks as they are; the factors were validated when this one was built).
+        The mover places a model's factors with its weights this way, so that patching a weight
+        on the device at forward copies nothing from the host."""
+        twin = copy.copy(self)
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, Tensor) and value.device != device:
+                object.__setattr__(twin, f.name, value.to(device, non_blocking=True))
+        return twin
+
+    def factor_bytes(self) -> int:
+        """Bytes of the factor tensors (what :meth:`on_device` puts on a device)."""
+        return sum(v.nbytes for f in fields(self) if isinstance(v := getattr(self, f.name), Tensor))
 
     def apply(
         self, weight: Tensor, strength: float, *, intermediate_dtype: torch.dtype = torch.float32
@@ -262,6 +279,3 @@ class AdapterRegistry:
     def __len__(self) -> int:
         return len(self._classes)
 
-
-#: The adapter classes, filled once when ``core.patching.adapters`` is imported.
-registry = AdapterRegistry()

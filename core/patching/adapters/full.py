@@ -13,7 +13,7 @@ from typing import Self
 import torch
 from torch import Tensor
 
-from core.patching.adapters.base import Adapter, DoraAxis, refuse_dora, registry, require
+from core.patching.adapters.base import Adapter, DoraAxis, refuse_dora, require
 
 
 @dataclass(frozen=True, eq=False)
@@ -102,5 +102,3 @@ class SetWeightAdapter(Adapter):
         return super().apply(weight, strength, intermediate_dtype=intermediate_dtype)
 
 
-registry.register(DiffAdapter)
-registry.register(SetWeightAdapter)

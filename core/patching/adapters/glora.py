@@ -16,7 +16,7 @@ from typing import Self
 import torch
 from torch import Tensor
 
-from core.patching.adapters.base import Adapter, DoraAxis, flat, refuse_dora, registry, require
+from core.patching.adapters.base import Adapter, DoraAxis, flat, refuse_dora, require
 from core.patching.adapters.errors import bad_factors, check_finite_scalar, shape_mismatch
 
 
@@ -111,4 +111,3 @@ def _current_layout(a1: Tensor, a2: Tensor, b1: Tensor, b2: Tensor) -> bool:
     return a1.shape[1] == a2.shape[0] == b1.shape[1] == b2.shape[0]
 
 
-registry.register(GLoRAAdapter)

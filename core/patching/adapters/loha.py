@@ -14,7 +14,7 @@ from typing import Self
 import torch
 from torch import Tensor
 
-from core.patching.adapters.base import DoraAxis, LowRankAdapter, flat, move, registry, require
+from core.patching.adapters.base import DoraAxis, LowRankAdapter, flat, move, require
 from core.patching.adapters.errors import bad_factors
 
 
@@ -124,4 +124,3 @@ class LoHaAdapter(LowRankAdapter):
         return (w1 * w2).reshape(self.target_shape())
 
 
-registry.register(LoHaAdapter)

@@ -17,7 +17,7 @@ from typing import Self
 import torch
 from torch import Tensor
 
-from core.patching.adapters.base import DoraAxis, LowRankAdapter, flat, move, registry, require
+from core.patching.adapters.base import DoraAxis, LowRankAdapter, flat, move, require
 from core.patching.adapters.errors import bad_factors
 from core.patching.adapters.loha import tucker_rebuild
 
@@ -151,4 +151,3 @@ class LoKrAdapter(LowRankAdapter):
         return kron_product(w1, w2)
 
 
-registry.register(LoKrAdapter)

@@ -15,7 +15,7 @@ from typing import Self
 import torch
 from torch import Tensor
 
-from core.patching.adapters.base import DoraAxis, LowRankAdapter, flat, move, registry, require
+from core.patching.adapters.base import DoraAxis, LowRankAdapter, flat, move, require
 from core.patching.adapters.errors import bad_factors
 
 
@@ -117,5 +117,3 @@ def _is_conv(factors: Mapping[str, Tensor]) -> bool:
     return "mid" in factors or (down is not None and down.ndim > 2)
 
 
-registry.register(LoRAAdapter)
-registry.register(LoConAdapter)

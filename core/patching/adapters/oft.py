@@ -27,7 +27,7 @@ from typing import ClassVar, Self
 import torch
 from torch import Tensor
 
-from core.patching.adapters.base import Adapter, DoraAxis, refuse_dora, registry, require
+from core.patching.adapters.base import Adapter, DoraAxis, refuse_dora, require
 from core.patching.adapters.errors import bad_factors, check_finite_scalar, shape_mismatch
 
 
@@ -162,5 +162,3 @@ class BOFTAdapter(OFTAdapter):
         return x - weight
 
 
-registry.register(OFTAdapter)
-registry.register(BOFTAdapter)

@@ -14,7 +14,8 @@ from types import MappingProxyType
 
 from torch import Tensor
 
-from core.patching.adapters.base import Adapter, DoraAxis, registry
+from core.patching.adapters.base import Adapter, DoraAxis
+from core.patching.adapters.catalog import registry
 from core.patching.adapters.errors import AdapterFormatError, bad_factors, check_finite_scalar, module_label
 from core.patching.adapters.full import DiffAdapter
 

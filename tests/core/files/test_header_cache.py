@@ -130,7 +130,7 @@ def test_a_hit_hands_out_its_own_dict(tmp_path: Path) -> None:
 
 
 def test_capacity_is_bounded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(header_cache, "CAPACITY", 2)
+    monkeypatch.setattr(header_cache._entries, "capacity", 2)
     for spare in range(4):
         read_tensor_index(_write(tmp_path / f"f{spare}.safetensors", {"t": "x"}, spare=spare))
     assert len(header_cache._entries) == 2

@@ -81,3 +81,17 @@ def test_generation_previews_through_taesd_when_the_decoder_is_beside_the_models
     previews.clear()
     generate_files(request, progress=progress)
     assert [p.shape for p in previews] == [(8, 8, 3)] * 2  # without it: the linear map, one pixel per latent
+
+
+def test_the_preview_decodes_where_the_latent_is() -> None:
+    """A latent on the compute device is decoded there (``meta`` stands in for the card): only
+    the uint8 picture would come back. The CPU decoder itself is not moved."""
+    from core.generate.taesd import TaesdPreview, tiny_decoder
+
+    decoder = tiny_decoder(4, 8)
+    preview = TaesdPreview(decoder)
+    pixels = preview.pixels(torch.zeros(1, 4, 4, 4, device="meta"))
+    assert pixels.device.type == "meta" and pixels.shape == (3, 32, 32) and pixels.dtype == torch.uint8
+    assert all(p.device.type == "cpu" for p in decoder.parameters())
+    assert preview.decoder_on(torch.device("meta")) is preview.decoder_on(torch.device("meta"))  # once
+    assert preview.rgb(torch.zeros(1, 4, 4, 4)).shape == (32, 32, 3)

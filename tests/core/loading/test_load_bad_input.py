@@ -218,9 +218,9 @@ WRONG_KIND: dict[str, tuple[Callable[[], Layout], str, tuple[str, ...]]] = {
     "lora": (
         lambda: lora.lora_layout(lora.unet_attention_layers("sd1"), "kohya"),
         "detail_tweaker_lora.safetensors",
-        ("lora for sd1", "LoRA stack"),
+        ("is a LoRA for sd1", "LoRA stack"),
     ),
-    "vae": (kl_vae, "vae-ft-mse-840000.safetensors", ("vae (vae-sd)", "load_vae")),
+    "vae": (kl_vae, "vae-ft-mse-840000.safetensors", ("is a VAE (vae-sd)", "--vae")),
     "diffusion_model": (
         lambda: unet("sd1"),
         "v1-5-unet-only.safetensors",
@@ -248,7 +248,7 @@ def test_wrong_kind_passed_as_checkpoint(tmp_path: Path, case: str) -> None:
 @pytest.mark.parametrize(
     ("case", "load", "wanted"),
     [
-        ("diffusion_model", load_vae, "not a vae"),
+        ("diffusion_model", load_vae, "not a VAE"),
         ("vae", load_text_encoder, "not a text encoder"),
         ("text_encoder", load_diffusion_model, "not a diffusion model"),
         ("lora", load_diffusion_model, "not a diffusion model"),

@@ -285,10 +285,10 @@ def test_nvml_reading_and_fallback(monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.mark.parametrize(
     ("gib", "state"),
-    [(2, VramState.NO_VRAM), (4, VramState.LOW_VRAM), (6, VramState.NORMAL_VRAM), (8, VramState.NORMAL_VRAM),
+    [(2, VramState.LOW_VRAM), (4, VramState.LOW_VRAM), (6, VramState.NORMAL_VRAM), (8, VramState.NORMAL_VRAM),
      (12, VramState.NORMAL_VRAM), (16, VramState.NORMAL_VRAM), (24, VramState.NORMAL_VRAM),
-     (48, VramState.NORMAL_VRAM), (80, VramState.NORMAL_VRAM), (1.95, VramState.NO_VRAM),
-     (3.8, VramState.LOW_VRAM), (5.8, VramState.NORMAL_VRAM)],
+     (48, VramState.NORMAL_VRAM), (80, VramState.NORMAL_VRAM), (0.25, VramState.LOW_VRAM),
+     (1.95, VramState.LOW_VRAM), (3.8, VramState.LOW_VRAM), (5.8, VramState.NORMAL_VRAM)],
 )  # fmt: skip
 def test_vram_state_from_card_size(gib: float, state: VramState) -> None:
     p = FakeProbe(total=int(gib * GIB))

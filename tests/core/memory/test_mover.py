@@ -17,7 +17,7 @@ from core.ops.layers import CastWeights
 from core.patching.adapters import DiffAdapter
 from core.patching.lora_stack import LoraStack
 from core.patching.patcher import KeyPatch
-from core.run.testrun import RunConfig, perform_test_run
+from core.session.testrun import RunConfig, perform_test_run
 from tests.fixtures.st_files import write_at_odd_offsets
 from tests.fixtures.tiny_models import checkpoint_tensors
 

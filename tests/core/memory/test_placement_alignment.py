@@ -32,7 +32,7 @@ from core.ops.alignment import ALIGNMENT, copy_for_compute, copy_keeping_alignme
 from core.ops.layers import CastWeights
 from core.ops.streaming import patch_fn_from, stream_layers
 from core.patching.lora_stack import LoraStack
-from core.run.testrun import RunConfig, perform_test_run
+from core.session.testrun import RunConfig, perform_test_run
 from tests.fixtures.st_files import write_at_odd_offsets
 from tests.fixtures.tiny_models import checkpoint_tensors
 

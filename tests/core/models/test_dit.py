@@ -424,3 +424,16 @@ def test_mmdit_pads_odd_sizes_and_casts_at_forward() -> None:
     assert out32.shape == x.shape and out16.dtype == torch.bfloat16
     assert next(model.parameters()).dtype == torch.float32  # weights untouched by the cast
     assert rel_err(out16.float(), out32) < 0.05
+
+
+def test_rope_is_computed_on_the_cpu_for_devices_without_float64() -> None:
+    """Apple's MPS and Intel's XPU have no float64: the Flux/Chroma RoPE angles are computed on the
+    CPU there and moved (ComfyUI's rule); elsewhere where the ids are."""
+    from core.models.flux_blocks import rope, rope_device
+
+    assert rope_device(torch.device("mps")) == torch.device("cpu")
+    assert rope_device(torch.device("xpu", 0)) == torch.device("cpu")
+    assert rope_device(torch.device("cuda", 1)) == torch.device("cuda", 1)
+    ids = torch.stack(torch.meshgrid(torch.zeros(1), torch.arange(4.0), torch.arange(6.0), indexing="ij"), -1)
+    pe = rope(ids.reshape(1, -1, 3), (16, 56, 56), 10_000)
+    assert pe.dtype == torch.float32 and pe.shape == (1, 1, 24, 64, 2) and pe.device == ids.device

@@ -34,12 +34,6 @@ def _sha(p: Path) -> str:
     return hashlib.sha256(p.read_bytes()).hexdigest()
 
 
-def test_lora_arg_parsing() -> None:
-    assert LoraArg.parse("a.safetensors") == LoraArg(Path("a.safetensors"))
-    assert LoraArg.parse("a.safetensors:0.7") == LoraArg(Path("a.safetensors"), 0.7, None)
-    assert LoraArg.parse("C:/x/a.safetensors:0.7:-1") == LoraArg(Path("C:/x/a.safetensors"), 0.7, -1.0)
-
-
 def test_dry_run_on_full_size_sdxl_matches_diffusers_peft_lora_completely(tmp_path: Path) -> None:
     """The diffusers/PEFT SDXL naming, of which ComfyUI matches only the text-encoder part."""
     base = write_sparse(tmp_path / "sdxl.safetensors", ld.sdxl_checkpoint())

@@ -155,3 +155,26 @@ def test_cuda_dequant_bit_identical(qtype: str) -> None:
     got = dequantize(torch.from_numpy(blocks.copy()), qtype, (300 * spec.block,), device="cuda")
     assert got.device.type == "cuda"
     np.testing.assert_array_equal(_bits(got.cpu().numpy()), _bits(ref))
+
+
+@pytest.mark.parametrize("qtype", ["Q8_0", "Q4_K", "Q6_K", "Q3_K"])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_dequantizing_into_a_narrower_dtype_works_in_chunks_to_the_same_bits(
+    qtype: str, dtype: torch.dtype, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Into bf16/fp16 the weight is decoded a chunk of blocks at a time (the float32 values and
+    the formulas' temporaries were 8-12 bytes an element of the whole weight at once), with the
+    bits of the one-piece decode; the peak holds the output and one chunk's work."""
+    from core.quant import dequant as dq
+    from tests.core.quant.test_table_rows import LargestFloat
+
+    spec = BY_NAME[qtype]
+    raw = torch.from_numpy(_random_blocks(qtype, 64, 3)).reshape(-1)
+    shape = (8, 8 * spec.block)
+    whole = dequantize(raw, qtype, shape, torch.float32).to(dtype)
+    monkeypatch.setattr(dq, "CHUNK_ELEMENTS", 4 * spec.block)
+    with LargestFloat(torch.float32) as seen:
+        chunked = dequantize(raw, qtype, shape, dtype)
+    assert chunked.dtype == dtype and chunked.shape == shape
+    assert torch.equal(chunked.view(torch.int16), whole.view(torch.int16))
+    assert 0 < seen.most <= 4 * spec.block  # float32 work exists for one chunk (4 blocks) at a time

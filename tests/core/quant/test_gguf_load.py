@@ -25,6 +25,7 @@ from tests.core.ops import lora_patches, op_layers
 from tests.core.quant.baking import baked as bake_reference
 from tests.core.quant.baking import same
 from tests.fixtures.gguf_quant import write_comfy_gguf
+from tests.fixtures.placing import room_to_stream
 from tests.fixtures.tiny_models import TINY_FLUX, TINY_UNET_SD1, TINY_UNET_SDXL
 
 # (tiny network, general.architecture, main quant type) as ComfyUI-GGUF names them
@@ -161,8 +162,9 @@ def test_memory_manager_places_quantized_bytes(fraction: float, written: dict) -
     patcher.add_patches("lora", patches, -0.6)
     mover = TorchMover()
     mover.use_patcher(patcher)
-    settings = PlanSettings(vram_state="normal", reserve_bytes=0, min_inference_bytes=0)
-    manager = MemoryManager(lambda: int(loaded.nbytes * fraction), mover, settings=settings, device="cpu")
+    state, free = room_to_stream(loaded.module, fraction)
+    settings = PlanSettings(vram_state=state, reserve_bytes=0, min_inference_bytes=0)
+    manager = MemoryManager(lambda: free, mover, settings=settings, device="cpu")
     manager.register(patcher, "unet")
     manager.load_models([patcher]).raise_if_refused()
     entry = manager.register(patcher)

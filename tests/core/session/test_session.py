@@ -15,9 +15,9 @@ import core.loading.loader as loader_module
 from core.errors import InterruptedByUser, LoadoutError
 from core.memory.policy import MemorySettings, VramState
 from core.run.headless import RunRequest, run_headless
-from core.run.testrun import RunConfig
 from core.session import Placement, PlacementConfig, Session, SlotId
 from core.session.library import Library
+from core.session.testrun import RunConfig
 from tests.fixtures.st_files import write_tensors
 from tests.fixtures.tiny_models import checkpoint_tensors
 
@@ -132,3 +132,30 @@ def test_the_placement_is_built_complete_and_new_settings_keep_the_stop_flag(ckp
     assert placement.manager.loaded() == []  # the old manager holds nothing any more
     session.place(SlotId.MAIN, "diffusion_model")
     assert session.placement.placed_bytes() > 0
+
+
+def _held_ahead(placement: Placement) -> int:
+    """Copies fetched ahead for a next forward, over every streamed layer the mover placed."""
+    groups = [p.streamed for p in placement.mover._placed.values() if p.streamed is not None]
+    return sum(s.staged is not None for g in groups for s in g.layers.values())
+
+
+def test_a_run_done_or_stopped_keeps_no_copy_fetched_ahead(ckpt: Path) -> None:
+    """The wrap-around prefetch (the next forward's first layer, fetched at the end of a forward)
+    is freed when the run ends and when it is stopped: the plan does not count it."""
+    size = sum(t.nbytes for t in checkpoint_tensors("sd1").values())
+    session = Session(Placement(None, PlacementConfig(NORMAL, simulate_bytes=size // 8, inference_bytes=0)))
+    _load(session, ckpt)
+    seen: list[int] = []
+    cfg = RunConfig(steps=3, width=64, height=64, seed=1)
+    session.test_run(cfg, lambda done: seen.append(_held_ahead(session.placement)), lambda: None)
+    assert max(seen) > 0  # between steps the first layer of the next forward waits, fetched ahead
+    assert _held_ahead(session.placement) == 0
+
+    def stop_after_one() -> None:
+        if seen and len(seen) >= 4:
+            raise InterruptedByUser("stopped")
+
+    with pytest.raises(InterruptedByUser):
+        session.test_run(cfg, lambda done: seen.append(_held_ahead(session.placement)), stop_after_one)
+    assert _held_ahead(session.placement) == 0

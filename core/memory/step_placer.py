@@ -8,40 +8,29 @@ from collections.abc import Sequence
 from core.memory.inference import Workload, activation_bytes, fit_advice, native_workload
 from core.memory.manager import LoadResult, MemoryManager, NotEnoughMemoryError
 from core.memory.mover import TorchMover
-from core.models.chroma import Chroma
-from core.models.flux import Flux
-from core.models.unet import UNetModel
+
+Profile = tuple[str | None, int | None]  # (inference-memory profile, channel width): network_profile
 
 
-def profile_of(model: object) -> tuple[str | None, int | None]:
-    """The inference-memory profile of a diffusion network (or of the module under a patcher)
-    and its channel width; (None, None) for a network without a measured profile."""
-    module = getattr(model, "model", model)
-    if isinstance(module, UNetModel):
-        return ("sdxl" if module.config.adm_in_channels else "sd1"), module.config.model_channels
-    if isinstance(module, (Flux, Chroma)):
-        return "flux", module.config.hidden_size
-    return None, None
-
-
-def default_memory_required(manager: MemoryManager, models: Sequence[object]) -> int:
+def default_memory_required(manager: MemoryManager, profiles: Sequence[Profile], dtype_bytes: int = 2) -> int:
     """Activation bytes to ask for when the workload is not known yet: one image at each model's
-    usual size in fp16, the most of them. 0 when the user fixed the inference headroom (a floor
+    usual size, activations of ``dtype_bytes`` each (2: fp16/bf16; 4 where the card computes in
+    fp32: Pascal, GTX 16-series), the most of them. 0 when the user fixed the inference headroom (a floor
     above the reserve in the manager's settings): that figure then stands for the activations."""
     settings = manager.settings
-    if settings.min_inference_bytes > settings.reserve_bytes:
+    if settings.headroom_fixed:
         return 0
     attention = "cpu_flash" if manager.device == "cpu" else "cuda_flash"
     need = 0
-    for m in models:
-        profile, width = profile_of(m)
+    for profile, width in profiles:
         if profile is not None:
-            need = max(need, activation_bytes(profile, native_workload(profile, 2, attention), width))
+            work = native_workload(profile, dtype_bytes, attention)
+            need = max(need, activation_bytes(profile, work, width))
     return need
 
 
 class StepPlacer:
-    """``before_step`` for :func:`core.run.testrun.perform_test_run`: asks the manager to place
+    """``before_step`` for :func:`core.session.testrun.perform_test_run`: asks the manager to place
     ``model`` (a no-op when it already is) with room for the ``workload``'s predicted
     activations, ends the previous step's streaming tally, and keeps the most the manager had
     placed on the device. Without a workload, :func:`default_memory_required` is asked for;
@@ -53,19 +42,20 @@ class StepPlacer:
         manager: MemoryManager,
         mover: TorchMover,
         model: object,
+        profile: Profile,
         workload: Workload | None = None,
         memory_required: int | None = None,
     ) -> None:
         self.manager = manager
         self.mover = mover
         self.model = model
-        self.profile, self.width = profile_of(model)
+        self.profile, self.width = profile
         attention = "cpu_flash" if manager.device == "cpu" else "cuda_flash"
         self.workload = workload or native_workload(self.profile, 2, attention)
         #: the measured model's prediction for the workload (reported beside the measured peak)
         self.predicted = activation_bytes(self.profile, self.workload, self.width)
         if memory_required is None:  # what is asked of the manager: a fixed figure wins
-            fallback = default_memory_required(manager, [model])
+            fallback = default_memory_required(manager, [profile])
             memory_required = self.predicted if workload is not None else fallback
         self.memory_required = memory_required
         self.peak_placed = 0
@@ -78,7 +68,8 @@ class StepPlacer:
 
     def __call__(self) -> None:
         self._stats()
-        result = self.manager.load_models([self.model], self.memory_required)
+        factors = self.mover.factor_bytes(self.model)  # the LoRA factors placed beside the weights
+        result = self.manager.load_models([self.model], self.memory_required + factors)
         if not result.ok:
             raise self._refusal(result)
         placed = sum(info.device_bytes for info in self.manager.loaded())

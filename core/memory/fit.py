@@ -7,14 +7,41 @@ The memory manager will make the real decision; this tells an artist what to exp
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, Protocol
 
+from core.detect.catalog import memory_profile
 from core.files.dtypes import dtype_by_short
-from core.library import Entry
-from core.memory.inference import activation_bytes, native_workload, profile_for_family
+from core.memory.inference import activation_bytes, native_workload
 
 Verdict = Literal["fits", "partial", "no", "n/a"]
+
+
+class _Component(Protocol):
+    @property
+    def role(self) -> str: ...
+    @property
+    def family(self) -> str: ...
+    @property
+    def dtype(self) -> str: ...
+    @property
+    def params(self) -> int: ...
+    @property
+    def bytes(self) -> int: ...
+
+
+class Entry(Protocol):
+    """What the estimate reads of a library entry (``core.library.Entry``)."""
+
+    @property
+    def status(self) -> str: ...
+    @property
+    def kind(self) -> str: ...
+    @property
+    def family(self) -> str | None: ...
+    @property
+    def components(self) -> Sequence[_Component]: ...
 
 
 @dataclass(frozen=True)
@@ -44,8 +71,9 @@ def _gib(n: int) -> str:
 def component_fits(entry: Entry, dtype: str | None = None) -> tuple[ComponentFit, ...]:
     info = dtype_by_short(dtype or "")
     size = info.bits // 8 if info is not None and info.bits >= 8 else None
+    chosen = dtype or ""
     return tuple(
-        ComponentFit(c.role, c.family, dtype if size else c.dtype, c.params * size if size else c.bytes)
+        ComponentFit(c.role, c.family, chosen if size else c.dtype, c.params * size if size else c.bytes)
         for c in entry.components
     )
 
@@ -60,9 +88,11 @@ def estimate_fit(
     reserve: int = 0,
     dtype: str | None = None,
     headroom: int | None = None,
+    headroom_fixed: bool = False,
 ) -> FitEstimate:
     """``free``: bytes free on the device (``where`` names it). On a GPU, ``reserve`` (or
-    ``headroom``: the memory manager's own floor, which includes the reserve) and the activations
+    ``headroom``: the memory manager's own floor, which includes the reserve; ``headroom_fixed``:
+    the user fixed it, so it stands for the activations) and the activations
     of one image at the family's usual size (the measured model of ``core.memory.inference``, the
     one the manager plans with) are kept back; what does not fit may stream from RAM (partial)."""
     comps = component_fits(entry, dtype)
@@ -72,12 +102,13 @@ def estimate_fit(
         if entry.status != "ok":
             why = "it is not read yet" if entry.status == "pending" else "the file cannot be read"
         return FitEstimate("n/a", comps, total, free, 0, 0, where, f"No estimate: {why}.")
-    fixed = headroom is not None and headroom > reserve  # the user fixed the activation headroom:
-    if headroom is None:  # that figure stands for the activations, as the manager takes it
+    if headroom is None:
         headroom = reserve
-    if on_gpu and entry.kind in ("checkpoint", "diffusion_model") and not fixed:
-        work = native_workload(profile_for_family(entry.family), 4 if dtype == "fp32" else 2, "cuda_flash")
-        headroom += activation_bytes(profile_for_family(entry.family), work)
+    # the user fixed the activation headroom: that figure stands for the activations, as the
+    # manager takes it (``PlanSettings.headroom_fixed``)
+    if on_gpu and entry.kind in ("checkpoint", "diffusion_model") and not headroom_fixed:
+        work = native_workload(memory_profile(entry.family), 4 if dtype == "fp32" else 2, "cuda_flash")
+        headroom += activation_bytes(memory_profile(entry.family), work)
     usable = max(0, free - headroom)
     if total <= usable:
         text = f"Fits: needs {_gib(total)}, {_gib(usable)} usable in {where}."

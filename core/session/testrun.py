@@ -19,8 +19,10 @@ import torch
 from torch import nn
 
 from core.errors import LoadoutError
-from core.models.flux import make_img_ids, make_txt_ids, pack_latents, unpack_latents
+from core.memory.peak import median_step_seconds
 from core.models.kinds import network_kind
+from core.sampling.conditioning import Conditioning
+from core.sampling.network import NetworkAdapter
 
 #: Text tokens per family (what the real text encoders produce).
 CONTEXT_TOKENS = {"unet": 77, "mmdit": 154, "flux": 512, "chroma": 512}
@@ -62,9 +64,7 @@ class RunResult:
 
     @property
     def seconds_per_step(self) -> float:
-        # the first step warms caches and allocators: report the median of the others when possible
-        times = sorted(self.step_seconds[1:] or self.step_seconds)
-        return times[len(times) // 2]
+        return median_step_seconds(self.step_seconds)
 
     def output_summary(self) -> dict[str, object]:
         t = self.output.detach().to("cpu").contiguous()
@@ -77,37 +77,35 @@ class RunResult:
         }
 
 
-def _kind(model: nn.Module) -> str:
-    return network_kind(model, action="drive a test run with")
+#: The test run's timestep for a sigma in [0, 1], per calling convention: the UNet's discrete
+#: index, MMDiT's flow timestep x 1000, Flux's and Chroma's sigma itself.
+TIMESTEP_SCALE = {"unet": 999.0, "mmdit": 1000.0, "flux": 1.0, "chroma": 1.0}
 
 
 class _Inputs:
-    """Everything but the evolving latent, drawn once from the seed."""
+    """Everything but the evolving latent, drawn once from the seed; each step calls the network
+    through its calling convention (:class:`~core.sampling.network.NetworkAdapter`)."""
 
     def __init__(self, model: nn.Module, cfg: RunConfig) -> None:
-        self.kind = _kind(model)
+        self.kind = network_kind(model, action="drive a test run with")
         g = torch.Generator().manual_seed(cfg.seed)
         b, h, w = cfg.batch, cfg.height // 8, cfg.width // 8
         c: Any = getattr(model, "config")  # noqa: B009 - every network keeps its config
-        if self.kind == "unet":
+        tokens = CONTEXT_TOKENS[self.kind]
+        self.guidance: torch.Tensor | None = None
+        if self.kind in ("unet", "mmdit"):
             self.state_channels, in_channels = c.out_channels, c.in_channels
-            self.context = torch.randn(b, 77, c.context_dim, generator=g) if c.context_dim else None
-            self.y = torch.randn(b, c.adm_in_channels, generator=g) if c.adm_in_channels else None
-        elif self.kind == "mmdit":
-            self.state_channels, in_channels = c.out_channels, c.in_channels
-            self.context = torch.randn(b, 154, c.context_dim, generator=g) if c.context_dim else None
+            self.context = torch.randn(b, tokens, c.context_dim, generator=g) if c.context_dim else None
             self.y = torch.randn(b, c.adm_in_channels, generator=g) if c.adm_in_channels else None
         else:
             self.state_channels, in_channels = c.out_channels // 4, c.in_channels // 4
-            self.context = torch.randn(b, 512, c.context_in_dim, generator=g)
+            self.context = torch.randn(b, tokens, c.context_in_dim, generator=g)
             self.y = torch.randn(b, c.vec_in_dim, generator=g) if self.kind == "flux" else None
-            self.guidance = torch.full((b,), 3.5)
-            self.img_ids = make_img_ids(b, h, w)
-            self.txt_ids = make_txt_ids(b, 512)
+            if getattr(c, "guidance_embed", True):  # Flux-dev's, and Chroma's guidance input
+                self.guidance = torch.full((b,), 3.5)
         self.noise = torch.randn(b, self.state_channels, h, w, generator=g)
         extra = in_channels - self.state_channels  # inpaint / fill / ip2p conditioning channels
         self.extra = torch.randn(b, extra, h, w, generator=g) if extra > 0 else None
-        self.height, self.width = h, w
 
     def to(self, device: str, dtype: torch.dtype) -> None:
         for name, value in list(vars(self).items()):
@@ -116,26 +114,20 @@ class _Inputs:
                     self, name, value.to(device=device, dtype=dtype if value.is_floating_point() else None)
                 )
 
+    def adapter(self, model: nn.Module) -> NetworkAdapter:
+        return NetworkAdapter(model, concat=self.extra, convention=self.kind)
+
+    def conditioning(self, x: torch.Tensor) -> Conditioning:
+        # a UNet without cross-attention never reads its context: an empty one stands in
+        context = self.context if self.context is not None else x.new_zeros(x.shape[0], 0, 1)
+        return Conditioning(context, self.y, self.guidance)
+
+    def timestep(self, x: torch.Tensor, sigma: float) -> torch.Tensor:
+        return torch.full((x.shape[0],), sigma * TIMESTEP_SCALE[self.kind], device=x.device, dtype=x.dtype)
+
     def forward(self, model: nn.Module, x: torch.Tensor, sigma: float) -> torch.Tensor:
-        b = x.shape[0]
-        inp = x if self.extra is None else torch.cat([x, self.extra], dim=1)
-        if self.kind == "unet":
-            t = torch.full((b,), sigma * 999.0, device=x.device, dtype=x.dtype)
-            out: torch.Tensor = model(inp, t, self.context, self.y)
-            return out
-        if self.kind == "mmdit":
-            t = torch.full((b,), sigma * 1000.0, device=x.device, dtype=x.dtype)
-            out = model(inp, t, self.context, self.y)
-            return out
-        t = torch.full((b,), sigma, device=x.device, dtype=x.dtype)
-        tokens = pack_latents(inp)
-        config: Any = getattr(model, "config")  # noqa: B009
-        guidance = self.guidance if getattr(config, "guidance_embed", True) else None
-        if self.kind == "flux":
-            out = model(tokens, self.img_ids, self.context, self.txt_ids, t, self.y, guidance)
-        else:
-            out = model(tokens, self.img_ids, self.context, self.txt_ids, t, guidance)
-        return unpack_latents(out, self.height, self.width)
+        """One forward pass at ``sigma`` (the bench's single step)."""
+        return self.adapter(model)(x, self.timestep(x, sigma), self.conditioning(x))
 
 
 def perform_test_run(
@@ -151,6 +143,7 @@ def perform_test_run(
     inputs = _Inputs(model, cfg)
     inputs.to(cfg.device, cfg.dtype)
     x = inputs.noise.clone()
+    adapter, cond = inputs.adapter(model), inputs.conditioning(x)
     sigmas = torch.linspace(1.0, 0.0, cfg.steps + 1).tolist()
     result = RunResult(output=x)
     with torch.inference_mode():
@@ -160,7 +153,7 @@ def perform_test_run(
             if before_step is not None:
                 before_step()
             t0 = time.perf_counter()
-            out = inputs.forward(model, x, sigmas[i])
+            out = adapter(x, inputs.timestep(x, sigmas[i]), cond)
             x = x + (sigmas[i + 1] - sigmas[i]) * out
             if x.device.type == "cuda":
                 torch.cuda.synchronize(x.device)

@@ -1,0 +1,96 @@
+"""Command-line text -> typed values: the one place ``loadout``'s arguments are parsed.
+
+Each function turns one argument's text into the value the engine takes, through the number
+checks of :mod:`core.values` (so the command line, the window and a picture's parameters accept the
+same ranges), raising :class:`~core.values.BadValueError` with the allowed range. The ``*_type``
+helpers are argparse ``type=`` callables: a refused value is reported by the CLI entry as every
+other error (``loadout: ...``, exit 2), never as argparse's usage dump.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from pathlib import Path
+
+from core.patching.merge import LoraArg
+from core.values import LORA_STRENGTH, SIDE, VRAM_LIMIT, BadValueError, GiB, MiB, NumberRange, check_size
+
+_UNITS = {"": 1, "b": 1, "k": 1 << 10, "kb": 1 << 10, "kib": 1 << 10, "m": MiB, "mb": MiB, "mib": MiB,
+          "g": GiB, "gb": GiB, "gib": GiB, "t": 1 << 40, "tb": 1 << 40, "tib": 1 << 40}  # fmt: skip
+
+#: sizes in bytes where 0 is a real answer (--reserve 0: keep nothing free)
+BYTES = NumberRange(
+    "a size in bytes", 0, 1 << 42, integer=True, in_bytes=True, hint="Write it like 4GiB or 512MiB"
+)
+
+
+def parse_bytes(text: str, limits: NumberRange = VRAM_LIMIT) -> int:
+    """``4GiB``, ``512MiB``, ``4294967296`` -> bytes within ``limits`` (``0``, ``-1``, ``inf`` and
+    ``1e400`` are refused for a VRAM limit: they never silently mean "no limit")."""
+    s = str(text).strip().lower()
+    num = s.rstrip("kmgtib").strip()
+    unit = s[len(s.rstrip("kmgtib")) :]
+    if unit not in _UNITS or len(s) > 64:
+        raise limits.error(f"{text!r} is not a size in bytes")
+    try:
+        value = float(num)
+    except ValueError:
+        raise limits.error(f"{text!r} is not a size in bytes") from None
+    scaled = value * _UNITS[unit]
+    if not math.isfinite(scaled):  # inf, nan, or 1e308 MiB overflowing
+        raise limits.error(f"{limits.name} {text!r} is not a finite size")
+    count = round(scaled)
+    if limits.problem(count) is not None:
+        raise limits.error(f"{limits.name} of {text.strip()} is out of range")
+    return count
+
+
+def parse_size(text: str) -> tuple[int, int]:
+    """``WIDTHxHEIGHT`` -> (width, height), each side checked (a multiple of 8, 64 to 16384, at most
+    4096x4096 in area)."""
+    parts = str(text).lower().split("x")
+    if len(parts) != 2:
+        raise BadValueError(f"size {text!r} is not WIDTHxHEIGHT", fix="Write it like 1024x1024")
+    return check_size(SIDE.parse_int(parts[0]), SIDE.parse_int(parts[1]))
+
+
+def parse_lora(text: str) -> LoraArg:
+    """``FILE[:MODEL[:CLIP]]``. Numbers are taken from the right so paths may hold colons; a last
+    part that is not a number is part of the path only when that path exists (``F:abc`` with no
+    file ``F:abc`` says the strength is not a number, not that ``F:abc`` does not exist)."""
+    parts = text.split(":")
+    numbers: list[float] = []
+    while len(parts) > 1 and len(numbers) < 2:
+        tail = parts[-1]
+        try:
+            value = float(tail)
+        except ValueError:
+            head = ":".join(parts[:-1])
+            if not Path(text).exists() and not numbers and Path(head).exists():
+                raise LORA_STRENGTH.error(f"--lora {text}: the strength {tail!r} is not a number") from None
+            break
+        numbers.insert(0, LORA_STRENGTH.check(value))
+        parts.pop()
+    path = Path(":".join(parts))
+    if not numbers:
+        return LoraArg(path)
+    return LoraArg(path, numbers[0], numbers[1] if len(numbers) > 1 else None)
+
+
+def number_type(limits: NumberRange) -> Callable[[str], float]:
+    """An argparse ``type=`` that checks the value against ``limits``."""
+
+    def parse(text: str) -> float:
+        return limits.parse(text)
+
+    parse.__name__ = limits.name
+    return parse
+
+
+def int_type(limits: NumberRange) -> Callable[[str], int]:
+    def parse(text: str) -> int:
+        return limits.parse_int(text)
+
+    parse.__name__ = limits.name
+    return parse

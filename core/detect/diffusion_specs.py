@@ -1,0 +1,68 @@
+"""The :class:`~core.detect.spec.DiffusionSpec` of each family that generates, named by what it is
+(the family table in ``diffusion_families`` puts one on each record). Facts from ComfyUI's
+``comfy/supported_models.py`` (model sampling and shifts, latent formats, text encoders) and the
+usual settings its example workflows and A1111 use.
+"""
+
+from __future__ import annotations
+
+from core.detect.spec import (
+    SD2_SIZES,
+    XL_SIZES,
+    DiffusionSpec,
+    GenerationDefaults,
+    SamplingSpec,
+)
+
+_DISCRETE = SamplingSpec(schedule="discrete")
+
+SD1 = DiffusionSpec(
+    network="unet", sampling=_DISCRETE, text="sd1", text_encoders=("clip-l",), memory_profile="sd1",
+    preview_decoder="taesd_decoder",
+)  # fmt: skip
+SD2 = DiffusionSpec(
+    network="unet", sampling=_DISCRETE, text="sd2", text_encoders=("clip-h",),
+    defaults=GenerationDefaults(sizes=SD2_SIZES),
+    memory_profile="sd1",  # the SD1 UNet with 64-channel heads: the same maps, fewer heads
+    preview_decoder="taesd_decoder",
+)  # fmt: skip
+SDXL = DiffusionSpec(
+    network="unet", sampling=_DISCRETE, text="sdxl", text_encoders=("clip-l", "clip-g"),
+    defaults=GenerationDefaults(sizes=XL_SIZES),
+    memory_profile="sdxl",  # SSD-1B and Vega: fewer blocks, the same widths (an upper bound)
+    preview_decoder="taesdxl_decoder",
+)  # fmt: skip
+SDXL_REFINER = DiffusionSpec(
+    network="unet", sampling=_DISCRETE, text="sdxl_refiner", text_encoders=("clip-g",),
+    defaults=GenerationDefaults(sizes=XL_SIZES), memory_profile="sdxl",
+)  # fmt: skip
+SD3 = DiffusionSpec(
+    network="mmdit", sampling=SamplingSpec(schedule="flow", shift=3.0, multiplier=1000.0), text="sd3",
+    text_encoders=("clip-l", "clip-g", "t5-xxl"), vae="vae-sd3",
+    defaults=GenerationDefaults(cfg=4.5, sizes=XL_SIZES),
+)  # fmt: skip
+_FLUX_TEXT = ("clip-l", "t5-xxl")
+FLUX_DEV = DiffusionSpec(
+    network="flux", sampling=SamplingSpec(schedule="flux", shift=1.15), text="flux", text_encoders=_FLUX_TEXT,
+    vae="vae-flux", memory_profile="flux",
+    defaults=GenerationDefaults(cfg=1.0, scheduler="simple", guidance=3.5, sizes=XL_SIZES),
+)  # fmt: skip
+FLUX_FILL = DiffusionSpec(
+    network="flux", sampling=SamplingSpec(schedule="flux", shift=1.15), text="flux", text_encoders=_FLUX_TEXT,
+    vae="vae-flux", memory_profile="flux", defaults=GenerationDefaults(cfg=1.0, sizes=XL_SIZES),
+)  # fmt: skip
+FLUX_SCHNELL = DiffusionSpec(
+    network="flux", sampling=SamplingSpec(schedule="flow", shift=1.0, multiplier=1.0), text="flux",
+    text_encoders=_FLUX_TEXT, vae="vae-flux", memory_profile="flux",
+    defaults=GenerationDefaults(cfg=1.0, steps=4, scheduler="simple", sizes=XL_SIZES),
+)  # fmt: skip
+CHROMA = DiffusionSpec(
+    network="chroma", sampling=SamplingSpec(schedule="flow", shift=1.0, multiplier=1.0), text="chroma",
+    text_encoders=("t5-xxl",), vae="vae-flux", memory_profile="flux",
+    defaults=GenerationDefaults(cfg=1.0, scheduler="simple", sizes=XL_SIZES),
+)  # fmt: skip
+#: AuraFlow's schedule is known; its network and prompt encoding are not implemented yet.
+AURAFLOW = DiffusionSpec(
+    network=None, sampling=SamplingSpec(schedule="flow", shift=1.73, multiplier=1.0), text=None,
+    defaults=GenerationDefaults(sizes=XL_SIZES),
+)  # fmt: skip

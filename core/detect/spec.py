@@ -1,0 +1,105 @@
+"""What a diffusion family needs to generate, as plain data on its :class:`~core.detect.registry.Family`
+record: how prompts are encoded, the latent format, the model sampling and its shift, the network's
+calling convention, the usual settings, the VAE it ships with and its activation-memory profile.
+
+This module is pure Python (no torch): ``core.detect`` stays a leaf the heavy layers read. Where a
+fact needs code (a network's calling convention, a prompt encoder, a schedule), the spec holds a
+*name* from a small closed vocabulary and the layer that owns the code resolves it
+(``core.generate.network``, ``core.text.conditioning``, ``core.sampling.model_sampling``,
+``core.memory.inference``): those tables are keyed by convention, never by family id, so a new
+family that reuses a convention is one record, and one with a new network adds its convention there.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Literal
+
+if TYPE_CHECKING:
+    from torch import Tensor
+
+#: How a network takes its inputs (``core.generate.network`` resolves the name).
+NetworkConvention = Literal["unet", "mmdit", "flux", "chroma"]
+#: How prompts become conditioning (``core.text.conditioning.TextFamily``).
+TextConvention = Literal["sd1", "sd2", "sdxl", "sdxl_refiner", "sd3", "flux", "chroma"]
+#: The noise schedule (``core.sampling.model_sampling`` resolves the name).
+Schedule = Literal["discrete", "flow", "flux"]
+
+
+@dataclass(frozen=True)
+class LatentFormat:
+    """How a family scales the VAE's posterior mean into its latent space (ComfyUI's
+    ``comfy/latent_formats.py``): ``process_in`` maps a VAE latent into the model's space
+    (``(z - shift) * scale``), ``process_out`` maps back."""
+
+    name: str
+    channels: int
+    scale: float
+    shift: float = 0.0
+
+    def process_in(self, latent: Tensor) -> Tensor:
+        return (latent - self.shift) * self.scale
+
+    def process_out(self, latent: Tensor) -> Tensor:
+        return latent / self.scale + self.shift
+
+
+SD1_LATENT = LatentFormat("sd1", 4, 0.18215)
+SDXL_LATENT = LatentFormat("sdxl", 4, 0.13025)
+SD3_LATENT = LatentFormat("sd3", 16, 1.5305, 0.0609)
+FLUX_LATENT = LatentFormat("flux", 16, 0.3611, 0.1159)
+
+#: Latent format name (``Family.latent_format``) -> the format (read-only).
+LATENT_FORMATS = MappingProxyType({f.name: f for f in (SD1_LATENT, SDXL_LATENT, SD3_LATENT, FLUX_LATENT)})
+
+
+@dataclass(frozen=True, kw_only=True)
+class SamplingSpec:
+    """ComfyUI's model sampling for the family: a discrete DDPM table (eps, or v where the file or
+    the user says so), or a flow schedule with its shift and timestep multiplier."""
+
+    schedule: Schedule
+    shift: float = 1.0
+    multiplier: float = 1000.0
+
+
+SD1_SIZES = ((512, 512), (512, 768), (768, 512), (640, 640), (448, 640))
+SD2_SIZES = ((768, 768), (512, 512), (640, 896), (896, 640))
+XL_SIZES = ((1024, 1024), (832, 1216), (1216, 832), (896, 1152), (1152, 896), (768, 1344), (1344, 768))
+
+
+@dataclass(frozen=True, kw_only=True)
+class GenerationDefaults:
+    """The settings a family is usually run at (what the Generate panel starts from and what a
+    request without a CFG gets)."""
+
+    cfg: float = 7.0
+    steps: int | None = None  # the family's usual step count; None: no preference (keep the user's)
+    scheduler: str | None = None  # the family's usual scheduler; None: no preference
+    guidance: float | None = None  # distilled guidance the user may set (Flux dev); None: none shown
+    sizes: tuple[tuple[int, int], ...] = SD1_SIZES  # trained resolutions, the usual one first
+
+
+#: What the panel offers before a model is loaded, and for a family with no spec (it cannot generate).
+NO_MODEL_DEFAULTS = GenerationDefaults()
+UNKNOWN_FAMILY_DEFAULTS = GenerationDefaults(sizes=XL_SIZES)
+
+
+@dataclass(frozen=True, kw_only=True)
+class DiffusionSpec:
+    """Everything generation and memory planning read about a diffusion family."""
+
+    network: NetworkConvention | None  # None: the network is not implemented yet (no generation)
+    sampling: SamplingSpec
+    #: prompt encoding; None: Loadout cannot encode this family's prompts yet (no generation)
+    text: TextConvention | None
+    text_encoders: tuple[str, ...] = ()  # encoder family ids the prompt encoding takes
+    vae: str = "vae-sd"  # the VAE family it ships with (decides between same-shaped VAEs)
+    defaults: GenerationDefaults = field(default_factory=GenerationDefaults)
+    memory_profile: str | None = None  # core.memory.inference profile; None: the fallback bound
+    preview_decoder: str | None = None  # TAESD decoder file stem, where one exists
+
+    @property
+    def needs_t5(self) -> bool:
+        return any(e.startswith("t5-") for e in self.text_encoders)

@@ -1,0 +1,176 @@
+"""The GPU plan in one command: runs each check, writes one JSON report (``scripts/gpu-check``).
+
+Sections (``--only`` picks some; each is a JSON object with ``status`` passed / failed / skipped,
+``reason``, ``seconds`` and what it measured):
+
+* ``environment``  torch, CUDA, the card.
+* ``suite``        the Qt-free suite (tests/core) under ``TORCH_CUDA_SANITIZER=1`` (CUDA only: the
+                   sanitizer checks stream ordering of real kernels).
+* ``gpu_tests``    tests/gpu (marked ``gpu``): the sync audit (``set_sync_debug_mode("error")``),
+                   the race stress (SDXL-shaped UNet, 25/50 % resident, pinned on/off, a LoRA,
+                   ``torch.cuda._sleep`` pre-hooks, 50 forwards bitwise, memory back to baseline),
+                   an 8 GiB card simulated on the big one (Flux-shaped Q4_K and fp8 with a LoRA at
+                   1024x1024 against the plan's peak), the SDXL VAE in bf16 and its tile fallback,
+                   SDPA with the math kernel excluded, NVML against nvidia-smi.
+* ``sync_audit``   the CPU stand-in of the audit (``tests/core/test_no_hidden_syncs.py``, on meta):
+                   runs everywhere.
+* ``bench_transfer``, ``bench_lowvram``, ``bench_inference_memory``  the benches (CUDA only), their
+                   JSON kept in the report.
+
+Without CUDA every CUDA-only part is ``skipped`` with the reason, so the plan can be rehearsed on
+any machine (``--quick`` keeps that rehearsal short). Exit status: 1 when a section failed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+import xml.etree.ElementTree as ET
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+Report = dict[str, Any]
+
+
+def _cuda() -> tuple[bool, str]:
+    import torch
+
+    if not torch.cuda.is_available():
+        return False, f"no CUDA device (torch {torch.__version__}, built for CUDA {torch.version.cuda})"
+    return True, torch.cuda.get_device_name(0)
+
+
+def environment() -> Report:
+    import torch
+
+    cuda, what = _cuda()
+    info: Report = {
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+    }
+    if cuda:
+        p = torch.cuda.get_device_properties(0)
+        info |= {"device": p.name, "capability": f"{p.major}.{p.minor}", "total_bytes": p.total_memory}
+    return {"status": "passed", "reason": what, **info}
+
+
+def _pytest(args: list[str], env: dict[str, str] | None = None, timeout: int = 3000) -> Report:
+    xml = ROOT / ".gpu-check" / f"junit-{abs(hash(tuple(args)))}.xml"
+    xml.parent.mkdir(exist_ok=True)
+    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--junitxml={xml}", *args]
+    run_env = {**os.environ, "PYTHONPATH": str(ROOT), "QT_QPA_PLATFORM": "offscreen", **(env or {})}
+    try:
+        proc = subprocess.run(cmd, cwd=ROOT, env=run_env, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired as exc:
+        return {"status": "failed", "reason": f"timed out after {exc.timeout} s", "command": " ".join(cmd)}
+    counts = {"passed": 0, "failed": 0, "errors": 0, "skipped": 0}
+    failures: list[str] = []
+    skips: dict[str, int] = {}
+    if xml.exists():
+        for case in ET.parse(xml).getroot().iter("testcase"):
+            name = f"{case.get('classname')}::{case.get('name')}"
+            if case.find("failure") is not None or case.find("error") is not None:
+                counts["failed"] += 1
+                failures.append(name)
+            elif (skip := case.find("skipped")) is not None:
+                counts["skipped"] += 1
+                why = (skip.get("message") or "").split("\n")[0][:160]
+                skips[why] = skips.get(why, 0) + 1
+            else:
+                counts["passed"] += 1
+    ran = counts["passed"] + counts["failed"]
+    status = "failed" if proc.returncode not in (0, 5) or counts["failed"] else "passed" if ran else "skipped"
+    reason = "; ".join(f"{n} skipped: {w}" for w, n in skips.items()) if status == "skipped" else ""
+    return {
+        "status": status, "reason": reason, "counts": counts, "failures": failures[:50], "skips": skips,
+        "output_tail": (proc.stdout + proc.stderr)[-3000:],
+    }  # fmt: skip
+
+
+def suite(quick: bool) -> Report:
+    cuda, what = _cuda()
+    if not cuda:
+        return {"status": "skipped", "reason": f"the CUDA sanitizer needs a GPU: {what}"}
+    args = ["tests/core", "-x"] + (["-m", "not slow"] if quick else [])
+    return _pytest(args, {"TORCH_CUDA_SANITIZER": "1"})
+
+
+def gpu_tests(quick: bool) -> Report:
+    return _pytest(["tests/gpu", "-m", "gpu", "-s"])
+
+
+def sync_audit(quick: bool) -> Report:
+    return _pytest(
+        ["tests/core/test_no_hidden_syncs.py"] + (["-k", "Q4_K or resident or tracer"] if quick else [])
+    )
+
+
+def _bench(module: str, args: list[str]) -> Report:
+    cuda, what = _cuda()
+    if not cuda:
+        return {"status": "skipped", "reason": f"{module} measures a GPU: {what}"}
+    cmd = [sys.executable, "-m", module, *args]
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=3000)
+    try:
+        result: Any = json.loads(proc.stdout)
+    except json.JSONDecodeError:
+        result = None
+    ok = proc.returncode == 0 and result is not None
+    return {
+        "status": "passed" if ok else "failed",
+        "reason": "" if ok else proc.stderr[-2000:],
+        "result": result,
+    }
+
+
+SECTIONS = {
+    "environment": lambda quick: environment(),
+    "sync_audit": sync_audit,
+    "gpu_tests": gpu_tests,
+    "suite": suite,
+    "bench_transfer": lambda quick: _bench("bench.transfer", ["--mib", "256" if quick else "1024"]),
+    "bench_lowvram": lambda quick: _bench("bench.lowvram", ["--repeat", "2" if quick else "5"]),
+    "bench_inference_memory": lambda quick: _bench(
+        "bench.inference_memory",
+        ["--device", "cuda", "--dtypes", "fp16,bf16", "--sizes", "512,768,1024", "--fit"],
+    ),
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--out", type=Path, default=ROOT / "gpu-check.json")
+    ap.add_argument("--only", default="", help=f"comma-separated sections of: {', '.join(SECTIONS)}")
+    ap.add_argument("--quick", action="store_true", help="short versions (a CPU rehearsal)")
+    ns = ap.parse_args(argv)
+    chosen = [s for s in ns.only.split(",") if s] or list(SECTIONS)
+    unknown = sorted(set(chosen) - SECTIONS.keys())
+    if unknown:
+        ap.error(f"unknown sections {unknown}; known: {', '.join(SECTIONS)}")
+    report: Report = {"started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "quick": ns.quick}
+    for name in chosen:
+        t0 = time.perf_counter()
+        try:
+            section = SECTIONS[name](ns.quick)
+        except Exception as exc:  # a broken check is a failed section, never a lost report
+            section = {"status": "failed", "reason": f"{type(exc).__name__}: {exc}"}
+        section["seconds"] = round(time.perf_counter() - t0, 1)
+        report[name] = section
+        why = str(section.get("reason", ""))[:100]
+        print(f"{name:24s} {section['status']:8s} {section['seconds']:7.1f} s  {why}")
+        ns.out.write_text(json.dumps(report, indent=2))  # after each section: a killed run keeps its parts
+    failed = [n for n in chosen if report[n]["status"] == "failed"]
+    print(f"report: {ns.out}" + (f"; failed: {', '.join(failed)}" if failed else ""))
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
