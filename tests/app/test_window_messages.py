@@ -19,6 +19,7 @@ from app.demo import DemoLibrary
 from app.gui.generate_panel import GeneratePanel
 from app.gui.lora_panel import StrengthControl
 from app.gui.memory_panel import EventList, MemoryPanel
+from core.detect.catalog import generation_defaults
 from core.generate.events import GeneratedImage, GenerateResult
 from core.generate.parameters import GenerationParameters, format_parameters
 from core.generate.png import save_png
@@ -86,7 +87,7 @@ def test_load_to_gpu_that_does_not_fit_says_what_and_that_generating_streams_it(
 def test_a_typed_size_that_is_no_preset_says_custom(qtbot) -> None:
     panel = GeneratePanel()
     qtbot.addWidget(panel)
-    panel.set_family("sd1")
+    panel.set_family("sd1", generation_defaults("sd1"))
     assert panel.size.currentText() == "512×512"
     panel.width_.setValue(256)
     panel.height_.setValue(256)
@@ -217,25 +218,31 @@ def test_a_loras_base_model_evidence_is_a_note_not_a_warning(
 
 def test_settings_say_what_each_vram_mode_does_on_the_simulated_card(qtbot) -> None:
     from app.gui.settings import AppSettings, SettingsDialog
+    from core.memory.devices import nvidia_device
+    from core.memory.policy import automatic_vram_state
 
     dialog = SettingsDialog(AppSettings(simulate_vram_mib=256), None, has_gpu=False)
     qtbot.addWidget(dialog)
     text = dialog.vram_help.text()
-    assert "256 MiB card: Automatic picks no-VRAM mode" in text and "Nothing stays on the card" in text
+    card = nvidia_device(0, "Simulated GPU", 256 * 2**20, (8, 6), simulated=True)
+    engine = automatic_vram_state(card, 256 * 2**20).state  # the engine's own pick for this size
+    assert f"256 MiB card: Automatic picks {engine.title}" in text
     assert text.count("<li>") == 4  # every mode, for this size
     dialog.simulate.setValue(8192)
     assert "8 GiB card: Automatic picks normal VRAM" in dialog.vram_help.text()
     dialog.vram.setCurrentIndex(dialog.vram.findData("low-vram"))
     assert "Your choice: low VRAM" in dialog.vram_help.text()
+    dialog.vram.setCurrentIndex(dialog.vram.findData("no-vram"))
+    assert "Nothing stays on the card" in dialog.vram_help.text()
 
 
-def test_a_small_simulated_card_in_automatic_mode_says_why_nothing_stays_placed(qtbot, make_window) -> None:
+def test_a_simulated_card_in_no_vram_mode_says_why_nothing_stays_placed(qtbot, make_window) -> None:
     from app.backend.placement import PlacementConfig
-    from core.memory.policy import MemorySettings
+    from core.memory.policy import MemorySettings, VramState
 
-    window = make_window(
-        placement=Placement(None, PlacementConfig(MemorySettings(), simulate_bytes=256 * 2**20))
-    )
+    settings = MemorySettings(vram_state=VramState.NO_VRAM)
+    window = make_window(placement=Placement(None, PlacementConfig(settings, simulate_bytes=256 * 2**20)))
+
     note = window.memory_panel.note.text()
     assert "no-vram" in note and "nothing stays placed" in note and "Normal VRAM" in note
 
