@@ -120,6 +120,7 @@ class DockLayout:
             w.addDockWidget(area, d[key])
             d[key].show()
             w.tabifyDockWidget(d[tab_with], d[key])
+            d[tab_with].raise_()  # the panel it joins stays in front
         d["lora"].raise_()
         (d["memory"] if roomy else d["gallery"]).raise_()
         side = max(280, min(460, width // 4))
