@@ -15,6 +15,13 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="loadout", description=__doc__)
     parser.add_argument("--demo", action="store_true", help="open the window on the demo library")
     parser.add_argument("--screenshot", metavar="FILE", help="with --demo: save a screenshot and exit")
+    parser.add_argument(
+        "--window-size", metavar="WxH", help="with --screenshot: the window's size (default: the screen's)"
+    )
+    parser.add_argument(
+        "--folder", metavar="DIR", help="with --demo: also list this model folder (the screenshot selects "
+        "its longest file name)",
+    )  # fmt: skip
     sub = parser.add_subparsers(dest="command")
     from app.commands import (
         check_cmd,
@@ -86,7 +93,16 @@ def _main(argv: Sequence[str] | None, started: Callable[[], object]) -> int:
     if args.command is None:
         from app.gui.launch import run_gui
 
-        return run_gui(demo=args.demo, screenshot=args.screenshot)
+        size = None
+        if args.window_size:
+            try:
+                w, h = (int(v) for v in args.window_size.lower().split("x"))
+            except ValueError:
+                print(f"loadout: --window-size {args.window_size!r} is not WIDTHxHEIGHT (e.g. 1366x768)",
+                      file=sys.stderr)  # fmt: skip
+                return 2
+            size = (w, h)
+        return run_gui(demo=args.demo, screenshot=args.screenshot, window_size=size, extra_folder=args.folder)
     try:
         code: int = args.handler(args)
     except BrokenPipeError:

@@ -107,6 +107,9 @@ class BrowserPanel(QWidget):
         set_icon(self.descending, "down")
         self.descending.toggled.connect(lambda on: self.model.set_view(descending=on))
 
+        for combo in (self.grouping, self.kind_filter, self.family_filter, self.sort):  # a narrow dock
+            combo.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
+            combo.setMinimumContentsLength(6)
         controls = QHBoxLayout()
         controls.setSpacing(6)
         for widget in (self.grouping, self.kind_filter, self.family_filter, self.sort, self.descending):

@@ -21,9 +21,16 @@ from app.demo import TINY_CHECKPOINT, TINY_LORA
 
 class DemoFlow(QObject):
     def __init__(
-        self, window, *, screenshot: str | None, folder: str | None, timeout_s: float = 180.0
+        self,
+        window,
+        *,
+        screenshot: str | None,
+        folder: str | None,
+        timeout_s: float = 180.0,
+        extra: str | None = None,
     ) -> None:  # type: ignore[no-untyped-def]
         super().__init__(window)
+        self.extra = Path(extra).resolve() if extra else None
         self.window = window
         self.screenshot = screenshot
         self.folder = folder
@@ -48,6 +55,7 @@ class DemoFlow(QObject):
         )
 
     def start(self) -> None:
+        self.window.docks["memory"].raise_()  # the demo is there to show the memory manager at work
         if self.screenshot:
             self.timeout.start()
         self.window.backend.prepare_demo(self.folder)
@@ -121,6 +129,12 @@ class DemoFlow(QObject):
             QTimer.singleShot(300, lambda: self._finish(self.errors[-1]))
 
     def _shoot(self) -> None:
+        if self.extra is not None:  # the user's folder: show its longest name (elided, not widening)
+            names = [e.path for e in self.window.browser.model.entries() if self.extra in e.path.parents]
+            if names:
+                self.window.browser.select_path(max(names, key=lambda p: len(p.name)))
+            QTimer.singleShot(300, lambda: self._finish(None))
+            return
         self._finish(None)
 
     def _finish(self, error: str | None) -> None:

@@ -30,6 +30,7 @@ from PySide6.QtWidgets import (
 from app.backend.monitor import MemoryMonitor
 from app.demo import is_sparse_demo
 from app.gui.theme import colors, human_bytes, human_count, icon, kind_icon, kind_text, set_icon
+from core.detect.notes import NOTE_PREFIX, is_note
 from core.library import Entry
 from core.library.query import Duplicate
 from core.memory.fit import FitEstimate, estimate_fit
@@ -120,8 +121,11 @@ def entry_html(e: Entry, dup: Duplicate | None = None) -> str:
         out.append("</table>")
     if e.error:
         out.append(f"<p style='color:{col['error']}'><b>Cannot be read.</b> {esc(e.error)}</p>")
-    for w in e.warnings:
-        out.append(f"<p style='color:{col['warn']};margin:2px'>⚠ {esc(w)}</p>")
+    for w in e.warnings:  # a note explains an ordinary file: muted, not amber
+        if is_note(w):
+            out.append(f"<p style='color:{col['muted']};margin:2px'>ⓘ {esc(w.removeprefix(NOTE_PREFIX))}</p>")
+        else:
+            out.append(f"<p style='color:{col['warn']};margin:2px'>⚠ {esc(w)}</p>")
     if e.record is not None and is_sparse_demo(e.record.get("metadata")):
         out.append(
             f"<p style='color:{col['info']}'>Demo file: real layout and shapes, but no weights (a sparse "

@@ -219,13 +219,28 @@ def describe(error: TaskError) -> Friendly:
             "Your files were not changed. Please report this message.",
             "error",
         )
+    if error.task == "memory" and error.code == "out_of_memory":  # Load to GPU: generating still works
+        return Friendly(
+            "Does not fit on the GPU",
+            f"{_capitalized(error.message)} Generating on this card still works: what does not fit "
+            "streams to the GPU layer by layer at each step (slower).",
+            "info",
+        )
     title, lead, level = _CODES.get(error.code, (f"{_TASKS.get(error.task, 'The task')} failed", "", "error"))
-    text = (
-        f"{lead} {error.message}".strip() if lead and error.code != "interrupted" else (lead or error.message)
-    )
+    message = _capitalized(error.message)
+    text = f"{lead} {message}".strip() if lead and error.code != "interrupted" else (lead or message)
     if error.code in _IN_THE_WINDOW:
         text = f"{text} {_IN_THE_WINDOW[error.code]}"
     return Friendly(title, text, level)
+
+
+def _capitalized(message: str) -> str:
+    """The engine's message as a sentence of its own ("not enough…" -> "Not enough…"); a message
+    that starts with a file name (it has a dot or an underscore in its first word) keeps its case."""
+    first = message.split(" ", 1)[0]
+    if first.isalpha() and first.islower():
+        return message[:1].upper() + message[1:]
+    return message
 
 
 def describe_exception(task: str, exc: BaseException) -> Friendly:

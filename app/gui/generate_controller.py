@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from PySide6.QtCore import QObject, QSettings, QStandardPaths
+from PySide6.QtCore import QObject, QSettings, QStandardPaths, Signal
 from PySide6.QtWidgets import QFileDialog, QWidget
 
 from app.backend.backend import Backend
@@ -27,6 +27,8 @@ def default_output_folder() -> Path:
 
 
 class GenerateController(QObject):
+    folder_changed = Signal(object)  # Path: the gallery lists the new folder
+
     def __init__(
         self,
         panel: GeneratePanel,
@@ -55,6 +57,7 @@ class GenerateController(QObject):
         backend.generated.connect(lambda result: panel.on_result(with_demo_note(result, self.main_path)))
         backend.started.connect(lambda task: panel.on_started() if task == "generate" else None)
         backend.finished.connect(lambda task: panel.on_finished() if task == "generate" else None)
+        backend.interrupted.connect(lambda task: panel.on_stopped() if task == "generate" else None)
         backend.models_changed.connect(self._models)
 
     def generate(self, settings: ImageSettings) -> None:
@@ -87,3 +90,4 @@ class GenerateController(QObject):
         self.output_folder = folder
         self.store.setValue(_KEY, str(folder))
         self.panel.set_output_folder(folder)
+        self.folder_changed.emit(folder)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
-from PySide6.QtCore import Signal
+from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QDragEnterEvent, QDropEvent, QKeySequence, QShortcut
 from PySide6.QtWidgets import (
     QCheckBox,
@@ -22,19 +22,17 @@ from PySide6.QtWidgets import (
     QHBoxLayout,
     QLabel,
     QLineEdit,
-    QListWidget,
     QPlainTextEdit,
     QProgressBar,
     QPushButton,
     QSpinBox,
-    QSplitter,
     QToolButton,
     QVBoxLayout,
     QWidget,
 )
 
-from app.gui.gallery import Gallery
 from app.gui.theme import icon, set_icon
+from app.gui.widgets import ElidedLabel
 from app.gui.workflow_controls import WorkflowControls
 from app.gui.workflow_hires import HiresControls
 from core.detect.spec import NO_MODEL_DEFAULTS, GenerationDefaults
@@ -61,6 +59,8 @@ class GeneratePanel(QWidget):
     error = Signal(object)  # LoadoutError from a dropped file the panel could not read
     output_folder_requested = Signal()
     sweep_requested = Signal(object, object)  # ImageSettings, Sweep
+    preview_ready = Signal(object)  # np.ndarray (h, w, 3): the viewer shows it
+    pictures_ready = Signal(object)  # GenerateResult: the viewer and the gallery show it
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -77,6 +77,8 @@ class GeneratePanel(QWidget):
         self.prompt.setTabChangesFocus(True)
         self.negative.setTabChangesFocus(True)
         self.prompt.setMinimumHeight(64)
+        # about six lines: in a short dock the settings below come first, not a tall empty box
+        self.prompt.setMaximumHeight(8 * self.prompt.fontMetrics().lineSpacing())
         self.negative.setMaximumHeight(52)
         self.seed = QLineEdit("0")
         self.seed.setInputMask("")
@@ -117,19 +119,38 @@ class GeneratePanel(QWidget):
         self.height_ = QSpinBox(
             minimum=int(SIDE.lo), maximum=int(SIDE.hi), value=512, singleStep=64, suffix=" px"
         )
-        size_row = QHBoxLayout()
-        size_row.addWidget(self.size, 1)
-        size_row.addWidget(self.width_)
-        size_row.addWidget(QLabel("×"))
-        size_row.addWidget(self.height_)
+        self.width_.valueChanged.connect(self._size_typed)
+        self.height_.valueChanged.connect(self._size_typed)
+        size_row = QVBoxLayout()  # preset above, width × height below: fits a narrow dock
+        size_row.addWidget(self.size)
+        pixels = QHBoxLayout()
+        pixels.addWidget(self.width_, 1)
+        pixels.addWidget(QLabel("×"))
+        pixels.addWidget(self.height_, 1)
+        size_row.addLayout(pixels)
+        self.size.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
+        self.size.setMinimumContentsLength(6)
         self.batch = QSpinBox(minimum=1, maximum=16, value=1)
         self.sweep_lora = QComboBox()
         self.sweep_lora.setToolTip("Render the same seed at several strengths of one LoRA, side by side")
         self.sweep_values = QLineEdit("0.4, 0.7, 1.0")
-        self.sweep_values.setToolTip("The strengths to compare (the text-encoder strength follows)")
-        sweep_row = QHBoxLayout()
-        sweep_row.addWidget(self.sweep_lora, 1)
-        sweep_row.addWidget(self.sweep_values, 1)
+        self.sweep_values.setToolTip("The strengths to compare, separated by commas")
+        self.sweep_target = QComboBox()
+        self.sweep_target.addItem("model and text encoder", True)
+        self.sweep_target.addItem("model only", False)
+        self.sweep_target.setToolTip(
+            "What each cell's strength sets. 'Model and text encoder' is what an A1111 <lora:name:s> tag "
+            "does; 'model only' keeps the LoRA's text-encoder strength as it is on the stack."
+        )
+        sweep_row = QVBoxLayout()
+        sweep_line = QHBoxLayout()
+        sweep_line.addWidget(self.sweep_lora, 1)
+        sweep_line.addWidget(self.sweep_values, 1)
+        sweep_row.addLayout(sweep_line)
+        sweep_row.addWidget(self.sweep_target)
+        for combo in (self.sampler, self.scheduler, self.sweep_lora):  # the panel fits a 380 px dock
+            combo.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
+            combo.setMinimumContentsLength(9)
         self.set_loras(())
         form = QFormLayout()
         form.addRow("Seed", seed_row)
@@ -153,13 +174,18 @@ class GeneratePanel(QWidget):
         self.output = QToolButton(autoRaise=True)
         set_icon(self.output, "folder")
         self.output.clicked.connect(self.output_folder_requested.emit)
-        self.output_label = QLabel(objectName="muted")
+        self.output_label = ElidedLabel()  # a long folder is cut with "…", never widens the panel
+        self.output_label.setObjectName("muted")
         out_row = QHBoxLayout()
         out_row.addWidget(self.output)
         out_row.addWidget(self.output_label, 1)
         self.progress = QProgressBar(maximumHeight=14, textVisible=False)
         self.status = QLabel("Load a model to generate.", objectName="muted", wordWrap=True)
-        controls = QVBoxLayout()
+        # three lines, always: a longer or shorter message never moves the controls above it
+        self.status.setFixedHeight(3 * self.status.fontMetrics().lineSpacing() + 4)
+        self.status.setAlignment(Qt.AlignmentFlag.AlignTop | Qt.AlignmentFlag.AlignLeft)
+        controls = QVBoxLayout(self)
+        controls.setContentsMargins(8, 6, 8, 6)
         controls.addWidget(self.prompt, 2)
         controls.addWidget(self.negative, 1)
         controls.addLayout(form)
@@ -169,17 +195,7 @@ class GeneratePanel(QWidget):
         controls.addLayout(out_row)
         controls.addWidget(self.progress)
         controls.addWidget(self.status)
-        left = QWidget()
-        left.setLayout(controls)
-        self.gallery_view = Gallery()
-        right = self.gallery_view
-        split = QSplitter()
-        split.addWidget(left)
-        split.addWidget(right)
-        split.setStretchFactor(1, 1)
-        layout = QVBoxLayout(self)
-        layout.setContentsMargins(8, 6, 8, 6)
-        layout.addWidget(split)
+        controls.addStretch(1)
         self.set_family(None, NO_MODEL_DEFAULTS)
         self.set_available(False, "Load a checkpoint or diffusion model to generate.")
 
@@ -279,13 +295,24 @@ class GeneratePanel(QWidget):
 
     def set_output_folder(self, folder: Path) -> None:
         self.output_label.setText(f"Saved in {folder}")
+        self.output_label.setToolTip(str(folder))
         self.output.setToolTip(f"Pictures are saved in {folder}/<date>/; click to choose another folder")
 
     def _preset_chosen(self, index: int) -> None:
         size = self.size.itemData(index)
         if size:
-            self.width_.setValue(size[0])
-            self.height_.setValue(size[1])
+            for box, value in ((self.width_, size[0]), (self.height_, size[1])):
+                box.blockSignals(True)
+                box.setValue(value)
+                box.blockSignals(False)
+
+    def _size_typed(self) -> None:
+        """A typed size selects its preset, or "custom" when it is none of them."""
+        typed = (self.width_.value(), self.height_.value())
+        i = next((j for j in range(self.size.count()) if self.size.itemData(j) == typed), -1)
+        self.size.blockSignals(True)
+        self.size.setCurrentIndex(i if i >= 0 else self.size.count() - 1)
+        self.size.blockSignals(False)
 
     def new_seed(self) -> None:
         self.seed.setText(str(random.SystemRandom().randrange(0, 2**32)))
@@ -301,7 +328,9 @@ class GeneratePanel(QWidget):
         try:
             settings = self.settings()
             lora_id = self.sweep_lora.currentData()
-            sweep = Sweep(str(lora_id), parse_strengths(self.sweep_values.text())) if lora_id else None
+            strengths = parse_strengths(self.sweep_values.text())
+            follow = bool(self.sweep_target.currentData())
+            sweep = Sweep(str(lora_id), strengths, text_encoder=follow) if lora_id else None
         except LoadoutError as exc:
             self.error.emit(exc)
             return
@@ -322,6 +351,7 @@ class GeneratePanel(QWidget):
         self.sweep_lora.setCurrentIndex(max(0, i))
         self.sweep_lora.blockSignals(False)
         self.sweep_values.setEnabled(bool(loras))
+        self.sweep_target.setEnabled(bool(loras))
 
     # ----------------------------------------------------------------- what the backend reports
     def on_started(self) -> None:
@@ -337,6 +367,12 @@ class GeneratePanel(QWidget):
             self.progress.setRange(0, 1)
             self.progress.setValue(0)
 
+    def on_stopped(self) -> None:
+        """Stop (Esc) ended the run: say so instead of leaving the last step's words."""
+        self.progress.setRange(0, 1)
+        self.progress.setValue(0)
+        self.status.setText("Stopped: no picture was saved from this run.")
+
     def on_progress(self, p: GenerateProgress) -> None:
         if p.steps:
             self.progress.setRange(0, p.steps)
@@ -349,28 +385,16 @@ class GeneratePanel(QWidget):
             f"{_PHASES.get(p.phase, p.phase)}{steps}{picture}{' · ' + p.message if p.message else ''}"
         )
         if p.preview is not None:
-            self.gallery_view.show_preview(p.preview)
+            self.preview_ready.emit(p.preview)
 
     def on_result(self, result: GenerateResult) -> None:
         self.last_seed = result.seed
-        self.gallery_view.add(result.images)
+        self.pictures_ready.emit(result)
         split = ", ".join(f"{k.replace('_', ' ')} {v:.1f} s" for k, v in result.seconds.items())
         notes = " ".join(result.notes)
         self.status.setText(f"Done: {result.seconds_per_step:.2f} s/step; {split}. {notes}".strip())
         self.progress.setRange(0, 1)
         self.progress.setValue(1)
-
-    @property
-    def gallery(self) -> QListWidget:
-        return self.gallery_view.strip
-
-    @property
-    def view(self) -> QLabel:
-        return self.gallery_view.view
-
-    @property
-    def info(self) -> QLabel:
-        return self.gallery_view.info
 
     # ----------------------------------------------------------------- drag a picture in
     def dragEnterEvent(self, event: QDragEnterEvent) -> None:

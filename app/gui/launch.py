@@ -104,7 +104,14 @@ def _leave_a_core_for_the_window() -> None:
     torch.set_num_threads(max(1, min(torch.get_num_threads(), cores - 1)))
 
 
-def run_gui(*, demo: bool = False, screenshot: str | None = None, demo_folder: str | None = None) -> int:
+def run_gui(
+    *,
+    demo: bool = False,
+    screenshot: str | None = None,
+    demo_folder: str | None = None,
+    window_size: tuple[int, int] | None = None,
+    extra_folder: str | None = None,
+) -> int:
     if (
         screenshot
         and sys.platform.startswith("linux")
@@ -131,13 +138,22 @@ def run_gui(*, demo: bool = False, screenshot: str | None = None, demo_folder: s
             # the demo session neither reads nor changes the user's folders and settings
             tmp = scope.enter_context(tempfile.TemporaryDirectory(prefix="loadout-demo-"))
             store = QSettings(str(Path(tmp) / "demo.ini"), QSettings.Format.IniFormat)
-            window = build_window(store=store, cache_path=None, include_own_folder=False, demo=True)
+            extra = (str(Path(extra_folder).resolve()),) if extra_folder else ()
+            window = build_window(
+                store=store, cache_path=None, include_own_folder=False, demo=True, session_folders=extra
+            )
         else:
             with contextlib.suppress(OSError):  # Loadout's own model folder, listed when it exists
                 own_models_folder().mkdir(parents=True, exist_ok=True)
             window = build_window(cache_path=default_cache_path())
+        if window_size is not None:
+            window.resize(*window_size)  # before show: the default layout is arranged for this size
         window.show()
-        flow = DemoFlow(window, screenshot=screenshot, folder=demo_folder) if demo else None
+        if window_size is not None:
+            window.resize(*window_size)  # and after: a window manager or the offscreen screen may differ
+        flow = (
+            DemoFlow(window, screenshot=screenshot, folder=demo_folder, extra=extra_folder) if demo else None
+        )
         if flow is not None:
             flow.start()
         code = int(app.exec())

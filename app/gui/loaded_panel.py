@@ -46,6 +46,9 @@ class LoadedModelsPanel(QWidget):
             header.setSectionResizeMode(col, QHeaderView.ResizeMode.Fixed)
             self.tree.setColumnWidth(col, width)
         header.setMinimumSectionSize(40)
+        rows = 4  # a model and its three components stay readable however short the dock is
+        row = self.tree.fontMetrics().height() + 8
+        self.tree.setMinimumHeight(header.sizeHint().height() + rows * row + 4)
         self.tree.itemSelectionChanged.connect(self._update_buttons)
         self.tree.currentItemChanged.connect(lambda *_: self._update_buttons())
         self.summary = QLabel("Nothing loaded.")

@@ -10,13 +10,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from PySide6.QtCore import Qt, Signal
+from PySide6.QtCore import QEvent, QObject, Qt, Signal
 from PySide6.QtGui import QDragEnterEvent, QDropEvent
 from PySide6.QtWidgets import (
     QCheckBox,
     QDoubleSpinBox,
     QFrame,
-    QGridLayout,
     QHBoxLayout,
     QLabel,
     QScrollArea,
@@ -29,34 +28,56 @@ from PySide6.QtWidgets import (
 from app.backend.backend import Backend
 from app.backend.messages import LoraInfo, StackInfo
 from app.gui.theme import set_icon
+from app.gui.widgets import ElidedLabel
 
 SCALE = 100  # slider steps per 1.0 of strength
 
 
 class StrengthControl(QWidget):
-    """A slider and an editable number kept in step. ``moved`` while dragging, ``committed`` when
-    the value is final (slider released, arrow keys, a typed number)."""
+    """A number to type (0.01 steps) above a slider as wide as the card (1 px is about 0.01 in a
+    side panel, not 0.03); double-click the slider for 1.0. ``moved`` while dragging, ``committed``
+    when the value is final (slider released, arrow keys, a typed number, the reset)."""
 
     moved = Signal(float)
     committed = Signal(float)
+    MIN_SLIDER = 200
 
-    def __init__(self, lo: float, hi: float, parent: QWidget | None = None) -> None:
+    def __init__(self, lo: float, hi: float, title: str = "", parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.slider = QSlider(Qt.Orientation.Horizontal)
-        self.slider.setPageStep(10)
+        self.slider.setPageStep(5)
+        self.slider.setMinimumWidth(self.MIN_SLIDER)
+        self.slider.setToolTip(
+            "Drag, or use the arrow keys (0.01) and Page Up/Down (0.05); double-click for 1.0"
+        )
+        self.slider.installEventFilter(self)
         self.spin = QDoubleSpinBox()
         self.spin.setDecimals(2)
-        self.spin.setSingleStep(0.05)
+        self.spin.setSingleStep(0.01)
         self.spin.setKeyboardTracking(False)
-        self.spin.setFixedWidth(72)
+        self.spin.setFixedWidth(76)
         self.set_range(lo, hi)
         self.slider.valueChanged.connect(self._slider_changed)
         self.slider.sliderReleased.connect(lambda: self.committed.emit(self.value()))
         self.spin.valueChanged.connect(self._spin_changed)
-        layout = QHBoxLayout(self)
+        reset = QToolButton(text="1.0", toolTip="Back to 1.0", autoRaise=True)
+        reset.clicked.connect(lambda: self.spin.setValue(1.0))
+        head = QHBoxLayout()
+        head.addWidget(QLabel(title))
+        head.addStretch(1)
+        head.addWidget(reset)
+        head.addWidget(self.spin)
+        layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
-        layout.addWidget(self.slider, 1)
-        layout.addWidget(self.spin)
+        layout.setSpacing(0)
+        layout.addLayout(head)
+        layout.addWidget(self.slider)
+
+    def eventFilter(self, watched: QObject, event: QEvent) -> bool:
+        if watched is self.slider and event.type() == QEvent.Type.MouseButtonDblClick:
+            self.spin.setValue(1.0)
+            return True
+        return False
 
     def value(self) -> float:
         return round(self.spin.value(), 2)
@@ -104,10 +125,11 @@ class LoraCard(QFrame):
         self.setObjectName("loraCard")
         self.lora_id = info.id
         self.panel = panel
-        self.enabled = QCheckBox(info.name)
+        self.enabled = QCheckBox()
         self.enabled.setToolTip(f"{info.path}\nUntick to switch this LoRA off without removing it")
-        self.enabled.setMinimumWidth(80)
-        self.enabled.setStyleSheet("font-weight: 600;")
+        self.name = ElidedLabel(info.name)  # a long name ends in "…" (full name in the tooltip)
+        self.name.setToolTip(f"{info.name}\n{info.path}")
+        self.name.setStyleSheet("font-weight: 600;")
         self.enabled.toggled.connect(lambda on: panel.backend.set_enabled(self.lora_id, on))
         self.counts = QLabel()
         self.counts.setObjectName("muted")
@@ -115,14 +137,15 @@ class LoraCard(QFrame):
         self.warning = QLabel()
         self.warning.setObjectName("warning")
         self.warning.setWordWrap(True)
-        self.model = StrengthControl(panel.lo, panel.hi)
-        self.clip = StrengthControl(panel.lo, panel.hi)
+        self.model = StrengthControl(panel.lo, panel.hi, "Model")
+        self.clip = StrengthControl(panel.lo, panel.hi, "Text encoder")
         self.model.moved.connect(lambda _v: self._send(False))
         self.clip.moved.connect(lambda _v: self._send(False))
         self.model.committed.connect(lambda _v: self._send(True))
         self.clip.committed.connect(lambda _v: self._send(True))
         head = QHBoxLayout()
-        head.addWidget(self.enabled, 1)
+        head.addWidget(self.enabled)
+        head.addWidget(self.name, 1)
         for name, tip, slot in (
             ("up", "Move up (applied first)", lambda: panel.move(self.lora_id, -1)),
             ("down", "Move down", lambda: panel.move(self.lora_id, 1)),
@@ -132,12 +155,10 @@ class LoraCard(QFrame):
             set_icon(button, name)
             button.clicked.connect(slot)
             head.addWidget(button)
-        grid = QGridLayout()
+        grid = QVBoxLayout()
         grid.setContentsMargins(0, 0, 0, 0)
-        grid.addWidget(QLabel("Model"), 0, 0)
-        grid.addWidget(self.model, 0, 1)
-        grid.addWidget(QLabel("Text enc."), 1, 0)
-        grid.addWidget(self.clip, 1, 1)
+        grid.addWidget(self.model)
+        grid.addWidget(self.clip)
         layout = QVBoxLayout(self)
         layout.setContentsMargins(10, 8, 10, 8)
         layout.setSpacing(4)

@@ -11,39 +11,33 @@ from dataclasses import replace
 from functools import partial
 from pathlib import Path
 
-from PySide6.QtCore import QSettings, QStandardPaths, Qt
-from PySide6.QtGui import QCloseEvent, QDragEnterEvent, QDropEvent
-from PySide6.QtWidgets import (
-    QApplication,
-    QDockWidget,
-    QFileDialog,
-    QLabel,
-    QMainWindow,
-    QProgressBar,
-    QSplitter,
-    QVBoxLayout,
-    QWidget,
-)
+from PySide6.QtCore import QSettings, QStandardPaths
+from PySide6.QtGui import QAction, QCloseEvent, QDragEnterEvent, QDropEvent, QShowEvent
+from PySide6.QtWidgets import QApplication, QFileDialog, QMainWindow, QVBoxLayout, QWidget
 
 from app.backend.backend import Backend
-from app.backend.messages import EngineEvent, ModelInfo, StackInfo, TaskError, TaskProgress
+from app.backend.messages import EngineEvent, ModelInfo, StackInfo, TaskError
 from app.backend.monitor import MemoryMonitor
 from app.demo import is_sparse_demo
 from app.gui.actions import main_toolbar, make_action
 from app.gui.browser import BrowserPanel
 from app.gui.details import LOADABLE, DetailsPanel
+from app.gui.dock_layout import DockLayout, initial_size
 from app.gui.errors import Friendly, describe, describe_exception
+from app.gui.gallery import PICTURES
 from app.gui.generate_controller import GenerateController
 from app.gui.generate_panel import GeneratePanel
 from app.gui.loaded_panel import LoadedModelsPanel
 from app.gui.lora_panel import LoraStackPanel
 from app.gui.memory_panel import MemoryPanel
+from app.gui.menus import build_menus
+from app.gui.pictures import Pictures
 from app.gui.placement_controls import PlacementControls
 from app.gui.queue_panel import install_queue_panel
 from app.gui.settings import AppSettings, SettingsDialog
 from app.gui.testrun_panel import TestRunPanel
 from app.gui.theme import app_icon, apply_theme, refresh_icons
-from app.gui.widgets import MessageBar
+from app.gui.widgets import MessageBar, StatusLine
 from core.library import Entry
 
 
@@ -51,9 +45,6 @@ def own_models_folder() -> Path:
     """Loadout's own model folder (``<app data>/models``): always listed when it exists."""
     base = QStandardPaths.writableLocation(QStandardPaths.StandardLocation.GenericDataLocation)
     return Path(base) / "Loadout" / "models"
-
-
-PICTURES = (".png", ".jpg", ".jpeg", ".webp")
 
 
 class MainWindow(PlacementControls, QMainWindow):
@@ -82,8 +73,6 @@ class MainWindow(PlacementControls, QMainWindow):
         self.has_gpu = backend.placement.has_gpu
         self.setWindowTitle("Loadout")
         self.setWindowIcon(app_icon())
-        self.resize(1500, 940)
-        self.setDockNestingEnabled(True)
         self.setAcceptDrops(True)
         self._build_panels()
         memory = self.placement.memory
@@ -94,7 +83,13 @@ class MainWindow(PlacementControls, QMainWindow):
         self.generate = GenerateController(
             self.generate_panel, backend, store, self.show_error, output_folder, parent=self
         )
+        self.generate.folder_changed.connect(self.gallery.set_folder)
+        self.gallery.set_folder(self.generate.output_folder)
         self.queue_panel = install_queue_panel(self)  # app/gui/queue_panel.py
+        build_menus(self)
+        self._arrange_on_show = not self.layout_.restore(store)  # a first run: the default layout
+        if self._arrange_on_show:
+            self.resize(initial_size(self))
         self.apply_settings(self.settings, initial=True)
 
     # -- building --------------------------------------------------------------------------------
@@ -103,18 +98,15 @@ class MainWindow(PlacementControls, QMainWindow):
         self.browser = BrowserPanel(self.backend)
         self.details = DetailsPanel(self.monitor)
         self.details.duplicate_of = self.browser.model.duplicate  # the other copies of a file's data
-        split = QSplitter(Qt.Orientation.Horizontal)
-        split.addWidget(self.browser)
-        split.addWidget(self.details)
-        split.setStretchFactor(0, 3)
-        split.setStretchFactor(1, 2)
-        split.setSizes([560, 380])
+        self.pictures = Pictures(self)
+        self.picture = self.pictures.viewer
+        self.gallery = self.pictures.gallery
         central = QWidget()
         layout = QVBoxLayout(central)
-        layout.setContentsMargins(6, 6, 6, 0)
-        layout.setSpacing(6)
+        layout.setContentsMargins(4, 4, 4, 0)
+        layout.setSpacing(4)
         layout.addWidget(self.message)
-        layout.addWidget(split, 1)
+        layout.addWidget(self.picture, 1)
         self.setCentralWidget(central)
 
         self.lora_panel = LoraStackPanel(self.backend, self.settings.lora_min, self.settings.lora_max)
@@ -122,42 +114,17 @@ class MainWindow(PlacementControls, QMainWindow):
         self.memory_panel = MemoryPanel(self.monitor, self.placement)
         self.testrun_panel = TestRunPanel(self.backend, self.placement.device)
         self.generate_panel = GeneratePanel()
-        self.docks: dict[str, QDockWidget] = {}
-        for key, title, widget, area in (
-            ("generate", "Generate", self.generate_panel, Qt.DockWidgetArea.RightDockWidgetArea),
-            ("lora", "LoRA stack", self.lora_panel, Qt.DockWidgetArea.RightDockWidgetArea),
-            ("loaded", "Loaded models", self.loaded_panel, Qt.DockWidgetArea.RightDockWidgetArea),
-            ("memory", "Memory", self.memory_panel, Qt.DockWidgetArea.BottomDockWidgetArea),
-            ("testrun", "Test run", self.testrun_panel, Qt.DockWidgetArea.BottomDockWidgetArea),
-        ):
-            dock = QDockWidget(title, self)
-            dock.setObjectName(f"dock_{key}")
-            dock.setWidget(widget)
-            dock.setFeatures(
-                QDockWidget.DockWidgetFeature.DockWidgetMovable
-                | QDockWidget.DockWidgetFeature.DockWidgetFloatable
-            )
-            self.addDockWidget(area, dock)
-            self.docks[key] = dock
-        self.splitDockWidget(self.docks["generate"], self.docks["lora"], Qt.Orientation.Horizontal)
-        self.splitDockWidget(self.docks["memory"], self.docks["testrun"], Qt.Orientation.Horizontal)
-        self.resizeDocks([self.docks["lora"], self.docks["loaded"]], [420, 260], Qt.Orientation.Vertical)
-        self.resizeDocks([self.docks["lora"]], [520], Qt.Orientation.Horizontal)
-        self.resizeDocks([self.docks["memory"]], [290], Qt.Orientation.Vertical)
-        self.resizeDocks([self.docks["memory"], self.docks["testrun"]], [900, 560], Qt.Orientation.Horizontal)
-
-        self.task_label = QLabel("Ready")
-        self.task_progress = QProgressBar()
-        self.task_progress.setMaximumWidth(220)
-        self.task_progress.setMaximumHeight(12)
-        self.task_progress.setTextVisible(False)
-        self.task_progress.hide()
-        self.device_label = QLabel(self._device_text())
-        self.device_label.setObjectName("muted")
-        bar = self.statusBar()
-        bar.addWidget(self.task_label, 1)
-        bar.addPermanentWidget(self.task_progress)
-        bar.addPermanentWidget(self.device_label)
+        self.layout_ = DockLayout(self, {
+            "library": self.browser, "details": self.details, "generate": self.generate_panel,
+            "lora": self.lora_panel, "loaded": self.loaded_panel, "gallery": self.gallery,
+            "memory": self.memory_panel, "testrun": self.testrun_panel,
+        })  # fmt: skip
+        self.docks = self.layout_.docks
+        self.generate_panel.preview_ready.connect(self.pictures.on_preview)
+        self.generate_panel.pictures_ready.connect(self.pictures.on_result)
+        self.status = StatusLine(self.statusBar(), self._device_text())
+        self.task_label, self.task_progress = self.status.label, self.status.progress
+        self.device_label = self.status.device
 
         self.browser.entry_selected.connect(self.details.show_entry)
         self.browser.entry_activated.connect(self.load_entry)
@@ -189,6 +156,7 @@ class MainWindow(PlacementControls, QMainWindow):
         self.interrupt_action.setEnabled(False)
         self.settings_action = act("settings", "Settings", "Ctrl+,", self.open_settings, "Settings")
         self.quit_action = act("remove", "Quit", "Ctrl+Q", self.close, "Quit Loadout")
+        self.quit_action.setMenuRole(QAction.MenuRole.QuitRole)
         left = (self.add_folder_action, self.rescan_action, self.load_action, self.place_action)
         self.addToolBar(
             main_toolbar((*left, self.interrupt_action), (self.settings_action,), self.interrupt_action)
@@ -198,7 +166,7 @@ class MainWindow(PlacementControls, QMainWindow):
         w = self.backend
         self.backend.busy_changed.connect(self._on_busy)
         w.started.connect(self._on_started)
-        w.progress.connect(self._on_progress)
+        w.progress.connect(self.status.progress_)
         w.failed.connect(self.show_error)
         w.interrupted.connect(self._on_interrupted)
         w.event.connect(self._on_event)
@@ -320,33 +288,13 @@ class MainWindow(PlacementControls, QMainWindow):
     # -- backend signals -------------------------------------------------------------------------
     def _on_busy(self, busy: bool) -> None:
         self.interrupt_action.setEnabled(busy)
-
         self.testrun_panel.set_model_loaded(self.testrun_panel.model_loaded)
-        if not busy:
-            self.task_progress.hide()
-            if self.task_label.text().endswith("…"):
-                self.task_label.setText("Ready")
+        self.status.busy(busy)
 
     def _on_started(self, task: str) -> None:
-        words = {
-            "scan": "Reading model folders…",
-            "load": "Loading…",
-            "run": "Test run…",
-            "demo": "Preparing the demo library…",
-            "memory": "Memory manager at work…",
-            "generate": "Generating…",
-        }
-        self.task_label.setText(words.get(task, "Working…"))
-        if task in ("load", "run", "demo", "generate"):
-            self.task_progress.setRange(0, 0)
-            self.task_progress.show()
-
-    def _on_progress(self, p: TaskProgress) -> None:
-        if p.task in ("load", "run", "generate"):
-            self.task_label.setText(p.text)
-            if p.total > 0:
-                self.task_progress.setRange(0, 1000)
-                self.task_progress.setValue(int(1000 * (p.fraction or 0)))
+        self.status.started(task)
+        if self.message.isVisible() and self.message.title == "Stopped":
+            self.message.hide()  # it belonged to the run before this one
 
     def _on_interrupted(self, task: str) -> None:
         self.show_error(TaskError(task, "interrupted", ""))  # type: ignore[arg-type]
@@ -392,11 +340,19 @@ class MainWindow(PlacementControls, QMainWindow):
             u.toLocalFile() for u in event.mimeData().urls() if u.toLocalFile().lower().endswith(PICTURES)
         ]
         if pictures:
+            self.docks["generate"].show()
             self.docks["generate"].raise_()
             self.generate_panel.read_picture(Path(pictures[0]))
             event.acceptProposedAction()
 
+    def showEvent(self, event: QShowEvent) -> None:
+        super().showEvent(event)
+        if self._arrange_on_show:  # sized for the window as it is shown
+            self._arrange_on_show = False
+            self.layout_.arrange()
+
     def closeEvent(self, event: QCloseEvent) -> None:
+        self.layout_.save(self.store)
         self.memory_panel.plot.timer.stop()
         self.backend.shutdown()
         super().closeEvent(event)

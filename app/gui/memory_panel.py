@@ -12,13 +12,15 @@ import time
 
 import numpy as np
 import pyqtgraph as pg
-from PySide6.QtCore import Qt, QTimer
+from PySide6.QtCore import QModelIndex, QPersistentModelIndex, QRect, QSize, Qt, QTimer, Signal
 from PySide6.QtWidgets import (
     QComboBox,
     QHBoxLayout,
     QHeaderView,
     QLabel,
     QSplitter,
+    QStyledItemDelegate,
+    QStyleOptionViewItem,
     QTreeWidget,
     QTreeWidgetItem,
     QVBoxLayout,
@@ -29,6 +31,7 @@ from app.backend.messages import EngineEvent
 from app.backend.monitor import MemoryMonitor
 from app.backend.placement import PlacementInfo
 from app.gui.theme import human_bytes, is_dark
+from app.gui.widgets import ElidedLabel
 
 GB = 1e9
 EVENT_COLORS = {
@@ -74,6 +77,8 @@ SERIES = (
 
 
 class MemoryPlot(pg.PlotWidget):
+    legend_changed = Signal(str)  # the legend's HTML, after the traces change
+
     def __init__(self, monitor: MemoryMonitor, *, interval_ms: int = 100, window_s: float = 120.0) -> None:
         dark = is_dark()
         super().__init__(background="#14161b" if dark else "#ffffff")
@@ -88,13 +93,8 @@ class MemoryPlot(pg.PlotWidget):
         item.setMenuEnabled(False)
         item.setMouseEnabled(x=False, y=False)
         item.hideButtons()
-        series = sum(1 for s in SERIES if monitor.has_gpu or not s[0].startswith("gpu"))
-        item.addLegend(
-            offset=(-6, 4),
-            colCount=series,
-            labelTextColor="#c9d1e3" if dark else "#344054",
-            labelTextSize="8pt",
-        )
+        # no legend inside the plot: a line of text above it (MemoryPanel.legend) never covers the traces
+        self.grouped: tuple[float, pg.InfiniteLine, list[str]] | None = None  # the last marker
         self.curves: dict[str, pg.PlotDataItem] = {}
         self.simulated = False
         self.gpu_view = pg.ViewBox(enableMouse=False)  # the right axis (a simulated card)
@@ -152,6 +152,15 @@ class MemoryPlot(pg.PlotWidget):
             item.hideAxis("right")
         if item.legend is not None:
             item.legend.setColumnCount(len(self.curves))
+        self.legend_changed.emit(self.legend_html())
+
+    def legend_html(self) -> str:
+        """The traces' names in their colors, for the line above the plot."""
+        parts = []
+        for curve in self.curves.values():
+            color = curve.opts["pen"].color().name()
+            parts.append(f"<span style='color:{color}'>━</span>&nbsp;{curve.name()}")
+        return " &nbsp; ".join(parts)
 
     def apply_theme(self) -> None:
         self.setBackground("#14161b" if is_dark() else "#ffffff")
@@ -197,7 +206,16 @@ class MemoryPlot(pg.PlotWidget):
         self.markers.append((at, band))
 
     def add_event(self, at: float, label: str, reason: str, kind: str = "") -> None:
-        """A labelled vertical marker at ``at`` (seconds on the monitor's clock)."""
+        """A labelled vertical marker at ``at`` (seconds on the monitor's clock); events closer than
+        one draw share one marker: "load +2"."""
+        near = max(self.timer.interval() / 1000, self.window_s / 600)
+        if self.grouped is not None and abs(at - self.grouped[0]) < near:
+            _at, line, labels = self.grouped
+            labels.append(label)
+            names = list(dict.fromkeys(labels))
+            line.label.setFormat(" · ".join(names) if len(names) <= 2 else f"{names[0]} +{len(names) - 1}")
+            line.setToolTip(f"{line.toolTip()}\n{reason}")
+            return
         color = EVENT_COLORS.get(kind, "#adb5bd")
         position = (0.93, 0.81, 0.69, 0.57, 0.45)[len(self.markers) % 5]
         short = label if len(label) <= 30 else label[:29] + "…"
@@ -209,6 +227,21 @@ class MemoryPlot(pg.PlotWidget):
         line.setToolTip(reason)
         self.addItem(line)
         self.markers.append((at, line))
+        self.grouped = (at, line, [short])
+
+
+class WrapDelegate(QStyledItemDelegate):
+    """Rows as tall as their wrapped text at the column's current width: a reason is never cut."""
+
+    def sizeHint(self, option: QStyleOptionViewItem, index: QModelIndex | QPersistentModelIndex) -> QSize:
+        view = self.parent()
+        hint = super().sizeHint(option, index)
+        if not isinstance(view, QTreeWidget) or index.column() != 1:
+            return hint
+        width = max(60, view.columnWidth(1) - 12)
+        text = str(index.data() or "")
+        rect = option.fontMetrics.boundingRect(QRect(0, 0, width, 100000), Qt.TextFlag.TextWordWrap, text)
+        return QSize(hint.width(), max(hint.height(), rect.height() + 6))
 
 
 class EventList(QTreeWidget):
@@ -227,6 +260,8 @@ class EventList(QTreeWidget):
         header.setSectionResizeMode(0, QHeaderView.ResizeMode.ResizeToContents)
         header.setSectionResizeMode(1, QHeaderView.ResizeMode.Stretch)
         header.setStretchLastSection(True)
+        self.setItemDelegate(WrapDelegate(self))
+        header.sectionResized.connect(lambda *_: self.doItemsLayout())
 
     def add_event(self, label: str, reason: str, kind: str) -> None:
         item = QTreeWidgetItem([time.strftime("%H:%M:%S"), f"{label}\n{reason}"])
@@ -249,9 +284,8 @@ class MemoryPanel(QWidget):
         self.monitor = monitor
         self.plot = MemoryPlot(monitor)
         self.events = EventList()
-        self.note = QLabel()
-        self.note.setWordWrap(True)
-        self.peaks = QLabel()
+        self.note = ElidedLabel()  # one line each (the tooltip has it all): the plot keeps its height
+        self.peaks = ElidedLabel()
         self.peaks.setObjectName("muted")
         self.window = QComboBox()
         for label, seconds in (("Last minute", 60), ("Last 2 minutes", 120), ("Last 5 minutes", 300)):
@@ -260,18 +294,31 @@ class MemoryPanel(QWidget):
         self.window.currentIndexChanged.connect(
             lambda: setattr(self.plot, "window_s", self.window.currentData())
         )
+        self.legend = QLabel(self.plot.legend_html(), wordWrap=True)
+        self.legend.setObjectName("muted")
+        self.plot.legend_changed.connect(self.legend.setText)
         top = QHBoxLayout()
-        top.addWidget(self.note, 1)
-        top.addWidget(self.peaks)
+        heads = QVBoxLayout()
+        heads.setSpacing(0)
+        heads.addWidget(self.note)
+        heads.addWidget(self.peaks)
+        top.addLayout(heads, 1)
         top.addWidget(self.window)
+        plot_box = QWidget()
+        plot_layout = QVBoxLayout(plot_box)
+        plot_layout.setContentsMargins(0, 0, 0, 0)
+        plot_layout.setSpacing(0)
+        plot_layout.addWidget(self.legend)
+        plot_layout.addWidget(self.plot, 1)
         split = QSplitter(Qt.Orientation.Horizontal)
-        split.addWidget(self.plot)
+        split.addWidget(plot_box)
         split.addWidget(self.events)
         split.setStretchFactor(0, 1)
         split.setStretchFactor(1, 1)
         split.setSizes([500, 380])
         layout = QVBoxLayout(self)
-        layout.setContentsMargins(8, 6, 8, 6)
+        layout.setContentsMargins(6, 4, 6, 4)
+        layout.setSpacing(2)
         layout.addLayout(top)
         layout.addWidget(split, 1)
         self.plot.timer.timeout.connect(self._update_peaks)
@@ -293,6 +340,10 @@ class MemoryPanel(QWidget):
         else:
             text = f"{placement.label} · {placement.vram_state}"
             tip = placement.reason
+            if placement.vram_state == "no-vram":  # Automatic on a small card: say why nothing stays
+                text += (
+                    " · layers stream, nothing stays placed (Settings › Memory: Normal VRAM keeps what fits)"
+                )
             if placement.simulated:
                 tip += (
                     ". No GPU here: the memory manager plans, evicts and streams for a card of this size, "

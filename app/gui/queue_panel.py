@@ -17,7 +17,6 @@ from typing import TYPE_CHECKING
 from PySide6.QtCore import QSettings, QSize, QStandardPaths, Qt, QTimer, Signal
 from PySide6.QtGui import QIcon, QPixmap
 from PySide6.QtWidgets import (
-    QDockWidget,
     QFormLayout,
     QHBoxLayout,
     QLineEdit,
@@ -328,16 +327,11 @@ def install_queue_panel(window: MainWindow) -> QueuePanel:
         except LoadoutError as exc:
             window.show_message(describe_exception("queue", exc))
             return
-        window.generate_panel.gallery_view.add((image,))
-        window.docks["generate"].raise_()
+        window.gallery.add((image,))
+        window.pictures.show(Path(path))
 
     panel.open_image.connect(show)
     panel.error.connect(lambda exc: window.show_message(describe_exception("queue", exc)))
-    dock = QDockWidget("Queue", window)
-    dock.setObjectName("dock_queue")
-    dock.setWidget(panel)
-    window.addDockWidget(Qt.DockWidgetArea.RightDockWidgetArea, dock)
-    window.tabifyDockWidget(window.docks["generate"], dock)
-    window.docks["generate"].raise_()
-    window.docks["queue"] = dock
+    # a dock like the others (closable, scrolls, in the View menu), tabbed with Generate
+    window.layout_.add("queue", "Queue", panel, Qt.DockWidgetArea.RightDockWidgetArea, "generate")
     return panel

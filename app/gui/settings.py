@@ -25,6 +25,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.backend.placement import PlacementConfig
+from app.gui.vram_help import vram_help
 from core.memory.policy import DtypeOverride, MemorySettings, VramState
 
 ROLES = (("diffusion_model", "Diffusion model"), ("text_encoder", "Text encoders"), ("vae", "VAE"))
@@ -169,6 +170,12 @@ class SettingsDialog(QDialog):
         mem_form.addRow("VRAM mode", self.vram)
         mem_form.addRow("Keep free for other apps", self.reserve)
         mem_form.addRow("Limit the card to" if has_gpu else "Simulate a GPU of", self.simulate)
+        self.vram_help = QLabel(wordWrap=True, objectName="muted")
+        mem_form.addRow(self.vram_help)
+        self._has_gpu = has_gpu
+        self.vram.currentIndexChanged.connect(self._explain_vram)
+        self.simulate.valueChanged.connect(self._explain_vram)
+        self._explain_vram()
 
         self.dtypes: dict[str, QComboBox] = {}
         precision = QGroupBox("Precision (storage dtype when loading)")
@@ -206,6 +213,9 @@ class SettingsDialog(QDialog):
         layout.addWidget(queue)
         layout.addWidget(self.dark)
         layout.addWidget(buttons)
+
+    def _explain_vram(self) -> None:
+        self.vram_help.setText(vram_help(self.simulate.value(), str(self.vram.currentData()), self._has_gpu))
 
     def _add_folder(self) -> None:
         folder = QFileDialog.getExistingDirectory(self, "Add a model folder")

@@ -4,8 +4,21 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QPushButton, QToolButton, QWidget
+from PySide6.QtCore import QSize, Qt
+from PySide6.QtGui import QPainter, QPaintEvent
+from PySide6.QtWidgets import (
+    QFrame,
+    QHBoxLayout,
+    QLabel,
+    QProgressBar,
+    QPushButton,
+    QSizePolicy,
+    QStatusBar,
+    QToolButton,
+    QWidget,
+)
 
+from app.backend.messages import TaskProgress
 from app.gui.errors import Friendly
 from app.gui.theme import icon, set_icon
 
@@ -21,6 +34,8 @@ class MessageBar(QFrame):
         self.icon = QLabel()
         self.text = QLabel()
         self.text.setWordWrap(True)
+        # a long path in a message wraps or is cut, it never widens the window
+        self.text.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
         self.action = QPushButton()
         self.action.hide()
         self.action.clicked.connect(self._run_action)
@@ -35,6 +50,7 @@ class MessageBar(QFrame):
         layout.addWidget(close)
         self._callback: Callable[[], None] | None = None
         self.level = ""
+        self.title = ""
         self.hide()
 
     def show_message(self, message: Friendly, action: tuple[str, Callable[[], None]] | None = None) -> None:
@@ -42,6 +58,7 @@ class MessageBar(QFrame):
         self.icon.setPixmap(icon(name, color).pixmap(20, 20))
         self.text.setText(f"<b>{message.title}.</b> {message.text}")
         self.level = message.level
+        self.title = message.title
         self.setProperty("level", "info" if message.level == "info" else "error")
         self.style().unpolish(self)
         self.style().polish(self)
@@ -59,3 +76,84 @@ class MessageBar(QFrame):
         self.hide()
         if callback is not None:
             callback()
+
+
+class ElidedLabel(QLabel):
+    """One line of text cut with "…" to the width it is given: a long name never widens the window
+    and the line's height never changes (the full text is in the tooltip)."""
+
+    def __init__(self, text: str = "", parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Fixed)
+        self.full = ""
+        self.setText(text)
+
+    def setText(self, text: str) -> None:  # type: ignore[override]
+        self.full = text
+        super().setText(text)
+        self.setToolTip(text)
+        self.update()
+
+    def text(self) -> str:
+        return self.full
+
+    def minimumSizeHint(self) -> QSize:
+        return QSize(16, self.fontMetrics().height())
+
+    def sizeHint(self) -> QSize:
+        return QSize(self.fontMetrics().horizontalAdvance(self.full) + 4, self.fontMetrics().height())
+
+    def paintEvent(self, event: QPaintEvent) -> None:
+        painter = QPainter(self)
+        painter.setPen(self.palette().color(self.foregroundRole()))
+        elided = self.fontMetrics().elidedText(self.full, Qt.TextElideMode.ElideRight, self.width())
+        painter.drawText(self.rect(), int(self.alignment() | Qt.AlignmentFlag.AlignVCenter), elided)
+
+
+_STARTED = {
+    "scan": "Reading model folders…",
+    "load": "Loading…",
+    "run": "Test run…",
+    "demo": "Preparing the demo library…",
+    "memory": "Memory manager at work…",
+    "generate": "Generating…",
+    "lora": "Changing the LoRA stack…",
+    "strength": "Baking the LoRA strength…",
+}
+
+
+class StatusLine:
+    """The status bar: what the backend is doing, with a progress bar for every long task, and
+    the device on the right."""
+
+    def __init__(self, bar: QStatusBar, device_text: str) -> None:
+        self.label = ElidedLabel("Ready")
+        self.progress = QProgressBar()
+        self.progress.setMaximumWidth(220)
+        self.progress.setMaximumHeight(12)
+        self.progress.setTextVisible(False)
+        self.progress.hide()
+        self.device = QLabel(device_text)
+        self.device.setObjectName("muted")
+        bar.addWidget(self.label, 1)
+        bar.addPermanentWidget(self.progress)
+        bar.addPermanentWidget(self.device)
+
+    def started(self, task: str) -> None:
+        self.label.setText(_STARTED.get(task, "Working…"))
+        if task != "memory":
+            self.progress.setRange(0, 0)
+            self.progress.show()
+
+    def progress_(self, p: TaskProgress) -> None:
+        if p.text:
+            self.label.setText(p.text)
+        if p.total > 0:
+            self.progress.setRange(0, 1000)
+            self.progress.setValue(int(1000 * (p.fraction or 0)))
+
+    def busy(self, busy: bool) -> None:
+        if not busy:
+            self.progress.hide()
+            if self.label.text().endswith("…"):
+                self.label.setText("Ready")

@@ -28,6 +28,7 @@ from core.detect.encoders import match_text_encoder, match_vae
 from core.detect.keyview import KeyView
 from core.detect.lora import analyze_lora
 from core.detect.metadata import family_hints
+from core.detect.notes import note
 from core.detect.registry import Match
 from core.detect.types import Component, Detection, Kind, Role
 from core.files.dtypes import DTYPES
@@ -181,7 +182,11 @@ def detect(
             family=lora.base_family,
             layout=lora.summary.format,
             lora=lora.summary,
-            warnings=tuple([*lora.warnings, lora.base_evidence] if lora.base_evidence else lora.warnings),
+            warnings=tuple(
+                [*lora.warnings, note(f"base model: {lora.base_evidence}")]
+                if lora.base_evidence
+                else lora.warnings
+            ),
         )
 
     emb = _once(m, "embedding", lambda: match_embedding(view))

@@ -13,6 +13,7 @@ from core.detect.aux_upscale import match_esrgan, match_srvgg, match_swin
 from core.detect.encoder_text import ClipSpec, LlmSpec, T5Spec, match_clip, match_llm, match_t5
 from core.detect.encoder_vae import KlSpec, match_kl, match_wan_vae
 from core.detect.keyview import KeyView
+from core.detect.notes import note
 from core.detect.registry import Family, Match, Registry
 
 #: Where each text encoder sits inside the all-in-one checkpoints that carry one.
@@ -62,7 +63,7 @@ LLM_SPECS = (
     LlmSpec("gemma3-4b", "Gemma 3 4B", "gemma3", hidden=2560, layers=34),
 )
 
-_SD_VAE_WARNING = (
+_SD_VAE_WARNING = note(
     "SD1, SD2 and SDXL VAEs have identical shapes: only the file name or metadata tells them apart"
 )
 

@@ -4,8 +4,10 @@
 Between cells the strength changes through the session's live path: on the CPU the LoRA runs as
 low-rank side paths beside the baked weights (nothing is re-baked), on a device the mover
 re-patches only the weights that LoRA touches. The text-encoder strength follows the model
-strength (as an A1111 ``<lora:name:s>`` tag does) unless ``clip`` is fixed, and the conditioning is
-re-encoded only when it changes. Afterwards the LoRA's strengths are put back as they were.
+strength (as an A1111 ``<lora:name:s>`` tag does) unless ``clip`` is fixed or the sweep is "model
+only" (``text_encoder=False``: the LoRA's text-encoder strength stays as it is on the stack), and the
+conditioning is re-encoded only when it changes. Each cell's label says which (``style 0.7 (model &
+TE)``, ``style 0.7 (model; TE 1)``). Afterwards the LoRA's strengths are put back as they were.
 
 A side path computes ``W x + s (up (down x))`` rather than ``(W + s up down) x``: the same picture to
 float precision, not to the bit, so a sweep cell and a plain picture at that strength can differ in
@@ -36,6 +38,8 @@ class Sweep:
     lora_id: str
     strengths: tuple[float, ...]
     clip: float | None = None  # None: the text-encoder strength follows each cell's model strength
+    #: False: "model only", the text-encoder strength stays as it is on the stack (``clip`` unset)
+    text_encoder: bool = True
 
     def __post_init__(self) -> None:
         if not 2 <= len(self.strengths) <= 12:
@@ -98,9 +102,15 @@ def run_sweep(
     strengths whatever happens, and add the grid picture."""
     results: list[GenerateResult] = []
     count = len(sweep.strengths)
+
+    def clip_at(s: float) -> float:
+        if sweep.clip is not None:
+            return sweep.clip
+        return s if sweep.text_encoder else original[1]
+
     try:
         for i, s in enumerate(sweep.strengths):
-            set_strength(s, s if sweep.clip is None else sweep.clip)
+            set_strength(s, clip_at(s))
 
             def cell_progress(p: GenerateProgress, i: int = i) -> None:
                 progress(replace(p, image=i, images=count))
@@ -114,7 +124,9 @@ def run_sweep(
     cells: list[GeneratedImage] = []
     for r, s in zip(results, sweep.strengths, strict=True):
         for image in r.images[:1]:
-            cells.append(replace(image, label=f"{name} {s:g}"))
+            both = sweep.clip is None and sweep.text_encoder
+            target = "model & TE" if both else f"model; TE {clip_at(s):g}"
+            cells.append(replace(image, label=f"{name} {s:g} ({target})"))
     first = cells[0]
     grid_path = first.path.with_name(f"{first.path.stem}-grid.png")
     grid_png([(c.path, c.label) for c in cells], grid_path, first.infotext)

@@ -44,7 +44,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if here in Path(str(item.fspath)).parents:
             item.add_marker(pytest.mark.qt_log_level_fail("WARNING"))
-            item.add_marker(pytest.mark.qt_log_ignore("propagateSizeHints"))
+            item.add_marker(pytest.mark.qt_log_ignore("propagateSizeHints", "does not support raise"))
 
 
 def running_threads(threads: list[QThread]) -> list[QThread]:
@@ -128,6 +128,7 @@ def make_window(qtbot, store: QSettings, tmp_path: Path) -> Iterator[WindowFacto
             output_folder=tmp_path / "pictures",
         )
         qtbot.addWidget(window)
+        window.resize(1500, 940)  # the offscreen screen is 800 x 800; a desktop-sized window
         window.show()
         windows.append(window)
         return window

@@ -58,8 +58,8 @@ def test_type_a_prompt_generate_and_see_the_picture_with_its_parameters(
         64,
         96,
     )
-    assert panel.gallery.count() == 1 and "Seed: 1234" in panel.info.text()
-    assert not panel.view.pixmap().isNull() and panel.generate_button.isEnabled()
+    assert window.gallery.paths() == [image.path] and "Seed: 1234" in window.picture.infotext
+    assert window.picture.view.pixmap().size().width() == 64 and panel.generate_button.isEnabled()
     panel.seed.setText("1")
     panel.reuse_seed()
     assert panel.seed.text() == "1234"
@@ -130,10 +130,15 @@ def test_a_lora_strength_sweep_from_the_panel_shows_each_cell_and_the_grid(
         panel.generate_button.click()
     labels = [i.label for i in rec.first("generated").images]
     assert labels[0].endswith("sweep") and labels[1:] == [
-        f"{demo_library.lora.stem} 0",
-        f"{demo_library.lora.stem} 1.2",
+        f"{demo_library.lora.stem} 0 (model & TE)",
+        f"{demo_library.lora.stem} 1.2 (model & TE)",
     ]
-    assert panel.gallery.count() == 3
+    assert len(window.gallery.paths()) == 3
+    grid = window.picture.sweep  # the cells as a readable grid, labelled, each viewable
+    assert grid.count() == 2 and grid.item(1).text() == labels[2] and window.picture.tabs.currentIndex() == 1
+    assert grid.iconSize().width() >= 128  # 64 px cells enlarged to a readable size
+    grid.itemDoubleClicked.emit(grid.item(1))
+    assert window.picture.view.path == rec.first("generated").images[2].path
     qtbot.waitUntil(lambda: window.stack.loras and window.stack.loras[0].model_strength == 0.8, timeout=5000)
 
 

@@ -63,10 +63,11 @@ def test_queue_a_grid_reorder_run_it_and_open_a_cell(
     assert item is not None and not item.icon().isNull()  # the cell shows its picture
     folder = done[0].job.request.output.parent
     assert (folder / "grid.png").is_file() and folder.parent.parent == tmp_path / "pictures"
-    before = window.generate_panel.gallery_view.strip.count()
-    queue._open_cell(1, 1)  # what a double-click does
-    assert window.generate_panel.gallery_view.strip.count() == before + 1
-    shown = Path(window.generate_panel.gallery_view.strip.item(0).data(Qt.ItemDataRole.UserRole)[0])
+    before = len(window.gallery.paths())
+    queue._open_cell(1, 1)  # what a double-click does: the cell in the viewer, and in the gallery
+    assert len(window.gallery.paths()) == before + 1
+    shown = window.picture.view.path
+    assert shown is not None and window.gallery.paths()[0] == shown
     p = parse_parameters(read_png_parameters(shown))
     assert (p.seed, p.cfg) == (12, 9.0)
 

@@ -116,12 +116,12 @@ def test_cli_demo_screenshot_exits_0_and_writes_a_png(tmp_path: Path) -> None:
     }
     (tmp_path / "run").mkdir(mode=0o700)
     done = subprocess.run(
-        [sys.executable, "-m", "app.cli", "--demo", "--screenshot", str(out)],
+        [sys.executable, "-m", "app.cli", "--demo", "--screenshot", str(out), "--window-size", "1366x768"],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-2000:]
     image = QImage(str(out))
-    assert out.stat().st_size > 20000 and image.width() >= 1000 and image.height() >= 700
+    assert out.stat().st_size > 20000 and (image.width(), image.height()) == (1366, 768)
     assert (tmp_path / "data" / "Loadout" / "demo-library" / "models" / "checkpoints").is_dir()
     SHOTS.mkdir(parents=True, exist_ok=True)
     (SHOTS / "cli-demo.png").write_bytes(out.read_bytes())

@@ -1,0 +1,81 @@
+"""The right-click menu of every picture (viewer, gallery, sweep cells): open it in the system's
+viewer, reveal it in its folder, copy its parameters, use its settings (prompt, seed, sampler,
+LoRAs and their strengths), delete it (to the trash where the platform has one, after asking)."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+from PySide6.QtCore import QFile, QPoint, QProcess, QUrl
+from PySide6.QtGui import QDesktopServices, QGuiApplication
+from PySide6.QtWidgets import QMenu, QMessageBox, QWidget
+
+from app.gui.viewer import read_infotext
+
+
+def reveal_in_folder(path: Path) -> None:
+    """Show the file selected in the file manager where the platform can, else open its folder."""
+    if sys.platform == "darwin":
+        QProcess.startDetached("open", ["-R", str(path)])
+    elif sys.platform == "win32":
+        QProcess.startDetached("explorer", [f"/select,{path}"])
+    else:
+        QDesktopServices.openUrl(QUrl.fromLocalFile(str(path.parent)))
+
+
+def delete_picture(path: Path) -> bool:
+    """Move ``path`` to the trash where the platform has one, else delete it; True when it is gone."""
+    if QFile.moveToTrash(str(path)):
+        return True
+    return QFile.remove(str(path))
+
+
+class PictureMenu:
+    """Builds the menu for one picture; ``use_settings`` and ``deleted`` are the window's."""
+
+    def __init__(
+        self,
+        parent: QWidget,
+        use_settings: Callable[[Path], None],
+        deleted: Callable[[Path], None],
+        view: Callable[[Path], None],
+    ) -> None:
+        self.parent = parent
+        self.use_settings = use_settings
+        self.deleted = deleted
+        self.view = view
+        self.confirm: Callable[[Path], bool] = self._ask
+
+    def menu(self, path: Path) -> QMenu:
+        menu = QMenu(self.parent)
+        menu.addAction("View here", lambda: self.view(path))
+        menu.addAction("Open", lambda: QDesktopServices.openUrl(QUrl.fromLocalFile(str(path))))
+        menu.addAction("Show in folder", lambda: reveal_in_folder(path))
+        menu.addSeparator()
+        params = read_infotext(path)
+        copy = menu.addAction("Copy parameters", lambda: QGuiApplication.clipboard().setText(params))
+        use = menu.addAction("Use these settings", lambda: self.use_settings(path))
+        for action in (copy, use):
+            action.setEnabled(bool(params))
+            if not params:
+                action.setToolTip("This picture carries no generation parameters")
+        menu.addSeparator()
+        menu.addAction("Delete…", lambda: self.delete(path))
+        return menu
+
+    def popup(self, path: Path, where: QPoint) -> None:
+        self.menu(path).popup(where)
+
+    def delete(self, path: Path) -> None:
+        if self.confirm(path) and delete_picture(path):
+            self.deleted(path)
+
+    def _ask(self, path: Path) -> bool:
+        answer = QMessageBox.question(
+            self.parent,
+            "Delete picture",
+            f"Delete {path.name}?\nIt is moved to the trash where the system has one.",
+        )
+        return answer == QMessageBox.StandardButton.Yes

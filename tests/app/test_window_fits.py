@@ -1,0 +1,92 @@
+"""The window fits the screens artists have: 1366 x 768 at 100 % and 1920 x 1080 at 150 % (1280 x 720
+logical pixels), whatever file is selected; panels can be closed, brought back and reset, and the
+layout and size are remembered (in the test's own settings file)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from PySide6.QtCore import QSize
+
+from app.gui.demo_flow import DemoFlow
+from tests.fixtures.st_files import write_sparse
+
+LAPTOP = QSize(1280, 720)  # 1920 x 1080 at 150 %; 1366 x 768 at 100 % is larger
+
+
+def fits(size: QSize, screen: QSize = LAPTOP) -> bool:
+    return size.width() <= screen.width() and size.height() <= screen.height()
+
+
+def test_the_window_fits_1280x720_after_the_demo_flow_selected_its_longest_name(
+    qtbot, make_window, tmp_path: Path
+) -> None:
+    window = make_window()
+    flow = DemoFlow(window, screenshot=None, folder=str(tmp_path / "demo"))
+    flow.start()
+    qtbot.waitUntil(lambda: flow.step == "done", timeout=60000)
+    qtbot.waitUntil(lambda: not window.backend.busy, timeout=30000)
+    names = [e.path for e in window.browser.model.entries()]
+    longest = max(names, key=lambda p: len(p.name))
+    window.browser.select_path(longest)
+    qtbot.wait(50)
+    assert window.details.entry is not None and window.details.entry.path == longest
+    assert fits(window.minimumSizeHint()), window.minimumSizeHint()
+    assert fits(window.minimumSize()), window.minimumSize()
+    window.resize(LAPTOP)
+    qtbot.wait(50)
+    assert fits(window.size()) and window.docks["generate"].isVisible()
+    for dock in window.docks.values():  # every panel scrolls where it is short of room
+        assert dock.widget().widgetResizable()
+
+
+def test_selecting_a_long_name_does_not_change_the_minimum_width(qtbot, make_window, tmp_path: Path) -> None:
+    folder = tmp_path / "models" / "checkpoints"
+    long_name = "truncated_download_" + "of_a_merge_with_a_very_long_name_" * 4 + "v2.safetensors"
+    (folder).mkdir(parents=True)
+    (folder / "short.safetensors").write_bytes(b"\x10\x00\x00\x00\x00\x00\x00\x00{}" + b" " * 8)
+    (folder / long_name).write_bytes(b'\x10\x00\x00\x00\x00\x00\x00\x00{"a":')
+    write_sparse(folder / ("lora_" + "x" * 120 + ".safetensors"), {"a.lora_down.weight": ("F16", [4, 8])})
+    window = make_window(tmp_path / "models")
+    qtbot.waitUntil(lambda: window.browser.model.index_of(str(folder / long_name)).isValid(), timeout=30000)
+    qtbot.waitUntil(lambda: not window.backend.busy, timeout=30000)
+    window.browser.select_path(folder / "short.safetensors")
+    qtbot.wait(20)
+    before = window.minimumSizeHint().width(), window.minimumSize().width()
+    for path in sorted(folder.iterdir()):
+        window.browser.select_path(path)
+        qtbot.wait(20)
+        assert (window.minimumSizeHint().width(), window.minimumSize().width()) == before, path.name
+    assert window.width() == 1500
+
+
+def test_panels_close_come_back_from_the_view_menu_and_reset(qtbot, make_window) -> None:
+    window = make_window()
+    menus = {a.text().replace("&", ""): a.menu() for a in window.menuBar().actions()}
+    assert set(menus) >= {"File", "View", "Help"}
+    view = {a.text(): a for a in menus["View"].actions()}
+    for dock in window.docks.values():
+        assert dock.features() & dock.DockWidgetFeature.DockWidgetClosable
+        assert view[dock.windowTitle()].isCheckable()
+    window.docks["memory"].close()
+    assert not window.docks["memory"].isVisible() and not view["Memory"].isChecked()
+    view["Memory"].trigger()
+    assert window.docks["memory"].isVisible()
+    window.docks["lora"].close()
+    window.docks["generate"].setFloating(True)
+    view["Reset layout"].trigger()
+    assert window.docks["lora"].isVisible() and not window.docks["generate"].isFloating()
+    assert window.tabifiedDockWidgets(window.docks["lora"]) == [window.docks["loaded"]]
+    assert "Quit" in [a.text() for a in menus["File"].actions()]
+
+
+def test_the_layout_and_size_are_remembered(qtbot, make_window, store) -> None:
+    window = make_window()
+    window.resize(1300, 760)
+    window.docks["testrun"].close()
+    qtbot.wait(20)
+    window.close()
+    again = make_window()  # the same settings file
+    qtbot.wait(20)
+    assert not again.docks["testrun"].isVisible() and again.docks["memory"].isVisible()
+    assert store.value("window/state") is not None
