@@ -124,11 +124,11 @@ class DockLayout:
         d["lora"].raise_()
         (d["memory"] if roomy else d["gallery"]).raise_()
         side = max(280, min(460, width // 4))
-        w.resizeDocks([d["library"], d["generate"]], [side, side + 40], Qt.Orientation.Horizontal)
+        w.resizeDocks([d["library"], d["generate"]], [side, side + 80], Qt.Orientation.Horizontal)
         w.resizeDocks([d["library"], d["details"]], [height // 2, height // 3], Qt.Orientation.Vertical)
         w.resizeDocks([d["generate"], d["lora"]], [height // 2, height // 3], Qt.Orientation.Vertical)
         w.resizeDocks([d["gallery"]], [max(220, height * 3 // 10)], Qt.Orientation.Vertical)
-        center = max(400, width - 2 * side - 40)
+        center = max(400, width - 2 * side - 80)
         if roomy:
             w.resizeDocks(
                 [d["gallery"], d["memory"]], [center * 2 // 5, center * 3 // 5], Qt.Orientation.Horizontal

@@ -19,6 +19,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.gui.mask_editor import MaskEditor
+from app.gui.widgets import ElidedLabel
 from core.generate.parameters import GenerationParameters
 from core.generate.request import ImageSettings
 from core.generate.workflow_request import ControlNetUse, RefinerUse
@@ -35,7 +36,8 @@ class FilePick(QWidget):
         super().__init__(parent)
         self.caption, self.filters = caption, filters
         self.path: Path | None = None
-        self.label = QLabel("none", objectName="muted")
+        self.label = ElidedLabel("none")  # a long file name never widens the panel
+        self.label.setObjectName("muted")
         pick = QToolButton(text="…", autoRaise=True, toolTip=caption)
         pick.clicked.connect(self._pick)
         clear = QToolButton(text="×", autoRaise=True, toolTip="Clear")
@@ -54,11 +56,13 @@ class FilePick(QWidget):
     def set_path(self, path: Path | None) -> None:
         self.path = path
         self.label.setText(path.name if path else "none")
-        self.label.setToolTip(str(path) if path else "")
+        self.label.setToolTip(str(path) if path else "")  # after setText: the full path
 
 
 def _spin(value: float, top: float = 1.0, step: float = 0.05) -> QDoubleSpinBox:
-    return QDoubleSpinBox(minimum=0.0, maximum=top, value=value, singleStep=step, decimals=2)
+    box = QDoubleSpinBox(minimum=0.0, maximum=top, value=value, singleStep=step, decimals=2)
+    box.setMinimumWidth(56)  # three in a row fit a narrow dock
+    return box
 
 
 class WorkflowControls(QGroupBox):
@@ -87,6 +91,7 @@ class WorkflowControls(QGroupBox):
         self.switch.setMinimum(0.01)
         self.switch.setMaximum(0.99)
         form = QFormLayout(self)
+        form.setRowWrapPolicy(QFormLayout.RowWrapPolicy.WrapLongRows)  # narrow docks: label above
         form.addRow("ControlNet", self.controlnet)
         form.addRow("Hint", self.hint)
         form.addRow("", strength_row)

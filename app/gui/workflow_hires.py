@@ -13,6 +13,7 @@ from PySide6.QtWidgets import (
     QFileDialog,
     QGridLayout,
     QLineEdit,
+    QSizePolicy,
     QSpinBox,
     QToolButton,
     QWidget,
@@ -44,6 +45,14 @@ class HiresControls(QWidget):
         browse = QToolButton(text="…", autoRaise=True, toolTip="Choose an upscale model file")
         browse.clicked.connect(self._browse)
         self.browse = browse
+        # narrow enough for a laptop's side column: the combo and the boxes may shrink (tooltips keep
+        # the full text), so the Generate panel never scrolls sideways at 1366 x 768
+        self.upscaler.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
+        self.upscaler.setMinimumContentsLength(8)
+        for box in (self.scale, self.denoise, self.steps):
+            box.setMinimumWidth(56)
+            box.setSizePolicy(QSizePolicy.Policy.Ignored, box.sizePolicy().verticalPolicy())
+        self.model_path.setMinimumWidth(40)
         grid = QGridLayout(self)
         grid.setContentsMargins(0, 0, 0, 0)
         grid.addWidget(self.enabled, 0, 0)

@@ -90,3 +90,21 @@ def test_the_layout_and_size_are_remembered(qtbot, make_window, store) -> None:
     qtbot.wait(20)
     assert not again.docks["testrun"].isVisible() and again.docks["memory"].isVisible()
     assert store.value("window/state") is not None
+
+
+def test_the_generate_panel_fits_its_side_column_with_every_workflow_row(qtbot) -> None:  # type: ignore[no-untyped-def]
+    """The hires, ControlNet, mask and refiner rows must not widen the Generate panel past its
+    column (it scrolled sideways at 1366 x 768 once they were added), nor must a long file name."""
+    from pathlib import Path
+
+    from app.gui.dock_layout import WIDE
+    from app.gui.generate_panel import GeneratePanel
+
+    panel = GeneratePanel()
+    qtbot.addWidget(panel)
+    before = panel.minimumSizeHint().width()
+    assert before <= WIDE["generate"]
+    panel.workflows.setChecked(True)
+    panel.workflows.controlnet.set_path(Path("/models/controlnet") / ("a-very-long-controlnet-name" * 4))
+    panel.hires.enabled.setChecked(True)
+    assert panel.minimumSizeHint().width() <= max(before, WIDE["generate"])
