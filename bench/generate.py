@@ -16,8 +16,12 @@ import json
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from core.generate.events import GenerateResult
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -46,6 +50,27 @@ def _controlnet(cache: Path) -> tuple[Path, Path]:
     return path, hint
 
 
+def timed(make: Callable[[], GenerateResult]) -> dict[str, Any]:
+    """Run ``make`` (one generation) and report its seconds, phases and peak memory (this process's)."""
+    import resource
+
+    import torch
+
+    t0 = time.perf_counter()
+    result = make()
+    total = time.perf_counter() - t0
+    return {
+        "seconds_to_first_image": round(total, 2),
+        "seconds_per_step": round(result.seconds_per_step, 3),
+        "seconds": {k: round(v, 2) for k, v in result.seconds.items()},
+        "load_seconds": round(total - sum(result.seconds.values()), 2),
+        "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+        "peak_bytes": result.peak_bytes,
+        "events": len(result.events),
+        "threads": torch.get_num_threads(),
+    }
+
+
 def run_one(
     path: Path,
     size: int,
@@ -55,7 +80,6 @@ def run_one(
     out: Path,
     controlnet: tuple[Path, Path] | None = None,
 ) -> dict[str, Any]:
-    import resource
 
     import torch
 
@@ -78,19 +102,7 @@ def run_one(
         device=device,
         vram_limit=vram_limit,
     )
-    t0 = time.perf_counter()
-    result = generate_files(request)
-    total = time.perf_counter() - t0
-    return {
-        "seconds_to_first_image": round(total, 2),
-        "seconds_per_step": round(result.seconds_per_step, 3),
-        "seconds": {k: round(v, 2) for k, v in result.seconds.items()},
-        "load_seconds": round(total - sum(result.seconds.values()), 2),
-        "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
-        "peak_bytes": result.peak_bytes,
-        "events": len(result.events),
-        "threads": torch.get_num_threads(),
-    }
+    return timed(lambda: generate_files(request))
 
 
 def main(argv: list[str] | None = None) -> None:

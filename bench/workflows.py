@@ -15,7 +15,6 @@ import argparse
 import json
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -56,10 +55,7 @@ def _files(workflow: str, cache: Path, size: int) -> dict[str, Path]:
 def run_one(
     workflow: str, files: dict[str, Path], size: int, steps: int, limit: int | None
 ) -> dict[str, Any]:
-    import resource
-
-    import torch
-
+    from bench.generate import timed
     from core.generate.headless import generate_files
     from core.generate.request import GenerateRequest, ImageSettings, ModelFiles, Sampling
     from core.generate.workflow_request import RefinerUse
@@ -79,19 +75,7 @@ def run_one(
     request = GenerateRequest(
         ModelFiles(checkpoint=files["checkpoint"]), settings, output=out, vram_limit=limit
     )
-    t0 = time.perf_counter()
-    result = generate_files(request)
-    total = time.perf_counter() - t0
-    return {
-        "seconds_to_first_image": round(total, 2),
-        "seconds_per_step": round(result.seconds_per_step, 3),
-        "seconds": {k: round(v, 2) for k, v in result.seconds.items()},
-        "load_seconds": round(total - sum(result.seconds.values()), 2),
-        "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
-        "peak_bytes": result.peak_bytes,
-        "events": len(result.events),
-        "threads": torch.get_num_threads(),
-    }
+    return timed(lambda: generate_files(request))
 
 
 def main(argv: list[str] | None = None) -> None:
