@@ -61,6 +61,15 @@ CHROMA = DiffusionSpec(
     text_encoders=("t5-xxl",), vae="vae-flux", memory_profile="flux",
     defaults=GenerationDefaults(cfg=1.0, scheduler="simple", sizes=XL_SIZES),
 )  # fmt: skip
+#: PixArt-Σ (ComfyUI's ``PixArtSigma``): T5-XXL alone, encoded as for Chroma (ComfyUI's Chroma
+#: borrows PixArt's T5 tokenizer: no padding, no mask, the empty window all padding); SDXL's VAE and
+#: latent format; a discrete eps table with betas linear from 1e-4 to 0.02; the usual 20 steps at
+#: CFG 4.5 (diffusers' PixArtSigmaPipeline) on the 1024-class sizes it was trained at.
+PIXART_SIGMA = DiffusionSpec(
+    network="pixart", text="chroma", text_encoders=("t5-xxl",), vae="vae-sd",
+    sampling=SamplingSpec(schedule="discrete", beta_schedule="linear", beta_start=0.0001, beta_end=0.02),
+    defaults=GenerationDefaults(cfg=4.5, steps=20, sizes=XL_SIZES),
+)  # fmt: skip
 #: AuraFlow's schedule is known; its network and prompt encoding are not implemented yet.
 AURAFLOW = DiffusionSpec(
     network=None, sampling=SamplingSpec(schedule="flow", shift=1.73, multiplier=1.0), text=None,

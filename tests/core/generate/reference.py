@@ -20,8 +20,10 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
+from core.loading.convert.dit_diffusers import pixart_diffusers_to_original
 from core.loading.convert.vae_diffusers import vae_diffusers_to_original
 from core.models.clip import CLIPTextConfig, CLIPTextModel
+from core.models.pixart import PixArt, PixArtConfig
 from core.models.t5 import T5Config, T5Encoder
 from core.models.vae import AutoencoderKL, LatentFormat, VAEConfig
 from core.sampling import ModelSampling, ksampler_sigmas
@@ -233,6 +235,35 @@ def discrete_comfy_schedule(
         yield pinned_sigmas.tolist()
     finally:
         del scheduler.set_timesteps  # the class's method again
+
+
+#: PixArt's noise table as diffusers spells it (ComfyUI: "sqrt_linear", 0.0001..0.02)
+PIXART_TABLE: dict[str, Any] = {
+    "beta_start": 0.0001,
+    "beta_end": 0.02,
+    "beta_schedule": "linear",
+    "num_train_timesteps": 1000,
+}
+
+
+def pixart_pair(caption_channels: int, seed: int, *, depth: int = 2) -> tuple[Any, PixArt]:
+    """diffusers' PixArtTransformer2DModel the Σ way (no size micro-conditions, learned sigma) at a
+    tiny width (16 heads of 2: ComfyUI reads no head count, every PixArt has 16), and ours loaded
+    from its converted state dict. Its base position grid is 64 latents (interpolation 1), what
+    ComfyUI computes for latents whose mean side is 64..95."""
+    import diffusers
+
+    hf = diffusers.PixArtTransformer2DModel(
+        num_attention_heads=16, attention_head_dim=2, in_channels=4, out_channels=8, num_layers=depth,
+        cross_attention_dim=32, sample_size=64, patch_size=2, interpolation_scale=1,
+        caption_channels=caption_channels, use_additional_conditions=False,
+    )  # fmt: skip
+    randomize(hf, seed)
+    tame_output(hf.proj_out)
+    config = PixArtConfig(hidden_size=32, depth=depth, context_dim=caption_channels)
+    ours = PixArt(config).eval()
+    ours.load_state_dict(pixart_diffusers_to_original(hf.state_dict()), strict=True)
+    return hf, ours
 
 
 def vae_pair(latent_channels: int, fmt: LatentFormat, seed: int) -> tuple[Any, AutoencoderKL]:
