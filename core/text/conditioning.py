@@ -17,6 +17,9 @@ flux           T5 (min 256 tokens, no windows)                               CLI
 chroma         T5 (no minimum; weights against an all-padding window)        none
 =============  ============================================================  =====================
 
+``chroma`` is ComfyUI's PixArt T5 encoding (its Chroma uses ``text_encoders/pixart_t5``): PixArt-Σ's
+record names it too.
+
 SDXL's extra vector (``adm``/``y``) is :func:`sdxl_adm`; Flux's guidance is a sampler-side number
 carried in :attr:`Conditioning.guidance` (ComfyUI's default 3.5 when no FluxGuidance node sets it).
 """

@@ -21,6 +21,7 @@ from core.files.writer import write_safetensors
 from core.loading.convert.dit_diffusers import convert_shapes, pixart_key_map
 from core.loading.loader import inspect_for_loading, load_diffusion_model
 from core.models.pixart import PixArt, PixArtConfig
+from core.patching.keymap import Target, model_key_index
 from tests.core.generate.reference import pixart_pair
 from tests.fixtures.diffusion_layouts_dit import pixart as pixart_layout
 
@@ -139,3 +140,20 @@ def test_from_shapes_refuses_alpha_and_other_models() -> None:
     assert err.value.code == "unsupported_family" and "PixArt-α" in err.value.message
     with pytest.raises(ModelMismatchError):
         PixArtConfig.from_shapes({"img_in.weight": (3072, 64)})
+
+
+def test_lora_names_land_on_the_fused_weights(pair: tuple[Any, PixArt]) -> None:
+    """A LoRA trained on diffusers' PixArt (PEFT or kohya names) patches slices of the original's
+    fused ``qkv`` and ``kv_linear``; the original's own names (and their kohya flattening) work too."""
+    _, ours = pair
+    shapes = {k: tuple(v.shape) for k, v in ours.state_dict().items()}
+    index = model_key_index("diffusion_model", "pixart-sigma", shapes, ours.config)
+    kv = "blocks.1.cross_attn.kv_linear.weight"
+    assert index.resolve("transformer_blocks.1.attn2.to_k") == Target("diffusion_model", kv, (0, 0, 32))
+    assert index.resolve("transformer_blocks.1.attn2.to_v") == Target("diffusion_model", kv, (0, 32, 32))
+    qkv = "blocks.0.attn.qkv.weight"
+    assert index.resolve("transformer_blocks_0_attn1_to_v") == Target("diffusion_model", qkv, (0, 64, 32))
+    assert index.resolve("proj_out") == Target("diffusion_model", "final_layer.linear.weight")
+    assert index.resolve("blocks_0_cross_attn_proj") == Target(
+        "diffusion_model", "blocks.0.cross_attn.proj.weight"
+    )
