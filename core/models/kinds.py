@@ -27,6 +27,6 @@ def network_kind(model: nn.Module, *, action: str = "generate with") -> str:
     raise ModelMismatchError(
         f"Loadout cannot {action} a {type(model).__name__}",
         why="that needs a diffusion model of a supported family",
-        fix="Load an SD1/SD2/SDXL/SD3/Flux/Chroma/PixArt-Σ checkpoint or diffusion model",
+        fix="Load an SD1/SD2/SDXL/SD3/Flux/Chroma/PixArt checkpoint or diffusion model",
         code="wrong_kind",
     )

@@ -1,5 +1,5 @@
-"""PixArt-Σ: the PixArt-MS diffusion transformer (DiT with adaLN-single), keys in the original
-(ComfyUI) layout: ``x_embedder.proj``, ``t_embedder.mlp``, ``t_block.1``, ``y_embedder.y_proj``,
+"""PixArt-Σ and PixArt-α: the PixArt-MS diffusion transformer (DiT with adaLN-single), keys in the
+original (ComfyUI) layout: ``x_embedder.proj``, ``t_embedder.mlp``, ``t_block.1``, ``y_embedder.y_proj``,
 ``blocks.N.{attn.qkv, attn.proj, cross_attn.{q_linear, kv_linear, proj}, mlp.fc1/fc2,
 scale_shift_table}``, ``final_layer.{linear, scale_shift_table}``.
 
@@ -11,7 +11,10 @@ grid computed for the latent's size (its interpolation ``round(c / 64)`` and bas
 (``t``), one shared ``t_block`` projection to six modulation vectors per block, added to each
 block's ``scale_shift_table``; self-attention, cross-attention to the projected T5 tokens (no mask)
 and a tanh-GELU MLP; a final layer modulated by ``t``. The network predicts eps and a learned
-variance; like ComfyUI it returns only the eps channels.
+variance; like ComfyUI it returns only the eps channels. PixArt-α adds size micro-conditions: the
+picture's (height, width) and its aspect ratio height / width, each number's 256-wide timestep
+embedding through an MLP (``csize_embedder``, ``ar_embedder``), added to ``t`` (ComfyUI passes the
+picture's own size: the latent's x 8).
 """
 
 from __future__ import annotations
@@ -52,13 +55,14 @@ class PixArtConfig:
     caption_tokens: int | None = None
     #: rows of a stored ``pos_embed`` (its square grid fixes the interpolation, as ComfyUI reads it)
     pos_embed_tokens: int | None = None
+    micro_condition: bool = False  # PixArt-α: size and aspect-ratio embeddings added to the timestep's
 
     def __post_init__(self) -> None:
         if self.hidden_size % self.num_heads:
             raise ModelMismatchError(
                 f"a PixArt transformer {self.hidden_size} wide cannot have {self.num_heads} heads",
                 why="PixArt files do not store their head count; every released one has 16",
-                fix="check that the file is a PixArt-Σ diffusion model",
+                fix="check that the file is a PixArt diffusion model",
             )
 
     @property
@@ -85,14 +89,7 @@ class PixArtConfig:
             raise ModelMismatchError(
                 "These tensors are not a PixArt transformer in the original layout",
                 why=f"missing {missing}",
-                fix="check that the file is a PixArt-Σ diffusion model",
-            )
-        if "csize_embedder.mlp.0.weight" in shapes:
-            raise ModelMismatchError(
-                "This is a PixArt-α transformer with size micro-conditions",
-                why="Loadout implements PixArt-Σ; PixArt-α's size and aspect-ratio inputs are not done yet",
-                fix="use a PixArt-Σ model",
-                code="unsupported_family",
+                fix="check that the file is a PixArt diffusion model",
             )
         hidden, in_channels, patch = (int(d) for d in shapes["x_embedder.proj.weight"][:3])
         final = int(shapes["final_layer.linear.weight"][0]) // (patch * patch)
@@ -109,6 +106,7 @@ class PixArtConfig:
             mlp_ratio=int(fc1[0]) / hidden if fc1 is not None else 4.0,
             caption_tokens=int(caption[0]) if caption is not None else None,
             pos_embed_tokens=int(pos[1]) if pos is not None else None,
+            micro_condition="csize_embedder.mlp.0.weight" in shapes,
         )
 
 
@@ -253,6 +251,12 @@ class PixArt(nn.Module):
                 "pos_embed", torch.empty(1, config.pos_embed_tokens, hidden, device=dev, dtype=dtype)
             )
         self.t_embedder = Embedder(FREQUENCY_EMBEDDING_SIZE, hidden, ops=ops, device=dev, dtype=dtype)
+        self.csize_embedder: Embedder | None = None
+        self.ar_embedder: Embedder | None = None
+        if config.micro_condition:
+            third = hidden // 3
+            self.csize_embedder = Embedder(FREQUENCY_EMBEDDING_SIZE, third, ops=ops, device=dev, dtype=dtype)
+            self.ar_embedder = Embedder(FREQUENCY_EMBEDDING_SIZE, third, ops=ops, device=dev, dtype=dtype)
         self.t_block = nn.Sequential(
             nn.SiLU(), ops.Linear(hidden, 6 * hidden, bias=True, device=dev, dtype=dtype)
         )
@@ -272,6 +276,20 @@ class PixArt(nn.Module):
         grid = sincos_grid(self.config.hidden_size, h, w, interpolation, units * PE_UNIT // p)
         return grid[None].to(device=like.device, dtype=like.dtype)
 
+    def micro_conditions(self, height: int, width: int, like: torch.Tensor) -> torch.Tensor:
+        """PixArt-α's (B, hidden) size conditioning for a latent of ``height`` x ``width``: the
+        embeddings of 8 x height, 8 x width and height / width (each number made in ``like``'s
+        dtype, as ComfyUI does), one ``hidden / 3`` block each."""
+        assert self.csize_embedder is not None and self.ar_embedder is not None
+        batch = like.shape[0]
+        parts = []
+        sizes = ((self.csize_embedder, [height * 8.0, width * 8.0]), (self.ar_embedder, [height / width]))
+        for embedder, values in sizes:
+            numbers = torch.tensor(values, dtype=like.dtype, device=like.device).repeat(batch)
+            freq = timestep_embedding(numbers, FREQUENCY_EMBEDDING_SIZE).to(like.dtype)
+            parts.append(embedder(freq).reshape(batch, -1))
+        return torch.cat(parts, dim=1)
+
     def forward(self, x: torch.Tensor, timesteps: torch.Tensor, context: torch.Tensor) -> torch.Tensor:
         cfg = self.config
         p = cfg.patch_size
@@ -290,6 +308,8 @@ class PixArt(nn.Module):
         tokens = self.x_embedder(x)
         tokens = tokens + self.position_grid((height, width), h, w, tokens)
         t = self.t_embedder(timestep_embedding(timesteps, FREQUENCY_EMBEDDING_SIZE).to(tokens.dtype))
+        if self.csize_embedder is not None and self.ar_embedder is not None:
+            t = t + self.micro_conditions(height, width, tokens)
         t6 = self.t_block(t)
         y = self.y_embedder(context.to(tokens.dtype))
         for block in self.blocks:

@@ -175,7 +175,9 @@ def _diffusers_paths(component: str, shapes: Mapping[str, Shape], config: Any) -
     if isinstance(config, ChromaConfig):
         return _mapped_paths(component, shapes, chroma_key_map(config))
     if isinstance(config, PixArtConfig):
-        return _mapped_paths(component, shapes, pixart_key_map(config.depth))
+        return _mapped_paths(
+            component, shapes, pixart_key_map(config.depth, micro_condition=config.micro_condition)
+        )
     return {}  # text encoders: adapter files use the module's own (transformers) names
 
 

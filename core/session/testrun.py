@@ -96,7 +96,7 @@ class _Inputs:
         if self.kind in ("unet", "mmdit", "pixart"):
             self.state_channels, in_channels = c.out_channels, c.in_channels
             self.context = torch.randn(b, tokens, c.context_dim, generator=g) if c.context_dim else None
-            adm = getattr(c, "adm_in_channels", None)  # PixArt-Σ has no pooled vector
+            adm = getattr(c, "adm_in_channels", None)  # PixArt has no pooled vector
             self.y = torch.randn(b, adm, generator=g) if adm else None
         else:
             self.state_channels, in_channels = c.out_channels // 4, c.in_channels // 4

@@ -17,7 +17,7 @@ flux           T5 (min 256 tokens, no windows)                               CLI
 chroma         T5 (no minimum; weights against an all-padding window)        none
 =============  ============================================================  =====================
 
-``chroma`` is ComfyUI's PixArt T5 encoding (its Chroma uses ``text_encoders/pixart_t5``): PixArt-Σ's
+``chroma`` is ComfyUI's PixArt T5 encoding (its Chroma uses ``text_encoders/pixart_t5``): the PixArt
 record names it too.
 
 SDXL's extra vector (``adm``/``y``) is :func:`sdxl_adm`; Flux's guidance is a sampler-side number

@@ -164,13 +164,22 @@ def chroma_key_map(config: ChromaConfig) -> tuple[KeyMapping, ...]:
     return tuple(rows)
 
 
-def pixart_key_map(depth: int) -> tuple[KeyMapping, ...]:
+def pixart_key_map(depth: int, *, micro_condition: bool = False) -> tuple[KeyMapping, ...]:
     """Every tensor of a :class:`~core.models.pixart.PixArt`, from ``PixArtTransformer2DModel`` keys
     (diffusers keeps no null-caption embedding and no position grid: the original has them as
-    optional tensors). Cross-attention's k and v fuse into ``kv_linear``."""
+    optional tensors). Cross-attention's k and v fuse into ``kv_linear``. ``micro_condition``:
+    PixArt-α's size and aspect-ratio embedders."""
+    emb = "adaln_single.emb"
     rows = _linear("x_embedder.proj", "pos_embed.proj")
-    rows += _linear("t_embedder.mlp.0", "adaln_single.emb.timestep_embedder.linear_1")
-    rows += _linear("t_embedder.mlp.2", "adaln_single.emb.timestep_embedder.linear_2")
+    rows += _linear("t_embedder.mlp.0", f"{emb}.timestep_embedder.linear_1")
+    rows += _linear("t_embedder.mlp.2", f"{emb}.timestep_embedder.linear_2")
+    if micro_condition:
+        for original, diffusers in (
+            ("csize_embedder", "resolution_embedder"),
+            ("ar_embedder", "aspect_ratio_embedder"),
+        ):
+            rows += _linear(f"{original}.mlp.0", f"{emb}.{diffusers}.linear_1")
+            rows += _linear(f"{original}.mlp.2", f"{emb}.{diffusers}.linear_2")
     rows += _linear("t_block.1", "adaln_single.linear")
     rows += _linear("y_embedder.y_proj.fc1", "caption_projection.linear_1")
     rows += _linear("y_embedder.y_proj.fc2", "caption_projection.linear_2")
@@ -262,11 +271,14 @@ def flux_diffusers_to_original(
 
 
 def pixart_diffusers_to_original(state_dict: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """The depth is read from the keys (PixArt-Σ has no preset variants to choose between)."""
+    """The depth and PixArt-α's micro-conditions are read from the keys (no presets to choose from)."""
     depth = 0
     while f"transformer_blocks.{depth}.scale_shift_table" in state_dict:
         depth += 1
-    return convert_state_dict(state_dict, pixart_key_map(depth), model="PixArt transformer")
+    micro = "adaln_single.emb.resolution_embedder.linear_1.weight" in state_dict
+    return convert_state_dict(
+        state_dict, pixart_key_map(depth, micro_condition=micro), model="PixArt transformer"
+    )
 
 
 def chroma_diffusers_to_original(

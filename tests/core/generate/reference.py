@@ -247,21 +247,27 @@ def discrete_comfy_schedule(
         del scheduler.set_timesteps  # the class's method again
 
 
-def pixart_pair(caption_channels: int, seed: int, *, depth: int = 2) -> tuple[Any, PixArt]:
-    """diffusers' PixArtTransformer2DModel the Σ way (no size micro-conditions, learned sigma) at a
-    tiny width (16 heads of 2: ComfyUI reads no head count, every PixArt has 16), and ours loaded
-    from its converted state dict. Its base position grid is 64 latents (interpolation 1), what
-    ComfyUI computes for latents whose mean side is 64..95."""
+def pixart_pair(
+    caption_channels: int, seed: int, *, alpha: bool = False, depth: int = 2
+) -> tuple[Any, PixArt]:
+    """diffusers' PixArtTransformer2DModel the Σ way (no size micro-conditions, learned sigma), or
+    the α way (``alpha``: with them), at a tiny width (16 heads of 2, or of 3 for α, whose size
+    embeddings are a third of the width each: ComfyUI reads no head count, every PixArt has 16), and
+    ours loaded from its converted state dict. Its base position grid is 32 tokens (64 latents) at
+    interpolation 1, what ComfyUI computes for latents whose mean side is 33..95."""
     import diffusers
 
+    head_dim = 3 if alpha else 2
     hf = diffusers.PixArtTransformer2DModel(
-        num_attention_heads=16, attention_head_dim=2, in_channels=4, out_channels=8, num_layers=depth,
-        cross_attention_dim=32, sample_size=64, patch_size=2, interpolation_scale=1,
-        caption_channels=caption_channels, use_additional_conditions=False,
+        num_attention_heads=16, attention_head_dim=head_dim, in_channels=4, out_channels=8, num_layers=depth,
+        cross_attention_dim=16 * head_dim, sample_size=64, patch_size=2, interpolation_scale=1,
+        caption_channels=caption_channels, use_additional_conditions=alpha,
     )  # fmt: skip
     randomize(hf, seed)
     tame_output(hf.proj_out)
-    config = PixArtConfig(hidden_size=32, depth=depth, context_dim=caption_channels)
+    config = PixArtConfig(
+        hidden_size=16 * head_dim, depth=depth, context_dim=caption_channels, micro_condition=alpha
+    )
     ours = PixArt(config).eval()
     ours.load_state_dict(pixart_diffusers_to_original(hf.state_dict()), strict=True)
     return hf, ours

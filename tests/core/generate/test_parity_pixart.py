@@ -1,4 +1,5 @@
-"""The whole PixArt-Σ path against diffusers' PixArtSigmaPipeline (test-only reference).
+"""The whole PixArt-Σ path against diffusers' PixArtSigmaPipeline, and PixArt-α's against its
+PixArtAlphaPipeline (test-only references).
 
 Tiny real-architecture networks with random weights run in both: a T5 v1.1 encoder (4096 wide, as
 T5-XXL, with a real SentencePiece vocabulary trained here), a PixArtTransformer2DModel the Σ way
@@ -13,7 +14,10 @@ public loaders. diffusers is set up the way ComfyUI computes (docs/generate.md, 
   out of T5 and of the cross-attention (a -10000 bias: exactly zero weight in fp32), which is the
   same computation on the same tokens. diffusers lower-cases the prompt (no ``clean_caption``): the
   prompts here are lower case;
-- no resolution binning (diffusers would resize to its aspect-ratio table and back).
+- no resolution binning (diffusers would resize to its aspect-ratio table and back);
+- PixArt-α's size micro-conditions: ComfyUI gives the picture's height, width and height / width;
+  diffusers the same, but only for a transformer configured for 1024 pictures (sample size 128),
+  so the tiny one is told it is (``register_to_config``: its modules keep their 64-latent grid).
 
 The latent's mean side is 34..36 here: ComfyUI's position grid for it (interpolation 1, base 32
 tokens) is diffusers' for a 64-latent sample size at interpolation 1.
@@ -38,7 +42,7 @@ from core.generate.session_run import Output
 from core.loading.loader import inspect_for_loading
 from core.memory.devices import cpu_device
 from core.memory.policy import MemorySettings, VramState
-from core.models.vae import SDXL_LATENT
+from core.models.vae import SD1_LATENT, SDXL_LATENT
 from core.sampling import for_family
 from core.session import Placement, PlacementConfig, Session
 from core.text.conditioning import TextEncoders
@@ -86,10 +90,24 @@ def pair(tmp_path_factory: pytest.TempPathFactory) -> tuple[Any, Networks, Any, 
     return pipe, Networks(FAMILY, dit, TextEncoders(t5=t5), vae), our_t5_tok, folder / "spiece.model"
 
 
-def _diffusers_image(pipe: Any, settings: ImageSettings) -> np.ndarray:
+@pytest.fixture(scope="module")
+def alpha_pair(pair: tuple[Any, Networks, Any, Path]) -> tuple[Any, Networks]:
+    sigma_pipe, sigma_nets, _, _ = pair
+    hf_dit, dit = pixart_pair(T5_WIDTH, seed=56, alpha=True)
+    hf_dit.register_to_config(sample_size=128)  # diffusers passes the micro-conditions only then
+    hf_vae, vae = vae_pair(4, SD1_LATENT, seed=57, base=8)
+    pipe = diffusers.PixArtAlphaPipeline(
+        tokenizer=sigma_pipe.tokenizer, text_encoder=sigma_pipe.text_encoder, vae=hf_vae, transformer=hf_dit,
+        scheduler=discrete_scheduler("euler", PIXART_TABLE),
+    )  # fmt: skip
+    pipe.set_progress_bar_config(disable=True)
+    return pipe, Networks("pixart-alpha", dit, sigma_nets.text, vae)
+
+
+def _diffusers_image(pipe: Any, settings: ImageSettings, family: str = FAMILY) -> np.ndarray:
     s = settings.sampling
     pipe.scheduler = discrete_scheduler(s.sampler, PIXART_TABLE)
-    schedule = discrete_comfy_schedule(pipe.scheduler, for_family(FAMILY), s.sampler, s.scheduler, s.steps)
+    schedule = discrete_comfy_schedule(pipe.scheduler, for_family(family), s.sampler, s.scheduler, s.steps)
     with schedule as sigmas:
         noise = torch.randn(
             (settings.batch, 4, settings.height // 8, settings.width // 8),
@@ -132,6 +150,22 @@ def test_run_equals_diffusers_set_up_as_comfyui(
     print(
         f"pixart-sigma {sampler} {scheduler} seed {seed} neg {negative!r}: max |ours - diffusers| = {err:.1e}"
     )
+    assert ours.shape == theirs.shape == (1, 288, 272, 3)
+    assert err < 2e-5
+    assert float(ours.std()) > 0.05
+
+
+def test_alpha_run_equals_diffusers_set_up_as_comfyui(
+    pair: tuple[Any, Networks, Any, Path], alpha_pair: tuple[Any, Networks]
+) -> None:
+    """PixArt-α: the same path with SD1's latent format and the size micro-conditions."""
+    pipe, nets = alpha_pair
+    settings = _settings("blurry", "euler", "karras", 5)
+    pixels, _, _ = Pipeline(nets, Compute(), t5_tokenizer=pair[2]).run(settings, Hooks())
+    ours = to_unit_image(pixels)
+    theirs = _diffusers_image(pipe, settings, "pixart-alpha")
+    err = float(np.abs(ours - theirs).max())
+    print(f"pixart-alpha euler karras seed 5: max |ours - diffusers| = {err:.1e}")
     assert ours.shape == theirs.shape == (1, 288, 272, 3)
     assert err < 2e-5
     assert float(ours.std()) > 0.05

@@ -170,6 +170,13 @@ STANDALONE: dict[str, tuple[Callable[[], Layout], str, str, str, Any]] = {
         "chroma",
         ChromaConfig(),
     ),
+    "pixart-alpha": (
+        DIFFUSION_LAYOUTS["pixart-alpha"],
+        "PixArt-XL-2-1024-MS.safetensors",
+        "diffusion_model",
+        "pixart-alpha",
+        PixArtConfig(caption_tokens=120, pos_embed_tokens=4096, micro_condition=True),
+    ),
     "pixart-sigma": (
         DIFFUSION_LAYOUTS["pixart-sigma"],
         "PixArt-Sigma-XL-2-1024-MS.safetensors",

@@ -1,6 +1,7 @@
-"""PixArt-Σ's transformer against diffusers' PixArtTransformer2DModel (a test-only reference).
+"""PixArt-Σ's and PixArt-α's transformer against diffusers' PixArtTransformer2DModel (a test-only
+reference).
 
-Tiny config (16 heads of 2, as every PixArt has 16 heads): random diffusers weights, converted with
+Tiny configs (16 heads, as every PixArt has 16 heads): random diffusers weights, converted with
 our key map, run on identical inputs in fp32. Files: the same weights written as safetensors in the
 original (ComfyUI) layout and in diffusers' layout go through detection and the public loader. Full
 size: the released shapes, counted on the meta device against diffusers' default (XL-2) model.
@@ -34,20 +35,22 @@ def pair() -> tuple[Any, PixArt]:
 
 
 def _diffusers_eps(hf: Any, x: torch.Tensor, t: torch.Tensor, ctx: torch.Tensor) -> torch.Tensor:
+    added: dict[str, Any] = {"resolution": None, "aspect_ratio": None}
+    if hf.config.use_additional_conditions:  # PixArt-α: what ComfyUI passes, the picture's size
+        b, _, h, w = x.shape
+        added = {
+            "resolution": torch.tensor([[8.0 * h, 8.0 * w]] * b),
+            "aspect_ratio": torch.tensor([[h / w]] * b),
+        }
     with torch.no_grad():
-        out = hf(
-            x,
-            encoder_hidden_states=ctx,
-            timestep=t,
-            added_cond_kwargs={"resolution": None, "aspect_ratio": None},
-        )
+        out = hf(x, encoder_hidden_states=ctx, timestep=t, added_cond_kwargs=added)
     eps: torch.Tensor = out.sample[:, :4]  # learned sigma: ComfyUI returns only the eps channels
     return eps
 
 
-@pytest.mark.parametrize(("height", "width"), [(64, 64), (48, 80)])
-def test_pixart_matches_diffusers(pair: tuple[Any, PixArt], height: int, width: int) -> None:
-    hf, ours = pair
+@pytest.mark.parametrize(("height", "width", "alpha"), [(36, 36, False), (34, 48, False), (34, 48, True)])
+def test_pixart_matches_diffusers(pair: tuple[Any, PixArt], height: int, width: int, alpha: bool) -> None:
+    hf, ours = pixart_pair(T5_WIDTH, seed=42, alpha=True) if alpha else pair
     gen = torch.Generator().manual_seed(height)
     x = torch.randn(2, 4, height, width, generator=gen)
     t = torch.tensor([999.0, 421.0])
@@ -57,9 +60,14 @@ def test_pixart_matches_diffusers(pair: tuple[Any, PixArt], height: int, width: 
     want = _diffusers_eps(hf, x, t, ctx)
     err = float((got - want).abs().max())
     top = float(want.abs().max())
-    print(f"pixart {height}x{width}: max |ours - diffusers| = {err:.1e} (|out| <= {top:.2f})")
+    name = "α" if alpha else "Σ"
+    print(f"pixart-{name} {height}x{width}: max |ours - diffusers| = {err:.1e} (|out| <= {top:.2f})")
     assert got.shape == want.shape == (2, 4, height, width)
     assert err < 1e-6
+    if alpha:  # the size conditioning reaches the output (so its order is checked)
+        with torch.no_grad():
+            swapped = ours(x.transpose(2, 3), t, ctx).transpose(2, 3)
+        assert float((swapped - got).abs().max()) > 1e-3
 
 
 @pytest.mark.parametrize(("h", "w"), [(64, 64), (52, 76), (48, 84)])
@@ -84,8 +92,8 @@ def test_a_small_latent_gets_a_finite_grid() -> None:
 def test_odd_latent_sizes_are_padded_and_cropped(pair: tuple[Any, PixArt]) -> None:
     _, ours = pair
     with torch.no_grad():
-        out = ours(torch.randn(1, 4, 63, 65), torch.tensor([500.0]), torch.randn(1, 3, T5_WIDTH))
-    assert out.shape == (1, 4, 63, 65) and torch.isfinite(out).all()
+        out = ours(torch.randn(1, 4, 35, 37), torch.tensor([500.0]), torch.randn(1, 3, T5_WIDTH))
+    assert out.shape == (1, 4, 35, 37) and torch.isfinite(out).all()
 
 
 def _original_state(ours: PixArt) -> dict[str, torch.Tensor]:
@@ -106,7 +114,7 @@ def test_a_saved_file_detects_loads_and_runs(tmp_path: Path, pair: tuple[Any, Pi
     loaded = load_diffusion_model(path)
     assert isinstance(loaded.module, PixArt) and loaded.family == "pixart-sigma"
     assert loaded.config.caption_tokens == (300 if layout == "original" else None)
-    x, t, ctx = torch.randn(1, 4, 64, 64), torch.tensor([250.0]), torch.randn(1, 5, T5_WIDTH)
+    x, t, ctx = torch.randn(1, 4, 36, 36), torch.tensor([250.0]), torch.randn(1, 5, T5_WIDTH)
     with torch.no_grad():
         assert torch.equal(loaded.module(x, t, ctx), ours(x, t, ctx))
 
@@ -133,11 +141,22 @@ def test_full_size_shapes_are_diffusers_xl2() -> None:
     assert converted == {k: v for k, v in shapes.items() if k != "y_embedder.y_embedding"}
 
 
-def test_from_shapes_refuses_alpha_and_other_models() -> None:
-    alpha = {k: tuple(v) for k, v in pixart_layout("alpha").items()}
-    with pytest.raises(ModelMismatchError) as err:
-        PixArtConfig.from_shapes(alpha)
-    assert err.value.code == "unsupported_family" and "PixArt-α" in err.value.message
+def test_alpha_full_size_shapes_are_diffusers_xl2() -> None:
+    """PixArt-α 1024: size micro-conditions, 120 caption tokens and a stored 64x64 position grid
+    (interpolation 2, as ComfyUI reads it)."""
+    shapes = {k: tuple(v) for k, v in pixart_layout("alpha").items()}
+    config = PixArtConfig.from_shapes(shapes)
+    assert config == PixArtConfig(caption_tokens=120, pos_embed_tokens=4096, micro_condition=True)
+    assert config.pe_interpolation == 2.0
+    assert {k: tuple(v.shape) for k, v in PixArt(config, device="meta").state_dict().items()} == shapes
+    with torch.device("meta"):
+        hf = PixArtTransformer2DModel(caption_channels=4096, use_additional_conditions=True)
+    hf_shapes = {k: tuple(v.shape) for k, v in hf.state_dict().items()}
+    converted = convert_shapes(hf_shapes, pixart_key_map(28, micro_condition=True), model="PixArt")
+    assert converted == {k: v for k, v in shapes.items() if k not in ("y_embedder.y_embedding", "pos_embed")}
+
+
+def test_from_shapes_refuses_other_models() -> None:
     with pytest.raises(ModelMismatchError):
         PixArtConfig.from_shapes({"img_in.weight": (3072, 64)})
 
