@@ -110,17 +110,20 @@ class PixArtConfig:
         )
 
 
-def sincos_grid(dim: int, h: int, w: int, interpolation: float, base_size: int) -> torch.Tensor:
+def sincos_grid(
+    dim: int, h: int, w: int, interpolation: float, base_size: int, device: torch.device | None = None
+) -> torch.Tensor:
     """PixArt's 2-D sin-cos position embedding, (h*w, dim) in float32: half the channels encode the
     column, half the row, each ``[sin, cos]`` of ``position / (side / base_size) / interpolation``."""
 
     def one_axis(pos: torch.Tensor, channels: int) -> torch.Tensor:
-        omega = 1.0 / 10000 ** (torch.arange(channels // 2, dtype=torch.float32) / (channels / 2.0))
+        steps = torch.arange(channels // 2, dtype=torch.float32, device=device)
+        omega = 1.0 / 10000 ** (steps / (channels / 2.0))
         out = pos.reshape(-1)[:, None] * omega[None]
         return torch.cat([torch.sin(out), torch.cos(out)], dim=1)
 
-    rows = torch.arange(h, dtype=torch.float32) / (h / base_size) / interpolation
-    cols = torch.arange(w, dtype=torch.float32) / (w / base_size) / interpolation
+    rows = torch.arange(h, dtype=torch.float32, device=device) / (h / base_size) / interpolation
+    cols = torch.arange(w, dtype=torch.float32, device=device) / (w / base_size) / interpolation
     grid_h, grid_w = torch.meshgrid(rows, cols, indexing="ij")
     return torch.cat([one_axis(grid_w, dim // 2), one_axis(grid_h, dim // 2)], dim=1)
 
@@ -273,8 +276,8 @@ class PixArt(nn.Module):
         p = self.config.patch_size
         units = max(round((latent[0] + latent[1]) // 2 / PE_UNIT), 1)
         interpolation = self.config.pe_interpolation or float(units)
-        grid = sincos_grid(self.config.hidden_size, h, w, interpolation, units * PE_UNIT // p)
-        return grid[None].to(device=like.device, dtype=like.dtype)
+        grid = sincos_grid(self.config.hidden_size, h, w, interpolation, units * PE_UNIT // p, like.device)
+        return grid[None].to(dtype=like.dtype)
 
     def micro_conditions(self, height: int, width: int, like: torch.Tensor) -> torch.Tensor:
         """PixArt-α's (B, hidden) size conditioning for a latent of ``height`` x ``width``: the
