@@ -15,7 +15,7 @@ from app.commands.stopping import guarded_inputs, stop_signals
 from core.errors import InterruptedByUser
 from core.loading.convert_file import DTYPES, parse_dtype
 from core.memory.policy import MemorySettings, VramState
-from core.run.headless import RunRequest, run_model
+from core.run.command import RunRequest, run_model
 from core.session.testrun import RunConfig
 from core.values import BATCH, RUN_STEPS, SEED
 
