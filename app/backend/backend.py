@@ -41,6 +41,7 @@ from core.library.hashes import FileDigest
 from core.loading.assign import LoadProgress
 from core.session import ModelInfo, PlacementConfig, RunReport, Session, SessionEvent, SlotId, StackInfo
 from core.session.testrun import RunConfig, StepDone
+from core.units import in_mib
 
 SCAN_BATCH_INTERVAL = 0.1  # library entries are relayed in batches at most this often (seconds)
 
@@ -55,8 +56,7 @@ def _scan_progress(p: ScanProgress) -> TaskProgress:
 
 
 def _load_progress(p: LoadProgress) -> TaskProgress:
-    mib = p.bytes_done / 2**20
-    text = f"Loading {p.component}: {p.tensors_done}/{p.tensors_total} tensors, {mib:.1f} MiB"
+    text = f"Loading {p.component}: {p.tensors_done}/{p.tensors_total} tensors, {in_mib(p.bytes_done, 1)}"
     return TaskProgress("load", p.bytes_done, p.bytes_total, text)
 
 

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 
 import psutil
 
-from core.memory.devices import DeviceInfo, cpu_device, discover_devices, format_gib
+from core.memory.devices import DeviceInfo, cpu_device, discover_devices
 from core.memory.dtypes import DtypePolicy
 from core.memory.events import EventLog
 from core.memory.inference import network_profile
@@ -43,6 +43,7 @@ from core.memory.policy import (
 from core.memory.probes import CpuProbe, LimitedProbe, MemoryProbe, probe_for
 from core.memory.step_placer import Profile, default_memory_required
 from core.patching.patcher import ModelPatcher
+from core.units import GIB, card_size, in_mib
 
 
 @dataclass(frozen=True)
@@ -80,8 +81,8 @@ class PlacementInfo:
     memory: MemoryView | None = field(default=None, compare=False)
 
 
-def _mib(n: int) -> str:
-    return f"{n / 2**20:.0f} MiB" if n < 2**30 else format_gib(n)
+def _simulated_size(n: int) -> str:
+    return card_size(n) if n >= GIB else in_mib(n)
 
 
 def _ram_total() -> int:
@@ -215,7 +216,9 @@ class Placement:
             )
         dev = self.probe.device
         simulated = self.accelerator is None and self.config.simulate_bytes > 0
-        label = f"Simulated {_mib(self.probe.total())} GPU (on the CPU)" if simulated else dev.label
+        label = (
+            f"Simulated {_simulated_size(self.probe.total())} GPU (on the CPU)" if simulated else dev.label
+        )
         return PlacementInfo(
             True, self.manager.device, label, self.decision.state.option, self.decision.reason,
             simulated, has_gpu, view,
