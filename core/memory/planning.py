@@ -32,7 +32,7 @@ from __future__ import annotations
 import bisect
 from collections.abc import Iterable, Sequence
 
-from core.memory.events import Detail, EventKind, gib
+from core.memory.events import Detail, EventKind, Shortfall, gib
 from core.memory.plan_records import (
     VRAM_STATES,
     WHOLE,
@@ -264,10 +264,14 @@ def plan_load(
     if target is None:  # the numbers a caller needs to say what would fit
         least = _buffer(model.flight.values(), cfg.stream_buffers)
         kept = min(cfg.reserve_bytes, reserve)
-        numbers |= {"room_bytes": free_bytes + model.loaded_bytes, "stream_buffer_bytes": least}
-        numbers |= {"kept_bytes": kept, "activation_bytes": reserve - kept}
+        short = Shortfall(
+            room_bytes=free_bytes + model.loaded_bytes,
+            stream_buffer_bytes=least,
+            kept_bytes=kept,
+            activation_bytes=reserve - kept,
+        )
         keep = tuple(n for n, _ in ordered if n in resident)
-        step = Step("refuse", name, 0, (), model.loaded_bytes, note, numbers)
+        step = Step("refuse", name, 0, (), model.loaded_bytes, note, numbers | short.details(), short)
         return LoadPlan(name, "refuse", keep, (), (), model.loaded_bytes, 0, reserve, 0, note, (step,))
     size = dict(ordered)
     to_load = tuple(n for n, _ in ordered if n in target and n not in resident)
