@@ -5,8 +5,8 @@ generic :class:`~app.backend.worker.TaskRunner` on the worker thread; jobs run o
 order. What they post comes back as this object's typed signals, routed by the snapshot's type and
 always delivered in the GUI thread. :meth:`interrupt` sets the session's stop flag directly, so it
 takes effect while the worker is busy. The window never touches the session: it gets snapshots,
-and :attr:`placement` (the latest :class:`PlacementInfo`, whose ``memory`` is the thread-safe
-view the memory plot samples).
+and :attr:`placement` (the latest :class:`PlacementInfo`); the memory figures (plain numbers,
+taken on the worker) follow every memory decision as :attr:`memory_changed`.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from PySide6.QtCore import QObject, Qt, QThread, Signal
 
 from app.backend.messages import (
     DemoReady,
+    MemoryFigures,
     Models,
     PlacementInfo,
     ScanBatch,
@@ -41,6 +42,7 @@ from core.library.hashes import FileDigest
 from core.loading.assign import LoadProgress
 from core.session import ModelInfo, PlacementConfig, RunReport, Session, SessionEvent, SlotId, StackInfo
 from core.session.testrun import RunConfig, StepDone
+from core.units import in_mib
 
 SCAN_BATCH_INTERVAL = 0.1  # library entries are relayed in batches at most this often (seconds)
 
@@ -55,8 +57,7 @@ def _scan_progress(p: ScanProgress) -> TaskProgress:
 
 
 def _load_progress(p: LoadProgress) -> TaskProgress:
-    mib = p.bytes_done / 2**20
-    text = f"Loading {p.component}: {p.tensors_done}/{p.tensors_total} tensors, {mib:.1f} MiB"
+    text = f"Loading {p.component}: {p.tensors_done}/{p.tensors_total} tensors, {in_mib(p.bytes_done, 1)}"
     return TaskProgress("load", p.bytes_done, p.bytes_total, text)
 
 
@@ -100,6 +101,7 @@ class Backend(QObject):
     event = Signal(object)  # EngineEvent
     demo_ready = Signal(str)  # the demo library's folder
     placement_changed = Signal(object)  # PlacementInfo
+    memory_changed = Signal(object)  # MemoryFigures, after each memory decision and task
     finished = Signal(str)
     hash_progress = Signal(object)  # HashProgress of the background hash pass (its own thread)
 
@@ -117,7 +119,7 @@ class Backend(QObject):
         self.thread.setObjectName("loadout-backend")
         self.worker = TaskRunner(self.stop_flag)
         self.worker.moveToThread(self.thread)
-        session.on_event = self.worker.post  # memory decisions, relayed as they happen
+        session.on_event = self._relay_event  # memory decisions, relayed as they happen
         self._submit.connect(self.worker.run)
         self._routes: dict[type, Callable[[object], None]] = {
             ModelInfo: self.model_loaded.emit,
@@ -128,6 +130,7 @@ class Backend(QObject):
             GenerateResult: self.generated.emit,
             SessionEvent: self.event.emit,
             PlacementInfo: self._placement_changed,
+            MemoryFigures: self.memory_changed.emit,
             ScanBatch: lambda b: self.entries_found.emit(list(b.entries)),  # type: ignore[attr-defined]
             ScanDone: lambda d: self.scan_done.emit(list(d.problems)),  # type: ignore[attr-defined]
             DemoReady: lambda d: self.demo_ready.emit(d.folder),  # type: ignore[attr-defined]
@@ -222,9 +225,16 @@ class Backend(QObject):
         """Drop the background hash pass (the file being read is abandoned; hashes found stay)."""
         self.hasher.cancel()
 
+    def _relay_event(self, event: SessionEvent) -> None:
+        """A memory decision, on the thread that took it: the event, then the figures after it
+        (read there, so the window never reads the session)."""
+        self.worker.post(event)
+        self.worker.post(self.session.placement.memory_figures())
+
     def _snapshots(self, r: Reporter) -> None:
         r.post(Models(self.session.models()))
         r.post(self.session.loras.info())
+        r.post(self.session.placement.memory_figures())
 
     # -- operations ------------------------------------------------------------------------------
     def scan(self, folders: list[str]) -> None:

@@ -24,14 +24,14 @@ from app.commands.hires_args import add_hires_arguments, hires_from_arguments
 from app.commands.stopping import guarded_inputs, report_stop, stop_signals
 from app.demo import with_demo_note
 from core.errors import InterruptedByUser, LoadoutError
+from core.generate.command import generate_files
 from core.generate.events import GenerateProgress
-from core.generate.headless import generate_files
 from core.generate.request import GenerateRequest, ImageSettings, ModelFiles, Sampling
 from core.generate.sweep import parse_strengths
 from core.generate.workflow_request import ControlNetUse, RefinerUse
 from core.loading.convert_file import DTYPES, parse_dtype
+from core.queue.command import cluster_pool, run_grid
 from core.queue.grid import AXES, parse_axis
-from core.queue.headless import cluster_pool, run_grid
 from core.queue.store import Totals
 from core.sampling import SAMPLERS, SCHEDULERS
 from core.values import BATCH, CFG, DENOISE, GUIDANCE, REFINER_SWITCH, SEED, STEPS

@@ -27,10 +27,10 @@ from PySide6.QtWidgets import (
 from app.backend.placement import PlacementConfig
 from app.gui.vram_help import vram_help
 from core.memory.policy import DtypeOverride, MemorySettings, VramState
+from core.units import MIB
 
 ROLES = (("diffusion_model", "Diffusion model"), ("text_encoder", "Text encoders"), ("vae", "VAE"))
 DTYPES = ("auto", "fp32", "fp16", "bf16")
-MIB = 2**20
 
 
 @dataclass(frozen=True)

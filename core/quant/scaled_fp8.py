@@ -24,15 +24,17 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import Tensor
 
 from core.errors import FileFormatError
-from core.files.model_file import TensorIndex
-from core.files.tensor_info import TensorInfo
 from core.quant.fp8_weight import ScaledFp8Weight
+
+if TYPE_CHECKING:  # annotations only: quant sits below files (files builds quantized weights)
+    from core.files.model_file import TensorIndex
+    from core.files.tensor_info import TensorInfo
 
 MARKER = "scaled_fp8"
 METADATA_KEY = "_quantization_metadata"
