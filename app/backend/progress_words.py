@@ -7,7 +7,7 @@ from core.generate.events import GenerateProgress
 from core.library import ScanProgress
 from core.loading.assign import LoadProgress
 
-_PHASE_WORDS = {
+PHASE_WORDS = {
     "load": "Loading",
     "text_encode": "Encoding the prompt",
     "sample": "Sampling",
@@ -34,4 +34,4 @@ def load_progress(p: LoadProgress) -> TaskProgress:
 
 def generate_words(p: GenerateProgress) -> str:
     steps = f" {p.step}/{p.steps}" if p.steps else ""
-    return f"{_PHASE_WORDS.get(p.phase, p.phase)}{steps}…"  # "…": the status bar clears it when idle
+    return f"{PHASE_WORDS.get(p.phase, p.phase)}{steps}…"  # "…": the status bar clears it when idle
