@@ -122,7 +122,6 @@ UNET = Architecture(
     consistency=lambda cfg: _unet_consistency(cfg),
 )
 
-
 # --- MMDiT / Flux / Chroma ------------------------------------------------------------------------
 def _dit_preset(presets: Mapping[str, Callable[[], Any]], family: str) -> Any:
     """The config a family's diffusers layout converts with (its record's ``network_preset``)."""
