@@ -83,7 +83,7 @@ def run_one(
 
     import torch
 
-    from core.generate.headless import generate_files
+    from core.generate.command import generate_files
     from core.generate.request import GenerateRequest, ImageSettings, ModelFiles, Sampling
     from core.generate.workflow_request import ControlNetUse
 

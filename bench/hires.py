@@ -33,8 +33,8 @@ def _rss() -> int:
 
 def run_hires(size: int, scale: float, steps: int, hires_steps: int, limit: int | None) -> dict[str, Any]:
     from bench.generate import _file
+    from core.generate.command import generate_files
     from core.generate.events import GenerateProgress
-    from core.generate.headless import generate_files
     from core.generate.hires_settings import HiresFix
     from core.generate.request import GenerateRequest, ImageSettings, ModelFiles, Sampling
 

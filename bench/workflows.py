@@ -56,7 +56,7 @@ def run_one(
     workflow: str, files: dict[str, Path], size: int, steps: int, limit: int | None
 ) -> dict[str, Any]:
     from bench.generate import timed
-    from core.generate.headless import generate_files
+    from core.generate.command import generate_files
     from core.generate.request import GenerateRequest, ImageSettings, ModelFiles, Sampling
     from core.generate.workflow_request import RefinerUse
 

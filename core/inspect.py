@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 from collections.abc import Hashable, Iterator
 from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +18,6 @@ from core.detect.sidecars import find_preview, read_sidecar_info
 from core.detect.types import Detection
 from core.errors import LoadoutError
 from core.files.model_file import MODEL_EXTENSIONS, TensorIndex, read_tensor_index
-from core.lru import LruCache
 from core.quant.summary import summarize
 
 #: Derived facts are added to ``metadata`` under this prefix, beside the file's own keys.
@@ -26,15 +26,17 @@ DERIVED = "loadout."
 #: Detection memos by tensor structure (``TensorIndex.structure``): files of one structure (a
 #: library's fine-tunes of one base, LoRAs of one trainer and rank) are classified from shapes once.
 MEMO_CAPACITY = 64
-_MEMOS: LruCache[Hashable, Memo] = LruCache(MEMO_CAPACITY)
+
+
+@lru_cache(maxsize=MEMO_CAPACITY)
+def _memo_of(structure: Hashable) -> Memo:
+    """The memo of one structure (an empty one the first time). Two threads on one structure may
+    both fill it: the values are equal."""
+    return {}
 
 
 def _memo_for(structure: Hashable | None) -> Memo | None:
-    """The memo of one structure. Two threads on one structure may both compute an entry: the
-    values are equal, the last one stays."""
-    if structure is None:
-        return None
-    return _MEMOS.get_or_put(structure, dict)
+    return None if structure is None else _memo_of(structure)
 
 
 def clear_caches() -> None:
@@ -42,7 +44,7 @@ def clear_caches() -> None:
     from core.files import header_cache
 
     header_cache.clear()
-    _MEMOS.clear()
+    _memo_of.cache_clear()
 
 
 @dataclass

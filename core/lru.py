@@ -1,12 +1,13 @@
-"""A small thread-safe least-recently-used map: the one the engine's caches by structure use
-(validated safetensors headers, detection memos). ``functools.lru_cache`` does not fit them: their
-entries are put by the code that computed them, and read without computing."""
+"""A small thread-safe least-recently-used map for the caches ``functools.lru_cache`` does not fit:
+validated safetensors headers (put by the full read that computed them, read by the next file of
+the same structure without computing) and prompt conditionings (counted hits, the encode outside
+the lock). Detection memos are a plain ``functools.lru_cache`` (core/inspect.py)."""
 
 from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Hashable
+from collections.abc import Hashable
 from typing import Generic, TypeVar
 
 K = TypeVar("K", bound=Hashable)
@@ -31,17 +32,6 @@ class LruCache(Generic[K, V]):
             self._items[key] = value
             self._items.move_to_end(key)
             self._trim()
-
-    def get_or_put(self, key: K, make: Callable[[], V]) -> V:
-        """The entry for ``key``, made (under the lock: keep ``make`` cheap) when missing."""
-        with self._lock:
-            value = self._items.get(key)
-            if value is None:
-                value = self._items[key] = make()
-                self._trim()
-            else:
-                self._items.move_to_end(key)
-            return value
 
     def clear(self) -> None:
         with self._lock:

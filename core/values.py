@@ -17,10 +17,9 @@ import math
 from dataclasses import dataclass
 
 from core.errors import LoadoutError
-from core.units import gib
+from core.units import GIB, MIB, gib
 
-GiB = 1 << 30
-MiB = 1 << 20
+GiB, MiB = GIB, MIB  # the names the byte parsers use
 
 
 class BadValueError(LoadoutError):

@@ -5,8 +5,8 @@ generic :class:`~app.backend.worker.TaskRunner` on the worker thread; jobs run o
 order. What they post comes back as this object's typed signals, routed by the snapshot's type and
 always delivered in the GUI thread. :meth:`interrupt` sets the session's stop flag directly, so it
 takes effect while the worker is busy. The window never touches the session: it gets snapshots,
-and :attr:`placement` (the latest :class:`PlacementInfo`, whose ``memory`` is the thread-safe
-view the memory plot samples).
+and :attr:`placement` (the latest :class:`PlacementInfo`); the memory figures (plain numbers,
+taken on the worker) follow every memory decision as :attr:`memory_changed`.
 """
 
 from __future__ import annotations
@@ -18,8 +18,10 @@ from pathlib import Path
 
 from PySide6.QtCore import QObject, Qt, QThread, Signal
 
+from app.backend.hash_relay import SCAN_BATCH_INTERVAL, HashRelay
 from app.backend.messages import (
     DemoReady,
+    MemoryFigures,
     Models,
     PlacementInfo,
     ScanBatch,
@@ -27,6 +29,7 @@ from app.backend.messages import (
     Task,
     TaskProgress,
 )
+from app.backend.progress_words import generate_words, load_progress, scan_progress
 from app.backend.worker import Job, Reporter, TaskRunner
 from app.demo import ensure_demo_library
 from core.files.destination import check_output_folder
@@ -35,52 +38,10 @@ from core.generate.generator import Generator
 from core.generate.request import ImageSettings
 from core.generate.session_run import Output
 from core.generate.sweep import Sweep
-from core.library import Entry, ScanProgress
-from core.library.hasher import BackgroundHasher, HashProgress
-from core.library.hashes import FileDigest
-from core.loading.assign import LoadProgress
+from core.library import Entry
+from core.library.hasher import HashProgress
 from core.session import ModelInfo, PlacementConfig, RunReport, Session, SessionEvent, SlotId, StackInfo
 from core.session.testrun import RunConfig, StepDone
-
-SCAN_BATCH_INTERVAL = 0.1  # library entries are relayed in batches at most this often (seconds)
-
-
-def _scan_progress(p: ScanProgress) -> TaskProgress:
-    if p.phase == "listing":
-        return TaskProgress("scan", p.done, 0, f"Listing folders: {p.done} files found")
-    if p.phase == "inspecting":
-        name = f" ({p.current.name})" if p.current is not None else ""
-        return TaskProgress("scan", p.done, p.total, f"Reading headers {p.done}/{p.total}{name}")
-    return TaskProgress("scan", p.total, p.total, f"Library indexed ({p.cached} from cache)")
-
-
-def _load_progress(p: LoadProgress) -> TaskProgress:
-    mib = p.bytes_done / 2**20
-    text = f"Loading {p.component}: {p.tensors_done}/{p.tensors_total} tensors, {mib:.1f} MiB"
-    return TaskProgress("load", p.bytes_done, p.bytes_total, text)
-
-
-_PHASE_WORDS = {
-    "load": "Loading",
-    "text_encode": "Encoding the prompt",
-    "sample": "Sampling",
-    "upscale": "Upscaling",
-    "decode": "Decoding",
-    "save": "Saving",
-}
-
-
-def _generate_words(p: GenerateProgress) -> str:
-    steps = f" {p.step}/{p.steps}" if p.steps else ""
-    return f"{_PHASE_WORDS.get(p.phase, p.phase)}{steps}…"  # "…": the status bar clears it when idle
-
-
-def _large(path: Path | None) -> bool:
-    """A file that takes a while to hash (so the results held before it are shown first)."""
-    try:
-        return path is not None and path.stat().st_size >= 32 << 20
-    except OSError:
-        return False
 
 
 class Backend(QObject):
@@ -100,6 +61,7 @@ class Backend(QObject):
     event = Signal(object)  # EngineEvent
     demo_ready = Signal(str)  # the demo library's folder
     placement_changed = Signal(object)  # PlacementInfo
+    memory_changed = Signal(object)  # MemoryFigures, after each memory decision and task
     finished = Signal(str)
     hash_progress = Signal(object)  # HashProgress of the background hash pass (its own thread)
 
@@ -117,7 +79,7 @@ class Backend(QObject):
         self.thread.setObjectName("loadout-backend")
         self.worker = TaskRunner(self.stop_flag)
         self.worker.moveToThread(self.thread)
-        session.on_event = self.worker.post  # memory decisions, relayed as they happen
+        session.on_event = self._relay_event  # memory decisions, relayed as they happen
         self._submit.connect(self.worker.run)
         self._routes: dict[type, Callable[[object], None]] = {
             ModelInfo: self.model_loaded.emit,
@@ -128,6 +90,7 @@ class Backend(QObject):
             GenerateResult: self.generated.emit,
             SessionEvent: self.event.emit,
             PlacementInfo: self._placement_changed,
+            MemoryFigures: self.memory_changed.emit,
             ScanBatch: lambda b: self.entries_found.emit(list(b.entries)),  # type: ignore[attr-defined]
             ScanDone: lambda d: self.scan_done.emit(list(d.problems)),  # type: ignore[attr-defined]
             DemoReady: lambda d: self.demo_ready.emit(d.folder),  # type: ignore[attr-defined]
@@ -135,10 +98,7 @@ class Backend(QObject):
         }
         # Full-file hashes on a thread of their own (never behind a load), paused while a task runs;
         # what it finds is relayed like the scan's entries.
-        self._hashed_batch: list[Entry] = []
-        self._hashed_lock = threading.Lock()
-        self._hashed_last = 0.0
-        self.hasher = BackgroundHasher(session.library.hashes, self._hashed, self._hash_progress)
+        self.hasher = HashRelay(session.library, self.worker.post).hasher
         self.busy_changed.connect(lambda busy: self.hasher.pause() if busy else self.hasher.resume())
         self._pending = 0
         self.current_task: str | None = None
@@ -186,32 +146,6 @@ class Backend(QObject):
             self.current_task = None
             self.busy_changed.emit(False)
 
-    def _hashed(self, path: Path, digest: FileDigest) -> None:
-        """(On the hasher's thread; the index is locked.) Relayed in batches, as scan results."""
-        entry = self.session.library.hashed(path, digest)
-        if entry is None:
-            return
-        with self._hashed_lock:
-            self._hashed_batch.append(entry)
-            if time.monotonic() - self._hashed_last < SCAN_BATCH_INTERVAL:
-                return
-        self._flush_hashed()
-
-    def _flush_hashed(self) -> None:
-        with self._hashed_lock:
-            batch, self._hashed_batch = self._hashed_batch, []
-            self._hashed_last = time.monotonic()
-        if batch:
-            self.worker.post(ScanBatch(tuple(batch)))
-
-    def _hash_progress(self, p: HashProgress) -> None:
-        """Before a large file (seconds of hashing) or at the end, what is held is shown."""
-        with self._hashed_lock:
-            due = time.monotonic() - self._hashed_last >= SCAN_BATCH_INTERVAL
-        if not p.running or due or _large(p.current):
-            self._flush_hashed()
-        self.worker.post(p)
-
     def _used(self, r: Reporter, paths: list[Path]) -> None:
         """Note that ``paths`` were used now (the library's "last used"), and show it."""
         changed = self.session.library.note_used(paths)
@@ -222,9 +156,16 @@ class Backend(QObject):
         """Drop the background hash pass (the file being read is abandoned; hashes found stay)."""
         self.hasher.cancel()
 
+    def _relay_event(self, event: SessionEvent) -> None:
+        """A memory decision, on the thread that took it: the event, then the figures after it
+        (read there, so the window never reads the session)."""
+        self.worker.post(event)
+        self.worker.post(self.session.placement.memory_figures())
+
     def _snapshots(self, r: Reporter) -> None:
         r.post(Models(self.session.models()))
         r.post(self.session.loras.info())
+        r.post(self.session.placement.memory_figures())
 
     # -- operations ------------------------------------------------------------------------------
     def scan(self, folders: list[str]) -> None:
@@ -235,7 +176,7 @@ class Backend(QObject):
             last = time.monotonic()
             try:
                 for entry in self.session.library.scan(
-                    names, lambda p: r.progress(_scan_progress(p)), r.check
+                    names, lambda p: r.progress(scan_progress(p)), r.check
                 ):
                     batch.append(entry)
                     if time.monotonic() - last >= SCAN_BATCH_INTERVAL:
@@ -251,7 +192,7 @@ class Backend(QObject):
 
     def load(self, path: Path | str, kind: str) -> None:
         def work(r: Reporter) -> None:
-            r.post(self.session.load(Path(path), kind, lambda p: r.progress(_load_progress(p)), r.check))
+            r.post(self.session.load(Path(path), kind, lambda p: r.progress(load_progress(p)), r.check))
             self._snapshots(r)
             self._used(r, [Path(path)])
 
@@ -337,7 +278,7 @@ class Backend(QObject):
         def work(r: Reporter) -> None:
             def step(p: GenerateProgress) -> None:
                 r.post(p)
-                r.progress(TaskProgress("generate", p.step, p.steps, _generate_words(p)))
+                r.progress(TaskProgress("generate", p.step, p.steps, generate_words(p)))
 
             check_output_folder(output.path)  # before any work: an unwritable folder is said at once
             try:

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Literal
 
 from core.library import Entry
-from core.session.placement import PlacementInfo
+from core.session.placement import MemoryFigures, PlacementInfo
 from core.session.snapshots import (
     MAIN_KEY,
     ComponentInfo,
@@ -32,6 +32,7 @@ __all__ = [
     "DemoReady",
     "EngineEvent",
     "LoraInfo",
+    "MemoryFigures",
     "ModelInfo",
     "Models",
     "PlacementInfo",

@@ -3,6 +3,10 @@
 Qt-free: the plot panel calls :meth:`MemoryMonitor.sample` on a timer (5-10 Hz) in the GUI thread;
 each reading is a few microseconds (psutil, and torch / NVML through core's probes when a GPU is
 there). History is a bounded ring; peaks are kept since start (or the last :meth:`reset_peaks`).
+
+The monitor's probe is its own, built on the GUI thread from the placement's plain
+:class:`~core.session.placement.MemoryFigures` (:meth:`MemoryMonitor.watch`); the bytes Loadout
+holds on the device come with the fresh figures the backend sends after each memory decision.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ import psutil
 
 from core.memory.devices import DeviceInfo, discover_devices
 from core.memory.probes import MemoryProbe, probe_for
+from core.session.placement import MemoryFigures, monitor_probe
 
 
 @dataclass(frozen=True)
@@ -52,8 +57,28 @@ class MemoryMonitor:
         self.peak_ram = 0
         self.peak_gpu: int | None = None
         #: bytes Loadout itself holds on the device, which the memory manager would evict to make
-        #: room (set by the window from the placement; read on the GUI thread, lock-free)
-        self.reclaimable: Callable[[], int] = lambda: 0
+        #: room (from the latest figures the backend sent)
+        self.reclaimable = 0
+        #: the placement figures this monitor samples the device of (None: a probe given to it)
+        self.figures: MemoryFigures | None = None
+
+    @classmethod
+    def watching(cls, figures: MemoryFigures, **kwargs: object) -> MemoryMonitor:
+        """A monitor of the placement's device, described by ``figures``."""
+        monitor = cls(None, **kwargs)  # type: ignore[arg-type]
+        monitor.watch(figures)
+        return monitor
+
+    def watch(self, figures: MemoryFigures) -> None:
+        """Sample the device ``figures`` describe, with a probe of this thread's own (a simulated
+        card on the CPU counts the placed bytes of the latest figures as its use)."""
+        self.figures = figures
+        self.reclaimable = figures.placed_bytes
+        self.gpu = monitor_probe(figures, lambda: self.reclaimable)
+
+    def update(self, figures: MemoryFigures) -> None:
+        """Fresh numbers from the backend (after a memory decision): what Loadout holds now."""
+        self.reclaimable = figures.placed_bytes
 
     @classmethod
     def discover(cls, **kwargs: object) -> MemoryMonitor:
@@ -104,7 +129,7 @@ class MemoryMonitor:
         models hold there (they would be evicted), else available RAM."""
         if self.gpu is not None:
             try:
-                return self.gpu.free() + self.reclaimable(), self.gpu.device.name
+                return self.gpu.free() + self.reclaimable, self.gpu.device.name
             except Exception:
                 pass
         return int(psutil.virtual_memory().available), "system RAM"

@@ -15,8 +15,9 @@ from app.commands.stopping import guarded_inputs, stop_signals
 from core.errors import InterruptedByUser
 from core.loading.convert_file import DTYPES, parse_dtype
 from core.memory.policy import MemorySettings, VramState
-from core.run.headless import RunRequest, run_model
+from core.run.command import RunRequest, run_model
 from core.session.testrun import RunConfig
+from core.units import in_gib
 from core.values import BATCH, RUN_STEPS, SEED
 
 
@@ -79,8 +80,8 @@ def run(args: argparse.Namespace) -> int:
         out = report["output"]
         print(
             f"{report['family']} on {report['device']}: {report['seconds_per_step']} s/step, "
-            f"{report['resident_bytes'] / 2**30:.2f} GiB resident, "
-            f"{report['streamed_bytes_per_step'] / 2**30:.2f} GiB streamed per step, "
+            f"{in_gib(report['resident_bytes'])} resident, "
+            f"{in_gib(report['streamed_bytes_per_step'])} streamed per step, "
             f"output sha256 {out['sha256'][:16]}"
         )
         for e in report["events"]:

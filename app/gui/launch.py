@@ -74,7 +74,7 @@ def build_window(
     cache = InspectCache(cache_path, engine_version=engine_version())
     session = Session(placement, library=Library(cache), loaders=loaders)
     backend = Backend(session)
-    mon = monitor if isinstance(monitor, MemoryMonitor) else MemoryMonitor(placement.monitor_probe)
+    mon = monitor if isinstance(monitor, MemoryMonitor) else MemoryMonitor.watching(backend.placement.memory)
     if demo and output_folder is None:  # the demo's pictures stay with the demo library
         from app.demo import default_demo_dir
 

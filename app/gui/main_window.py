@@ -75,8 +75,7 @@ class MainWindow(PlacementControls, QMainWindow):
         self.setWindowIcon(app_icon())
         self.setAcceptDrops(True)
         self._build_panels()
-        memory = self.placement.memory
-        if memory is not None and monitor.gpu is memory.probe:  # not a test's own monitor
+        if monitor.figures is not None:  # not a test's own monitor
             self._watch_placement()
         self._build_actions()
         self._connect_backend()
@@ -177,6 +176,7 @@ class MainWindow(PlacementControls, QMainWindow):
         )
         w.demo_ready.connect(self._on_demo_ready)
         w.placement_changed.connect(self._on_placement)
+        w.memory_changed.connect(self.monitor.update)
         w.finished.connect(lambda task: task == "load" and self._loading and self._loading.pop(0))
         w.run_done.connect(lambda r: self.task_label.setText(f"Test run: {r.seconds_per_step:.3f} s/step"))
         w.scan_done.connect(lambda problems: self.task_label.setText("Library up to date"))

@@ -39,12 +39,9 @@ class PlacementControls:
 
     def _watch_placement(self) -> None:
         """Point the monitor and the fit estimate at the placement's device: the snapshot's memory
-        view (the probe and the manager's lock-free placed bytes) is all the GUI thread reads."""
+        figures (plain numbers) are all the GUI thread reads; the monitor probes with its own."""
         memory = self.placement.memory
-        if memory is None:
-            return
-        self.monitor.gpu = memory.probe  # sampled by the plot's timer
-        self.monitor.reclaimable = memory.placed_bytes
+        self.monitor.watch(memory)  # sampled by the plot's timer
         self.details.fit.headroom = memory.headroom
         self.details.fit.headroom_fixed = memory.headroom_fixed
 

@@ -10,6 +10,8 @@ from PySide6.QtGui import QColor, QIcon, QPainter, QPalette, QPixmap
 from PySide6.QtSvg import QSvgRenderer
 from PySide6.QtWidgets import QApplication
 
+from core.units import decimal_size
+
 RESOURCES = Path(__file__).resolve().parents[1] / "resources"
 DARK_ICON = "#c9d1e3"
 LIGHT_ICON = "#475467"
@@ -138,14 +140,8 @@ def is_dark() -> bool:
 
 # --- text --------------------------------------------------------------------------------------
 def human_bytes(n: int | float | None) -> str:
-    if n is None:
-        return "-"
-    n = float(n)
-    for unit in ("B", "KB", "MB", "GB"):
-        if abs(n) < 1000:
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1000
-    return f"{n:.2f} TB"
+    """A size for the window (core.units.decimal_size); "-" for an unknown one."""
+    return "-" if n is None else decimal_size(n)
 
 
 def human_count(n: int) -> str:

@@ -8,8 +8,8 @@ import html
 
 from core.memory.devices import nvidia_device
 from core.memory.policy import MemorySettings, VramState, choose_vram_state
+from core.units import MIB
 
-MIB = 2**20
 MODES = (VramState.NO_VRAM, VramState.LOW_VRAM, VramState.NORMAL_VRAM, VramState.HIGH_VRAM)
 
 

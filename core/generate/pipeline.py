@@ -7,7 +7,7 @@ offloading the others), and ``hooks.check`` between steps and layers, which rais
 ``InterruptedByUser`` when the user stopped. Nothing here changes a model, so a stopped run leaves
 every model as it was.
 
-Conditioning is cached (:class:`core.text.cache.ConditioningCache`) by the text encoders'
+Prompt conditioning is cached (:class:`core.text.cache.ConditioningCache`) by the text encoders'
 identity and LoRA clip strengths (``hooks.text_key``): a new seed or a UNet LoRA strength does not
 re-encode the prompt.
 """
@@ -39,8 +39,8 @@ from core.sampling.model_sampling import from_spec
 from core.text.cache import CacheKey, ConditioningCache
 from core.text.clip_tokenizer import ClipTokenizer
 from core.text.conditioning import (
-    Conditioning,
     EncodeOptions,
+    PromptConditioning,
     PromptEncoder,
     TextEncoders,
     TextFamily,
@@ -204,11 +204,11 @@ class Pipeline:
             )
         return self._encoder
 
-    def _encode(self, prompt: str, hooks: Hooks) -> Conditioning:
+    def _encode(self, prompt: str, hooks: Hooks) -> PromptConditioning:
         key = CacheKey(hooks.text_key, self.text_family, self.text_options, prompt)
         placed = False
 
-        def encode(text: str) -> Conditioning:
+        def encode(text: str) -> PromptConditioning:
             nonlocal placed
             if not placed:
                 hooks.place("text_encode")
@@ -219,7 +219,7 @@ class Pipeline:
         return self.cache.get_or_encode(key, encode)
 
     def _to_sampling(
-        self, cond: Conditioning, settings: ImageSettings, *, negative: bool
+        self, cond: PromptConditioning, settings: ImageSettings, *, negative: bool
     ) -> SamplingConditioning:
         pooled: Tensor | None = None
         adm = getattr(self.adapter.config, "adm_in_channels", None)

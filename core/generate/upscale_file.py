@@ -14,7 +14,7 @@ import numpy as np
 import torch
 
 from core.errors import ModelMismatchError
-from core.generate.headless import read_picture
+from core.generate.command import read_picture
 from core.generate.png import save_png, to_uint8_rgb
 from core.memory.devices import device_named
 from core.memory.peak import peak_bytes, reset_peak

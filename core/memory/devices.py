@@ -21,11 +21,12 @@ from typing import Any, Literal
 import psutil
 import torch
 
+from core.units import card_size
+
 log = logging.getLogger(__name__)
 
 DeviceKind = Literal["cuda", "rocm", "mps", "xpu", "cpu"]
 
-GIB = 1024**3
 
 #: NVIDIA Turing cards without tensor cores whose fp16 output is NaN / black images in SD
 #: (ComfyUI's ``nvidia_16_series`` list; names as the driver reports them).
@@ -89,21 +90,13 @@ class DeviceInfo:
     @property
     def label(self) -> str:
         """What a person reads: "NVIDIA GeForce RTX 3090 (cuda:0, 24 GiB, CC 8.6)"."""
-        return f"{self.name} ({self.torch_device}, {format_gib(self.total_bytes)}, {self.capability_text})"
+        return f"{self.name} ({self.torch_device}, {card_size(self.total_bytes)}, {self.capability_text})"
 
     def limited_to(self, limit_bytes: int) -> DeviceInfo:
         """This device as a smaller simulated card (``loadout run --vram-limit``)."""
         total = min(self.total_bytes, limit_bytes)
-        note = f"limited to {format_gib(total)} of {format_gib(self.total_bytes)} by a VRAM limit"
+        note = f"limited to {card_size(total)} of {card_size(self.total_bytes)} by a VRAM limit"
         return replace(self, total_bytes=total, simulated=True, notes=(*self.notes, note))
-
-
-def format_gib(n: int | float) -> str:
-    """Bytes as GiB for sentences: "24 GiB", "3.8 GiB", "0.5 GiB"."""
-    gib = n / GIB
-    if gib >= 10 or abs(gib - round(gib)) < 0.05:
-        return f"{gib:.0f} GiB"
-    return f"{gib:.1f} GiB"
 
 
 # --- capability rules (pure) ------------------------------------------------------------------

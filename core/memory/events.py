@@ -38,10 +38,43 @@ def frozen_details(details: Mapping[str, Detail] | None) -> Mapping[str, Detail]
     return MappingProxyType(dict(details or {}))
 
 
+@dataclass(frozen=True, kw_only=True)
+class Shortfall:
+    """The numbers of a refused placement, for the code that says what would fit instead.
+
+    ``room_bytes``: the device bytes the model could have had (free + its own resident);
+    ``stream_buffer_bytes``: the least stream buffers, were every module streamed; ``kept_bytes``:
+    the fixed reserve kept free; ``activation_bytes``: the rest of the inference reserve.
+    """
+
+    room_bytes: int
+    stream_buffer_bytes: int
+    kept_bytes: int
+    activation_bytes: int
+
+    @property
+    def activation_budget(self) -> int:
+        """What was left for activations with every module streamed (negative: not even that)."""
+        return self.room_bytes - self.stream_buffer_bytes - self.kept_bytes
+
+    def details(self) -> dict[str, Detail]:
+        """The same numbers under their event-log keys (the JSON contract)."""
+        return {
+            "room_bytes": self.room_bytes,
+            "stream_buffer_bytes": self.stream_buffer_bytes,
+            "kept_bytes": self.kept_bytes,
+            "activation_bytes": self.activation_bytes,
+        }
+
+
 @dataclass(frozen=True)
 class MemoryEvent:
     """One decision. ``bytes`` is what moved (0 for keep/refuse/interrupt); ``device_bytes_after``
-    is the model's bytes on the device once the decision was carried out (None when unknown)."""
+    is the model's bytes on the device once the decision was carried out (None when unknown).
+
+    ``details`` are the numbers the JSON log shows (written, never read back by key); what code
+    reads is typed: ``shortfall`` on a refused placement (its numbers are in ``details`` too).
+    """
 
     timestamp: float
     kind: EventKind
@@ -50,6 +83,7 @@ class MemoryEvent:
     device_bytes_after: int | None
     reason: str
     details: Mapping[str, Detail] = field(default_factory=lambda: frozen_details(None), hash=False)
+    shortfall: Shortfall | None = None
 
     def __post_init__(self) -> None:
         if self.kind not in EVENT_KINDS:

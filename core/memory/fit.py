@@ -14,6 +14,7 @@ from typing import Literal, Protocol
 from core.detect.catalog import memory_profile
 from core.files.dtypes import dtype_by_short
 from core.memory.inference import activation_bytes, native_workload
+from core.units import GIB, mib_or_gib
 
 Verdict = Literal["fits", "partial", "no", "n/a"]
 
@@ -65,7 +66,7 @@ class FitEstimate:
 
 
 def _gib(n: int) -> str:
-    return f"{n / 2**30:.2f} GiB" if n >= 2**28 else f"{n / 2**20:.1f} MiB"
+    return mib_or_gib(n, gib_from=GIB // 4, mib_digits=1)
 
 
 def component_fits(entry: Entry, dtype: str | None = None) -> tuple[ComponentFit, ...]:

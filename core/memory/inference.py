@@ -28,6 +28,7 @@ from types import MappingProxyType
 from typing import Literal
 
 from core.detect.catalog import memory_profile
+from core.units import mib_or_gib
 
 AttentionKind = Literal["cpu_flash", "cuda_flash", "math"]
 ATTENTION_KINDS: tuple[AttentionKind, ...] = ("cpu_flash", "cuda_flash", "math")
@@ -97,6 +98,7 @@ _TABLE = {
 }
 _TABLE |= {(p, "cuda_flash"): replace(c, measured=_FROM_CPU) for (p, _), c in list(_TABLE.items())}
 COEFFICIENTS: MappingProxyType[tuple[str, str], Coefficients] = MappingProxyType(_TABLE)
+
 
 def has_coefficients(profile: str, attention: str) -> bool:
     return (profile, attention) in COEFFICIENTS
@@ -178,18 +180,14 @@ def fit_advice(profile: str | None, work: Workload, budget: int, width: int | No
     """A sentence naming what would fit in ``budget`` bytes of activations (for a refusal)."""
     need = activation_bytes(profile, work, width)
     fits = largest_fitting(profile, work, budget, width)
-    what = f"{work.width}x{work.height} at batch {work.batch} needs {_mib(need)} of activations"
+    what = f"{work.width}x{work.height} at batch {work.batch} needs {mib_or_gib(need)} of activations"
     if budget <= 0:
         return f"{what}, and the streamed weights alone leave no room for any: use a larger card."
     if fits is None:
-        return f"{what} but only {_mib(budget)} is left: not even 64x64 at batch 1 fits."
+        return f"{what} but only {mib_or_gib(budget)} is left: not even 64x64 at batch 1 fits."
     if fits.batch > 1 or (fits.width, fits.height) == (work.width, work.height):
-        return f"{what} but only {_mib(budget)} is left: a batch of {fits.batch} fits at this size."
+        return f"{what} but only {mib_or_gib(budget)} is left: a batch of {fits.batch} fits at this size."
     return (
-        f"{what} but only {_mib(budget)} is left: {fits.width}x{fits.height} at batch 1 fits "
+        f"{what} but only {mib_or_gib(budget)} is left: {fits.width}x{fits.height} at batch 1 fits "
         f"(--size {fits.width}x{fits.height} --batch 1)."
     )
-
-
-def _mib(n: int) -> str:
-    return f"{n / 2**30:.2f} GiB" if n >= 2**30 else f"{n / 2**20:.0f} MiB"

@@ -9,7 +9,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import Enum
 
-from core.memory.events import GIB, MIB, Detail, EventKind, MemoryEvent, frozen_details, gib
+from core.memory.events import GIB, MIB, Detail, EventKind, MemoryEvent, Shortfall, frozen_details, gib
 from core.memory.vram_state import VramState
 
 VRAM_STATES = tuple(s.value for s in VramState)
@@ -131,6 +131,8 @@ class Step:
     device_bytes_after: int
     reason: str
     details: Mapping[str, Detail] = field(default_factory=lambda: frozen_details(None), hash=False)
+    #: a refuse step's numbers, typed (also in ``details``, for the log)
+    shortfall: Shortfall | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "details", frozen_details(self.details))
@@ -148,7 +150,9 @@ class Step:
         after = self.device_bytes_after if device_bytes_after is None else device_bytes_after
         details = {**self.details, "planned_bytes": self.bytes, **extra}
         nbytes = self.bytes if moved is None else moved
-        return MemoryEvent(timestamp, self.kind, self.model, nbytes, after, self.reason, details)
+        return MemoryEvent(
+            timestamp, self.kind, self.model, nbytes, after, self.reason, details, shortfall=self.shortfall
+        )
 
 
 @dataclass(frozen=True)

@@ -32,7 +32,7 @@ from __future__ import annotations
 import bisect
 from collections.abc import Iterable, Sequence
 
-from core.memory.events import Detail, EventKind, gib
+from core.memory.events import Detail, EventKind, Shortfall, gib
 from core.memory.plan_records import (
     VRAM_STATES,
     WHOLE,
@@ -248,27 +248,17 @@ def plan_load(
     cfg = settings or PlanSettings()
     reserve = cfg.inference_reserve(inference_bytes)
     target, note = _decide(model, cfg, free_bytes, reserve)
-    name, total, resident, ordered = (
-        model.name,
-        model.total_bytes,
-        model.resident,
-        _largest_first(model.modules),
-    )
     numbers: dict[str, Detail] = {
-        "total_bytes": total,
+        "total_bytes": model.total_bytes,
         "free_bytes": free_bytes,
         "reserve_bytes": reserve,
         "vram_state": cfg.vram_state,
         "headroom": cfg.weight_headroom,
     }
-    if target is None:  # the numbers a caller needs to say what would fit
-        least = _buffer(model.flight.values(), cfg.stream_buffers)
-        kept = min(cfg.reserve_bytes, reserve)
-        numbers |= {"room_bytes": free_bytes + model.loaded_bytes, "stream_buffer_bytes": least}
-        numbers |= {"kept_bytes": kept, "activation_bytes": reserve - kept}
-        keep = tuple(n for n, _ in ordered if n in resident)
-        step = Step("refuse", name, 0, (), model.loaded_bytes, note, numbers)
-        return LoadPlan(name, "refuse", keep, (), (), model.loaded_bytes, 0, reserve, 0, note, (step,))
+    if target is None:
+        return _refuse_plan(model, cfg, free_bytes, reserve, note, numbers)
+    name, total, resident = model.name, model.total_bytes, model.resident
+    ordered = _largest_first(model.modules)
     size = dict(ordered)
     to_load = tuple(n for n, _ in ordered if n in target and n not in resident)
     to_unload = tuple(n for n, _ in ordered if n in resident and n not in target)
@@ -287,30 +277,57 @@ def plan_load(
         kind: EventKind = "partial_unload" if target else "unload"
         steps.append(Step(kind, name, out, to_unload, model.loaded_bytes - out, why, numbers))
     moved_in = sum(size[n] for n in to_load)
-    if on_cpu:
-        kind, reason = "keep", note
-    elif streamed:
-        placed = (
-            f"Loaded {gib(device)} of {name} ({len(target)} of {len(ordered)} modules) and left "
-            f"{gib(streamed)}"
-            if device
-            else f"Left all of {name} ({gib(total)})"
-        )
-        kind, reason = "partial_load", f"{placed} on the CPU to stream at each step: {note}."
-    elif moved_in:
-        what = (
-            f"{name} fully ({gib(total)})"
-            if moved_in == total
-            else f"the remaining {gib(moved_in)} of {name} ({gib(total)} in all)"
-        )
-        kind, reason = "load", f"Loaded {what}: {note}."
-    else:
-        kind, reason = "keep", f"{name} is already fully on the device ({gib(total)}); nothing moved."
+    kind, reason = (
+        ("keep", note)
+        if on_cpu
+        else _load_words(model, note, device=device, streamed=streamed, moved_in=moved_in, placed=len(target))
+    )
     steps.append(Step(kind, name, moved_in, to_load, device, reason, numbers))
     on_device = tuple(n for n, _ in ordered if n in target)
     return LoadPlan(
         name, kind, on_device, to_load, to_unload, device, streamed, reserve, buffer, reason, tuple(steps)
     )
+
+
+def _refuse_plan(
+    model: ModelState, cfg: PlanSettings, free_bytes: int, reserve: int, note: str, numbers: dict[str, Detail]
+) -> LoadPlan:
+    """The refuse plan, with the numbers a caller needs to say what would fit."""
+    kept = min(cfg.reserve_bytes, reserve)
+    short = Shortfall(
+        room_bytes=free_bytes + model.loaded_bytes,
+        stream_buffer_bytes=_buffer(model.flight.values(), cfg.stream_buffers),
+        kept_bytes=kept,
+        activation_bytes=reserve - kept,
+    )
+    keep = tuple(n for n, _ in _largest_first(model.modules) if n in model.resident)
+    name, loaded = model.name, model.loaded_bytes
+    step = Step("refuse", name, 0, (), loaded, note, numbers | short.details(), short)
+    return LoadPlan(name, "refuse", keep, (), (), loaded, 0, reserve, 0, note, (step,))
+
+
+def _load_words(
+    model: ModelState, note: str, *, device: int, streamed: int, moved_in: int, placed: int
+) -> tuple[EventKind, str]:
+    """The kind and the sentence of a load step: ``device`` bytes (``placed`` modules) on the
+    device, ``streamed`` left on the CPU, ``moved_in`` by this load."""
+    name, total = model.name, model.total_bytes
+    if streamed:
+        where = (
+            f"Loaded {gib(device)} of {name} ({placed} of {len(model.modules)} modules) and left "
+            f"{gib(streamed)}"
+            if device
+            else f"Left all of {name} ({gib(total)})"
+        )
+        return "partial_load", f"{where} on the CPU to stream at each step: {note}."
+    if moved_in:
+        what = (
+            f"{name} fully ({gib(total)})"
+            if moved_in == total
+            else f"the remaining {gib(moved_in)} of {name} ({gib(total)} in all)"
+        )
+        return "load", f"Loaded {what}: {note}."
+    return "keep", f"{name} is already fully on the device ({gib(total)}); nothing moved."
 
 
 def _room_phrase(models: Sequence[ModelState]) -> str:

@@ -22,12 +22,10 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Literal
 
-from core.memory.devices import DeviceInfo, format_gib
+from core.memory.devices import DeviceInfo
 from core.memory.vram_state import SettingsError as SettingsError
 from core.memory.vram_state import VramState as VramState
-
-MIB = 1024**2
-GIB = 1024**3
+from core.units import GIB, MIB, card_size
 
 DtypeRole = Literal["diffusion_model", "text_encoder", "vae", "controlnet"]
 ROLES: tuple[DtypeRole, ...] = ("diffusion_model", "text_encoder", "vae", "controlnet")
@@ -117,7 +115,7 @@ def automatic_vram_state(device: DeviceInfo, total: int) -> VramDecision:
     """The state the card's size and kind call for, with the sentence explaining it."""
     if device.kind == "cpu" and not device.simulated:
         return VramDecision(VramState.DISABLED, f"No GPU: {_EFFECTS[VramState.DISABLED]}", True)
-    card = f"{format_gib(total)} {_card_word(device)}"
+    card = f"{card_size(total)} {_card_word(device)}"
     if device.shared_memory:
         state = VramState.SHARED
     elif total < LOW_VRAM_BELOW:
@@ -144,7 +142,7 @@ def choose_vram_state(device: DeviceInfo, total: int, settings: MemorySettings |
             f"No GPU: {_EFFECTS[VramState.DISABLED]} (the {wanted.title} setting has no effect without one)",
             False,
         )
-    card = f"{format_gib(total)} {_card_word(device)}"
+    card = f"{card_size(total)} {_card_word(device)}"
     reason = f"{card}: {wanted.title} (your setting; automatic: {auto.state.title}); {_EFFECTS[wanted]}"
     return VramDecision(wanted, reason, False)
 

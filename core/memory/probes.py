@@ -24,8 +24,6 @@ from core.memory.devices import DeviceInfo, nvidia_device
 
 log = logging.getLogger(__name__)
 
-GIB = 1024**3
-
 
 @runtime_checkable
 class MemoryProbe(Protocol):

@@ -77,8 +77,7 @@ class StepPlacer:
 
     def _refusal(self, result: LoadResult) -> NotEnoughMemoryError:
         event = next(e for e in result.events if e.kind == "refuse")
-        d = {k: v for k, v in event.details.items() if isinstance(v, int)}
-        budget = d.get("room_bytes", 0) - d.get("stream_buffer_bytes", 0) - d.get("kept_bytes", 0)
+        budget = event.shortfall.activation_budget if event.shortfall is not None else 0
         return NotEnoughMemoryError(
             "Not enough GPU memory to run the model",
             why=event.reason,

@@ -29,6 +29,8 @@ from typing import Protocol
 import torch
 from torch import Tensor
 
+from core.units import in_mib
+
 #: Offsets inside a buffer are kept to this alignment (the CUDA allocator's), so a view of any
 #: dtype starts on a boundary the copy engine moves at full speed.
 PACK_ALIGNMENT = 512
@@ -146,8 +148,8 @@ def build_ring(
         return None, "nothing streams"
     if largest * count > cap:
         return None, (
-            f"pinning skipped: {count} staging buffers of {largest / 2**20:.0f} MiB exceed the pinned-memory "
-            f"cap of {cap / 2**20:.0f} MiB; streaming from pageable memory"
+            f"pinning skipped: {count} staging buffers of {in_mib(largest)} exceed the pinned-memory "
+            f"cap of {in_mib(cap)}; streaming from pageable memory"
         )
     try:
         return StagingRing(largest, count, backend), ""

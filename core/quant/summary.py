@@ -5,8 +5,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from core.files.tensor_info import TensorInfo
+if TYPE_CHECKING:  # annotations only: quant sits below files (files builds quantized weights)
+    from core.files.tensor_info import TensorInfo
 
 
 @dataclass(frozen=True)

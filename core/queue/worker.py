@@ -18,10 +18,10 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from core.generate.command import generator_for, load_models, read_picture
 from core.generate.events import GenerateProgress
 from core.generate.generator import Generator
 from core.generate.hashes import FileHashes
-from core.generate.headless import generator_for, load_models, read_picture
 from core.generate.request import GenerateRequest, ModelFiles
 from core.generate.session_run import Output
 from core.loading.assign import interrupt_check

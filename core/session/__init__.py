@@ -1,7 +1,7 @@
 """One engine session: loaded models in typed slots, their LoRA stack, placement through the
 memory manager, the test run. Qt-free; the window, ``loadout run`` and generation use it."""
 
-from core.session.placement import MemoryView, Placement, PlacementConfig, PlacementInfo
+from core.session.placement import MemoryFigures, Placement, PlacementConfig, PlacementInfo
 from core.session.session import Session
 from core.session.slots import LoadedModel, Loaders, SlotId
 from core.session.snapshots import (
@@ -18,7 +18,7 @@ __all__ = [
     "LoadedModel",
     "Loaders",
     "LoraInfo",
-    "MemoryView",
+    "MemoryFigures",
     "ModelInfo",
     "Placement",
     "PlacementConfig",

@@ -19,11 +19,11 @@ from __future__ import annotations
 import sys
 import threading
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import psutil
 
-from core.memory.devices import DeviceInfo, cpu_device, discover_devices, format_gib
+from core.memory.devices import DeviceInfo, cpu_device, discover_devices
 from core.memory.dtypes import DtypePolicy
 from core.memory.events import EventLog
 from core.memory.inference import network_profile
@@ -40,9 +40,10 @@ from core.memory.policy import (
     pinned_memory_cap,
     reserve_bytes,
 )
-from core.memory.probes import CpuProbe, LimitedProbe, MemoryProbe, probe_for
+from core.memory.probes import LimitedProbe, MemoryProbe, probe_for
 from core.memory.step_placer import Profile, default_memory_required
 from core.patching.patcher import ModelPatcher
+from core.units import GIB, card_size, in_mib
 
 
 @dataclass(frozen=True)
@@ -55,15 +56,31 @@ class PlacementConfig:
     inference_bytes: int | None = None
 
 
-@dataclass(frozen=True)
-class MemoryView:
-    """The thread-safe reads the window's memory plot and fit estimate make (on the GUI thread,
-    while the worker may be moving weights): the device probe and the bytes the manager placed."""
+@dataclass(frozen=True, kw_only=True)
+class MemoryFigures:
+    """The placement's memory at one moment, taken on the thread that owns the session: plain data
+    that crosses to the window. The window's plot samples a probe of its own, built on its thread
+    from these (:func:`monitor_probe`); the backend sends fresh figures after every memory decision.
+    """
 
-    probe: MemoryProbe | None  # what the plot samples (also a GPU set not to be used)
-    placed_bytes: Callable[[], int]
-    headroom: int | None  # the manager's inference headroom; None when nothing is placed
+    device: DeviceInfo | None = None  # what the plot samples (also a GPU set not to be used)
+    limit_bytes: int = 0  # a simulated card's size on ``device`` (0: the whole device)
+    charged: bool = False  # the simulated card is on the CPU: what it holds is ``placed_bytes``
+    placed_bytes: int = 0  # what the manager has placed on the device
+    headroom: int | None = None  # the manager's inference headroom; None when nothing is placed
     headroom_fixed: bool = False  # the user fixed it: it stands for the activations
+
+
+def monitor_probe(figures: MemoryFigures, placed: Callable[[], int] | None = None) -> MemoryProbe | None:
+    """A new probe of ``figures``' device for the thread that samples it; a simulated card on the
+    CPU counts ``placed()`` as its use (the placement's own bytes, or the latest figures')."""
+    if figures.device is None:
+        return None
+    probe = probe_for(figures.device)
+    if figures.limit_bytes > 0:
+        charge = (placed or (lambda: figures.placed_bytes)) if figures.charged else None
+        probe = LimitedProbe(probe, figures.limit_bytes, charge=charge)
+    return probe
 
 
 @dataclass(frozen=True)
@@ -77,11 +94,11 @@ class PlacementInfo:
     reason: str  # why this VRAM state
     simulated: bool = False
     has_gpu: bool = False  # a real accelerator exists (even when set not to be used)
-    memory: MemoryView | None = field(default=None, compare=False)
+    memory: MemoryFigures = field(default_factory=MemoryFigures, compare=False)
 
 
-def _mib(n: int) -> str:
-    return f"{n / 2**20:.0f} MiB" if n < 2**30 else format_gib(n)
+def _simulated_size(n: int) -> str:
+    return card_size(n) if n >= GIB else in_mib(n)
 
 
 def _ram_total() -> int:
@@ -107,10 +124,10 @@ class Placement:
         self.interrupt = interrupt if interrupt is not None else threading.Event()
         self.cpu_is_device = cpu_is_device
         self._profiles: dict[int, Profile] = {}  # id(registered model) -> its activation profile
+        self._source = MemoryFigures()  # what the plot samples (a GPU set not to be used too)
         probe, target, forced = self._probe()
         settings = self.config.settings
         decision = choose_vram_state(probe.device, probe.total(), settings) if probe is not None else None
-        self.monitor_probe = probe  # what the plot samples (a GPU set not to be used too)
         if decision is not None and decision.state is VramState.DISABLED and not cpu_is_device:
             probe = None
         self.probe: MemoryProbe | None = probe
@@ -148,20 +165,23 @@ class Placement:
         self.events.emit("keep", model, 0, reason[0].upper() + reason[1:] + ".", details={"pinning": "off"})
 
     def _probe(self) -> tuple[MemoryProbe | None, str, bool]:
-        """(probe, torch device to place on, whether the VRAM state is forced to normal)."""
+        """(probe, torch device to place on, whether the VRAM state is forced to normal); the
+        probe's source is kept as ``self._source`` (what the window's plot samples)."""
         simulate = self.config.simulate_bytes
         if self.accelerator is not None:
-            probe = probe_for(self.accelerator)
-            if simulate > 0:
-                probe = LimitedProbe(probe, simulate)
+            self._source = MemoryFigures(device=self.accelerator, limit_bytes=simulate)
             # the card itself, index included: "cuda" alone would be whichever card is current
-            return probe, self.accelerator.torch_device, False
-        if simulate > 0:
-            cpu = CpuProbe(cpu_device(_ram_total(), name="Simulated GPU"))
-            return LimitedProbe(cpu, simulate, charge=self.placed_bytes), "cpu", False
-        if self.cpu_is_device:  # RAM is the device: a card large enough for everything
-            return probe_for(self.cpu or cpu_device(_ram_total())), "cpu", True
-        return None, "cpu", False
+            target, forced = self.accelerator.torch_device, False
+        elif simulate > 0:
+            cpu = cpu_device(_ram_total(), name="Simulated GPU")
+            self._source = MemoryFigures(device=cpu, limit_bytes=simulate, charged=True)
+            target, forced = "cpu", False
+        elif self.cpu_is_device:  # RAM is the device: a card large enough for everything
+            self._source = MemoryFigures(device=self.cpu or cpu_device(_ram_total()))
+            target, forced = "cpu", True
+        else:
+            self._source, target, forced = MemoryFigures(), "cpu", False
+        return monitor_probe(self._source, self.placed_bytes), target, forced
 
     @classmethod
     def discover(cls, config: PlacementConfig | None = None, **kwargs: object) -> Placement:
@@ -204,8 +224,7 @@ class Placement:
         return self.manager.settings.min_inference_bytes if self.active else None
 
     def describe(self) -> PlacementInfo:
-        fixed = bool(self.manager.settings.headroom_fixed) and self.active
-        view = MemoryView(self.monitor_probe, self.placed_bytes, self.headroom, fixed)
+        view = self.memory_figures()
         has_gpu = self.accelerator is not None
         if self.probe is None or self.decision is None:
             why = "no GPU was found" if self.accelerator is None else "the VRAM mode is set to no GPU"
@@ -215,7 +234,9 @@ class Placement:
             )
         dev = self.probe.device
         simulated = self.accelerator is None and self.config.simulate_bytes > 0
-        label = f"Simulated {_mib(self.probe.total())} GPU (on the CPU)" if simulated else dev.label
+        label = (
+            f"Simulated {_simulated_size(self.probe.total())} GPU (on the CPU)" if simulated else dev.label
+        )
         return PlacementInfo(
             True, self.manager.device, label, self.decision.state.option, self.decision.reason,
             simulated, has_gpu, view,
@@ -276,6 +297,13 @@ class Placement:
         self.mover.release(model)
         self.manager.forget(model)
         self._profiles.pop(id(model), None)
+
+    def memory_figures(self) -> MemoryFigures:
+        """The memory numbers now (call on the thread that owns the session)."""
+        fixed = bool(self.manager.settings.headroom_fixed) and self.active
+        return replace(
+            self._source, placed_bytes=self.placed_bytes(), headroom=self.headroom, headroom_fixed=fixed
+        )
 
     def placed_bytes(self) -> int:
         """What the manager has placed on the device (lock-free: the GUI thread reads it too)."""

@@ -43,6 +43,7 @@ from core.session.slots import LoadedModel, Loaders, SlotId, refuse_unloadable
 from core.session.snapshots import ComponentInfo, ModelInfo, RunReport, SessionEvent
 from core.session.testrun import RunConfig, StepDone
 from core.session.words import MEMORY_WORDS, kind_word, no_model, not_loaded
+from core.units import in_mib
 
 Check = Callable[[], None]
 
@@ -162,7 +163,7 @@ class Session:
         self._event(
             "load",
             f"load {path.name}",
-            f"{len(components)} component(s), {info.bytes / 2**20:.1f} MiB in {seconds:.2f} s; {where}",
+            f"{len(components)} component(s), {in_mib(info.bytes, 1)} in {seconds:.2f} s; {where}",
         )
         return info
 
@@ -299,8 +300,8 @@ class Session:
             comp, managed, self.placement, config, progress, check, measure_activations=measure_activations
         )
         moved = (
-            f"; {report.resident_bytes / 2**20:.1f} MiB resident on {report.placement}, "
-            f"{report.streamed_bytes_per_step / 2**20:.1f} MiB streamed per step"
+            f"; {in_mib(report.resident_bytes, 1)} resident on {report.placement}, "
+            f"{in_mib(report.streamed_bytes_per_step, 1)} streamed per step"
             if self.placement.active
             else ""
         )
@@ -308,6 +309,6 @@ class Session:
             "run",
             f"test run {report.seconds_per_step:.2f} s/step",
             f"{report.steps} steps at {report.width}x{report.height}, batch {report.batch}, "
-            f"on {report.device}; peak RSS {report.peak_rss / 2**20:.0f} MiB{moved}",
+            f"on {report.device}; peak RSS {in_mib(report.peak_rss)}{moved}",
         )
         return report

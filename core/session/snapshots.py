@@ -90,7 +90,7 @@ class StackInfo:
 @dataclass(frozen=True, kw_only=True)
 class RunReport:
     """What a test run measured (the app's Test run panel; ``loadout run`` turns it into its JSON
-    report in :mod:`core.run.headless`)."""
+    report in :mod:`core.run.command`)."""
 
     steps: int
     width: int

@@ -8,12 +8,12 @@ changed clip strength misses and a changed model strength does not.
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from typing import Final
 
-from core.text.conditioning import Conditioning, EncodeOptions, TextFamily
+from core.lru import LruCache
+from core.text.conditioning import EncodeOptions, PromptConditioning, TextFamily
 
 DEFAULT_ENTRIES: Final = 16
 
@@ -27,30 +27,27 @@ class CacheKey:
 
 
 class ConditioningCache:
-    """Least-recently-used map CacheKey -> Conditioning with ``capacity`` entries."""
+    """Least-recently-used map CacheKey -> PromptConditioning with ``capacity`` entries."""
 
     def __init__(self, capacity: int = DEFAULT_ENTRIES) -> None:
         if capacity < 1:
             raise ValueError(f"capacity must be at least 1, not {capacity}")
         self.capacity = capacity
-        self._entries: OrderedDict[CacheKey, Conditioning] = OrderedDict()
+        self._entries: LruCache[CacheKey, PromptConditioning] = LruCache(capacity)
         self.hits = 0
         self.misses = 0
 
     def __len__(self) -> int:
         return len(self._entries)
 
-    def get_or_encode(self, key: CacheKey, encode: Callable[[str], Conditioning]) -> Conditioning:
+    def get_or_encode(self, key: CacheKey, encode: Callable[[str], PromptConditioning]) -> PromptConditioning:
         found = self._entries.get(key)
         if found is not None:
-            self._entries.move_to_end(key)
             self.hits += 1
             return found
         self.misses += 1
-        value = encode(key.prompt)
-        self._entries[key] = value
-        if len(self._entries) > self.capacity:
-            self._entries.popitem(last=False)
+        value = encode(key.prompt)  # not under the cache's lock: encoding takes seconds
+        self._entries.put(key, value)
         return value
 
     def clear(self) -> None:

@@ -21,7 +21,9 @@ chroma         T5 (no minimum; weights against an all-padding window)        non
 record names it too.
 
 SDXL's extra vector (``adm``/``y``) is :func:`sdxl_adm`; Flux's guidance is a sampler-side number
-carried in :attr:`Conditioning.guidance` (ComfyUI's default 3.5 when no FluxGuidance node sets it).
+carried in :attr:`PromptConditioning.guidance` (ComfyUI's default 3.5 when no FluxGuidance node sets
+it). The generation pipeline turns a :class:`PromptConditioning` into the network's batched
+:class:`core.sampling.Conditioning` in one place (``Pipeline._to_sampling``).
 """
 
 from __future__ import annotations
@@ -53,8 +55,9 @@ SDXL_EMBED_DIM: Final = 256
 
 
 @dataclass(frozen=True)
-class Conditioning:
-    """What the diffusion model is conditioned on for one prompt (float32, on the CPU).
+class PromptConditioning:
+    """What the text encoders made of one prompt (float32, on the CPU): the cached encoder result,
+    not yet the network's input (that is :class:`core.sampling.Conditioning`).
 
     ``context``: (1, tokens, width) cross-attention input. ``pooled``: (1, P) or None.
     ``guidance``: Flux's distilled guidance (None for other families). ``missing_embeddings``:
@@ -175,7 +178,7 @@ class PromptEncoder:
         return towers
 
     # -- encoding -------------------------------------------------------------------------------
-    def encode(self, prompt: str) -> Conditioning:
+    def encode(self, prompt: str) -> PromptConditioning:
         outputs: dict[str, tuple[torch.Tensor, torch.Tensor | None]] = {}
         missing: dict[str, None] = {}
         for name, tower in self.towers.items():
@@ -184,7 +187,7 @@ class PromptEncoder:
             outputs[name] = encode_weighted(tower, tokens)
         context, pooled = _combine(self.family, outputs)
         guidance = FLUX_DEFAULT_GUIDANCE if self.family == "flux" else None
-        return Conditioning(context, pooled, guidance, tuple(missing))
+        return PromptConditioning(context, pooled, guidance, tuple(missing))
 
 
 def _need(model: _T | None, family: str, part: str) -> _T:

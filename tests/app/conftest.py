@@ -117,14 +117,15 @@ def make_window(qtbot, store: QSettings, tmp_path: Path) -> Iterator[WindowFacto
         monitor: MemoryMonitor | None = None,
         placement: Placement | None = None,
     ) -> MainWindow:
+        placement = placement if placement is not None else Placement(None)
         window = build_window(
             store=store,
             cache_path=None,
             session_folders=tuple(str(f) for f in folders),
             loaders=loaders,
             include_own_folder=False,
-            monitor=monitor or MemoryMonitor(placement.monitor_probe if placement is not None else None),
-            placement=placement if placement is not None else Placement(None),
+            monitor=monitor or MemoryMonitor.watching(placement.memory_figures()),
+            placement=placement,
             output_folder=tmp_path / "pictures",
         )
         qtbot.addWidget(window)

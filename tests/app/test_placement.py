@@ -163,7 +163,7 @@ def test_memory_settings_switch_the_device_live(qtbot, make_window, demo_library
     with strict(qtbot, window.backend, "started", "event", "placement_changed", "finished"):
         window.apply_settings(replace(window.settings, simulate_vram_mib=512))
     assert window.placement.active and window.memory_panel.note.text().startswith("Simulated 512 MiB GPU")
-    assert window.monitor.gpu is window.backend.placement.memory.probe
+    assert window.monitor.gpu is not None and window.monitor.gpu.total() == 512 * MIB  # its own probe
     assert set(window.memory_panel.plot.curves) == {"ram_used", "rss", "gpu_used"}
     assert window.details.fit.headroom is not None
     assert AppSettings.load(window.store).simulate_vram_mib == 512  # persisted

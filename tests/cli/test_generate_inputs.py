@@ -22,8 +22,8 @@ from app.demo import DemoLibrary, ensure_demo_library
 from core.errors import InterruptedByUser, LoadoutError
 from core.files.atomic import is_partial
 from core.files.pickle_safe import load_pickle_state_dict
+from core.generate.command import generate_files
 from core.generate.events import GenerateProgress
-from core.generate.headless import generate_files
 from core.generate.request import GenerateRequest, ImageSettings, ModelFiles, Sampling
 
 ROOT = Path(__file__).resolve().parents[2]

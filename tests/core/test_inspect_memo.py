@@ -54,7 +54,7 @@ def test_remembered_structures_change_no_answer(tmp_path: Path) -> None:
         fresh.append(inspect_file(p).to_json())
     clear_caches()
     warm = [inspect_file(p).to_json() for p in paths]  # each layout's later files hit the memo
-    assert len(inspect_mod._MEMOS) == len(LAYOUTS)
+    assert inspect_mod._memo_of.cache_info().currsize == len(LAYOUTS)
     assert warm == fresh
     assert [inspect_file(p).to_json() for p in reversed(paths)] == fresh[::-1]
     # the fixtures do make names and metadata matter

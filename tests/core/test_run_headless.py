@@ -17,7 +17,7 @@ from core.memory.manager import NotEnoughMemoryError
 from core.memory.policy import MemorySettings, VramState
 from core.patching.lora_stack import LoraStack
 from core.patching.merge import LoraArg
-from core.run.headless import RunRequest, run_model
+from core.run.command import RunRequest, run_model
 from core.session.testrun import RunConfig, perform_test_run
 from tests.fixtures.st_files import write_at_odd_offsets
 from tests.fixtures.tiny_models import checkpoint_tensors

@@ -12,7 +12,7 @@ from PIL import Image
 from safetensors.torch import load_file, save_file
 
 from app.demo import DemoLibrary, ensure_demo_library
-from core.generate.headless import generate_files
+from core.generate.command import generate_files
 from core.generate.request import GenerateRequest, ImageSettings, ModelFiles, Sampling
 from tests.fixtures.gguf_quant import write_comfy_gguf
 

@@ -17,9 +17,9 @@ from PIL import Image
 from app.cli import main
 from app.demo import DemoLibrary, ensure_demo_library
 from core.errors import InterruptedByUser
+from core.generate.command import generate_files
 from core.generate.events import GenerateProgress
 from core.generate.generator import Generator
-from core.generate.headless import generate_files
 from core.generate.hires_settings import HiresFix
 from core.generate.parameters import parse_parameters
 from core.generate.pipeline import Compute, Hooks, Pipeline

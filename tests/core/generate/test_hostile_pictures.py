@@ -10,7 +10,7 @@ from PIL import Image
 
 from core.errors import FileFormatError, LoadoutError
 from core.files.png_text import MAX_TEXT_BYTES, read_picture_header
-from core.generate.headless import read_picture
+from core.generate.command import read_picture
 from core.generate.parameters import parse_parameters
 from core.generate.png import read_png_parameters
 from tests.fixtures.png_files import itext, text, write_png, ztext

@@ -55,8 +55,8 @@ def test_generation_previews_through_taesd_when_the_decoder_is_beside_the_models
     import shutil
 
     from app.demo import ensure_demo_library
+    from core.generate.command import generate_files
     from core.generate.events import GenerateProgress
-    from core.generate.headless import generate_files
     from core.generate.request import GenerateRequest, ImageSettings, ModelFiles, Sampling
 
     demo = ensure_demo_library(tmp_path / "demo")

@@ -13,7 +13,7 @@ from PIL import Image
 from app.cli import main
 from app.demo import DemoLibrary, ensure_demo_library
 from core.errors import LoadoutError
-from core.generate.headless import generate_files
+from core.generate.command import generate_files
 from core.generate.parameters import parse_parameters
 from core.generate.png import read_png_parameters
 from core.generate.request import GenerateRequest, ImageSettings, ModelFiles, Sampling

@@ -18,7 +18,6 @@ from core.memory import devices as devmod
 from core.memory.devices import (
     DeviceInfo,
     cpu_device,
-    format_gib,
     mps_device,
     nvidia_device,
     rocm_device,
@@ -36,6 +35,7 @@ from core.memory.policy import (
     reserve_bytes,
 )
 from core.memory.probes import CpuProbe, FakeProbe, LimitedProbe, MemoryProbe, SimulatedOutOfMemory, probe_for
+from core.units import card_size
 
 ROOT = Path(__file__).resolve().parents[3]
 GIB, MIB = 1024**3, 1024**2
@@ -294,7 +294,7 @@ def test_vram_state_from_card_size(gib: float, state: VramState) -> None:
     p = FakeProbe(total=int(gib * GIB))
     d = choose_vram_state(p.device, p.total())
     assert d.state is state and d.automatic
-    assert d.reason.startswith(f"{format_gib(gib * GIB)} card: {state.title}; ")
+    assert d.reason.startswith(f"{card_size(gib * GIB)} card: {state.title}; ")
     assert ("high VRAM" in d.reason) == (gib >= 48)
 
 

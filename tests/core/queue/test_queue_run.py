@@ -13,8 +13,8 @@ from PIL import Image
 from app.cli import main
 from app.demo import DemoLibrary, ensure_demo_library
 from core.errors import InterruptedByUser
+from core.generate.command import generate_files
 from core.generate.hashes import FileHashes
-from core.generate.headless import generate_files
 from core.generate.parameters import parse_parameters
 from core.generate.png import read_png_parameters
 from core.generate.request import GenerateRequest, ImageSettings, ModelFiles, Sampling
@@ -103,7 +103,7 @@ def test_stop_mid_job_writes_nothing_and_puts_the_job_back(demo: DemoLibrary, tm
 
 
 def test_interrupt_of_a_command_line_grid_raises_the_stop(demo: DemoLibrary, tmp_path: Path) -> None:
-    from core.queue.headless import run_grid
+    from core.queue.command import run_grid
 
     interrupt = threading.Event()
     interrupt.set()

@@ -14,7 +14,7 @@ import core.files.safetensors as st_module
 import core.loading.loader as loader_module
 from core.errors import InterruptedByUser, LoadoutError
 from core.memory.policy import MemorySettings, VramState
-from core.run.headless import RunRequest, run_headless
+from core.run.command import RunRequest, run_headless
 from core.session import Placement, PlacementConfig, Session, SlotId
 from core.session.library import Library
 from core.session.testrun import RunConfig

@@ -15,7 +15,7 @@ from PIL import Image
 from safetensors.torch import load_file
 
 from app.demo import DemoLibrary, ensure_demo_library
-from core.generate.headless import generate_files
+from core.generate.command import generate_files
 from core.generate.hires_settings import HiresFix
 from core.generate.parameters import parse_parameters
 from core.generate.pipeline import Compute, Hooks, Pipeline

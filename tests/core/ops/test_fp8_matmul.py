@@ -1,4 +1,4 @@
-"""fp8 weights computed upcast (and multiplied in fp8 where possible), and the op-set chooser."""
+"""fp8 weights computed upcast (and multiplied in fp8 where possible)."""
 
 from __future__ import annotations
 
@@ -7,11 +7,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from core.errors import LoadoutError
-from core.memory.devices import DeviceInfo, cpu_device, mps_device, nvidia_device, rocm_device
 from core.models.flux import Flux
-from core.ops import default_ops
-from core.ops.chooser import ChosenOps, choose_ops
 from core.ops.fp8 import (
     E4M3_MAX,
     Fp8Linear,
@@ -21,7 +17,7 @@ from core.ops.fp8 import (
     scaled_mm_blocker,
     scaled_mm_linear,
 )
-from core.ops.layers import CastWeights, Linear, OpSet
+from core.ops.layers import CastWeights
 from core.ops.streaming import patch_fn_from, stream_layers, unstream_layers
 from core.patching.patcher import ModelPatcher
 from core.quant.fp8_weight import ScaledFp8Weight
@@ -30,7 +26,6 @@ from tests.core.ops import MODELS, assert_untouched, lora_patches, one_thread, o
 __all__ = ["one_thread"]  # the autouse fixture, imported so it applies here
 
 FP8 = [torch.float8_e4m3fn, torch.float8_e5m2]
-GIB = 1 << 30
 
 
 def _store_fp8(module: nn.Module, dtype: torch.dtype) -> None:
@@ -180,68 +175,14 @@ def test_fp8_matmul_rule(
     assert fp8_matmul_rule(kind, capability, arch) is expected
 
 
-# -- the chooser --------------------------------------------------------------------------------
+# -- a model built from the fp8 matmul op set ----------------------------------------------------
 
-RTX_4090 = nvidia_device(0, "NVIDIA GeForce RTX 4090", 24 * GIB, (8, 9))
-RTX_3090 = nvidia_device(0, "NVIDIA GeForce RTX 3090", 24 * GIB, (8, 6))
-GTX_1660 = nvidia_device(0, "NVIDIA GeForce GTX 1660 SUPER", 6 * GIB, (7, 5))
-MI300 = rocm_device(0, "AMD Instinct MI300X", 192 * GIB, "gfx942")
-MI355 = rocm_device(0, "AMD Instinct MI355X", 288 * GIB, "gfx950")
-MAC = mps_device(32 * GIB, (14, 5))
-CPU = cpu_device(64 * GIB)
-E4M3, E5M2 = torch.float8_e4m3fn, torch.float8_e5m2
-FP32, FP16, BF16 = torch.float32, torch.float16, torch.bfloat16
-
-CHOICES = [
-    # weight, compute, device -> op set, Linear class, activation dtype, a phrase of the reason
-    (E4M3, E4M3, RTX_4090, "fp8_scaled_mm", Fp8Linear, BF16, "torch._scaled_mm"),
-    (E4M3, E4M3, MI355, "fp8_scaled_mm", Fp8Linear, BF16, "gfx950"),
-    (E4M3, E4M3, RTX_3090, "fp8_upcast", Linear, BF16, "CC 8.9"),
-    (E4M3, E4M3, MI300, "fp8_upcast", Linear, BF16, "has none"),
-    (E4M3, E4M3, GTX_1660, "fp8_upcast", Linear, FP32, "has none"),
-    (E5M2, E4M3, RTX_4090, "fp8_upcast", Linear, BF16, "these are float8_e5m2"),
-    (BF16, E4M3, RTX_4090, "manual_cast", Linear, BF16, "these are bf16"),
-    (E4M3, BF16, RTX_4090, "fp8_upcast", Linear, BF16, "opt-in"),
-    (E5M2, FP16, RTX_3090, "fp8_upcast", Linear, FP16, "upcast to fp16"),
-    (E4M3, FP32, CPU, "fp8_upcast", Linear, FP32, "half of 16-bit memory"),
-    (BF16, BF16, RTX_3090, "native", Linear, BF16, "already bf16"),
-    (FP16, FP32, CPU, "manual_cast", Linear, FP32, "cast to fp32"),
-    (FP16, FP16, GTX_1660, "native", Linear, FP16, "NaNs"),
-    (FP16, FP16, MAC, "native", Linear, FP16, "no cast"),
-]
+E4M3 = torch.float8_e4m3fn
 
 
-@pytest.mark.parametrize(("weight", "compute", "device", "name", "linear", "activation", "phrase"), CHOICES)
-def test_choose_ops_for_simulated_devices(
-    weight: torch.dtype,
-    compute: torch.dtype,
-    device: DeviceInfo,
-    name: str,
-    linear: type[nn.Linear],
-    activation: torch.dtype,
-    phrase: str,
-) -> None:
-    chosen = choose_ops(weight, compute, device)
-    assert isinstance(chosen, OpSet) and isinstance(chosen, ChosenOps)
-    assert chosen.name == name
-    assert chosen.Linear is linear
-    assert chosen.Conv2d is default_ops.Conv2d and chosen.GroupNorm is default_ops.GroupNorm
-    assert chosen.activation_dtype == activation
-    assert chosen.reasons and any(phrase in r for r in chosen.reasons), chosen.reasons
-
-
-def test_choose_ops_refuses_what_cannot_run() -> None:
-    with pytest.raises(LoadoutError, match="cannot hold"):
-        choose_ops(E4M3, FP16, MAC)
-    with pytest.raises(LoadoutError, match="cannot compute"):
-        choose_ops(FP16, torch.int8, RTX_4090)
-
-
-def test_a_model_builds_from_the_chosen_ops_and_runs() -> None:
+def test_a_model_builds_from_the_fp8_matmul_ops_and_runs() -> None:
     tiny = MODELS["flux"]
-    chosen = choose_ops(E4M3, E4M3, RTX_4090)
-    assert chosen.Linear is fp8_matmul_ops.Linear
-    module = Flux(tiny.config, ops=chosen, device="cpu")
+    module = Flux(tiny.config, ops=fp8_matmul_ops, device="cpu")
     module.load_state_dict(tiny.state())
     _store_fp8(module, E4M3)
     assert sum(isinstance(m, Fp8Linear) for m in module.modules()) > 10
