@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 #: How a network takes its inputs (``core.generate.network`` resolves the name).
 NetworkConvention = Literal["unet", "mmdit", "flux", "chroma", "pixart"]
 #: How prompts become conditioning (``core.text.conditioning.TextFamily``).
-TextConvention = Literal["sd1", "sd2", "sdxl", "sdxl_refiner", "sd3", "flux", "chroma"]
+TextConvention = Literal["sd1", "sd2", "sdxl", "sdxl_refiner", "sd3", "flux", "pixart_t5"]
 #: The noise schedule (``core.sampling.model_sampling`` resolves the name).
 Schedule = Literal["discrete", "flow", "flux"]
 #: A discrete schedule's betas, in diffusers' words: "scaled_linear" (SD: linear in sqrt(beta); ComfyUI
