@@ -14,6 +14,8 @@ Extra input channels (inpaint/instruct-pix2pix ``c_concat``) are appended to the
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any, Protocol
 
 import torch
@@ -37,6 +39,32 @@ class Control(Protocol):
 FLUX_DEFAULT_GUIDANCE = 3.5
 
 
+@dataclass(frozen=True, kw_only=True)
+class CallingConvention:
+    """What callers need to know of one network's inputs besides the call itself (the test run
+    builds stand-in inputs from it; the adapter packs by it)."""
+
+    name: str
+    packed: bool = False  # takes 2x2-patch tokens: its config counts the latent's channels x4
+    text_tokens: int  # tokens its real text encoders produce (the test run's stand-in context)
+    unit_timestep: float  # the timestep it takes at sigma 1: discrete index 999, flow x1000, Flux's sigma
+
+
+#: Every calling convention a family record may name (``DiffusionSpec.network``), read-only.
+CONVENTIONS = MappingProxyType(
+    {
+        c.name: c
+        for c in (
+            CallingConvention(name="unet", text_tokens=77, unit_timestep=999.0),
+            CallingConvention(name="mmdit", text_tokens=154, unit_timestep=1000.0),
+            CallingConvention(name="flux", packed=True, text_tokens=512, unit_timestep=1.0),
+            CallingConvention(name="chroma", packed=True, text_tokens=512, unit_timestep=1.0),
+            CallingConvention(name="pixart", text_tokens=300, unit_timestep=999.0),
+        )
+    }
+)
+
+
 class NetworkAdapter:
     """``raw_prediction = adapter(x_in, timestep, cond)`` for one diffusion network."""
 
@@ -51,6 +79,7 @@ class NetworkAdapter:
                 fix="Load the diffusion model made for this family",
                 code="wrong_kind",
             )
+        self.convention = CONVENTIONS[self.kind]
         self.concat = concat
         self.control: Control | None = None  # ControlNets (core/generate/controlnet.py), UNets only
         config: Any = getattr(model, "config")  # noqa: B009 - every network keeps its config
@@ -59,7 +88,7 @@ class NetworkAdapter:
     @property
     def in_channels(self) -> int:
         c = int(self.config.in_channels)
-        return c // 4 if self.kind in ("flux", "chroma") else c
+        return c // 4 if self.convention.packed else c
 
     def see_sigma(self, sigma: Tensor) -> None:
         if self.control is not None:

@@ -22,10 +22,7 @@ from core.errors import LoadoutError
 from core.memory.peak import median_step_seconds
 from core.models.kinds import network_kind
 from core.sampling.conditioning import Conditioning
-from core.sampling.network import NetworkAdapter
-
-#: Text tokens per family (what the real text encoders produce).
-CONTEXT_TOKENS = {"unet": 77, "mmdit": 154, "flux": 512, "chroma": 512, "pixart": 300}
+from core.sampling.network import CONVENTIONS, NetworkAdapter
 
 
 @dataclass(frozen=True)
@@ -77,10 +74,6 @@ class RunResult:
         }
 
 
-#: The test run's timestep for a sigma in [0, 1], per calling convention: the UNet's discrete
-#: index (PixArt's too), MMDiT's flow timestep x 1000, Flux's and Chroma's sigma itself.
-TIMESTEP_SCALE = {"unet": 999.0, "mmdit": 1000.0, "flux": 1.0, "chroma": 1.0, "pixart": 999.0}
-
 
 class _Inputs:
     """Everything but the evolving latent, drawn once from the seed; each step calls the network
@@ -88,12 +81,13 @@ class _Inputs:
 
     def __init__(self, model: nn.Module, cfg: RunConfig) -> None:
         self.kind = network_kind(model, action="drive a test run with")
+        self.convention = CONVENTIONS[self.kind]
         g = torch.Generator().manual_seed(cfg.seed)
         b, h, w = cfg.batch, cfg.height // 8, cfg.width // 8
         c: Any = getattr(model, "config")  # noqa: B009 - every network keeps its config
-        tokens = CONTEXT_TOKENS[self.kind]
+        tokens = self.convention.text_tokens
         self.guidance: torch.Tensor | None = None
-        if self.kind in ("unet", "mmdit", "pixart"):
+        if not self.convention.packed:
             self.state_channels, in_channels = c.out_channels, c.in_channels
             self.context = torch.randn(b, tokens, c.context_dim, generator=g) if c.context_dim else None
             adm = getattr(c, "adm_in_channels", None)  # PixArt has no pooled vector
@@ -124,7 +118,8 @@ class _Inputs:
         return Conditioning(context, self.y, self.guidance)
 
     def timestep(self, x: torch.Tensor, sigma: float) -> torch.Tensor:
-        return torch.full((x.shape[0],), sigma * TIMESTEP_SCALE[self.kind], device=x.device, dtype=x.dtype)
+        t = sigma * self.convention.unit_timestep
+        return torch.full((x.shape[0],), t, device=x.device, dtype=x.dtype)
 
     def forward(self, model: nn.Module, x: torch.Tensor, sigma: float) -> torch.Tensor:
         """One forward pass at ``sigma`` (the bench's single step)."""

@@ -20,6 +20,8 @@ from core.detect.catalog import REGISTRY, diffusion_spec, generation_defaults, l
 from core.detect.spec import LATENT_FORMATS
 from core.errors import LoadoutError
 from core.sampling import for_family
+from core.sampling.network import CONVENTIONS
+from core.text.conditioning import FAMILIES as TEXT_CONVENTIONS
 
 CORE = Path(__file__).resolve().parents[2] / "core"
 
@@ -71,6 +73,17 @@ def test_every_family_that_generates_has_a_complete_spec() -> None:
         assert all(REGISTRY.get(e) is not None for e in spec.text_encoders), fam.id
         assert spec.defaults.sizes and all(w % 8 == 0 and h % 8 == 0 for w, h in spec.defaults.sizes)
         for_family(fam.id)  # its model sampling resolves
+
+
+def test_every_convention_a_record_may_name_is_implemented() -> None:
+    """A new calling convention or prompt encoding is one entry where its code lives, and the
+    records' vocabulary and those entries cannot drift apart."""
+    assert set(typing.get_args(spec_module.NetworkConvention)) == set(CONVENTIONS)
+    assert set(typing.get_args(spec_module.TextConvention)) == set(TEXT_CONVENTIONS)
+    for fam in REGISTRY.group("diffusion"):
+        if fam.diffusion is not None and fam.diffusion.network is not None:
+            assert fam.diffusion.network in CONVENTIONS, fam.id
+            assert fam.diffusion.text is None or fam.diffusion.text in TEXT_CONVENTIONS, fam.id
 
 
 @pytest.mark.parametrize("family", ["wan2.1", "hunyuan-dit", "auraflow", "no-such-family", None])
