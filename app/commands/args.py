@@ -13,8 +13,21 @@ import math
 from collections.abc import Callable
 from pathlib import Path
 
+from core.errors import LoadoutError
+from core.generate.workflow_request import ControlNetUse
 from core.patching.merge import LoraArg
-from core.values import LORA_STRENGTH, SIDE, VRAM_LIMIT, BadValueError, GiB, MiB, NumberRange, check_size
+from core.values import (
+    CONTROLNET_PERCENT,
+    CONTROLNET_STRENGTH,
+    LORA_STRENGTH,
+    SIDE,
+    VRAM_LIMIT,
+    BadValueError,
+    GiB,
+    MiB,
+    NumberRange,
+    check_size,
+)
 
 _UNITS = {"": 1, "b": 1, "k": 1 << 10, "kb": 1 << 10, "kib": 1 << 10, "m": MiB, "mb": MiB, "mib": MiB,
           "g": GiB, "gb": GiB, "gib": GiB, "t": 1 << 40, "tb": 1 << 40, "tib": 1 << 40}  # fmt: skip
@@ -76,6 +89,35 @@ def parse_lora(text: str) -> LoraArg:
     if not numbers:
         return LoraArg(path)
     return LoraArg(path, numbers[0], numbers[1] if len(numbers) > 1 else None)
+
+
+def parse_controlnet(text: str) -> ControlNetUse:
+    """``FILE:HINT[:STRENGTH[:START:END]]`` (``--controlnet``). Windows drive letters (``C:\\...``)
+    stay part of the paths."""
+    parts = _split_paths(text)
+    if len(parts) not in (2, 3, 5):
+        raise LoadoutError(
+            f"--controlnet {text!r} is not FILE:HINT[:STRENGTH[:START:END]]",
+            why=f"it has {len(parts)} parts",
+            fix="Give e.g. --controlnet canny.safetensors:edges.png:0.8:0:1",
+            code="bad_argument",
+        )
+    ranges = (CONTROLNET_STRENGTH, CONTROLNET_PERCENT, CONTROLNET_PERCENT)
+    nums = [r.parse(v) for r, v in zip(ranges, parts[2:], strict=False)]
+    strength = nums[0] if nums else 1.0
+    start, end = (nums[1], nums[2]) if len(nums) == 3 else (0.0, 1.0)
+    return ControlNetUse(Path(parts[0]), Path(parts[1]), strength, start, end)
+
+
+def _split_paths(text: str) -> list[str]:
+    out: list[str] = []
+    for piece in text.split(":"):
+        # "C" then "\\x.png": a drive letter belongs to the next piece
+        if out and len(out[-1]) == 1 and out[-1].isalpha() and piece.startswith(("\\", "/")):
+            out[-1] = f"{out[-1]}:{piece}"
+        else:
+            out.append(piece)
+    return out
 
 
 def number_type(limits: NumberRange) -> Callable[[str], float]:

@@ -19,7 +19,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from app.commands.args import int_type, number_type, parse_bytes, parse_lora, parse_size
+from app.commands.args import int_type, number_type, parse_bytes, parse_controlnet, parse_lora, parse_size
 from app.commands.hires_args import add_hires_arguments, hires_from_arguments
 from app.commands.stopping import guarded_inputs, report_stop, stop_signals
 from app.demo import with_demo_note
@@ -28,7 +28,7 @@ from core.generate.command import generate_files
 from core.generate.events import GenerateProgress
 from core.generate.request import GenerateRequest, ImageSettings, ModelFiles, Sampling
 from core.generate.sweep import parse_strengths
-from core.generate.workflow_request import ControlNetUse, RefinerUse
+from core.generate.workflow_request import RefinerUse
 from core.loading.convert_file import DTYPES, parse_dtype
 from core.queue.command import cluster_pool, run_grid
 from core.queue.grid import AXES, parse_axis
@@ -158,7 +158,7 @@ def _request(args: argparse.Namespace) -> GenerateRequest:
         batch=args.batch,
         init_image=Path(args.init) if args.init else None,
         hires=hires_from_arguments(args),
-        controlnets=tuple(ControlNetUse.parse(t) for t in args.controlnet),
+        controlnets=tuple(parse_controlnet(t) for t in args.controlnet),
         mask_image=Path(args.mask) if args.mask else None,
         refiner=RefinerUse(Path(args.refiner), args.refiner_switch) if args.refiner else None,
     )

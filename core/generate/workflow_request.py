@@ -38,35 +38,6 @@ class ControlNetUse:
                 "Give a start at or before the end",
             )
 
-    @classmethod
-    def parse(cls, text: str) -> ControlNetUse:
-        """``FILE:HINT[:STRENGTH[:START:END]]`` (the command line's ``--controlnet``). Windows drive
-        letters (``C:\\...``) stay part of the paths."""
-        parts = _split_paths(text)
-        if len(parts) not in (2, 3, 5):
-            raise _bad(
-                f"--controlnet {text!r} is not FILE:HINT[:STRENGTH[:START:END]]",
-                f"it has {len(parts)} parts",
-                "Give e.g. --controlnet canny.safetensors:edges.png:0.8:0:1",
-            )
-        ranges = (CONTROLNET_STRENGTH, CONTROLNET_PERCENT, CONTROLNET_PERCENT)
-        nums = [r.parse(v) for r, v in zip(ranges, parts[2:], strict=False)]
-        strength = nums[0] if nums else 1.0
-        start, end = (nums[1], nums[2]) if len(nums) == 3 else (0.0, 1.0)
-        return cls(Path(parts[0]), Path(parts[1]), strength, start, end)
-
-
-def _split_paths(text: str) -> list[str]:
-    raw = text.split(":")
-    out: list[str] = []
-    for piece in raw:
-        # "C" then "\\x.png": a drive letter belongs to the next piece
-        if out and len(out[-1]) == 1 and out[-1].isalpha() and piece.startswith(("\\", "/")):
-            out[-1] = f"{out[-1]}:{piece}"
-        else:
-            out.append(piece)
-    return out
-
 
 @dataclass(frozen=True)
 class RefinerUse:

@@ -74,7 +74,6 @@ class RunResult:
         }
 
 
-
 class _Inputs:
     """Everything but the evolving latent, drawn once from the seed; each step calls the network
     through its calling convention (:class:`~core.sampling.network.NetworkAdapter`)."""

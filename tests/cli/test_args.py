@@ -6,7 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from app.commands.args import BYTES, parse_bytes, parse_lora, parse_size
+from app.commands.args import BYTES, parse_bytes, parse_controlnet, parse_lora, parse_size
+from core.errors import LoadoutError
+from core.generate.workflow_request import ControlNetUse
 from core.patching.merge import LoraArg
 from core.values import BadValueError
 
@@ -54,3 +56,19 @@ def test_sizes(text: str, says: str) -> None:
         parse_size(text)
     assert says in err.value.message
     assert parse_size("1024x768") == (1024, 768)
+
+
+@pytest.mark.parametrize("text", ["cn.safetensors", "a:b:x", "a:b:1:0.9:0.1", "a:b:1:0", "a:b:1:0:1:2"])
+def test_a_bad_controlnet_argument_is_refused_in_words(text: str) -> None:
+    with pytest.raises(LoadoutError) as err:
+        parse_controlnet(text)
+    assert err.value.fix
+
+
+def test_controlnet_arguments_keep_windows_drive_letters() -> None:
+    assert parse_controlnet(r"C:\m\cn.safetensors:D:\h.png:0.5") == ControlNetUse(
+        Path(r"C:\m\cn.safetensors"), Path(r"D:\h.png"), 0.5
+    )
+    assert parse_controlnet("cn.safetensors:h.png:0.8:0.1:0.9") == ControlNetUse(
+        Path("cn.safetensors"), Path("h.png"), 0.8, 0.1, 0.9
+    )

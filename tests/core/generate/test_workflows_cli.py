@@ -82,19 +82,13 @@ def test_strength_zero_is_no_controlnet_and_a_controlnet_picture_is_the_same_on_
         assert np.array_equal(_make(demo, tmp_path / f"{limit}.png", limit, controlnets=two), whole)
 
 
-def test_a_controlnet_for_another_family_or_a_bad_argument_is_refused(
+def test_a_controlnet_for_another_family_is_refused(
     files: tuple[DemoLibrary, Path, Path, Path], tmp_path: Path
 ) -> None:
     demo, _, hint, _ = files
     with pytest.raises(LoadoutError) as err:
         _make(demo, tmp_path / "x.png", controlnets=(ControlNetUse(demo.lora, hint),))
     assert err.value.code == "wrong_kind"
-    for text in ("cn.safetensors", "a:b:x", "a:b:1:0.9:0.1", "a:b:1:0"):
-        with pytest.raises(LoadoutError):
-            ControlNetUse.parse(text)
-    assert ControlNetUse.parse(r"C:\m\cn.safetensors:D:\h.png:0.5") == ControlNetUse(
-        Path(r"C:\m\cn.safetensors"), Path(r"D:\h.png"), 0.5
-    )
 
 
 def test_inpainting_repaints_only_under_the_mask_and_is_the_same_on_any_card(
