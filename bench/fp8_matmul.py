@@ -24,6 +24,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -100,8 +101,8 @@ def layers(device: torch.device, tokens: int, repeat: int, counted: Counted) -> 
             got = layer(x)
             want = F.linear(x, dequantized, layer.bias)
             error = float((got.float() - want.float()).norm() / want.float().norm())
-            fp8_s = _time(lambda layer=layer, x=x: layer(x), device, repeat)
-            bf16_s = _time(lambda x=x, w=dequantized, b=layer.bias: F.linear(x, w, b), device, repeat)
+            fp8_s = _time(partial(layer, x), device, repeat)
+            bf16_s = _time(partial(F.linear, x, dequantized, layer.bias), device, repeat)
         calls = len(counted.out_dtypes) - before
         out.append({
             "shape": [rows, cols], "tokens": tokens, "scaled_mm_calls": calls,
@@ -170,8 +171,8 @@ def _failures(result: dict[str, Any]) -> list[str]:
 def _stand_in() -> None:
     """The CPU rehearsal: the card's fp8 matmul and the device the dtype decision is made for."""
     card = nvidia_device(0, "stand-in for an RTX 4090 (CPU rehearsal)", 24 << 30, (8, 9))
-    fp8_ops.device_has_fp8_matmul = lambda device: True  # type: ignore[assignment]
-    dtype_choice.decision_device = lambda placement: card  # type: ignore[assignment]
+    fp8_ops.device_has_fp8_matmul = lambda device: True
+    dtype_choice.decision_device = lambda placement: card
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -191,7 +192,7 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps({"skipped": why}))
         return 0
     counted = Counted(torch._scaled_mm)
-    torch._scaled_mm = counted  # type: ignore[assignment]
+    torch._scaled_mm = counted
     quick = ns.quick or ns.rehearse
     with tempfile.TemporaryDirectory() as tmp:
         result: dict[str, Any] = {
