@@ -9,7 +9,7 @@ from importlib import metadata
 
 @cache
 def engine_version() -> str:
-    """"0.1.0"; "dev" when running from a source tree that was never installed."""
+    """ "0.1.0"; "dev" when running from a source tree that was never installed."""
     try:
         return metadata.version("loadout")
     except metadata.PackageNotFoundError:

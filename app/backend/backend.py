@@ -18,6 +18,7 @@ from pathlib import Path
 
 from PySide6.QtCore import QObject, Qt, QThread, Signal
 
+from app.backend.hash_relay import SCAN_BATCH_INTERVAL, HashRelay
 from app.backend.messages import (
     DemoReady,
     MemoryFigures,
@@ -28,6 +29,7 @@ from app.backend.messages import (
     Task,
     TaskProgress,
 )
+from app.backend.progress_words import generate_words, load_progress, scan_progress
 from app.backend.worker import Job, Reporter, TaskRunner
 from app.demo import ensure_demo_library
 from core.files.destination import check_output_folder
@@ -36,52 +38,10 @@ from core.generate.generator import Generator
 from core.generate.request import ImageSettings
 from core.generate.session_run import Output
 from core.generate.sweep import Sweep
-from core.library import Entry, ScanProgress
-from core.library.hasher import BackgroundHasher, HashProgress
-from core.library.hashes import FileDigest
-from core.loading.assign import LoadProgress
+from core.library import Entry
+from core.library.hasher import HashProgress
 from core.session import ModelInfo, PlacementConfig, RunReport, Session, SessionEvent, SlotId, StackInfo
 from core.session.testrun import RunConfig, StepDone
-from core.units import in_mib
-
-SCAN_BATCH_INTERVAL = 0.1  # library entries are relayed in batches at most this often (seconds)
-
-
-def _scan_progress(p: ScanProgress) -> TaskProgress:
-    if p.phase == "listing":
-        return TaskProgress("scan", p.done, 0, f"Listing folders: {p.done} files found")
-    if p.phase == "inspecting":
-        name = f" ({p.current.name})" if p.current is not None else ""
-        return TaskProgress("scan", p.done, p.total, f"Reading headers {p.done}/{p.total}{name}")
-    return TaskProgress("scan", p.total, p.total, f"Library indexed ({p.cached} from cache)")
-
-
-def _load_progress(p: LoadProgress) -> TaskProgress:
-    text = f"Loading {p.component}: {p.tensors_done}/{p.tensors_total} tensors, {in_mib(p.bytes_done, 1)}"
-    return TaskProgress("load", p.bytes_done, p.bytes_total, text)
-
-
-_PHASE_WORDS = {
-    "load": "Loading",
-    "text_encode": "Encoding the prompt",
-    "sample": "Sampling",
-    "upscale": "Upscaling",
-    "decode": "Decoding",
-    "save": "Saving",
-}
-
-
-def _generate_words(p: GenerateProgress) -> str:
-    steps = f" {p.step}/{p.steps}" if p.steps else ""
-    return f"{_PHASE_WORDS.get(p.phase, p.phase)}{steps}…"  # "…": the status bar clears it when idle
-
-
-def _large(path: Path | None) -> bool:
-    """A file that takes a while to hash (so the results held before it are shown first)."""
-    try:
-        return path is not None and path.stat().st_size >= 32 << 20
-    except OSError:
-        return False
 
 
 class Backend(QObject):
@@ -138,10 +98,7 @@ class Backend(QObject):
         }
         # Full-file hashes on a thread of their own (never behind a load), paused while a task runs;
         # what it finds is relayed like the scan's entries.
-        self._hashed_batch: list[Entry] = []
-        self._hashed_lock = threading.Lock()
-        self._hashed_last = 0.0
-        self.hasher = BackgroundHasher(session.library.hashes, self._hashed, self._hash_progress)
+        self.hasher = HashRelay(session.library, self.worker.post).hasher
         self.busy_changed.connect(lambda busy: self.hasher.pause() if busy else self.hasher.resume())
         self._pending = 0
         self.current_task: str | None = None
@@ -189,32 +146,6 @@ class Backend(QObject):
             self.current_task = None
             self.busy_changed.emit(False)
 
-    def _hashed(self, path: Path, digest: FileDigest) -> None:
-        """(On the hasher's thread; the index is locked.) Relayed in batches, as scan results."""
-        entry = self.session.library.hashed(path, digest)
-        if entry is None:
-            return
-        with self._hashed_lock:
-            self._hashed_batch.append(entry)
-            if time.monotonic() - self._hashed_last < SCAN_BATCH_INTERVAL:
-                return
-        self._flush_hashed()
-
-    def _flush_hashed(self) -> None:
-        with self._hashed_lock:
-            batch, self._hashed_batch = self._hashed_batch, []
-            self._hashed_last = time.monotonic()
-        if batch:
-            self.worker.post(ScanBatch(tuple(batch)))
-
-    def _hash_progress(self, p: HashProgress) -> None:
-        """Before a large file (seconds of hashing) or at the end, what is held is shown."""
-        with self._hashed_lock:
-            due = time.monotonic() - self._hashed_last >= SCAN_BATCH_INTERVAL
-        if not p.running or due or _large(p.current):
-            self._flush_hashed()
-        self.worker.post(p)
-
     def _used(self, r: Reporter, paths: list[Path]) -> None:
         """Note that ``paths`` were used now (the library's "last used"), and show it."""
         changed = self.session.library.note_used(paths)
@@ -245,7 +176,7 @@ class Backend(QObject):
             last = time.monotonic()
             try:
                 for entry in self.session.library.scan(
-                    names, lambda p: r.progress(_scan_progress(p)), r.check
+                    names, lambda p: r.progress(scan_progress(p)), r.check
                 ):
                     batch.append(entry)
                     if time.monotonic() - last >= SCAN_BATCH_INTERVAL:
@@ -261,7 +192,7 @@ class Backend(QObject):
 
     def load(self, path: Path | str, kind: str) -> None:
         def work(r: Reporter) -> None:
-            r.post(self.session.load(Path(path), kind, lambda p: r.progress(_load_progress(p)), r.check))
+            r.post(self.session.load(Path(path), kind, lambda p: r.progress(load_progress(p)), r.check))
             self._snapshots(r)
             self._used(r, [Path(path)])
 
@@ -347,7 +278,7 @@ class Backend(QObject):
         def work(r: Reporter) -> None:
             def step(p: GenerateProgress) -> None:
                 r.post(p)
-                r.progress(TaskProgress("generate", p.step, p.steps, _generate_words(p)))
+                r.progress(TaskProgress("generate", p.step, p.steps, generate_words(p)))
 
             check_output_folder(output.path)  # before any work: an unwritable folder is said at once
             try:

@@ -45,6 +45,17 @@ def register(sub: Any) -> None:
         "encoders and VAE. Seed, sampler, scheduler, steps and CFG mean what they mean in "
         "ComfyUI's KSampler. Each PNG carries its parameters in the A1111 form.",
     )
+    _add_models(p)
+    _add_sampling(p)
+    _add_picture(p)
+    _add_grid(p)
+    _add_workflows(p)
+    _add_run(p)
+    p.set_defaults(handler=run)
+
+
+def _add_models(p: argparse.ArgumentParser) -> None:
+    """The model files, the prompt and the LoRAs."""
     p.add_argument("checkpoint", nargs="?", metavar="CHECKPOINT")
     p.add_argument("--diffusion-model", metavar="F", help="a UNet/transformer file (GGUF too)")
     p.add_argument("--text-encoder", action="append", default=[], metavar="F", help="repeat for each")
@@ -52,6 +63,10 @@ def register(sub: Any) -> None:
     p.add_argument("--prompt", required=True)
     p.add_argument("--negative", default="")
     p.add_argument("--lora", action="append", default=[], metavar="FILE[:MODEL[:CLIP]]")
+
+
+def _add_sampling(p: argparse.ArgumentParser) -> None:
+    """ComfyUI's KSampler settings."""
     p.add_argument("--seed", type=int_type(SEED), default=0)
     p.add_argument("--steps", type=int_type(STEPS), default=20)
     p.add_argument(
@@ -62,9 +77,17 @@ def register(sub: Any) -> None:
     )
     p.add_argument("--sampler", choices=list(SAMPLERS), default="euler")
     p.add_argument("--scheduler", choices=list(SCHEDULERS), default="normal")
+
+
+def _add_picture(p: argparse.ArgumentParser) -> None:
+    """The picture's size, batch and starting image."""
     p.add_argument("--size", default="512x512", metavar="WxH")
     p.add_argument("--batch", type=int_type(BATCH), default=1)
     p.add_argument("--init", metavar="IMAGE", help="img2img: the picture to start from")
+
+
+def _add_grid(p: argparse.ArgumentParser) -> None:
+    """A LoRA strength sweep or a grid of up to three axes."""
     p.add_argument(
         "--sweep", metavar="S1,S2,...", help="the first LoRA at each strength: one picture each and a grid"
     )
@@ -73,6 +96,10 @@ def register(sub: Any) -> None:
             f"--{axis}", metavar="AXIS:V1,V2,...", help=f"a grid's {axis.upper()} axis: " + ", ".join(AXES)
         )
     p.add_argument("--ray", metavar="ADDRESS|local:N", help="run a grid's cells on a Ray cluster")
+
+
+def _add_workflows(p: argparse.ArgumentParser) -> None:
+    """Img2img, the hires fix, ControlNets, inpainting and the SDXL refiner."""
     p.add_argument("--denoise", type=number_type(DENOISE), default=1.0, help="img2img strength (with --init)")
     add_hires_arguments(p)
     p.add_argument(
@@ -85,6 +112,10 @@ def register(sub: Any) -> None:
         "--refiner-switch", type=number_type(REFINER_SWITCH), default=0.8,
         help="fraction of the steps before the refiner",
     )  # fmt: skip
+
+
+def _add_run(p: argparse.ArgumentParser) -> None:
+    """Where it runs, the output and the report."""
     p.add_argument("--device", default="cpu", help="cpu or cuda (default cpu)")
     p.add_argument("--dtype", choices=list(DTYPES), help="compute dtype (default: the device's policy)")
     p.add_argument("--vram-limit", metavar="BYTES", help="e.g. 4GiB: the card size the manager sees")
@@ -99,7 +130,6 @@ def register(sub: Any) -> None:
     p.add_argument("--force", action="store_true", help="apply a LoRA made for another model family anyway")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.add_argument("--quiet", action="store_true", help="no progress on stderr")
-    p.set_defaults(handler=run)
 
 
 def _request(args: argparse.Namespace) -> GenerateRequest:

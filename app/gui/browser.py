@@ -34,10 +34,11 @@ from PySide6.QtWidgets import (
 from app.backend.backend import Backend
 from app.backend.messages import TaskProgress
 from app.gui.library_model import KIND_TITLES, LibraryTreeModel
-from app.gui.theme import human_bytes, icon, kind_text, set_icon
+from app.gui.library_summary import summary_parts, usage_text
+from app.gui.theme import icon, kind_text, set_icon
 from core.library import Entry
 from core.library.hasher import HashProgress
-from core.library.query import KIND_ORDER, disk_usage, wasted_bytes
+from core.library.query import KIND_ORDER
 from core.session import ModelInfo
 
 NAME_MIN = 180  # px: the narrowest the name column gets (the tree scrolls sideways below that)
@@ -76,10 +77,31 @@ class BrowserPanel(QWidget):
         self.model.rebuilt.connect(self._after_rebuild)
 
     def _build(self) -> None:
+        self._build_search()
+        controls = self._build_toolbar()
+        filters = self._build_filters()
+        self._build_tree()
+        self._build_empty()
+        bottom = self._build_status()
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(8, 8, 8, 6)
+        layout.setSpacing(6)
+        layout.addWidget(self.search)
+        layout.addLayout(controls)
+        layout.addLayout(filters)
+        layout.addWidget(self.tree, 1)
+        layout.addWidget(self.empty, 1)
+        layout.addLayout(bottom)
+
+    def _build_search(self) -> None:
+        """The search field (names, families, trigger words)."""
         self.search = QLineEdit(placeholderText="Search names, families, trigger words  (Ctrl+F)")
         self.search.setClearButtonEnabled(True)
         set_icon(self.search.addAction(icon("search"), QLineEdit.ActionPosition.LeadingPosition), "search")
         self.search.textChanged.connect(lambda t: self.model.set_view(search_text=t))
+
+    def _build_toolbar(self) -> QHBoxLayout:
+        """Grouping, kind and family filters, sort order."""
         self.grouping = QComboBox()
         self.grouping.addItem("By folder", "folder")
         self.grouping.addItem("By kind", "kind")
@@ -115,7 +137,10 @@ class BrowserPanel(QWidget):
         for widget in (self.grouping, self.kind_filter, self.family_filter, self.sort, self.descending):
             controls.addWidget(widget)
         controls.addStretch(1)
+        return controls
 
+    def _build_filters(self) -> QHBoxLayout:
+        """The check boxes: fits the loaded model, duplicates only."""
         self.fits = QCheckBox("Fits the loaded model")
         self.fits.setEnabled(False)
         self.fits.setToolTip("Load a model to list only the LoRAs made for its family")
@@ -131,7 +156,10 @@ class BrowserPanel(QWidget):
         filters.addWidget(self.fits)
         filters.addWidget(self.only_duplicates)
         filters.addStretch(1)
+        return filters
 
+    def _build_tree(self) -> None:
+        """The tree of files: columns, drag out, Enter or a double-click loads."""
         self.tree = QTreeView()
         self.tree.setModel(self.model)
         self.tree.setAlternatingRowColors(True)
@@ -158,6 +186,8 @@ class BrowserPanel(QWidget):
             enter.setContext(Qt.ShortcutContext.WidgetShortcut)
             enter.activated.connect(lambda: self._on_activated(self.tree.currentIndex()))
 
+    def _build_empty(self) -> None:
+        """What shows instead of the tree before any model is found."""
         self.empty = QWidget()
         empty_layout = QVBoxLayout(self.empty)
         hint = QLabel(
@@ -174,6 +204,8 @@ class BrowserPanel(QWidget):
         empty_layout.addStretch(2)
         self.empty.hide()
 
+    def _build_status(self) -> QHBoxLayout:
+        """The bottom row: the summary, the scan's progress, the hash pass and its stop."""
         self.progress = QProgressBar()
         self.progress.setMaximumHeight(14)
         self.progress.setTextVisible(False)
@@ -195,16 +227,7 @@ class BrowserPanel(QWidget):
         bottom.addWidget(self.progress, 1)
         bottom.addWidget(self.hash_status, 1)
         bottom.addWidget(self.hash_stop)
-
-        layout = QVBoxLayout(self)
-        layout.setContentsMargins(8, 8, 8, 6)
-        layout.setSpacing(6)
-        layout.addWidget(self.search)
-        layout.addLayout(controls)
-        layout.addLayout(filters)
-        layout.addWidget(self.tree, 1)
-        layout.addWidget(self.empty, 1)
-        layout.addLayout(bottom)
+        return bottom
 
     # -- feeding ---------------------------------------------------------------------------------
     def set_empty(self, empty: bool) -> None:
@@ -254,22 +277,8 @@ class BrowserPanel(QWidget):
 
     def _refresh_summary(self, problems: list[str] | None = None) -> None:
         entries = self.model.entries()
-        errors = sum(e.status == "error" for e in entries)
-        pending = sum(e.status == "pending" for e in entries)
-        parts = [f"{len(entries)} files"]
-        if self.model.shown_count() != len(entries):
-            parts.append(f"{self.model.shown_count()} shown")
-        if pending:
-            parts.append(f"{pending} to read")
-        if errors:
-            parts.append(f"{errors} unreadable")
-        if entries:
-            usage = disk_usage(entries, "root")
-            parts.append(f"{human_bytes(sum(u.bytes for u in usage.values()))} on disk")
-            wasted = wasted_bytes(self.model.duplicates, entries)
-            if wasted:
-                parts.append(f"{human_bytes(wasted)} in duplicates")
-        tip = [self.usage_text(entries)] if entries else []
+        parts = summary_parts(entries, self.model.shown_count(), self.model.duplicates)
+        tip = [usage_text(entries)] if entries else []
         if problems is not None:
             self._problems = list(problems)
         if self._problems:
@@ -279,19 +288,6 @@ class BrowserPanel(QWidget):
         if not self.progress.isVisible():
             self.summary.setText(" · ".join(parts))
         self._update_families()
-
-    @staticmethod
-    def usage_text(entries: list[Entry]) -> str:
-        """Bytes on disk per configured folder and per kind (hard links counted once)."""
-        lines = ["Disk usage per folder:"]
-        for root, u in sorted(disk_usage(entries, "root").items(), key=lambda kv: -kv[1].bytes):
-            lines.append(f"  {root}: {human_bytes(u.bytes)} in {u.files} files")
-        lines.append("Per kind:")
-        for kind, u in sorted(disk_usage(entries, "kind").items(), key=lambda kv: -kv[1].bytes):
-            lines.append(
-                f"  {KIND_TITLES.get(kind, kind_text(kind))}: {human_bytes(u.bytes)} in {u.files} files"
-            )
-        return "\n".join(lines)
 
     # -- the loaded model's family and the hash pass -----------------------------------------------
     def _on_models(self, models: tuple[ModelInfo, ...]) -> None:

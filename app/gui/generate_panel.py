@@ -31,6 +31,9 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.backend.progress_words import PHASE_WORDS
+from app.gui.size_controls import SizeControls
+from app.gui.sweep_controls import SweepControls
 from app.gui.theme import icon, set_icon
 from app.gui.widgets import ElidedLabel
 from app.gui.workflow_controls import WorkflowControls
@@ -41,17 +44,7 @@ from core.generate.events import GenerateProgress, GenerateResult
 from core.generate.parameters import SAMPLER_LABELS, SCHEDULER_LABELS, GenerationParameters, parse_parameters
 from core.generate.png import read_png_parameters
 from core.generate.request import MAX_SEED, ImageSettings, Sampling
-from core.generate.sweep import Sweep, parse_strengths
-from core.values import CFG, GUIDANCE, SIDE, STEPS
-
-_PHASES = {
-    "load": "Loading",
-    "text_encode": "Encoding the prompt",
-    "sample": "Sampling",
-    "upscale": "Upscaling",
-    "decode": "Decoding",
-    "save": "Saving",
-}
+from core.values import CFG, GUIDANCE, STEPS
 
 
 class GeneratePanel(QWidget):
@@ -70,6 +63,33 @@ class GeneratePanel(QWidget):
         self.last_seed: int | None = None
         self.busy = False
         self.available = False
+        self._build_prompts()
+        self._build_sampling()
+        self.sweeps = SweepControls()
+        self.sweep_lora, self.sweep_values, self.sweep_target = (
+            self.sweeps.lora,
+            self.sweeps.values,
+            self.sweeps.target,
+        )
+        self.hires = HiresControls()
+        form = self._build_form()
+        out_row = self._build_actions()
+        controls = QVBoxLayout(self)
+        controls.setContentsMargins(8, 6, 8, 6)
+        controls.addWidget(self.prompt, 2)
+        controls.addWidget(self.negative, 1)
+        controls.addLayout(form)
+        self.workflows = WorkflowControls()
+        controls.addWidget(self.workflows)
+        controls.addWidget(self.generate_button)
+        controls.addLayout(out_row)
+        controls.addWidget(self.progress)
+        controls.addWidget(self.status)
+        controls.addStretch(1)
+        self.set_family(None, NO_MODEL_DEFAULTS)
+        self.set_available(False, "Load a checkpoint or diffusion model to generate.")
+
+    def _build_prompts(self) -> None:
         self.prompt = QPlainTextEdit(
             placeholderText="Prompt: what the picture shows. (word:1.2) weights a word."
         )
@@ -80,6 +100,9 @@ class GeneratePanel(QWidget):
         # about six lines: in a short dock the settings below come first, not a tall empty box
         self.prompt.setMaximumHeight(8 * self.prompt.fontMetrics().lineSpacing())
         self.negative.setMaximumHeight(52)
+
+    def _build_seed(self) -> QHBoxLayout:
+        """The seed field, a new random seed, the last picture's seed, and "random" every time."""
         self.seed = QLineEdit("0")
         self.seed.setInputMask("")
         self.seed.setToolTip(f"0 … {MAX_SEED}; the same seed and settings give the same picture as ComfyUI")
@@ -95,6 +118,10 @@ class GeneratePanel(QWidget):
         seed_row = QHBoxLayout()
         for w in (self.seed, dice, reuse, self.random_seed):
             seed_row.addWidget(w)
+        return seed_row
+
+    def _build_sampling(self) -> None:
+        """Steps, CFG, Flux's guidance, sampler and scheduler."""
         # the fields accept what the engine accepts (core.values), so a value read from a picture
         # either fits or is ignored with a reason, never clamped or overflowed
         self.steps = QSpinBox(minimum=int(STEPS.lo), maximum=int(STEPS.hi), value=20)
@@ -111,60 +138,30 @@ class GeneratePanel(QWidget):
         self.scheduler = QComboBox()
         for name in SCHEDULER_LABELS:
             self.scheduler.addItem(name, name)
-        self.size = QComboBox()
-        self.size.currentIndexChanged.connect(self._preset_chosen)
-        self.width_ = QSpinBox(
-            minimum=int(SIDE.lo), maximum=int(SIDE.hi), value=512, singleStep=64, suffix=" px"
-        )
-        self.height_ = QSpinBox(
-            minimum=int(SIDE.lo), maximum=int(SIDE.hi), value=512, singleStep=64, suffix=" px"
-        )
-        self.width_.valueChanged.connect(self._size_typed)
-        self.height_.valueChanged.connect(self._size_typed)
-        size_row = QVBoxLayout()  # preset above, width × height below: fits a narrow dock
-        size_row.addWidget(self.size)
-        pixels = QHBoxLayout()
-        pixels.addWidget(self.width_, 1)
-        pixels.addWidget(QLabel("×"))
-        pixels.addWidget(self.height_, 1)
-        size_row.addLayout(pixels)
-        self.size.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
-        self.size.setMinimumContentsLength(6)
-        self.batch = QSpinBox(minimum=1, maximum=16, value=1)
-        self.sweep_lora = QComboBox()
-        self.sweep_lora.setToolTip("Render the same seed at several strengths of one LoRA, side by side")
-        self.sweep_values = QLineEdit("0.4, 0.7, 1.0")
-        self.sweep_values.setToolTip("The strengths to compare, separated by commas")
-        self.sweep_target = QComboBox()
-        self.sweep_target.addItem("model and text encoder", True)
-        self.sweep_target.addItem("model only", False)
-        self.sweep_target.setToolTip(
-            "What each cell's strength sets. 'Model and text encoder' is what an A1111 <lora:name:s> tag "
-            "does; 'model only' keeps the LoRA's text-encoder strength as it is on the stack."
-        )
-        sweep_row = QVBoxLayout()
-        sweep_line = QHBoxLayout()
-        sweep_line.addWidget(self.sweep_lora, 1)
-        sweep_line.addWidget(self.sweep_values, 1)
-        sweep_row.addLayout(sweep_line)
-        sweep_row.addWidget(self.sweep_target)
-        for combo in (self.sampler, self.scheduler, self.sweep_lora):  # the panel fits a 380 px dock
+        for combo in (self.sampler, self.scheduler):  # the panel fits a 380 px dock
             combo.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
             combo.setMinimumContentsLength(9)
-        self.set_loras(())
+
+    def _build_form(self) -> QFormLayout:
         form = QFormLayout()
-        form.addRow("Seed", seed_row)
+        form.addRow("Seed", self._build_seed())
         form.addRow("Steps", self.steps)
         form.addRow("CFG", self.cfg)
         form.addRow("Guidance", self.guidance)
         self.guidance_label = form.labelForField(self.guidance)
         form.addRow("Sampler", self.sampler)
         form.addRow("Scheduler", self.scheduler)
-        form.addRow("Size", size_row)
+        self.sizes = SizeControls()  # the family's presets; width × height below
+        self.size, self.width_, self.height_ = self.sizes.presets, self.sizes.width_, self.sizes.height_
+        form.addRow("Size", self.sizes)
+        self.batch = QSpinBox(minimum=1, maximum=16, value=1)
         form.addRow("Batch", self.batch)
-        form.addRow("LoRA sweep", sweep_row)
-        self.hires = HiresControls()
+        form.addRow("LoRA sweep", self.sweeps)
         form.addRow("Hires fix", self.hires)
+        return form
+
+    def _build_actions(self) -> QHBoxLayout:
+        """Generate, the output folder (its row is returned), the progress bar and status line."""
         self.generate_button = QPushButton(icon("run", "#ffffff"), "Generate")
         self.generate_button.setObjectName("primary")
         self.generate_button.setToolTip("Generate (Ctrl+Enter)")
@@ -184,20 +181,7 @@ class GeneratePanel(QWidget):
         # three lines, always: a longer or shorter message never moves the controls above it
         self.status.setFixedHeight(3 * self.status.fontMetrics().lineSpacing() + 4)
         self.status.setAlignment(Qt.AlignmentFlag.AlignTop | Qt.AlignmentFlag.AlignLeft)
-        controls = QVBoxLayout(self)
-        controls.setContentsMargins(8, 6, 8, 6)
-        controls.addWidget(self.prompt, 2)
-        controls.addWidget(self.negative, 1)
-        controls.addLayout(form)
-        self.workflows = WorkflowControls()
-        controls.addWidget(self.workflows)
-        controls.addWidget(self.generate_button)
-        controls.addLayout(out_row)
-        controls.addWidget(self.progress)
-        controls.addWidget(self.status)
-        controls.addStretch(1)
-        self.set_family(None, NO_MODEL_DEFAULTS)
-        self.set_available(False, "Load a checkpoint or diffusion model to generate.")
+        return out_row
 
     # ----------------------------------------------------------------- settings in and out
     def settings(self) -> ImageSettings:
@@ -266,15 +250,7 @@ class GeneratePanel(QWidget):
         """Offer the loaded family's sizes and usual settings (its record's ``defaults``); a family
         with distilled guidance (Flux-dev) shows its guidance field."""
         self.family, self.defaults = family, defaults
-        self.size.blockSignals(True)
-        self.size.clear()
-        for w, h in defaults.sizes:
-            self.size.addItem(f"{w}×{h}", (w, h))
-        self.size.addItem("custom", None)
-        self.size.blockSignals(False)
-        if family is not None:
-            self.size.setCurrentIndex(0)
-            self._preset_chosen(0)
+        self.sizes.set_presets(defaults.sizes, choose_first=family is not None)
         guided = defaults.guidance is not None
         self.guidance.setVisible(guided)
         if self.guidance_label is not None:
@@ -298,22 +274,6 @@ class GeneratePanel(QWidget):
         self.output_label.setToolTip(str(folder))
         self.output.setToolTip(f"Pictures are saved in {folder}/<date>/; click to choose another folder")
 
-    def _preset_chosen(self, index: int) -> None:
-        size = self.size.itemData(index)
-        if size:
-            for box, value in ((self.width_, size[0]), (self.height_, size[1])):
-                box.blockSignals(True)
-                box.setValue(value)
-                box.blockSignals(False)
-
-    def _size_typed(self) -> None:
-        """A typed size selects its preset, or "custom" when it is none of them."""
-        typed = (self.width_.value(), self.height_.value())
-        i = next((j for j in range(self.size.count()) if self.size.itemData(j) == typed), -1)
-        self.size.blockSignals(True)
-        self.size.setCurrentIndex(i if i >= 0 else self.size.count() - 1)
-        self.size.blockSignals(False)
-
     def new_seed(self) -> None:
         self.seed.setText(str(random.SystemRandom().randrange(0, 2**32)))
 
@@ -327,10 +287,7 @@ class GeneratePanel(QWidget):
             return
         try:
             settings = self.settings()
-            lora_id = self.sweep_lora.currentData()
-            strengths = parse_strengths(self.sweep_values.text())
-            follow = bool(self.sweep_target.currentData())
-            sweep = Sweep(str(lora_id), strengths, text_encoder=follow) if lora_id else None
+            sweep = self.sweeps.sweep()
         except LoadoutError as exc:
             self.error.emit(exc)
             return
@@ -341,17 +298,7 @@ class GeneratePanel(QWidget):
 
     def set_loras(self, loras: tuple[tuple[str, str], ...]) -> None:
         """(id, name) of the stack's LoRAs, offered for a strength sweep (off by default)."""
-        current = self.sweep_lora.currentData()
-        self.sweep_lora.blockSignals(True)
-        self.sweep_lora.clear()
-        self.sweep_lora.addItem("off", None)
-        for lora_id, name in loras:
-            self.sweep_lora.addItem(name, lora_id)
-        i = self.sweep_lora.findData(current)
-        self.sweep_lora.setCurrentIndex(max(0, i))
-        self.sweep_lora.blockSignals(False)
-        self.sweep_values.setEnabled(bool(loras))
-        self.sweep_target.setEnabled(bool(loras))
+        self.sweeps.set_loras(loras)
 
     # ----------------------------------------------------------------- what the backend reports
     def on_started(self) -> None:
@@ -382,7 +329,7 @@ class GeneratePanel(QWidget):
         picture = f" (picture {p.image + 1} of {p.images})" if p.images > 1 else ""
         steps = f" {p.step}/{p.steps}" if p.steps else ""
         self.status.setText(
-            f"{_PHASES.get(p.phase, p.phase)}{steps}{picture}{' · ' + p.message if p.message else ''}"
+            f"{PHASE_WORDS.get(p.phase, p.phase)}{steps}{picture}{' · ' + p.message if p.message else ''}"
         )
         if p.preview is not None:
             self.preview_ready.emit(p.preview)

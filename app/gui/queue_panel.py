@@ -88,6 +88,29 @@ class QueuePanel(QWidget):
         form = QFormLayout()
         for a, edit in self.axes.items():
             form.addRow(f"{a.upper()} axis", edit)
+        buttons = self._build_buttons()
+        self.jobs = QListWidget()
+        self.total = QProgressBar()
+        self.total.setRange(0, 1000)
+        self.grid = QTableWidget()
+        self.grid.setIconSize(QSize(96, 96))
+        self.grid.cellDoubleClicked.connect(self._open_cell)
+        layout = QVBoxLayout(self)
+        layout.addLayout(form)
+        layout.addLayout(buttons)
+        layout.addWidget(self.jobs, 1)
+        layout.addWidget(self.total)
+        layout.addWidget(self.grid, 2)
+        backend.models_changed.connect(self._on_models)
+        backend.model_loaded.connect(lambda info: self._on_models((*self._models.values(), info)))
+        backend.stack_changed.connect(self._on_stack)
+        self.timer = QTimer(self, interval=250)
+        self.timer.timeout.connect(self.refresh)
+        self.pause_button.setChecked(store.paused)
+        self.refresh()
+
+    def _build_buttons(self) -> QHBoxLayout:
+        """Queue the grid; run, pause and stop the queue; cancel, move and retry the selected job."""
         self.queue_button = QPushButton("Queue grid")
         self.queue_button.clicked.connect(self.queue_grid)
         self.run_button = QPushButton("Run")
@@ -108,25 +131,7 @@ class QueuePanel(QWidget):
         for b in (self.queue_button, self.run_button, self.pause_button, self.stop_button, self.cancel_button,
                   self.up_button, self.down_button, self.retry_button):  # fmt: skip
             buttons.addWidget(b)
-        self.jobs = QListWidget()
-        self.total = QProgressBar()
-        self.total.setRange(0, 1000)
-        self.grid = QTableWidget()
-        self.grid.setIconSize(QSize(96, 96))
-        self.grid.cellDoubleClicked.connect(self._open_cell)
-        layout = QVBoxLayout(self)
-        layout.addLayout(form)
-        layout.addLayout(buttons)
-        layout.addWidget(self.jobs, 1)
-        layout.addWidget(self.total)
-        layout.addWidget(self.grid, 2)
-        backend.models_changed.connect(self._on_models)
-        backend.model_loaded.connect(lambda info: self._on_models((*self._models.values(), info)))
-        backend.stack_changed.connect(self._on_stack)
-        self.timer = QTimer(self, interval=250)
-        self.timer.timeout.connect(self.refresh)
-        self.pause_button.setChecked(store.paused)
-        self.refresh()
+        return buttons
 
     # -- what the window has loaded --------------------------------------------------------------
     def _on_models(self, models: tuple[ModelInfo, ...]) -> None:

@@ -125,6 +125,23 @@ class SettingsDialog(QDialog):
         self.setWindowTitle("Loadout settings")
         self.setMinimumWidth(560)
         self.base = settings
+        self.dark = QCheckBox("Dark theme")
+        self.dark.setChecked(settings.dark_theme)
+        buttons = QDialogButtonBox(
+            QDialogButtonBox.StandardButton.Ok | QDialogButtonBox.StandardButton.Cancel
+        )
+        buttons.accepted.connect(self.accept)
+        buttons.rejected.connect(self.reject)
+        layout = QVBoxLayout(self)
+        layout.addWidget(self._library_group(settings))
+        layout.addWidget(self._memory_group(settings, has_gpu))
+        layout.addWidget(self._precision_group(settings))
+        layout.addWidget(self._queue_group(settings))
+        layout.addWidget(self.dark)
+        layout.addWidget(buttons)
+
+    def _library_group(self, settings: AppSettings) -> QGroupBox:
+        """The folders the library scans."""
         self.folders = QListWidget()
         self.folders.addItems(list(settings.folders))
         add = QPushButton("Add folder…")
@@ -148,7 +165,10 @@ class SettingsDialog(QDialog):
         lib_layout.addWidget(hint)
         lib_layout.addWidget(self.folders)
         lib_layout.addLayout(folder_buttons)
+        return library
 
+    def _memory_group(self, settings: AppSettings, has_gpu: bool) -> QGroupBox:
+        """VRAM mode, the reserve, a simulated (or limited) card, and what the mode does."""
         self.vram = QComboBox()
         self.vram.addItem("Automatic (from the card's size)", "auto")
         for state in VramState:
@@ -191,7 +211,10 @@ class SettingsDialog(QDialog):
         self.vram.currentIndexChanged.connect(self._explain_vram)
         self.simulate.valueChanged.connect(self._explain_vram)
         self._explain_vram()
+        return memory
 
+    def _precision_group(self, settings: AppSettings) -> QGroupBox:
+        """The storage dtype per role when loading."""
         self.dtypes: dict[str, QComboBox] = {}
         precision = QGroupBox("Precision (storage dtype when loading)")
         prec_form = QFormLayout(precision)
@@ -202,7 +225,10 @@ class SettingsDialog(QDialog):
             combo.setCurrentIndex(max(0, combo.findData(settings.dtype_overrides.get(role, "auto"))))
             self.dtypes[role] = combo
             prec_form.addRow(label, combo)
+        return precision
 
+    def _queue_group(self, settings: AppSettings) -> QGroupBox:
+        """Where the Queue runs its jobs."""
         self.ray = QLineEdit(settings.ray_address)
         self.ray.setPlaceholderText(
             "empty: in this process; or a Ray address (HOST:6379, ray://HOST:10001, local:2)"
@@ -213,21 +239,7 @@ class SettingsDialog(QDialog):
         queue = QGroupBox("Queue")
         queue_form = QFormLayout(queue)
         queue_form.addRow("Run jobs on", self.ray)
-
-        self.dark = QCheckBox("Dark theme")
-        self.dark.setChecked(settings.dark_theme)
-        buttons = QDialogButtonBox(
-            QDialogButtonBox.StandardButton.Ok | QDialogButtonBox.StandardButton.Cancel
-        )
-        buttons.accepted.connect(self.accept)
-        buttons.rejected.connect(self.reject)
-        layout = QVBoxLayout(self)
-        layout.addWidget(library)
-        layout.addWidget(memory)
-        layout.addWidget(precision)
-        layout.addWidget(queue)
-        layout.addWidget(self.dark)
-        layout.addWidget(buttons)
+        return queue
 
     def _explain_vram(self) -> None:
         self.vram_help.setText(vram_help(self.simulate.value(), str(self.vram.currentData()), self._has_gpu))

@@ -22,7 +22,7 @@ from typing import Any, TypeVar
 
 from core.detect.aux_kinds import match_embedding, match_upscale
 from core.detect.catalog import REGISTRY
-from core.detect.checkpoint import split_components
+from core.detect.checkpoint import Slot, split_components
 from core.detect.diffusion import match_controlnet, match_diffusion
 from core.detect.encoders import match_text_encoder, match_vae
 from core.detect.keyview import KeyView
@@ -205,11 +205,58 @@ def _detect_checkpoint(
     memo: Memo, view: KeyView, filename: str | None, meta: Mapping[str, str]
 ) -> Detection | None:
     slots = _once(memo, "slots", lambda: split_components(view))
-    prefixed = [s for s in slots if s.prefix]
-    if not prefixed:
+    if not any(s.prefix for s in slots):
         return None
-    components: list[Component] = []
     warnings: list[str] = []
+    components, diffusion = _slot_components(memo, view, slots, filename, meta, warnings)
+    if diffusion is not None:
+        components = [_vae_for(c, diffusion.family, warnings) for c in components]
+    roles = {c.role for c in components}
+    kind: Kind
+    if diffusion is not None and roles == {"diffusion_model"}:
+        kind = "diffusion_model"
+        warnings.append(
+            "this file holds only a diffusion model (no VAE or text encoders); load the VAE and "
+            "text encoders from separate files"
+        )
+    elif diffusion is None and "diffusion_model" not in roles and len(components) == 1:
+        # Only a VAE or text encoder under checkpoint prefixes (e.g. an extracted VAE).
+        comp = components[0]
+        return Detection(
+            kind=comp.role,
+            family=comp.family,
+            layout="original",
+            components=tuple(components),
+            warnings=tuple(warnings),
+        )
+    else:
+        kind = "checkpoint"
+        if "vae" not in roles:
+            warnings.append("this checkpoint has no VAE: load one beside it to decode images")
+        if "text_encoder" not in roles:
+            warnings.append("this checkpoint has no text encoders: load them beside it for prompts")
+    return Detection(
+        kind=kind,
+        family=diffusion.family if diffusion else None,
+        variant=diffusion.variant if diffusion else None,
+        layout=diffusion.layout if diffusion else "original",
+        components=tuple(components),
+        warnings=tuple(dict.fromkeys(warnings)),
+        fields=dict(diffusion.fields) if diffusion else {},
+    )
+
+
+def _slot_components(
+    memo: Memo,
+    view: KeyView,
+    slots: list[Slot],
+    filename: str | None,
+    meta: Mapping[str, str],
+    warnings: list[str],
+) -> tuple[list[Component], Match | None]:
+    """Each slot of a checkpoint matched against its role's families, and the first diffusion
+    model's match (None when the file has none or it was not recognised)."""
+    components: list[Component] = []
     diffusion: Match | None = None
     for i, slot in enumerate(slots):
         tag = f"slot{i}"
@@ -225,44 +272,7 @@ def _detect_checkpoint(
             diffusion = match
         layout = match.layout if match is not None else "original"
         components.append(_component(memo, slot.role, family, slot.prefix, sub, layout, slot.exclude))
-    if diffusion is not None:
-        components = [_vae_for(c, diffusion.family, warnings) for c in components]
-    roles = {c.role for c in components}
-    kind: Kind
-    if diffusion is not None and roles == {"diffusion_model"}:
-        kind = "diffusion_model"
-        warnings.append(
-            "this file holds only a diffusion model (no VAE or text encoders); load the VAE and "
-            "text encoders from separate files"
-        )
-    elif diffusion is None and "diffusion_model" not in roles:
-        # Only VAE / text encoder parts under checkpoint prefixes (e.g. an extracted VAE).
-        if len(components) == 1:
-            comp = components[0]
-            return Detection(
-                kind=comp.role,
-                family=comp.family,
-                layout="original",
-                components=tuple(components),
-                warnings=tuple(warnings),
-            )
-        kind = "checkpoint"
-    else:
-        kind = "checkpoint"
-    if kind == "checkpoint":
-        if "vae" not in roles:
-            warnings.append("this checkpoint has no VAE: load one beside it to decode images")
-        if "text_encoder" not in roles:
-            warnings.append("this checkpoint has no text encoders: load them beside it for prompts")
-    return Detection(
-        kind=kind,
-        family=diffusion.family if diffusion else None,
-        variant=diffusion.variant if diffusion else None,
-        layout=diffusion.layout if diffusion else "original",
-        components=tuple(components),
-        warnings=tuple(dict.fromkeys(warnings)),
-        fields=dict(diffusion.fields) if diffusion else {},
-    )
+    return components, diffusion
 
 
 def _vae_for(comp: Component, diffusion_family: str, warnings: list[str]) -> Component:

@@ -95,81 +95,33 @@ KL_SPECS = (
 )
 
 
-def _families() -> list[Family]:
-    out: list[Family] = []
-    for c in CLIP_SPECS:
-        out.append(
-            Family(
-                c.id, "text_encoder", c.title, rule=partial(match_clip, c), prefixes=TE_PREFIXES.get(c.id, ())
-            )
-        )
-    for t in T5_SPECS:
-        out.append(
-            Family(
-                t.id, "text_encoder", t.title, rule=partial(match_t5, t), prefixes=TE_PREFIXES.get(t.id, ())
-            )
-        )
-    for m in LLM_SPECS:
-        out.append(
-            Family(
-                m.id,
-                "text_encoder",
-                m.title,
-                rule=partial(match_llm, m),
-                default_dtype="bf16",
-                fp16_unsafe=True,
-            )
-        )
-    for v in KL_SPECS:
-        out.append(
-            Family(
-                v.id,
-                "vae",
-                v.title,
-                rule=partial(match_kl, v),
-                prefixes=("first_stage_model.", "vae."),
-                latent_channels=v.latent_channels,
-                default_dtype="fp32" if v.id == "vae-sd" else "bf16",
-                latent_format="flux" if v.id == "vae-flux" else "",  # vae-sd: SD1 or SDXL, by its model
-            )
-        )
-    # SD3's VAE has the 16-channel layout of Flux's: it is never matched by shapes, only chosen
-    # from a hint or from the diffusion model it ships with (its latent scale and shift differ).
-    out.append(
-        Family(
-            "vae-sd3",
-            "vae",
-            "SD3 16-channel VAE",
-            latent_channels=16,
-            default_dtype="bf16",
-            latent_format="sd3",
-        )
+def _text_encoder(spec: ClipSpec | T5Spec) -> Family:
+    rule = partial(match_clip, spec) if isinstance(spec, ClipSpec) else partial(match_t5, spec)
+    return Family(spec.id, "text_encoder", spec.title, rule=rule, prefixes=TE_PREFIXES.get(spec.id, ()))
+
+
+def _llm(spec: LlmSpec) -> Family:
+    return Family(
+        spec.id,
+        "text_encoder",
+        spec.title,
+        rule=partial(match_llm, spec),
+        default_dtype="bf16",
+        fp16_unsafe=True,
     )
-    out.append(
-        Family(
-            "vae-wan",
-            "vae",
-            "Wan video VAE",
-            rule=match_wan_vae,
-            prefixes=("vae.",),
-            latent_channels=16,
-            default_dtype="bf16",
-            notes="2.1: 16 latent channels; 2.2 (TI2V-5B): 48; Qwen-Image's VAE has the 2.1 shapes",
-        )
+
+
+def _kl_vae(spec: KlSpec) -> Family:
+    return Family(
+        spec.id,
+        "vae",
+        spec.title,
+        rule=partial(match_kl, spec),
+        prefixes=("first_stage_model.", "vae."),
+        latent_channels=spec.latent_channels,
+        default_dtype="fp32" if spec.id == "vae-sd" else "bf16",
+        latent_format="flux" if spec.id == "vae-flux" else "",  # vae-sd: SD1 or SDXL, by its model
     )
-    out.append(Family("esrgan", "upscale", "ESRGAN (RRDB)", rule=match_esrgan, default_dtype="fp32"))
-    out.append(
-        Family(
-            "realesrgan-compact",
-            "upscale",
-            "Real-ESRGAN compact (SRVGG)",
-            rule=match_srvgg,
-            default_dtype="fp32",
-        )
-    )
-    for fid, title in (("swinir", "SwinIR"), ("swin2sr", "Swin2SR"), ("hat", "HAT")):
-        out.append(Family(fid, "upscale", title, rule=partial(_swin_only, fid), default_dtype="fp32"))
-    return out
 
 
 def _swin_only(family: str, view: KeyView) -> Match | None:
@@ -177,7 +129,44 @@ def _swin_only(family: str, view: KeyView) -> Match | None:
     return m if m is not None and m.family == family else None
 
 
+TEXT_ENCODER_FAMILIES = (
+    *(_text_encoder(c) for c in CLIP_SPECS),
+    *(_text_encoder(t) for t in T5_SPECS),
+    *(_llm(m) for m in LLM_SPECS),
+)
+
+VAE_FAMILIES = (
+    *(_kl_vae(v) for v in KL_SPECS),
+    # SD3's VAE has the 16-channel layout of Flux's: it is never matched by shapes, only chosen
+    # from a hint or from the diffusion model it ships with (its latent scale and shift differ).
+    Family(
+        "vae-sd3", "vae", "SD3 16-channel VAE", latent_channels=16, default_dtype="bf16", latent_format="sd3"
+    ),
+    Family(
+        "vae-wan",
+        "vae",
+        "Wan video VAE",
+        rule=match_wan_vae,
+        prefixes=("vae.",),
+        latent_channels=16,
+        default_dtype="bf16",
+        notes="2.1: 16 latent channels; 2.2 (TI2V-5B): 48; Qwen-Image's VAE has the 2.1 shapes",
+    ),
+)
+
+UPSCALE_FAMILIES = (
+    Family("esrgan", "upscale", "ESRGAN (RRDB)", rule=match_esrgan, default_dtype="fp32"),
+    Family(
+        "realesrgan-compact", "upscale", "Real-ESRGAN compact (SRVGG)", rule=match_srvgg, default_dtype="fp32"
+    ),
+    *(
+        Family(fid, "upscale", title, rule=partial(_swin_only, fid), default_dtype="fp32")
+        for fid, title in (("swinir", "SwinIR"), ("swin2sr", "Swin2SR"), ("hat", "HAT"))
+    ),
+)
+
+
 def register(registry: Registry) -> None:
     """Add every family of this module to ``registry`` (raises if one is already there)."""
-    for fam in _families():
+    for fam in (*TEXT_ENCODER_FAMILIES, *VAE_FAMILIES, *UPSCALE_FAMILIES):
         registry.add(fam)

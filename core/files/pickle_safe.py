@@ -3,16 +3,13 @@
 Two readers:
 
 * :func:`read_pickle_index` reads *only* the pickle stream (``data.pkl`` inside a torch zip) with
-  a restricted unpickler whose tensor constructors return :class:`TensorInfo` records. No tensor
-  data is read and no callable from the file is invoked; globals outside a short allow-list are
-  refused, and a few known-harmless training leftovers (Lightning callbacks, numpy scalars) become
-  inert placeholders that are never imported.
+  the restricted unpickler of :mod:`core.files.unpickler`, whose tensor constructors return
+  :class:`TensorInfo` records. No tensor data is read and no callable from the file is invoked.
 * :func:`load_pickle_state_dict` loads tensors with ``torch.load(weights_only=True)``.
 """
 
 from __future__ import annotations
 
-import collections
 import io
 import os
 import pickle
@@ -28,8 +25,8 @@ from typing import Any
 import torch
 
 from core.errors import FileFormatError, UnsafeFileError
-from core.files.dtypes import DTYPES, nbytes_for
 from core.files.tensor_info import TensorInfo
+from core.files.unpickler import IndexUnpickler, TensorStub, starts_with_legacy_magic
 
 #: A data.pkl bigger than this is not a model checkpoint's index.
 PICKLE_INDEX_CAP = 256 * 1024 * 1024
@@ -38,141 +35,6 @@ PICKLE_WARNING = (
     "pickle format: this file type can carry code. Loadout reads it without running anything, "
     "but convert it to .safetensors to be safe elsewhere (loadout convert)"
 )
-
-_STORAGE_DTYPES = {
-    "DoubleStorage": "F64",
-    "FloatStorage": "F32",
-    "HalfStorage": "F16",
-    "BFloat16Storage": "BF16",
-    "LongStorage": "I64",
-    "IntStorage": "I32",
-    "ShortStorage": "I16",
-    "CharStorage": "I8",
-    "ByteStorage": "U8",
-    "BoolStorage": "BOOL",
-    "Float8_e4m3fnStorage": "F8_E4M3",
-    "Float8_e5m2Storage": "F8_E5M2",
-}
-
-#: Modules whose objects appear in training checkpoints beside the weights. They are replaced by
-#: inert placeholders (never imported, never called).
-_INERT_PREFIXES = (
-    "pytorch_lightning.",
-    "lightning.",
-    "lightning_fabric.",
-    "omegaconf.",
-    "numpy.",
-    "_codecs.",
-    "typing.",
-)
-
-
-@dataclass(frozen=True)
-class _StorageType:
-    dtype: str
-
-
-@dataclass
-class _StorageRef:
-    dtype: str
-    key: str
-    numel: int
-
-
-class _Inert:
-    """Stands in for an object of a class Loadout does not import. Accepts any state."""
-
-    _qualname = "object"
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        self._args = args
-
-    def __setstate__(self, state: Any) -> None:
-        self._state = state
-
-    def __call__(self, *args: Any, **kwargs: Any) -> _Inert:
-        return _Inert()
-
-    def __repr__(self) -> str:
-        return f"<not loaded: {self._qualname}>"
-
-
-@dataclass(frozen=True)
-class _TensorStub:
-    info: TensorInfo
-    storage_key: str
-
-
-def _rebuild_tensor(storage: Any, storage_offset: int, size: Any, stride: Any, *rest: Any) -> _TensorStub:
-    if not isinstance(storage, _StorageRef):
-        raise pickle.UnpicklingError("tensor without storage")
-    shape = tuple(int(s) for s in size)
-    dt = DTYPES[storage.dtype]
-    numel = 1
-    for s in shape:
-        numel *= s
-    return _TensorStub(TensorInfo(storage.dtype, shape, nbytes_for(dt, numel)), storage.key)
-
-
-def _rebuild_parameter(data: Any, *rest: Any) -> Any:
-    return data
-
-
-class _IndexUnpickler(pickle.Unpickler):
-    def __init__(self, stream: io.BytesIO, storages: set[str] | None, path: Path) -> None:
-        super().__init__(stream)
-        self._storages = storages
-        self._path = path
-        self.placeholders: set[str] = set()
-
-    def find_class(self, module: str, name: str) -> Any:
-        full = f"{module}.{name}"
-        if module == "torch" and name in _STORAGE_DTYPES:
-            return _StorageType(_STORAGE_DTYPES[name])
-        if full in (
-            "torch._utils._rebuild_tensor_v2",
-            "torch._utils._rebuild_tensor",
-            "torch._utils._rebuild_tensor_v3",
-        ):
-            return _rebuild_tensor
-        if full in ("torch._utils._rebuild_parameter", "torch._utils._rebuild_parameter_with_state"):
-            return _rebuild_parameter
-        if full == "collections.OrderedDict":
-            return collections.OrderedDict
-        if full == "torch.Size":
-            return tuple
-        if full in ("builtins.set", "builtins.frozenset", "builtins.slice", "builtins.complex"):
-            return {"set": set, "frozenset": frozenset, "slice": slice, "complex": complex}[name]
-        if full in ("torch.device", "torch.dtype") or (
-            full.startswith("torch.")
-            and name in ("float32", "float16", "bfloat16", "float64", "int64", "int32", "uint8", "bool")
-        ):
-            return lambda *a, **k: str(a[0]) if a else name
-        if module.startswith(_INERT_PREFIXES) or module in ("numpy", "_codecs"):
-            self.placeholders.add(full)
-            return type(name, (_Inert,), {"_qualname": full})
-        raise UnsafeFileError(
-            f"{self._path.name} was refused: its pickle data references {full}",
-            why="loading it would run that code; a model checkpoint needs nothing of the kind, "
-            "so the file is damaged or malicious",
-            fix="Delete the file, or get a .safetensors version of the model from a source you trust",
-            code="unsafe_pickle",
-        )
-
-    def persistent_load(self, pid: Any) -> Any:
-        if not (isinstance(pid, tuple) and len(pid) >= 5 and pid[0] == "storage"):
-            raise pickle.UnpicklingError(f"unsupported persistent id {pid!r}")
-        storage_type, key, _location, numel = pid[1], str(pid[2]), pid[3], pid[4]
-        if not isinstance(storage_type, _StorageType):
-            raise pickle.UnpicklingError(f"unsupported storage type {storage_type!r}")
-        if self._storages is not None and key not in self._storages:
-            raise FileFormatError(
-                f"{self._path.name} is incomplete: tensor storage {key} is missing",
-                why="the archive was cut off or damaged",
-                fix="Download the file again",
-                code="truncated",
-            )
-        return _StorageRef(storage_type.dtype, key, int(numel))
 
 
 @dataclass
@@ -197,7 +59,7 @@ _STATE_DICT_KEYS = (
 def _flatten(obj: Any, prefix: str, out: dict[str, TensorInfo], depth: int = 0) -> None:
     if depth > 4:
         return
-    if isinstance(obj, _TensorStub):
+    if isinstance(obj, TensorStub):
         out[prefix.rstrip(".")] = obj.info
     elif isinstance(obj, Mapping):
         for k, v in obj.items():
@@ -212,7 +74,7 @@ def find_state_dict(top: Any) -> tuple[Any, str]:
             if (
                 isinstance(inner, Mapping)
                 and inner
-                and any(isinstance(v, (_TensorStub, torch.Tensor, Mapping)) for v in inner.values())
+                and any(isinstance(v, (TensorStub, torch.Tensor, Mapping)) for v in inner.values())
             ):
                 if key == "string_to_param":  # A1111 textual inversion: keep the whole file
                     return top, ""
@@ -288,35 +150,13 @@ def _read_plain_index(p: Path) -> PickleIndex:
         # A legacy (pre-1.6) torch file keeps data after the pickles: let torch read it safely.
         return _legacy_index(p)
     data = p.read_bytes()
-    if _starts_with_legacy_magic(data):
+    if starts_with_legacy_magic(data):
         return _legacy_index(p)
     return _unpickle_index(p, data, None)
 
 
-_LEGACY_MAGIC = 0x1950A86A20F9469CFC6C
-
-
-class _NoGlobalsUnpickler(pickle.Unpickler):
-    """Reads plain data only: any reference to a class or function is refused."""
-
-    def find_class(self, module: str, name: str) -> Any:
-        raise pickle.UnpicklingError(f"global {module}.{name} refused")
-
-    def persistent_load(self, pid: Any) -> Any:
-        raise pickle.UnpicklingError("persistent id refused")
-
-
-def _starts_with_legacy_magic(data: bytes) -> bool:
-    """Legacy (pre-1.6) torch files begin with a pickled magic number, then more pickles."""
-    try:
-        first = _NoGlobalsUnpickler(io.BytesIO(data[:64])).load()
-    except Exception:
-        return False
-    return isinstance(first, int) and first == _LEGACY_MAGIC
-
-
 def _unpickle_index(p: Path, data: bytes, storages: set[str] | None) -> PickleIndex:
-    unpickler = _IndexUnpickler(io.BytesIO(data), storages, p)
+    unpickler = IndexUnpickler(io.BytesIO(data), storages, p)
     try:
         top = unpickler.load()
     except (UnsafeFileError, FileFormatError):
@@ -394,7 +234,7 @@ def load_pickle_state_dict(path: str | os.PathLike[str]) -> dict[str, torch.Tens
         _read_zip_index(p)
     elif p.stat().st_size <= PICKLE_INDEX_CAP:
         data = p.read_bytes()
-        if not _starts_with_legacy_magic(data):
+        if not starts_with_legacy_magic(data):
             _unpickle_index(p, data, None)
     try:
         with warnings.catch_warnings():

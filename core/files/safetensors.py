@@ -3,7 +3,8 @@ memory-mapped lazy reader that hands out zero-copy tensors.
 
 Layout: 8-byte little-endian header length N, N bytes of UTF-8 JSON
 ``{name: {"dtype", "shape", "data_offsets": [begin, end]}, "__metadata__": {str: str}}``, then
-the data. Offsets are relative to the end of the header.
+the data. Offsets are relative to the end of the header. Checking the parsed header entry by
+entry is :mod:`core.files.safetensors_header`'s part.
 """
 
 from __future__ import annotations
@@ -17,7 +18,6 @@ import struct
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -25,46 +25,30 @@ import orjson
 import torch
 
 from core.errors import FileFormatError
-from core.files.dtypes import DTYPES, nbytes_for
+from core.files.dtypes import DTYPES
 from core.files.guard import changed_error
-from core.files.tensor_info import TensorInfo
+from core.files.safetensors_header import SafetensorsHeader, header_error, validate_header
 
 #: The reference implementation refuses headers over 100 MB; so do we, by default.
 HEADER_SIZE_CAP = 100 * 1024 * 1024
-_BITS = {name: d.bits for name, d in DTYPES.items()}
 
-
-_FIX_REDOWNLOAD = "Download the file again, or re-save it with a tool you trust"
-
-
-@dataclass(frozen=True)
-class SafetensorsHeader:
-    """A validated header: tensors in file order, metadata, where the data starts."""
-
-    path: Path
-    tensors: dict[str, TensorInfo]
-    offsets: dict[str, tuple[int, int]]
-    metadata: dict[str, str]
-    data_start: int
-    file_size: int
-    warnings: list[str] = field(default_factory=list)
-
-
-def _bad(path: Path, what: str, why: str, *, code: str = "invalid_file", fix: str = "") -> FileFormatError:
-    return FileFormatError(
-        f"{path.name} is not a valid safetensors file: {what}",
-        why=why,
-        fix=fix or _FIX_REDOWNLOAD,
-        code=code,
-    )
+__all__ = ["HEADER_SIZE_CAP", "SafetensorsFile", "SafetensorsHeader", "read_header", "read_header_from"]
 
 
 def read_header_from(
     fh: BinaryIO, path: Path, file_size: int, *, cap: int = HEADER_SIZE_CAP
 ) -> SafetensorsHeader:
     """Read and validate the header of an open file. Reads at most 8 + min(N, cap) bytes."""
+    raw = _header_bytes(fh, path, file_size, cap)
+    obj = _header_json(path, raw)
+    with _gc_paused():
+        return validate_header(path, obj, 8 + len(raw), file_size)
+
+
+def _header_bytes(fh: BinaryIO, path: Path, file_size: int, cap: int) -> bytes:
+    """The N header bytes after the 8-byte length, once the length is plausible for the file."""
     if file_size == 0:
-        raise _bad(
+        raise header_error(
             path,
             "the file is empty",
             "it has 0 bytes",
@@ -72,7 +56,7 @@ def read_header_from(
             fix="The download or copy did not finish; get the file again",
         )
     if file_size < 8:
-        raise _bad(
+        raise header_error(
             path,
             f"the file has only {file_size} bytes",
             "a safetensors file starts with an 8-byte header length",
@@ -81,7 +65,7 @@ def read_header_from(
     fh.seek(0)
     (n,) = struct.unpack("<Q", fh.read(8))
     if n > cap:
-        raise _bad(
+        raise header_error(
             path,
             f"the header claims {n:,} bytes",
             f"that is over the {cap // (1024 * 1024)} MB limit for a header, so the file "
@@ -89,7 +73,7 @@ def read_header_from(
             code="header_too_large",
         )
     if 8 + n > file_size:
-        raise _bad(
+        raise header_error(
             path,
             f"the header claims {n:,} bytes but the file has only {file_size:,}",
             "the file is truncated or is not safetensors",
@@ -97,13 +81,18 @@ def read_header_from(
         )
     raw = fh.read(n)
     if len(raw) != n:
-        raise _bad(
+        raise header_error(
             path, "the header could not be read in full", "the file shrank while reading", code="truncated"
         )
+    return raw
+
+
+def _header_json(path: Path, raw: bytes) -> dict[str, Any]:
+    """The header's UTF-8 JSON object."""
     try:
         raw.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise _bad(
+        raise header_error(
             path, "the header is not UTF-8 text", f"byte {exc.start} is invalid", code="invalid_header"
         ) from None
     try:
@@ -111,19 +100,17 @@ def read_header_from(
         with _gc_paused():
             obj = orjson.loads(raw)
     except json.JSONDecodeError as exc:
-        raise _bad(
+        raise header_error(
             path, "the header is not valid JSON", f"{exc.msg} at character {exc.pos}", code="invalid_header"
         ) from None
     if not isinstance(obj, dict):
-        raise _bad(
+        raise header_error(
             path,
             "the header is not a JSON object",
             f"it is a JSON {type(obj).__name__}",
             code="invalid_header",
         )
-    data_start = 8 + n
-    with _gc_paused():
-        return _validate(path, obj, data_start, file_size)
+    return obj
 
 
 @contextmanager
@@ -138,151 +125,6 @@ def _gc_paused() -> Iterator[None]:
     finally:
         if was_enabled:
             gc.enable()
-
-
-def _numel(shape: Any) -> int:
-    """Element count of a valid shape (a list of non-negative ints), or -1 for anything else."""
-    if type(shape) is not list:
-        return -1
-    n = 1
-    for dim in shape:
-        if type(dim) is not int or dim < 0:
-            return -1
-        n *= dim
-    return n
-
-
-def _entry_error(path: Path, name: str, entry: Any, data_size: int) -> FileFormatError:
-    """The specific error for a tensor entry the fast path rejected."""
-    if type(entry) is not dict:
-        return _bad(path, f"the entry for tensor {name!r} is not an object", "", code="invalid_header")
-    dtype_name = entry.get("dtype")
-    dt = DTYPES.get(dtype_name) if type(dtype_name) is str else None
-    if dt is None:
-        return _bad(
-            path,
-            f"tensor {name!r} has unknown dtype {dtype_name!r}",
-            "known dtypes are " + ", ".join(DTYPES),
-            code="unknown_dtype",
-            fix="If the file is new, update Loadout; otherwise the file is damaged",
-        )
-    shape: Any = entry.get("shape")
-    numel = _numel(shape)
-    if numel < 0:
-        return _bad(
-            path,
-            f"tensor {name!r} has an invalid shape {shape!r}",
-            "a shape is a list of non-negative integers",
-            code="invalid_shape",
-        )
-    offs = entry.get("data_offsets")
-    if type(offs) is not list or len(offs) != 2 or type(offs[0]) is not int or type(offs[1]) is not int:
-        return _bad(
-            path,
-            f"tensor {name!r} has invalid data_offsets {offs!r}",
-            "data_offsets is a list of two integers [begin, end]",
-            code="invalid_offsets",
-        )
-    begin, end = offs
-    expected = nbytes_for(dt, numel)
-    if begin < 0 or end < begin:
-        return _bad(
-            path,
-            f"tensor {name!r} has data_offsets {offs}",
-            "begin must be >= 0 and <= end",
-            code="invalid_offsets",
-        )
-    if end - begin != expected:
-        return _bad(
-            path,
-            f"tensor {name!r} spans {end - begin:,} bytes but its shape {tuple(shape)} "
-            f"of {dt.name} needs {expected:,}",
-            "the header does not match its data",
-            code="invalid_offsets",
-        )
-    if end > data_size:
-        return _bad(
-            path,
-            f"tensor {name!r} ends at byte {end:,} of a {data_size:,}-byte data area",
-            "the file is truncated",
-            code="truncated",
-        )
-    return _bad(path, f"the entry for tensor {name!r} is malformed", repr(entry)[:200], code="invalid_header")
-
-
-def _validate(path: Path, obj: dict[str, Any], data_start: int, file_size: int) -> SafetensorsHeader:
-    warnings: list[str] = []
-    metadata: dict[str, str] = {}
-    raw_meta = obj.pop("__metadata__", None)
-    if raw_meta is not None:
-        if not isinstance(raw_meta, dict):
-            raise _bad(
-                path,
-                "__metadata__ is not an object",
-                f"it is a JSON {type(raw_meta).__name__}",
-                code="invalid_header",
-            )
-        for k, v in raw_meta.items():
-            if isinstance(v, str):
-                metadata[str(k)] = v
-            else:
-                metadata[str(k)] = json.dumps(v)
-                warnings.append(f"metadata value {k!r} is not a string; shown as JSON")
-
-    tensors: dict[str, TensorInfo] = {}
-    offsets: dict[str, tuple[int, int]] = {}
-    data_size = file_size - data_start
-    bits_of = _BITS
-    for name, entry in obj.items():
-        # The fast path: headers of thousands of tensors are common, and this runs for every file
-        # the library indexes. Anything unusual goes to _entry_error, which says what is wrong.
-        try:
-            dtype_name = entry["dtype"]
-            shape = entry["shape"]
-            begin, end = entry["data_offsets"]
-            bits = bits_of[dtype_name]
-            numel = 1
-            for dim in shape:
-                if type(dim) is not int or dim < 0:
-                    raise ValueError
-                numel *= dim
-        except Exception:
-            raise _entry_error(path, name, entry, data_size) from None
-        if (
-            type(shape) is not list
-            or type(begin) is not int
-            or type(end) is not int
-            or begin < 0
-            or end - begin != (numel * bits + 7) // 8
-            or end > data_size
-        ):
-            raise _entry_error(path, name, entry, data_size)
-        tensors[name] = TensorInfo(dtype_name, tuple(shape), end - begin)
-        offsets[name] = (begin, end)
-
-    # In order, no overlap, no gaps (the reference implementation's rule). Zero-size tensors
-    # may sit anywhere.
-    spans = sorted((b, e, n) for n, (b, e) in offsets.items() if e > b)
-    cursor = 0
-    for b, e, n in spans:
-        if b < cursor:
-            raise _bad(
-                path,
-                f"tensor {n!r} overlaps the tensor before it",
-                f"it starts at byte {b:,}, inside data that ends at {cursor:,}",
-                code="invalid_offsets",
-            )
-        if b > cursor:
-            raise _bad(
-                path,
-                f"there is a gap of {b - cursor:,} bytes before tensor {n!r}",
-                "tensor data must be packed back to back",
-                code="invalid_offsets",
-            )
-        cursor = e
-    if cursor < data_size:
-        warnings.append(f"{data_size - cursor:,} bytes of unused data after the last tensor")
-    return SafetensorsHeader(path, tensors, offsets, metadata, data_start, file_size, warnings)
 
 
 def read_header(path: str | os.PathLike[str], *, cap: int = HEADER_SIZE_CAP) -> SafetensorsHeader:

@@ -85,6 +85,35 @@ def write_safetensors(
     shape per name) and each tensor is then produced exactly once, while it is written."""
     out = Path(path)
     names = list(tensors)
+    header, sizes, data_size = _header(names, tensors, metadata, specs)
+    raw_header = json.dumps(header, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+    raw_header += b" " * ((-(8 + len(raw_header))) % DATA_ALIGN)
+    _check_space(out, 8 + len(raw_header) + data_size)
+    with atomic_file(out) as fh:
+        fh.write(len(raw_header).to_bytes(8, "little"))
+        fh.write(raw_header)
+        done = 0
+        for i, name in enumerate(names):
+            if check is not None:
+                check()
+            t = tensors[name]
+            if _nbytes(t) != sizes[name] or name_of_torch_dtype(t.dtype) != header_dtype(header, name):
+                raise ValueError(f"tensor {name!r} does not match its announced dtype and shape")
+            fh.write(_raw(t))
+            done += sizes[name]
+            if progress is not None:
+                progress(WriteProgress(i + 1, len(names), done, data_size))
+    return out
+
+
+def _header(
+    names: list[str],
+    tensors: Mapping[str, torch.Tensor],
+    metadata: Mapping[str, str] | None,
+    specs: Mapping[str, tuple[torch.dtype, tuple[int, ...]]] | None,
+) -> tuple[dict[str, object], dict[str, int], int]:
+    """The header object (tensors back to back in ``names`` order), each tensor's byte count and
+    the size of the data area."""
     header: dict[str, object] = {}
     if metadata:
         header["__metadata__"] = {str(k): str(v) for k, v in metadata.items()}
@@ -104,9 +133,11 @@ def write_safetensors(
             "data_offsets": [offset, offset + n],
         }
         offset += n
-    raw_header = json.dumps(header, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
-    raw_header += b" " * ((-(8 + len(raw_header))) % DATA_ALIGN)
-    total = 8 + len(raw_header) + offset
+    return header, sizes, offset
+
+
+def _check_space(out: Path, total: int) -> None:
+    """The output's folder is made; there must be room for ``total`` bytes on its disk."""
     check_output_file(out)
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
@@ -120,18 +151,3 @@ def write_safetensors(
             fix="Free some space or choose another folder",
             code="disk_full",
         )
-    with atomic_file(out) as fh:
-        fh.write(len(raw_header).to_bytes(8, "little"))
-        fh.write(raw_header)
-        done = 0
-        for i, name in enumerate(names):
-            if check is not None:
-                check()
-            t = tensors[name]
-            if _nbytes(t) != sizes[name] or name_of_torch_dtype(t.dtype) != header_dtype(header, name):
-                raise ValueError(f"tensor {name!r} does not match its announced dtype and shape")
-            fh.write(_raw(t))
-            done += sizes[name]
-            if progress is not None:
-                progress(WriteProgress(i + 1, len(names), done, offset))
-    return out

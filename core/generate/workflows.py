@@ -35,6 +35,7 @@ from core.generate.refiner import (
     run_refined,
 )
 from core.generate.request import ImageSettings
+from core.generate.workflow_request import RefinerUse
 from core.memory.inference import Workload, activation_bytes, network_profile
 from core.memory.manager import NotEnoughMemoryError
 from core.session.session import Session
@@ -177,26 +178,8 @@ def _refiner(
         state.refiner = None
     if use is None:
         return None
-    if parts.family not in BASES:
-        raise ModelMismatchError(
-            f"the SDXL refiner follows an SDXL base model, and the model is {parts.family}",
-            why="the hand-off passes the base's latent with its leftover noise to the refiner",
-            fix="Load an SDXL checkpoint, or leave the refiner out",
-            code="wrong_refiner",
-        )
-    if state.refiner is None:
-        state.refiner = load_refiner(Path(use.path).resolve(), hooks.check)
-    refiner = state.refiner
-    by_phase: dict[str, list[object]] = {"refine_encode": [], "refine": []}
-    for comp in refiner.bundle.components:
-        name = f"{refiner.path.stem} {kind_word(comp.role, comp.family)}"
-        if placement.active and placement.manager.find(comp.module) is None:
-            placement.register(comp.module, name)
-        parts.names[name] = comp.role
-        if comp.role == "text_encoder":
-            by_phase["refine_encode"].append(comp.module)
-        elif comp.role == "diffusion_model":
-            by_phase["refine"].append(comp.module)
+    refiner = _loaded_refiner(state, use, parts.family, hooks)
+    by_phase = _refiner_phases(session, refiner, parts)
     words = {"refine_encode": ("refine encode", "the refiner's CLIP-G encodes the prompts"),
              "refine": ("refine", "the refiner finishes the steps after the switch")}  # fmt: skip
 
@@ -225,6 +208,37 @@ def _refiner(
         return run_refined(pipeline, rpipe, settings, hooks, rhooks, init, switch)
 
     return run
+
+
+def _loaded_refiner(state: WorkflowState, use: RefinerUse, family: str, hooks: Hooks) -> LoadedRefiner:
+    """The refiner the settings name, loaded once per session; refused after a non-SDXL model."""
+    if family not in BASES:
+        raise ModelMismatchError(
+            f"the SDXL refiner follows an SDXL base model, and the model is {family}",
+            why="the hand-off passes the base's latent with its leftover noise to the refiner",
+            fix="Load an SDXL checkpoint, or leave the refiner out",
+            code="wrong_refiner",
+        )
+    if state.refiner is None:
+        state.refiner = load_refiner(Path(use.path).resolve(), hooks.check)
+    return state.refiner
+
+
+def _refiner_phases(session: Session, refiner: LoadedRefiner, parts: Parts) -> dict[str, list[object]]:
+    """The refiner's models registered with the placement (once) and named in ``parts``, by the
+    phase that places them: its text encoder for "refine_encode", its UNet for "refine"."""
+    placement = session.placement
+    by_phase: dict[str, list[object]] = {"refine_encode": [], "refine": []}
+    for comp in refiner.bundle.components:
+        name = f"{refiner.path.stem} {kind_word(comp.role, comp.family)}"
+        if placement.active and placement.manager.find(comp.module) is None:
+            placement.register(comp.module, name)
+        parts.names[name] = comp.role
+        if comp.role == "text_encoder":
+            by_phase["refine_encode"].append(comp.module)
+        elif comp.role == "diffusion_model":
+            by_phase["refine"].append(comp.module)
+    return by_phase
 
 
 @dataclass(frozen=True)

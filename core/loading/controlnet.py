@@ -12,8 +12,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
+import torch
+
 from core.detect.keyview import KeyView
+from core.detect.types import Detection
 from core.errors import ModelMismatchError
+from core.files.model_file import TensorIndex
 from core.loading.assign import assign_weights, compare_layout, expected_layout
 from core.loading.convert.unet_diffusers import unet_original_key_map
 from core.loading.loader import (
@@ -98,6 +102,33 @@ def load_controlnet(path: str | os.PathLike[str], options: LoadOptions | None = 
     load, and a damaged layout (before reading any data)."""
     opts = options or LoadOptions()
     index, det = inspect_for_loading(path, opts)
+    _refuse_unloadable(index, det)
+    whole = KeyView(index.tensors)
+    prefix = "control_model." if "control_model.input_blocks.0.0.weight" in whole else ""
+    view = whole.sub(prefix) if prefix else whole
+    config, module = _checked_module(index.path.name, det, meta_tensors(view))
+    source = _Source(index)
+    lazy = LazyTensors(list(view), source.get, prefix)
+    get = lazy.__getitem__
+    if det.layout == "diffusers":
+        original = {v: k for k, v in controlnet_key_map(config).items()}
+        get = lambda key: lazy[original[key]]  # noqa: E731 - read one tensor when it is assigned
+    assign_weights(
+        module,
+        get,
+        {k: k for k in module.state_dict(keep_vars=True)},
+        component=f"controlnet ({det.family})",
+        dtype=opts.dtype,
+        device=opts.device,
+        check=opts.check,
+        progress=opts.progress,
+    )
+    module.eval()
+    return LoadedControlNet(index.path, det.family or "", det.layout or "original", module)
+
+
+def _refuse_unloadable(index: TensorIndex, det: Detection) -> None:
+    """Another kind of file, a ControlNet of a family that cannot load, a format that cannot."""
     name = index.path.name
     if det.kind != "controlnet":
         raise _wrong_kind(name, det, "controlnet")
@@ -109,10 +140,13 @@ def load_controlnet(path: str | os.PathLike[str], options: LoadOptions | None = 
             code="unsupported_family",
         )
     _refuse_unloadable_format(index)
-    whole = KeyView(index.tensors)
-    prefix = "control_model." if "control_model.input_blocks.0.0.weight" in whole else ""
-    view = whole.sub(prefix) if prefix else whole
-    meta = meta_tensors(view)
+
+
+def _checked_module(
+    name: str, det: Detection, meta: Mapping[str, torch.Tensor]
+) -> tuple[ControlNetConfig, ControlNetModel]:
+    """The ControlNet's config from the file's shapes (or its diffusers fields), and an empty
+    module of it whose layout the file's tensors match exactly; refused before any data is read."""
     try:
         if det.layout == "diffusers":
             config = _config_from_fields(det.fields)
@@ -142,21 +176,4 @@ def load_controlnet(path: str | os.PathLike[str], options: LoadOptions | None = 
             fix="The file may be damaged or another kind of adapter: run `loadout inspect` on it",
             code="layout_mismatch",
         )
-    source = _Source(index)
-    lazy = LazyTensors(list(view), source.get, prefix)
-    get = lazy.__getitem__
-    if det.layout == "diffusers":
-        original = {v: k for k, v in controlnet_key_map(config).items()}
-        get = lambda key: lazy[original[key]]  # noqa: E731 - read one tensor when it is assigned
-    assign_weights(
-        module,
-        get,
-        {k: k for k in module.state_dict(keep_vars=True)},
-        component=f"controlnet ({det.family})",
-        dtype=opts.dtype,
-        device=opts.device,
-        check=opts.check,
-        progress=opts.progress,
-    )
-    module.eval()
-    return LoadedControlNet(index.path, det.family or "", det.layout or "original", module)
+    return config, module

@@ -93,7 +93,26 @@ def convert_file(
     source, target = Path(src), Path(out)
     refuse_same_file(target, source)
     check_output_file(target)  # before any reading: a folder or /proc/x is refused now, not at the end
-    index = read_tensor_index(source)
+    index, get = _reader(source, read_tensor_index(source), dtype)
+    specs = _specs(source, index, dtype)
+    meta = {k: v for k, v in index.metadata.items() if isinstance(v, str)}
+    meta["loadout.converted"] = json.dumps(
+        {
+            "from": source.name,
+            "format": index.format,
+            "dtype": str(dtype).removeprefix("torch.") if dtype else None,
+        }
+    )
+    return write_safetensors(
+        target, _Converted(list(index.tensors), get, dtype), meta, progress=progress, check=check, specs=specs
+    )
+
+
+def _reader(
+    source: Path, index: TensorIndex, dtype: torch.dtype | None
+) -> tuple[TensorIndex, Callable[[str], torch.Tensor]]:
+    """How each tensor of ``source`` is read for the copy (scaled fp8 folded to its values when
+    the output dtype is wider), and the index that copy writes; refuses what cannot be converted."""
     if index.format == "safetensors":
         f = SafetensorsFile(source)
         # plain file reads, not the mapping: a file truncated meanwhile is an error, not a SIGBUS
@@ -127,7 +146,14 @@ def convert_file(
             fix="Use a .safetensors, .ckpt or .gguf version of the model",
             code="unsupported_format",
         )
-    specs = {}
+    return index, get
+
+
+def _specs(
+    source: Path, index: TensorIndex, dtype: torch.dtype | None
+) -> dict[str, tuple[torch.dtype, tuple[int, ...]]]:
+    """Each output tensor's dtype and shape, known before any is read (the writer's header)."""
+    specs: dict[str, tuple[torch.dtype, tuple[int, ...]]] = {}
     for name, info in index.tensors.items():
         dt = DTYPE_INFO.get(info.dtype)
         stored = dt.torch_dtype if dt is not None else PLAIN_DTYPES.get(info.dtype)
@@ -143,14 +169,4 @@ def convert_file(
             )
         probe = torch.empty(info.shape if len(info.shape) else (), dtype=stored, device="meta")
         specs[name] = (cast_tensor(probe, dtype).dtype, info.shape)
-    meta = {k: v for k, v in index.metadata.items() if isinstance(v, str)}
-    meta["loadout.converted"] = json.dumps(
-        {
-            "from": source.name,
-            "format": index.format,
-            "dtype": str(dtype).removeprefix("torch.") if dtype else None,
-        }
-    )
-    return write_safetensors(
-        target, _Converted(list(index.tensors), get, dtype), meta, progress=progress, check=check, specs=specs
-    )
+    return specs

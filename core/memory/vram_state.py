@@ -75,4 +75,3 @@ _TITLES = MappingProxyType(
         VramState.SHARED: "shared memory",
     }
 )
-

@@ -64,8 +64,7 @@ class VAEConfig:
     def with_latent_format(self, fmt: LatentFormat) -> VAEConfig:
         if fmt.channels != self.latent_channels:
             raise ModelMismatchError(
-                f"Latent format {fmt.name!r} has {fmt.channels} channels, the VAE has "
-                f"{self.latent_channels}",
+                f"Latent format {fmt.name!r} has {fmt.channels} channels, the VAE has {self.latent_channels}",
                 fix="Pick the format of the diffusion family this VAE belongs to",
             )
         return replace(self, scaling_factor=fmt.scale, shift_factor=fmt.shift)

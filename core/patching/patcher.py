@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 
 import torch
 from torch import Tensor, nn
@@ -33,62 +33,13 @@ from core.models.state import get_tensor, set_tensor
 from core.patching.adapters.base import Adapter
 from core.patching.adapters.fused import fusable
 from core.patching.adapters.lora import LoRAAdapter
-from core.patching.adapters.slices import Offset, Patch, apply_patches
+from core.patching.adapters.slices import Patch, apply_patches
+from core.patching.patch_set import AppliedState, ApplyReport, KeyPatch, PatchSet, Signature
 from core.patching.side import LoraSidePath, clear_side_outputs, has_side_path, set_side_outputs
 from core.quant.fp8_weight import FP8_DTYPES, fp8_with_patch
 from core.quant.tensor import DeferredWeight, logical_shape
 
-#: A key's applied stack: ((set id, strength, index of the patch in the set), ...)
-Signature = tuple[tuple[str, float, int], ...]
-
-
-@dataclass(frozen=True)
-class KeyPatch:
-    """One adapter bound to one weight key (a slice of it for fused layers).
-
-    ``function``, when given, transforms the (slice of the) weight right after this patch is
-    added, in the intermediate dtype (e.g. re-quantising for a scaled format)."""
-
-    adapter: Adapter
-    offset: Offset | None = None
-    function: Callable[[Tensor], Tensor] | None = None
-
-
-@dataclass(frozen=True)
-class PatchSet:
-    """The patches of one adapter file on one model, at one strength."""
-
-    id: str
-    patches: Mapping[str, tuple[KeyPatch, ...]]  # weight key -> its patches from this file
-    strength: float = 1.0
-    enabled: bool = True
-
-    @property
-    def active(self) -> bool:
-        return self.enabled and self.strength != 0
-
-
-@dataclass(frozen=True)
-class ApplyReport:
-    recomputed: int  # keys whose weight was rebuilt
-    restored: int  # keys set back to their original
-    unchanged: int  # patched keys that were already right
-    cached_deltas: int  # recomputed keys that used cached deltas only
-    seconds: float
-
-
-@dataclass
-class _AppliedState:
-    """What the shared module currently holds; shared by a patcher and all its clones."""
-
-    backups: dict[str, Tensor] = field(default_factory=dict)
-    applied: dict[str, Signature] = field(default_factory=dict)
-    # (id(adapter), key, offset) -> (adapter, delta). Holding the adapter keeps its id from being
-    # reused by another object while the entry lives.
-    deltas: dict[tuple[int, str, Offset | None], tuple[Adapter, Tensor]] = field(default_factory=dict)
-    delta_bytes: int = 0
-    object_backups: dict[str, object] = field(default_factory=dict)  # attribute path -> original
-    objects_applied: dict[str, object] = field(default_factory=dict)  # attribute path -> value set
+__all__ = ["ApplyReport", "KeyPatch", "ModelPatcher", "PatchSet", "Signature"]
 
 
 class ModelPatcher:
@@ -98,14 +49,14 @@ class ModelPatcher:
         *,
         intermediate_dtype: torch.dtype = torch.float32,
         delta_cache_bytes: int = 2 << 30,
-        _state: _AppliedState | None = None,
+        _state: AppliedState | None = None,
     ) -> None:
         self.model = model
         self.intermediate_dtype = intermediate_dtype
         self.delta_cache_bytes = delta_cache_bytes
         self._sets: dict[str, PatchSet] = {}
         self._objects: dict[str, object] = {}
-        self._state = _state if _state is not None else _AppliedState()
+        self._state = _state if _state is not None else AppliedState()
 
     # -- recording (no weight is touched) ---------------------------------------------------------
     def clone(self) -> ModelPatcher:

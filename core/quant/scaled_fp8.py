@@ -102,6 +102,25 @@ def read_layout(
     than one element, a ``_quantization_metadata`` format other than fp8)."""
     markers = [k for k in tensors if _is_marker(k)]
     formats = _metadata_layers(metadata, name)
+    bases = _scaled_layers(tensors, formats)
+    if not markers and not bases:
+        return None
+    full_precision = any(tensors[m].numel == 2 for m in markers)
+    layers: dict[str, LayerScale] = {}
+    consumed = set(markers)
+    for layer, style in bases.items():
+        old = style == "scaled_fp8"
+        keys = [layer + s for s in (_OLD if old else _NEW) if layer + s in tensors]
+        consumed.update(keys)
+        scale = _layer_scale(tensors, layer, old, formats.get(layer), name, keys, not full_precision)
+        if scale is not None:
+            layers[scale.weight] = scale
+    return ScaledLayout("scaled_fp8" if markers else "comfy_quant", layers, frozenset(consumed), formats)
+
+
+def _scaled_layers(tensors: Mapping[str, TensorInfo], formats: Mapping[str, str]) -> dict[str, str]:
+    """Each layer with scale keys beside it (or a per-layer metadata record), and its style:
+    "scaled_fp8" (``.scale_weight``/``.scale_input``) or "comfy_quant"."""
     bases: dict[str, str] = {}  # layer -> style
     for key in tensors:
         for suffix in _OLD:
@@ -112,50 +131,47 @@ def read_layout(
                 bases.setdefault(key[: -len(suffix)], "comfy_quant")
     for layer in formats:
         bases.setdefault(layer, "comfy_quant")
-    if not markers and not bases:
-        return None
-    full_precision = any(tensors[m].numel == 2 for m in markers)
-    layers: dict[str, LayerScale] = {}
-    consumed = set(markers)
-    for layer, style in bases.items():
-        old = style == "scaled_fp8"
-        keys = [layer + s for s in (_OLD if old else _NEW) if layer + s in tensors]
-        consumed.update(keys)
-        weight = layer + ".weight"
-        info = tensors.get(weight)
-        fmt = formats.get(layer)
-        if fmt is not None and fmt not in FP8_NAMES.values():
+    return bases
+
+
+def _layer_scale(
+    tensors: Mapping[str, TensorInfo],
+    layer: str,
+    old: bool,
+    fmt: str | None,
+    name: str,
+    keys: list[str],
+    fp8_matmul: bool,
+) -> LayerScale | None:
+    """One scaled layer's keys, refused unless its weight is fp8 with one-number scales; None for
+    the input scale of a layer left unscaled."""
+    weight = layer + ".weight"
+    info = tensors.get(weight)
+    if fmt is not None and fmt not in FP8_NAMES.values():
+        raise _unsupported(name, f"layer {layer} is stored as {fmt}; Loadout reads fp8 (e4m3fn, e5m2) scales")
+    if layer + ".weight_scale_2" in tensors:
+        raise _unsupported(name, f"layer {layer} has two scales (nvfp4); Loadout reads per-tensor fp8 scales")
+    if info is None:
+        if old and keys == [layer + ".scale_input"]:
+            return None  # an input scale of a layer left unscaled
+        raise _unsupported(name, f"{keys[0]} has no {weight} beside it")
+    if info.dtype not in FP8_NAMES:
+        raise _unsupported(name, f"{weight} is {info.dtype} with a scale beside it (int8 or packed 4-bit)")
+    scale = layer + (".scale_weight" if old else ".weight_scale")
+    inp = layer + (".scale_input" if old else ".input_scale")
+    for k in (scale, inp):
+        if k in tensors and tensors[k].numel != 1:
             raise _unsupported(
-                name, f"layer {layer} is stored as {fmt}; Loadout reads fp8 (e4m3fn, e5m2) scales"
+                name, f"{k} holds {tensors[k].numel} numbers; Loadout reads one scale per tensor"
             )
-        if layer + ".weight_scale_2" in tensors:
-            raise _unsupported(
-                name, f"layer {layer} has two scales (nvfp4); Loadout reads per-tensor fp8 scales"
-            )
-        if info is None:
-            if old and keys == [layer + ".scale_input"]:
-                continue  # an input scale of a layer left unscaled
-            raise _unsupported(name, f"{keys[0]} has no {weight} beside it")
-        if info.dtype not in FP8_NAMES:
-            raise _unsupported(
-                name, f"{weight} is {info.dtype} with a scale beside it (int8 or packed 4-bit)"
-            )
-        scale = layer + (".scale_weight" if old else ".weight_scale")
-        inp = layer + (".scale_input" if old else ".input_scale")
-        for k in (scale, inp):
-            if k in tensors and tensors[k].numel != 1:
-                raise _unsupported(
-                    name, f"{k} holds {tensors[k].numel} numbers; Loadout reads one scale per tensor"
-                )
-        config = layer + ".comfy_quant"
-        layers[weight] = LayerScale(
-            weight,
-            scale if scale in tensors else None,
-            inp if inp in tensors else None,
-            config if config in tensors else None,
-            not full_precision,
-        )
-    return ScaledLayout("scaled_fp8" if markers else "comfy_quant", layers, frozenset(consumed), formats)
+    config = layer + ".comfy_quant"
+    return LayerScale(
+        weight,
+        scale if scale in tensors else None,
+        inp if inp in tensors else None,
+        config if config in tensors else None,
+        fp8_matmul,
+    )
 
 
 def fold(index: TensorIndex) -> TensorIndex:

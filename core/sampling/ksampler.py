@@ -33,7 +33,7 @@ from core.sampling.denoiser import DiffusionModel, ModelDenoiser
 from core.sampling.masked import MaskedDenoiser, latent_mask
 from core.sampling.model_sampling import ModelSampling
 from core.sampling.noise import check_seed, initial_noise
-from core.sampling.samplers import ModelFn, SamplerContext, SamplerOptions, get_sampler
+from core.sampling.samplers import ModelFn, SamplerContext, SamplerOptions, SamplerSpec, get_sampler
 from core.sampling.schedulers import SCHEDULERS
 from core.sampling.sigmas import ksampler_sigmas
 
@@ -137,13 +137,7 @@ def sample(
     False starts from the latent alone (zero noise); ``denoise_mask`` (any size, 1 = repaint;
     resized to the latent as ComfyUI's ``prepare_mask``) keeps the rest of the latent at every
     step, as ComfyUI's KSamplerX0Inpaint."""
-    if latent.ndim != 4 or latent.shape[1] != latent_format.channels:
-        raise LoadoutError(
-            f"the latent's shape {list(latent.shape)} does not fit this model",
-            why=f"a [batch, {latent_format.channels}, height/8, width/8] latent is needed",
-            fix="start from an empty latent of the model's family or encode the image with its VAE",
-            code="bad_argument",
-        )
+    _check_latent(latent, latent_format)
     spec = get_sampler(request.sampler)
     dev = torch.device(device)
     if sigmas is None:
@@ -152,23 +146,11 @@ def sample(
         return latent.to(dev, copy=True)
     if check is not None:
         check()
-
-    noise = initial_noise(latent.shape, request.seed, request.batch_index).to(dev)
-    if not add_noise:
-        noise = torch.zeros_like(noise)
-    start = latent.to(device=dev, dtype=torch.float32)
-    if torch.count_nonzero(start) > 0:  # an empty latent is left as it is
-        start = latent_format.process_in(start)
+    noise, start = _noise_and_start(latent, latent_format, request, dev, add_noise)
     sigmas = sigmas.to(dev)
     x = sampling.noise_scaling(sigmas[0], noise, start, is_max_denoise(sampling, sigmas[0]))
 
-    def before() -> None:
-        if check is not None:
-            check()
-        if before_forward is not None:
-            before_forward()
-
-    denoiser = ModelDenoiser(model, sampling, compute_dtype, before, on_sigma)
+    denoiser = ModelDenoiser(model, sampling, compute_dtype, _before(check, before_forward), on_sigma)
     guided: ModelFn = CfgDenoiser(denoiser, positive, negative, request.cfg)
     if denoise_mask is not None:
         mask = latent_mask(denoise_mask, latent.shape).to(dev)
@@ -182,8 +164,51 @@ def sample(
     ctx = SamplerContext(sampling, request.seed, request.options, report)
     with torch.inference_mode():
         out = spec.fn(guided, x, sigmas, ctx)
-        final = sigmas[-1]
-        if spec.final_sigma is not None and float(final) == 0.0:
-            final = torch.full_like(final, spec.final_sigma)
-        out = sampling.inverse_noise_scaling(final, out)
+        out = sampling.inverse_noise_scaling(_final_sigma(spec, sigmas), out)
     return latent_format.process_out(out.to(torch.float32))
+
+
+def _before(
+    check: Callable[[], None] | None, before_forward: Callable[[], None] | None
+) -> Callable[[], None]:
+    """What runs before each model call: the interrupt check, then the caller's own hook."""
+
+    def before() -> None:
+        if check is not None:
+            check()
+        if before_forward is not None:
+            before_forward()
+
+    return before
+
+
+def _check_latent(latent: Tensor, latent_format: LatentFormat) -> None:
+    if latent.ndim != 4 or latent.shape[1] != latent_format.channels:
+        raise LoadoutError(
+            f"the latent's shape {list(latent.shape)} does not fit this model",
+            why=f"a [batch, {latent_format.channels}, height/8, width/8] latent is needed",
+            fix="start from an empty latent of the model's family or encode the image with its VAE",
+            code="bad_argument",
+        )
+
+
+def _noise_and_start(
+    latent: Tensor, latent_format: LatentFormat, request: SamplingRequest, dev: torch.device, add_noise: bool
+) -> tuple[Tensor, Tensor]:
+    """The seed's noise (zero without ``add_noise``) and the starting latent in the model's space
+    (an empty latent is left as it is)."""
+    noise = initial_noise(latent.shape, request.seed, request.batch_index).to(dev)
+    if not add_noise:
+        noise = torch.zeros_like(noise)
+    start = latent.to(device=dev, dtype=torch.float32)
+    if torch.count_nonzero(start) > 0:
+        start = latent_format.process_in(start)
+    return noise, start
+
+
+def _final_sigma(spec: SamplerSpec, sigmas: Tensor) -> Tensor:
+    """The sigma the result is unscaled at: the sampler's own last sigma where it ends on one."""
+    final = sigmas[-1]
+    if spec.final_sigma is not None and float(final) == 0.0:
+        final = torch.full_like(final, spec.final_sigma)
+    return final

@@ -278,4 +278,3 @@ class AdapterRegistry:
 
     def __len__(self) -> int:
         return len(self._classes)
-

@@ -100,5 +100,3 @@ class SetWeightAdapter(Adapter):
             self.check(weight.shape)
             return self.weight.to(device=weight.device, dtype=weight.dtype, copy=True).reshape(weight.shape)
         return super().apply(weight, strength, intermediate_dtype=intermediate_dtype)
-
-

@@ -109,5 +109,3 @@ class GLoRAAdapter(Adapter):
 
 def _current_layout(a1: Tensor, a2: Tensor, b1: Tensor, b2: Tensor) -> bool:
     return a1.shape[1] == a2.shape[0] == b1.shape[1] == b2.shape[0]
-
-

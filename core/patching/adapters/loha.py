@@ -122,5 +122,3 @@ class LoHaAdapter(LowRankAdapter):
             move(self.w2_a, dtype, device), move(self.w2_b, dtype, device), move(self.t2, dtype, device)
         )
         return (w1 * w2).reshape(self.target_shape())
-
-

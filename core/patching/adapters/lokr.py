@@ -149,5 +149,3 @@ class LoKrAdapter(LowRankAdapter):
             a, b = move(self.w2_a, dtype, device), move(self.w2_b, dtype, device)
             w2 = tucker_rebuild(move(self.t2, dtype, device), a, b) if self.t2 is not None else a @ flat(b)
         return kron_product(w1, w2)
-
-

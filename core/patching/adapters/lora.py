@@ -115,5 +115,3 @@ class LoConAdapter(LoRAAdapter):
 def _is_conv(factors: Mapping[str, Tensor]) -> bool:
     down = factors.get("down")
     return "mid" in factors or (down is not None and down.ndim > 2)
-
-

@@ -160,5 +160,3 @@ class BOFTAdapter(OFTAdapter):
         if self.rescale is not None:
             x = x * (1 + strength * (_rows(self.rescale, weight) - 1))
         return x - weight
-
-

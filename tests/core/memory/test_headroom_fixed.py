@@ -1,4 +1,4 @@
-""""The user fixed the inference headroom" is one explicit field the Placement sets from the
+""" "The user fixed the inference headroom" is one explicit field the Placement sets from the
 settings, read by the step placer, the measured test run, generation and the fit estimate."""
 
 from __future__ import annotations

@@ -1,0 +1,57 @@
+"""The Generate panel's LoRA-sweep row: which LoRA of the stack, the strengths to compare, and what
+each cell's strength sets. A view: it turns its widgets into a :class:`~core.generate.sweep.Sweep`
+(or None when the sweep is off)."""
+
+from __future__ import annotations
+
+from PySide6.QtWidgets import QComboBox, QHBoxLayout, QLineEdit, QVBoxLayout, QWidget
+
+from core.generate.sweep import Sweep, parse_strengths
+
+
+class SweepControls(QWidget):
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.lora = QComboBox()
+        self.lora.setToolTip("Render the same seed at several strengths of one LoRA, side by side")
+        self.values = QLineEdit("0.4, 0.7, 1.0")
+        self.values.setToolTip("The strengths to compare, separated by commas")
+        self.target = QComboBox()
+        self.target.addItem("model and text encoder", True)
+        self.target.addItem("model only", False)
+        self.target.setToolTip(
+            "What each cell's strength sets. 'Model and text encoder' is what an A1111 <lora:name:s> tag "
+            "does; 'model only' keeps the LoRA's text-encoder strength as it is on the stack."
+        )
+        # the panel fits a 380 px dock
+        self.lora.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
+        self.lora.setMinimumContentsLength(9)
+        rows = QVBoxLayout(self)
+        rows.setContentsMargins(0, 0, 0, 0)
+        line = QHBoxLayout()
+        line.addWidget(self.lora, 1)
+        line.addWidget(self.values, 1)
+        rows.addLayout(line)
+        rows.addWidget(self.target)
+        self.set_loras(())
+
+    def set_loras(self, loras: tuple[tuple[str, str], ...]) -> None:
+        """(id, name) of the stack's LoRAs, offered for a strength sweep (off by default)."""
+        current = self.lora.currentData()
+        self.lora.blockSignals(True)
+        self.lora.clear()
+        self.lora.addItem("off", None)
+        for lora_id, name in loras:
+            self.lora.addItem(name, lora_id)
+        i = self.lora.findData(current)
+        self.lora.setCurrentIndex(max(0, i))
+        self.lora.blockSignals(False)
+        self.values.setEnabled(bool(loras))
+        self.target.setEnabled(bool(loras))
+
+    def sweep(self) -> Sweep | None:
+        """The sweep chosen, None when it is off (raises LoadoutError on strengths it cannot read)."""
+        lora_id = self.lora.currentData()
+        strengths = parse_strengths(self.values.text())
+        follow = bool(self.target.currentData())
+        return Sweep(str(lora_id), strengths, text_encoder=follow) if lora_id else None
