@@ -181,3 +181,10 @@ def test_quantizing_keeps_the_largest_value_and_saturates_nothing() -> None:
     values = q.to(torch.float32)
     assert torch.allclose(values, w, rtol=0.07, atol=float(w.abs().max()) / 448 * 0.5)
     assert scaled_mm_blocker(torch.randn(2, 48), q) is None
+
+
+def test_on_the_cpu_the_fp8_setting_runs_in_fp32_and_says_why(flux_file: Path) -> None:
+    report = _run(flux_file, FP8)  # no stand-in: this machine's CPU
+    assert report.dtype == "float32"
+    (event,) = [e for e in report.events if e.kind == "dtype"]
+    assert "the CPU lacks" in event.reason and "compute fp32" in event.reason
