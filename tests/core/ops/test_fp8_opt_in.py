@@ -11,7 +11,7 @@ operands and multiplies, counting calls."""
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -20,11 +20,12 @@ import torch
 from torch import Tensor, nn
 
 import core.session.dtype_choice as dtype_choice
+from core.loading.architectures import FLUX
 from core.memory.devices import DeviceInfo, nvidia_device
 from core.memory.dtypes import DtypePolicy
 from core.memory.policy import DtypeOverride, MemorySettings, VramState
 from core.ops import fp8 as fp8_ops
-from core.ops.fp8 import Fp8Linear, scaled_mm_blocker
+from core.ops.fp8 import Fp8Linear, scaled_mm_blocker, use_fp8_matmul
 from core.ops.layers import Linear
 from core.quant.fp8_weight import ScaledFp8Weight, quantize_e4m3fn
 from core.run.command import HeadlessReport, RunRequest, run_headless
@@ -34,7 +35,7 @@ from core.session.dtype_choice import compute_override
 from core.session.testrun import RunConfig
 from tests.core.ops import one_thread
 from tests.fixtures.st_files import write_tensors
-from tests.fixtures.tiny_models import TINY_FLUX
+from tests.fixtures.tiny_models import TINY_FLUX, random_state
 
 __all__ = ["one_thread"]  # the autouse fixture, imported so it applies here
 
@@ -46,9 +47,14 @@ FP8 = torch.float8_e4m3fn
 STEPS = 2
 
 
+#: the tiny Flux with every Linear side divisible by 16 (TINY_FLUX's text and vector widths are
+#: 20 and 12), so every Linear layer can multiply in fp8
+ALIGNED = replace(TINY_FLUX.config, vec_in_dim=16, context_in_dim=32)
+
+
 @pytest.fixture(scope="module")
 def flux_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    state = {k: v.to(torch.bfloat16) for k, v in TINY_FLUX.file_state().items()}
+    state = {k: v.to(torch.bfloat16) for k, v in random_state(FLUX.build(ALIGNED, "meta", None), 4).items()}
     return write_tensors(tmp_path_factory.mktemp("fp8") / "tiny-flux-dev.safetensors", state)
 
 
@@ -104,17 +110,16 @@ def test_the_setting_builds_fp8_linear_layers_that_multiply_in_fp8_each_step(
     load_main(session, flux_file, lambda: None)
     module = session.component("diffusion_model")[0].module
     layers = _fp8_layers(module)
-    assert layers and not any(type(m) is Linear for m in module.modules())
-    fast = [m for m in layers if m.weight.shape[0] % 16 == 0 and m.weight.shape[1] % 16 == 0]
-    assert fast and all(isinstance(m.weight, ScaledFp8Weight) and m.weight.dtype == FP8 for m in fast)
-    slow = [m for m in layers if m not in fast]  # tiny widths (12, 20): kept bf16, upcast at forward
-    assert slow and all(m.weight.dtype == torch.bfloat16 for m in slow)
+    assert len(layers) == sum(isinstance(m, nn.Linear) for m in module.modules()) > 10
+    assert all(isinstance(m.weight, ScaledFp8Weight) and m.weight.dtype == FP8 for m in layers)
+    others = [p for n, p in module.named_parameters() if not n.endswith(".weight") or p.ndim != 2]
+    assert others and all(p.dtype == torch.bfloat16 for p in others)  # norms, biases: as stored
     choice = session.model(SlotId.MAIN).dtype_choice
     assert choice is not None and choice.compute == FP8 and choice.activation_dtype == torch.bfloat16
     assert "activations run in bf16" in choice.reason
 
     report = _run(flux_file, FP8)
-    assert len(mm.out_dtypes) == STEPS * len(fast)  # every fp8-able Linear layer, every step
+    assert len(mm.out_dtypes) == STEPS * len(layers)  # every Linear layer, every step
     assert set(mm.out_dtypes) == {torch.bfloat16}  # activations 16-bit, never fp8
     assert report.dtype == "bfloat16"
     dtype_events = [e for e in report.events if e.kind == "dtype"]
@@ -172,6 +177,19 @@ def test_the_policy_names_the_activation_dtype_of_fp8_compute() -> None:
     assert plain.activation is None and plain.activation_dtype == plain.compute == torch.bfloat16
     fallback = policy.storage_and_compute("diffusion_model", "flux-dev", "fp8_e4m3fn", RTX_3090, settings)
     assert fallback.compute == torch.bfloat16 and fallback.activation_dtype == torch.bfloat16
+
+
+def test_layers_fp8_matmul_cannot_take_keep_their_weights_and_upcast() -> None:
+    net = nn.Sequential(Linear(32, 48), Linear(48, 20), nn.LayerNorm(20)).to(torch.bfloat16)
+    with torch.no_grad():  # the op layers skip initialisation
+        for p in net.parameters():
+            p.normal_(generator=torch.Generator().manual_seed(0))
+    assert use_fp8_matmul(net) == (2, 1)  # both Linear layers switched, the 48x20 one not quantized
+    assert isinstance(net[0], Fp8Linear) and net[0].weight.dtype == FP8
+    assert isinstance(net[1], Fp8Linear) and net[1].weight.dtype == torch.bfloat16
+    assert type(net[2]) is nn.LayerNorm
+    with torch.no_grad():
+        assert net(torch.randn(3, 32, dtype=torch.bfloat16)).dtype == torch.bfloat16  # upcast path
 
 
 def test_quantizing_keeps_the_largest_value_and_saturates_nothing() -> None:
