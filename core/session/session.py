@@ -21,6 +21,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from pathlib import Path
 
 from torch import nn
@@ -316,8 +317,12 @@ class Session:
         *,
         measure_activations: bool = False,
     ) -> RunReport:
-        """N seeded steps of the main model's diffusion network, placed through the manager."""
+        """N seeded steps of the main model's diffusion network, placed through the manager (in the
+        load's activation dtype where the settings chose its compute dtype: never fp8)."""
         comp, managed = self.component("diffusion_model")
+        chosen = self.model(SlotId.MAIN).dtype_choice
+        if chosen is not None:
+            config = replace(config, dtype=chosen.activation_dtype)
         report = measured_test_run(
             comp, managed, self.placement, config, progress, check, measure_activations=measure_activations
         )

@@ -118,6 +118,10 @@ def test_the_setting_builds_fp8_linear_layers_that_multiply_in_fp8_each_step(
     assert choice is not None and choice.compute == FP8 and choice.activation_dtype == torch.bfloat16
     assert "activations run in bf16" in choice.reason
 
+    run = session.test_run(RunConfig(steps=STEPS, width=64, height=64), lambda s: None, lambda: None)
+    assert run.dtype == "bf16" and set(mm.out_dtypes) == {torch.bfloat16}  # the window's test run
+    mm.out_dtypes.clear()
+
     report = _run(flux_file, FP8)
     assert len(mm.out_dtypes) == STEPS * len(layers)  # every Linear layer, every step
     assert set(mm.out_dtypes) == {torch.bfloat16}  # activations 16-bit, never fp8
