@@ -179,8 +179,8 @@ DIFFUSION_ROWS: tuple[Row, ...] = (
     _flux("chroma", "Chroma", "chroma", specs.CHROMA),
     Row("auraflow", "AuraFlow", classify_auraflow, 4, prefixes=("model.",), spec=specs.AURAFLOW),
     Row("hunyuan-dit", "Hunyuan-DiT", classify_hunyuan_dit, 4, "fp16", ("mlp_t5.0.weight",)),
-    Row("pixart-alpha", "PixArt-α", classify_pixart, 4, "fp16"),
-    Row("pixart-sigma", "PixArt-Σ", classify_pixart, 4, "fp16"),
+    Row("pixart-alpha", "PixArt-α", classify_pixart, 4, "fp16", latent_format="sd1", spec=specs.PIXART),
+    Row("pixart-sigma", "PixArt-Σ", classify_pixart, 4, "fp16", latent_format="sdxl", spec=specs.PIXART),
     Row(
         "stable-cascade-c",
         "Stable Cascade stage C",

@@ -57,9 +57,20 @@ FLUX_SCHNELL = DiffusionSpec(
     defaults=GenerationDefaults(cfg=1.0, steps=4, scheduler="simple", sizes=XL_SIZES),
 )  # fmt: skip
 CHROMA = DiffusionSpec(
-    network="chroma", sampling=SamplingSpec(schedule="flow", shift=1.0, multiplier=1.0), text="chroma",
+    network="chroma", sampling=SamplingSpec(schedule="flow", shift=1.0, multiplier=1.0), text="pixart_t5",
     text_encoders=("t5-xxl",), vae="vae-flux", memory_profile="flux",
     defaults=GenerationDefaults(cfg=1.0, scheduler="simple", sizes=XL_SIZES),
+)  # fmt: skip
+#: PixArt-Σ and PixArt-α (ComfyUI's ``PixArtSigma`` / ``PixArtAlpha``): T5-XXL alone in ComfyUI's
+#: PixArt T5 encoding (``pixart_t5``: no padding, no mask, the empty window all padding; Chroma's
+#: too); an SD 4-channel VAE (Σ: SDXL's latent format, α: SD1's, on the family rows); a discrete eps
+#: table with betas linear from 1e-4 to 0.02; the usual 20 steps at CFG 4.5 (diffusers' PixArt
+#: pipelines) on the 1024-class sizes they were trained at. α's size micro-conditions are the
+#: network's (it reads them from the latent, as ComfyUI does).
+PIXART = DiffusionSpec(
+    network="pixart", text="pixart_t5", text_encoders=("t5-xxl",), vae="vae-sd",
+    sampling=SamplingSpec(schedule="discrete", beta_schedule="linear", beta_start=0.0001, beta_end=0.02),
+    defaults=GenerationDefaults(cfg=4.5, steps=20, sizes=XL_SIZES),
 )  # fmt: skip
 #: AuraFlow's schedule is known; its network and prompt encoding are not implemented yet.
 AURAFLOW = DiffusionSpec(

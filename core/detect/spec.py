@@ -20,11 +20,14 @@ if TYPE_CHECKING:
     from torch import Tensor
 
 #: How a network takes its inputs (``core.generate.network`` resolves the name).
-NetworkConvention = Literal["unet", "mmdit", "flux", "chroma"]
+NetworkConvention = Literal["unet", "mmdit", "flux", "chroma", "pixart"]
 #: How prompts become conditioning (``core.text.conditioning.TextFamily``).
-TextConvention = Literal["sd1", "sd2", "sdxl", "sdxl_refiner", "sd3", "flux", "chroma"]
+TextConvention = Literal["sd1", "sd2", "sdxl", "sdxl_refiner", "sd3", "flux", "pixart_t5"]
 #: The noise schedule (``core.sampling.model_sampling`` resolves the name).
 Schedule = Literal["discrete", "flow", "flux"]
+#: A discrete schedule's betas, in diffusers' words: "scaled_linear" (SD: linear in sqrt(beta); ComfyUI
+#: calls it "linear") or "linear" (PixArt: linear in beta; ComfyUI calls it "sqrt_linear").
+BetaSchedule = Literal["scaled_linear", "linear"]
 
 
 @dataclass(frozen=True)
@@ -57,11 +60,14 @@ LATENT_FORMATS = MappingProxyType({f.name: f for f in (SD1_LATENT, SDXL_LATENT, 
 @dataclass(frozen=True, kw_only=True)
 class SamplingSpec:
     """ComfyUI's model sampling for the family: a discrete DDPM table (eps, or v where the file or
-    the user says so), or a flow schedule with its shift and timestep multiplier."""
+    the user says so) with its betas, or a flow schedule with its shift and timestep multiplier."""
 
     schedule: Schedule
     shift: float = 1.0
     multiplier: float = 1000.0
+    beta_schedule: BetaSchedule = "scaled_linear"  # discrete only; SD's table by default
+    beta_start: float = 0.00085
+    beta_end: float = 0.012
 
 
 SD1_SIZES = ((512, 512), (512, 768), (768, 512), (640, 640), (448, 640))

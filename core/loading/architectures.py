@@ -18,6 +18,7 @@ from core.detect.types import Role
 from core.loading.convert.dit_diffusers import (
     chroma_diffusers_to_original,
     flux_diffusers_to_original,
+    pixart_diffusers_to_original,
     sd3_diffusers_to_original,
 )
 from core.loading.convert.open_clip import hf_to_open_clip, open_clip_to_hf
@@ -29,6 +30,7 @@ from core.models.chroma import Chroma, ChromaConfig
 from core.models.clip import CLIPTextConfig, CLIPTextModel
 from core.models.flux import Flux, FluxConfig
 from core.models.mmdit import MMDiT, MMDiTConfig
+from core.models.pixart import PixArt, PixArtConfig
 from core.models.t5 import T5Config, T5Encoder
 from core.models.unet import ResStage, UNetConfig, UNetModel
 from core.models.vae import AutoencoderKL, VAEConfig, latent_format_for
@@ -122,7 +124,8 @@ UNET = Architecture(
     consistency=lambda cfg: _unet_consistency(cfg),
 )
 
-# --- MMDiT / Flux / Chroma ------------------------------------------------------------------------
+
+# --- MMDiT / Flux / Chroma / PixArt --------------------------------------------------------------
 def _dit_preset(presets: Mapping[str, Callable[[], Any]], family: str) -> Any:
     """The config a family's diffusers layout converts with (its record's ``network_preset``)."""
     return presets[network_preset(family)]()
@@ -160,6 +163,15 @@ CHROMA = Architecture(
     configure=lambda shapes, family: ChromaConfig.from_shapes(shapes),
     build=lambda cfg, device, dtype: Chroma(cfg, device=device, dtype=dtype),
     to_module={"diffusers": lambda t, fam: chroma_diffusers_to_original(t, ChromaConfig())},
+)
+
+PIXART = Architecture(
+    "pixart",
+    "diffusion_model",
+    network_families("pixart"),
+    configure=lambda shapes, family: PixArtConfig.from_shapes(shapes),
+    build=lambda cfg, device, dtype: PixArt(cfg, device=device, dtype=dtype),
+    to_module={"diffusers": lambda t, fam: pixart_diffusers_to_original(t)},
 )
 
 # --- VAE ------------------------------------------------------------------------------------------
@@ -234,7 +246,7 @@ T5 = Architecture(
     harmless=frozenset({"encoder.embed_tokens.weight"}),
 )
 
-ARCHITECTURES: tuple[Architecture, ...] = (UNET, MMDIT, FLUX, CHROMA, VAE, CLIP, T5)
+ARCHITECTURES: tuple[Architecture, ...] = (UNET, MMDIT, FLUX, CHROMA, PIXART, VAE, CLIP, T5)
 _BY_FAMILY: dict[str, Architecture] = {f: a for a in ARCHITECTURES for f in a.families}
 
 

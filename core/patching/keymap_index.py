@@ -8,10 +8,10 @@ transformers' layout for CLIP and T5. Adapter files name the same layers in seve
 - the module's own paths (``input_blocks.4.1.transformer_blocks.0.attn2.to_k``);
 - for the UNet, diffusers paths (``down_blocks.1.attentions.0.transformer_blocks.0.attn2.to_k``),
   from :func:`~core.loading.convert.unet_diffusers.unet_original_key_map`;
-- for MMDiT, Flux and Chroma, diffusers paths, from the ``KeyMapping`` tables. Where the original
-  fuses several diffusers weights (``qkv`` = to_q, to_k, to_v; Flux single blocks' ``linear1`` =
-  to_q, to_k, to_v, proj_mlp) each diffusers path lands on a slice ``(0, start, length)`` of the
-  fused weight;
+- for MMDiT, Flux, Chroma and PixArt, diffusers paths, from the ``KeyMapping`` tables. Where the
+  original fuses several diffusers weights (``qkv`` = to_q, to_k, to_v; PixArt's ``kv_linear`` =
+  to_k, to_v; Flux single blocks' ``linear1`` = to_q, to_k, to_v, proj_mlp) each diffusers path
+  lands on a slice ``(0, start, length)`` of the fused weight;
 - every path above with its dots as underscores, for kohya-style names, which lose their dots
   (``lora_unet_down_blocks_0_attentions_0_proj_in``): the lookup never depends on how well the dots
   were put back.
@@ -25,11 +25,18 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from core.loading.convert.dit_diffusers import KeyMapping, chroma_key_map, flux_key_map, sd3_key_map
+from core.loading.convert.dit_diffusers import (
+    KeyMapping,
+    chroma_key_map,
+    flux_key_map,
+    pixart_key_map,
+    sd3_key_map,
+)
 from core.loading.convert.unet_diffusers import unet_original_key_map
 from core.models.chroma import ChromaConfig
 from core.models.flux import FluxConfig
 from core.models.mmdit import MMDiTConfig
+from core.models.pixart import PixArtConfig
 from core.models.unet_config import UNetConfig
 
 #: ``(dim, start, length)``: the part of a fused weight one adapter module patches.
@@ -167,6 +174,10 @@ def _diffusers_paths(component: str, shapes: Mapping[str, Shape], config: Any) -
         return _mapped_paths(component, shapes, flux_key_map(config))
     if isinstance(config, ChromaConfig):
         return _mapped_paths(component, shapes, chroma_key_map(config))
+    if isinstance(config, PixArtConfig):
+        return _mapped_paths(
+            component, shapes, pixart_key_map(config.depth, micro_condition=config.micro_condition)
+        )
     return {}  # text encoders: adapter files use the module's own (transformers) names
 
 

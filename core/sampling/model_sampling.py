@@ -3,11 +3,12 @@ prediction type, together in one :class:`ModelSampling`.
 
 Noise tables (facts from ComfyUI's ``comfy/model_sampling.py`` and ``supported_models.py``):
 
-- :class:`DiscreteSchedule` (SD1/SD2/SDXL): 1000 training steps, "scaled linear" betas
-  (``linspace(sqrt(0.00085), sqrt(0.012), 1000)^2`` in float64), ``alphas_cumprod`` their running
-  product, ``sigma = sqrt((1 - a) / a)``, kept as float32 with log-sigmas taken in float64. A
-  sigma's timestep is the index of the nearest log-sigma (an integer); a fractional timestep
-  interpolates log-sigma linearly.
+- :class:`DiscreteSchedule` (SD1/SD2/SDXL, PixArt): 1000 training steps, "scaled linear" betas
+  (``linspace(sqrt(0.00085), sqrt(0.012), 1000)^2`` in float64; ComfyUI's "linear") or, for
+  PixArt, "linear" betas (``linspace(0.0001, 0.02, 1000)``; ComfyUI's "sqrt_linear"),
+  ``alphas_cumprod`` their running product, ``sigma = sqrt((1 - a) / a)``, kept as float32 with
+  log-sigmas taken in float64. A sigma's timestep is the index of the nearest log-sigma (an
+  integer); a fractional timestep interpolates log-sigma linearly.
 - :class:`FlowSchedule` (SD3, Flux-schnell, Chroma, AuraFlow): ``sigma(t) = shift * t /
   (1 + (shift - 1) * t)`` for t in (0, 1], tabulated at 1000 points; the network's timestep is
   ``sigma * multiplier`` (1000 for SD3, 1 for Flux-schnell and Chroma). SD3 uses shift 3.0.
@@ -26,7 +27,7 @@ import torch
 from torch import Tensor
 
 from core.detect.catalog import sampling_spec
-from core.detect.spec import SamplingSpec
+from core.detect.spec import BetaSchedule, SamplingSpec
 from core.errors import LoadoutError
 from core.sampling.prediction import EpsPrediction, FlowPrediction, Prediction, VPrediction
 
@@ -44,9 +45,17 @@ class Schedule(Protocol):
     def percent_to_sigma(self, percent: float) -> float: ...
 
 
-def scaled_linear_sigmas(steps: int = 1000, beta_start: float = 0.00085, beta_end: float = 0.012) -> Tensor:
-    """Sigmas of the DDPM "scaled linear" beta schedule, in float64."""
-    betas = torch.linspace(beta_start**0.5, beta_end**0.5, steps, dtype=torch.float64) ** 2
+def scaled_linear_sigmas(
+    steps: int = 1000,
+    beta_start: float = 0.00085,
+    beta_end: float = 0.012,
+    beta_schedule: BetaSchedule = "scaled_linear",
+) -> Tensor:
+    """Sigmas of a DDPM beta schedule ("scaled_linear" by default, or "linear"), in float64."""
+    if beta_schedule == "linear":
+        betas = torch.linspace(beta_start, beta_end, steps, dtype=torch.float64)
+    else:
+        betas = torch.linspace(beta_start**0.5, beta_end**0.5, steps, dtype=torch.float64) ** 2
     alphas_cumprod = torch.cumprod(1.0 - betas, dim=0)
     return ((1 - alphas_cumprod) / alphas_cumprod) ** 0.5
 
@@ -56,11 +65,12 @@ class DiscreteSchedule:
     steps: int = 1000
     beta_start: float = 0.00085
     beta_end: float = 0.012
+    beta_schedule: BetaSchedule = "scaled_linear"
     sigmas: Tensor = field(init=False, repr=False, compare=False)
     log_sigmas: Tensor = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        table = scaled_linear_sigmas(self.steps, self.beta_start, self.beta_end)
+        table = scaled_linear_sigmas(self.steps, self.beta_start, self.beta_end, self.beta_schedule)
         object.__setattr__(self, "sigmas", table.float())
         object.__setattr__(self, "log_sigmas", table.log().float())
 
@@ -233,7 +243,10 @@ def from_spec(
                 fix="leave the shift unset for this model",
                 code="bad_argument",
             )
-        return v_discrete() if v_prediction else eps_discrete()
+        table = DiscreteSchedule(
+            beta_start=spec.beta_start, beta_end=spec.beta_end, beta_schedule=spec.beta_schedule
+        )
+        return ModelSampling(table, VPrediction() if v_prediction else EpsPrediction())
     if v_prediction:
         raise LoadoutError(
             f"v-prediction was asked for {name}",

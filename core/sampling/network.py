@@ -1,12 +1,13 @@
 """Each diffusion network's calling convention behind the sampler's one signature.
 
 A family's record names its convention (``DiffusionSpec.network``: ``unet``, ``mmdit``, ``flux``,
-``chroma``); this is the one place that knows what each means. Generation and the test run both
+``chroma``, ``pixart``); this is the one place that knows what each means. Generation and the test run both
 call networks through it.
 
 :class:`core.sampling.denoiser.ModelDenoiser` hands a network the scaled latent in the compute
 dtype, float32 timesteps and a :class:`~core.sampling.conditioning.Conditioning`; this adapter
-knows how each family takes them: the UNet and MMDiT as ``(x, t, context, y)``, Flux and Chroma
+knows how each family takes them: the UNet and MMDiT as ``(x, t, context, y)``, PixArt as
+``(x, t, context)`` (T5 tokens, no mask, as ComfyUI gives them), Flux and Chroma
 as 2x2-patch tokens with position ids (and Flux-dev's guidance), as ComfyUI's model classes do.
 Extra input channels (inpaint/instruct-pix2pix ``c_concat``) are appended to the input.
 """
@@ -75,6 +76,9 @@ class NetworkAdapter:
             return out
         if self.kind in ("unet", "mmdit"):
             out = self.model(x, timestep, cond.context, cond.pooled)
+            return out
+        if self.kind == "pixart":
+            out = self.model(x, timestep, cond.context)
             return out
         return self._flux(x, timestep, cond)
 

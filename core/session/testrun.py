@@ -25,7 +25,7 @@ from core.sampling.conditioning import Conditioning
 from core.sampling.network import NetworkAdapter
 
 #: Text tokens per family (what the real text encoders produce).
-CONTEXT_TOKENS = {"unet": 77, "mmdit": 154, "flux": 512, "chroma": 512}
+CONTEXT_TOKENS = {"unet": 77, "mmdit": 154, "flux": 512, "chroma": 512, "pixart": 300}
 
 
 @dataclass(frozen=True)
@@ -78,8 +78,8 @@ class RunResult:
 
 
 #: The test run's timestep for a sigma in [0, 1], per calling convention: the UNet's discrete
-#: index, MMDiT's flow timestep x 1000, Flux's and Chroma's sigma itself.
-TIMESTEP_SCALE = {"unet": 999.0, "mmdit": 1000.0, "flux": 1.0, "chroma": 1.0}
+#: index (PixArt's too), MMDiT's flow timestep x 1000, Flux's and Chroma's sigma itself.
+TIMESTEP_SCALE = {"unet": 999.0, "mmdit": 1000.0, "flux": 1.0, "chroma": 1.0, "pixart": 999.0}
 
 
 class _Inputs:
@@ -93,10 +93,11 @@ class _Inputs:
         c: Any = getattr(model, "config")  # noqa: B009 - every network keeps its config
         tokens = CONTEXT_TOKENS[self.kind]
         self.guidance: torch.Tensor | None = None
-        if self.kind in ("unet", "mmdit"):
+        if self.kind in ("unet", "mmdit", "pixart"):
             self.state_channels, in_channels = c.out_channels, c.in_channels
             self.context = torch.randn(b, tokens, c.context_dim, generator=g) if c.context_dim else None
-            self.y = torch.randn(b, c.adm_in_channels, generator=g) if c.adm_in_channels else None
+            adm = getattr(c, "adm_in_channels", None)  # PixArt has no pooled vector
+            self.y = torch.randn(b, adm, generator=g) if adm else None
         else:
             self.state_channels, in_channels = c.out_channels // 4, c.in_channels // 4
             self.context = torch.randn(b, tokens, c.context_in_dim, generator=g)

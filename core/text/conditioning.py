@@ -14,8 +14,11 @@ sdxl_refiner   CLIP-G penultimate, un-normed (1280)                          CLI
 sd3            [CLIP-L ++ CLIP-G penultimate, zero-padded to 4096 channels]  CLIP-L ++ CLIP-G
                then T5 (min 77 tokens) along tokens                          (zeros for a missing one)
 flux           T5 (min 256 tokens, no windows)                               CLIP-L last, unprojected
-chroma         T5 (no minimum; weights against an all-padding window)        none
+pixart_t5      T5 (no minimum; weights against an all-padding window)        none
 =============  ============================================================  =====================
+
+``pixart_t5`` is ComfyUI's PixArt T5 encoding (``text_encoders/pixart_t5``); the PixArt and Chroma
+records both name it (ComfyUI's Chroma borrows PixArt's tokenizer).
 
 SDXL's extra vector (``adm``/``y``) is :func:`sdxl_adm`; Flux's guidance is a sampler-side number
 carried in :attr:`PromptConditioning.guidance` (ComfyUI's default 3.5 when no FluxGuidance node sets
@@ -40,8 +43,8 @@ from core.text.clip_tokenizer import ClipTokenizer
 from core.text.encode import ClipLayer, ClipTower, T5Tower, TextTower, encode_weighted, tokenize
 from core.text.t5_tokenizer import T5Tokenizer
 
-TextFamily = Literal["sd1", "sd2", "sdxl", "sdxl_refiner", "sd3", "flux", "chroma"]
-FAMILIES: Final[tuple[TextFamily, ...]] = ("sd1", "sd2", "sdxl", "sdxl_refiner", "sd3", "flux", "chroma")
+TextFamily = Literal["sd1", "sd2", "sdxl", "sdxl_refiner", "sd3", "flux", "pixart_t5"]
+FAMILIES: Final[tuple[TextFamily, ...]] = ("sd1", "sd2", "sdxl", "sdxl_refiner", "sd3", "flux", "pixart_t5")
 _T = TypeVar("_T")
 FLUX_DEFAULT_GUIDANCE: Final = 3.5
 SD3_CONTEXT_WIDTH: Final = 4096
@@ -170,7 +173,7 @@ class PromptEncoder:
         elif f == "flux":
             towers["l"] = self._clip(_need(e.clip_l, f, "CLIP-L"), pad_with_end=True, layer=ClipLayer())
             towers["t5"] = self._t5(_need(e.t5, f, "T5-XXL"), FLUX_T5_MIN_LENGTH)
-        else:  # chroma
+        else:  # pixart_t5
             towers["t5"] = self._t5(_need(e.t5, f, "T5-XXL"), 1, empty_is_padding=True)
         return towers
 
@@ -208,7 +211,7 @@ def _combine(
         return _cat_channels(l_ctx, g_ctx), g_pooled
     if family == "flux":
         return out["t5"][0], out["l"][1]
-    if family == "chroma":
+    if family == "pixart_t5":
         return out["t5"][0], None
     return _combine_sd3(out)
 

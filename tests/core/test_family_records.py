@@ -60,7 +60,9 @@ def test_family_ids_appear_only_in_the_records() -> None:
 
 def test_every_family_that_generates_has_a_complete_spec() -> None:
     generating = [f for f in REGISTRY.group("diffusion") if f.diffusion and f.diffusion.text]
-    assert {f.id for f in generating} >= {"sd1", "sd2", "sdxl", "sd3", "flux-dev", "flux-schnell", "chroma"}
+    assert {f.id for f in generating} >= {
+        "sd1", "sd2", "sdxl", "sd3", "flux-dev", "flux-schnell", "chroma", "pixart-sigma", "pixart-alpha",
+    }  # fmt: skip
     for fam in generating:
         spec = diffusion_spec(fam.id)
         assert spec.network is not None and spec.text_encoders, fam.id

@@ -1,4 +1,4 @@
-"""diffusers -> original key layout for the SD3 MMDiT, Flux and Chroma transformers.
+"""diffusers -> original key layout for the SD3 MMDiT, Flux, Chroma and PixArt transformers.
 
 Where the originals fuse projections (``qkv``; Flux single blocks' ``linear1`` = q, k, v, MLP in)
 diffusers keeps them apart: the mapping concatenates along the output dimension, in order. The
@@ -164,6 +164,39 @@ def chroma_key_map(config: ChromaConfig) -> tuple[KeyMapping, ...]:
     return tuple(rows)
 
 
+def pixart_key_map(depth: int, *, micro_condition: bool = False) -> tuple[KeyMapping, ...]:
+    """Every tensor of a :class:`~core.models.pixart.PixArt`, from ``PixArtTransformer2DModel`` keys
+    (diffusers keeps no null-caption embedding and no position grid: the original has them as
+    optional tensors). Cross-attention's k and v fuse into ``kv_linear``. ``micro_condition``:
+    PixArt-α's size and aspect-ratio embedders."""
+    emb = "adaln_single.emb"
+    rows = _linear("x_embedder.proj", "pos_embed.proj")
+    rows += _linear("t_embedder.mlp.0", f"{emb}.timestep_embedder.linear_1")
+    rows += _linear("t_embedder.mlp.2", f"{emb}.timestep_embedder.linear_2")
+    if micro_condition:
+        for original, diffusers in (
+            ("csize_embedder", "resolution_embedder"),
+            ("ar_embedder", "aspect_ratio_embedder"),
+        ):
+            rows += _linear(f"{original}.mlp.0", f"{emb}.{diffusers}.linear_1")
+            rows += _linear(f"{original}.mlp.2", f"{emb}.{diffusers}.linear_2")
+    rows += _linear("t_block.1", "adaln_single.linear")
+    rows += _linear("y_embedder.y_proj.fc1", "caption_projection.linear_1")
+    rows += _linear("y_embedder.y_proj.fc2", "caption_projection.linear_2")
+    for i in range(depth):
+        o, d = f"blocks.{i}", f"transformer_blocks.{i}"
+        rows.append(_same(f"{o}.scale_shift_table", f"{d}.scale_shift_table"))
+        rows += _linear(f"{o}.attn.qkv", *_qkv(f"{d}.attn1"))
+        rows += _linear(f"{o}.attn.proj", f"{d}.attn1.to_out.0")
+        rows += _linear(f"{o}.cross_attn.q_linear", f"{d}.attn2.to_q")
+        rows += _linear(f"{o}.cross_attn.kv_linear", f"{d}.attn2.to_k", f"{d}.attn2.to_v")
+        rows += _linear(f"{o}.cross_attn.proj", f"{d}.attn2.to_out.0")
+        rows += _mlp(f"{o}.mlp", f"{d}.ff", ("fc1", "fc2"))
+    rows += _linear("final_layer.linear", "proj_out")
+    rows.append(_same("final_layer.scale_shift_table", "scale_shift_table"))
+    return tuple(rows)
+
+
 def _apply(
     source: Mapping[str, T],
     mappings: Sequence[KeyMapping],
@@ -235,6 +268,17 @@ def flux_diffusers_to_original(
     state_dict: Mapping[str, torch.Tensor], config: FluxConfig
 ) -> dict[str, torch.Tensor]:
     return convert_state_dict(state_dict, flux_key_map(config), model="Flux transformer")
+
+
+def pixart_diffusers_to_original(state_dict: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """The depth and PixArt-α's micro-conditions are read from the keys (no presets to choose from)."""
+    depth = 0
+    while f"transformer_blocks.{depth}.scale_shift_table" in state_dict:
+        depth += 1
+    micro = "adaln_single.emb.resolution_embedder.linear_1.weight" in state_dict
+    return convert_state_dict(
+        state_dict, pixart_key_map(depth, micro_condition=micro), model="PixArt transformer"
+    )
 
 
 def chroma_diffusers_to_original(

@@ -20,8 +20,10 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
+from core.loading.convert.dit_diffusers import pixart_diffusers_to_original
 from core.loading.convert.vae_diffusers import vae_diffusers_to_original
 from core.models.clip import CLIPTextConfig, CLIPTextModel
+from core.models.pixart import PixArt, PixArtConfig
 from core.models.t5 import T5Config, T5Encoder
 from core.models.vae import AutoencoderKL, LatentFormat, VAEConfig
 from core.sampling import ModelSampling, ksampler_sigmas
@@ -137,18 +139,19 @@ def clip_pair(width: int, *, act: str, projection: int | None, seed: int) -> tup
     return hf, ours.eval()
 
 
-def t5_pair(d_model: int, vocab: int, seed: int) -> tuple[Any, T5Encoder]:
-    """transformers' T5EncoderModel (v1.1: gated GELU) and ours; ``d_model`` is the context width."""
+def t5_pair(d_model: int, vocab: int, seed: int, *, max_distance: int = 20) -> tuple[Any, T5Encoder]:
+    """transformers' T5EncoderModel (v1.1: gated GELU) and ours; ``d_model`` is the context width.
+    ``max_distance``: 128 (T5's) for a file loaded back (no tensor stores it)."""
     import transformers
 
     cfg = T5Config(
         vocab_size=vocab, d_model=d_model, d_kv=8, d_ff=32, num_layers=2, num_heads=2,
-        relative_attention_num_buckets=8, relative_attention_max_distance=20,
+        relative_attention_num_buckets=8, relative_attention_max_distance=max_distance,
     )  # fmt: skip
     hf = transformers.T5EncoderModel(
         transformers.T5Config(
             vocab_size=vocab, d_model=d_model, d_kv=8, d_ff=32, num_layers=2, num_heads=2,
-            relative_attention_num_buckets=8, relative_attention_max_distance=20,
+            relative_attention_num_buckets=8, relative_attention_max_distance=max_distance,
             feed_forward_proj="gated-gelu", attn_implementation="eager",
         )
     )  # fmt: skip
@@ -179,7 +182,16 @@ SD_TABLE: dict[str, Any] = {
 }
 
 
-def discrete_scheduler(sampler: str) -> Any:
+#: PixArt's noise table as diffusers spells it (ComfyUI: "sqrt_linear", 0.0001..0.02)
+PIXART_TABLE: dict[str, Any] = {
+    "beta_start": 0.0001,
+    "beta_end": 0.02,
+    "beta_schedule": "linear",
+    "num_train_timesteps": 1000,
+}
+
+
+def discrete_scheduler(sampler: str, table: dict[str, Any] = SD_TABLE) -> Any:
     """diffusers' counterpart of a ComfyUI sampler on SD1/SDXL's noise table.
 
     euler: "leading" spacing only so that diffusers scales the first latent by sqrt(1 + sigma_max^2)
@@ -194,10 +206,10 @@ def discrete_scheduler(sampler: str) -> Any:
     import diffusers
 
     if sampler == "euler":
-        return diffusers.EulerDiscreteScheduler(**SD_TABLE, timestep_spacing="leading", steps_offset=1)
+        return diffusers.EulerDiscreteScheduler(**table, timestep_spacing="leading", steps_offset=1)
     if sampler == "dpmpp_2m":
         return diffusers.DPMSolverMultistepScheduler(
-            **SD_TABLE, algorithm_type="dpmsolver++", solver_order=2, solver_type="midpoint",
+            **table, algorithm_type="dpmsolver++", solver_order=2, solver_type="midpoint",
             final_sigmas_type="zero", lower_order_final=True, euler_at_final=False,
         )  # fmt: skip
     raise ValueError(f"no diffusers counterpart is set up for {sampler!r}")
@@ -235,21 +247,50 @@ def discrete_comfy_schedule(
         del scheduler.set_timesteps  # the class's method again
 
 
-def vae_pair(latent_channels: int, fmt: LatentFormat, seed: int) -> tuple[Any, AutoencoderKL]:
+def pixart_pair(
+    caption_channels: int, seed: int, *, alpha: bool = False, depth: int = 2
+) -> tuple[Any, PixArt]:
+    """diffusers' PixArtTransformer2DModel the Σ way (no size micro-conditions, learned sigma), or
+    the α way (``alpha``: with them), at a tiny width (16 heads of 2, or of 3 for α, whose size
+    embeddings are a third of the width each: ComfyUI reads no head count, every PixArt has 16), and
+    ours loaded from its converted state dict. Its base position grid is 32 tokens (64 latents) at
+    interpolation 1, what ComfyUI computes for latents whose mean side is 33..95."""
+    import diffusers
+
+    head_dim = 3 if alpha else 2
+    hf = diffusers.PixArtTransformer2DModel(
+        num_attention_heads=16, attention_head_dim=head_dim, in_channels=4, out_channels=8, num_layers=depth,
+        cross_attention_dim=16 * head_dim, sample_size=64, patch_size=2, interpolation_scale=1,
+        caption_channels=caption_channels, use_additional_conditions=alpha,
+    )  # fmt: skip
+    randomize(hf, seed)
+    tame_output(hf.proj_out)
+    config = PixArtConfig(
+        hidden_size=16 * head_dim, depth=depth, context_dim=caption_channels, micro_condition=alpha
+    )
+    ours = PixArt(config).eval()
+    ours.load_state_dict(pixart_diffusers_to_original(hf.state_dict()), strict=True)
+    return hf, ours
+
+
+def vae_pair(
+    latent_channels: int, fmt: LatentFormat, seed: int, *, base: int = 32
+) -> tuple[Any, AutoencoderKL]:
     """diffusers' AutoencoderKL (4 levels: 8 pixels per latent) and ours with its weights; 16-channel
-    VAEs (SD3, Flux) have no quant convs, as the released ones."""
+    VAEs (SD3, Flux) have no quant convs, as the released ones. ``base``: the first level's width
+    (narrower for pictures of a few hundred pixels)."""
     import diffusers
 
     quant = latent_channels == 4
     cfg = VAEConfig(
-        latent_channels=latent_channels, base_channels=32, channel_mult=(1, 2, 2, 2), num_res_blocks=1,
-        norm_groups=32, use_quant_conv=quant,
+        latent_channels=latent_channels, base_channels=base, channel_mult=(1, 2, 2, 2), num_res_blocks=1,
+        norm_groups=min(base, 32), use_quant_conv=quant,
     ).with_latent_format(fmt)  # fmt: skip
     hf = diffusers.AutoencoderKL(
         block_out_channels=cfg.level_channels, down_block_types=("DownEncoderBlock2D",) * 4,
         up_block_types=("UpDecoderBlock2D",) * 4, layers_per_block=1, latent_channels=latent_channels,
-        norm_num_groups=32, scaling_factor=cfg.scaling_factor, shift_factor=cfg.shift_factor or None,
-        use_quant_conv=quant, use_post_quant_conv=quant,
+        norm_num_groups=cfg.norm_groups, scaling_factor=cfg.scaling_factor,
+        shift_factor=cfg.shift_factor or None, use_quant_conv=quant, use_post_quant_conv=quant,
     )  # fmt: skip
     randomize(hf, seed)
     ours = AutoencoderKL(cfg).eval()

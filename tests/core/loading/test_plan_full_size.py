@@ -25,6 +25,7 @@ from core.models.chroma import ChromaConfig
 from core.models.clip import CLIPTextConfig
 from core.models.flux import FluxConfig
 from core.models.mmdit import MMDiTConfig
+from core.models.pixart import PixArtConfig
 from core.models.t5 import T5Config
 from core.models.unet import UNetConfig
 from core.models.vae import VAEConfig
@@ -168,6 +169,20 @@ STANDALONE: dict[str, tuple[Callable[[], Layout], str, str, str, Any]] = {
         "diffusion_model",
         "chroma",
         ChromaConfig(),
+    ),
+    "pixart-alpha": (
+        DIFFUSION_LAYOUTS["pixart-alpha"],
+        "PixArt-XL-2-1024-MS.safetensors",
+        "diffusion_model",
+        "pixart-alpha",
+        PixArtConfig(caption_tokens=120, pos_embed_tokens=4096, micro_condition=True),
+    ),
+    "pixart-sigma": (
+        DIFFUSION_LAYOUTS["pixart-sigma"],
+        "PixArt-Sigma-XL-2-1024-MS.safetensors",
+        "diffusion_model",
+        "pixart-sigma",
+        PixArtConfig(caption_tokens=300),
     ),
     "vae-sd": (lambda: enc.vae_kl(4), "vae-ft-mse.safetensors", "vae", "vae-sd", VAEConfig.sd()),
     "vae-flux": (

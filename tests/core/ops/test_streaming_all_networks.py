@@ -17,6 +17,7 @@ from tests.fixtures.tiny_models import (
     TINY_CLIP_L,
     TINY_FLUX,
     TINY_MMDIT,
+    TINY_PIXART,
     TINY_T5,
     TINY_UNET_SD1,
     TINY_UNET_SDXL,
@@ -26,8 +27,8 @@ from tests.fixtures.tiny_models import (
 )
 
 NETWORKS = [
-    TINY_UNET_SD1, TINY_UNET_SDXL, TINY_MMDIT, TINY_FLUX, TINY_CHROMA, TINY_VAE_4, TINY_VAE_16,
-    TINY_CLIP_L, TINY_CLIP_G, TINY_T5,
+    TINY_UNET_SD1, TINY_UNET_SDXL, TINY_MMDIT, TINY_FLUX, TINY_CHROMA, TINY_PIXART, TINY_VAE_4,
+    TINY_VAE_16, TINY_CLIP_L, TINY_CLIP_G, TINY_T5,
 ]  # fmt: skip
 
 

@@ -236,7 +236,7 @@ def test_missing_encoder_and_tokenizer_errors(tok: ClipTokenizer, t5_pair) -> No
     with pytest.raises(ModelMismatchError, match="CLIP-G"):
         PromptEncoder("sdxl", TextEncoders(clip_l=tiny_pair(32, False, 1)[0]), clip_tokenizer=tok)
     with pytest.raises(LoadoutError, match="T5 tokenizer"):
-        PromptEncoder("chroma", TextEncoders(t5=t5_pair[0]))
+        PromptEncoder("pixart_t5", TextEncoders(t5=t5_pair[0]))
 
 
 def test_cache_hits_on_same_state_misses_on_clip_strength(tok: ClipTokenizer) -> None:
