@@ -14,6 +14,11 @@ Sections (``--only`` picks some; each is a JSON object with ``status`` passed / 
                    SDPA with the math kernel excluded, NVML against nvidia-smi.
 * ``sync_audit``   the CPU stand-in of the audit (``tests/core/test_no_hidden_syncs.py``, on meta):
                    runs everywhere.
+* ``fp8_matmul``   the real ``torch._scaled_mm`` path (``bench/fp8_matmul.py``) on a card with
+                   fp8 matmul (NVIDIA CC >= 8.9): Flux-sized Fp8Linear layers against bf16 (error,
+                   speedup) and a Flux-shaped model run with the fp8 override (``_scaled_mm`` calls
+                   per step = its Linear layers, bf16 latent, the dtype reason); skipped with the
+                   reason on any other card.
 * ``bench_transfer``, ``bench_lowvram``, ``bench_inference_memory``  the benches (CUDA only), their
                    JSON kept in the report.
 
@@ -131,11 +136,22 @@ def _bench(module: str, args: list[str]) -> Report:
     }
 
 
+def fp8_matmul(quick: bool) -> Report:
+    section = _bench("bench.fp8_matmul", ["--quick"] if quick else [])
+    result = section.get("result")
+    if isinstance(result, dict) and "skipped" in result:
+        return {"status": "skipped", "reason": f"fp8 matmul: {result['skipped']}"}
+    if isinstance(result, dict) and result.get("failures"):
+        section["reason"] = "; ".join(result["failures"])[:2000]
+    return section
+
+
 SECTIONS = {
     "environment": lambda quick: environment(),
     "sync_audit": sync_audit,
     "gpu_tests": gpu_tests,
     "suite": suite,
+    "fp8_matmul": fp8_matmul,
     "bench_transfer": lambda quick: _bench("bench.transfer", ["--mib", "256" if quick else "1024"]),
     "bench_lowvram": lambda quick: _bench("bench.lowvram", ["--repeat", "2" if quick else "5"]),
     "bench_inference_memory": lambda quick: _bench(

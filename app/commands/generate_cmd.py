@@ -117,7 +117,10 @@ def _add_workflows(p: argparse.ArgumentParser) -> None:
 def _add_run(p: argparse.ArgumentParser) -> None:
     """Where it runs, the output and the report."""
     p.add_argument("--device", default="cpu", help="cpu or cuda (default cpu)")
-    p.add_argument("--dtype", choices=list(DTYPES), help="compute dtype (default: the device's policy)")
+    p.add_argument(
+        "--dtype", choices=list(DTYPES),
+        help="compute dtype (default: the device's policy); fp8_e4m3fn: fp8 matmul where the card has it",
+    )  # fmt: skip
     p.add_argument("--vram-limit", metavar="BYTES", help="e.g. 4GiB: the card size the manager sees")
     p.add_argument(
         "-o", "--output", required=True, metavar="OUT.png",

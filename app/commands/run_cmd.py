@@ -37,7 +37,10 @@ def register(sub: Any) -> None:
     p.add_argument("--seed", type=int_type(SEED), default=0)
     p.add_argument("--device", default="cpu", help="cpu or cuda (default cpu)")
     p.add_argument("--vram-limit", metavar="BYTES", help="e.g. 4GiB: the budget the manager sees")
-    p.add_argument("--dtype", choices=list(DTYPES), default="fp32", help="compute dtype (default fp32)")
+    p.add_argument(
+        "--dtype", choices=list(DTYPES), default="fp32",
+        help="compute dtype (default fp32); fp8_e4m3fn: fp8 matmul where the card has it (CC 8.9+)",
+    )  # fmt: skip
     p.add_argument(
         "--vram-mode", choices=[s.option for s in VramState], help="override the automatic VRAM state"
     )

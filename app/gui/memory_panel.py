@@ -47,6 +47,7 @@ EVENT_COLORS = {
     "run": "#74c0fc",
     "error": "#ff6b6b",
     "phase": "#e599f7",
+    "dtype": "#91a7ff",
 }
 #: generation phases as shaded bands on the plot (the band runs until the next phase or the end)
 PHASE_COLORS = {
@@ -65,6 +66,7 @@ SHORT_LABELS = {
     "run": "run",
     "interrupt": "stop",
     "settings": "settings",
+    "dtype": "dtype",
 }
 #: (attribute of MemorySample, legend name, color, dashed, filled)
 SERIES = (

@@ -31,6 +31,10 @@ from core.units import MIB
 
 ROLES = (("diffusion_model", "Diffusion model"), ("text_encoder", "Text encoders"), ("vae", "VAE"))
 DTYPES = ("auto", "fp32", "fp16", "bf16")
+FP8_MATMUL = (
+    "fp8 matmul for the diffusion model "
+    "(NVIDIA RTX 40xx / H100 and newer; faster, slightly different pictures)"
+)
 
 
 @dataclass(frozen=True)
@@ -44,6 +48,7 @@ class AppSettings:
     lora_max: float = 2.0
     simulate_vram_mib: int = 0  # a simulated card (no GPU) or a cap on the real one; 0 = off
     ray_address: str = ""  # the queue's executor: "" in-process, else a Ray address or local:N
+    fp8_matmul: bool = False  # the diffusion model's compute override fp8_e4m3fn (decided at load)
 
     def placement_config(self) -> PlacementConfig:
         return PlacementConfig(self.memory_settings(), max(0, self.simulate_vram_mib) * MIB)
@@ -51,10 +56,11 @@ class AppSettings:
     def memory_settings(self) -> MemorySettings:
         state = None if self.vram_mode == "auto" else VramState.parse(self.vram_mode)
         reserve = None if self.reserve_mib < 0 else self.reserve_mib * MIB
+        storage = {role: d for role, d in self.dtype_overrides.items() if d != "auto"}
+        compute = {"diffusion_model": "fp8_e4m3fn"} if self.fp8_matmul else {}
         overrides = tuple(
-            DtypeOverride(role, storage=d)  # type: ignore[arg-type]
-            for role, d in sorted(self.dtype_overrides.items())
-            if d != "auto"
+            DtypeOverride(role, storage=storage.get(role), compute=compute.get(role))  # type: ignore[arg-type]
+            for role in sorted({*storage, *compute})
         )
         return MemorySettings(vram_state=state, reserve_bytes=reserve, dtype_overrides=overrides)
 
@@ -85,6 +91,7 @@ class AppSettings:
                 lora_max=float(get("lora/max", d.lora_max)),  # type: ignore[arg-type]
                 simulate_vram_mib=int(get("memory/simulate_vram_mib", 0)),  # type: ignore[call-overload]
                 ray_address=str(get("queue/ray_address", "")),
+                fp8_matmul=get("memory/fp8_matmul", False) is True,
             )
         except (TypeError, ValueError):
             return d  # a hand-edited, broken settings file: start from the defaults
@@ -100,6 +107,7 @@ class AppSettings:
             "lora/max": self.lora_max,
             "memory/simulate_vram_mib": self.simulate_vram_mib,
             "queue/ray_address": self.ray_address,
+            "memory/fp8_matmul": self.fp8_matmul,
         }
         for key, value in values.items():
             store.setValue(key, json.dumps(value))
@@ -192,6 +200,13 @@ class SettingsDialog(QDialog):
         mem_form.addRow("Limit the card to" if has_gpu else "Simulate a GPU of", self.simulate)
         self.vram_help = QLabel(wordWrap=True, objectName="muted")
         mem_form.addRow(self.vram_help)
+        self.fp8 = QCheckBox(FP8_MATMUL, checked=settings.fp8_matmul)
+        self.fp8.setToolTip(
+            "Linear layers multiply in 8 bits (torch._scaled_mm); weights are kept or quantized to fp8 "
+            "e4m3fn when the model loads. Applies to models loaded from now on; the event list says "
+            "what was decided, and why not on a card without fp8 matmul"
+        )
+        mem_form.addRow(self.fp8)
         self._has_gpu = has_gpu
         self.vram.currentIndexChanged.connect(self._explain_vram)
         self.simulate.valueChanged.connect(self._explain_vram)
@@ -246,4 +261,5 @@ class SettingsDialog(QDialog):
             dark_theme=self.dark.isChecked(),
             simulate_vram_mib=self.simulate.value(),
             ray_address=self.ray.text().strip(),
+            fp8_matmul=self.fp8.isChecked(),
         )

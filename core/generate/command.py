@@ -22,7 +22,9 @@ from core.generate.session_run import Output
 from core.generate.sweep import Sweep
 from core.loading.assign import interrupt_check
 from core.session.compose import headless_session, load_main
+from core.session.dtype_choice import compute_override
 from core.session.session import Session
+from core.session.slots import SlotId
 from core.text.t5_tokenizer import T5Tokenizer, T5TokenizerSearch
 
 __all__ = [
@@ -93,7 +95,10 @@ def generate_files(
         check_output_folder(request.output)
     else:
         check_output_file(request.output)
-    session, _ = headless_session(request.device, vram_limit=request.vram_limit, interrupt=interrupt)
+    settings, dtype = compute_override(request.dtype)  # --dtype fp8_e4m3fn: fp8 matmul, decided at load
+    session, _ = headless_session(
+        request.device, settings=settings, vram_limit=request.vram_limit, interrupt=interrupt
+    )
     placement = session.placement
     check = interrupt_check(placement.interrupt.is_set)
     report = progress or (lambda p: None)
@@ -124,8 +129,10 @@ def generate_files(
         sweep = Sweep(next(iter(stack.entries)), request.sweep)
         result = generator.sweep(request.image, sweep, output, report, check)
     else:
-        result = generator.generate(request.image, output, report, check, init, dtype=request.dtype)
-    notes = (*result.notes, *(m.note() for m in matches if m.partial))
+        result = generator.generate(request.image, output, report, check, init, dtype=dtype)
+    chosen = session.model(SlotId.MAIN).dtype_choice
+    decided = (chosen.reason,) if chosen is not None else ()  # why fp8 matmul runs, or why not
+    notes = (*result.notes, *decided, *(m.note() for m in matches if m.partial))
     return replace(result, loras=matches, notes=notes)
 
 

@@ -140,7 +140,10 @@ def _compute(session: Session, family: str) -> Compute:
     def pick(role: str) -> torch.dtype:
         return policy.storage_and_compute(role, family, None, device).compute
 
-    return Compute(target, pick("diffusion_model"), torch.float32, pick("vae"))
+    # the load's decision where the settings chose one: fp8 matmul runs its activations in 16 bits
+    chosen = session.model(SlotId.MAIN).dtype_choice
+    diffusion = chosen.activation_dtype if chosen is not None else pick("diffusion_model")
+    return Compute(target, diffusion, torch.float32, pick("vae"))
 
 
 def _activation_needs(

@@ -28,6 +28,7 @@ from core.files.pickle_safe import load_pickle_state_dict
 from core.files.safetensors import SafetensorsFile
 from core.loading.assign import LoadProgress, assign_weights
 from core.loading.plan import ComponentPlan, LazyTensors, mismatch_error, plan_component
+from core.ops.fp8 import use_fp8_matmul
 from core.quant.gguf_types import DEQUANTIZABLE, PLAIN_DTYPES
 from core.quant.scaled_fp8 import fold, layout_of, scaled_reader
 
@@ -43,6 +44,9 @@ class LoadOptions:
     #: its current state (the library index's, when the file is unchanged since its scan)
     index: TensorIndex | None = None
     detection: Detection | None = None
+    #: build the diffusion network from ``fp8_matmul_ops`` (its Linear weights e4m3fn, quantized
+    #: with a per-tensor scale when stored wider): the dtype policy's fp8 compute decision
+    fp8_matmul: bool = False
 
 
 @dataclass
@@ -159,6 +163,8 @@ def _load_component(
         check=options.check,
         progress=options.progress,
     )
+    if comp.role == "diffusion_model" and options.fp8_matmul:
+        use_fp8_matmul(module, options.check)
     module.eval()
     return LoadedComponent(comp.role, comp.family, comp.prefix, comp.layout, module, plan.config, plan)
 

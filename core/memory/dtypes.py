@@ -69,6 +69,14 @@ class DtypeChoice:
     compute: torch.dtype
     manual_cast: bool  # storage != compute: weights are cast per layer at forward time
     reason: str
+    #: the dtype inputs and activations run in when ``compute`` is fp8 (fp8 matmul: Linear layers
+    #: quantize their input, everything else computes in this); None: ``compute`` itself
+    activation: torch.dtype | None = None
+
+    @property
+    def activation_dtype(self) -> torch.dtype:
+        """The dtype of the latent, the conditioning and every activation: never fp8."""
+        return self.activation if self.activation is not None else self.compute
 
     def __post_init__(self) -> None:
         if self.manual_cast != (self.storage != self.compute):
@@ -119,6 +127,7 @@ class DtypePolicy:
         stored = to_dtype(stored_dtype) if stored_dtype is not None else None
         override = (settings or MemorySettings()).override_for(role)
         compute, why_compute = self._auto_compute(role, family, stored, device)
+        auto = compute
         forced_storage: torch.dtype | None = None
         if override is not None and override.compute is not None:
             compute, why_compute, forced_storage = _compute_override(
@@ -141,7 +150,16 @@ class DtypePolicy:
             f"{what}: compute {short_name(compute)} ({why_compute}); "
             f"storage {short_name(storage)} ({why_storage})"
         )
-        return DtypeChoice(storage, compute, storage != compute, reason)
+        activation = auto if compute in FP8_TYPES else None
+        if activation is not None:
+            reason += f"; activations run in {short_name(activation)}"
+        return DtypeChoice(
+            storage=storage,
+            compute=compute,
+            manual_cast=storage != compute,
+            reason=reason,
+            activation=activation,
+        )
 
     # -- automatic compute -----------------------------------------------------------------------
 

@@ -21,9 +21,13 @@ from core.units import GIB as GIB  # re-exported: the reasons' byte figures
 from core.units import MIB as MIB
 from core.units import gib as gib
 
-EventKind = Literal["load", "partial_load", "unload", "partial_unload", "keep", "refuse", "interrupt"]
+#: ``dtype``: a model's storage/compute dtype decision where the user's setting asked for one
+#: (fp8 matmul), logged beside the placements so every front end shows its reason
+EventKind = Literal[
+    "load", "partial_load", "unload", "partial_unload", "keep", "refuse", "interrupt", "dtype"
+]
 EVENT_KINDS: frozenset[str] = frozenset(
-    ("load", "partial_load", "unload", "partial_unload", "keep", "refuse", "interrupt")
+    ("load", "partial_load", "unload", "partial_unload", "keep", "refuse", "interrupt", "dtype")
 )
 
 Detail = int | float | str | bool | None

@@ -18,15 +18,16 @@ their effect and every placement gives the same bits.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
 from core.ops.layers import Linear, OpSet
-from core.quant.fp8_weight import FP8_DTYPES, ScaledFp8Weight
+from core.quant.fp8_weight import FP8_DTYPES, ScaledFp8Weight, quantize_e4m3fn
 
-__all__ = ["FP8_DTYPES", "Fp8Linear", "is_fp8", "scaled_mm_blocker", "scaled_mm_linear"]
+__all__ = ["FP8_DTYPES", "Fp8Linear", "is_fp8", "scaled_mm_blocker", "scaled_mm_linear", "use_fp8_matmul"]
 #: The largest finite e4m3fn value (448): inputs are clamped to it before quantizing.
 E4M3_MAX = float(torch.finfo(torch.float8_e4m3fn).max)
 #: Activation dtypes ``torch._scaled_mm`` can write.
@@ -156,3 +157,29 @@ class Fp8Linear(Linear):
 fp8_upcast_ops = OpSet(name="fp8_upcast")
 #: fp8 matmul for Linear layers (the bulk of a DiT's weights); every other layer upcasts.
 fp8_matmul_ops = OpSet(name="fp8_scaled_mm", Linear=Fp8Linear)
+
+
+def use_fp8_matmul(module: nn.Module, check: Callable[[], None] | None = None) -> tuple[int, int]:
+    """Turn a network built from the default op set into one built from :data:`fp8_matmul_ops`,
+    in place: every default Linear layer becomes an :class:`Fp8Linear` (which adds no state, only
+    its forward), and the weights of those fp8 matmul can take (16-divisible sides) that are not
+    already e4m3fn are quantized to e4m3fn with a per-tensor scale (:func:`quantize_e4m3fn`).
+    Other layers keep their weights and upcast as before. ``check`` runs before each quantized
+    layer (the interrupt). Returns (layers switched, layers quantized)."""
+    switched = quantized = 0
+    for layer in module.modules():
+        if type(layer) is not Linear:
+            continue
+        layer.__class__ = Fp8Linear
+        switched += 1
+        weight = layer.weight
+        rows, cols = weight.shape
+        if weight.dtype == torch.float8_e4m3fn or rows % 16 or cols % 16 or weight.device.type == "meta":
+            continue
+        if type(weight.data) is not torch.Tensor and not isinstance(weight, ScaledFp8Weight):
+            continue  # a quantized (GGUF) weight stays as it is, dequantized per forward
+        if check is not None:
+            check()
+        layer._parameters["weight"] = nn.Parameter(quantize_e4m3fn(weight), requires_grad=False)
+        quantized += 1
+    return switched, quantized

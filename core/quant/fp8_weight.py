@@ -155,3 +155,18 @@ def fp8_with_patch(weight: Tensor, patch: Callable[[Tensor], Tensor]) -> ScaledF
         twin = ScaledFp8Weight(weight.detach(), None)
     twin.patch = patch
     return twin
+
+
+#: The largest finite e4m3fn value (448).
+_E4M3_MAX = float(torch.finfo(torch.float8_e4m3fn).max)
+
+
+def quantize_e4m3fn(weight: Tensor) -> ScaledFp8Weight:
+    """``weight`` (a floating tensor in any wider dtype, or fp8 e5m2) as e4m3fn values with one
+    per-tensor scale (``amax / 448``, fp32), the layout of a ``*_fp8_scaled`` file: the largest
+    value maps to e4m3's largest, so nothing saturates. Computed in fp32 one tensor at a time."""
+    w = weight.detach().to(torch.float32)
+    amax = float(w.abs().max()) if w.numel() else 0.0
+    scale = torch.tensor(amax / _E4M3_MAX if amax > 0.0 else 1.0, dtype=torch.float32)
+    q = (w / scale).clamp(-_E4M3_MAX, _E4M3_MAX).to(torch.float8_e4m3fn)
+    return ScaledFp8Weight(q, scale)

@@ -11,9 +11,11 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
+
+import torch
 
 from core.loading.assign import interrupt_check
 from core.memory.events import MemoryEvent
@@ -21,7 +23,9 @@ from core.memory.peak import peak_bytes
 from core.memory.policy import MemorySettings
 from core.patching.merge import LoraArg
 from core.session.compose import headless_session, load_main
+from core.session.dtype_choice import compute_override
 from core.session.session import family_naming
+from core.session.slots import SlotId
 from core.session.testrun import RunConfig, StepDone
 
 
@@ -99,8 +103,9 @@ def run_headless(
     """Load, add the LoRAs (recorded, never baked: the mover applies them), and time the test run
     through a :class:`Session` placing on the requested device. Setting ``interrupt`` (from any
     thread, e.g. a Ctrl-C handler) stops the load or the run within one tensor or layer."""
+    settings, dtype = compute_override(request.config.dtype, request.settings)  # fp8: fp8 matmul
     session, device = headless_session(
-        request.device, settings=request.settings, vram_limit=request.vram_limit, interrupt=interrupt,
+        request.device, settings=settings, vram_limit=request.vram_limit, interrupt=interrupt,
         naming=family_naming,
     )  # fmt: skip
     placement = session.placement
@@ -108,6 +113,9 @@ def run_headless(
     for arg in request.loras:
         session.loras.add(arg.path, arg.model, arg.clip)
     cfg = request.config
+    if dtype is None:  # the inputs and activations run in the load's 16-bit choice, never fp8
+        chosen = session.model(SlotId.MAIN).dtype_choice
+        cfg = replace(cfg, dtype=chosen.activation_dtype if chosen is not None else torch.float32)
     report = session.test_run(
         cfg,
         progress or (lambda s: None),

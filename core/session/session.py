@@ -21,6 +21,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from pathlib import Path
 
 from torch import nn
@@ -31,10 +32,13 @@ from core.errors import LoadoutError
 from core.files.dtypes import short_name, torch_dtype_by_short
 from core.files.model_file import TensorIndex
 from core.loading.assign import LoadProgress
-from core.loading.loader import LoadedComponent, LoadOptions
+from core.loading.loader import LoadedComponent, LoadOptions, inspect_for_loading
+from core.memory.dtypes import DtypeChoice
 from core.memory.events import MemoryEvent
 from core.memory.manager import NotEnoughMemoryError
+from core.ops.fp8 import is_fp8
 from core.patching.lora_stack import LoraStack, component_name
+from core.session.dtype_choice import asks_for_compute, diffusion_choice
 from core.session.library import Library
 from core.session.loras import LoraControl
 from core.session.measure import measured_test_run
@@ -129,16 +133,22 @@ class Session:
         load_kind = refuse_unloadable(path, kind)
         t0 = time.perf_counter()
         index, detection = inspected if inspected is not None else (None, self.library.detection(path))
-        options = LoadOptions(progress=progress, check=check, index=index, detection=detection)
+        index, detection, choice = self._dtype_choice(path, load_kind, index, detection)
+        fp8 = choice is not None and is_fp8(choice.compute)
+        options = LoadOptions(
+            progress=progress, check=check, index=index, detection=detection, fp8_matmul=fp8
+        )
         components = self.loaders.load(load_kind, path, options)
         check()  # a stop pressed after the last tensor still leaves the old state in place
+        if choice is not None:  # the user asked for a compute dtype: the decision and its reason
+            self.placement.events.emit("dtype", f"{path.stem} diffusion model", 0, choice.reason)
         self._apply_dtype_overrides(components)
         seconds = time.perf_counter() - t0
         slot = SlotId.for_load(load_kind, components[0].family)
         previous = self.loaded.get(slot)
         if previous is not None:
             self._release(previous)
-        loaded = LoadedModel(slot, path, load_kind, components, seconds)
+        loaded = LoadedModel(slot, path, load_kind, components, seconds, dtype_choice=choice)
         self.loaded[slot] = loaded
         stack = None
         if slot == SlotId.MAIN:
@@ -166,6 +176,19 @@ class Session:
             f"{len(components)} component(s), {in_mib(info.bytes, 1)} in {seconds:.2f} s; {where}",
         )
         return info
+
+    def _dtype_choice(
+        self, path: Path, kind: str, index: TensorIndex | None, detection: Detection | None
+    ) -> tuple[TensorIndex | None, Detection | None, DtypeChoice | None]:
+        """The diffusion model's dtype decision where the settings choose its compute dtype (fp8
+        matmul), else None; the file is inspected here when not yet, once (the loader reuses it)."""
+        if kind not in ("checkpoint", "diffusion_model") or not asks_for_compute(
+            self.placement.config.settings
+        ):
+            return index, detection, None
+        if detection is None:
+            index, detection = inspect_for_loading(path)
+        return index, detection, diffusion_choice(self.placement, detection)
 
     def _register(self, loaded: LoadedModel) -> None:
         for comp, obj in loaded.pairs():
@@ -294,8 +317,12 @@ class Session:
         *,
         measure_activations: bool = False,
     ) -> RunReport:
-        """N seeded steps of the main model's diffusion network, placed through the manager."""
+        """N seeded steps of the main model's diffusion network, placed through the manager (in the
+        load's activation dtype where the settings chose its compute dtype: never fp8)."""
         comp, managed = self.component("diffusion_model")
+        chosen = self.model(SlotId.MAIN).dtype_choice
+        if chosen is not None:
+            config = replace(config, dtype=chosen.activation_dtype)
         report = measured_test_run(
             comp, managed, self.placement, config, progress, check, measure_activations=measure_activations
         )

@@ -23,6 +23,7 @@ from core.loading.loader import (
     load_text_encoder,
     load_vae,
 )
+from core.memory.dtypes import DtypeChoice
 from core.session.snapshots import MAIN_KEY
 
 LoadKind: TypeAlias = Literal["checkpoint", "diffusion_model", "vae", "text_encoder"]
@@ -109,6 +110,9 @@ class LoadedModel:
     components: list[LoadedComponent]
     seconds: float
     managed: list[object] = field(default_factory=list)
+    #: the diffusion model's dtype decision, made where the settings asked for a compute dtype
+    #: (fp8 matmul); generation runs its activations in ``activation_dtype``
+    dtype_choice: DtypeChoice | None = None
 
     @property
     def family(self) -> str | None:

@@ -13,6 +13,7 @@ MEMORY_WORDS = {
     "keep": "kept",
     "refuse": "refused",
     "interrupt": "stopped",
+    "dtype": "dtypes of",
 }
 
 
