@@ -18,6 +18,7 @@ their effect and every placement gives the same bits.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -53,7 +54,13 @@ def device_has_fp8_matmul(device: torch.device) -> bool:
     """Whether ``device`` (a live one) runs ``torch._scaled_mm`` on e4m3fn operands."""
     if device.type != "cuda" or not torch.cuda.is_available():
         return False
-    props: Any = torch.cuda.get_device_properties(device)
+    return _cuda_has_fp8_matmul(device.index if device.index is not None else torch.cuda.current_device())
+
+
+@functools.cache
+def _cuda_has_fp8_matmul(index: int) -> bool:
+    """Asked once per card (every Fp8Linear forward asks)."""
+    props: Any = torch.cuda.get_device_properties(index)
     if getattr(torch.version, "hip", None):
         return fp8_matmul_rule("rocm", None, str(getattr(props, "gcnArchName", "")))
     return fp8_matmul_rule("cuda", (int(props.major), int(props.minor)), None)
