@@ -164,13 +164,18 @@ class PixArtBlock(nn.Module):
         self.mlp = Mlp(hidden, int(hidden * cfg.mlp_ratio), ops=ops, device=device, dtype=dtype)
         self.scale_shift_table = nn.Parameter(torch.empty(6, hidden, device=device, dtype=dtype))
 
+    def _self_attention(self, x: torch.Tensor, shift: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+        """A function of its own so that q, k, v and the attention's output are freed on return
+        (locals of :meth:`forward` would hold 4 rows per token through the MLP, the block's peak)."""
+        q, k, v = self.attn.qkv_heads(_norm(x) * (1 + scale) + shift)
+        return self.attn.out(attention_heads_first(q, k, v))
+
     def forward(self, x: torch.Tensor, y: torch.Tensor, t6: torch.Tensor) -> torch.Tensor:
         table = cast_to(self.scale_shift_table, x)
         assert table is not None
         mods = (table[None] + t6.reshape(x.shape[0], 6, -1)).chunk(6, dim=1)  # each (B, 1, D)
         shift_msa, scale_msa, gate_msa, shift_mlp, scale_mlp, gate_mlp = mods
-        q, k, v = self.attn.qkv_heads(_norm(x) * (1 + scale_msa) + shift_msa)
-        x = x + gate_msa * self.attn.out(attention_heads_first(q, k, v))
+        x = x + gate_msa * self._self_attention(x, shift_msa, scale_msa)
         x = x + self.cross_attn(x, y)
         mlp: torch.Tensor = self.mlp(_norm(x) * (1 + scale_mlp) + shift_mlp)
         return x + gate_mlp * mlp
