@@ -2,7 +2,8 @@
 
 For each network (SD1.5 and SDXL UNets at full size; "Flux-shaped": Flux's real widths (3072
 hidden, 24 heads, 512 text tokens) with one double and one single block, since its activation peak
-is per block and does not grow with depth), each resolution, batch and dtype, one forward runs
+is per block and does not grow with depth; "PixArt-shaped": 1152 wide, 16 heads, one block, fed
+300 T5 tokens), each resolution, batch and dtype, one forward runs
 under :class:`core.memory.tracking.ActivationTracker` (peak bytes of live activation tensors,
 weights and inputs excluded) and is compared with :func:`core.memory.inference.predict`.
 
@@ -16,7 +17,7 @@ step (``cuda_peak_bytes``): that includes kernel workspaces (cuDNN, cuBLAS) the 
 ``--fit`` prints least-squares coefficients (relative error) for ``core/memory/inference.py``'s
 table from the rows measured. Usage::
 
-    python -m bench.inference_memory [--device cpu] [--kinds sd1,sdxl,flux] [--sizes 256,384]
+    python -m bench.inference_memory [--device cpu] [--kinds sd1,sdxl,flux,pixart] [--sizes 256,384]
         [--batches 1] [--dtypes fp32] [--attention default,math] [--fit]
 """
 
@@ -42,6 +43,7 @@ from torch import nn  # noqa: E402
 from core.memory import inference  # noqa: E402
 from core.memory.tracking import ActivationTracker  # noqa: E402
 from core.models.flux import Flux, FluxConfig  # noqa: E402
+from core.models.pixart import PixArt, PixArtConfig  # noqa: E402
 from core.models.unet import UNetModel  # noqa: E402
 from core.models.unet_config import UNetConfig  # noqa: E402
 from core.session.testrun import RunConfig, _Inputs  # noqa: E402
@@ -51,14 +53,17 @@ TARGET = 0.15  # |predicted / measured - 1|
 
 
 def build(kind: str) -> nn.Module:
-    """The network on meta (no memory): full-size UNets, Flux widths with 1 + 1 blocks."""
+    """The network on meta (no memory): full-size UNets, Flux widths with 1 + 1 blocks, PixArt's
+    with 1 block."""
     if kind == "sd1":
         return UNetModel(UNetConfig.sd1(), device="meta")
     if kind == "sdxl":
         return UNetModel(UNetConfig.sdxl(), device="meta")
     if kind == "flux":
         return Flux(FluxConfig(depth=1, depth_single_blocks=1), device="meta")
-    raise SystemExit(f"unknown kind {kind!r}: use sd1, sdxl or flux")
+    if kind == "pixart":
+        return PixArt(PixArtConfig(depth=1), device="meta")
+    raise SystemExit(f"unknown kind {kind!r}: use sd1, sdxl, flux or pixart")
 
 
 def zero_weights(module: nn.Module, device: str, dtype: torch.dtype, real: bool = False) -> nn.Module:

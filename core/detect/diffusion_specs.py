@@ -70,7 +70,7 @@ CHROMA = DiffusionSpec(
 PIXART = DiffusionSpec(
     network="pixart", text="pixart_t5", text_encoders=("t5-xxl",), vae="vae-sd",
     sampling=SamplingSpec(schedule="discrete", beta_schedule="linear", beta_start=0.0001, beta_end=0.02),
-    defaults=GenerationDefaults(cfg=4.5, steps=20, sizes=XL_SIZES),
+    defaults=GenerationDefaults(cfg=4.5, steps=20, sizes=XL_SIZES), memory_profile="pixart",
 )  # fmt: skip
 #: AuraFlow's schedule is known; its network and prompt encoding are not implemented yet.
 AURAFLOW = DiffusionSpec(

@@ -76,6 +76,16 @@ class Coefficients:
     constant: float
     per_score: float = 0.0
     measured: str = ""  # how and where, or "unmeasured: ..." when taken from a sibling kind
+    #: (per_position, constant) of a second place the peak can be, for a network whose peak moves
+    #: with the image size (PixArt's cross-attention below ~150 px); the larger of the two counts
+    other_peak: tuple[float, float] | None = None
+
+    def per_sample(self, positions: int) -> float:
+        """The linear part (no score term): bytes per element-byte of one sample."""
+        main = self.per_position * positions + self.constant
+        if self.other_peak is None:
+            return main
+        return max(main, self.other_peak[0] * positions + self.other_peak[1])
 
 
 PROFILES = MappingProxyType(
@@ -83,11 +93,15 @@ PROFILES = MappingProxyType(
         "sd1": Profile("SD1.x UNet", 8, 8, 0, 8, 512, 320),
         "sdxl": Profile("SDXL UNet", 8, 16, 0, 10, 1024, 320),
         "flux": Profile("Flux transformer", 16, 16, 512, 24, 1024, 3072),
+        # PixArt attends to its T5 tokens in a separate cross-attention: no joint text tokens
+        "pixart": Profile("PixArt transformer", 16, 16, 0, 16, 1024, 1152),
     }
 )
 
 _CPU = "ActivationTracker, torch 2.13 CPU, fp32, batch 1, one forward at {}"
 _FROM_CPU = "unmeasured here (no GPU): the CPU flash fit; CUDA flash/efficient keep the same tensors"
+
+_PIXART_D, _PIXART_L = 1152, 300  # every released PixArt's width; the T5 tokens it is trained at
 
 #: (profile, attention kind) -> coefficients fitted by ``bench/inference_memory.py --fit``.
 _TABLE = {
@@ -95,6 +109,18 @@ _TABLE = {
     ("sdxl", "cpu_flash"): Coefficients(4880.0, 1281.0, measured=_CPU.format("128/192/256 px")),
     # Flux: 64,700 per token of the joint sequence, image (N) and text (512) alike: c = 64,700 * 512
     ("flux", "cpu_flash"): Coefficients(64700.0, 33_126_400.0, measured=_CPU.format("64/128 px")),
+    # PixArt: derived from its shapes (D wide, L T5 tokens, N image tokens) and measured exactly by
+    # the tracker at 64..1024 px (docs/benchmarks.md). The peak is in the MLP: 11 D per token (fc1's
+    # and the GELU's 4 D each, the MLP's input, the block's input and its residual) plus the
+    # projected caption (L D), the timestep's t, t6 and a block's six modulations (13 D) and the
+    # scalar timestep (counted as a 14th row); below ~150 px it is the cross-attention's: 4 D per
+    # token plus the caption, its keys and values (3 L D) and the same 14 rows.
+    ("pixart", "cpu_flash"): Coefficients(
+        11 * _PIXART_D,
+        (_PIXART_L + 14) * _PIXART_D,
+        measured=_CPU.format("64..1024 px"),
+        other_peak=(4 * _PIXART_D, (3 * _PIXART_L + 14) * _PIXART_D),
+    ),
 }
 _TABLE |= {(p, "cuda_flash"): replace(c, measured=_FROM_CPU) for (p, _), c in list(_TABLE.items())}
 COEFFICIENTS: MappingProxyType[tuple[str, str], Coefficients] = MappingProxyType(_TABLE)
@@ -119,7 +145,7 @@ def predict(profile: str, work: Workload, width: int | None = None) -> int:
     prof, c = PROFILES[profile], coefficients(profile, work.attention)
     n = prof.positions(work.width, work.height)
     t = prof.attention_tokens(work.width, work.height)
-    per_sample = c.per_position * n + c.per_score * prof.heads * t * t + c.constant
+    per_sample = c.per_sample(n) + c.per_score * prof.heads * t * t
     scale = 1.0 if width is None else width / prof.width
     return int(work.dtype_bytes * work.batch * per_sample * scale)
 

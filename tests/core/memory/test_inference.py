@@ -14,10 +14,14 @@ from core.memory.inference import (
     activation_bytes,
     fit_advice,
     largest_fitting,
+    network_profile,
     predict,
 )
 from core.memory.planning import ModelState, PlanSettings, plan_load
 from core.memory.tracking import ActivationTracker
+from core.models.pixart import PixArt, PixArtConfig
+from core.session.testrun import RunConfig, _Inputs
+from tests.fixtures.tiny_models import PIXART_ALPHA
 
 
 def test_prediction_scales_with_pixels_batch_and_dtype_and_only_math_attention_is_quadratic() -> None:
@@ -96,3 +100,36 @@ def test_tracker_counts_what_an_op_makes_from_nothing_and_views_once() -> None:
         b = v.contiguous()  # 4 KiB
     assert tr.peak_bytes == 8192 and v.shape == (32, 32)
     del a, b
+
+
+def _measured_step(model: nn.Module, size: int, batch: int) -> int:
+    """Peak live activation bytes of one test-run forward (fp32, the run's 300 T5 tokens for PixArt)."""
+    inputs = _Inputs(model, RunConfig(1, size, size, batch, 0, torch.float32, "cpu"))
+    x = inputs.noise.clone()
+    roots = [v for v in vars(inputs).values() if isinstance(v, torch.Tensor)] + [x]
+    with torch.inference_mode(), ActivationTracker(roots) as tracker:
+        inputs.forward(model, x, 0.5)
+    return tracker.peak_bytes
+
+
+@pytest.mark.parametrize(
+    ("family", "config"),
+    [("pixart-sigma", PixArtConfig(hidden_size=48, depth=2, context_dim=64)), ("pixart-alpha", PIXART_ALPHA)],
+)
+def test_pixart_profile_bounds_a_tiny_pixart_tightly_where_the_peak_is_the_cross_attention_and_the_mlp(
+    family: str, config: PixArtConfig
+) -> None:
+    """The pixart profile (derived from the 1152-wide network, scaled to a tiny width) against what
+    the tracker measures: 64 px (peak in the cross-attention: the caption's keys and values) and
+    256 px (peak in the MLP), batch 2; never below, at most 1 % above."""
+    model = PixArt(config).eval()
+    for t in (*model.parameters(), *model.buffers()):
+        t.data.zero_()  # the values do not matter to activation memory, only the shapes
+    profile, width = network_profile(family, model)
+    assert (profile, width) == ("pixart", 48)
+    for size in (64, 256):
+        measured = _measured_step(model, size, batch=2)
+        predicted = activation_bytes(profile, Workload(size, size, 2, 4, "cpu_flash"), width)
+        assert measured <= predicted <= 1.01 * measured, (size, predicted / measured)
+    full = Workload(1024, 1024, 1, 2, "cuda_flash")  # the full-size network: 1/5.7 of the fallback's
+    assert activation_bytes(profile, full) == 104_532_480 and activation_bytes(None, full) > 5 * 104_532_480
