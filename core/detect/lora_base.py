@@ -3,7 +3,8 @@
 The rules read what training leaves behind: the width of the text features cross-attention reads
 (768 SD1, 1024 SD2, 2048 SDXL, 1280 SDXL refiner), the depth of transformer stacks (only SDXL has
 more than one transformer block per attention), block names (Flux ``double_blocks``, SD3
-``joint_blocks``, Wan ``blocks.N.self_attn``), hidden widths (Flux 3072, SD3 1536, SD3.5 large 2432)
+``joint_blocks``, Wan ``blocks.N.self_attn``, PixArt ``cross_attn.kv_linear`` or diffusers'
+``attn2`` beside ``adaln_single``), hidden widths (Flux 3072, SD3 1536, SD3.5 large 2432, PixArt 1152)
 and the text encoders' widths (CLIP-L 768, OpenCLIP-H 1024, CLIP-G 1280, T5-XXL 4096).
 Where shapes cannot separate families (Flux dev and schnell) the guess lists the alternatives, so
 metadata can break the tie.
@@ -19,6 +20,14 @@ from core.detect.lora_modules import LoraModule
 
 FLUX_LINE = ("flux-dev", "flux-schnell", "chroma")
 FLUX_TIE = "Flux dev and schnell LoRAs share key names and shapes; reported as flux-dev"
+#: every released PixArt is 1152 wide; diffusers' ``adaln_single`` names it whatever the width
+#: (LTX-Video, the other self + cross attention DiT, is 2048 wide and calls it ``time_embed``)
+PIXART_WIDTH = 1152
+PIXART_LINE = ("pixart-sigma", "pixart-alpha")
+PIXART_TIE = (
+    "PixArt-Σ and PixArt-α LoRAs share names and shapes where they touch the blocks; reported as pixart-sigma"
+)
+_PIXART_ALPHA_MARKS = ("resolution_embedder", "aspect_ratio_embedder", "csize_embedder", "ar_embedder")
 
 _CROSS_WIDTH = {
     768: ("sd1", "SD1 CLIP-L"),
@@ -255,9 +264,35 @@ def _dit_diffusers(dm: Sequence[LoraModule]) -> BaseGuess | None:
             )
         attn2 = _any(mods, (".attn2.",))
         return _mmdit_width(hidden, attn2, where)
+    if _any(mods, (".attn2.",)) is not None and (hidden == PIXART_WIDTH or _any(dm, ("adaln_single.",))):
+        return _pixart_guess(dm, hidden, f"{where}: self + cross attention blocks")
     if _any(mods, (".attn2.",)) is not None and hidden == 2048:
         return BaseGuess("ltxv", f"{where}: self + cross attention blocks 2048 wide (LTX-Video)")
     return BaseGuess(None, f"{where}: transformer blocks {hidden or 'of unknown'} wide match no known family")
+
+
+def _pixart_guess(dm: Sequence[LoraModule], hidden: int | None, what: str) -> BaseGuess:
+    """PixArt-α where the adapter touches its size micro-conditions, else Σ (their blocks are alike)."""
+    warn = (
+        ()
+        if hidden in (None, PIXART_WIDTH)
+        else (f"PixArt blocks {hidden} wide (PixArt has {PIXART_WIDTH})",)
+    )
+    alpha = _any(dm, _PIXART_ALPHA_MARKS)
+    if alpha is not None:
+        return BaseGuess("pixart-alpha", f"{alpha.name} is PixArt-α's size micro-condition", (), warn)
+    width = f", {hidden} wide" if hidden else ""
+    return BaseGuess("pixart-sigma", f"{what}{width} (PixArt)", PIXART_LINE, warn, PIXART_TIE)
+
+
+def _pixart_original(dm: Sequence[LoraModule]) -> BaseGuess | None:
+    """The original (ComfyUI) layout: ``blocks.N.cross_attn.{q_linear, kv_linear}`` are PixArt's names."""
+    mods = [m for m in dm if _head(m) == "blocks"]
+    mark = _any(mods, (".cross_attn.q_linear", ".cross_attn.kv_linear"))
+    if mark is None:
+        return None
+    hidden, _ = _width(mods, (".attn.qkv", ".attn.proj", ".cross_attn.q_linear", ".mlp.fc1"))
+    return _pixart_guess(dm, hidden, f"{mark.name} is a PixArt cross-attention")
 
 
 def _wan(dm: Sequence[LoraModule]) -> BaseGuess | None:
@@ -306,6 +341,7 @@ _RULES: tuple[Callable[[Sequence[LoraModule]], BaseGuess | None], ...] = (
     _sd3_original,
     _flux_like,
     _dit_diffusers,
+    _pixart_original,
     _wan,
     _auraflow,
 )
