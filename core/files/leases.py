@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
 import threading
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -49,6 +50,14 @@ def take_lease(fd: int) -> bool:
     except OSError:
         return False
     return True
+
+
+def sigio_handled() -> bool:
+    """Whether this process handles SIGIO: a lease break sends it, and its default action ends the
+    process, so without a handler no lease is taken (size checks only)."""
+    if not hasattr(signal, "SIGIO"):
+        return False
+    return signal.getsignal(signal.SIGIO) not in (signal.SIG_DFL, None)
 
 
 def lease_breaking(fd: int) -> bool:
@@ -111,7 +120,7 @@ class MappedFiles:
             if not key.is_file():
                 os.close(fd)
                 continue
-            held = _Held(fd, st.st_size, st.st_mtime_ns, self.leases and take_lease(fd))
+            held = _Held(fd, st.st_size, st.st_mtime_ns, self.leases and sigio_handled() and take_lease(fd))
             with self._lock:
                 if key in self._held:  # held meanwhile by another thread
                     os.close(fd)
