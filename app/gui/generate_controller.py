@@ -16,6 +16,7 @@ from app.gui.generate_panel import GeneratePanel
 from core.detect.spec import NO_MODEL_DEFAULTS
 from core.errors import LoadoutError
 from core.generate.request import ImageSettings
+from core.library import Entry
 from core.session import ModelInfo
 
 _KEY = "generate/output_folder"
@@ -59,9 +60,22 @@ class GenerateController(QObject):
         backend.finished.connect(lambda task: panel.on_finished() if task == "generate" else None)
         backend.interrupted.connect(lambda task: panel.on_stopped() if task == "generate" else None)
         backend.models_changed.connect(self._models)
+        self.controlnet_files: dict[Path, bool] = {}  # the library's files: is it a ControlNet
+        backend.entries_found.connect(self._entries)
 
     def generate(self, settings: ImageSettings) -> None:
         self.backend.generate(settings, self.output_folder)
+
+    def _entries(self, entries: list[Entry]) -> None:
+        """The library's ControlNets (listed or filled in) offered in the ControlNet rows."""
+        before = tuple(p for p, yes in self.controlnet_files.items() if yes)
+        for e in entries:
+            self.controlnet_files[e.path] = e.kind == "controlnet" and e.status == "ok"
+        now = tuple(
+            sorted((p for p, yes in self.controlnet_files.items() if yes), key=lambda p: p.name.lower())
+        )
+        if set(now) != set(before):
+            self.panel.workflows.controlnets.set_choices(now)
 
     def _panel_error(self, exc: LoadoutError) -> None:
         self.show_error(TaskError("generate", exc.code or "bad_argument", exc.message))
