@@ -181,3 +181,7 @@ def test_the_librarys_controlnets_are_offered_in_every_row(qtbot: QtBot, make_wi
     assert [combo.itemText(i) for i in range(combo.count())] == ["none", "canny-tiny"]
     combo.setCurrentIndex(1)
     assert row.controlnet.path == net
+    net.unlink()  # gone from the library: a rescan stops offering it (the chosen row keeps its file)
+    window.rescan()
+    qtbot.waitUntil(lambda: nets.choices == (), timeout=30000)
+    assert nets.rows[0].controlnet.combo.count() == 1 and row.controlnet.path == net
