@@ -50,6 +50,7 @@ class ErrorCode(StrEnum):
     MISSING_FILE = "missing_file"
     MISSING_VAE = "missing_vae"
     MISSING_WEIGHTS = "missing_weights"
+    MODEL_FILE_CHANGED = "model_file_changed"
     NO_DEVICE = "no_device"
     NO_JOB = "no_job"
     NO_MODEL = "no_model"

@@ -19,8 +19,10 @@ from pathlib import Path
 from PySide6.QtCore import QObject, Qt, QThread, Signal
 
 from app.backend.hash_relay import SCAN_BATCH_INTERVAL, HashRelay
+from app.backend.leases import WindowLeases
 from app.backend.messages import (
     DemoReady,
+    FilesReleased,
     MemoryFigures,
     Models,
     PlacementInfo,
@@ -75,6 +77,8 @@ class Backend(QObject):
         self.placement: PlacementInfo = session.placement.describe()  # read before the worker starts
         self._strengths: dict[str, tuple[float, float]] = {}
         self._strengths_lock = threading.Lock()
+        #: the files kept mapped, under read leases (app/backend/leases.py); checked before each job
+        self.leases = WindowLeases(self)
         self.thread = QThread()
         self.thread.setObjectName("loadout-backend")
         self.worker = TaskRunner(self.stop_flag)
@@ -95,6 +99,7 @@ class Backend(QObject):
             ScanDone: lambda d: self.scan_done.emit(list(d.problems)),  # type: ignore[attr-defined]
             DemoReady: lambda d: self.demo_ready.emit(d.folder),  # type: ignore[attr-defined]
             HashProgress: self.hash_progress.emit,
+            FilesReleased: self.leases.released,
         }
         # Full-file hashes on a thread of their own (never behind a load), paused while a task runs;
         # what it finds is relayed like the scan's entries.
@@ -126,7 +131,7 @@ class Backend(QObject):
     def submit(self, task: Task, work: Callable[[Reporter], None], path: Path | None = None) -> None:
         """Run ``work`` on the worker thread (after the jobs already submitted)."""
         self._submitted()
-        self._submit.emit(Job(task, work, path))
+        self._submit.emit(Job(task, self.leases.guarded(work, path), path))
 
     @property
     def busy(self) -> bool:
@@ -162,7 +167,7 @@ class Backend(QObject):
         self.worker.post(event)
         self.worker.post(self.session.placement.memory_figures())
 
-    def _snapshots(self, r: Reporter) -> None:
+    def post_snapshots(self, r: Reporter) -> None:
         r.post(Models(self.session.models()))
         r.post(self.session.loras.info())
         r.post(self.session.placement.memory_figures())
@@ -193,7 +198,7 @@ class Backend(QObject):
     def load(self, path: Path | str, kind: str) -> None:
         def work(r: Reporter) -> None:
             r.post(self.session.load(Path(path), kind, lambda p: r.progress(load_progress(p)), r.check))
-            self._snapshots(r)
+            self.post_snapshots(r)
             self._used(r, [Path(path)])
 
         self.submit("load", work, Path(path))
@@ -201,7 +206,7 @@ class Backend(QObject):
     def unload(self, key: str) -> None:
         def work(r: Reporter) -> None:
             self.session.unload(SlotId.parse(key))
-            self._snapshots(r)
+            self.post_snapshots(r)
 
         self.submit("unload", work)
 
@@ -266,7 +271,7 @@ class Backend(QObject):
                 r.post(self.session.test_run(config, step, r.check))
             finally:  # the run placed the model: show where it is now
                 if self.session.placement.active:
-                    self._snapshots(r)
+                    self.post_snapshots(r)
 
         self.submit("run", work)
 
@@ -290,7 +295,7 @@ class Backend(QObject):
                 self._used(r, used + [lo.path for lo in self.session.loras.info().loras if lo.enabled])
             finally:  # the phases placed models (and a sweep moved a strength): show them as they are
                 if self.session.placement.active:
-                    self._snapshots(r)
+                    self.post_snapshots(r)
                 elif sweep is not None:
                     r.post(self.session.loras.info())
 
@@ -319,7 +324,7 @@ class Backend(QObject):
             try:
                 move()
             finally:  # a refused or stopped placement still shows where everything is
-                self._snapshots(r)
+                self.post_snapshots(r)
 
         self.submit("memory", work)
 
@@ -328,7 +333,7 @@ class Backend(QObject):
 
         def work(r: Reporter) -> None:
             r.post(self.session.configure(config))
-            self._snapshots(r)
+            self.post_snapshots(r)
 
         self.submit("memory", work)
 
@@ -350,6 +355,7 @@ class Backend(QObject):
         """Stop the running task, end the worker thread and wait for it. True when it ended."""
         self.hasher.stop()
         if not self.thread.isRunning():
+            self.leases.release_all()
             return True
         self.stop_flag.set()
         self.thread.quit()
@@ -357,4 +363,5 @@ class Backend(QObject):
         self.stop_flag.clear()
         if ended:  # models dropped later (at exit) must not emit through a deleted worker
             self.session.on_event = lambda event: None
+            self.leases.release_all()
         return ended

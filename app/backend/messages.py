@@ -31,6 +31,7 @@ __all__ = [
     "ComponentInfo",
     "DemoReady",
     "EngineEvent",
+    "FilesReleased",
     "LoraInfo",
     "MemoryFigures",
     "ModelInfo",
@@ -98,3 +99,10 @@ class ScanDone:
 @dataclass(frozen=True)
 class DemoReady:
     folder: str
+
+
+@dataclass(frozen=True)
+class FilesReleased:
+    """Changed files the worker unloaded and let go of (their library entries are read again)."""
+
+    paths: tuple[Path, ...]

@@ -106,6 +106,8 @@ _CODES: dict[str, tuple[str, str, Level]] = {
         "Another program changed the file while Loadout was reading it.",
         "error",
     ),
+    # the message is the whole story: which file, that it was unloaded, what to do
+    "model_file_changed": ("Model file changed on disk", "", "warning"),
     "lora_partial_match": (
         "LoRA does not fit whole",
         "Part of this LoRA fits nothing in the model.",

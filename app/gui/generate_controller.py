@@ -16,6 +16,7 @@ from app.gui.generate_panel import GeneratePanel
 from core.detect.spec import NO_MODEL_DEFAULTS
 from core.errors import LoadoutError
 from core.generate.request import ImageSettings
+from core.library import Entry
 from core.session import ModelInfo
 
 _KEY = "generate/output_folder"
@@ -59,9 +60,33 @@ class GenerateController(QObject):
         backend.finished.connect(lambda task: panel.on_finished() if task == "generate" else None)
         backend.interrupted.connect(lambda task: panel.on_stopped() if task == "generate" else None)
         backend.models_changed.connect(self._models)
+        self.controlnet_files: dict[Path, bool] = {}  # the library's files: is it a ControlNet
+        self._seen: set[Path] = set()  # listed by the running scan: the others are gone after it
+        backend.entries_found.connect(self._entries)
+        backend.started.connect(lambda task: self._seen.clear() if task == "scan" else None)
+        backend.scan_done.connect(lambda _problems: self._scan_done())
 
     def generate(self, settings: ImageSettings) -> None:
         self.backend.generate(settings, self.output_folder)
+
+    def _entries(self, entries: list[Entry]) -> None:
+        """The library's ControlNets (listed or filled in) offered in the ControlNet rows."""
+        for e in entries:
+            self._seen.add(e.path)
+            self.controlnet_files[e.path] = e.kind == "controlnet" and e.status == "ok"
+        self._offer()
+
+    def _scan_done(self) -> None:
+        """Files a rescan no longer lists (moved, deleted, a folder removed) are no longer offered."""
+        for path in set(self.controlnet_files) - self._seen:
+            del self.controlnet_files[path]
+        self._offer()
+
+    def _offer(self) -> None:
+        found = (p for p, yes in self.controlnet_files.items() if yes)
+        now = tuple(sorted(found, key=lambda p: p.name.lower()))
+        if now != self.panel.workflows.controlnets.choices:
+            self.panel.workflows.controlnets.set_choices(now)
 
     def _panel_error(self, exc: LoadoutError) -> None:
         self.show_error(TaskError("generate", exc.code or "bad_argument", exc.message))

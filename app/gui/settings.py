@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field, replace
 
-from PySide6.QtCore import QSettings
+from PySide6.QtCore import QSettings, QSize, Qt
 from PySide6.QtWidgets import (
     QCheckBox,
     QComboBox,
@@ -13,12 +13,14 @@ from PySide6.QtWidgets import (
     QDialogButtonBox,
     QFileDialog,
     QFormLayout,
+    QFrame,
     QGroupBox,
     QHBoxLayout,
     QLabel,
     QLineEdit,
     QListWidget,
     QPushButton,
+    QScrollArea,
     QSpinBox,
     QVBoxLayout,
     QWidget,
@@ -31,10 +33,8 @@ from core.units import MIB
 
 ROLES = (("diffusion_model", "Diffusion model"), ("text_encoder", "Text encoders"), ("vae", "VAE"))
 DTYPES = ("auto", "fp32", "fp16", "bf16")
-FP8_MATMUL = (
-    "fp8 matmul for the diffusion model "
-    "(NVIDIA RTX 40xx / H100 and newer; faster, slightly different pictures)"
-)
+FP8_MATMUL = "fp8 matmul for the diffusion model"
+FP8_MATMUL_HINT = "NVIDIA RTX 40xx / H100 and newer: faster, slightly different pictures. From the next load."
 
 
 @dataclass(frozen=True)
@@ -130,20 +130,44 @@ class SettingsDialog(QDialog):
         buttons = QDialogButtonBox(
             QDialogButtonBox.StandardButton.Ok | QDialogButtonBox.StandardButton.Cancel
         )
+        self.buttons = buttons
         buttons.accepted.connect(self.accept)
         buttons.rejected.connect(self.reject)
+        body = QWidget()
+        groups = QVBoxLayout(body)
+        groups.setContentsMargins(0, 0, 0, 0)
+        groups.addWidget(self._library_group(settings))
+        groups.addWidget(self._memory_group(settings, has_gpu))
+        groups.addWidget(self._precision_group(settings))
+        groups.addWidget(self._queue_group(settings))
+        groups.addWidget(self.dark)
+        # the groups scroll (the buttons stay): on a 1280x720 or smaller screen the whole dialog,
+        # its wrapped texts at their full height, is taller than the screen
+        self.body = QScrollArea(widgetResizable=True, frameShape=QFrame.Shape.NoFrame)
+        self.body.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.body.setWidget(body)
         layout = QVBoxLayout(self)
-        layout.addWidget(self._library_group(settings))
-        layout.addWidget(self._memory_group(settings, has_gpu))
-        layout.addWidget(self._precision_group(settings))
-        layout.addWidget(self._queue_group(settings))
-        layout.addWidget(self.dark)
+        layout.addWidget(self.body)
         layout.addWidget(buttons)
+        self.resize(self.sizeHint())  # Qt's own first size stops at 2/3 of the screen's height
+
+    def sizeHint(self) -> QSize:  # the size the dialog opens at
+        """As tall as the groups need at the dialog's width (wrapped texts included), within the screen."""
+        outer = self.layout()
+        m = outer.contentsMargins()
+        width = max(self.minimumWidth(), super().sizeHint().width())
+        groups = self.body.widget().heightForWidth(width - m.left() - m.right())
+        chrome = m.top() + m.bottom() + outer.spacing() + self.buttons.sizeHint().height()
+        screen = self.screen()
+        title_bar = 40
+        room = screen.availableGeometry().height() - title_bar if screen is not None else groups + chrome
+        return QSize(width, max(240, min(groups + chrome, room)))
 
     def _library_group(self, settings: AppSettings) -> QGroupBox:
         """The folders the library scans."""
         self.folders = QListWidget()
         self.folders.addItems(list(settings.folders))
+        self.folders.setMaximumHeight(self.fontMetrics().height() * 7)  # a handful of folders in view
         add = QPushButton("Add folder…")
         add.clicked.connect(self._add_folder)
         remove = QPushButton("Remove")
@@ -194,19 +218,25 @@ class SettingsDialog(QDialog):
             "evict and stream (the math runs on the CPU)"
         )
         memory = QGroupBox("Memory")
-        mem_form = QFormLayout(memory)
+        # the wrapped texts sit in a box layout below the form: a QFormLayout row does not grow
+        # with its label's wrapped height, and the dialog cut the second line off
+        mem_box = QVBoxLayout(memory)
+        mem_form = QFormLayout()
+        mem_box.addLayout(mem_form)
         mem_form.addRow("VRAM mode", self.vram)
         mem_form.addRow("Keep free for other apps", self.reserve)
         mem_form.addRow("Limit the card to" if has_gpu else "Simulate a GPU of", self.simulate)
         self.vram_help = QLabel(wordWrap=True, objectName="muted")
-        mem_form.addRow(self.vram_help)
+        mem_box.addWidget(self.vram_help)
         self.fp8 = QCheckBox(FP8_MATMUL, checked=settings.fp8_matmul)
         self.fp8.setToolTip(
             "Linear layers multiply in 8 bits (torch._scaled_mm); weights are kept or quantized to fp8 "
             "e4m3fn when the model loads. Applies to models loaded from now on; the event list says "
             "what was decided, and why not on a card without fp8 matmul"
         )
-        mem_form.addRow(self.fp8)
+        mem_box.addWidget(self.fp8)
+        self.fp8_hint = QLabel(FP8_MATMUL_HINT, wordWrap=True, objectName="muted")  # wraps: never widens
+        mem_box.addWidget(self.fp8_hint)
         self._has_gpu = has_gpu
         self.vram.currentIndexChanged.connect(self._explain_vram)
         self.simulate.valueChanged.connect(self._explain_vram)

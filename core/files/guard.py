@@ -18,7 +18,8 @@ allowed to shrink under the mapping, and the engine must be told in time:
   that happened between two tensors is still an error rather than a crash; and ``convert`` reads
   tensors with plain file reads (a short read is the same error), never through a mapping.
 
-Signal handlers run in the main thread only: the guard is for the command line's main thread.
+Signal handlers run in the main thread only: the guard is for the command line's main thread. The
+window, whose models stay mapped between tasks, holds its files with :mod:`core.files.leases`.
 """
 
 from __future__ import annotations

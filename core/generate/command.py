@@ -107,15 +107,8 @@ def generate_files(
     for arg in request.loras:
         session.loras.add(arg.path, arg.model, arg.clip, force=request.force)
     matches = lora_matches(session)
-    refuse_partial = [m for m in matches if m.partial] if request.strict else []
-    if refuse_partial:
-        m = refuse_partial[0]
-        raise ModelMismatchError(
-            f"{m.path.name} fits only {m.matched} of its {m.modules} modules in this model",
-            why="--strict refuses a LoRA that does not apply whole",
-            fix="Pick a LoRA made for this model, or leave out --strict to apply what fits",
-            code="lora_partial_match",
-        )
+    if request.strict:
+        refuse_partial(matches)
     generator = generator_for(session, request.models, family, t5_search)
     init = read_picture(request.image.init_image) if request.image.init_image is not None else None
     output = Output(request.output, request.output_is_folder)
@@ -134,6 +127,20 @@ def generate_files(
     decided = (chosen.reason,) if chosen is not None else ()  # why fp8 matmul runs, or why not
     notes = (*result.notes, *decided, *(m.note() for m in matches if m.partial))
     return replace(result, loras=matches, notes=notes)
+
+
+def refuse_partial(matches: tuple[LoraMatch, ...]) -> None:
+    """``--strict``: refuse the first LoRA of which some modules fit nothing in the model (one
+    check for ``loadout generate`` and every queue worker, so both say the same)."""
+    partial = [m for m in matches if m.partial]
+    if partial:
+        m = partial[0]
+        raise ModelMismatchError(
+            f"{m.path.name} fits only {m.matched} of its {m.modules} modules in this model",
+            why="--strict refuses a LoRA that does not apply whole",
+            fix="Pick a LoRA made for this model, or leave out --strict to apply what fits",
+            code="lora_partial_match",
+        )
 
 
 def lora_matches(session: Session) -> tuple[LoraMatch, ...]:

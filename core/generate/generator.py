@@ -4,7 +4,7 @@ user's disk (their ComfyUI or Forge installs first, from the library's folders).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 import numpy as np
@@ -20,6 +20,7 @@ from core.generate.session_run import GenerateState, Output, generate
 from core.generate.sweep import Sweep, run_sweep
 from core.session.session import Session
 from core.session.slots import SlotId
+from core.text.cache import ConditioningCache
 from core.text.t5_tokenizer import T5Tokenizer, T5TokenizerSearch, installs_from_origins
 
 
@@ -101,3 +102,48 @@ class Generator:
             return run_sweep(sweep, entry.path.stem, original, set_strength, cell, progress)
         finally:
             loras.set_strength(sweep.lora_id, *original, bake=True)  # the stack as it was, baked
+
+    # -- the files kept mapped (the window's leases: core.files.leases) ---------------------------
+    def mapped_files(self) -> set[Path]:
+        """Every file the session and the generation caches keep memory-mapped: the loaded models,
+        the LoRA stack's files, the kept ControlNets, upscale models and refiner (resolved paths)."""
+        session, workflows = self.session, self.state.workflows
+        paths = [m.path for m in session.loaded.values()]
+        if session.loras.stack is not None:
+            paths += [e.path for e in session.loras.stack.entries.values()]
+        paths += [*self.state.upscalers, *workflows.controlnets.loaded]
+        if workflows.refiner is not None:
+            paths.append(workflows.refiner.path)
+        return {Path(p).resolve() for p in paths}
+
+    def unload_files(self, paths: Iterable[Path], reason: str) -> list[Path]:
+        """Unload every model mapped from ``paths`` (slots, LoRAs, kept ControlNets, upscale models,
+        refiner) without running it; the files unloaded, as they were loaded."""
+        changed = {Path(p).resolve() for p in paths}
+        session, workflows, placement = self.session, self.state.workflows, self.session.placement
+        names: list[Path] = []
+        for slot, loaded in list(session.loaded.items()):
+            if loaded.path.resolve() in changed:
+                names.append(loaded.path)
+                self.state.variants.pop(loaded.path, None)
+                session.unload(slot, reason)
+        stack = session.loras.stack
+        for lora_id, entry in list(stack.entries.items()) if stack is not None else []:
+            if entry.path.resolve() in changed:
+                names.append(entry.path)
+                session.loras.remove(lora_id)
+        for net in workflows.controlnets.keep_only(set(workflows.controlnets.loaded) - changed):
+            names.append(net.path)
+            placement.release(net.module)
+        for path in [p for p in self.state.upscalers if Path(p).resolve() in changed]:
+            names.append(Path(path))
+            placement.release(self.state.upscalers.pop(path).module)
+        refiner = workflows.refiner
+        if refiner is not None and refiner.path.resolve() in changed:
+            names.append(refiner.path)
+            for obj in refiner.objects:
+                placement.release(obj)
+            workflows.refiner = None
+        if names:  # prompts encoded by an unloaded text encoder are not kept
+            self.state.conditioning = ConditioningCache(self.state.conditioning.capacity)
+        return names

@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from core.generate.command import generator_for, load_models, read_picture
+from core.generate.command import generator_for, load_models, lora_matches, read_picture, refuse_partial
 from core.generate.events import GenerateProgress
 from core.generate.generator import Generator
 from core.generate.hashes import FileHashes
@@ -119,6 +119,8 @@ class Worker:
         request = job.with_paths(self.index.resolve(job.files, self.name))
         generator, loads = self._prepare(request, job.key())
         self.model_loads += loads
+        if request.strict:  # every job: a strict one may follow a lenient one on the same stack
+            refuse_partial(lora_matches(self.session))
         loras = self.session.loras
         stack = loras.stack
         first = next(iter(stack.entries.values())) if stack is not None and stack.entries else None

@@ -205,7 +205,7 @@ class Session:
             if dtype is not None and _dtype_name(comp.module) != name:
                 comp.module.to(dtype)
 
-    def unload(self, slot: SlotId) -> None:
+    def unload(self, slot: SlotId, reason: str = "you unloaded it; its memory is released") -> None:
         loaded = self.loaded.get(slot)
         if loaded is None:
             return
@@ -215,7 +215,7 @@ class Session:
             self.loras.stack = None
         name = loaded.path.name
         del loaded
-        self._event("unload", f"unload {name}", "you unloaded it; its memory is released")
+        self._event("unload", f"unload {name}", reason)
 
     def model(self, slot: SlotId) -> LoadedModel:
         loaded = self.loaded.get(slot)

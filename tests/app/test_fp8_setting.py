@@ -8,7 +8,7 @@ from pathlib import Path
 
 from PySide6.QtCore import QSettings
 
-from app.gui.settings import FP8_MATMUL, AppSettings, SettingsDialog
+from app.gui.settings import FP8_MATMUL, FP8_MATMUL_HINT, AppSettings, SettingsDialog
 from core.memory.policy import DtypeOverride
 
 
@@ -30,7 +30,8 @@ def test_fp8_matmul_round_trips_through_qsettings_and_reaches_memory_settings(qt
     dialog = SettingsDialog(again)
     qtbot.addWidget(dialog)
     assert dialog.fp8.isChecked() and dialog.fp8.text() == FP8_MATMUL
-    assert "RTX 40xx / H100" in FP8_MATMUL and "slightly different pictures" in FP8_MATMUL
+    assert "RTX 40xx / H100" in FP8_MATMUL_HINT and "slightly different pictures" in FP8_MATMUL_HINT
+    assert dialog.fp8_hint.text() == FP8_MATMUL_HINT and dialog.fp8_hint.wordWrap()
     dialog.dtypes["diffusion_model"].setCurrentIndex(dialog.dtypes["diffusion_model"].findData("bf16"))
     both = dialog.settings().memory_settings().override_for("diffusion_model")
     assert both == DtypeOverride("diffusion_model", storage="bf16", compute="fp8_e4m3fn")

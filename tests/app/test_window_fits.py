@@ -108,3 +108,23 @@ def test_the_generate_panel_fits_its_side_column_with_every_workflow_row(qtbot) 
     panel.workflows.controlnet.set_path(Path("/models/controlnet") / ("a-very-long-controlnet-name" * 4))
     panel.hires.enabled.setChecked(True)
     assert panel.minimumSizeHint().width() <= max(before, WIDE["generate"])
+
+
+def test_stacked_controlnet_rows_keep_the_generate_panel_in_its_column(qtbot, make_window) -> None:  # type: ignore[no-untyped-def]
+    """Three ControlNet rows with long names: the panel keeps its width (it grows only down, and its
+    dock scrolls), and the window still fits 1280 x 720."""
+    from app.gui.dock_layout import WIDE
+
+    window = make_window()
+    panel = window.generate_panel
+    panel.workflows.setChecked(True)
+    before = panel.minimumSizeHint().width()
+    nets = panel.workflows.controlnets
+    for i in range(3):
+        row = nets.rows[i] if i < len(nets.rows) else nets.add_row()
+        row.controlnet.set_path(Path("/models/controlnet") / (f"control_v11p_sd15_{i}_" + "long-name" * 8))
+        row.hint.set_path(Path("/pictures") / ("a-very-long-hint-picture-name" * 4 + ".png"))
+    qtbot.wait(20)
+    assert panel.minimumSizeHint().width() <= max(before, WIDE["generate"])
+    assert fits(window.minimumSizeHint()) and fits(window.minimumSize())
+    assert window.docks["generate"].widget().widgetResizable()

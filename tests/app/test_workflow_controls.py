@@ -85,3 +85,103 @@ def test_the_brush_paints_the_mask_that_generation_reads(qtbot: QtBot, tmp_path:
     assert mask.shape == (64, 96)
     assert mask[30, 20] == 1.0 and mask[30, 70] == 1.0  # along the stroke: repaint
     assert mask[5, 5] == 0.0 and mask[60, 90] == 0.0  # elsewhere: keep
+
+
+def _two_rows(panel: GeneratePanel, tmp_path: Path) -> None:
+    nets = panel.workflows.controlnets
+    panel.workflows.setChecked(True)
+    first = nets.rows[0]
+    first.controlnet.set_path(tmp_path / "canny.safetensors")
+    first.hint.set_path(tmp_path / "edges.png")
+    first.strength.setValue(0.6)
+    second = nets.add_row()
+    second.controlnet.set_path(tmp_path / "depth.safetensors")
+    second.hint.set_path(tmp_path / "depth.png")
+    second.strength.setValue(0.4)
+    second.start.setValue(0.1)
+    second.end.setValue(0.7)
+
+
+def test_two_controlnets_reach_the_request_in_order_with_their_numbers(
+    panel: GeneratePanel, tmp_path: Path
+) -> None:
+    _two_rows(panel, tmp_path)
+    rows = panel.workflows.controlnets.rows
+    assert [r.number.text() for r in rows] == ["ControlNet 0", "ControlNet 1"]  # as the PNG numbers them
+    assert panel.settings().controlnets == (
+        ControlNetUse(tmp_path / "canny.safetensors", tmp_path / "edges.png", 0.6, 0.0, 1.0),
+        ControlNetUse(tmp_path / "depth.safetensors", tmp_path / "depth.png", 0.4, 0.1, 0.7),
+    )
+    third = panel.workflows.controlnets.add_row()  # no file or hint yet: left out, not an error
+    assert third.number.text() == "ControlNet 2" and len(panel.settings().controlnets) == 2
+
+
+def test_remove_takes_its_row_out_and_the_last_one_is_cleared(panel: GeneratePanel, tmp_path: Path) -> None:
+    _two_rows(panel, tmp_path)
+    nets = panel.workflows.controlnets
+    nets.rows[0].remove_button.click()
+    assert len(nets.rows) == 1 and nets.rows[0].number.text() == "ControlNet 0"
+    assert panel.settings().controlnets == (
+        ControlNetUse(tmp_path / "depth.safetensors", tmp_path / "depth.png", 0.4, 0.1, 0.7),
+    )
+    nets.rows[0].remove_button.click()
+    assert len(nets.rows) == 1 and nets.rows[0].controlnet.path is None and nets.rows[0].hint.path is None
+    assert panel.settings().controlnets == ()
+
+
+def test_several_controlnets_round_trip_through_a_pictures_parameters(
+    panel: GeneratePanel, qtbot: QtBot, tmp_path: Path
+) -> None:
+    library = (tmp_path / "lib" / "canny.safetensors", tmp_path / "lib" / "depth.safetensors")
+    _two_rows(panel, tmp_path)
+    sent = panel.settings().controlnets
+    items = dict(
+        controlnet_parameter(i, f"{Path(u.path).stem} [0123abcd]", u.strength, u.start, u.end)
+        for i, u in enumerate(sent)
+    )  # as a generation writes them: A1111's "ControlNet 0", "ControlNet 1"
+    text = format_parameters(GenerationParameters("x", extra=items))
+    again = GeneratePanel()  # a fresh window: one empty row, the library's ControlNets listed
+    qtbot.addWidget(again)
+    again.workflows.controlnets.set_choices(library)
+    again.apply_parameters(parse_parameters(text))
+    rows = again.workflows.controlnets.rows
+    assert again.workflows.isChecked() and len(rows) == 2
+    assert [r.controlnet.path for r in rows] == list(library)  # found in the library by name
+    for row, use in zip(rows, sent, strict=True):
+        assert (row.strength.value(), row.start.value(), row.end.value()) == (
+            use.strength,
+            use.start,
+            use.end,
+        )
+        row.hint.set_path(Path(use.hint))  # hints are not in the parameters: the user's to pick
+    got = again.settings().controlnets
+    assert [(Path(u.path).name, u.strength, u.start, u.end) for u in got] == [
+        (Path(u.path).name, u.strength, u.start, u.end) for u in sent
+    ]
+    one = format_parameters(
+        GenerationParameters("x", extra=dict([controlnet_parameter(0, "other", 1, 0, 1)]))
+    )
+    again.apply_parameters(parse_parameters(one))  # fewer ControlNets: rows go; an unknown file is not kept
+    assert (
+        len(rows) == 1 and rows[0].controlnet.path is None and "other" in rows[0].controlnet.combo.toolTip()
+    )
+
+
+def test_the_librarys_controlnets_are_offered_in_every_row(qtbot: QtBot, make_window, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    from tests.fixtures.controlnets import tiny_controlnet_file
+
+    folder = tmp_path / "models" / "controlnet"
+    folder.mkdir(parents=True)
+    net = tiny_controlnet_file(folder / "canny-tiny.safetensors")
+    window = make_window(tmp_path / "models")
+    nets = window.generate_panel.workflows.controlnets
+    qtbot.waitUntil(lambda: nets.choices == (net,), timeout=30000)
+    row = nets.add_row()
+    combo = row.controlnet.combo
+    assert [combo.itemText(i) for i in range(combo.count())] == ["none", "canny-tiny"]
+    combo.setCurrentIndex(1)
+    assert row.controlnet.path == net
+    net.unlink()  # gone from the library: a rescan stops offering it (the chosen row keeps its file)
+    window.rescan()
+    qtbot.waitUntil(lambda: nets.choices == (), timeout=30000)
+    assert nets.rows[0].controlnet.combo.count() == 1 and row.controlnet.path == net

@@ -84,6 +84,17 @@ def test_a_half_matching_lora_is_said_in_the_report_and_refused_with_strict(
     assert code == 0, err  # a LoRA that applies whole passes
 
 
+def test_a_grid_with_strict_refuses_a_half_matching_lora_in_every_cell(
+    demo: DemoLibrary, half_lora: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "grid"
+    args = [*_base(demo, out), "--lora", str(half_lora), "--strict", "--x", "seed:1,2", "--quiet"]
+    code, _out, err = _run(args, capsys)
+    refusals = [line for line in err.splitlines() if "half.safetensors fits only" in line]
+    assert code == 1 and len(refusals) == 2, err  # each cell, with generate --strict's message
+    assert not out.exists() or not any(out.glob("*.png"))
+
+
 def test_generate_into_an_existing_folder_writes_inside_it(
     demo: DemoLibrary, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

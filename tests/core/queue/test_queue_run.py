@@ -121,6 +121,35 @@ def test_a_job_whose_file_no_worker_has_fails_with_its_name(demo: DemoLibrary, t
     assert failed.state == "failed" and "no worker has elsewhere.safetensors" in failed.error
 
 
+def test_a_strict_job_refuses_a_half_matching_lora_as_generate_strict_does(
+    demo: DemoLibrary, tmp_path: Path
+) -> None:
+    from dataclasses import replace
+
+    from safetensors.torch import load_file, save_file
+
+    from core.errors import ModelMismatchError
+
+    tensors = load_file(str(demo.lora))
+    layers, nowhere = "lora_te_text_model_encoder_layers_", "lora_te_text_model_encoder_nowhere_"
+    extra = {k.replace(layers, nowhere): v.clone() for k, v in tensors.items()}  # modules naming nothing
+    half = tmp_path / "half.safetensors"
+    save_file({**tensors, **extra}, str(half))
+    lenient = replace(_request(demo), loras=(LoraArg(half, 1.0),), output=tmp_path / "a.png")
+    strict = replace(lenient, strict=True, output=tmp_path / "b.png")
+    with pytest.raises(ModelMismatchError) as direct:
+        generate_files(strict)
+    hashes = FileHashes()
+    store = JobStore()
+    # lenient first: the worker then holds the half LoRA and must still refuse the strict job
+    a, b = store.add([with_hashes(lenient, hashes), with_hashes(strict, hashes)])
+    QueueRunner(store, LocalPool(Worker("local", hashes=hashes))).run()
+    assert store.get(a).state == "done" and (tmp_path / "a.png").is_file()
+    refused = store.get(b)
+    assert refused.state == "failed" and refused.error == direct.value.message
+    assert "half.safetensors fits only" in refused.error and not (tmp_path / "b.png").exists()
+
+
 def test_affinity_prefers_held_models_then_models_no_one_holds() -> None:
     a, b, c = (("A",), ()), (("B",), ()), (("C",), ())
     pending = [(1, a), (2, b), (3, c), (4, b)]

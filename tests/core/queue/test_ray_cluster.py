@@ -115,6 +115,27 @@ def test_a_job_goes_to_the_worker_that_has_its_file(
     assert pool.missing("w0", (ref,)) == [ref] and pool.missing("w1", (ref,)) == []
 
 
+def test_a_strict_job_on_a_ray_worker_refuses_a_half_matching_lora(
+    pool: ray_pool.RayPool, demo: DemoLibrary, tmp_path: Path
+) -> None:
+    from dataclasses import replace
+
+    from core.queue.job import with_hashes
+
+    tensors = load_file(demo.lora)
+    layers, nowhere = "lora_te_text_model_encoder_layers_", "lora_te_text_model_encoder_nowhere_"
+    extra = {k.replace(layers, nowhere): v.clone() for k, v in tensors.items()}  # modules naming nothing
+    half = tmp_path / "half.safetensors"
+    save_file({**tensors, **extra}, half)
+    request = replace(_request(demo), loras=(LoraArg(half, 1.0),), strict=True, output=tmp_path / "s.png")
+    store = JobStore()
+    (jid,) = store.add([with_hashes(request, FileHashes())])
+    QueueRunner(store, pool).run()
+    refused = store.get(jid)
+    assert refused.state == "failed" and not (tmp_path / "s.png").exists()
+    assert refused.error.startswith("half.safetensors fits only") and "modules in this model" in refused.error
+
+
 def test_a_killed_worker_s_job_runs_again_on_the_other(
     pool: ray_pool.RayPool, demo: DemoLibrary, tmp_path: Path
 ) -> None:

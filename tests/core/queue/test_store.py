@@ -35,6 +35,25 @@ def test_a_job_round_trips_through_the_file_exactly(tmp_path: Path) -> None:
     assert again.job == job and again.state == "queued"
 
 
+def test_strict_round_trips_and_a_queue_file_written_before_it_reads_as_not_strict(tmp_path: Path) -> None:
+    import dataclasses
+    import json
+    import sqlite3
+
+    job = _job(3, tmp_path)
+    strict = dataclasses.replace(job, request=dataclasses.replace(job.request, strict=True))
+    store = JobStore(tmp_path / "queue.sqlite")
+    first, second = store.add([strict, job])
+    store.close()
+    old = job.to_json()
+    del old["request"]["strict"]  # as a queue file from before the field existed holds it
+    with sqlite3.connect(tmp_path / "queue.sqlite") as db:
+        db.execute("UPDATE jobs SET job = ? WHERE id = ?", (json.dumps(old), second))
+    again = JobStore(tmp_path / "queue.sqlite")
+    assert again.get(first).job == strict and again.get(first).job.request.strict
+    assert again.get(second).job == job and not again.get(second).job.request.strict
+
+
 def test_a_running_job_is_queued_again_when_the_file_is_reopened(tmp_path: Path) -> None:
     store = JobStore(tmp_path / "q.sqlite")
     a, b, c = store.add([_job(i, tmp_path) for i in range(3)])

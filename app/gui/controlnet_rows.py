@@ -1,0 +1,251 @@
+"""The Generate panel's ControlNets: a short list of rows, each a ControlNet file (one of the
+library's ControlNets, or any file browsed to), its hint picture, weight and start/end. Rows are
+added with "+ ControlNet" and removed with their "−"; all of them go into the request, in order
+(ComfyUI chains one ControlNetApplyAdvanced per row; A1111 writes them as ``ControlNet 0``,
+``ControlNet 1``...). A view: it turns its widgets into ``ControlNetUse`` records, nothing runs here.
+
+Compact on purpose: a row is three short lines, so two or three stacked ControlNets (canny + depth)
+fit the Generate panel's column, which scrolls vertically when the dock is short."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from PySide6.QtCore import Qt, Signal
+from PySide6.QtWidgets import (
+    QComboBox,
+    QDoubleSpinBox,
+    QFileDialog,
+    QGridLayout,
+    QHBoxLayout,
+    QLabel,
+    QPushButton,
+    QSizePolicy,
+    QToolButton,
+    QVBoxLayout,
+    QWidget,
+)
+
+from app.gui.widgets import ElidedLabel
+from core.generate.workflow_request import ControlNetUse
+from core.generate.workflows import ControlNetParameters
+
+MODELS = "Models (*.safetensors *.sft *.ckpt *.pt *.pth *.bin)"
+PICTURES = "Pictures (*.png *.jpg *.jpeg *.webp)"
+NONE = "none"
+_TOOLTIP = Qt.ItemDataRole.ToolTipRole
+
+
+class FilePick(QWidget):
+    """A file chosen with a button, shown by name, cleared with ×."""
+
+    def __init__(self, caption: str, filters: str, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.caption, self.filters = caption, filters
+        self.path: Path | None = None
+        self.label = ElidedLabel(NONE)  # a long file name never widens the panel
+        self.label.setObjectName("muted")
+        pick = QToolButton(text="…", autoRaise=True, toolTip=caption)
+        pick.clicked.connect(self._pick)
+        clear = QToolButton(text="×", autoRaise=True, toolTip="Clear")
+        clear.clicked.connect(lambda: self.set_path(None))
+        row = QHBoxLayout(self)
+        row.setContentsMargins(0, 0, 0, 0)
+        row.addWidget(self.label, 1)
+        row.addWidget(pick)
+        row.addWidget(clear)
+
+    def _pick(self) -> None:
+        name, _ = QFileDialog.getOpenFileName(self, self.caption, "", self.filters)
+        if name:
+            self.set_path(Path(name))
+
+    def set_path(self, path: Path | None) -> None:
+        self.path = path
+        self.label.setText(path.name if path else NONE)
+        self.label.setToolTip(str(path) if path else "")  # after setText: the full path
+
+
+class ControlNetPick(QWidget):
+    """A ControlNet file: picked from the library's ControlNets (the combo) or browsed to (…)."""
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.combo = QComboBox()
+        self.combo.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
+        self.combo.setMinimumContentsLength(6)  # a long name never widens the panel (tooltip: path)
+        self.combo.setSizePolicy(QSizePolicy.Policy.Ignored, self.combo.sizePolicy().verticalPolicy())
+        self.combo.currentIndexChanged.connect(self._show_path)
+        browse = QToolButton(text="…", autoRaise=True, toolTip="Pick a ControlNet file (SD1.5 / SDXL)")
+        browse.clicked.connect(self._browse)
+        row = QHBoxLayout(self)
+        row.setContentsMargins(0, 0, 0, 0)
+        row.addWidget(self.combo, 1)
+        row.addWidget(browse)
+        self.set_choices(())
+
+    @property
+    def path(self) -> Path | None:
+        data = self.combo.currentData()
+        return Path(str(data)) if data else None
+
+    def set_choices(self, paths: tuple[Path, ...]) -> None:
+        """The library's ControlNets; the file chosen now stays chosen (and listed) either way."""
+        current = self.path
+        self.combo.blockSignals(True)
+        self.combo.clear()
+        self.combo.addItem(NONE, "")
+        for path in paths:
+            self.combo.addItem(path.stem, str(path))
+            self.combo.setItemData(self.combo.count() - 1, str(path), _TOOLTIP)
+        self.combo.blockSignals(False)
+        self.set_path(current)
+
+    def set_path(self, path: Path | None) -> None:
+        if path is None:
+            self.combo.setCurrentIndex(0)
+            return
+        i = self.combo.findData(str(path))
+        if i < 0:  # browsed to, or read back: listed after the library's
+            self.combo.addItem(path.stem, str(path))
+            i = self.combo.count() - 1
+            self.combo.setItemData(i, str(path), _TOOLTIP)
+        self.combo.setCurrentIndex(i)
+        self._show_path()
+
+    def select_named(self, name: str) -> bool:
+        """Choose the listed file whose name (without extension) is ``name``; False if none is."""
+        for i in range(1, self.combo.count()):
+            if Path(str(self.combo.itemData(i))).stem == name:
+                self.combo.setCurrentIndex(i)
+                return True
+        return False
+
+    def _show_path(self) -> None:
+        self.combo.setToolTip(str(self.path) if self.path else "No ControlNet: pick one or browse (…)")
+
+    def _browse(self) -> None:
+        name, _ = QFileDialog.getOpenFileName(self, "Pick a ControlNet (SD1.5 / SDXL)", "", MODELS)
+        if name:
+            self.set_path(Path(name))
+
+
+def _spin(value: float, top: float = 1.0) -> QDoubleSpinBox:
+    box = QDoubleSpinBox(minimum=0.0, maximum=top, value=value, singleStep=0.05, decimals=2)
+    box.setMinimumWidth(56)  # three in a row fit a narrow dock
+    return box
+
+
+class ControlNetRow(QWidget):
+    """One ControlNet: file, hint picture, weight, start and end."""
+
+    remove_requested = Signal(object)  # this row
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.number = QLabel("ControlNet 0")
+        self.controlnet = ControlNetPick()
+        remove = QToolButton(text="−", autoRaise=True, toolTip="Remove this ControlNet")
+        remove.clicked.connect(lambda: self.remove_requested.emit(self))
+        self.remove_button = remove
+        self.hint = FilePick("Pick the hint picture (edges, depth, pose...)", PICTURES)
+        self.strength = _spin(1.0, 10.0)
+        self.start, self.end = _spin(0.0), _spin(1.0)
+        numbers = QHBoxLayout()
+        for label, w in (("weight", self.strength), ("start", self.start), ("end", self.end)):
+            numbers.addWidget(QLabel(label, objectName="muted"))
+            numbers.addWidget(w)
+        grid = QGridLayout(self)
+        grid.setContentsMargins(0, 0, 0, 0)
+        grid.setVerticalSpacing(2)
+        grid.addWidget(self.number, 0, 0)
+        grid.addWidget(self.controlnet, 0, 1)
+        grid.addWidget(remove, 0, 2)
+        grid.addWidget(QLabel("Hint", objectName="muted"), 1, 0)
+        grid.addWidget(self.hint, 1, 1, 1, 2)
+        grid.addLayout(numbers, 2, 0, 1, 3)
+        grid.setColumnStretch(1, 1)
+
+    def use(self) -> ControlNetUse | None:
+        """The row as the request takes it; None until both the file and the hint are chosen."""
+        if self.controlnet.path is None or self.hint.path is None:
+            return None
+        return ControlNetUse(
+            self.controlnet.path, self.hint.path, self.strength.value(), self.start.value(), self.end.value()
+        )
+
+    def show_parameters(self, p: ControlNetParameters) -> None:
+        """Weight, start and end as a picture says; its file when the library has one of that name
+        (else the row's own file stays only if it is that one: a picture never runs another net)."""
+        self.strength.setValue(p.weight)
+        self.start.setValue(p.start)
+        self.end.setValue(p.end)
+        current = self.controlnet.path
+        if not self.controlnet.select_named(p.model) and (current is None or current.stem != p.model):
+            self.controlnet.set_path(None)
+            self.controlnet.combo.setToolTip(f"The picture used {p.model}: pick it here or browse (…)")
+
+
+class ControlNetList(QWidget):
+    """The ControlNet rows (at least one) and the button that adds one."""
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.rows: list[ControlNetRow] = []
+        self.choices: tuple[Path, ...] = ()
+        self.column = QVBoxLayout()
+        self.column.setContentsMargins(0, 0, 0, 0)
+        self.column.setSpacing(6)
+        self.add_button = QPushButton("+ ControlNet", toolTip="Stack another ControlNet (e.g. canny + depth)")
+        self.add_button.clicked.connect(self.add_row)
+        outer = QVBoxLayout(self)
+        outer.setContentsMargins(0, 0, 0, 0)
+        outer.addLayout(self.column)
+        buttons = QHBoxLayout()
+        buttons.addWidget(self.add_button)
+        buttons.addStretch(1)
+        outer.addLayout(buttons)
+        self.add_row()
+
+    def add_row(self) -> ControlNetRow:
+        row = ControlNetRow()
+        row.controlnet.set_choices(self.choices)
+        row.remove_requested.connect(self.remove_row)
+        self.rows.append(row)
+        self.column.addWidget(row)
+        self._renumber()
+        return row
+
+    def remove_row(self, row: ControlNetRow) -> None:
+        """Remove ``row``; the last one left is cleared instead (the list always shows one)."""
+        if len(self.rows) == 1:
+            self.rows.remove(row)
+            self.add_row()
+        else:
+            self.rows.remove(row)
+        self.column.removeWidget(row)
+        row.deleteLater()
+        self._renumber()
+
+    def _renumber(self) -> None:
+        for i, row in enumerate(self.rows):  # from 0, as the PNG parameters number them (A1111's units)
+            row.number.setText(f"ControlNet {i}")
+            row.number.setToolTip(f'Written as "ControlNet {i}" in the picture\'s parameters')
+
+    def set_choices(self, paths: tuple[Path, ...]) -> None:
+        self.choices = paths
+        for row in self.rows:
+            row.controlnet.set_choices(paths)
+
+    def uses(self) -> tuple[ControlNetUse, ...]:
+        """Every complete row, top to bottom (a row missing its file or hint is left out)."""
+        return tuple(u for u in (row.use() for row in self.rows) if u is not None)
+
+    def show_parameters(self, nets: tuple[ControlNetParameters, ...]) -> None:
+        """As many rows as the picture used ControlNets, each showing its own."""
+        while len(self.rows) > max(len(nets), 1):
+            self.remove_row(self.rows[-1])
+        while len(self.rows) < len(nets):
+            self.add_row()
+        for row, p in zip(self.rows, nets, strict=False):
+            row.show_parameters(p)
