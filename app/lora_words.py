@@ -34,6 +34,8 @@ def trained_scale_sentence(t: TrainedScale, *, named: bool = False) -> str:
     )
     if t.varies:
         text += " (some modules were trained at another scale)"
+    if t.dora:
+        text += " (a DoRA: the strength scales the whole change, so it only comes close)"
     return text
 
 

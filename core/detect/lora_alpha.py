@@ -144,6 +144,7 @@ def _record(component: str, config: Mapping[str, Any], modules: list[LoraModule]
         scale=scale,
         rslora=rslora,
         varies=_varies(config, alpha, rank, rslora),
+        dora=any(m.has_dora_scale for m in modules),
     )
 
 

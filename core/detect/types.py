@@ -78,6 +78,7 @@ class TrainedScale:
     scale: float  # alpha / rank; alpha / sqrt(rank) with rsLoRA
     rslora: bool = False
     varies: bool = False  # alpha_pattern / rank_pattern give some modules another scale
+    dora: bool = False  # DoRA: the scale acts before the norm, so a strength only approximates it
 
     @property
     def text_encoder(self) -> bool:
@@ -91,6 +92,7 @@ class TrainedScale:
             "scale": self.scale,
             "rslora": self.rslora,
             "varies": self.varies,
+            "dora": self.dora,
         }
 
     @classmethod
@@ -102,6 +104,7 @@ class TrainedScale:
             scale=float(value["scale"]),
             rslora=bool(value.get("rslora", False)),
             varies=bool(value.get("varies", False)),
+            dora=bool(value.get("dora", False)),
         )
 
 

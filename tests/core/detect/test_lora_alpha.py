@@ -63,7 +63,15 @@ def test_inspect_reports_the_unets_trained_scale(diffusers_file: Path) -> None:
     )
     lora = result.to_json()["lora"]
     assert lora["trained_scale"] == [
-        {"component": "unet", "alpha": 16.0, "rank": 4, "scale": 4.0, "rslora": False, "varies": False}
+        {
+            "component": "unet",
+            "alpha": 16.0,
+            "rank": 4,
+            "scale": 4.0,
+            "rslora": False,
+            "varies": False,
+            "dora": False,
+        }
     ]
     table = format_table([result])
     assert (
@@ -94,6 +102,14 @@ def test_rslora_and_patterns(tmp_path: Path) -> None:
     (t,) = inspect_file(path).detection.lora.trained_scale  # type: ignore[union-attr]
     assert (t.scale, t.rslora, t.varies) == (8.0, True, True)  # 16 / sqrt(4); to_q: 4 / sqrt(4)
     assert "sqrt(rank 4) (rsLoRA)" in format_table([inspect_file(path)])
+
+
+def test_a_dora_says_the_strength_only_comes_close(tmp_path: Path) -> None:
+    path = pipeline_lora(tmp_path, unet=(4, 8), text_encoder=None, use_dora=True)
+    result = inspect_file(path)
+    (t,) = result.detection.lora.trained_scale  # type: ignore[union-attr]
+    assert (t.scale, t.dora) == (2.0, True)
+    assert "a DoRA: the strength scales the whole change" in format_table([result])
 
 
 def test_alpha_tensors_win(diffusers_file: Path, tmp_path: Path) -> None:
