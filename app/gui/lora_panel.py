@@ -218,13 +218,21 @@ class LoraCard(QFrame):
         )
         self.trained.setVisible(bool(text))
 
-    def _context_menu(self, pos: QPoint) -> None:
+    def context_menu(self) -> QMenu | None:
+        """The card's right-click menu; None when it would have nothing to do."""
+        if not self.trained_scale:
+            return None
         menu = QMenu(self)
+        menu.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
         action = menu.addAction("Use trained strength")
-        action.setEnabled(bool(self.trained_scale))
-        action.setToolTip(trained_scale_text(self.trained_scale) or "This LoRA's metadata names no scale")
+        action.setToolTip(trained_scale_text(self.trained_scale))
         action.triggered.connect(self.use_trained_strength)
-        menu.popup(self.mapToGlobal(pos))
+        return menu
+
+    def _context_menu(self, pos: QPoint) -> None:
+        menu = self.context_menu()
+        if menu is not None:
+            menu.popup(self.mapToGlobal(pos))
 
     def use_trained_strength(self) -> None:
         """Set the strengths its metadata's alpha / r stand for (the trained effect) and bake."""

@@ -52,7 +52,12 @@ def test_the_lora_card_says_the_trained_scale_and_uses_it(qtbot) -> None:
     card = panel.cards["style"]
     assert card.trained.text() == "ⓘ " + SENTENCE
     assert not card.trained.isHidden() and "ComfyUI ignores it" in card.trained.toolTip()
-    card.use_trained_strength()
+    menu = card.context_menu()
+    assert menu is not None
+    (action,) = menu.actions()
+    assert action.text() == "Use trained strength"
+    action.trigger()
+    menu.close()
     assert backend.baked == [("style", 4.0, 1.0)]  # the text encoder is not patched: left alone
     assert card.model.value() == 4.0 and card.model.spin.maximum() >= 4.0
 
@@ -64,6 +69,7 @@ def test_a_card_without_a_trained_scale_says_nothing(qtbot) -> None:
     panel.show_stack(StackInfo("sdxl", (_info(()),)))
     card = panel.cards["style"]
     assert card.trained.isHidden() and card.trained.text() == ""
+    assert card.context_menu() is None  # no menu with nothing to do
     card.use_trained_strength()
     assert backend.baked == []
 
