@@ -7,6 +7,8 @@ import json
 import sys
 from typing import Any
 
+from app.lora_words import trained_scale_text
+from core.detect.types import TrainedScale
 from core.inspect import InspectResult, expand_paths, inspect_file
 
 
@@ -71,6 +73,9 @@ def format_table(results: list[InspectResult]) -> str:
                 f"  lora      {lora['format']}, {'+'.join(lora['algorithms'])}, rank {lora['rank']}, "
                 f"{lora['modules']} modules ({targets})"
             )
+            scales = [TrainedScale.from_json(t) for t in lora.get("trained_scale") or ()]
+            if scales:
+                lines.append(f"  alpha     {trained_scale_text(scales)}")
         words = j["metadata"].get("loadout.trigger_words")
         if words:
             lines.append(f"  triggers  {', '.join(words)}")

@@ -30,6 +30,7 @@ from PySide6.QtWidgets import (
 from app.backend.monitor import MemoryMonitor
 from app.demo import is_sparse_demo
 from app.gui.theme import colors, human_bytes, human_count, icon, kind_icon, kind_text, set_icon
+from app.lora_words import trained_scale_text
 from core.detect.notes import NOTE_PREFIX, is_note
 from core.library import Entry
 from core.library.query import Duplicate
@@ -94,6 +95,8 @@ def entry_html(e: Entry, dup: Duplicate | None = None) -> str:
             rows.append(("Variant", esc(e.variant)))
         if e.lora_text:
             rows.append(("LoRA", esc(e.lora_text)))
+        if e.lora is not None and e.lora.trained_scale:
+            rows.append(("Trained scale", esc(trained_scale_text(e.lora.trained_scale))))
     rows += hash_rows(e)
     out = ["<table cellspacing=0 cellpadding=2>"]
     out += [

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from PySide6.QtCore import QEvent, QObject, Qt, Signal
+from PySide6.QtCore import QEvent, QObject, QPoint, Qt, Signal
 from PySide6.QtGui import QDragEnterEvent, QDropEvent
 from PySide6.QtWidgets import (
     QCheckBox,
@@ -18,6 +18,7 @@ from PySide6.QtWidgets import (
     QFrame,
     QHBoxLayout,
     QLabel,
+    QMenu,
     QScrollArea,
     QSlider,
     QToolButton,
@@ -29,6 +30,8 @@ from app.backend.backend import Backend
 from app.backend.messages import LoraInfo, StackInfo
 from app.gui.theme import set_icon
 from app.gui.widgets import ElidedLabel
+from app.lora_words import trained_scale_text, trained_strengths
+from core.detect.types import TrainedScale
 
 SCALE = 100  # slider steps per 1.0 of strength
 
@@ -137,6 +140,12 @@ class LoraCard(QFrame):
         self.warning = QLabel()
         self.warning.setObjectName("warning")
         self.warning.setWordWrap(True)
+        self.trained = QLabel()  # a PEFT file's alpha / r from its metadata: the strength to set
+        self.trained.setObjectName("muted")
+        self.trained.setWordWrap(True)
+        self.trained_scale: tuple[TrainedScale, ...] = ()
+        self.setContextMenuPolicy(Qt.ContextMenuPolicy.CustomContextMenu)
+        self.customContextMenuRequested.connect(self._context_menu)
         self.model = StrengthControl(panel.lo, panel.hi, "Model")
         self.clip = StrengthControl(panel.lo, panel.hi, "Text encoder")
         self.model.moved.connect(lambda _v: self._send(False))
@@ -165,6 +174,7 @@ class LoraCard(QFrame):
         layout.addLayout(head)
         layout.addWidget(self.counts)
         layout.addWidget(self.warning)
+        layout.addWidget(self.trained)
         layout.addLayout(grid)
         self.update_info(info)
 
@@ -193,6 +203,47 @@ class LoraCard(QFrame):
         self.warning.setText("⚠ " + "; ".join(warnings) if warnings else "")
         self.warning.setVisible(bool(warnings))
         self.setProperty("disabledLora", not info.enabled)
+        self._show_trained(info.trained_scale)
+
+    def _show_trained(self, scales: tuple[TrainedScale, ...]) -> None:
+        self.trained_scale = scales
+        text = trained_scale_text(scales)
+        self.trained.setText(f"ⓘ {text}" if text else "")
+        self.trained.setToolTip(
+            "The file's metadata (PEFT lora_alpha / r) says it was trained at this scale. ComfyUI "
+            "ignores it and applies the LoRA at scale 1, and Loadout does the same, so the same "
+            "settings give the same picture. Right-click the card for “Use trained strength”."
+            if text
+            else ""
+        )
+        self.trained.setVisible(bool(text))
+
+    def context_menu(self) -> QMenu | None:
+        """The card's right-click menu; None when it would have nothing to do."""
+        if not self.trained_scale:
+            return None
+        menu = QMenu(self)
+        menu.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
+        action = menu.addAction("Use trained strength")
+        action.setToolTip(trained_scale_text(self.trained_scale))
+        action.triggered.connect(self.use_trained_strength)
+        return menu
+
+    def _context_menu(self, pos: QPoint) -> None:
+        menu = self.context_menu()
+        if menu is not None:
+            menu.popup(self.mapToGlobal(pos))
+
+    def use_trained_strength(self) -> None:
+        """Set the strengths its metadata's alpha / r stand for (the trained effect) and bake."""
+        model, clip = trained_strengths(self.trained_scale)
+        if model is None and clip is None:
+            return
+        if model is not None:
+            self.model.set_value(model)
+        if clip is not None and self.clip.isEnabled():
+            self.clip.set_value(clip)
+        self._send(True)
 
 
 class LoraStackPanel(QWidget):

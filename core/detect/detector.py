@@ -27,6 +27,7 @@ from core.detect.diffusion import match_controlnet, match_diffusion
 from core.detect.encoders import match_text_encoder, match_vae
 from core.detect.keyview import KeyView
 from core.detect.lora import analyze_lora
+from core.detect.lora_alpha import scale_metadata
 from core.detect.metadata import family_hints
 from core.detect.notes import note
 from core.detect.registry import Match
@@ -173,8 +174,8 @@ def detect(
     if len(view) == 0:
         return Detection(kind="unknown", warnings=("the file holds no tensors",))
 
-    # analyze_lora reads metadata through family_hints(None, metadata) alone.
-    lora_hints = tuple(family_hints(None, meta)) if memo is not None else ()
+    # analyze_lora reads metadata through family_hints(None, metadata) and the trained scale alone.
+    lora_hints = (tuple(family_hints(None, meta)), scale_metadata(meta)) if memo is not None else ()
     lora = _once(m, ("lora", lora_hints), lambda: analyze_lora(view, meta))
     if lora is not None:
         return Detection(

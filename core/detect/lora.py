@@ -18,6 +18,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 
 from core.detect.keyview import KeyView
+from core.detect.lora_alpha import trained_scales
 from core.detect.lora_base import FLUX_LINE, BaseGuess, encoder_id, encoder_widths, guess_base
 from core.detect.lora_keys import naming_scheme, split_key
 from core.detect.lora_modules import LoraModule, describe
@@ -236,5 +237,6 @@ def analyze_lora(view: KeyView, metadata: Mapping[str, str] | None = None) -> Lo
             "diffusion_model": sum(m.role == "diffusion_model" for m in modules),
             "text_encoder": sum(m.role == "text_encoder" for m in modules),
         },
+        trained_scale=trained_scales(metadata, modules),
     )
     return LoraAnalysis(summary, family, evidence, tuple(modules), _layout(modules), tuple(warnings))

@@ -67,6 +67,48 @@ class Component:
 
 
 @dataclass(frozen=True)
+class TrainedScale:
+    """The ``alpha / r`` one component of a LoRA was trained at, read from its metadata alone (no
+    ``.alpha`` tensors). Applied at 1 as ComfyUI does: this says what strength gives the trained
+    effect."""
+
+    component: str  # the metadata's namespace: "transformer" | "unet" | "text_encoder" | ... | ""
+    alpha: float
+    rank: int
+    scale: float  # alpha / rank; alpha / sqrt(rank) with rsLoRA
+    rslora: bool = False
+    varies: bool = False  # alpha_pattern / rank_pattern give some modules another scale
+    dora: bool = False  # DoRA: the scale acts before the norm, so a strength only approximates it
+
+    @property
+    def text_encoder(self) -> bool:
+        return self.component.startswith("text_encoder")
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "component": self.component,
+            "alpha": self.alpha,
+            "rank": self.rank,
+            "scale": self.scale,
+            "rslora": self.rslora,
+            "varies": self.varies,
+            "dora": self.dora,
+        }
+
+    @classmethod
+    def from_json(cls, value: dict[str, Any]) -> TrainedScale:
+        return cls(
+            component=str(value["component"]),
+            alpha=float(value["alpha"]),
+            rank=int(value["rank"]),
+            scale=float(value["scale"]),
+            rslora=bool(value.get("rslora", False)),
+            varies=bool(value.get("varies", False)),
+            dora=bool(value.get("dora", False)),
+        )
+
+
+@dataclass(frozen=True)
 class LoraSummary:
     format: str  # "kohya" | "diffusers" | "peft" | "lycoris" | "comfyui" | ...
     algorithms: tuple[
@@ -75,6 +117,8 @@ class LoraSummary:
     rank: int | None  # most common rank; None when the algorithm has none
     modules: int
     targets: dict[str, int]  # {"diffusion_model": n, "text_encoder": n}
+    # per component, the scale its metadata says it was trained at (applied at 1, as ComfyUI does)
+    trained_scale: tuple[TrainedScale, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -83,6 +127,7 @@ class LoraSummary:
             "rank": self.rank,
             "modules": self.modules,
             "targets": dict(self.targets),
+            "trained_scale": [t.to_json() for t in self.trained_scale],
         }
 
 

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
-from core.detect.types import Component, LoraSummary
+from core.detect.types import Component, LoraSummary, TrainedScale
 
 Status = Literal["pending", "ok", "error"]
 
@@ -159,6 +159,7 @@ def _lora(value: Any) -> LoraSummary | None:
         rank=None if value["rank"] is None else int(value["rank"]),
         modules=int(value["modules"]),
         targets={str(k): int(v) for k, v in value["targets"].items()},
+        trained_scale=tuple(TrainedScale.from_json(t) for t in value.get("trained_scale") or ()),
     )
 
 

@@ -121,6 +121,7 @@ class LoraControl:
                 unmatched=len(e.report.unmatched), skipped=len(e.skipped),
                 shape_mismatches=len(e.report.shape_mismatches), family_warning=warning,
                 format=e.analysis.summary.format, targets=tuple(e.keys),
+                trained_scale=e.analysis.summary.trained_scale,
             )  # fmt: skip
             loras.append(info)
         return StackInfo(fam, tuple(loras), baked, recomputed, self._applied_words())

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from core.detect.spec import NO_MODEL_DEFAULTS, GenerationDefaults
+from core.detect.types import TrainedScale
 
 MAIN_KEY = "main"  # the main slot's key (SlotId.MAIN.key)
 
@@ -70,6 +71,7 @@ class LoraInfo:
     family_warning: str | None = None  # set when the LoRA was made for another model
     format: str = ""
     targets: tuple[str, ...] = ()  # components it patches
+    trained_scale: tuple[TrainedScale, ...] = ()  # alpha / r from its metadata alone (applied at 1)
 
     @property
     def name(self) -> str:
