@@ -14,3 +14,14 @@ def engine_version() -> str:
         return metadata.version("loadout")
     except metadata.PackageNotFoundError:
         return "dev"
+
+
+#: Bump when what detection reports about a file changes (a new field, a new family): the library's
+#: cache of inspect records is keyed by :func:`cache_version`, so every file is read once again.
+#: 2: LoRAs' trained scale from ``lora_adapter_metadata``; PixArt LoRAs guessed.
+DETECTION_REVISION = 2
+
+
+def cache_version() -> str:
+    """The engine version the library cache's records are valid for ("0.1.0+detect2")."""
+    return f"{engine_version()}+detect{DETECTION_REVISION}"

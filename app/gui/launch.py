@@ -11,7 +11,7 @@ from pathlib import Path
 
 from core.memory.policy import MemorySettings, VramState
 from core.session import Loaders, Placement, PlacementConfig, Session
-from core.version import engine_version
+from core.version import cache_version
 
 #: The demo without a GPU: a simulated 4 MiB card (nothing kept free, 1 MiB for activations) on the
 #: CPU. The demo's text encoder (82 MiB, its CLIP vocabulary table included) only partly fits, so
@@ -71,7 +71,7 @@ def build_window(
         placement = Placement.discover(AppSettings.load(settings_store).placement_config())
         if demo and placement.accelerator is None:
             placement = placement.reconfigured(DEMO_CARD)
-    cache = InspectCache(cache_path, engine_version=engine_version())
+    cache = InspectCache(cache_path, engine_version=cache_version())
     session = Session(placement, library=Library(cache), loaders=loaders)
     backend = Backend(session)
     mon = monitor if isinstance(monitor, MemoryMonitor) else MemoryMonitor.watching(backend.placement.memory)

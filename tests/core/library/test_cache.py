@@ -12,6 +12,7 @@ import pytest
 from core.library import InspectCache, LibraryIndex, ModelRoot
 from core.library.cache import SCHEMA_VERSION, cacheable
 from core.library.entry import METADATA_VALUE_CAP, OMITTED
+from core.version import DETECTION_REVISION, cache_version, engine_version
 from tests.core.library.conftest import CountingInspector, broken_file, tiny_lora
 
 
@@ -123,6 +124,21 @@ def test_another_engine_version_empties_the_cache(tmp_path: Path) -> None:
     counting = CountingInspector()
     with InspectCache(db, engine_version="0.2.0") as cache:
         assert "0.1.0" in cache.warnings[0]
+        _run(folder, cache, counting)
+    assert counting.total == 3
+
+
+def test_a_new_detection_revision_reads_every_file_again(tmp_path: Path) -> None:
+    """Records cached before detection learned something new (a LoRA's trained scale) are not
+    served to the same package version's newer detection."""
+    folder = _library(tmp_path)
+    db = tmp_path / "cache.sqlite"
+    before = f"{engine_version()}+detect{DETECTION_REVISION - 1}"
+    with InspectCache(db, engine_version=before) as cache:
+        _run(folder, cache, CountingInspector())
+    counting = CountingInspector()
+    assert cache_version() != before and str(DETECTION_REVISION) in cache_version()
+    with InspectCache(db, engine_version=cache_version()) as cache:
         _run(folder, cache, counting)
     assert counting.total == 3
 
