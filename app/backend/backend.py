@@ -128,10 +128,17 @@ class Backend(QObject):
         self.placement = info
         self.placement_changed.emit(info)
 
-    def submit(self, task: Task, work: Callable[[Reporter], None], path: Path | None = None) -> None:
-        """Run ``work`` on the worker thread (after the jobs already submitted)."""
+    def submit(
+        self,
+        task: Task,
+        work: Callable[[Reporter], None],
+        path: Path | None = None,
+        maps: tuple[Path, ...] = (),
+    ) -> None:
+        """Run ``work`` on the worker thread (after the jobs already submitted); ``path`` and
+        ``maps`` (the files it maps) are held under leases before it starts."""
         self._submitted()
-        self._submit.emit(Job(task, self.leases.guarded(work, path), path))
+        self._submit.emit(Job(task, self.leases.guarded(work, path, maps), path))
 
     @property
     def busy(self) -> bool:
@@ -299,7 +306,7 @@ class Backend(QObject):
                 elif sweep is not None:
                     r.post(self.session.loras.info())
 
-        self.submit("generate", work)
+        self.submit("generate", work, maps=settings.mapped_files)  # held before the first map
 
     def set_dtype_overrides(self, overrides: dict[str, str]) -> None:
         """Storage dtypes per role for the next loads (applied on the worker, after queued loads)."""

@@ -140,13 +140,16 @@ class WindowLeases:
         return work
 
     # -- worker thread ---------------------------------------------------------------------------
-    def guarded(self, work: Callable[[Reporter], None], path: Path | None) -> Callable[[Reporter], None]:
-        """``work`` run after :meth:`before`, with ``path`` (the file it loads) held before it is
-        mapped and the held files brought in step with what is mapped after it."""
+    def guarded(
+        self, work: Callable[[Reporter], None], path: Path | None, maps: tuple[Path, ...] = ()
+    ) -> Callable[[Reporter], None]:
+        """``work`` run after :meth:`before`, with ``path`` (the file it loads) and ``maps`` (the
+        other files it maps: a generation's ControlNets, upscale model, refiner) held before they
+        are mapped, and the held files brought in step with what is mapped after it."""
 
         def run(r: Reporter) -> None:
             self.before(r)
-            self.files.hold([path])
+            self.files.hold([path, *maps])
             try:
                 work(r)
             finally:

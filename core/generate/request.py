@@ -107,6 +107,17 @@ class ImageSettings:
             )
 
     @property
+    def mapped_files(self) -> tuple[Path, ...]:
+        """The model files this generation maps beyond the loaded ones: its ControlNets, the hires
+        fix's upscale model and the refiner (the hint, init and mask pictures are read, not mapped)."""
+        paths = [use.path for use in self.controlnets]
+        if self.hires is not None and self.hires.model is not None:
+            paths.append(self.hires.model)
+        if self.refiner is not None:
+            paths.append(self.refiner.path)
+        return tuple(paths)
+
+    @property
     def final_size(self) -> tuple[int, int]:
         """(width, height) of the pictures made: after the hires fix when there is one."""
         if self.hires is None:

@@ -22,8 +22,14 @@ import pytest
 from PySide6.QtCore import QEventLoop, QTimer
 
 import core.files.leases as leases
+from app.backend.backend import Backend
 from app.backend.leases import SigioWakeup
 from app.demo import DemoLibrary
+from core.errors import LoadoutError
+from core.generate.hires_settings import HiresFix
+from core.generate.request import ImageSettings, Sampling
+from core.generate.workflow_request import ControlNetUse, RefinerUse
+from core.session import Session
 from tests.app.util import strict
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="read leases are Linux's")
@@ -154,3 +160,39 @@ def test_sigio_reaches_python_while_qt_sleeps(qapp) -> None:
     loop.exec()
     sender.join()
     assert listener.calls == 1 and time.monotonic() - t0 < 2.5
+
+
+def test_a_generation_holds_the_files_it_will_map_before_it_starts(qtbot, tmp_path: Path) -> None:
+    """ControlNets, the hires upscale model and the refiner are held from before the job runs (a
+    truncation during their first generation is seen), the pictures it only reads are not; what the
+    job did not keep mapped is let go of after it."""
+    files = {
+        n: tmp_path / n
+        for n in ("canny.safetensors", "4x.pth", "refiner.safetensors", "hint.png", "init.png")
+    }
+    for path in files.values():
+        path.write_bytes(b"x" * 16)
+    settings = ImageSettings(
+        "a fox",
+        sampling=Sampling(denoise=0.6),
+        init_image=files["init.png"],
+        controlnets=(ControlNetUse(files["canny.safetensors"], files["hint.png"]),),
+        hires=HiresFix(model=files["4x.pth"]),
+        refiner=RefinerUse(files["refiner.safetensors"]),
+    )
+    backend = Backend(Session())
+    seen: list[dict[Path, bool]] = []
+
+    def generate(*args: object) -> None:  # the engine, as the job starts it: what is held now
+        seen.append(backend.leases.files.held())
+        raise LoadoutError("stopped here", code="bad_argument")
+
+    backend.generator.generate = generate  # type: ignore[method-assign]
+    try:
+        with strict(qtbot, backend, "started", "failed", "finished"):
+            backend.generate(settings, tmp_path / "pictures")
+        mapped = ("canny.safetensors", "4x.pth", "refiner.safetensors")
+        assert seen == [{files[n].resolve(): True for n in mapped}]  # each under a lease
+        assert backend.leases.files.held() == {}  # nothing was mapped: nothing kept
+    finally:
+        assert backend.shutdown()

@@ -40,7 +40,7 @@ def run_until(done: Callable[[], bool], limit: float = 30) -> None:
 def main(ckpt: Path, work: Path, mode: str) -> int:
     if mode == "unguarded":
         leases.take_lease = lambda fd: False  # type: ignore[assignment]
-        window_leases.WindowLeases.guarded = lambda self, job, path: job  # type: ignore[method-assign,assignment]
+        window_leases.WindowLeases.guarded = lambda self, job, path, maps=(): job  # type: ignore[method-assign,assignment]
     app = QApplication([])
     store = QSettings(str(work / "settings.ini"), QSettings.Format.IniFormat)
     window = build_window(
