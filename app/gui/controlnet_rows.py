@@ -5,13 +5,21 @@ added with "+ ControlNet" and removed with their "−"; all of them go into the 
 ``ControlNet 1``...). A view: it turns its widgets into ``ControlNetUse`` records, nothing runs here.
 
 Compact on purpose: a row is three short lines, so two or three stacked ControlNets (canny + depth)
-fit the Generate panel's column, which scrolls vertically when the dock is short."""
+fit the Generate panel's column, which scrolls vertically when the dock is short.
+
+With a model loaded, the combos list the library's ControlNets that fit its family first (the
+engine's own rule, ``core.detect.catalog.controlnet_fits``; one of unknown family is never ruled
+out), then, after a separator, the others greyed "(for sdxl)": shown, so a file is not thought
+missing, but not chosen by mistake (the library's "Fits sd1" box hides the LoRAs that do not fit
+in the same way). Browsing (…) still takes any file: the engine says why one does not fit."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 
 from PySide6.QtCore import Qt, Signal
+from PySide6.QtGui import QStandardItemModel
 from PySide6.QtWidgets import (
     QComboBox,
     QDoubleSpinBox,
@@ -27,6 +35,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.gui.widgets import ElidedLabel
+from core.detect.catalog import controlnet_fits
 from core.generate.workflow_request import ControlNetUse
 from core.generate.workflows import ControlNetParameters
 
@@ -34,6 +43,8 @@ MODELS = "Models (*.safetensors *.sft *.ckpt *.pt *.pth *.bin)"
 PICTURES = "Pictures (*.png *.jpg *.jpeg *.webp)"
 NONE = "none"
 _TOOLTIP = Qt.ItemDataRole.ToolTipRole
+#: library ControlNets that do not fit the loaded model, with the family each is for
+Unfit = tuple[tuple[Path, str], ...]
 
 
 class FilePick(QWidget):
@@ -89,8 +100,9 @@ class ControlNetPick(QWidget):
         data = self.combo.currentData()
         return Path(str(data)) if data else None
 
-    def set_choices(self, paths: tuple[Path, ...]) -> None:
-        """The library's ControlNets; the file chosen now stays chosen (and listed) either way."""
+    def set_choices(self, paths: tuple[Path, ...], unfit: Unfit = ()) -> None:
+        """The library's ControlNets, then after a separator those that do not fit the loaded model
+        (greyed, "(for sdxl)"); the file chosen now stays chosen (and listed) either way."""
         current = self.path
         self.combo.blockSignals(True)
         self.combo.clear()
@@ -98,6 +110,17 @@ class ControlNetPick(QWidget):
         for path in paths:
             self.combo.addItem(path.stem, str(path))
             self.combo.setItemData(self.combo.count() - 1, str(path), _TOOLTIP)
+        if unfit:
+            self.combo.insertSeparator(self.combo.count())
+        for path, family in unfit:
+            self.combo.addItem(f"{path.stem} (for {family})", str(path))
+            i = self.combo.count() - 1
+            self.combo.setItemData(
+                i, f"{path}\nA ControlNet for {family}: it does not fit the loaded model", _TOOLTIP
+            )
+            model = self.combo.model()
+            assert isinstance(model, QStandardItemModel)  # a combo's own model
+            model.item(i).setEnabled(False)
         self.combo.blockSignals(False)
         self.set_path(current)
 
@@ -115,8 +138,9 @@ class ControlNetPick(QWidget):
 
     def select_named(self, name: str) -> bool:
         """Choose the listed file whose name (without extension) is ``name``; False if none is."""
-        for i in range(1, self.combo.count()):
-            if Path(str(self.combo.itemData(i))).stem == name:
+        for i in range(1, self.combo.count()):  # those that fit first
+            data = self.combo.itemData(i)
+            if data and Path(str(data)).stem == name:
                 self.combo.setCurrentIndex(i)
                 return True
         return False
@@ -193,6 +217,8 @@ class ControlNetList(QWidget):
         super().__init__(parent)
         self.rows: list[ControlNetRow] = []
         self.choices: tuple[Path, ...] = ()
+        self.families: dict[Path, str | None] = {}  # each choice's family (None: not known)
+        self.model_family: str | None = None  # the loaded model's: the choices that fit it first
         self.column = QVBoxLayout()
         self.column.setContentsMargins(0, 0, 0, 0)
         self.column.setSpacing(6)
@@ -209,7 +235,7 @@ class ControlNetList(QWidget):
 
     def add_row(self) -> ControlNetRow:
         row = ControlNetRow()
-        row.controlnet.set_choices(self.choices)
+        row.controlnet.set_choices(*self._split())
         row.remove_requested.connect(self.remove_row)
         self.rows.append(row)
         self.column.addWidget(row)
@@ -232,10 +258,31 @@ class ControlNetList(QWidget):
             row.number.setText(f"ControlNet {i}")
             row.number.setToolTip(f'Written as "ControlNet {i}" in the picture\'s parameters')
 
-    def set_choices(self, paths: tuple[Path, ...]) -> None:
-        self.choices = paths
+    def set_choices(self, paths: tuple[Path, ...], families: Mapping[Path, str | None] | None = None) -> None:
+        """The library's ControlNets and the family each is for (None or missing: not known)."""
+        self.choices, self.families = paths, dict(families or {})
+        self._offer()
+
+    def set_model_family(self, family: str | None) -> None:
+        """The loaded model's family (None: none loaded, every ControlNet is offered alike)."""
+        if family != self.model_family:
+            self.model_family = family
+            self._offer()
+
+    def _split(self) -> tuple[tuple[Path, ...], Unfit]:
+        """The choices that fit the loaded model, and the others with their family."""
+        model = self.model_family
+        if model is None:
+            return self.choices, ()
+        fit = tuple(p for p in self.choices if controlnet_fits(self.families.get(p), model))
+        return fit, tuple(
+            (p, f) for p in self.choices if (f := self.families.get(p)) is not None and p not in fit
+        )
+
+    def _offer(self) -> None:
+        fit, unfit = self._split()
         for row in self.rows:
-            row.controlnet.set_choices(paths)
+            row.controlnet.set_choices(fit, unfit)
 
     def uses(self) -> tuple[ControlNetUse, ...]:
         """Every complete row, top to bottom (a row missing its file or hint is left out)."""

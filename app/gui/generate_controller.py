@@ -61,6 +61,7 @@ class GenerateController(QObject):
         backend.interrupted.connect(lambda task: panel.on_stopped() if task == "generate" else None)
         backend.models_changed.connect(self._models)
         self.controlnet_files: dict[Path, bool] = {}  # the library's files: is it a ControlNet
+        self.controlnet_family: dict[Path, str | None] = {}  # the family each ControlNet is for
         self._seen: set[Path] = set()  # listed by the running scan: the others are gone after it
         backend.entries_found.connect(self._entries)
         backend.started.connect(lambda task: self._seen.clear() if task == "scan" else None)
@@ -74,19 +75,23 @@ class GenerateController(QObject):
         for e in entries:
             self._seen.add(e.path)
             self.controlnet_files[e.path] = e.kind == "controlnet" and e.status == "ok"
+            self.controlnet_family[e.path] = e.family
         self._offer()
 
     def _scan_done(self) -> None:
         """Files a rescan no longer lists (moved, deleted, a folder removed) are no longer offered."""
         for path in set(self.controlnet_files) - self._seen:
             del self.controlnet_files[path]
+            self.controlnet_family.pop(path, None)
         self._offer()
 
     def _offer(self) -> None:
         found = (p for p, yes in self.controlnet_files.items() if yes)
         now = tuple(sorted(found, key=lambda p: p.name.lower()))
-        if now != self.panel.workflows.controlnets.choices:
-            self.panel.workflows.controlnets.set_choices(now)
+        families = {p: self.controlnet_family.get(p) for p in now}
+        nets = self.panel.workflows.controlnets
+        if now != nets.choices or families != nets.families:
+            nets.set_choices(now, families)
 
     def _panel_error(self, exc: LoadoutError) -> None:
         self.show_error(TaskError("generate", exc.code or "bad_argument", exc.message))

@@ -250,6 +250,7 @@ class GeneratePanel(QWidget):
         """Offer the loaded family's sizes and usual settings (its record's ``defaults``); a family
         with distilled guidance (Flux-dev) shows its guidance field."""
         self.family, self.defaults = family, defaults
+        self.workflows.controlnets.set_model_family(family)  # those that fit it listed first
         self.sizes.set_presets(defaults.sizes, choose_first=family is not None)
         guided = defaults.guidance is not None
         self.guidance.setVisible(guided)

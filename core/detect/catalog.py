@@ -116,3 +116,10 @@ def controlnet_family_for(family: str) -> str | None:
     fam = REGISTRY.get(family)
     group = (fam.lora_group if fam is not None else "") or family
     return group if group in _CONTROLNET_FAMILIES else None
+
+
+def controlnet_fits(controlnet_family: str | None, model_family: str) -> bool:
+    """Whether a ControlNet of ``controlnet_family`` applies to a model of ``model_family`` (the
+    engine's ``wrong_controlnet`` check and the window's ControlNet lists); an unknown family
+    (None: not read yet) is never ruled out."""
+    return controlnet_family is None or controlnet_family == controlnet_family_for(model_family)

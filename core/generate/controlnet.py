@@ -26,7 +26,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from core.detect.catalog import controlnet_family_for
+from core.detect.catalog import controlnet_family_for, controlnet_fits
 from core.errors import ModelMismatchError
 from core.generate.pictures import read_picture
 from core.generate.workflow_request import ControlNetUse
@@ -140,7 +140,7 @@ class ControlNetCache:
 
 def check_fits(net: LoadedControlNet, diffusion_family: str) -> None:
     want = controlnet_family_for(diffusion_family)
-    if want is None or net.family != want:
+    if not controlnet_fits(net.family, diffusion_family):
         raise ModelMismatchError(
             f"{net.path.name} is a ControlNet for {net.family}, and the model is {diffusion_family}",
             why="a ControlNet adds to the skip connections of the UNet it was trained beside",

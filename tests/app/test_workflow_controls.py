@@ -176,6 +176,7 @@ def test_the_librarys_controlnets_are_offered_in_every_row(qtbot: QtBot, make_wi
     window = make_window(tmp_path / "models")
     nets = window.generate_panel.workflows.controlnets
     qtbot.waitUntil(lambda: nets.choices == (net,), timeout=30000)
+    qtbot.waitUntil(lambda: nets.families == {net: "sd1"}, timeout=30000)  # what fits is listed first
     row = nets.add_row()
     combo = row.controlnet.combo
     assert [combo.itemText(i) for i in range(combo.count())] == ["none", "canny-tiny"]

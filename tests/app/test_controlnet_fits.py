@@ -1,0 +1,66 @@
+"""The Generate panel's ControlNet rows list the library's ControlNets that fit the loaded model
+first, the others greyed after a separator (app/gui/controlnet_rows.py), by the engine's rule."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from PySide6.QtCore import Qt
+from PySide6.QtWidgets import QComboBox
+from pytestqt.qtbot import QtBot
+
+from app.gui.generate_panel import GeneratePanel
+from core.detect.catalog import controlnet_family_for, controlnet_fits
+from core.detect.spec import NO_MODEL_DEFAULTS
+
+
+@pytest.fixture
+def panel(qtbot: QtBot) -> GeneratePanel:
+    p = GeneratePanel()
+    qtbot.addWidget(p)
+    return p
+
+
+def _listed(combo: QComboBox) -> list[tuple[str, bool]]:
+    """Each line of the combo and whether it can be chosen ("" is the separator)."""
+    model, enabled = combo.model(), Qt.ItemFlag.ItemIsEnabled
+    return [(combo.itemText(i), bool(model.flags(model.index(i, 0)) & enabled)) for i in range(combo.count())]
+
+
+def test_the_controlnets_that_fit_the_loaded_model_come_first_the_others_greyed(
+    panel: GeneratePanel, tmp_path: Path
+) -> None:
+    canny, depth, odd = (
+        tmp_path / n for n in ("canny.safetensors", "depth-xl.safetensors", "odd.safetensors")
+    )
+    nets = panel.workflows.controlnets
+    nets.set_choices((canny, depth, odd), {canny: "sd1", depth: "sdxl", odd: None})
+    row = nets.rows[0]
+    combo = row.controlnet.combo
+    everything = [("none", True), ("canny", True), ("depth-xl", True), ("odd", True)]
+    assert _listed(combo) == everything  # no model loaded: all alike
+    row.controlnet.set_path(depth)
+
+    panel.set_family("sd1", NO_MODEL_DEFAULTS)  # a model is loaded (the controller's models_changed)
+    sd1 = [("none", True), ("canny", True), ("odd", True), ("", False), ("depth-xl (for sdxl)", False)]
+    assert _listed(combo) == sd1  # an unknown family is never ruled out
+    assert row.controlnet.path == depth  # the chosen file stays chosen: the engine says why it does not fit
+    assert "does not fit" in combo.itemData(
+        4, Qt.ItemDataRole.ToolTipRole
+    )  # the tooltip says why it is greyed
+    assert _listed(nets.add_row().controlnet.combo) == sd1  # a new row lists them the same way
+
+    panel.set_family("sdxl", NO_MODEL_DEFAULTS)  # another model: the rows follow
+    sdxl = [("none", True), ("depth-xl", True), ("odd", True), ("", False), ("canny (for sd1)", False)]
+    assert [_listed(r.controlnet.combo) for r in nets.rows] == [sdxl, sdxl]
+
+    panel.set_family(None, NO_MODEL_DEFAULTS)  # unloaded
+    assert _listed(combo) == everything
+
+
+def test_the_rows_and_the_engine_use_one_rule() -> None:
+    """The rows' rule is the engine's ``wrong_controlnet`` check: SDXL's ControlNets on SSD-1B."""
+    assert controlnet_fits("sdxl", "ssd-1b") and controlnet_family_for("ssd-1b") == "sdxl"
+    assert not controlnet_fits("sd1", "sdxl") and controlnet_fits(None, "sdxl")
+    assert not controlnet_fits("sd1", "flux") and controlnet_fits(None, "flux")
