@@ -32,13 +32,9 @@ from pathlib import Path
 from types import FrameType
 
 from core.errors import FileChangedError
+from core.files.leases import LEASES, lease_breaking, open_regular, take_lease
 
-try:
-    import fcntl
-except ImportError:  # Windows
-    fcntl = None  # type: ignore[assignment]
-
-_LEASES = fcntl is not None and hasattr(fcntl, "F_SETLEASE") and hasattr(signal, "SIGIO")
+_LEASES = LEASES and hasattr(signal, "SIGIO")
 
 
 def changed_error(path: Path) -> FileChangedError:
@@ -81,32 +77,18 @@ class FileGuard:
         for path in paths:
             if path is None or Path(path) in self._files:
                 continue
-            try:
-                fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
-            except OSError:
+            opened = open_regular(Path(path))
+            if opened is None:
                 continue  # a missing file is the loader's error to give
-            st = os.fstat(fd)
-            if not os.path.isfile(path):
-                os.close(fd)
-                continue
+            fd, st = opened
             self._files[Path(path)] = (fd, st.st_size)
-            leased = False
-            if self._active:
-                try:
-                    fcntl.fcntl(fd, fcntl.F_SETLEASE, fcntl.F_RDLCK)
-                    leased = True
-                except OSError:
-                    pass
+            leased = self._active and take_lease(fd)
             if not leased:
                 self.unleased.append(Path(path))
 
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
         for path, (fd, _) in self._files.items():
-            try:
-                breaking = fcntl.fcntl(fd, fcntl.F_GETLEASE) == fcntl.F_UNLCK
-            except OSError:
-                continue
-            if breaking:
+            if lease_breaking(fd):
                 self.changed = path
                 break
         if self.changed is None:

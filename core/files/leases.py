@@ -25,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import stat
 import threading
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -39,6 +40,20 @@ except ImportError:  # Windows
 
 #: whether this platform has read leases at all
 LEASES = fcntl is not None and hasattr(fcntl, "F_SETLEASE")
+
+
+def open_regular(path: Path) -> tuple[int, os.stat_result] | None:
+    """A read-only descriptor of ``path`` and its stat when it is an existing regular file; None
+    otherwise (a missing or special file is its reader's error to give)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+    except OSError:
+        return None
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
+        os.close(fd)
+        return None
+    return fd, st
 
 
 def take_lease(fd: int) -> bool:
@@ -112,14 +127,10 @@ class MappedFiles:
             with self._lock:
                 if key in self._held:
                     continue
-            try:
-                fd = os.open(key, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
-            except OSError:
+            opened = open_regular(key)
+            if opened is None:
                 continue  # a missing file is the loader's error to give
-            st = os.fstat(fd)
-            if not key.is_file():
-                os.close(fd)
-                continue
+            fd, st = opened
             held = _Held(fd, st.st_size, st.st_mtime_ns, self.leases and sigio_handled() and take_lease(fd))
             with self._lock:
                 if key in self._held:  # held meanwhile by another thread
