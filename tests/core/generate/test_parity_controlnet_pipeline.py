@@ -37,7 +37,7 @@ from tests.core.generate.reference import (
 diffusers = pytest.importorskip("diffusers")
 transformers = pytest.importorskip("transformers")
 
-pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
+pytestmark = [pytest.mark.filterwarnings("ignore::DeprecationWarning"), pytest.mark.usefixtures("one_thread")]
 
 WIDTH = 32
 BLOCKS: dict[str, Any] = {
@@ -50,14 +50,6 @@ UNET = UNetConfig(
     transformer_depth=(1, 1, 0, 0), transformer_depth_middle=1,
     transformer_depth_output=(0, 0, 0, 1, 1, 1), context_dim=WIDTH, num_heads=2, num_head_channels=None,
 )  # fmt: skip
-
-
-@pytest.fixture(autouse=True)
-def _one_thread() -> Any:
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 @pytest.fixture(scope="module")

@@ -49,19 +49,12 @@ transformers = pytest.importorskip("transformers")
 pytest.importorskip("sentencepiece")
 
 pytestmark = [
+    pytest.mark.usefixtures("one_thread"),
     pytest.mark.filterwarnings("ignore::DeprecationWarning"),
     pytest.mark.filterwarnings("ignore:.*FluxPosEmbed.*:FutureWarning"),
 ]
 
 L_WIDTH, T5_WIDTH = 32, 24
-
-
-@pytest.fixture(autouse=True)
-def _one_thread() -> Any:
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 @pytest.fixture(scope="module")

@@ -61,18 +61,10 @@ diffusers = pytest.importorskip("diffusers")
 transformers = pytest.importorskip("transformers")
 pytest.importorskip("sentencepiece")
 
-pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
+pytestmark = [pytest.mark.filterwarnings("ignore::DeprecationWarning"), pytest.mark.usefixtures("one_thread")]
 
 T5_WIDTH = 4096
 FAMILY = "pixart-sigma"
-
-
-@pytest.fixture(autouse=True)
-def _one_thread() -> Any:
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 @pytest.fixture(scope="module")

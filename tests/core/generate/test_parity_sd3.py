@@ -49,18 +49,10 @@ diffusers = pytest.importorskip("diffusers")
 transformers = pytest.importorskip("transformers")
 pytest.importorskip("sentencepiece")
 
-pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
+pytestmark = [pytest.mark.filterwarnings("ignore::DeprecationWarning"), pytest.mark.usefixtures("one_thread")]
 
 L_WIDTH, G_WIDTH, G_PROJECTION = 32, 48, 40
 POOLED = L_WIDTH + G_PROJECTION
-
-
-@pytest.fixture(autouse=True)
-def _one_thread() -> Any:
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 @pytest.fixture(scope="module")

@@ -45,19 +45,11 @@ from tests.core.generate.reference import (
 diffusers = pytest.importorskip("diffusers")
 transformers = pytest.importorskip("transformers")
 
-pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
+pytestmark = [pytest.mark.filterwarnings("ignore::DeprecationWarning"), pytest.mark.usefixtures("one_thread")]
 
 L_WIDTH, G_WIDTH, G_PROJECTION = 32, 48, 40
 CONTEXT = L_WIDTH + G_WIDTH
 ADM = G_PROJECTION + 6 * SDXL_EMBED_DIM
-
-
-@pytest.fixture(autouse=True)
-def _one_thread() -> Any:
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 @pytest.fixture(scope="module")

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import os
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -32,16 +32,10 @@ from tests.fixtures.layouts_diffusion import DIFFUSION_LAYOUTS, kl_vae, sd1_chec
 from tests.fixtures.st_files import write_sparse, write_tensors
 from tests.fixtures.tiny_models import CHECKPOINTS, TINY_FLUX, TINY_VAE_4, checkpoint_tensors
 
+pytestmark = pytest.mark.usefixtures("one_thread")  # tiny models: as fast, spins against nothing
+
 Layout = Mapping[str, Any]
 UNET = "model.diffusion_model."
-
-
-@pytest.fixture(autouse=True)
-def _one_thread() -> Iterator[None]:
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 def fingerprint(path: Path) -> tuple[int, int, str]:

@@ -12,7 +12,6 @@ from __future__ import annotations
 import hashlib
 import itertools
 import shutil
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -41,15 +40,9 @@ from tests.fixtures.tiny_models import (
     checkpoint_tensors,
 )
 
+pytestmark = pytest.mark.usefixtures("one_thread")  # tiny models: as fast, spins against nothing
+
 LOADERS = {"diffusion_model": load_diffusion_model, "vae": load_vae, "text_encoder": load_text_encoder}
-
-
-@pytest.fixture(autouse=True)
-def _one_thread() -> Iterator[None]:
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 @pytest.fixture(scope="module")

@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import torch
 
 from core.errors import ModelMismatchError
 from core.loading.architectures import architecture_for, loadable_families
@@ -43,15 +42,9 @@ from tests.fixtures.layouts_diffusion import (
 )
 from tests.fixtures.st_files import write_sparse
 
+pytestmark = pytest.mark.usefixtures("one_thread")  # tiny models: as fast, spins against nothing
+
 Layout = Mapping[str, Any]
-
-
-@pytest.fixture(autouse=True)
-def _one_thread() -> Any:
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 def check(path: Path) -> tuple[Any, list[ComponentPlan]]:

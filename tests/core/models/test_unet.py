@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import pytest
@@ -16,18 +16,11 @@ from core.loading.convert.unet_diffusers import unet_diffusers_to_original, unet
 from core.models.attention import timestep_embedding
 from core.models.unet import UNetConfig, UNetModel
 
+pytestmark = pytest.mark.usefixtures("one_thread")  # tiny models: as fast, spins against nothing
+
 diffusers = pytest.importorskip("diffusers")
 
 CTX = 16
-
-
-@pytest.fixture(autouse=True)
-def _one_thread() -> Iterator[None]:
-    """Tiny models: one thread is as fast, and does not spin against the other test processes."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 SD1_DIFFUSERS: dict[str, Any] = {

@@ -12,7 +12,7 @@ files (the scale is 1); a ``<module>.alpha`` beside the factors, where ComfyUI l
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
@@ -35,13 +35,7 @@ from diffusers.utils.state_dict_utils import (  # noqa: E402
 Tensors = dict[str, torch.Tensor]
 RANK = 4
 
-
-@pytest.fixture(autouse=True)
-def _one_thread() -> Iterator[None]:
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tiny models: as fast, spins against nothing
 
 
 # --- naming: PEFT names -> the old names ----------------------------------------------------------
