@@ -293,7 +293,11 @@ class PixArt(nn.Module):
         parts = []
         sizes = ((self.csize_embedder, [height * 8.0, width * 8.0]), (self.ar_embedder, [height / width]))
         for embedder, values in sizes:
-            numbers = torch.tensor(values, dtype=like.dtype, device=like.device).repeat(batch)
+            # filled on the device (a scalar fill): torch.tensor(values, device=) copies from the host
+            numbers = torch.empty(batch, len(values), dtype=like.dtype, device=like.device)
+            for i, value in enumerate(values):
+                numbers[:, i] = value
+            numbers = numbers.reshape(-1)  # (h, w, h, w, ...) per item, as ComfyUI's repeat
             freq = timestep_embedding(numbers, FREQUENCY_EMBEDDING_SIZE).to(like.dtype)
             parts.append(embedder(freq).reshape(batch, -1))
         return torch.cat(parts, dim=1)

@@ -35,7 +35,7 @@ from tests.fixtures.fp8_scaled import write_scaled_fp8
 from tests.fixtures.gguf_quant import write_comfy_gguf
 from tests.fixtures.placing import room_to_stream
 from tests.fixtures.sync_trace import HostSyncTrace
-from tests.fixtures.tiny_models import FORWARD, TINY_FLUX, TINY_UNET_SD1, Tiny
+from tests.fixtures.tiny_models import FORWARD, TINY_FLUX, TINY_PIXART, TINY_UNET_SD1, Tiny
 
 FORMATS = ("fp16", "gguf", "fp8")
 
@@ -111,7 +111,7 @@ def _trace(
     return trace
 
 
-CASES = [(TINY_FLUX, fmt) for fmt in FORMATS] + [(TINY_UNET_SD1, "fp16")]
+CASES = [(TINY_FLUX, fmt) for fmt in FORMATS] + [(TINY_UNET_SD1, "fp16"), (TINY_PIXART, "fp16")]
 
 
 @pytest.mark.parametrize("placement", ["resident", "streamed"])
