@@ -3,6 +3,7 @@ sample / decode split, on full-size SD1.5 and SDXL checkpoints (random fp16 weig
 the same as a real model's; the pictures are noise).
 
     python -m bench.generate --models sd15 sdxl --size 512 --steps 3 [--device cuda] [--vram-limit 4GiB]
+        [--dtype fp16|bf16]
     python -m bench.generate --models sd15 --controlnet   # plain, then with a full-size SD1.5 ControlNet
 
 Prints one JSON object per model. Files are written once into ``.bench-cache/load/`` (shared with
@@ -79,6 +80,7 @@ def run_one(
     vram_limit: int | None,
     out: Path,
     controlnet: tuple[Path, Path] | None = None,
+    dtype: str | None = None,
 ) -> dict[str, Any]:
 
     import torch
@@ -101,6 +103,9 @@ def run_one(
         output=out,
         device=device,
         vram_limit=vram_limit,
+        dtype={"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}[dtype]
+        if dtype
+        else None,
     )
     return timed(lambda: generate_files(request))
 
@@ -112,6 +117,12 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--steps", type=int, default=3)
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--vram-limit", default=None)
+    ap.add_argument(
+        "--dtype",
+        choices=["fp16", "bf16", "fp32"],
+        default=None,
+        help="the diffusion model's compute dtype (default: the policy decides)",
+    )
     ap.add_argument("--cache", type=Path, default=ROOT / ".bench-cache" / "load")
     ap.add_argument("--controlnet", action="store_true", help="also run with a full-size SD1.5 ControlNet")
     ap.add_argument("--one", help=argparse.SUPPRESS)  # internal: run one model in this process
@@ -123,7 +134,11 @@ def main(argv: list[str] | None = None) -> None:
     if args.one:
         out = ROOT / ".bench-cache" / "generate" / f"{Path(args.one).stem}.png"
         cn = (Path(args.with_controlnet[0]), Path(args.with_controlnet[1])) if args.with_controlnet else None
-        print(json.dumps(run_one(Path(args.one), args.size, args.steps, args.device, limit, out, cn)))
+        print(
+            json.dumps(
+                run_one(Path(args.one), args.size, args.steps, args.device, limit, out, cn, args.dtype)
+            )
+        )
         return
     runs: list[tuple[str, list[str]]] = [(name, []) for name in args.models]
     if args.controlnet:
@@ -135,13 +150,15 @@ def main(argv: list[str] | None = None) -> None:
                "--steps", str(args.steps), "--device", args.device, *extra]  # fmt: skip
         if args.vram_limit:
             cmd += ["--vram-limit", args.vram_limit]
+        if args.dtype:
+            cmd += ["--dtype", args.dtype]
         done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, check=False)
         if done.returncode != 0:
             print(json.dumps({"model": name, "error": done.stderr.strip().splitlines()[-1:]}))
             continue
         report = json.loads(done.stdout.strip().splitlines()[-1])
         print(json.dumps({"model": name, "size": args.size, "steps": args.steps, "device": args.device,
-                          "vram_limit": args.vram_limit, **report}))  # fmt: skip
+                          "vram_limit": args.vram_limit, "dtype": args.dtype, **report}))  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -19,8 +19,16 @@ Sections (``--only`` picks some; each is a JSON object with ``status`` passed / 
                    speedup) and a Flux-shaped model run with the fp8 override (``_scaled_mm`` calls
                    per step = its Linear layers, bf16 latent, the dtype reason); skipped with the
                    reason on any other card.
+* ``generate``     full-size SD1.5 at 512 and SDXL at 1024 (random fp16 files) through ``loadout
+                   generate``'s code: s/step, seconds to the picture, peak VRAM, in fp16 and bf16
+                   fully resident and in fp16 on simulated 4 GiB / 2 GiB cards (``bench/generate.py``).
+* ``plot_vs_smi``  the memory plot's GPU numbers against ``nvidia-smi`` during a load (2 %).
 * ``bench_transfer``, ``bench_lowvram``, ``bench_inference_memory``  the benches (CUDA only), their
                    JSON kept in the report.
+
+``--budget SECONDS`` bounds the whole run (a lent card is lent by the minute): sections run in the
+order of ``SECTIONS`` (by value), each subprocess gets the time left, and a section that would
+start with under 20 s left is skipped with that reason.
 
 Without CUDA every CUDA-only part is ``skipped`` with the reason, so the plan can be rehearsed on
 any machine (``--quick`` keeps that rehearsal short). Exit status: 1 when a section failed.
@@ -66,15 +74,40 @@ def environment() -> Report:
     return {"status": "passed", "reason": what, **info}
 
 
-def _pytest(args: list[str], env: dict[str, str] | None = None, timeout: int = 3000) -> Report:
+def _pythonpath() -> str:
+    """The project first, then what PYTHONPATH already names (carried wheels on a machine
+    without a package index are installed into a folder that PYTHONPATH names)."""
+    return os.pathsep.join([str(ROOT), *[p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]])
+
+
+#: when the whole check must be over (``--budget``): a lent GPU is lent by the minute, so each
+#: section gets what is left and a section that would start too late is skipped with the reason
+_DEADLINE = [float("inf")]
+
+
+def _left() -> float:
+    return _DEADLINE[0] - time.monotonic()
+
+
+def _timeout() -> float:
+    return max(1.0, min(3000.0, _left()))
+
+
+def _pytest(args: list[str], env: dict[str, str] | None = None, timeout: float | None = None) -> Report:
     xml = ROOT / ".gpu-check" / f"junit-{abs(hash(tuple(args)))}.xml"
     xml.parent.mkdir(exist_ok=True)
     cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--junitxml={xml}", *args]
-    run_env = {**os.environ, "PYTHONPATH": str(ROOT), "QT_QPA_PLATFORM": "offscreen", **(env or {})}
+    run_env = {**os.environ, "PYTHONPATH": _pythonpath(), "QT_QPA_PLATFORM": "offscreen", **(env or {})}
     try:
-        proc = subprocess.run(cmd, cwd=ROOT, env=run_env, capture_output=True, text=True, timeout=timeout)
+        proc = subprocess.run(
+            cmd, cwd=ROOT, env=run_env, capture_output=True, text=True, timeout=timeout or _timeout()
+        )
     except subprocess.TimeoutExpired as exc:
-        return {"status": "failed", "reason": f"timed out after {exc.timeout} s", "command": " ".join(cmd)}
+        return {
+            "status": "failed",
+            "reason": f"timed out after {exc.timeout:.0f} s",
+            "command": " ".join(cmd),
+        }
     counts = {"passed": 0, "failed": 0, "errors": 0, "skipped": 0}
     failures: list[str] = []
     skips: dict[str, int] = {}
@@ -117,17 +150,30 @@ def sync_audit(quick: bool) -> Report:
     )
 
 
+def _json_output(text: str) -> Any:
+    """A bench's JSON: one object, or one object per line (a list); None when it printed none."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        pass
+    try:
+        lines = [json.loads(line) for line in text.splitlines() if line.strip()]
+    except json.JSONDecodeError:
+        return None
+    return lines or None
+
+
 def _bench(module: str, args: list[str]) -> Report:
     cuda, what = _cuda()
     if not cuda:
         return {"status": "skipped", "reason": f"{module} measures a GPU: {what}"}
     cmd = [sys.executable, "-m", module, *args]
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=3000)
+    env = {**os.environ, "PYTHONPATH": _pythonpath()}
     try:
-        result: Any = json.loads(proc.stdout)
-    except json.JSONDecodeError:
-        result = None
+        proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=_timeout())
+    except subprocess.TimeoutExpired as exc:
+        return {"status": "failed", "reason": f"timed out after {exc.timeout:.0f} s (the --budget ran out)"}
+    result = _json_output(proc.stdout)
     ok = proc.returncode == 0 and result is not None
     return {
         "status": "passed" if ok else "failed",
@@ -146,19 +192,71 @@ def fp8_matmul(quick: bool) -> Report:
     return section
 
 
-SECTIONS = {
+#: (model, side) x (dtype, VRAM limit): SD1.5 at 512 and SDXL at 1024, fully resident in fp16 and
+#: bf16, and in fp16 on simulated 4 GiB and 2 GiB cards (the same bits, streamed)
+GENERATE_RUNS = [
+    (model, side, dtype, limit)
+    for model, side in (("sd15", 512), ("sdxl", 1024))
+    for dtype, limit in (("fp16", None), ("bf16", None), ("fp16", "4GiB"), ("fp16", "2GiB"))
+]
+
+
+def generate(quick: bool) -> Report:
+    """Seconds per step, seconds to the first picture and peak VRAM of full-size SD1.5 / SDXL
+    (random fp16 files) through ``loadout generate``'s code (``bench/generate.py``)."""
+    cuda, what = _cuda()
+    if not cuda:
+        return {"status": "skipped", "reason": f"bench.generate measures a GPU here: {what}"}
+    runs, failures = [], []
+    for model, side, dtype, limit in GENERATE_RUNS[:2] if quick else GENERATE_RUNS:
+        if _left() < 30:
+            failures.append(f"{model} {dtype} {limit}: not run, the --budget ran out")
+            continue
+        args = ["--models", model, "--size", str(side), "--steps", "8", "--device", "cuda", "--dtype", dtype]
+        section = _bench("bench.generate", args + (["--vram-limit", limit] if limit else []))
+        result = section.get("result")
+        rows = result if isinstance(result, list) else [result] if result else []
+        for row in rows:
+            runs.append(row)
+            if not isinstance(row, dict) or "error" in row:
+                failures.append(f"{model} {dtype} {limit}: {row}")
+        if section["status"] != "passed":
+            failures.append(f"{model} {dtype} {limit}: {section['reason'][-300:]}")
+    return {
+        "status": "failed" if failures else "passed",
+        "reason": "; ".join(failures)[:2000],
+        "result": runs,
+    }
+
+
+SECTIONS = {  # in order of value: with a --budget the later ones are the ones left out
     "environment": lambda quick: environment(),
-    "sync_audit": sync_audit,
     "gpu_tests": gpu_tests,
-    "suite": suite,
     "fp8_matmul": fp8_matmul,
+    "generate": generate,
     "bench_transfer": lambda quick: _bench("bench.transfer", ["--mib", "256" if quick else "1024"]),
+    "plot_vs_smi": lambda quick: _plot_vs_smi(),
     "bench_lowvram": lambda quick: _bench("bench.lowvram", ["--repeat", "2" if quick else "5"]),
     "bench_inference_memory": lambda quick: _bench(
         "bench.inference_memory",
         ["--device", "cuda", "--dtypes", "fp16,bf16", "--sizes", "512,768,1024", "--fit"],
     ),
+    "suite": suite,
+    "sync_audit": sync_audit,
 }
+
+
+def _plot_vs_smi() -> Report:
+    section = _bench("bench.plot_vs_smi", [])
+    result = section.get("result")
+    if isinstance(result, dict) and "skipped" in result:
+        return {"status": "skipped", "reason": result["skipped"]}
+    if isinstance(result, dict) and not result.get("within_2_percent"):
+        section["status"] = "failed"
+        section["reason"] = (
+            f"the plot is {result.get('worst_relative_difference')} off nvidia-smi (target 2 %)"
+        )
+    return section
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -166,7 +264,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, default=ROOT / "gpu-check.json")
     ap.add_argument("--only", default="", help=f"comma-separated sections of: {', '.join(SECTIONS)}")
     ap.add_argument("--quick", action="store_true", help="short versions (a CPU rehearsal)")
+    ap.add_argument(
+        "--budget",
+        type=float,
+        default=None,
+        help="seconds the whole check may take: each section gets what is left, and one "
+        "that would start with under 20 s left is skipped with that reason",
+    )
     ns = ap.parse_args(argv)
+    if ns.budget is not None:
+        _DEADLINE[0] = time.monotonic() + ns.budget
     chosen = [s for s in ns.only.split(",") if s] or list(SECTIONS)
     unknown = sorted(set(chosen) - SECTIONS.keys())
     if unknown:
@@ -174,10 +281,16 @@ def main(argv: list[str] | None = None) -> int:
     report: Report = {"started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "quick": ns.quick}
     for name in chosen:
         t0 = time.perf_counter()
-        try:
-            section = SECTIONS[name](ns.quick)
-        except Exception as exc:  # a broken check is a failed section, never a lost report
-            section = {"status": "failed", "reason": f"{type(exc).__name__}: {exc}"}
+        if _left() < 20:
+            section = {
+                "status": "skipped",
+                "reason": f"not started: {max(0, _left()):.0f} s of the --budget left",
+            }
+        else:
+            try:
+                section = SECTIONS[name](ns.quick)
+            except Exception as exc:  # a broken check is a failed section, never a lost report
+                section = {"status": "failed", "reason": f"{type(exc).__name__}: {exc}"}
         section["seconds"] = round(time.perf_counter() - t0, 1)
         report[name] = section
         why = str(section.get("reason", ""))[:100]
