@@ -88,10 +88,12 @@ def main() -> None:
     total = sum(b for _, b in layers)
     bandwidth = _pinned_bandwidth(args.device)
     results = []
+    orders = {"largest": layers, "smallest": layers[::-1]}
     with torch.inference_mode():
-        for fraction in (1.0, 0.5, 0.25):
+        for fraction, order in ((1.0, "largest"), (0.5, "largest"), (0.25, "largest"),
+                                (0.5, "smallest"), (0.25, "smallest")):  # fmt: skip
             resident, budget = [], fraction * total
-            for name, nbytes in layers:  # largest first while they fit, as the planner does
+            for name, nbytes in orders[order]:  # "largest": largest first while they fit, as the planner does
                 if nbytes <= budget:
                     resident.append(name)
                     budget -= nbytes
@@ -101,11 +103,19 @@ def main() -> None:
                 model.get_submodule(name).to("cpu")
             streamed = stream_layers(model, rest, args.device, pin=gpu) if rest else None
             seconds = _time(lambda: model(x, t, ctx, y), args.device, args.repeat)
+            # the host's share: how long the forward takes to *issue* (no sync); near ``seconds`` the
+            # GPU waits for Python (per-layer overhead), well below it the GPU or the bus is the bound
+            _sync(args.device)
+            t0 = time.perf_counter()
+            model(x, t, ctx, y)
+            issue = time.perf_counter() - t0
+            _sync(args.device)
             streamed_bytes = sum(b for n, b in layers if n in set(rest))
             if streamed is not None:
                 unstream_layers(model, rest)
-            results.append({"resident_fraction": fraction, "seconds": round(seconds, 4),
-                            "streamed_bytes": streamed_bytes})  # fmt: skip
+            results.append({"resident_fraction": fraction, "resident_first": order,
+                            "seconds": round(seconds, 4), "issue_seconds": round(issue, 4),
+                            "streamed_layers": len(rest), "streamed_bytes": streamed_bytes})  # fmt: skip
     compute = results[0]["seconds"]
     for r in results:
         transfer = r["streamed_bytes"] / bandwidth

@@ -110,13 +110,18 @@ def _pytest(args: list[str], env: dict[str, str] | None = None, timeout: float |
         }
     counts = {"passed": 0, "failed": 0, "errors": 0, "skipped": 0}
     failures: list[str] = []
+    messages: dict[str, str] = {}
     skips: dict[str, int] = {}
     if xml.exists():
         for case in ET.parse(xml).getroot().iter("testcase"):
             name = f"{case.get('classname')}::{case.get('name')}"
-            if case.find("failure") is not None or case.find("error") is not None:
+            bad = case.find("failure") if case.find("failure") is not None else case.find("error")
+            if bad is not None:
                 counts["failed"] += 1
                 failures.append(name)
+                # the assertion and the last frames: a lent card's run must say why, not only what
+                text = f"{bad.get('message') or ''}\n{bad.text or ''}"
+                messages[name] = text[:800] + (" [...] " + text[-1500:] if len(text) > 2300 else text[800:])
             elif (skip := case.find("skipped")) is not None:
                 counts["skipped"] += 1
                 why = (skip.get("message") or "").split("\n")[0][:160]
@@ -128,6 +133,7 @@ def _pytest(args: list[str], env: dict[str, str] | None = None, timeout: float |
     reason = "; ".join(f"{n} skipped: {w}" for w, n in skips.items()) if status == "skipped" else ""
     return {
         "status": status, "reason": reason, "counts": counts, "failures": failures[:50], "skips": skips,
+        "failure_messages": dict(list(messages.items())[:20]),
         "output_tail": (proc.stdout + proc.stderr)[-3000:],
     }  # fmt: skip
 
@@ -140,8 +146,12 @@ def suite(quick: bool) -> Report:
     return _pytest(args, {"TORCH_CUDA_SANITIZER": "1"})
 
 
+#: ``--pytest-k``: run only the GPU tests this expression picks (a re-run of what failed)
+_ONLY_TESTS = [""]
+
+
 def gpu_tests(quick: bool) -> Report:
-    return _pytest(["tests/gpu", "-m", "gpu", "-s"])
+    return _pytest(["tests/gpu", "-m", "gpu", "-s", *(["-k", _ONLY_TESTS[0]] if _ONLY_TESTS[0] else [])])
 
 
 def sync_audit(quick: bool) -> Report:
@@ -201,6 +211,10 @@ GENERATE_RUNS = [
 ]
 
 
+#: ``--generate``: the runs of :data:`GENERATE_RUNS` to make, as ``model:dtype:limit`` (empty: all)
+_ONLY_RUNS: list[str] = []
+
+
 def generate(quick: bool) -> Report:
     """Seconds per step, seconds to the first picture and peak VRAM of full-size SD1.5 / SDXL
     (random fp16 files) through ``loadout generate``'s code (``bench/generate.py``)."""
@@ -208,7 +222,8 @@ def generate(quick: bool) -> Report:
     if not cuda:
         return {"status": "skipped", "reason": f"bench.generate measures a GPU here: {what}"}
     runs, failures = [], []
-    for model, side, dtype, limit in GENERATE_RUNS[:2] if quick else GENERATE_RUNS:
+    chosen = [r for r in GENERATE_RUNS if not _ONLY_RUNS or f"{r[0]}:{r[2]}:{r[3]}" in _ONLY_RUNS]
+    for model, side, dtype, limit in chosen[:2] if quick else chosen:
         if _left() < 30:
             failures.append(f"{model} {dtype} {limit}: not run, the --budget ran out")
             continue
@@ -271,7 +286,16 @@ def main(argv: list[str] | None = None) -> int:
         help="seconds the whole check may take: each section gets what is left, and one "
         "that would start with under 20 s left is skipped with that reason",
     )
+    ap.add_argument("--pytest-k", default="", help="gpu_tests: only the tests this -k expression picks")
+    ap.add_argument(
+        "--generate", default="", help="generate: only these runs, e.g. sdxl:fp16:2GiB,sd15:bf16:None"
+    )
     ns = ap.parse_args(argv)
+    _ONLY_TESTS[0] = ns.pytest_k
+    _ONLY_RUNS[:] = [r for r in ns.generate.split(",") if r]
+    unknown_runs = set(_ONLY_RUNS) - {f"{m}:{d}:{lim}" for m, _, d, lim in GENERATE_RUNS}
+    if unknown_runs:
+        ap.error(f"unknown --generate runs {sorted(unknown_runs)}")
     if ns.budget is not None:
         _DEADLINE[0] = time.monotonic() + ns.budget
     chosen = [s for s in ns.only.split(",") if s] or list(SECTIONS)

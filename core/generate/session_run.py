@@ -35,7 +35,7 @@ from core.memory.dtypes import DtypePolicy
 from core.memory.inference import Workload, activation_bytes, network_profile
 from core.memory.manager import NotEnoughMemoryError
 from core.memory.peak import peak_bytes, reset_peak
-from core.models.vae import AutoencoderKL
+from core.models.vae import TILE_LATENT, AutoencoderKL
 from core.session.session import Session
 from core.session.slots import SlotId
 from core.session.words import kind_word
@@ -161,6 +161,15 @@ def _activation_needs(
     return {"sample": activation_bytes(profile, work, width), "decode": vae}
 
 
+def _tiled_decode_bytes(parts: _Parts, settings: ImageSettings, compute: Compute) -> int:
+    """Room a decode in tiles needs: one tile's activations (the pipeline decodes in tiles when the
+    device has no room for the whole picture's, as ComfyUI falls back to tiles)."""
+    vae = parts.nets.vae
+    side = TILE_LATENT * vae.config.downscale
+    height, width = min(settings.height, side), min(settings.width, side)
+    return vae_decode_bytes(vae, settings.batch, height, width, compute.vae_dtype)
+
+
 @dataclass
 class PhasePlacer:
     """``hooks.place``: notes each phase as a session event and, with an active placement, asks the
@@ -172,6 +181,8 @@ class PhasePlacer:
     words: dict[str, tuple[str, str]]
     hires: bool = False  # the sampling phases are "sample 1" and "sample 2"
     passes: int = 0
+    #: a smaller room a phase can do with when its full need is refused (decoding in tiles)
+    fallback: dict[Phase, tuple[int, str]] = field(default_factory=dict)
 
     def __call__(self, phase: Phase) -> None:
         if phase == "sample" and self.hires:
@@ -183,6 +194,11 @@ class PhasePlacer:
         if not placement.active or not self.objects.get(phase):
             return
         result = placement.place(self.objects[phase], self.need.get(phase, 0))
+        if result.refused and phase in self.fallback:
+            need, words = self.fallback[phase]
+            result = placement.place(self.objects[phase], need)
+            if not result.refused:
+                self.session.note("phase", phase, words)
         if result.refused:
             raise NotEnoughMemoryError(
                 f"not enough memory on {placement.describe().label} to {phase.replace('_', ' ')}",
@@ -212,7 +228,14 @@ def _placer(session: Session, parts: _Parts, settings: ImageSettings, pipeline: 
              "sample": ("sample", f"{settings.sampling.steps} steps of {settings.sampling.sampler}"),
              "upscale": ("upscale", "the hires fix makes the first pass's picture larger"),
              "decode": ("decode", "the VAE turns the latent into pixels")}  # fmt: skip
-    return PhasePlacer(session, parts.objects, need, words, hires=settings.hires is not None)
+    fallback: dict[Phase, tuple[int, str]] = {}
+    if need:
+        tiles = _tiled_decode_bytes(parts, sized, pipeline.compute)
+        if tiles < need["decode"]:
+            fallback["decode"] = (tiles, "no room for a whole decode: the VAE decodes in tiles")
+    return PhasePlacer(
+        session, parts.objects, need, words, hires=settings.hires is not None, fallback=fallback
+    )
 
 
 def _preview(state: GenerateState, parts: _Parts) -> Previewer:

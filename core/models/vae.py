@@ -148,6 +148,10 @@ class _Build:
         return self.ops.GroupNorm(self.groups, c, eps=1e-6, affine=True, device=self.device, dtype=self.dtype)
 
 
+#: latent side of one tile of a tiled decode (512 px at 8x): what a decode in tiles keeps room for
+TILE_LATENT = 64
+
+
 class ResnetBlock(nn.Module):
     def __init__(self, b: _Build, cin: int, cout: int) -> None:
         super().__init__()
@@ -340,7 +344,7 @@ class AutoencoderKL(nn.Module):
     def decode_tiled(
         self,
         latent: torch.Tensor,
-        tile: int = 64,
+        tile: int = TILE_LATENT,
         overlap: int = 16,
         *,
         progress: Progress | None = None,

@@ -35,11 +35,16 @@ def random_weights(module: nn.Module, dtype: torch.dtype, seed: int = 0) -> None
 
 
 def place(
-    patcher: ModelPatcher, free: int | Callable[[], int], *, pin: bool, device: str = CUDA
+    patcher: ModelPatcher,
+    free: int | Callable[[], int],
+    *,
+    pin: bool,
+    device: str = CUDA,
+    vram_state: str = "normal",
 ) -> tuple[MemoryManager, TorchMover]:
     mover = TorchMover(pin=pin, pinned_cap=1 << 40)
     mover.use_patcher(patcher)
-    settings = PlanSettings(vram_state="normal", reserve_bytes=0, min_inference_bytes=0)
+    settings = PlanSettings(vram_state=vram_state, reserve_bytes=0, min_inference_bytes=0)
     probe = free if callable(free) else (lambda: free)
     manager = MemoryManager(probe, mover, settings=settings, device=device)
     manager.register(patcher, "model")

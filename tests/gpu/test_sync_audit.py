@@ -13,8 +13,9 @@ from core.loading.loader import load_diffusion_model
 from core.patching.patcher import ModelPatcher
 from tests.core.ops import lora_patches, op_layers
 from tests.core.test_no_hidden_syncs import FORMATS, _write
+from tests.fixtures.placing import room_to_stream
 from tests.fixtures.tiny_models import TINY_FLUX, _flux_inputs, _gen
-from tests.gpu.helpers import CUDA, place, weight_bytes
+from tests.gpu.helpers import CUDA, place
 
 pytestmark = pytest.mark.gpu
 
@@ -25,7 +26,10 @@ def test_a_forward_never_synchronises(tmp_path: Path, fmt: str, fraction: float)
     module = load_diffusion_model(_write(tmp_path, TINY_FLUX, fmt)).module
     patcher = ModelPatcher(module)
     patcher.add_patches("lora", lora_patches(module, op_layers(module)[::3], 1))
-    _manager, _ = place(patcher, int(weight_bytes(module) * fraction), pin=True)
+    # room as the CPU stand-in gives it: a tiny quantized model's two largest layers decode into
+    # more than its 40 % (found on an H200: the streamed GGUF case was refused, not audited)
+    state, free = room_to_stream(module, fraction)
+    _manager, _ = place(patcher, free, pin=True, vram_state=state)
     c = TINY_FLUX.config
     img, img_ids, txt_ids, t = _flux_inputs(c.in_channels)
     txt = torch.randn(2, 5, c.context_in_dim, generator=_gen(1))

@@ -280,6 +280,42 @@ def test_nvml_reading_and_fallback(monkeypatch: pytest.MonkeyPatch) -> None:
     assert nv.used() is None and nv.used() is None  # fails once, then stays quiet
 
 
+def test_nvml_counts_used_memory_as_nvidia_smi_does(monkeypatch: pytest.MonkeyPatch) -> None:
+    """NVML's v1 ``used`` includes what the driver reserves; nvidia-smi shows v2's, without it (an
+    H200 read 614 MiB more on the plot than in nvidia-smi). v1 where the driver has no v2."""
+    from core.memory.probes import _Nvml
+
+    reserved, used = 614 << 20, 3 * GIB
+    asked: list[object] = []
+    fake = types.ModuleType("pynvml")
+    fake.nvmlInit = lambda: None  # type: ignore[attr-defined]
+    fake.nvmlMemory_v2 = 0x02000028  # type: ignore[attr-defined]
+    fake.nvmlDeviceGetHandleByUUID = lambda uuid: "handle"  # type: ignore[attr-defined]
+
+    def memory_info(handle: str, version: int | None = None) -> types.SimpleNamespace:
+        asked.append(version)
+        if version is None:
+            return types.SimpleNamespace(used=used + reserved)
+        return types.SimpleNamespace(used=used, reserved=reserved)
+
+    fake.nvmlDeviceGetMemoryInfo = memory_info  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "pynvml", fake)
+    props = types.SimpleNamespace(uuid="GPU-1", pci_bus_id=1, pci_device_id=0)
+    assert _Nvml(props).used() == used and asked == [0x02000028]
+
+    def old_driver(handle: str, version: int | None = None) -> types.SimpleNamespace:
+        asked.append(version)
+        if version is not None:
+            raise RuntimeError("NVML_ERROR_FUNCTION_NOT_FOUND")
+        return types.SimpleNamespace(used=used + reserved)
+
+    fake.nvmlDeviceGetMemoryInfo = old_driver  # type: ignore[attr-defined]
+    asked.clear()
+    nv = _Nvml(props)
+    assert nv.used() == used + reserved and nv.used() == used + reserved
+    assert asked == [0x02000028, None, None]  # v2 asked once, then v1 only
+
+
 # --- VRAM states, reserve, inference memory -----------------------------------------------------
 
 
