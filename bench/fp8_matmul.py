@@ -81,6 +81,36 @@ def _time(fn: Callable[[], object], device: torch.device, repeat: int) -> float:
     return statistics.median(runs)
 
 
+def _queued(fn: Callable[[], object], device: torch.device, calls: int = 20) -> float:
+    """Seconds per call with ``calls`` calls queued before one sync: the GPU's own pace, without the
+    per-call launch and Python time a sync after each call adds (which dominates a 0.1 ms layer)."""
+    fn()
+    _sync(device)
+    t0 = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    _sync(device)
+    return (time.perf_counter() - t0) / calls
+
+
+def _kernels(fn: Callable[[], object], device: torch.device) -> list[str]:
+    """The device kernels one call runs, with their time (CUDA only): what the fp8 path adds."""
+    if device.type != "cuda":
+        return []
+    from torch.profiler import ProfilerActivity, profile
+
+    fn()
+    _sync(device)
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(5):
+            fn()
+        _sync(device)
+    rows = sorted(prof.key_averages(), key=lambda e: -getattr(e, "device_time_total", 0.0))
+    return [
+        f"{e.key[:90]}: {getattr(e, 'device_time_total', 0.0) / 5:.1f} us x{e.count // 5}" for e in rows[:8]
+    ]
+
+
 def _layer(rows: int, cols: int, tokens: int, device: torch.device, gen: torch.Generator) -> Any:
     weight = (torch.randn(rows, cols, generator=gen) / cols**0.5).to(BF16)
     layer = Fp8Linear(cols, rows, bias=True, device="meta")
@@ -103,12 +133,20 @@ def layers(device: torch.device, tokens: int, repeat: int, counted: Counted) -> 
             error = float((got.float() - want.float()).norm() / want.float().norm())
             fp8_s = _time(partial(layer, x), device, repeat)
             bf16_s = _time(partial(F.linear, x, dequantized, layer.bias), device, repeat)
-        calls = len(counted.out_dtypes) - before
+            calls = len(counted.out_dtypes) - before
+            fp8_q = _queued(partial(layer, x), device, 20 if device.type == "cuda" else 2)
+            bf16_q = _queued(
+                partial(F.linear, x, dequantized, layer.bias), device, 20 if device.type == "cuda" else 2
+            )
+            kernels = _kernels(partial(layer, x), device) if (rows, cols) == (3072, 3072) else []
         out.append({
             "shape": [rows, cols], "tokens": tokens, "scaled_mm_calls": calls,
             "relative_error": round(error, 4),
             "fp8_ms": round(fp8_s * 1e3, 3), "bf16_ms": round(bf16_s * 1e3, 3),
             "speedup": round(bf16_s / fp8_s, 2) if fp8_s > 0 else None,
+            "fp8_ms_queued": round(fp8_q * 1e3, 3), "bf16_ms_queued": round(bf16_q * 1e3, 3),
+            "speedup_queued": round(bf16_q / fp8_q, 2) if fp8_q > 0 else None,
+            **({"fp8_kernels": kernels} if kernels else {}),
         })  # fmt: skip
     return out
 
