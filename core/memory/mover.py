@@ -23,6 +23,7 @@ from torch import Tensor, nn
 
 from core.memory.managed import ManagedModel
 from core.models.state import get_tensor, set_tensor
+from core.ops.bulk_copy import SLOT_BYTES, copy_through_staging, stageable
 from core.ops.staging import StagingBackend, StagingRing, build_ring, packed_bytes
 from core.ops.stream_group import StreamedLayers
 from core.ops.streaming import (
@@ -95,6 +96,7 @@ class TorchMover:
         self.staging_backend = staging
         self.on_pinning = on_pinning
         self._placed: dict[int, _Placed] = {}
+        self._load_buffers: tuple[StagingRing | None, str] | None = None  # see _load_ring
         # module id -> its patcher, held weakly: the app owns its stacks
         self._patchers: weakref.WeakValueDictionary[int, ModelPatcher] = weakref.WeakValueDictionary()
 
@@ -147,14 +149,18 @@ class TorchMover:
             placed.factors.patcher_for(patcher)  # every factor goes now, none at a forward
         placed.device = device
         moved = 0
+        todo: list[tuple[str, Tensor]] = []
         for name in module_names:
             layer = module.get_submodule(name) if name else module
             for leaf, tensor in _own_tensors(layer):
                 key = f"{name}.{leaf}" if name else leaf
                 original = placed.originals.setdefault(key, tensor)
                 placed.loose.discard(key)
-                self._place(placed, module, patcher, key, original)
+                todo.append((key, original))
                 moved += original.numel() * original.element_size()
+        copies = self._bulk_copies([t for _, t in todo], device)
+        for (key, original), copy in zip(todo, copies, strict=True):
+            self._place(placed, module, patcher, key, original, copy)
         streamable = [n for n, _ in streamable_layers(module)]
         rest = [n for n in streamable if n not in resident]
         self._place_small(placed, module, patcher, entry, resident | set(streamable))
@@ -179,10 +185,45 @@ class TorchMover:
         self._place_loose(placed, module, patcher)
         return moved
 
+    def _bulk_copies(self, originals: Sequence[Tensor], device: str) -> list[Tensor | None]:
+        """Device copies of the host tensors among ``originals`` made through two pinned buffers
+        (``core.ops.bulk_copy``: a CUDA load from a file's pages runs at the pinned bus speed, not
+        the pageable one); None for the others, and for all when pinning is off, the device is not
+        a CUDA one (a test's stand-in backend on ``meta`` counts as one) or the buffers cannot be
+        had -- those are copied one by one as before."""
+        out: list[Tensor | None] = [None] * len(originals)
+        kind = torch.device(device).type
+        if not self.pin or not (kind == "cuda" or (kind == "meta" and self.staging_backend is not None)):
+            return out
+        chosen = [i for i, t in enumerate(originals) if stageable(t)]
+        if sum(originals[i].nbytes for i in chosen) < 2 * SLOT_BYTES:
+            return out  # a few small tensors: the buffers would cost more than they save
+        ring = self._load_ring()
+        if ring is None:
+            return out
+        copies = copy_through_staging([originals[i] for i in chosen], torch.device(device), ring)
+        for i, copy in zip(chosen, copies, strict=True):
+            out[i] = copy
+        return out
+
+    def _load_ring(self) -> StagingRing | None:
+        """The two load buffers, made once per mover (None: pinning failed or is capped)."""
+        if self._load_buffers is None:
+            cap = self.pinned_cap if self.pinned_cap is not None else 1 << 62
+            self._load_buffers = build_ring(SLOT_BYTES, cap, backend=self.staging_backend)
+        return self._load_buffers[0]
+
     def _place(
-        self, placed: _Placed, module: nn.Module, patcher: ModelPatcher | None, key: str, original: Tensor
+        self,
+        placed: _Placed,
+        module: nn.Module,
+        patcher: ModelPatcher | None,
+        key: str,
+        original: Tensor,
+        copy: Tensor | None = None,
     ) -> None:
-        copy = original.to(placed.device, non_blocking=True)
+        if copy is None:
+            copy = original.to(placed.device, non_blocking=True)
         signature: Signature = ()
         if patcher is not None:
             signature = patcher.signature(key)
