@@ -16,14 +16,16 @@ from core.generate.sweep import Sweep, run_sweep
 def _cell(folder: Path):  # type: ignore[no-untyped-def]
     def cell(i: int, _progress) -> GenerateResult:  # type: ignore[no-untyped-def]
         p = GenerationParameters(prompt="x", seed=1)
-        path = save_png(folder / f"sweep-{i}.png", np.full((8, 8, 3), 40 * i, np.uint8), format_parameters(p))
+        rgb = np.full((8, 8, 3), 40 * i, np.uint8)
+        path = save_png(folder / f"sweep-{i}.png", rgb, format_parameters(p))
         return GenerateResult((GeneratedImage(path, p, format_parameters(p), label=path.stem),), 1, 0.1, {}, 0)
 
     return cell
 
 
 def test_a_sweep_result_names_its_grid_and_cells(tmp_path: Path) -> None:
-    result = run_sweep(Sweep("a", (0.4, 1.0)), "my sweep", (1.0, 1.0), lambda m, c: None, _cell(tmp_path), print)
+    sweep = Sweep("a", (0.4, 1.0))
+    result = run_sweep(sweep, "my sweep", (1.0, 1.0), lambda m, c: None, _cell(tmp_path), print)
     assert [i.role for i in result.images] == ["grid", "cell", "cell"]
     assert result.images[0].path.name.endswith("-grid.png")
 
