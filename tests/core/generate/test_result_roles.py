@@ -18,7 +18,8 @@ def _cell(folder: Path):  # type: ignore[no-untyped-def]
         p = GenerationParameters(prompt="x", seed=1)
         rgb = np.full((8, 8, 3), 40 * i, np.uint8)
         path = save_png(folder / f"sweep-{i}.png", rgb, format_parameters(p))
-        return GenerateResult((GeneratedImage(path, p, format_parameters(p), label=path.stem),), 1, 0.1, {}, 0)
+        image = GeneratedImage(path, p, format_parameters(p), label=path.stem)
+        return GenerateResult((image,), 1, 0.1, {}, 0)
 
     return cell
 
