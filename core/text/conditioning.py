@@ -2,7 +2,7 @@
 :class:`~core.archs.protocols.TextConvention`.
 
 The convention (an architecture package's: ``core/archs/unet/text.py`` for SD1/SD2/SDXL/refiner,
-``core/archs/mmdit/text.py`` for SD3, ``core/archs/flux/text.py``, ``core/archs/pixart/text.py``;
+``core/archs/mmdit/text.py`` for SD3, ``core/archs/flux/text.py``, ``core/archs/t5_text/text.py``;
 docs/text.md has the table) says which encoder towers a prompt goes through and how their outputs
 combine; this module runs the towers (weights, windows, CLIP-skip) and caches nothing. The
 generation pipeline turns a :class:`PromptConditioning` into the network's batched
