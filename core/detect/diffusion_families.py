@@ -184,24 +184,6 @@ FLUX_FAMILIES = (
     _flux("chroma", "Chroma", "chroma", CHROMA),
 )  # fmt: skip
 
-# -- PixArt-α and PixArt-Σ (core/archs/pixart) -----------------------------------------------------
-#: ComfyUI's ``PixArtSigma`` / ``PixArtAlpha``: T5-XXL alone in ComfyUI's PixArt T5 encoding
-#: (``pixart_t5``: no padding, no mask, the empty window all padding; Chroma's too); an SD 4-channel
-#: VAE (Σ: SDXL's latent format, α: SD1's); a discrete eps table with betas linear from 1e-4 to
-#: 0.02; the usual 20 steps at CFG 4.5 (diffusers' PixArt pipelines) on the 1024-class sizes they
-#: were trained at. α's size micro-conditions are the network's (it reads them from the latent).
-PIXART = DiffusionSpec(
-    network="pixart", text="pixart_t5", text_encoders=("t5-xxl",), vae="vae-sd",
-    sampling=SamplingSpec(schedule="discrete", beta_schedule="linear", beta_start=0.0001, beta_end=0.02),
-    defaults=GenerationDefaults(cfg=4.5, steps=20, sizes=XL_SIZES), memory_profile="pixart",
-)  # fmt: skip
-PIXART_FAMILIES = (
-    diffusion("pixart-alpha", "PixArt-α", classify_pixart, 4, "fp16", latent_format="sd1", spec=PIXART,
-              lora_group="pixart"),
-    diffusion("pixart-sigma", "PixArt-Σ", classify_pixart, 4, "fp16", latent_format="sdxl", spec=PIXART,
-              lora_group="pixart"),
-)  # fmt: skip
-
 # -- detected, not generated yet -------------------------------------------------------------------
 #: AuraFlow's schedule is known; its network and prompt encoding are not implemented yet.
 AURAFLOW = DiffusionSpec(
@@ -236,6 +218,24 @@ DETECTED_FAMILIES = (
     ),
     diffusion("hunyuan-video", "HunyuanVideo", classify_hunyuan_video, 16, fp16_unsafe=True),
     diffusion("ltxv", "LTX-Video", classify_ltxv, 128, fp16_unsafe=True),
+)  # fmt: skip
+
+# -- PixArt-α and PixArt-Σ (core/archs/pixart) -----------------------------------------------------
+#: ComfyUI's ``PixArtSigma`` / ``PixArtAlpha``: T5-XXL alone in ComfyUI's PixArt T5 encoding
+#: (``pixart_t5``: no padding, no mask, the empty window all padding; Chroma's too); an SD 4-channel
+#: VAE (Σ: SDXL's latent format, α: SD1's); a discrete eps table with betas linear from 1e-4 to
+#: 0.02; the usual 20 steps at CFG 4.5 (diffusers' PixArt pipelines) on the 1024-class sizes they
+#: were trained at. α's size micro-conditions are the network's (it reads them from the latent).
+PIXART = DiffusionSpec(
+    network="pixart", text="pixart_t5", text_encoders=("t5-xxl",), vae="vae-sd",
+    sampling=SamplingSpec(schedule="discrete", beta_schedule="linear", beta_start=0.0001, beta_end=0.02),
+    defaults=GenerationDefaults(cfg=4.5, steps=20, sizes=XL_SIZES), memory_profile="pixart",
+)  # fmt: skip
+PIXART_FAMILIES = (
+    diffusion("pixart-alpha", "PixArt-α", classify_pixart, 4, "fp16", latent_format="sd1", spec=PIXART,
+              lora_group="pixart"),
+    diffusion("pixart-sigma", "PixArt-Σ", classify_pixart, 4, "fp16", latent_format="sdxl", spec=PIXART,
+              lora_group="pixart"),
 )  # fmt: skip
 
 #: in the order detection has always tried them (ties between equal scores go to the earlier)
