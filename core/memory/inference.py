@@ -112,9 +112,14 @@ def network_profile(family: str | None, model: object) -> tuple[str | None, int 
     return profile, net.width(config) if net is not None and config is not None else None
 
 
+def _per_pixel(name: str) -> float:
+    """Bytes per element-byte per pixel of a profile's measured CPU model (its N term)."""
+    return COEFFICIENTS[(name, "cpu_flash")].per_position / PROFILES[name].latent_stride ** 2
+
+
 #: The profile assumed for a family without a measured model: the largest activations measured
-#: per pixel (an upper bound rather than a guess low enough to run out of memory).
-FALLBACK_PROFILE = "flux"
+#: per pixel (an upper bound rather than a guess low enough to run out of memory; Flux's today).
+FALLBACK_PROFILE = max((n for n in PROFILES if (n, "cpu_flash") in COEFFICIENTS), key=_per_pixel)
 
 
 def activation_bytes(profile: str | None, work: Workload, width: int | None = None) -> int:
