@@ -12,13 +12,13 @@ random tiny VAE nothing is.)
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 import torch
 
+from core.archs.catalog import find_in_packages
 from core.archs.preview import LatentPreview, fit_linear_preview
-from core.models.vae import AutoencoderKL
 
 
 class Previewer(Protocol):
@@ -27,20 +27,9 @@ class Previewer(Protocol):
     def rgb(self, latent: torch.Tensor) -> np.ndarray: ...
 
 
-def fit_latent_preview(
-    vae: AutoencoderKL, *, samples: int = 4, size: int = 8, seed: int = 0
-) -> LatentPreview:
-    """Fit the latent -> RGB map of ``vae`` (see the module docstring)."""
-    param = next(vae.parameters(), None)
-    device = param.device if param is not None and param.device.type != "meta" else torch.device("cpu")
-
-    def decode(z: torch.Tensor) -> torch.Tensor:
-        with torch.inference_mode():
-            return vae.decode(z.to(device)).to("cpu", torch.float32)
-
-    return fit_linear_preview(
-        decode, vae.config.latent_channels, vae.config.downscale, samples=samples, size=size, seed=seed
-    )
+def __getattr__(name: str) -> Any:
+    """``fit_latent_preview`` (the KL-VAE's fit) by the import path older callers use."""
+    return find_in_packages("codec", name)
 
 
-__all__ = ["LatentPreview", "Previewer", "fit_latent_preview", "fit_linear_preview"]
+__all__ = ["LatentPreview", "Previewer", "fit_linear_preview"]

@@ -59,6 +59,22 @@ def decode_bytes(vae: AutoencoderKL, batch: int, height: int, width: int, dtype:
     return int(batch * size * (1.5 * widest + attention))
 
 
+def fit_latent_preview(
+    vae: AutoencoderKL, *, samples: int = 4, size: int = 8, seed: int = 0
+) -> LatentPreview:
+    """Fit the latent -> RGB map of ``vae`` from its decodes of a few smooth latents (in the
+    model's space: the sampler's denoised latents are previewed)."""
+    param = next(vae.parameters(), None)
+    device = param.device if param is not None and param.device.type != "meta" else torch.device("cpu")
+
+    def decode(z: Tensor) -> Tensor:
+        with torch.inference_mode():
+            return vae.decode(z.to(device)).to("cpu", torch.float32)
+
+    channels, downscale = vae.config.latent_channels, vae.config.downscale
+    return fit_linear_preview(decode, channels, downscale, samples=samples, size=size, seed=seed)
+
+
 def _vae(module: nn.Module) -> AutoencoderKL:
     return cast(AutoencoderKL, module)
 
@@ -93,15 +109,7 @@ class KLCodec:
         return decode_bytes(_vae(module), batch, height, width, dtype)
 
     def preview(self, module: nn.Module) -> LatentPreview:
-        vae = _vae(module)
-        param = next(vae.parameters(), None)
-        device = param.device if param is not None and param.device.type != "meta" else torch.device("cpu")
-
-        def decode(z: Tensor) -> Tensor:
-            with torch.inference_mode():
-                return vae.decode(z.to(device)).to("cpu", torch.float32)
-
-        return fit_linear_preview(decode, vae.config.latent_channels, vae.config.downscale)
+        return fit_latent_preview(_vae(module))
 
 
 CODEC = KLCodec()
