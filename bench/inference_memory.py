@@ -14,8 +14,8 @@ are irrelevant to activation memory (shapes alone decide it).
 On CUDA it also reports ``torch.cuda.max_memory_allocated`` above what was allocated before the
 step (``cuda_peak_bytes``): that includes kernel workspaces (cuDNN, cuBLAS) the tracker cannot see.
 
-``--fit`` prints least-squares coefficients (relative error) for ``core/memory/inference.py``'s
-table from the rows measured. Usage::
+``--fit`` prints least-squares coefficients (relative error) for a network's memory models (the
+``MEMORY`` of its package, ``core/archs/<arch>/net.py``) from the rows measured. Usage::
 
     python -m bench.inference_memory [--device cpu] [--kinds sd1,sdxl,flux,pixart] [--sizes 256,384]
         [--batches 1] [--dtypes fp32] [--attention default,math] [--fit]
