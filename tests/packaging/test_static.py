@@ -126,6 +126,8 @@ def _keep():  # type: ignore[no-untyped-def]
         ("PySide6/plugins/platforms/qwindows.dll", True),
         ("PySide6/Qt/plugins/platforms/libqeglfs.so", False),
         ("PySide6/Qt/plugins/imageformats/libqsvg.so", True),
+        ("PySide6/Qt/plugins/platformthemes/libqgtk3.so", False),  # loads the host's GTK3 stack
+        ("PySide6/Qt/plugins/platformthemes/libqxdgdesktopportal.so", True),
         ("PySide6/Qt/translations/qtbase_de.qm", False),
         ("PySide6\\translations\\qtbase_de.qm", False),
     ],
