@@ -5,7 +5,8 @@
 #
 # 1. time to window: the app starts on a virtual X screen (Xvfb) with an empty home (a first
 #    start) and the clock stops when its main window is mapped and visible (polled with xdotool
-#    every 10 ms); then the app is closed. Nothing is added to the app for this.
+#    every 10 ms); then the app is sent SIGTERM and must exit with status 0 within 30 s (as at a
+#    log-out). Nothing is added to the app for this.
 # 2. end to end: packaging/smoke.sh (start, demo library, checkpoint load, LoRA, test run,
 #    screenshot, exit).
 # Each is run RUNS times warm (files in the page cache) and, as root, once cold first (the page
@@ -47,8 +48,21 @@ time_to_window() {
         sleep 0.01
     done
     end=$EPOCHREALTIME
-    kill "$pid"
-    wait "$pid" 2> /dev/null || true
+    # SIGTERM closes the window through its event loop (app/gui/stop_signals.py), as a log-out does
+    kill -TERM "$pid"
+    for _ in $(seq 300); do kill -0 "$pid" 2> /dev/null || break; sleep 0.1; done
+    if kill -0 "$pid" 2> /dev/null; then
+        kill -KILL "$pid"
+        echo "measure: the app ignored SIGTERM for 30 s (killed)" >&2
+        exit 1
+    fi
+    local status=0
+    wait "$pid" 2> /dev/null || status=$?
+    if [ "$status" -ne 0 ]; then
+        echo "measure: the app exited with status $status after SIGTERM:" >&2
+        cat "$tmp/app.log" >&2
+        exit 1
+    fi
     awk -v a="$start" -v b="$end" 'BEGIN { printf "%.2f", b - a }'
 }
 

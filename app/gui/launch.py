@@ -124,6 +124,9 @@ def run_gui(
     from app.gui.compat import guard_none_refcount
     from app.gui.demo_flow import DemoFlow
     from app.gui.main_window import own_models_folder
+    from app.gui.settings import AppSettings
+    from app.gui.stop_signals import StopSignals
+    from app.gui.update_notice import start_update_check
 
     guard_none_refcount()
     _leave_a_core_for_the_window()
@@ -134,6 +137,8 @@ def run_gui(
     app.setApplicationDisplayName("Loadout")
     app.setDesktopFileName("loadout")  # Wayland matches the window to loadout.desktop (icon, grouping)
     with contextlib.ExitStack() as scope:
+        # from here SIGTERM/SIGINT/SIGHUP (a log-out, kill, Ctrl-C) close the window via the loop
+        stops = scope.enter_context(StopSignals(lambda: _close(app)))
         if demo:
             # the demo session neither reads nor changes the user's folders and settings
             tmp = scope.enter_context(tempfile.TemporaryDirectory(prefix="loadout-demo-"))
@@ -146,6 +151,7 @@ def run_gui(
             with contextlib.suppress(OSError):  # Loadout's own model folder, listed when it exists
                 own_models_folder().mkdir(parents=True, exist_ok=True)
             window = build_window(cache_path=default_cache_path())
+            start_update_check(window, AppSettings.load(window.store).check_updates)
         if window_size is not None:
             window.resize(*window_size)  # before show: the default layout is arranged for this size
         window.show()
@@ -161,4 +167,14 @@ def run_gui(
             window.close()
         if flow is not None and flow.exit_code is not None:
             code = flow.exit_code
+        code = stops.exit_code(code)
     return code
+
+
+def _close(app: object) -> None:
+    """A stop signal's end: every window closed as the artist would close it, then the loop ends."""
+    from PySide6.QtWidgets import QApplication
+
+    assert isinstance(app, QApplication)
+    app.closeAllWindows()
+    app.quit()

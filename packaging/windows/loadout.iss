@@ -88,18 +88,18 @@ Type: filesandordirs; Name: "{app}\_internal"
 Type: dirifempty; Name: "{app}"
 
 [Code]
-{ Ask at uninstall whether to remove settings, cache and the demo library as well.
+{ Ask at uninstall whether to remove settings, cache, the queue and the demo library as well.
   Paths as Qt's QStandardPaths and QSettings give them on Windows. Own models are kept. }
 procedure CurUninstallStepChanged(CurUninstallStep: TUninstallStep);
 var
-  Data: String;
+  Data, Queue: String;
 begin
   if CurUninstallStep = usPostUninstall then
   begin
     if UninstallSilent then
       exit;
-    if MsgBox('Also remove Loadout''s settings, cache and demo library?' + #13#10 +
-              '(Model files and model folders are never removed.)',
+    if MsgBox('Also remove Loadout''s settings, cache, queue and demo library?' + #13#10 +
+              '(Model files, model folders and your pictures are never removed.)',
               mbConfirmation, MB_YESNO or MB_DEFBUTTON2) = IDYES then
     begin
       RegDeleteKeyIncludingSubkeys(HKCU, 'Software\Loadout');
@@ -109,6 +109,14 @@ begin
       { the own models folder only if it is empty }
       RemoveDir(Data + '\models');
       RemoveDir(Data);
+      { the queue file: Qt's AppDataLocation, %APPDATA%\Loadout\Loadout }
+      Queue := ExpandConstant('{userappdata}\Loadout\Loadout');
+      DeleteFile(Queue + '\queue.sqlite');
+      DeleteFile(Queue + '\queue.sqlite-wal');
+      DeleteFile(Queue + '\queue.sqlite-shm');
+      DeleteFile(Queue + '\queue.sqlite-journal');
+      RemoveDir(Queue);
+      RemoveDir(ExpandConstant('{userappdata}\Loadout'));
     end;
   end;
 end;
