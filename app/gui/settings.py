@@ -275,7 +275,9 @@ class SettingsDialog(QDialog):
             "empty: in this process; or a Ray address (HOST:6379, ray://HOST:10001, local:2)"
         )
         self.ray.setToolTip(
-            "Where the Queue runs its jobs: here, or on a Ray cluster (pip install 'loadout[cluster]')"
+            "Where the Queue runs its jobs: here, or on a Ray cluster (needs Loadout installed as a Python "
+            "package with its cluster extra: python -m pip install 'loadout[cluster]'; the ready-to-run "
+            "downloads run jobs here only)"
         )
         queue = QGroupBox("Queue")
         queue_form = QFormLayout(queue)
