@@ -61,7 +61,9 @@ class StopSignals(QObject):
         for sig, handler in self._previous.items():
             signal.signal(sig, handler)  # type: ignore[arg-type]
         if self._chained != -2:
-            signal.set_wakeup_fd(self._chained)
+            # hand the wakeup back as it was, unless another one was set after ours (it stays)
+            current = signal.set_wakeup_fd(-1)
+            signal.set_wakeup_fd(self._chained if current == self._write.fileno() else current)
         self.notifier.setEnabled(False)
         self._read.close()
         self._write.close()
