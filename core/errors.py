@@ -24,6 +24,7 @@ class ErrorCode(StrEnum):
     BAD_PROMPT_WEIGHT = "bad_prompt_weight"
     BAD_QUEUE_FILE = "bad_queue_file"
     CLUSTER_LOST = "cluster_lost"
+    CLUSTER_UNAVAILABLE = "cluster_unavailable"
     CLUSTER_UNREACHABLE = "cluster_unreachable"
     CLUSTER_WORKERS = "cluster_workers"
     CONFIG_UNREADABLE = "config_unreadable"

@@ -3,9 +3,13 @@
 Run from anywhere with any Python 3.11+ (it only needs the standard library itself)::
 
     python3 packaging/build.py                  # venv + icons + PyInstaller + platform package
-    python3 packaging/build.py --torch-index https://download.pytorch.org/whl/cu128   # CUDA torch
+    python3 packaging/build.py --torch-index https://download.pytorch.org/whl/cu130 --flavor cuda
     python3 packaging/build.py --torch-index https://download.pytorch.org/whl/cpu --flavor cpu
     python3 packaging/build.py --reuse-venv     # keep build/pack-venv's packages, reinstall the app only
+    python3 packaging/build.py --update-feed URL   # the release feed the app's update check reads
+
+``packaging/torch_wheels.py`` checks first that the index has the pinned torch (CI runs it as
+its first step).
 
 Steps:
 
@@ -26,6 +30,7 @@ The Windows installer (Inno Setup) and the macOS disk image are made from the re
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import platform
 import shutil
@@ -85,6 +90,16 @@ def reinstall_app() -> None:
     run([venv_python(), "-m", "pip", "install", "-q", "--no-deps", "--force-reinstall", "."])
 
 
+def write_release_info(feed: str | None) -> None:
+    """``build/pack/release.json``: the feed the update check reads (the spec bundles it as
+    ``app/release.json``); without ``--update-feed`` no file, and the app offers no check."""
+    path = ROOT / "build" / "pack" / "release.json"
+    path.unlink(missing_ok=True)
+    if feed:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps({"feed": feed, "version": version()}, indent=1) + "\n")
+
+
 def render_icons() -> None:
     env = dict(os.environ, QT_QPA_PLATFORM="offscreen")
     run([venv_python(), PACKAGING / "render_icons.py", ROOT / "app/resources/loadout.svg", ICONS], env=env)
@@ -124,12 +139,16 @@ def main() -> int:
     )
     parser.add_argument("--no-package", action="store_true", help="stop after PyInstaller (no tarball)")
     parser.add_argument("--flavor", help="a tag for the tarball's name, e.g. cpu or cuda")
+    parser.add_argument(
+        "--update-feed", help="the URL of the release feed (latest.json) the app's opt-in update check reads"
+    )
     args = parser.parse_args()
     start = time.monotonic()
     if args.reuse_venv and venv_python().exists():
         reinstall_app()
     else:
         make_venv(args.torch_index)
+    write_release_info(args.update_feed)
     render_icons()
     pyinstaller()
     if sys.platform.startswith("linux") and not args.no_package:

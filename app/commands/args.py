@@ -38,6 +38,22 @@ BYTES = NumberRange(
 )
 
 
+DEVICE_HELP = "cpu, cuda or mps (default: the Mac's GPU, mps, where there is one; else cpu)"
+
+
+def default_device(mps_available: Callable[[], bool] | None = None) -> str:
+    """The device when ``--device`` is left out: a Mac's GPU (MPS) where torch has one, else the
+    CPU. On a Mac the GPU shares the computer's memory, so using it costs nothing the CPU would
+    have had, and it is what an artist expects; an NVIDIA card stays opt-in (``--device cuda``), as
+    the command line has always behaved there."""
+    if mps_available is None:
+        import torch
+
+        backend = getattr(torch.backends, "mps", None)
+        mps_available = backend.is_available if backend is not None else (lambda: False)
+    return "mps" if mps_available() else "cpu"
+
+
 def parse_bytes(text: str, limits: NumberRange = VRAM_LIMIT) -> int:
     """``4GiB``, ``512MiB``, ``4294967296`` -> bytes within ``limits`` (``0``, ``-1``, ``inf`` and
     ``1e400`` are refused for a VRAM limit: they never silently mean "no limit")."""

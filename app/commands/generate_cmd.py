@@ -19,7 +19,16 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from app.commands.args import int_type, number_type, parse_bytes, parse_controlnet, parse_lora, parse_size
+from app.commands.args import (
+    DEVICE_HELP,
+    default_device,
+    int_type,
+    number_type,
+    parse_bytes,
+    parse_controlnet,
+    parse_lora,
+    parse_size,
+)
 from app.commands.hires_args import add_hires_arguments, hires_from_arguments
 from app.commands.stopping import guarded_inputs, report_stop, stop_signals
 from app.demo import with_demo_note
@@ -116,7 +125,7 @@ def _add_workflows(p: argparse.ArgumentParser) -> None:
 
 def _add_run(p: argparse.ArgumentParser) -> None:
     """Where it runs, the output and the report."""
-    p.add_argument("--device", default="cpu", help="cpu or cuda (default cpu)")
+    p.add_argument("--device", default=None, help=DEVICE_HELP)
     p.add_argument(
         "--dtype", choices=list(DTYPES),
         help="compute dtype (default: the device's policy); fp8_e4m3fn: fp8 matmul where the card has it",
@@ -172,7 +181,7 @@ def _request(args: argparse.Namespace) -> GenerateRequest:
         output=Path(args.output),
         # an existing folder: the pictures go into it, numbered as the window numbers them
         output_is_folder=Path(args.output).is_dir(),
-        device=args.device,
+        device=args.device or default_device(),
         dtype=parse_dtype(args.dtype) if args.dtype else None,
         vram_limit=parse_bytes(args.vram_limit) if args.vram_limit else None,
         sweep=parse_strengths(args.sweep) if args.sweep else (),

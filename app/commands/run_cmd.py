@@ -10,7 +10,15 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from app.commands.args import BYTES, int_type, parse_bytes, parse_lora, parse_size
+from app.commands.args import (
+    BYTES,
+    DEVICE_HELP,
+    default_device,
+    int_type,
+    parse_bytes,
+    parse_lora,
+    parse_size,
+)
 from app.commands.stopping import guarded_inputs, stop_signals
 from core.errors import InterruptedByUser
 from core.loading.convert_file import DTYPES, parse_dtype
@@ -35,7 +43,7 @@ def register(sub: Any) -> None:
     p.add_argument("--size", default="512x512", metavar="WxH")
     p.add_argument("--batch", type=int_type(BATCH), default=1)
     p.add_argument("--seed", type=int_type(SEED), default=0)
-    p.add_argument("--device", default="cpu", help="cpu or cuda (default cpu)")
+    p.add_argument("--device", default=None, help=DEVICE_HELP)
     p.add_argument("--vram-limit", metavar="BYTES", help="e.g. 4GiB: the budget the manager sees")
     p.add_argument(
         "--dtype", choices=list(DTYPES), default="fp32",
@@ -60,7 +68,7 @@ def run(args: argparse.Namespace) -> int:
         model=Path(args.model),
         loras=tuple(parse_lora(t) for t in args.lora),
         config=RunConfig(args.steps, width, height, args.batch, args.seed, parse_dtype(args.dtype)),
-        device=args.device,
+        device=args.device or default_device(),
         vram_limit=parse_bytes(args.vram_limit) if args.vram_limit else None,
         settings=MemorySettings(
             vram_state=VramState.parse(args.vram_mode) if args.vram_mode else None,

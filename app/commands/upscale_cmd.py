@@ -10,7 +10,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from app.commands.args import parse_bytes
+from app.commands.args import DEVICE_HELP, default_device, parse_bytes
 from core.errors import InterruptedByUser
 from core.generate.upscale_file import UpscaleRequest, upscale_file
 from core.upscale.tiled import SMALLEST_TILE, TILE
@@ -26,7 +26,7 @@ def register(sub: Any) -> None:
     p.add_argument("model", metavar="MODEL", help="an upscale model file (.pth, .safetensors)")
     p.add_argument("image", metavar="IMAGE", help="the picture (PNG, JPEG, WebP)")
     p.add_argument("-o", "--output", required=True, metavar="OUT.png")
-    p.add_argument("--device", default="cpu", help="cpu or cuda (default cpu)")
+    p.add_argument("--device", default=None, help=DEVICE_HELP)
     p.add_argument("--vram-limit", metavar="BYTES", help="e.g. 4GiB: the card size the manager sees")
     p.add_argument("--tile", type=int, default=TILE, help=f"tile size in input pixels (default {TILE})")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
@@ -38,7 +38,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"loadout: --tile must be at least {SMALLEST_TILE // 4}", file=sys.stderr)
         return 2
     request = UpscaleRequest(
-        Path(args.model), Path(args.image), Path(args.output), args.device,
+        Path(args.model), Path(args.image), Path(args.output), args.device or default_device(),
         parse_bytes(args.vram_limit) if args.vram_limit else None, args.tile,
     )  # fmt: skip
     interrupt = threading.Event()

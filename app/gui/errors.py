@@ -91,6 +91,7 @@ _CODES: dict[str, tuple[str, str, Level]] = {
     "write_failed": ("Cannot write the file", "The file could not be written there.", "error"),
     "bad_queue_file": ("Queue file unreadable", "The queue file is damaged.", "error"),
     "cluster_lost": ("Cluster went away", "The cluster stopped; its jobs stay queued.", "warning"),
+    "cluster_unavailable": ("No cluster support in this Loadout", "The jobs stay queued.", "warning"),
     "cluster_unreachable": ("Cannot reach the cluster", "No Ray cluster answered; check Settings.", "error"),
     "cluster_workers": ("No cluster workers", "The cluster has no worker that can run these jobs.", "error"),
     "missing_file": ("Model file missing", "A worker does not have a file this job needs.", "warning"),

@@ -118,12 +118,11 @@ def run_gui(
         and not (os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY"))
     ):
         os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")  # a smoke test on a machine without a screen
-    from PySide6.QtCore import QSettings
     from PySide6.QtWidgets import QApplication
 
     from app.gui.compat import guard_none_refcount
     from app.gui.demo_flow import DemoFlow
-    from app.gui.main_window import own_models_folder
+    from app.gui.stop_signals import StopSignals
 
     guard_none_refcount()
     _leave_a_core_for_the_window()
@@ -134,18 +133,9 @@ def run_gui(
     app.setApplicationDisplayName("Loadout")
     app.setDesktopFileName("loadout")  # Wayland matches the window to loadout.desktop (icon, grouping)
     with contextlib.ExitStack() as scope:
-        if demo:
-            # the demo session neither reads nor changes the user's folders and settings
-            tmp = scope.enter_context(tempfile.TemporaryDirectory(prefix="loadout-demo-"))
-            store = QSettings(str(Path(tmp) / "demo.ini"), QSettings.Format.IniFormat)
-            extra = (str(Path(extra_folder).resolve()),) if extra_folder else ()
-            window = build_window(
-                store=store, cache_path=None, include_own_folder=False, demo=True, session_folders=extra
-            )
-        else:
-            with contextlib.suppress(OSError):  # Loadout's own model folder, listed when it exists
-                own_models_folder().mkdir(parents=True, exist_ok=True)
-            window = build_window(cache_path=default_cache_path())
+        # from here SIGTERM/SIGINT/SIGHUP (a log-out, kill, Ctrl-C) close the window via the loop
+        stops = scope.enter_context(StopSignals(lambda: _close(app)))
+        window = _demo_window(scope, extra_folder) if demo else _user_window()
         if window_size is not None:
             window.resize(*window_size)  # before show: the default layout is arranged for this size
         window.show()
@@ -161,4 +151,39 @@ def run_gui(
             window.close()
         if flow is not None and flow.exit_code is not None:
             code = flow.exit_code
+        code = stops.exit_code(code)
     return code
+
+
+def _demo_window(scope: contextlib.ExitStack, extra_folder: str | None):  # type: ignore[no-untyped-def]
+    """The demo session's window: it neither reads nor changes the user's folders and settings."""
+    from PySide6.QtCore import QSettings
+
+    tmp = scope.enter_context(tempfile.TemporaryDirectory(prefix="loadout-demo-"))
+    store = QSettings(str(Path(tmp) / "demo.ini"), QSettings.Format.IniFormat)
+    extra = (str(Path(extra_folder).resolve()),) if extra_folder else ()
+    return build_window(
+        store=store, cache_path=None, include_own_folder=False, demo=True, session_folders=extra
+    )
+
+
+def _user_window():  # type: ignore[no-untyped-def]
+    """The artist's window on their settings, with the opt-in update check started if it is on."""
+    from app.gui.main_window import own_models_folder
+    from app.gui.settings import AppSettings
+    from app.gui.update_notice import start_update_check
+
+    with contextlib.suppress(OSError):  # Loadout's own model folder, listed when it exists
+        own_models_folder().mkdir(parents=True, exist_ok=True)
+    window = build_window(cache_path=default_cache_path())
+    start_update_check(window, AppSettings.load(window.store).check_updates)
+    return window
+
+
+def _close(app: object) -> None:
+    """A stop signal's end: every window closed as the artist would close it, then the loop ends."""
+    from PySide6.QtWidgets import QApplication
+
+    assert isinstance(app, QApplication)
+    app.closeAllWindows()
+    app.quit()

@@ -40,6 +40,7 @@ from core.generate.parameters import parse_parameters
 from core.generate.png import read_png_parameters
 from core.generate.request import GenerateRequest, ImageSettings, ModelFiles
 from core.patching.merge import LoraArg
+from core.queue.cluster_support import ray_pool_module
 from core.queue.grid import parse_axis
 from core.queue.grid_jobs import grid_jobs
 from core.queue.runner import LocalPool, Pool, QueueRunner
@@ -180,8 +181,9 @@ class QueuePanel(QWidget):
         address = self.ray_address().strip()
         if not address:
             return LocalPool(Worker("local", session=self.backend.session))
-        from core.queue import ray_pool  # the optional extra, only when a cluster is chosen
-
+        ray_pool = (
+            ray_pool_module()
+        )  # the optional extra, only when a cluster is chosen; plain words if absent
         return ray_pool.RayPool(ray_pool.connect(address))
 
     def run(self) -> None:

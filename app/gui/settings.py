@@ -49,6 +49,7 @@ class AppSettings:
     simulate_vram_mib: int = 0  # a simulated card (no GPU) or a cap on the real one; 0 = off
     ray_address: str = ""  # the queue's executor: "" in-process, else a Ray address or local:N
     fp8_matmul: bool = False  # the diffusion model's compute override fp8_e4m3fn (decided at load)
+    check_updates: bool = False  # opt-in: ask the release feed at start whether a newer Loadout exists
 
     def placement_config(self) -> PlacementConfig:
         return PlacementConfig(self.memory_settings(), max(0, self.simulate_vram_mib) * MIB)
@@ -92,6 +93,7 @@ class AppSettings:
                 simulate_vram_mib=int(get("memory/simulate_vram_mib", 0)),  # type: ignore[call-overload]
                 ray_address=str(get("queue/ray_address", "")),
                 fp8_matmul=get("memory/fp8_matmul", False) is True,
+                check_updates=get("app/check_updates", False) is True,
             )
         except (TypeError, ValueError):
             return d  # a hand-edited, broken settings file: start from the defaults
@@ -108,6 +110,7 @@ class AppSettings:
             "memory/simulate_vram_mib": self.simulate_vram_mib,
             "queue/ray_address": self.ray_address,
             "memory/fp8_matmul": self.fp8_matmul,
+            "app/check_updates": self.check_updates,
         }
         for key, value in values.items():
             store.setValue(key, json.dumps(value))
@@ -127,6 +130,13 @@ class SettingsDialog(QDialog):
         self.base = settings
         self.dark = QCheckBox("Dark theme")
         self.dark.setChecked(settings.dark_theme)
+        self.updates = QCheckBox(
+            "Tell me when a newer Loadout is released (asks the release page once per start)"
+        )
+        self.updates.setChecked(settings.check_updates)
+        self.updates.setToolTip(
+            "Off by default. Nothing is sent but the request; without a network it stays quiet."
+        )
         buttons = QDialogButtonBox(
             QDialogButtonBox.StandardButton.Ok | QDialogButtonBox.StandardButton.Cancel
         )
@@ -141,6 +151,7 @@ class SettingsDialog(QDialog):
         groups.addWidget(self._precision_group(settings))
         groups.addWidget(self._queue_group(settings))
         groups.addWidget(self.dark)
+        groups.addWidget(self.updates)
         # the groups scroll (the buttons stay): on a 1280x720 or smaller screen the whole dialog,
         # its wrapped texts at their full height, is taller than the screen
         self.body = QScrollArea(widgetResizable=True, frameShape=QFrame.Shape.NoFrame)
@@ -264,7 +275,9 @@ class SettingsDialog(QDialog):
             "empty: in this process; or a Ray address (HOST:6379, ray://HOST:10001, local:2)"
         )
         self.ray.setToolTip(
-            "Where the Queue runs its jobs: here, or on a Ray cluster (pip install 'loadout[cluster]')"
+            "Where the Queue runs its jobs: here, or on a Ray cluster (needs Loadout installed as a Python "
+            "package with its cluster extra: python -m pip install 'loadout[cluster]'; the ready-to-run "
+            "downloads run jobs here only)"
         )
         queue = QGroupBox("Queue")
         queue_form = QFormLayout(queue)
@@ -292,4 +305,5 @@ class SettingsDialog(QDialog):
             simulate_vram_mib=self.simulate.value(),
             ray_address=self.ray.text().strip(),
             fp8_matmul=self.fp8.isChecked(),
+            check_updates=self.updates.isChecked(),
         )

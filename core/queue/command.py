@@ -10,10 +10,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from core.errors import InterruptedByUser, LoadoutError
+from core.errors import InterruptedByUser
 from core.generate.hashes import FileHashes
 from core.generate.request import GenerateRequest
 from core.loading.assign import interrupt_check
+from core.queue.cluster_support import ray_pool_module
 from core.queue.grid import Axis
 from core.queue.grid_jobs import grid_jobs
 from core.queue.runner import LocalPool, Pool, QueueRunner
@@ -46,15 +47,7 @@ def local_pool(
 def cluster_pool(address: str, request: GenerateRequest) -> Iterator[Pool]:
     """Workers on the Ray cluster at ``address`` (``local:N`` starts one here and stops it after);
     each worker looks for the request's files where the client has them too (folders of the hints)."""
-    try:
-        from core.queue import ray_pool
-    except ImportError:
-        raise LoadoutError(
-            "Ray is not installed",
-            why="--ray runs the cells on a Ray cluster, an optional part of Loadout",
-            fix="Install it with: pip install 'loadout[cluster]'",
-            code="missing_dependency",
-        ) from None
+    ray_pool = ray_pool_module()  # a plain-words ClusterUnavailable when Ray is not installed
     count = ray_pool.connect(address)
     folders = list(
         dict.fromkeys(p.resolve().parent for p in (*request.models.paths, *(a.path for a in request.loras)))

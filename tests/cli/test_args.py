@@ -72,3 +72,19 @@ def test_controlnet_arguments_keep_windows_drive_letters() -> None:
     assert parse_controlnet("cn.safetensors:h.png:0.8:0.1:0.9") == ControlNetUse(
         Path("cn.safetensors"), Path("h.png"), 0.8, 0.1, 0.9
     )
+
+
+def test_the_device_left_out_is_a_macs_gpu_where_there_is_one() -> None:
+    """A Mac's command line computed on the CPU unless told (the default was "cpu")."""
+    from app.cli import build_parser
+    from app.commands.args import default_device
+
+    assert default_device(lambda: True) == "mps" and default_device(lambda: False) == "cpu"
+    import torch
+
+    assert default_device() == ("mps" if torch.backends.mps.is_available() else "cpu")
+    parser = build_parser()
+    for argv in (["generate", "m.safetensors", "--prompt", "p", "-o", "x.png"], ["run", "m.safetensors"],
+                 ["upscale", "u.pth", "i.png", "-o", "o.png"]):  # fmt: skip
+        assert parser.parse_args(argv).device is None, argv  # resolved by default_device() at run time
+        assert parser.parse_args([*argv, "--device", "cpu"]).device == "cpu"

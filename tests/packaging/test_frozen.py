@@ -125,3 +125,61 @@ def test_frozen_command_line(tmp_path: Path) -> None:
     )
     assert inspected.returncode == 0, inspected.stderr
     assert "checkpoint" in inspected.stdout and "sd1" in inspected.stdout
+
+
+def test_frozen_ray_message_is_plain_words(tmp_path: Path) -> None:
+    """The bundle carries no Ray: a cluster grid says what to do, never a bug or a traceback."""
+    binary = _binary()
+    cli = binary.with_name("loadout-cli.exe") if sys.platform == "win32" else binary
+    env = _bare_env(tmp_path / "home", tmp_path)
+    from tests.fixtures.layouts_diffusion import sd1_checkpoint
+    from tests.fixtures.st_files import write_sparse
+
+    checkpoint = write_sparse(tmp_path / "sd1.safetensors", sd1_checkpoint())  # the Ray check comes first
+    run = subprocess.run(
+        [str(cli), "generate", str(checkpoint), "--prompt", "a fox", "--x", "seed:1,2",
+         "--ray", "local:2", "-o", str(tmp_path / "grid")],
+        env=env, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert run.returncode == 2, run.stderr
+    assert "This download of Loadout cannot run jobs on a Ray cluster" in run.stderr, run.stderr
+    assert "bug" not in run.stderr and "Traceback" not in run.stderr and "ModuleNotFound" not in run.stderr
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
+def test_frozen_window_ends_on_sigterm(tmp_path: Path) -> None:
+    """A log-out's SIGTERM closes the frozen window through its event loop: exit 0, promptly."""
+    import signal
+    import time
+
+    home = tmp_path / "home"
+    home.mkdir()
+    env = _bare_env(home, tmp_path)
+    window = subprocess.Popen(
+        [str(_binary())], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+    cache = home / ".cache" / "Loadout" / "inspect-cache.sqlite"
+    if sys.platform == "darwin":
+        cache = home / "Library" / "Caches" / "Loadout" / "inspect-cache.sqlite"
+    try:
+        deadline = time.monotonic() + 120
+        while not cache.exists() and window.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert window.poll() is None, window.communicate()[0]
+        time.sleep(1.0)
+        window.send_signal(signal.SIGTERM)
+        output, _ = window.communicate(timeout=60)
+    finally:
+        if window.poll() is None:
+            window.kill()
+            window.wait()
+    assert window.returncode == 0, output
+    assert "Traceback" not in output and "KeyboardInterrupt" not in output, output
+
+
+def test_frozen_app_bundles_its_release_feed() -> None:
+    """Built with --update-feed (as CI does): the update check has a feed to read."""
+    folder = _app_folder(_binary())
+    found = [p for p in folder.rglob("release.json") if p.parent.name == "app"]
+    assert found, "no app/release.json in the bundle (build.py --update-feed)"
+    assert "latest.json" in found[0].read_text()

@@ -126,6 +126,8 @@ def _keep():  # type: ignore[no-untyped-def]
         ("PySide6/plugins/platforms/qwindows.dll", True),
         ("PySide6/Qt/plugins/platforms/libqeglfs.so", False),
         ("PySide6/Qt/plugins/imageformats/libqsvg.so", True),
+        ("PySide6/Qt/plugins/platformthemes/libqgtk3.so", False),  # loads the host's GTK3 stack
+        ("PySide6/Qt/plugins/platformthemes/libqxdgdesktopportal.so", True),
         ("PySide6/Qt/translations/qtbase_de.qm", False),
         ("PySide6\\translations\\qtbase_de.qm", False),
     ],
@@ -227,13 +229,28 @@ def test_install_and_uninstall_desktop_entry(tmp_path: Path) -> None:
     (own_models / "mine.safetensors").write_bytes(b"x")
     for made in (".config/Loadout", ".cache/Loadout", ".local/share/Loadout/demo-library"):
         (home / made).mkdir(parents=True)
-    subprocess.run(
-        [str(folder / "uninstall-desktop-entry.sh"), "--purge"], env=env, check=True, capture_output=True
-    )
+    queue = home / ".local/share/Loadout/Loadout/queue.sqlite"  # Qt's AppDataLocation (org/app)
+    queue.parent.mkdir(parents=True)
+    queue.write_bytes(b"SQLite format 3\0")
+    queue.with_name("queue.sqlite-wal").write_bytes(b"")
+    picture = home / "Pictures/Loadout/2026-11-27/00000-5.png"
+    picture.parent.mkdir(parents=True)
+    picture.write_bytes(b"\x89PNG")
+    uninstall = str(folder / "uninstall-desktop-entry.sh")
+    subprocess.run([uninstall, "--purge"], env=env, check=True, capture_output=True)
     assert not desktop.exists() and not (home / ".local/bin/loadout").exists()
     assert not (home / ".config/Loadout").exists() and not (home / ".cache/Loadout").exists()
     assert not (home / ".local/share/Loadout/demo-library").exists()
+    assert not (home / ".local/share/Loadout/Loadout").exists(), "the queue file stayed"
     assert (own_models / "mine.safetensors").is_file(), "--purge must never delete the user's models"
+    assert picture.is_file(), "--purge alone must never delete pictures"
+    picture.unlink()
+    subprocess.run([uninstall, "--purge"], env=env, check=True, capture_output=True)
+    assert not (home / "Pictures/Loadout").exists(), "an empty pictures folder Loadout made stays"
+    picture.parent.mkdir(parents=True)
+    picture.write_bytes(b"\x89PNG")
+    subprocess.run([uninstall, "--purge", "--purge-pictures"], env=env, check=True, capture_output=True)
+    assert not (home / "Pictures/Loadout").exists() and (home / "Pictures").is_dir()
 
 
 @pytest.mark.skipif(not shutil.which("bash"), reason="bash not installed")
