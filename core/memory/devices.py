@@ -260,10 +260,29 @@ def _cpu_name() -> str:
     return platform.processor() or platform.machine() or "CPU"
 
 
+def cuda_arch_supported(capability: tuple[int, int], arch_list: list[str]) -> bool:
+    """Whether a torch build compiled for ``arch_list`` (``torch.cuda.get_arch_list()``: ``sm_86``,
+    ``compute_90`` ...) has kernels an NVIDIA card of ``capability`` runs: machine code of the same
+    major version at or below its minor, or PTX at or below it (the driver compiles it). A CUDA 13
+    build has none for a GTX 10-series card (6.1): every kernel would fail with "no kernel image"."""
+    major, minor = capability
+    for arch in arch_list:
+        kind, _, digits = arch.partition("_")
+        if not digits.isdigit() or len(digits) < 2:
+            continue
+        built = (int(digits[:-1]), int(digits[-1]))
+        if kind == "sm" and built[0] == major and built[1] <= minor:
+            return True
+        if kind == "compute" and built <= capability:
+            return True
+    return not arch_list  # a build that does not say: assume it runs
+
+
 def _discover_cuda() -> list[DeviceInfo]:
     if not torch.cuda.is_available():
         return []
     hip = getattr(torch.version, "hip", None)
+    arches = [] if hip else list(torch.cuda.get_arch_list())
     out: list[DeviceInfo] = []
     for i in range(torch.cuda.device_count()):
         props: Any = torch.cuda.get_device_properties(i)
@@ -271,6 +290,14 @@ def _discover_cuda() -> list[DeviceInfo]:
         total = int(props.total_memory)
         integrated = bool(getattr(props, "is_integrated", False))
         cc = (int(props.major), int(props.minor))
+        if not hip and not cuda_arch_supported(cc, arches):
+            log.warning(
+                "device discovery: %s (compute capability %d.%d) is not supported by this build of "
+                "torch %s (built for %s); it is not used. Install the build for older cards "
+                "(docs/install.md: the CUDA 12.6 download).",
+                name, cc[0], cc[1], torch.__version__, " ".join(arches),
+            )  # fmt: skip
+            continue
         if hip:
             arch = str(getattr(props, "gcnArchName", "") or "gfx000")
             out.append(rocm_device(i, name, total, arch, capability=cc, integrated=integrated))

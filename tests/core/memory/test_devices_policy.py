@@ -561,3 +561,26 @@ def test_torch_cuda_probe_agrees_with_torch() -> None:
     assert probe.total() == total and abs(probe.free() - (driver_free + unused)) < 64 * MIB
     assert probe.reserved() >= 256 * MIB and probe.allocated() == torch.cuda.memory_allocated()
     assert probe.device_used() >= probe.reserved()
+
+
+@pytest.mark.parametrize(
+    ("capability", "arches", "runs"),
+    [
+        (
+            (6, 1),
+            ["sm_75", "sm_80", "sm_86", "sm_90", "sm_100", "sm_120", "compute_120"],
+            False,
+        ),  # GTX 1080, cu130
+        ((6, 1), ["sm_50", "sm_60", "sm_70", "sm_75", "sm_80", "sm_86", "sm_90"], True),  # cu126 build
+        ((8, 9), ["sm_75", "sm_80", "sm_86", "sm_90"], True),  # an RTX 4090 runs sm_86 code
+        ((12, 0), ["sm_75", "sm_80", "sm_86", "sm_90", "compute_90"], True),  # PTX, compiled by the driver
+        ((12, 0), ["sm_75", "sm_80", "sm_86", "sm_90"], False),  # an RTX 50 on a build without it
+        ((9, 0), [], True),
+    ],
+)
+def test_a_card_the_torch_build_has_no_kernels_for_is_not_used(
+    capability: tuple[int, int], arches: list[str], runs: bool
+) -> None:
+    from core.memory.devices import cuda_arch_supported
+
+    assert cuda_arch_supported(capability, arches) is runs
