@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 
-from core.archs.layouts import Architecture
+from core.archs.layouts import Architecture as Architecture
 from core.archs.llm import LLM_ARCHITECTURE
 from core.loading.convert.dit_diffusers import (
     chroma_diffusers_to_original,
