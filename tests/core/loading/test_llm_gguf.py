@@ -61,7 +61,7 @@ def test_llama_cpp_named_encoder_loads_quantized(tmp_path: Path, family: str, ar
         llama_cpp_name(k, gemma): (v + 1.0 if gemma and k.endswith("norm.weight") else v)
         for k, v in state.items()
     }
-    path, reference, types = write_comfy_gguf(tmp_path / "te.gguf", arch, stored, qtype)
+    path, reference, _types = write_comfy_gguf(tmp_path / "te.gguf", arch, stored, qtype)
     det = inspect_for_loading(path)[1]
     assert (det.kind, det.family) == ("text_encoder", family)
     assert check_file(path)["ok"]
