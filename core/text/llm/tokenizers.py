@@ -9,6 +9,7 @@ from typing import Protocol
 
 from core.files.safetensors import SafetensorsFile
 from core.text.llm.families import LlmTowerSpec
+from core.text.llm.gguf_vocab import gguf_spm_model
 from core.text.llm.qwen_bpe import qwen_tokenizer
 from core.text.llm.spm import SPIECE_KEY, SentencePieceMissing, SpmTokenizer, spiece_bytes
 
@@ -42,4 +43,6 @@ def tokenizer_for(spec: LlmTowerSpec, path: str | os.PathLike[str] | None) -> Ll
             why="no file was given",
             fix="load the encoder from its file",
         )
+    if Path(path).suffix.lower() == ".gguf":
+        return SpmTokenizer(gguf_spm_model(path), spec.special)
     return SpmTokenizer(spiece_from_file(path), spec.special)
