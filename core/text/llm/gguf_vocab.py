@@ -55,7 +55,7 @@ def gguf_spm_model(path: str | os.PathLike[str]) -> bytes:
             why=f"{len(tokens)} tokens, {len(scores)} scores, {len(types)} types",
             fix="get the file again",
         )
-    model = pb.ModelProto()
+    model = pb.ModelProto()  # type: ignore[attr-defined]  # generated protobuf module
     for piece, score, kind in zip(tokens, scores, types, strict=True):
         model.pieces.add(piece=str(piece), score=float(score), type=int(kind))
     spec = model.trainer_spec
