@@ -76,3 +76,28 @@ def test_lumina2_weights_against_the_empty_prompt_as_comfyui() -> None:
     expected = torch.where(w != 1.0, (h[:1] - h[1:]) * w + h[1:], h[:1])
     torch.testing.assert_close(out.hidden, expected, rtol=1e-5, atol=1e-5)
     assert not torch.allclose(out.hidden, h[:1])  # the weight changed the cat's positions
+
+
+def test_an_encoder_of_another_family_is_refused_in_words() -> None:
+    """Qwen's template ids on a Gemma-sized vocabulary: a clear refusal, not an index error."""
+    from core.errors import ModelMismatchError
+    from tests.fixtures.llm_files import model_from, random_state, small_config
+
+    cfg = small_config("gemma2-2b")  # 512 tokens: Qwen's <|im_start|> (151644) is past it
+    tower = LlmTower(model_from(cfg, random_state(cfg)), qwen_tokenizer(), Z_IMAGE_QWEN3)
+    with pytest.raises(ModelMismatchError, match="vocabulary"):
+        tower.encode("a cat")
+
+
+def test_a_gemma_file_without_spiece_model_reads_the_tokenizer_model_beside_it(tmp_path: object) -> None:
+    from pathlib import Path
+
+    from safetensors.torch import save_file
+
+    from core.text.llm import tokenizer_for
+
+    folder = Path(str(tmp_path))
+    save_file({"model.norm.weight": torch.ones(4)}, str(folder / "model.safetensors"))
+    (folder / "tokenizer.model").write_bytes(gemma_like_spm())
+    tok = tokenizer_for(LUMINA2_GEMMA2, folder / "model.safetensors")
+    assert tok.encode("a cat") == SpmTokenizer(gemma_like_spm()).encode("a cat")
