@@ -90,7 +90,10 @@ class LlmTower:
         return torch.cat(states, dim=-1).float() if len(states) > 1 else states[0].float()
 
     def encode(self, prompt: str) -> TowerOutput:
-        tokens = self.tokenize(prompt)
+        return self.encode_tokens(self.tokenize(prompt))
+
+    def encode_tokens(self, tokens: TokenizedPrompt) -> TowerOutput:
+        """The tower's output for a prompt :meth:`tokenize` gave."""
         (ids,) = tokens.ids()  # one window: LLM prompts are never split
         batch = [ids] + ([self.empty(len(ids))] if tokens.has_weights else [])
         hidden = self.run(batch)

@@ -101,3 +101,26 @@ def test_a_gemma_file_without_spiece_model_reads_the_tokenizer_model_beside_it(t
     (folder / "tokenizer.model").write_bytes(gemma_like_spm())
     tok = tokenizer_for(LUMINA2_GEMMA2, folder / "model.safetensors")
     assert tok.encode("a cat") == SpmTokenizer(gemma_like_spm()).encode("a cat")
+
+
+def test_conventions_build_llm_towers_by_kind() -> None:
+    """A convention's TowerSpec of kind "llm" builds the LLM tower (core.text.towers); Gemma's needs
+    the tokenizer read from its file, and says so without one."""
+    from core.errors import LoadoutError
+    from core.text.llm import LUMINA2_TOWER, Z_IMAGE_TOWER
+    from core.text.towers import TowerContext, build_tower
+    from tests.fixtures.llm_files import model_from, random_state, small_config
+
+    ctx = TowerContext("z_image", None, None, None, torch.float32, None)
+    qwen = small_config("qwen3-4b")
+    tower = build_tower(Z_IMAGE_TOWER, model_from(qwen, random_state(qwen)), ctx)
+    assert isinstance(tower, LlmTower) and tower.spec is Z_IMAGE_TOWER.options
+    gemma = dataclasses.replace(small_config("gemma2-2b"), vocab_size=700)  # the test model's 700 pieces
+    module = model_from(gemma, random_state(gemma))
+    with pytest.raises(LoadoutError, match="SentencePiece"):
+        build_tower(LUMINA2_TOWER, module, ctx)
+    tok = SpmTokenizer(gemma_like_spm())
+    with_tok = TowerContext("lumina2", None, None, None, torch.float32, None, {"gemma2-2b": tok})
+    built = build_tower(LUMINA2_TOWER, module, with_tok)
+    assert isinstance(built, LlmTower) and built.tokenizer is tok
+    assert built.encode("a cat").hidden.shape[-1] == gemma.hidden_size
