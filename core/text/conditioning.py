@@ -24,6 +24,8 @@ from core.archs.protocols import TextConvention, TowerOutput, TowerSpec
 from core.errors import ModelMismatchError
 from core.text.clip_tokenizer import ClipTokenizer
 from core.text.encode import TextTower, encode_weighted, tokenize
+from core.text.llm.encode import LlmTower
+from core.text.llm.tokenizers import LlmTokenizer
 from core.text.t5_tokenizer import T5Tokenizer
 from core.text.towers import TowerContext, build_tower
 
@@ -118,18 +120,29 @@ class PromptEncoder:
         clip_tokenizer: ClipTokenizer | None = None,
         t5_tokenizer: T5Tokenizer | None = None,
         options: EncodeOptions | None = None,
+        llm_tokenizers: Mapping[str, LlmTokenizer] | None = None,
     ) -> None:
+        """``llm_tokenizers``: by encoder family, the decoder-LLM tokenizers read from their files
+        (``core.text.llm.tokenizer_for(spec, path)``: Gemma's; Qwen's needs none)."""
         if family not in TEXTS:
             raise ValueError(f"unknown text family {family!r}; use one of {FAMILIES}")
         self.family = family
         self.convention: TextConvention = TEXTS[family]
         self.options = options or EncodeOptions()
         o = self.options
-        ctx = TowerContext(family, clip_tokenizer, t5_tokenizer, o.clip_skip, o.compute_dtype, o.device)
+        ctx = TowerContext(
+            family,
+            clip_tokenizer,
+            t5_tokenizer,
+            o.clip_skip,
+            o.compute_dtype,
+            o.device,
+            dict(llm_tokenizers or {}),
+        )
         self.towers = self._build(encoders, ctx)
 
-    def _build(self, encoders: TextEncoders, ctx: TowerContext) -> dict[str, TextTower]:
-        towers: dict[str, TextTower] = {}
+    def _build(self, encoders: TextEncoders, ctx: TowerContext) -> dict[str, TextTower | LlmTower]:
+        towers: dict[str, TextTower | LlmTower] = {}
         for spec in self.convention.towers:
             module = encoders.find(spec)
             if module is None:
@@ -143,6 +156,11 @@ class PromptEncoder:
         outputs: dict[str, TowerOutput] = {}
         missing: dict[str, None] = {}
         for name, tower in self.towers.items():
+            if isinstance(tower, LlmTower):  # template, weights and mask are the tower's own
+                llm_tokens = tower.tokenize(prompt)
+                missing.update(dict.fromkeys(llm_tokens.missing_embeddings))
+                outputs[name] = tower.encode_tokens(llm_tokens)
+                continue
             tokens = tokenize(tower, prompt)
             missing.update(dict.fromkeys(tokens.missing_embeddings))
             hidden, pooled = encode_weighted(tower, tokens)

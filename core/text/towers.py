@@ -1,11 +1,12 @@
 """A convention's :class:`~core.archs.protocols.TowerSpec` -> a runnable text tower, by the tower's
-kind (``options.kind``): CLIP and T5 today; a new encoder kind (a decoder LLM) adds its runner to
+kind (``options.kind``): CLIP, T5 and decoder LLMs (``core.text.llm``, which encode the whole
+prompt themselves: template, weights, mask); a new encoder kind adds its runner to
 :data:`TOWER_KINDS`. No family is named here: the convention says which towers and how."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import MappingProxyType
 
 import torch
@@ -14,10 +15,14 @@ from torch import nn
 from core.archs.protocols import ClipTowerSpec, T5TowerSpec, TowerSpec
 from core.errors import LoadoutError, ModelMismatchError
 from core.models.clip import CLIPTextModel
+from core.models.llm import LlmTextModel
 from core.models.t5 import T5Encoder
 from core.text.chunking import ChunkSpec
 from core.text.clip_tokenizer import ClipTokenizer
 from core.text.encode import ClipLayer, ClipTower, T5Tower, TextTower
+from core.text.llm.encode import LlmTower
+from core.text.llm.families import LlmTowerSpec
+from core.text.llm.tokenizers import LlmTokenizer, tokenizer_for
 from core.text.t5_tokenizer import T5Tokenizer
 
 
@@ -32,6 +37,9 @@ class TowerContext:
     clip_skip: int | None
     compute_dtype: torch.dtype
     device: torch.device | None
+    #: decoder-LLM tokenizers by encoder family id, for those that travel in the encoder's file
+    #: (Gemma's SentencePiece; ``core.text.llm.tokenizer_for``); Qwen's comes from its package
+    llm_tokenizers: Mapping[str, LlmTokenizer] = field(default_factory=dict)
 
     def clip_tok(self) -> ClipTokenizer:
         if self.clip_tokenizer is None:
@@ -76,12 +84,24 @@ def _t5(spec: TowerSpec, module: nn.Module, ctx: TowerContext) -> TextTower:
     )
 
 
-TowerBuilder = Callable[[TowerSpec, nn.Module, TowerContext], TextTower]
+def _llm(spec: TowerSpec, module: nn.Module, ctx: TowerContext) -> LlmTower:
+    opts = spec.options
+    if not isinstance(module, LlmTextModel) or not isinstance(opts, LlmTowerSpec):
+        raise _wrong_module(spec, module)
+    tokenizer = next(
+        (ctx.llm_tokenizers[e] for e in (spec.encoder, *spec.also) if e in ctx.llm_tokenizers), None
+    )
+    if tokenizer is None:
+        tokenizer = tokenizer_for(opts, None)  # Qwen's package vocabulary; Gemma's: refused in words
+    return LlmTower(module, tokenizer, opts, ctx.compute_dtype, ctx.device)
+
+
+TowerBuilder = Callable[[TowerSpec, nn.Module, TowerContext], TextTower | LlmTower]
 #: tower kind (``TowerSpec.options.kind``) -> how to build it
-TOWER_KINDS: Mapping[str, TowerBuilder] = MappingProxyType({"clip": _clip, "t5": _t5})
+TOWER_KINDS: Mapping[str, TowerBuilder] = MappingProxyType({"clip": _clip, "t5": _t5, "llm": _llm})
 
 
-def build_tower(spec: TowerSpec, module: nn.Module, ctx: TowerContext) -> TextTower:
+def build_tower(spec: TowerSpec, module: nn.Module, ctx: TowerContext) -> TextTower | LlmTower:
     builder = TOWER_KINDS.get(spec.options.kind)
     if builder is None:
         raise ModelMismatchError(
