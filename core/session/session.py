@@ -172,18 +172,21 @@ class Session:
             del previous  # freed by reference counting (no gc.collect: a full collection holds the
             # GIL for 100+ ms and would stall the GUI thread)
         info = self._info(loaded)
-        where = (
-            f"in system RAM, memory-mapped from the file; it is placed on "
-            f"{self.placement.describe().label} when asked or when it runs"
-            if self.placement.active
-            else "in system RAM, memory-mapped from the file; computed on the CPU (no GPU)"
-        )
         self._event(
             "load",
             f"load {path.name}",
-            f"{len(components)} component(s), {in_mib(info.bytes, 1)} in {seconds:.2f} s; {where}",
+            f"{len(components)} component(s), {in_mib(info.bytes, 1)} in {seconds:.2f} s; {self._where()}",
         )
         return info
+
+    def _where(self) -> str:
+        """Where a loaded model is until it runs (the load event's last clause)."""
+        if self.placement.active:
+            return (
+                f"in system RAM, memory-mapped from the file; it is placed on "
+                f"{self.placement.describe().label} when asked or when it runs"
+            )
+        return "in system RAM, memory-mapped from the file; computed on the CPU (no GPU)"
 
     def _dtype_choice(
         self, path: Path, kind: str, index: TensorIndex | None, detection: Detection | None
