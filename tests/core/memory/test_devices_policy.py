@@ -256,7 +256,7 @@ def test_limited_probe_on_the_cpu_charges_what_the_manager_placed() -> None:
 
 
 def test_nvml_reading_and_fallback(monkeypatch: pytest.MonkeyPatch) -> None:
-    from core.memory.probes import _Nvml
+    from core.memory.nvml import Nvml as _Nvml
 
     props = types.SimpleNamespace(uuid="1234-abcd", pci_bus_id=1, pci_device_id=0)
     calls: list[str] = []
@@ -283,7 +283,7 @@ def test_nvml_reading_and_fallback(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_nvml_counts_used_memory_as_nvidia_smi_does(monkeypatch: pytest.MonkeyPatch) -> None:
     """NVML's v1 ``used`` includes what the driver reserves; nvidia-smi shows v2's, without it (an
     H200 read 614 MiB more on the plot than in nvidia-smi). v1 where the driver has no v2."""
-    from core.memory.probes import _Nvml
+    from core.memory.nvml import Nvml as _Nvml
 
     reserved, used = 614 << 20, 3 * GIB
     asked: list[object] = []
