@@ -1,6 +1,7 @@
 """The other families' runs of ComfyUI's other 31 KSampler samplers against its KSampler: SD2-v,
 SD3 (flow: the rectified-flow ancestral forms and the logit half-log-SNR), Flux-dev at CFG 1 (the
-CFG++ samplers still evaluate the negative), and img2img at denoise 0.6 on SD1 and SD3. How the
+CFG++ samplers still evaluate the negative), img2img at denoise 0.6 on SD1 and SD3, and masked
+inpainting with the CFG++ samplers. How the
 goldens were made: ``test_golden_samplers_more.py``."""
 
 from __future__ import annotations

@@ -13,7 +13,9 @@ wrapped in ``ModelPatcher`` and run by ``comfy.sample.sample`` with the initial 
 ``comfy.sample.prepare_noise`` (as the KSampler node does), conditionings as
 :func:`toy.toy_conditioning`. Cases: every new sampler x normal/karras on SD1 at CFG 7.5; every
 one on SD2-v (simple), SD3 (simple), Flux-dev (beta, CFG 1) and SD1 at CFG 1; img2img at denoise
-0.6 on SD1 and SD3; 1-3 step runs; the three new schedulers with several samplers on SD1 and SD3.
+0.6 on SD1 and SD3; 1-3 step runs; the three new schedulers with several samplers on SD1 and SD3;
+inpainting with a noise mask (``noise_mask``) for the CFG++ samplers, whose negative estimate
+bypasses the mask.
 The same harness reproduces every case of ``comfy_samplers.json`` to 1e-5. Only numbers are
 kept; no ComfyUI code is in this repository.
 """
@@ -23,6 +25,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+import torch
 
 from core.sampling import SamplingRequest, StepProgress, empty_latent, sample
 from tests.core.sampling.toy import assert_matches, family_setup, image_latent, load_golden, toy_conditioning
@@ -50,7 +53,12 @@ def run_case(case: dict[str, Any]) -> None:
         scheduler=case["scheduler"],
         denoise=case["denoise"],
     )
-    out = sample(net, ms, fmt, latent, positive, negative, request, progress=steps_seen.append)
+    mask = None
+    if case.get("mask"):  # SetLatentNoiseMask: 16x16, resized to the latent as ComfyUI does
+        mask = (torch.rand(1, 16, 16, generator=torch.Generator().manual_seed(4)) > 0.5).float()
+    out = sample(
+        net, ms, fmt, latent, positive, negative, request, progress=steps_seen.append, denoise_mask=mask
+    )
     assert_matches(out, case["out"])
     assert len(steps_seen) == case["callbacks"]
     assert [p.step for p in steps_seen] == list(range(1, len(steps_seen) + 1))
