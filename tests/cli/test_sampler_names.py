@@ -10,6 +10,7 @@ import pytest
 
 from app.cli import build_parser
 from core.errors import LoadoutError
+from core.generate.parameters import SAMPLER_LABELS, SCHEDULER_LABELS, parse_parameters
 from core.sampling import SAMPLERS, SCHEDULERS, SamplingRequest
 from core.sampling.schedulers import COMFY_SCHEDULERS
 
@@ -66,3 +67,13 @@ def test_a_name_comfyui_does_not_have_is_refused_in_words(
         build_parser().parse_args(_generate(f"--{option}", name))
     err = capsys.readouterr().err
     assert f"invalid choice: '{name}'" in err and listed in err
+
+
+def test_every_a1111_label_names_a_sampler_the_engine_runs() -> None:
+    """A picture's ``Sampler``/``Schedule type`` text (A1111's spellings) is read back to one of
+    the registries' names, never to one the engine refuses."""
+    assert set(SAMPLER_LABELS) <= set(SAMPLERS) and set(SCHEDULER_LABELS) <= set(SCHEDULERS)
+    for label, name in (("DPM++ 3M SDE", "dpmpp_3m_sde"), ("LMS", "lms"), ("DPM2 a", "dpm_2_ancestral")):
+        text = f"a fox\nSteps: 9, Sampler: {label}, Schedule type: KL Optimal, CFG scale: 5, Seed: 1"
+        p = parse_parameters(text + ", Size: 64x64")
+        assert (p.sampler, p.scheduler) == (name, "kl_optimal")
