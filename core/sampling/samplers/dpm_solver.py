@@ -7,6 +7,7 @@ order 2 and 1 to spend the calls exactly). ``dpm_adaptive``: DPM-Solver-23 with 
 control (rtol 0.05, atol 0.0078, first step 0.05 in ``t``, integral controller, accept at 0.81);
 the number of model calls depends on the picture. As in ComfyUI's KSampler both run without
 noise (eta 0), and the result is the state at the last non-zero sigma (not denoised to 0).
+A model output that is not a number stops dpm_adaptive with an error (ComfyUI loops forever).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
+from core.errors import LoadoutError
 from core.sampling.samplers.base import ModelFn, SamplerContext
 
 
@@ -148,4 +150,11 @@ def sample_dpm_adaptive(
         error = torch.linalg.norm((x_low - x_high) / delta) / x.numel() ** 0.5
         if controller.propose(error):
             x_prev, x, s = x_low, x_high, t
+        if not math.isfinite(controller.h):  # a NaN estimate would never let the run end
+            raise LoadoutError(
+                "dpm_adaptive cannot choose its next step: the model's output is not a number",
+                why="the step-size control needs a finite error estimate (NaN or infinity came back)",
+                fix="pick another sampler, or a wider compute dtype (fp16 can overflow)",
+                code="error",
+            )
     return x
