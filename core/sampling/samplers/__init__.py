@@ -49,7 +49,15 @@ def _s(
     final_sigma: float | None = None,
     needs_uncond: bool = False,
 ) -> SamplerSpec:
-    return SamplerSpec(name, fn, stochastic, discard_penultimate_sigma, final_sigma, needs_uncond, summary)
+    return SamplerSpec(
+        name,
+        fn,
+        stochastic=stochastic,
+        discard_penultimate_sigma=discard_penultimate_sigma,
+        final_sigma=final_sigma,
+        needs_uncond=needs_uncond,
+        summary=summary,
+    )
 
 
 # In ComfyUI's order (KSAMPLER_NAMES, then ddim, uni_pc, uni_pc_bh2).
