@@ -41,9 +41,10 @@ from app.gui.workflow_hires import HiresControls
 from core.detect.spec import NO_MODEL_DEFAULTS, GenerationDefaults
 from core.errors import LoadoutError
 from core.generate.events import GenerateProgress, GenerateResult
-from core.generate.parameters import SAMPLER_LABELS, SCHEDULER_LABELS, GenerationParameters, parse_parameters
+from core.generate.parameters import SAMPLER_LABELS, GenerationParameters, parse_parameters
 from core.generate.png import read_png_parameters
 from core.generate.request import MAX_SEED, ImageSettings, Sampling
+from core.sampling import SAMPLERS, SCHEDULERS
 from core.values import CFG, GUIDANCE, STEPS
 
 
@@ -132,11 +133,14 @@ class GeneratePanel(QWidget):
         self.guidance.setToolTip(
             "Flux's distilled guidance (ComfyUI's FluxGuidance); CFG stays 1 for Flux-dev"
         )
+        # the engine's registries, so the lists hold exactly what the engine runs
         self.sampler = QComboBox()
-        for name, label in SAMPLER_LABELS.items():
-            self.sampler.addItem(f"{name}  ({label})", name)
+        for name, spec in SAMPLERS.items():
+            label = SAMPLER_LABELS.get(name)
+            self.sampler.addItem(f"{name}  ({label})" if label else name, name)
+            self.sampler.setItemData(self.sampler.count() - 1, spec.summary, Qt.ItemDataRole.ToolTipRole)
         self.scheduler = QComboBox()
-        for name in SCHEDULER_LABELS:
+        for name in SCHEDULERS:
             self.scheduler.addItem(name, name)
         for combo in (self.sampler, self.scheduler):  # the panel fits a 380 px dock
             combo.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)

@@ -45,6 +45,11 @@ SAMPLER_LABELS: dict[str, str] = {
     "dpmpp_2m_sde": "DPM++ 2M SDE",
     "dpmpp_sde": "DPM++ SDE",
     "dpmpp_2s_ancestral": "DPM++ 2S a",
+    "dpmpp_2m_sde_heun": "DPM++ 2M SDE Heun",
+    "dpmpp_3m_sde": "DPM++ 3M SDE",
+    "lms": "LMS",
+    "dpm_fast": "DPM fast",
+    "dpm_adaptive": "DPM adaptive",
     "lcm": "LCM",
     "ddim": "DDIM",
     "uni_pc": "UniPC",
@@ -58,6 +63,7 @@ SCHEDULER_LABELS: dict[str, str] = {
     "simple": "Simple",
     "beta": "Beta",
     "ddim_uniform": "DDIM",
+    "kl_optimal": "KL Optimal",
 }
 _SAMPLER_NAMES = {v.lower(): k for k, v in SAMPLER_LABELS.items()}
 _SCHEDULER_NAMES = {v.lower(): k for k, v in SCHEDULER_LABELS.items()}

@@ -35,6 +35,7 @@ from core.memory.peak import median_step_seconds
 from core.sampling import Conditioning as SamplingConditioning
 from core.sampling import SamplingRequest, StepProgress, empty_latent, latent_format_for, sample
 from core.sampling.model_sampling import from_spec
+from core.sampling.samplers import get_sampler
 from core.text.cache import CacheKey, ConditioningCache
 from core.text.clip_tokenizer import ClipTokenizer
 from core.text.conditioning import EncodeOptions, PromptConditioning, PromptEncoder, TextEncoders, encoder_ids
@@ -221,7 +222,9 @@ class Pipeline:
             hooks.progress(GenerateProgress("text_encode", 0, 0, "", None, hooks.image, hooks.images))
         positive = self._encode(settings.prompt, hooks)
         cfg = self.cfg(settings)
-        negative = None if cfg == 1.0 else self._encode(settings.negative, hooks)
+        # CFG 1 runs no negative pass, except for the CFG++ samplers, which step along it
+        needs_negative = cfg != 1.0 or get_sampler(settings.sampling.sampler).needs_uncond
+        negative = self._encode(settings.negative, hooks) if needs_negative else None
         missing = positive.missing_embeddings + (negative.missing_embeddings if negative else ())
         pos = self._to_sampling(positive, settings, negative=False)
         neg = None if negative is None else self._to_sampling(negative, settings, negative=True)

@@ -2,8 +2,10 @@
 
 ComfyUI's ``sampling_function``: with a CFG scale of 1 (``math.isclose``) the negative prompt is
 not evaluated at all; otherwise both run as one batch, negative items first, and
-``denoised = uncond + (cond - uncond) * scale``. Conditionings that cannot be concatenated (see
-:mod:`core.sampling.conditioning`) run as two passes with the same result.
+``denoised = uncond + (cond - uncond) * scale``. The CFG++ samplers also take the negative's own
+estimate (:meth:`CfgDenoiser.with_uncond`), for which the negative runs even at CFG 1.
+Conditionings that cannot be concatenated (see :mod:`core.sampling.conditioning`) run as two
+passes with the same result.
 """
 
 from __future__ import annotations
@@ -32,10 +34,19 @@ class CfgDenoiser:
         return self.negative is not None and not math.isclose(self.scale, 1.0)
 
     def __call__(self, x: Tensor, sigma: Tensor) -> Tensor:
+        if self.negative is None or not self.uses_negative:
+            return self.denoiser(x, sigma, self.positive.repeat_to(x.shape[0]))
+        return self.with_uncond(x, sigma)[0]
+
+    def with_uncond(self, x: Tensor, sigma: Tensor) -> tuple[Tensor, Tensor]:
+        """``(guided, uncond)`` with the negative evaluated whatever the scale (the CFG++
+        samplers' path; at CFG 1 the guided result is ``uncond + (cond - uncond)``, as ComfyUI
+        computes it). Without a negative prompt the positive's estimate is both."""
         batch = x.shape[0]
         positive = self.positive.repeat_to(batch)
-        if self.negative is None or not self.uses_negative:
-            return self.denoiser(x, sigma, positive)
+        if self.negative is None:
+            cond = self.denoiser(x, sigma, positive)
+            return cond, cond
         negative = self.negative.repeat_to(batch)
         if can_concat(negative, positive):
             both = self.denoiser(torch.cat([x, x]), torch.cat([sigma, sigma]), concat([negative, positive]))
@@ -43,4 +54,4 @@ class CfgDenoiser:
         else:
             uncond = self.denoiser(x, sigma, negative)
             cond = self.denoiser(x, sigma, positive)
-        return uncond + (cond - uncond) * self.scale
+        return uncond + (cond - uncond) * self.scale, uncond

@@ -20,7 +20,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from core.sampling.model_sampling import ModelSampling
-from core.sampling.samplers.base import ModelFn
+from core.sampling.samplers.base import ModelFn, with_uncond
 
 
 def latent_mask(mask: Tensor, shape: torch.Size | tuple[int, ...]) -> Tensor:
@@ -43,8 +43,19 @@ class MaskedDenoiser:
     latent: Tensor  # the starting latent in the model's space
 
     def __call__(self, x: Tensor, sigma: Tensor) -> Tensor:
-        keep = 1.0 - self.mask
+        return self._blend_out(self.inner(self._blend_in(x, sigma), sigma))
+
+    def with_uncond(self, x: Tensor, sigma: Tensor) -> tuple[Tensor, Tensor]:
+        """The CFG++ path: the guided estimate is masked, the negative's is passed on as the
+        inner model gave it (ComfyUI's post-CFG hook sees it before the mask)."""
+        denoised, uncond = with_uncond(self.inner, self._blend_in(x, sigma), sigma)
+        return self._blend_out(denoised), uncond
+
+    def _blend_in(self, x: Tensor, sigma: Tensor) -> Tensor:
         s = sigma.reshape(sigma.shape[0], *([1] * (x.ndim - 1)))
-        x = x * self.mask + self.sampling.noise_scaling(s, self.noise, self.latent, False) * keep
-        out = self.inner(x, sigma)
-        return out * self.mask + self.latent * keep
+        return x * self.mask + self.sampling.noise_scaling(s, self.noise, self.latent, False) * (
+            1.0 - self.mask
+        )
+
+    def _blend_out(self, out: Tensor) -> Tensor:
+        return out * self.mask + self.latent * (1.0 - self.mask)

@@ -91,15 +91,24 @@ class GaussianNoise:
 
 class BrownianNoise:
     """Normalised increments of one Brownian motion over sigma, so that steps of any size see
-    consistent noise (the same seed gives related noise whatever the step count)."""
+    consistent noise (the same seed gives related noise whatever the step count).
 
-    def __init__(self, like: Tensor, sigma_min: Tensor, sigma_max: Tensor, seed: int) -> None:
+    The tree lives on the CPU (device-independent pictures) unless ``on_device``: then it is built
+    on the latent's device, as ComfyUI's ``*_gpu`` samplers do (the same numbers on a CPU, other
+    numbers on a GPU)."""
+
+    def __init__(
+        self, like: Tensor, sigma_min: Tensor, sigma_max: Tensor, seed: int, *, on_device: bool = False
+    ) -> None:
         t0, t1 = torch.as_tensor(sigma_min), torch.as_tensor(sigma_max)
         self._flip = 1.0
         if not t0 < t1:
             t0, t1, self._flip = t1, t0, -1.0
-        w0 = torch.zeros_like(like).detach().cpu()
-        self._tree = torchsde.BrownianTree(t0.detach().cpu(), w0, t1.detach().cpu(), entropy=check_seed(seed))
+        self._on_device = on_device
+        w0 = torch.zeros_like(like).detach()
+        if not on_device:
+            t0, t1, w0 = t0.detach().cpu(), t1.detach().cpu(), w0.cpu()
+        self._tree = torchsde.BrownianTree(t0, w0, t1, entropy=check_seed(seed))
         self._device, self._dtype = like.device, like.dtype
 
     def __call__(self, sigma: Tensor, sigma_next: Tensor) -> Tensor:
@@ -107,6 +116,8 @@ class BrownianNoise:
         direction = 1.0
         if not a < b:
             a, b, direction = b, a, -1.0
-        w: Tensor = self._tree(a.detach().cpu().float(), b.detach().cpu().float())
+        if not self._on_device:
+            a, b = a.detach().cpu().float(), b.detach().cpu().float()
+        w: Tensor = self._tree(a, b)
         w = w.to(device=self._device, dtype=self._dtype) * (self._flip * direction)
         return w / (b - a).abs().sqrt()

@@ -12,6 +12,13 @@ The names and formulas are ComfyUI's KSampler schedulers (``comfy/samplers.py``,
 - ``beta``: timesteps at the quantiles of a Beta(0.6, 0.6) distribution (arXiv 2407.12173),
   rounded to table indices; a repeated index is dropped, so a schedule may be shorter than
   ``steps`` (ComfyUI does the same).
+- ``ddim_uniform``: every ``len(table) // steps``-th tabulated sigma from the bottom (index 1
+  up), highest first, then 0 (the steps need not end exactly at the table's top).
+- ``linear_quadratic``: Movie Gen's schedule (arXiv 2410.13720): the first half of the steps
+  linear down to 0.975 of the largest sigma, the rest quadratic to 0.
+- ``kl_optimal``: ``tan`` of ``atan(sigma)`` evenly spaced (arXiv 2404.14507); with 1 step it is
+  the largest sigma then 0 (ComfyUI divides 0 by 0 there and gives NaN sigmas).
+- ``ays_sd1``, ``ays_sdxl``, ``gits``: published sigma sets (:mod:`core.sampling.sigma_sets`).
 
 Sigmas are float32, as ComfyUI builds them (``torch.FloatTensor`` of Python floats).
 """
@@ -26,6 +33,7 @@ import numpy
 import torch
 from torch import Tensor
 
+from core.sampling import sigma_sets
 from core.sampling.model_sampling import ModelSampling
 
 Scheduler = Callable[[ModelSampling, int], Tensor]
@@ -95,6 +103,42 @@ def beta(ms: ModelSampling, steps: int, alpha: float = 0.6, beta_: float = 0.6) 
     return _floats([*sigmas, 0.0])
 
 
+def ddim_uniform(ms: ModelSampling, steps: int) -> Tensor:
+    table = ms.sigmas
+    sigmas: list[float] = [0.0]
+    if math.isclose(float(table[1]), 0.0, abs_tol=1e-5):
+        steps, sigmas = steps + 1, []
+    stride = max(len(table) // steps, 1)
+    sigmas += [float(table[i]) for i in range(1, len(table), stride)]
+    return _floats(sigmas[::-1])
+
+
+def linear_quadratic(ms: ModelSampling, steps: int, threshold_noise: float = 0.025) -> Tensor:
+    if steps == 1:
+        fractions = [1.0, 0.0]
+    else:
+        linear_steps = steps // 2
+        linear = [i * threshold_noise / linear_steps for i in range(linear_steps)]
+        step_diff = linear_steps - threshold_noise * steps
+        quadratic_steps = steps - linear_steps
+        a = step_diff / (linear_steps * quadratic_steps**2)
+        b = threshold_noise / linear_steps - 2 * step_diff / (quadratic_steps**2)
+        c = a * (linear_steps**2)
+        quadratic = [a * (i**2) + b * i + c for i in range(linear_steps, steps)]
+        fractions = [1.0 - v for v in [*linear, *quadratic, 1.0]]
+    return _floats(fractions) * ms.sigma_max.cpu()
+
+
+def kl_optimal(ms: ModelSampling, steps: int) -> Tensor:
+    ramp = torch.arange(steps, dtype=torch.float32)
+    if steps > 1:
+        ramp = ramp / (steps - 1)
+    sigmas = ramp.new_zeros(steps + 1)
+    lo, hi = math.atan(float(ms.sigma_min)), math.atan(float(ms.sigma_max))
+    sigmas[:-1] = (ramp * lo + (1 - ramp) * hi).tan()
+    return sigmas
+
+
 SCHEDULERS: Mapping[str, Scheduler] = MappingProxyType(
     {
         "normal": normal,
@@ -102,6 +146,25 @@ SCHEDULERS: Mapping[str, Scheduler] = MappingProxyType(
         "exponential": exponential,
         "sgm_uniform": sgm_uniform,
         "simple": simple,
+        "ddim_uniform": ddim_uniform,
         "beta": beta,
+        "linear_quadratic": linear_quadratic,
+        "kl_optimal": kl_optimal,
+        "ays_sd1": sigma_sets.ays_sd1,
+        "ays_sdxl": sigma_sets.ays_sdxl,
+        "gits": sigma_sets.gits_scheduler,
     }
+)
+
+#: ComfyUI's KSampler scheduler names (its ``SCHEDULER_NAMES``); the rest of ours are extras.
+COMFY_SCHEDULERS = (
+    "simple",
+    "sgm_uniform",
+    "karras",
+    "exponential",
+    "ddim_uniform",
+    "beta",
+    "normal",
+    "linear_quadratic",
+    "kl_optimal",
 )

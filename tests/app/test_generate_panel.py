@@ -17,6 +17,7 @@ from core.generate.events import GeneratedImage, GenerateProgress, GenerateResul
 from core.generate.parameters import GenerationParameters, LoraUse, format_parameters
 from core.generate.png import save_png
 from core.generate.request import ImageSettings
+from core.sampling import SAMPLERS, SCHEDULERS
 
 
 @pytest.fixture
@@ -46,6 +47,15 @@ def test_generate_emits_the_typed_settings(panel: GeneratePanel, qtbot: QtBot) -
         2**64 - 1, 12, "dpmpp_2m", "karras",
     )  # fmt: skip
     assert (s.width, s.height, s.sampling.guidance) == (1024, 1024, None)
+
+
+def test_the_sampler_and_scheduler_lists_are_the_engines(panel: GeneratePanel) -> None:
+    samplers = [panel.sampler.itemData(i) for i in range(panel.sampler.count())]
+    schedulers = [panel.scheduler.itemData(i) for i in range(panel.scheduler.count())]
+    assert samplers == list(SAMPLERS) and schedulers == list(SCHEDULERS)  # nothing the engine refuses
+    i = panel.sampler.findData("res_multistep")
+    assert panel.sampler.itemData(i, Qt.ItemDataRole.ToolTipRole) == SAMPLERS["res_multistep"].summary
+    assert panel.sampler.itemText(panel.sampler.findData("dpm_2_ancestral")) == "dpm_2_ancestral  (DPM2 a)"
 
 
 def test_a_bad_seed_is_an_error_not_a_request(panel: GeneratePanel, qtbot: QtBot) -> None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from torch import Tensor
 
@@ -17,6 +17,25 @@ from core.sampling.model_sampling import ModelSampling
 
 #: The guided denoiser a sampler calls: ``(x, sigma [B]) -> denoised``.
 ModelFn = Callable[[Tensor, Tensor], Tensor]
+
+
+@runtime_checkable
+class UncondModelFn(Protocol):
+    """A guided denoiser that can also hand back its unguided (negative-prompt) estimate, for the
+    CFG++ samplers: ``with_uncond(x, sigma) -> (guided denoised, uncond denoised)``. The negative
+    is evaluated even at CFG 1 (ComfyUI's ``disable_cfg1_optimization``)."""
+
+    def __call__(self, x: Tensor, sigma: Tensor) -> Tensor: ...
+
+    def with_uncond(self, x: Tensor, sigma: Tensor) -> tuple[Tensor, Tensor]: ...
+
+
+def with_uncond(model: ModelFn, x: Tensor, sigma: Tensor) -> tuple[Tensor, Tensor]:
+    """The guided and the unguided estimate; a model without a negative is its own uncond."""
+    if isinstance(model, UncondModelFn):
+        return model.with_uncond(x, sigma)
+    denoised = model(x, sigma)
+    return denoised, denoised
 
 
 @dataclass(frozen=True)
@@ -65,6 +84,9 @@ class SamplerSpec:
     the final 0 for these samplers (dpm_2, uni_pc: their last step would otherwise be tiny).
     ``final_sigma``: the sigma that replaces a final 0 when the latent is un-scaled after sampling
     (uni_pc writes 0.001 there; it matters for flow models only).
+    ``needs_uncond``: a CFG++ sampler, which steps along the negative prompt's estimate, so the
+    negative is encoded and evaluated even at CFG 1.
+    ``summary``: one line on what the sampler is good for (docs, the window's tooltips).
     """
 
     name: str
@@ -72,3 +94,5 @@ class SamplerSpec:
     stochastic: bool = False
     discard_penultimate_sigma: bool = False
     final_sigma: float | None = None
+    needs_uncond: bool = False
+    summary: str = ""

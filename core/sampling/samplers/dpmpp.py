@@ -1,4 +1,6 @@
-"""DPM-Solver++ samplers (Lu et al. 2022): dpmpp_2m, dpmpp_2m_sde, dpmpp_sde.
+"""DPM-Solver++ samplers (Lu et al. 2022): dpmpp_2m, dpmpp_2m_sde (midpoint, and heun as
+dpmpp_2m_sde_heun), dpmpp_sde, and ComfyUI's ``_gpu`` forms of the SDE ones, which differ only in
+keeping the Brownian tree on the latent's device.
 
 They step in half-log-SNR ``lambda = log(alpha / sigma)``: ``-log(sigma)`` on the
 variance-exploding scale of eps/v models, ``log((1 - sigma) / sigma)`` for flow models (where a
@@ -31,8 +33,8 @@ def offset_first_sigma(sigmas: Tensor, ms: ModelSampling, percent: float = 1e-4)
     return sigmas
 
 
-def _brownian(x: Tensor, sigmas: Tensor, seed: int) -> BrownianNoise:
-    return BrownianNoise(x, sigmas[sigmas > 0].min(), sigmas.max(), seed)
+def _brownian(x: Tensor, sigmas: Tensor, seed: int, on_device: bool = False) -> BrownianNoise:
+    return BrownianNoise(x, sigmas[sigmas > 0].min(), sigmas.max(), seed, on_device=on_device)
 
 
 def sample_dpmpp_2m(model: ModelFn, x: Tensor, sigmas: Tensor, ctx: SamplerContext) -> Tensor:
@@ -55,13 +57,31 @@ def sample_dpmpp_2m(model: ModelFn, x: Tensor, sigmas: Tensor, ctx: SamplerConte
 
 
 def sample_dpmpp_2m_sde(model: ModelFn, x: Tensor, sigmas: Tensor, ctx: SamplerContext) -> Tensor:
+    return _dpmpp_2m_sde(model, x, sigmas, ctx, ctx.options.solver_type, on_device=False)
+
+
+def sample_dpmpp_2m_sde_gpu(model: ModelFn, x: Tensor, sigmas: Tensor, ctx: SamplerContext) -> Tensor:
+    return _dpmpp_2m_sde(model, x, sigmas, ctx, ctx.options.solver_type, on_device=True)
+
+
+def sample_dpmpp_2m_sde_heun(model: ModelFn, x: Tensor, sigmas: Tensor, ctx: SamplerContext) -> Tensor:
+    return _dpmpp_2m_sde(model, x, sigmas, ctx, "heun", on_device=False)
+
+
+def sample_dpmpp_2m_sde_heun_gpu(model: ModelFn, x: Tensor, sigmas: Tensor, ctx: SamplerContext) -> Tensor:
+    return _dpmpp_2m_sde(model, x, sigmas, ctx, "heun", on_device=True)
+
+
+def _dpmpp_2m_sde(
+    model: ModelFn, x: Tensor, sigmas: Tensor, ctx: SamplerContext, solver_type: str, *, on_device: bool
+) -> Tensor:
     if len(sigmas) <= 1:
         return x
     opts, ms = ctx.options, ctx.sampling
-    if opts.solver_type not in ("midpoint", "heun"):
-        raise ValueError(f"solver_type must be 'midpoint' or 'heun', not {opts.solver_type!r}")
+    if solver_type not in ("midpoint", "heun"):
+        raise ValueError(f"solver_type must be 'midpoint' or 'heun', not {solver_type!r}")
     eta, s_noise = opts.eta, opts.s_noise
-    noise = _brownian(x, sigmas, ctx.seed)
+    noise = _brownian(x, sigmas, ctx.seed, on_device)
     sigmas = offset_first_sigma(sigmas, ms)
     previous: Tensor | None = None
     h: Tensor | None = None
@@ -80,7 +100,7 @@ def sample_dpmpp_2m_sde(model: ModelFn, x: Tensor, sigmas: Tensor, ctx: SamplerC
             x = sigma_next / sigma * (-h * eta).exp() * x + alpha_t * (-h_eta).expm1().neg() * denoised
             if previous is not None and h_last is not None:
                 r = h_last / h
-                if opts.solver_type == "heun":
+                if solver_type == "heun":
                     phi = (-h_eta).expm1().neg() / (-h_eta) + 1
                     x = x + alpha_t * phi * (1 / r) * (denoised - previous)
                 else:
@@ -95,11 +115,19 @@ def sample_dpmpp_2m_sde(model: ModelFn, x: Tensor, sigmas: Tensor, ctx: SamplerC
 
 def sample_dpmpp_sde(model: ModelFn, x: Tensor, sigmas: Tensor, ctx: SamplerContext) -> Tensor:
     """Stochastic DPM-Solver++ with one intermediate model call at ``lambda_s + r * h``."""
+    return _dpmpp_sde(model, x, sigmas, ctx, on_device=False)
+
+
+def sample_dpmpp_sde_gpu(model: ModelFn, x: Tensor, sigmas: Tensor, ctx: SamplerContext) -> Tensor:
+    return _dpmpp_sde(model, x, sigmas, ctx, on_device=True)
+
+
+def _dpmpp_sde(model: ModelFn, x: Tensor, sigmas: Tensor, ctx: SamplerContext, *, on_device: bool) -> Tensor:
     if len(sigmas) <= 1:
         return x
     opts, ms = ctx.options, ctx.sampling
     eta, s_noise, r = opts.eta, opts.s_noise, opts.r
-    noise = _brownian(x, sigmas, ctx.seed)
+    noise = _brownian(x, sigmas, ctx.seed, on_device)
     sigmas = offset_first_sigma(sigmas, ms)
     fac = 1 / (2 * r)
     for i in range(len(sigmas) - 1):

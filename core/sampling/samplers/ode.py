@@ -1,4 +1,4 @@
-"""Deterministic Karras-style ODE samplers: euler (also ComfyUI's ``ddim``), heun, dpm_2.
+"""Deterministic Karras-style ODE samplers: euler (also ComfyUI's ``ddim``), heun, dpm_2, heunpp2.
 
 KSampler runs them without "churn" (no noise is added), which is what is implemented here.
 """
@@ -51,4 +51,33 @@ def sample_dpm_2(model: ModelFn, x: Tensor, sigmas: Tensor, ctx: SamplerContext)
         x_mid = x + d * (sigma_mid - sigma)
         d_mid = to_d(x_mid, sigma_mid, model(x_mid, batch_sigma(x, sigma_mid)))
         x = x + d_mid * (sigma_next - sigma)
+    return x
+
+
+def sample_heunpp2(model: ModelFn, x: Tensor, sigmas: Tensor, ctx: SamplerContext) -> Tensor:
+    """Heun++ (third-order where two more sigmas remain): the derivative is averaged over this
+    sigma and the next one or two, each weighted by its sigma over ``2`` or ``3`` times the first
+    sigma of the run; the last step is Euler."""
+    s_end = sigmas[-1]
+    for i in range(len(sigmas) - 1):
+        sigma, sigma_next = sigmas[i], sigmas[i + 1]
+        denoised = model(x, batch_sigma(x, sigma))
+        ctx.report(i, denoised)
+        d = to_d(x, sigma, denoised)
+        dt = sigma_next - sigma
+        if sigma_next == s_end:
+            x = x + d * dt
+            continue
+        x_2 = x + d * dt
+        d_2 = to_d(x_2, sigma_next, model(x_2, batch_sigma(x, sigma_next)))
+        if sigmas[i + 2] == s_end:
+            w2 = sigma_next / (2 * sigmas[0])
+            x = x + (d * (1 - w2) + d_2 * w2) * dt
+            continue
+        sigma_after = sigmas[i + 2]
+        x_3 = x_2 + d_2 * (sigma_after - sigma_next)
+        d_3 = to_d(x_3, sigma_after, model(x_3, batch_sigma(x, sigma_after)))
+        w = 3 * sigmas[0]
+        w2, w3 = sigma_next / w, sigma_after / w
+        x = x + ((1 - w2 - w3) * d + w2 * d_2 + w3 * d_3) * dt
     return x

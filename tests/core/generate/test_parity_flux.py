@@ -142,3 +142,23 @@ def test_guidance_reaches_the_picture(pair: tuple[Any, Networks, Any]) -> None:
         )  # fmt: skip
         pictures.append(Pipeline(nets, Compute(), t5_tokenizer=t5_tok).run(settings, Hooks())[0])
     assert float((pictures[0] - pictures[1]).abs().max()) > 1e-3
+
+
+def test_cfg_pp_samplers_encode_and_use_the_negative_at_cfg_1(pair: tuple[Any, Networks, Any]) -> None:
+    """CFG 1 runs no negative pass, except for the CFG++ samplers, which step along the negative's
+    estimate (ComfyUI evaluates it for them even at CFG 1)."""
+    _, nets, t5_tok = pair
+    pipeline = Pipeline(nets, Compute(), t5_tokenizer=t5_tok)
+
+    def settings(sampler: str, negative: str) -> ImageSettings:
+        return ImageSettings(
+            prompt="a tiny red fox", negative=negative, width=64, height=64,
+            # 4 steps: at sigma 1 a flow model's alpha is 0 and the last step is the denoised estimate
+            sampling=Sampling(seed=0, steps=4, sampler=sampler, scheduler="simple"),
+        )  # fmt: skip
+
+    assert pipeline.encode_prompts(settings("euler", "blurry"), Hooks(), announce=False)[1] is None
+    assert pipeline.encode_prompts(settings("euler_cfg_pp", "blurry"), Hooks(), announce=False)[1] is not None
+    a = pipeline.run(settings("euler_cfg_pp", "blurry"), Hooks())[0]
+    b = pipeline.run(settings("euler_cfg_pp", "a green frog"), Hooks())[0]
+    assert float((a - b).abs().max()) > 1e-3

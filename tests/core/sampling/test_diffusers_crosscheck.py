@@ -22,6 +22,7 @@ from diffusers import (
     EulerDiscreteScheduler,
     HeunDiscreteScheduler,
     KDPM2DiscreteScheduler,
+    LMSDiscreteScheduler,
 )
 from torch import Tensor
 
@@ -135,3 +136,19 @@ def test_euler_ancestral_agrees_with_diffusers_with_the_same_generator() -> None
     theirs = run_diffusers(sched, x0.clone().float(), current_sigma, torch.Generator().manual_seed(SEED))
     mine = ours("euler_ancestral", sigmas.float(), x0.clone().float())
     torch.testing.assert_close(mine, theirs.float(), rtol=1e-5, atol=1e-5)
+
+
+def test_lms_agrees_with_diffusers_before_the_final_denoising_step() -> None:
+    """diffusers' LMSDiscreteScheduler integrates the order-4 Lagrange polynomials with
+    ``scipy.integrate.quad``, ours exactly. Its last step to sigma 0 integrates too, where
+    ComfyUI's lms jumps to the denoised estimate, so the runs are compared one step before it."""
+    sched = _double(LMSDiscreteScheduler(**SD1, use_karras_sigmas=True))
+    sched.set_timesteps(STEPS)
+    _double(sched)
+    sigmas = sched.sigmas.to(torch.float64)
+    x = x0 = start_latent(sigmas[0])
+    for t in sched.timesteps[:-1]:
+        x = sched.step(eps_net(sched.scale_model_input(x, t), current_sigma(sched)), t, x).prev_sample
+    mine = ours("lms", sigmas[:-1], x0.clone())
+    torch.testing.assert_close(mine, x.to(mine.dtype), rtol=1e-6, atol=1e-6)
+    assert float((mine - x0).abs().mean()) > 0.1

@@ -7,6 +7,7 @@ import threading
 
 import pytest
 import torch
+from torch import Tensor
 
 from core.errors import InterruptedByUser, LoadoutError
 from core.sampling import (
@@ -198,3 +199,20 @@ def test_wrong_latent_channels_are_refused() -> None:
     with pytest.raises(LoadoutError) as info:
         sample(net, ms, fmt, torch.zeros(1, 4, 8, 8), pos, neg, SamplingRequest(seed=1, steps=2))
     assert "16" in info.value.message
+
+
+def test_dpm_adaptive_stops_with_an_error_when_the_model_returns_nan() -> None:
+    """Its step-size control never ends on a NaN error estimate (ComfyUI loops forever there)."""
+    ms, fmt = for_family("sd1"), latent_format_for("sd1")
+    calls: list[int] = []
+
+    def nan_net(x: Tensor, t: Tensor, cond: Conditioning) -> Tensor:
+        calls.append(1)
+        return torch.full_like(x, float("nan"))
+
+    request = SamplingRequest(seed=1, steps=4, cfg=1.0, sampler="dpm_adaptive")
+    with pytest.raises(LoadoutError) as info:
+        sample(
+            nan_net, ms, fmt, empty_latent(1, 64, 64, fmt), Conditioning(torch.zeros(1, 3, 8)), None, request
+        )
+    assert "not a number" in info.value.message and len(calls) < 10

@@ -1,7 +1,9 @@
-"""Schedulers and model sampling against ComfyUI (goldens: see ``toy.py`` for how they were made):
-all six schedulers for eps (SD1), v (SD2-768), SD3 (flow, shift 3), Flux-dev (mu 1.15) and
-Flux-schnell (flow, shift 1, multiplier 1), several step counts, full and partial denoise, with and
-without the dpm_2 / uni_pc "discard the penultimate sigma" rule."""
+"""Schedulers and model sampling against ComfyUI (goldens: see ``toy.py`` for how they were made;
+``comfy_schedules_more.json``, ComfyUI's ``KSampler(...).sigmas`` of the same commit for
+ddim_uniform, linear_quadratic and kl_optimal, 1/2/4/13/30 steps): all nine schedulers for eps
+(SD1), v (SD2-768), SD3 (flow, shift 3), Flux-dev (mu 1.15) and Flux-schnell (flow, shift 1,
+multiplier 1), several step counts, full and partial denoise, with and without the dpm_2 / uni_pc
+"discard the penultimate sigma" rule."""
 
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ from core.sampling import SAMPLERS, SCHEDULERS, for_family, ksampler_sigmas
 from tests.core.sampling.toy import FAMILIES, assert_matches, load_golden
 
 GOLDEN = load_golden("comfy_schedules.json")
+MORE: list[dict[str, Any]] = load_golden("comfy_schedules_more.json")["schedules"]
 SCHEDULES: list[dict[str, Any]] = GOLDEN["schedules"]
 
 
@@ -25,8 +28,10 @@ def _ms(name: str) -> Any:
 
 @pytest.mark.parametrize(
     "case",
-    SCHEDULES,
-    ids=[f"{c['family']}-{c['scheduler']}-{c['steps']}-{c['denoise']}-{c['sampler']}" for c in SCHEDULES],
+    SCHEDULES + MORE,
+    ids=[
+        f"{c['family']}-{c['scheduler']}-{c['steps']}-{c['denoise']}-{c['sampler']}" for c in SCHEDULES + MORE
+    ],
 )
 def test_sigmas_match_comfyui(case: dict[str, Any]) -> None:
     sigmas = ksampler_sigmas(
@@ -37,8 +42,11 @@ def test_sigmas_match_comfyui(case: dict[str, Any]) -> None:
 
 
 def test_every_scheduler_and_family_is_covered() -> None:
-    assert {c["scheduler"] for c in SCHEDULES} == set(SCHEDULERS)
+    more = MORE
+    sigma_sets = {"ays_sd1", "ays_sdxl", "gits"}  # test_sigma_sets.py
+    assert {c["scheduler"] for c in SCHEDULES + more} | sigma_sets == set(SCHEDULERS)
     assert {c["family"] for c in SCHEDULES} >= {"sd1", "sd2v", "sd3", "flux-dev", "flux-schnell"}
+    assert {c["family"] for c in more} >= {"sd1", "sd2v", "sd3", "flux-dev", "flux-schnell"}
 
 
 @pytest.mark.parametrize("name", sorted(GOLDEN["model_sampling"]))
@@ -72,6 +80,7 @@ def test_model_sampling_matches_comfyui(name: str) -> None:
 def test_discard_penultimate_samplers_are_comfyuis() -> None:
     assert {n for n, s in SAMPLERS.items() if s.discard_penultimate_sigma} == {
         "dpm_2",
+        "dpm_2_ancestral",
         "uni_pc",
         "uni_pc_bh2",
     }
