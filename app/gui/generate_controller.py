@@ -12,7 +12,7 @@ from PySide6.QtWidgets import QFileDialog, QWidget
 from app.backend.backend import Backend
 from app.backend.messages import TaskError
 from app.demo import with_demo_note
-from app.gui.generate_panel import GeneratePanel
+from app.gui.generate_panel import NO_MODEL, GeneratePanel
 from core.detect.spec import NO_MODEL_DEFAULTS
 from core.errors import LoadoutError
 from core.generate.request import ImageSettings
@@ -72,6 +72,7 @@ class GenerateController(QObject):
 
     def _entries(self, entries: list[Entry]) -> None:
         """The library's ControlNets (listed or filled in) offered in the ControlNet rows."""
+        self.panel.model.add_entries(entries)
         for e in entries:
             self._seen.add(e.path)
             self.controlnet_files[e.path] = e.kind == "controlnet" and e.status == "ok"
@@ -80,6 +81,7 @@ class GenerateController(QObject):
 
     def _scan_done(self) -> None:
         """Files a rescan no longer lists (moved, deleted, a folder removed) are no longer offered."""
+        self.panel.model.keep_only(self._seen)
         for path in set(self.controlnet_files) - self._seen:
             del self.controlnet_files[path]
             self.controlnet_family.pop(path, None)
@@ -103,7 +105,8 @@ class GenerateController(QObject):
         if family != self.panel.family:
             self.panel.set_family(family, main.defaults if main is not None else NO_MODEL_DEFAULTS)
         can = main is not None and any(c.role == "diffusion_model" for c in main.components)
-        self.panel.set_available(can, "Load a checkpoint or diffusion model to generate.")
+        self.panel.set_available(can, NO_MODEL)
+        self.panel.model.set_loaded(self.main_path)
         if can and main is not None and main.name.startswith("loadout-demo"):
             self.panel.status.setText(
                 "The demo's tiny models have random weights: they make noise-like pictures. "

@@ -53,6 +53,7 @@ def build_window(
 
     from app.backend.backend import Backend
     from app.backend.monitor import MemoryMonitor
+    from app.gui import wheel_guard
     from app.gui.compat import guard_none_refcount
     from app.gui.main_window import MainWindow
     from app.gui.settings import AppSettings
@@ -65,6 +66,7 @@ def build_window(
     settings_store = store if isinstance(store, QSettings) else QSettings()
     if isinstance(app, QApplication):
         apply_theme(app, AppSettings.load(settings_store).dark_theme)
+        wheel_guard.install(app)  # the wheel scrolls panels; it changes only a focused control
     if cache_path is not None:
         cache_path.parent.mkdir(parents=True, exist_ok=True)
     if not isinstance(placement, Placement):
@@ -111,6 +113,7 @@ def run_gui(
     demo_folder: str | None = None,
     window_size: tuple[int, int] | None = None,
     extra_folder: str | None = None,
+    first_launch: bool = False,
 ) -> int:
     if (
         screenshot
@@ -152,7 +155,12 @@ def run_gui(
         if window_size is not None:
             window.resize(*window_size)  # and after: a window manager or the offscreen screen may differ
         flow = (
-            DemoFlow(window, screenshot=screenshot, folder=demo_folder, extra=extra_folder) if demo else None
+            DemoFlow(
+                window, screenshot=screenshot, folder=demo_folder, extra=extra_folder,
+                first_launch=first_launch,
+            )
+            if demo
+            else None
         )
         if flow is not None:
             flow.start()

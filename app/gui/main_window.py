@@ -11,9 +11,9 @@ from dataclasses import replace
 from functools import partial
 from pathlib import Path
 
-from PySide6.QtCore import QSettings, QStandardPaths
+from PySide6.QtCore import QSettings, QStandardPaths, QTimer
 from PySide6.QtGui import QAction, QCloseEvent, QDragEnterEvent, QDropEvent, QShowEvent
-from PySide6.QtWidgets import QApplication, QFileDialog, QMainWindow, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QApplication, QFileDialog, QMainWindow, QStackedWidget, QVBoxLayout, QWidget
 
 from app.backend.backend import Backend
 from app.backend.messages import EngineEvent, ModelInfo, StackInfo, TaskError
@@ -22,7 +22,7 @@ from app.demo import is_sparse_demo
 from app.gui.actions import main_toolbar, make_action
 from app.gui.browser import BrowserPanel
 from app.gui.details import LOADABLE, DetailsPanel
-from app.gui.dock_layout import DockLayout, initial_size
+from app.gui.dock_layout import DockLayout, initial_size, keep_on_screen
 from app.gui.errors import Friendly, describe, describe_exception
 from app.gui.gallery import PICTURES
 from app.gui.generate_controller import GenerateController
@@ -38,6 +38,7 @@ from app.gui.settings import AppSettings, SettingsDialog
 from app.gui.testrun_panel import TestRunPanel
 from app.gui.theme import app_icon, apply_theme, refresh_icons
 from app.gui.widgets import MessageBar, StatusLine
+from app.gui.workspaces import Workspaces
 from core.library import Entry
 
 
@@ -85,6 +86,11 @@ class MainWindow(PlacementControls, QMainWindow):
         self.generate.folder_changed.connect(self.gallery.set_folder)
         self.gallery.set_folder(self.generate.output_folder)
         self.queue_panel = install_queue_panel(self)  # app/gui/queue_panel.py
+        self.workspaces = Workspaces(self, self.pages, self.picture, self.docks)
+        self.toolbar.insertWidget(self.toolbar_spacer, self.workspaces.tabs)
+        self.generate_panel.model.library_requested.connect(lambda: self.workspaces.show("library"))
+        self.generate_panel.model.load_requested.connect(self.load_path)
+        self.generate_panel.stop_requested.connect(self.interrupt)
         build_menus(self)
         self._arrange_on_show = not self.layout_.restore(store)  # a first run: the default layout
         if self._arrange_on_show:
@@ -105,7 +111,8 @@ class MainWindow(PlacementControls, QMainWindow):
         layout.setContentsMargins(4, 4, 4, 0)
         layout.setSpacing(4)
         layout.addWidget(self.message)
-        layout.addWidget(self.picture, 1)
+        self.pages = QStackedWidget()  # the Create workspace's picture, or another workspace
+        layout.addWidget(self.pages, 1)
         self.setCentralWidget(central)
 
         self.lora_panel = LoraStackPanel(self.backend, self.settings.lora_min, self.settings.lora_max)
@@ -157,9 +164,10 @@ class MainWindow(PlacementControls, QMainWindow):
         self.quit_action = act("remove", "Quit", "Ctrl+Q", self.close, "Quit Loadout")
         self.quit_action.setMenuRole(QAction.MenuRole.QuitRole)
         left = (self.add_folder_action, self.rescan_action, self.load_action, self.place_action)
-        self.addToolBar(
-            main_toolbar((*left, self.interrupt_action), (self.settings_action,), self.interrupt_action)
-        )
+        right = (self.settings_action,)
+        self.toolbar = main_toolbar((*left, self.interrupt_action), right, self.interrupt_action)
+        self.toolbar_spacer = self.toolbar.actions()[len(left) + 1]  # the workspaces go before it
+        self.addToolBar(self.toolbar)
 
     def _connect_backend(self) -> None:
         w = self.backend
@@ -279,6 +287,15 @@ class MainWindow(PlacementControls, QMainWindow):
             self._loading.append(entry.path)
             self.backend.load(entry.path, entry.kind)
 
+    def load_path(self, path: Path) -> None:
+        """Load a library file by its path (the Generate panel's model picker)."""
+        entry = next((e for e in self.browser.model.entries() if e.path == path), None)
+        if entry is None:
+            text = f"{path} is no longer listed; rescan (F5)."
+            self.show_message(Friendly("Not in the library", text, "info"))
+            return
+        self.load_entry(entry)
+
     def add_lora(self, path: Path | str, *, force: bool = False) -> None:
         if self.stack.model_family is None:
             self.show_error(TaskError("lora", "no_model", "A LoRA needs a loaded model to patch."))
@@ -305,7 +322,8 @@ class MainWindow(PlacementControls, QMainWindow):
     def _on_models(self, models: tuple[ModelInfo, ...]) -> None:
         self.models = tuple(models)
         main = next((m for m in self.models if m.is_main), None)
-        self.setWindowTitle(f"Loadout — {main.name}" if main else "Loadout")
+        # Qt adds the application's name ("… — Loadout") to a title that is not the name itself
+        self.setWindowTitle(main.name if main else "Loadout")
         self.testrun_panel.set_model_loaded(main is not None)
         self.details.fit.refresh()
 
@@ -350,8 +368,10 @@ class MainWindow(PlacementControls, QMainWindow):
         if self._arrange_on_show:  # sized for the window as it is shown
             self._arrange_on_show = False
             self.layout_.arrange()
+        QTimer.singleShot(0, lambda: keep_on_screen(self))  # once the frame is known
 
     def closeEvent(self, event: QCloseEvent) -> None:
+        self.workspaces.show("create")  # the docks' own layout is what is remembered
         self.layout_.save(self.store)
         self.memory_panel.plot.timer.stop()
         self.backend.shutdown()
