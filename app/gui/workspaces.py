@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from PySide6.QtCore import QByteArray, QObject, Qt, Signal
-from PySide6.QtGui import QKeySequence, QShortcut
+from PySide6.QtGui import QAction, QKeySequence
 from PySide6.QtWidgets import (
     QDockWidget,
     QMainWindow,
@@ -54,6 +54,7 @@ class Workspaces(QObject):
         self.tabs.setDrawBase(False)
         self.tabs.setExpanding(False)
         self.names: list[str] = []
+        self.actions: list[QAction] = []  # the View menu lists them
         for i, (name, title, keys, _shares) in enumerate(WORKSPACES):
             if any(k not in docks for k in keys):
                 continue
@@ -66,7 +67,11 @@ class Workspaces(QObject):
                 page.setObjectName(f"workspace_{name}")
                 self.pages[name] = page
                 stack.addWidget(page)
-            QShortcut(QKeySequence(f"Alt+{len(self.names)}"), window, activated=self._switcher(name))
+            action = QAction(f"{title} workspace", window)
+            action.setShortcut(QKeySequence(f"Alt+{len(self.names)}"))
+            action.triggered.connect(self._switcher(name))
+            window.addAction(action)
+            self.actions.append(action)
             del i
         self.tabs.currentChanged.connect(lambda index: self.show(self.names[index]))
 
@@ -111,14 +116,15 @@ class Workspaces(QObject):
 
     def _give_back(self) -> None:
         page = self.pages[self.current]
-        for area, fitted in self._borrowed:
-            area.setWidget(fitted)  # takes it out of the workspace's holder
+        holders = [page.widget(i) for i in range(page.count())]
+        for holder, (area, fitted) in zip(holders, self._borrowed, strict=True):
+            assert isinstance(holder, QScrollArea)
+            holder.takeWidget()
+            area.setWidget(fitted)
             fitted.show()
-        self._borrowed.clear()
-        for i in reversed(range(page.count())):
-            holder = page.widget(i)
             holder.setParent(None)
             holder.deleteLater()
+        self._borrowed.clear()
         if self._state is not None:
             self.window.restoreState(self._state)
             self._state = None

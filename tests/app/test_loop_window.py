@@ -1,0 +1,121 @@
+"""The daily loop's window: the wheel scrolls panels and changes only a focused control; the
+Generate panel's model picker, pinned Generate/Stop row and status line; workspaces."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from PySide6.QtCore import QPoint, QPointF, Qt
+from PySide6.QtGui import QWheelEvent
+from PySide6.QtWidgets import QApplication, QComboBox, QScrollArea, QSlider, QSpinBox, QVBoxLayout, QWidget
+
+from app.gui import wheel_guard
+from app.gui.generate_panel import NO_MODEL, GeneratePanel
+from core.library import Entry
+
+
+def wheel(widget: QWidget, down: bool = True) -> None:
+    pos = QPointF(widget.width() / 2, widget.height() / 2)
+    event = QWheelEvent(
+        pos, QPointF(widget.mapToGlobal(pos.toPoint())), QPoint(0, 0), QPoint(0, -120 if down else 120),
+        Qt.MouseButton.NoButton, Qt.KeyboardModifier.NoModifier, Qt.ScrollPhase.NoScrollPhase, False,
+    )  # fmt: skip
+    QApplication.sendEvent(widget, event)
+
+
+def test_the_wheel_scrolls_the_panel_over_an_unfocused_control_and_changes_a_focused_one(qtbot) -> None:
+    """Scrolling down the Generate panel switched the sampler on the way (issue 30)."""
+    app = QApplication.instance()
+    assert isinstance(app, QApplication)
+    wheel_guard.install(app)
+    area = QScrollArea()
+    area.setWidgetResizable(True)
+    inner = QWidget()
+    rows = QVBoxLayout(inner)
+    combo, spin, slider = QComboBox(), QSpinBox(maximum=99, value=50), QSlider(Qt.Orientation.Horizontal)
+    combo.addItems(["euler", "dpmpp_2m", "ddim"])
+    slider.setRange(0, 100)
+    slider.setValue(50)
+    for w in (combo, spin, slider):
+        rows.addWidget(w)
+    rows.addSpacing(2000)  # the panel is taller than its scroll area
+    area.setWidget(inner)
+    qtbot.addWidget(area)
+    area.resize(300, 200)
+    area.show()
+    qtbot.waitExposed(area)
+    bar = area.verticalScrollBar()
+    assert bar.maximum() > 0
+    for control in (combo, spin, slider):
+        assert control.focusPolicy() != Qt.FocusPolicy.WheelFocus  # a wheel turn does not focus it
+        before_scroll = bar.value()
+        wheel(control)
+        assert (combo.currentIndex(), spin.value(), slider.value()) == (0, 50, 50), type(control)
+        assert bar.value() > before_scroll, "the panel scrolls instead"
+    spin.setFocus()
+    qtbot.waitUntil(spin.hasFocus)
+    wheel(spin, down=False)
+    assert spin.value() == 51  # the control being edited still takes the wheel
+
+
+def entry(path: Path, kind: str, family: str) -> Entry:
+    return Entry(path, "folder", path.parent, "", None, 1, 0, status="ok", kind=kind, family=family)
+
+
+def test_the_model_picker_offers_the_librarys_models_and_asks_to_load_one(qtbot) -> None:
+    panel = GeneratePanel()
+    qtbot.addWidget(panel)
+    picker = panel.model
+    sd = Path("/m/checkpoints/dreamy-sd15.safetensors")
+    flux = Path("/m/diffusion_models/flux1-dev.safetensors")
+    lora = Path("/m/loras/ink.safetensors")
+    picker.add_entries([entry(sd, "checkpoint", "sd1"), entry(flux, "diffusion_model", "flux"),
+                        entry(lora, "lora", "sd1")])  # fmt: skip
+    items = [picker.combo.itemText(i) for i in range(picker.combo.count())]
+    assert items[0].startswith("No model loaded") and len(items) == 3  # the LoRA is not offered
+    assert any("dreamy-sd15" in t and "sd1" in t for t in items)
+    with qtbot.waitSignal(picker.load_requested) as asked:
+        picker.combo.activated.emit(picker.combo.findData(str(flux)))
+    assert asked.args == [flux]
+    picker.set_loaded(flux)
+    assert picker.current_path() == flux and not picker.combo.itemText(0).startswith("No model")
+    picker.keep_only({sd})  # a rescan without it: the loaded one is still shown
+    assert picker.combo.count() == 2
+
+
+def test_generate_is_pinned_with_stop_beside_it_and_the_stale_no_model_line_goes(qtbot) -> None:
+    panel = GeneratePanel()
+    qtbot.addWidget(panel)
+    assert panel.status.text() == NO_MODEL and not panel.generate_button.isEnabled()
+    panel.set_available(True)
+    assert panel.status.text() != NO_MODEL and panel.generate_button.isEnabled()
+    # the settings scroll on their own; Generate is outside their scroll area
+    assert not panel.settings_area.isAncestorOf(panel.generate_button)
+    panel.show()
+    assert panel.stop_button.isHidden()
+    panel.on_started()
+    assert panel.stop_button.isVisible() and not panel.generate_button.isEnabled()
+    with qtbot.waitSignal(panel.stop_requested):
+        panel.stop_button.click()
+    panel.on_finished()
+    assert panel.stop_button.isHidden() and panel.generate_button.isEnabled()
+
+
+def test_workspaces_give_a_panel_the_whole_window_and_create_gives_it_back(qtbot, make_window) -> None:
+    window = make_window()
+    spaces = window.workspaces
+    assert spaces.names == ["create", "library", "memory", "queue"]
+    before = set(spaces.visible_docks())
+    window.activateWindow()
+    qtbot.waitUntil(window.isActiveWindow)
+    qtbot.keyClick(window, Qt.Key.Key_2, Qt.KeyboardModifier.AltModifier)
+    assert spaces.current == "library" and spaces.visible_docks() == []
+    assert window.browser.isVisible() and window.details.isVisible()
+    assert window.browser.width() > window.width() // 2  # the library reads at full width
+    spaces.tabs.setCurrentIndex(2)  # one click on the Memory tab
+    assert spaces.current == "memory" and window.memory_panel.isVisible()
+    assert window.memory_panel.width() > window.width() // 2 and not window.browser.isVisible()
+    qtbot.keyClick(window, Qt.Key.Key_1, Qt.KeyboardModifier.AltModifier)
+    assert spaces.current == "create" and set(spaces.visible_docks()) == before
+    assert window.browser.isVisible() and window.docks["library"].isAncestorOf(window.browser)
+    assert window.docks["memory"].isAncestorOf(window.memory_panel)
