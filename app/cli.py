@@ -19,7 +19,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--window-size", metavar="WxH", help="with --screenshot: the window's size (default: the screen's)"
     )
     parser.add_argument(
-        "--first-launch", action="store_true",
+        "--first-launch",
+        action="store_true",
         help="with --screenshot: shoot the window as it first opens (the demo library read, nothing loaded)",
     )
     parser.add_argument(

@@ -156,7 +156,10 @@ def run_gui(
             window.resize(*window_size)  # and after: a window manager or the offscreen screen may differ
         flow = (
             DemoFlow(
-                window, screenshot=screenshot, folder=demo_folder, extra=extra_folder,
+                window,
+                screenshot=screenshot,
+                folder=demo_folder,
+                extra=extra_folder,
                 first_launch=first_launch,
             )
             if demo
