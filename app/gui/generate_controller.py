@@ -3,6 +3,7 @@ the output folder remembered in the settings, errors shown in the message bar.""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from pathlib import Path
 
@@ -20,6 +21,7 @@ from core.library import Entry
 from core.session import ModelInfo
 
 _KEY = "generate/output_folder"
+_FIELDS = "generate/fields"
 
 
 def default_output_folder() -> Path:
@@ -44,6 +46,7 @@ class GenerateController(QObject):
         saved = store.value(_KEY)
         self.output_folder = output_folder or (Path(str(saved)) if saved else default_output_folder())
         panel.set_output_folder(self.output_folder)
+        self._restore_fields()
         panel.generate_requested.connect(self.generate)
         panel.sweep_requested.connect(
             lambda settings, sweep: backend.generate(settings, self.output_folder, sweep)
@@ -68,7 +71,21 @@ class GenerateController(QObject):
         backend.scan_done.connect(lambda _problems: self._scan_done())
 
     def generate(self, settings: ImageSettings) -> None:
+        self.save_fields()
         self.backend.generate(settings, self.output_folder)
+
+    def save_fields(self) -> None:
+        """The prompt, negative and settings, for the next launch (also saved when the window closes)."""
+        self.store.setValue(_FIELDS, json.dumps(self.panel.fields()))
+
+    def _restore_fields(self) -> None:
+        saved = self.store.value(_FIELDS)
+        try:
+            fields = json.loads(str(saved)) if saved else None
+        except ValueError:
+            fields = None  # a damaged entry: the panel's defaults
+        if isinstance(fields, dict):
+            self.panel.restore_fields(fields)
 
     def _entries(self, entries: list[Entry]) -> None:
         """The library's ControlNets (listed or filled in) offered in the ControlNet rows."""

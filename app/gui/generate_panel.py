@@ -70,6 +70,7 @@ class GeneratePanel(QWidget):
         self.busy = False
         self.available = False
         self._reason = NO_MODEL
+        self._pending: dict[str, object] | None = None  # saved settings waiting for their family
         self._build_prompts()
         self._build_sampling()
         self.sweeps = SweepControls()
@@ -278,6 +279,45 @@ class GeneratePanel(QWidget):
             f"{f'; it used LoRAs: {loras}' if loras else ''}.{f' {ignored}.' if ignored else ''}"
         )
 
+    # ----------------------------------------------------------------- kept across a relaunch
+    def fields(self) -> dict[str, object]:
+        """What the artist typed and chose, to be restored by :meth:`restore_fields`."""
+        return {
+            "prompt": self.prompt.toPlainText(), "negative": self.negative.toPlainText(),
+            "seed": self.seed.text(), "random": self.random_seed.isChecked(), "batch": self.batch.value(),
+            "steps": self.steps.value(), "cfg": self.cfg.value(), "guidance": self.guidance.value(),
+            "sampler": self.sampler.currentData(), "scheduler": self.scheduler.currentData(),
+            "width": self.width_.value(), "height": self.height_.value(), "family": self.family,
+        }  # fmt: skip
+
+    def restore_fields(self, saved: dict[str, object]) -> None:
+        """Put saved :meth:`fields` back. The settings a family's defaults replace (steps, CFG,
+        sampler, scheduler, size) are put back again when that family's model is loaded."""
+        text = {k: v for k, v in saved.items() if isinstance(v, str)}
+        self.prompt.setPlainText(text.get("prompt", ""))
+        self.negative.setPlainText(text.get("negative", ""))
+        if text.get("seed", "").isdigit():
+            self.seed.setText(text["seed"])
+        self.random_seed.setChecked(saved.get("random") is True)
+        self._apply_saved_settings(saved)
+        family = saved.get("family")
+        self._pending = saved if isinstance(family, str) else None
+
+    def _apply_saved_settings(self, saved: dict[str, object]) -> None:
+        for box, key in ((self.batch, "batch"), (self.steps, "steps"), (self.width_, "width"),
+                         (self.height_, "height")):  # fmt: skip
+            value = saved.get(key)
+            if isinstance(value, int) and box.minimum() <= value <= box.maximum():
+                box.setValue(value)
+        for dbox, key in ((self.cfg, "cfg"), (self.guidance, "guidance")):
+            number = saved.get(key)
+            if isinstance(number, int | float) and dbox.minimum() <= number <= dbox.maximum():
+                dbox.setValue(float(number))
+        for combo, key in ((self.sampler, "sampler"), (self.scheduler, "scheduler")):
+            i = combo.findData(saved.get(key))
+            if i >= 0:
+                combo.setCurrentIndex(i)
+
     def set_family(self, family: str | None, defaults: GenerationDefaults) -> None:
         """Offer the loaded family's sizes and usual settings (its record's ``defaults``); a family
         with distilled guidance (Flux-dev) shows its guidance field."""
@@ -294,6 +334,10 @@ class GeneratePanel(QWidget):
             self.scheduler.setCurrentIndex(max(0, self.scheduler.findData(defaults.scheduler)))
         if defaults.steps is not None:
             self.steps.setValue(defaults.steps)
+        pending = self._pending
+        if pending is not None and family is not None and pending.get("family") == family:
+            self._pending = None  # the last session's model again: its settings, not the defaults
+            self._apply_saved_settings(pending)
 
     def set_available(self, available: bool, reason: str = "") -> None:
         self.available = available

@@ -7,6 +7,7 @@ snapshots that come back and words errors through :mod:`app.gui.errors`.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 from functools import partial
 from pathlib import Path
@@ -27,6 +28,7 @@ from app.gui.errors import Friendly, describe, describe_exception
 from app.gui.gallery import PICTURES
 from app.gui.generate_controller import GenerateController
 from app.gui.generate_panel import GeneratePanel
+from app.gui.last_session import LastSession
 from app.gui.loaded_panel import LoadedModelsPanel
 from app.gui.lora_panel import LoraStackPanel
 from app.gui.memory_panel import MemoryPanel
@@ -91,6 +93,7 @@ class MainWindow(PlacementControls, QMainWindow):
         self.generate_panel.model.library_requested.connect(lambda: self.workspaces.show("library"))
         self.generate_panel.model.load_requested.connect(self.load_path)
         self.generate_panel.stop_requested.connect(self.interrupt)
+        self.last_session = LastSession(backend, store, self._offer, self.load_path, parent=self)
         build_menus(self)
         self._arrange_on_show = not self.layout_.restore(store)  # a first run: the default layout
         if self._arrange_on_show:
@@ -287,8 +290,11 @@ class MainWindow(PlacementControls, QMainWindow):
             self._loading.append(entry.path)
             self.backend.load(entry.path, entry.kind)
 
+    def _offer(self, text: str, accept: Callable[[], None]) -> None:
+        self.show_message(Friendly("Welcome back", text, "info"), ("Load again", accept))
+
     def load_path(self, path: Path) -> None:
-        """Load a library file by its path (the Generate panel's model picker)."""
+        """Load a library file by its path (the model picker, the last session's model)."""
         entry = next((e for e in self.browser.model.entries() if e.path == path), None)
         if entry is None:
             text = f"{path} is no longer listed; rescan (F5)."
@@ -372,6 +378,7 @@ class MainWindow(PlacementControls, QMainWindow):
 
     def closeEvent(self, event: QCloseEvent) -> None:
         self.workspaces.show("create")  # the docks' own layout is what is remembered
+        self.generate.save_fields()
         self.layout_.save(self.store)
         self.memory_panel.plot.timer.stop()
         self.backend.shutdown()
