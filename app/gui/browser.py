@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from PySide6.QtCore import QEvent, QItemSelectionModel, QModelIndex, QObject, Qt, Signal
+from PySide6.QtCore import QByteArray, QEvent, QItemSelectionModel, QModelIndex, QObject, QSize, Qt, Signal
 from PySide6.QtGui import QKeySequence, QShortcut
 from PySide6.QtWidgets import (
     QAbstractItemView,
@@ -41,6 +41,8 @@ from core.library.hasher import HashProgress
 from core.library.query import KIND_ORDER
 from core.session import ModelInfo
 
+WIDE_LIST = 620  # px: from this width on the tree shows every column and large previews
+NARROW_HIDES = (2, 4, 5, 6)  # kind (the group and icon say it), dtype, copies, last used
 NAME_MIN = 180  # px: the narrowest the name column gets (the tree scrolls sideways below that)
 SORTS = (
     ("Name", "name"),
@@ -358,6 +360,15 @@ class BrowserPanel(QWidget):
         self.tree.scrollTo(index)
         return True
 
+    def header_state(self) -> bytes:
+        """The columns' widths and order (remembered between runs by the window)."""
+        return bytes(self.tree.header().saveState().data())
+
+    def restore_header(self, state: object) -> None:
+        if isinstance(state, QByteArray | bytes) and state:
+            self.tree.header().restoreState(QByteArray(state))
+            self._fit_name_column()
+
     def focus_search(self) -> None:
         self.search.setFocus()
         self.search.selectAll()
@@ -378,7 +389,17 @@ class BrowserPanel(QWidget):
         return super().eventFilter(watched, event)
 
     def _fit_name_column(self) -> None:
+        """The name takes the room left; a narrow panel (the Create workspace's dock) shows the
+        name, family and size only, a wide one (the Library workspace) every column and the
+        files' preview pictures large enough to see."""
         header = self.tree.header()
+        wide = self.tree.viewport().width() >= WIDE_LIST
+        for col in NARROW_HIDES:
+            if header.isSectionHidden(col) == wide:
+                header.setSectionHidden(col, not wide)
+        size = QSize(40, 40) if wide else QSize(16, 16)
+        if self.tree.iconSize() != size:
+            self.tree.setIconSize(size)
         others = sum(header.sectionSize(c) for c in range(1, header.count()) if not header.isSectionHidden(c))
         self.tree.setColumnWidth(0, max(NAME_MIN, self.tree.viewport().width() - others))
 

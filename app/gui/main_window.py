@@ -12,7 +12,7 @@ from dataclasses import replace
 from functools import partial
 from pathlib import Path
 
-from PySide6.QtCore import QSettings, QStandardPaths, QTimer
+from PySide6.QtCore import QByteArray, QFileSystemWatcher, QSettings, QStandardPaths, QTimer
 from PySide6.QtGui import QAction, QCloseEvent, QDragEnterEvent, QDropEvent, QShowEvent
 from PySide6.QtWidgets import QApplication, QFileDialog, QMainWindow, QStackedWidget, QVBoxLayout, QWidget
 
@@ -42,6 +42,8 @@ from app.gui.theme import app_icon, apply_theme, refresh_icons
 from app.gui.widgets import MessageBar, StatusLine
 from app.gui.workspaces import Workspaces
 from core.library import Entry
+
+_HEADER = "library/header"
 
 
 def own_models_folder() -> Path:
@@ -95,6 +97,8 @@ class MainWindow(PlacementControls, QMainWindow):
         self.generate_panel.stop_requested.connect(self.interrupt)
         self.last_session = LastSession(backend, store, self._offer, self.load_path, parent=self)
         build_menus(self)
+        self.browser.restore_header(store.value(_HEADER))
+        self._watch_folders()
         self._arrange_on_show = not self.layout_.restore(store)  # a first run: the default layout
         if self._arrange_on_show:
             self.resize(initial_size(self))
@@ -225,6 +229,20 @@ class MainWindow(PlacementControls, QMainWindow):
         if folder not in self.session_folders:
             self.session_folders = (*self.session_folders, folder)
         self.rescan()
+
+    def _watch_folders(self) -> None:
+        """A file deleted, moved or added in a listed folder: the library follows (a rescan, from
+        the inspect cache, half a second after the last change) instead of waiting for F5."""
+        self.watcher = QFileSystemWatcher(self)
+        self._rescan_soon = QTimer(self, singleShot=True, interval=500)
+        self._rescan_soon.timeout.connect(self.rescan)
+        self.watcher.directoryChanged.connect(lambda _folder: self._rescan_soon.start())
+        self.backend.scan_done.connect(lambda _problems: self._watch(self.browser.model.entries()))
+
+    def _watch(self, entries: list[Entry]) -> None:
+        folders = {str(e.path.parent) for e in entries} - set(self.watcher.directories())
+        if folders:
+            self.watcher.addPaths(sorted(folders))
 
     # -- settings --------------------------------------------------------------------------------
     def open_settings(self) -> None:
@@ -379,6 +397,7 @@ class MainWindow(PlacementControls, QMainWindow):
     def closeEvent(self, event: QCloseEvent) -> None:
         self.workspaces.show("create")  # the docks' own layout is what is remembered
         self.generate.save_fields()
+        self.store.setValue(_HEADER, QByteArray(self.browser.header_state()))
         self.layout_.save(self.store)
         self.memory_panel.plot.timer.stop()
         self.backend.shutdown()
