@@ -30,7 +30,10 @@ class Pictures(QObject):
         self.window = window
         self.viewer = PicturePanel()
         self.gallery = GalleryPanel()
-        self.menu = PictureMenu(window, self.use_settings, self.deleted, self.viewer.open)
+        self.menu = PictureMenu(
+            window, self.use_settings, self.deleted, self.viewer.open,
+            say=lambda title, text: window.show_message(Friendly(title, text, "warning")),
+        )  # fmt: skip
         self.viewer.menu_requested.connect(self.menu.popup)
         self.gallery.menu_requested.connect(self.menu.popup)
         self.gallery.open_requested.connect(self.show)

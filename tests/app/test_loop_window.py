@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from PySide6.QtCore import QPoint, QPointF, Qt
 from PySide6.QtGui import QWheelEvent
 from PySide6.QtWidgets import QApplication, QComboBox, QScrollArea, QSlider, QSpinBox, QVBoxLayout, QWidget
@@ -119,3 +120,42 @@ def test_workspaces_give_a_panel_the_whole_window_and_create_gives_it_back(qtbot
     assert spaces.current == "create" and set(spaces.visible_docks()) == before
     assert window.browser.isVisible() and window.docks["library"].isAncestorOf(window.browser)
     assert window.docks["memory"].isAncestorOf(window.memory_panel)
+
+
+def test_a_stop_during_generation_does_not_say_the_model_must_be_loaded_again(qtbot) -> None:
+    """After Stop during sampling the event list said "loading was stopped … Load the model again"
+    while the model was still loaded (issue 30)."""
+    import threading
+
+    from app.backend.messages import EngineEvent
+    from app.backend.worker import Job, TaskRunner
+
+    stop = threading.Event()
+    runner = TaskRunner(stop)
+    events: list[EngineEvent] = []
+    runner.result.connect(events.append)
+    for task in ("generate", "load"):
+        stop.set()
+        runner.run(Job(task, lambda r: r.check()))  # type: ignore[arg-type]
+    generate, load = events
+    assert "load the model again" not in generate.reason.lower() and "no picture was saved" in generate.reason
+    assert "load the model again" in load.reason.lower()  # a stopped load does need it
+
+
+@pytest.mark.qt_log_ignore("openDocument", "propagateSizeHints", "does not support raise")
+def test_open_and_show_in_folder_say_when_nothing_can_open_them(qtbot, make_window, tmp_path: Path) -> None:
+    """Without a desktop launcher (xdg-open) Open and Show in folder failed silently (issue 30). The
+    offscreen platform opens nothing, as a desktop without a launcher."""
+    if QApplication.platformName() != "offscreen":
+        pytest.skip("a real desktop may open the picture")
+    window = make_window()
+    picture = tmp_path / "00001-1.png"
+    picture.write_bytes(b"")
+    menu = window.pictures.menu
+    actions = {a.text(): a for a in menu.menu(picture).actions()}
+    actions["Open"].trigger()
+    assert window.message.isVisible() and "xdg-open" in window.message.text.text()
+    assert str(picture) in window.message.text.text()
+    window.message.hide()
+    actions["Show in folder"].trigger()
+    assert window.message.isVisible() and "Could not show the folder" in window.message.text.text()
