@@ -33,8 +33,8 @@ RELAY_INTERVAL = 0.05
 
 #: what a stop left, per task (the event list's words)
 STOPPED = {
-    "generate": "Stopped as you asked: no picture was saved from this run; the loaded model and its LoRAs are "
-    "as they were.",
+    "generate": "Stopped as you asked: no picture was saved from this run; the loaded model and its "
+    "LoRAs are as they were.",
     "queue": "Stopped as you asked: the running job goes back to the queue; Run continues it.",
     "run": "Stopped as you asked: the test run was cut short; the model is still loaded.",
     "scan": "Stopped as you asked: the folders were read in part; Rescan (F5) reads them again.",
