@@ -14,7 +14,15 @@ from pathlib import Path
 
 from PySide6.QtCore import QByteArray, QFileSystemWatcher, QSettings, QStandardPaths, QTimer
 from PySide6.QtGui import QAction, QCloseEvent, QDragEnterEvent, QDropEvent, QShowEvent
-from PySide6.QtWidgets import QApplication, QFileDialog, QMainWindow, QStackedWidget, QVBoxLayout, QWidget
+from PySide6.QtWidgets import (
+    QApplication,
+    QFileDialog,
+    QMainWindow,
+    QMessageBox,
+    QStackedWidget,
+    QVBoxLayout,
+    QWidget,
+)
 
 from app.backend.backend import Backend
 from app.backend.messages import EngineEvent, ModelInfo, StackInfo, TaskError
@@ -79,6 +87,7 @@ class MainWindow(PlacementControls, QMainWindow):
         self.setWindowTitle("Loadout")
         self.setWindowIcon(app_icon())
         self.setAcceptDrops(True)
+        self.confirm_quit: Callable[[str], bool] = self._ask_quit  # Quit while a queue job runs
         self._build_panels()
         if monitor.figures is not None:  # not a test's own monitor
             self._watch_placement()
@@ -394,7 +403,19 @@ class MainWindow(PlacementControls, QMainWindow):
             self.layout_.arrange()
         QTimer.singleShot(0, lambda: keep_on_screen(self))  # once the frame is known
 
+    def _ask_quit(self, text: str) -> bool:
+        answer = QMessageBox.question(self, "Quit Loadout?", text)
+        return answer == QMessageBox.StandardButton.Yes
+
     def closeEvent(self, event: QCloseEvent) -> None:
+        running = [j for j in self.queue_panel.store.jobs("running")]
+        if (running or self.queue_panel.runner is not None) and not self.confirm_quit(
+            "A queued job is running. Quit anyway? It is stopped now and stays in the queue: "
+            "Run continues it at the next start."
+        ):
+            event.ignore()
+            return
+        self.queue_panel.stop()
         self.workspaces.show("create")  # the docks' own layout is what is remembered
         self.generate.save_fields()
         self.store.setValue(_HEADER, QByteArray(self.browser.header_state()))

@@ -159,3 +159,21 @@ def test_open_and_show_in_folder_say_when_nothing_can_open_them(qtbot, make_wind
     window.message.hide()
     actions["Show in folder"].trigger()
     assert window.message.isVisible() and "Could not show the folder" in window.message.text.text()
+
+
+def test_quit_asks_while_a_queue_job_runs(qtbot, make_window, demo_library) -> None:  # type: ignore[no-untyped-def]
+    from tests.app.test_generate_window import _load
+
+    window = make_window(demo_library.folder)
+    _load(qtbot, window, demo_library.checkpoint)
+    queue = window.queue_panel
+    queue.axes["x"].setText("seed:1,2")
+    first, _second = queue.queue_grid()
+    queue.store.start(first, "local")  # what the runner does as it takes the job
+    asked: list[str] = []
+    window.confirm_quit = lambda text: asked.append(text) or False
+    window.quit_action.trigger()  # Ctrl+Q
+    assert asked and "queued job is running" in asked[0] and window.isVisible()
+    window.confirm_quit = lambda text: True
+    window.quit_action.trigger()
+    assert not window.isVisible()
