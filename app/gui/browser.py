@@ -43,6 +43,7 @@ from core.session import ModelInfo
 
 WIDE_LIST = 620  # px: from this width on the tree shows every column and large previews
 NARROW_HIDES = (2, 4, 5, 6)  # kind (the group and icon say it), dtype, copies, last used
+VERY_NARROW = 400  # px: below it the size column goes too (the folder rows still give sizes)
 NAME_MIN = 180  # px: the narrowest the name column gets (the tree scrolls sideways below that)
 SORTS = (
     ("Name", "name"),
@@ -393,10 +394,14 @@ class BrowserPanel(QWidget):
         name, family and size only, a wide one (the Library workspace) every column and the
         files' preview pictures large enough to see."""
         header = self.tree.header()
-        wide = self.tree.viewport().width() >= WIDE_LIST
+        width = self.tree.viewport().width()
+        wide = width >= WIDE_LIST
         for col in NARROW_HIDES:
             if header.isSectionHidden(col) == wide:
                 header.setSectionHidden(col, not wide)
+        very_narrow = width < VERY_NARROW  # the size gives way too before the name is cut to "a…s"
+        if header.isSectionHidden(3) != very_narrow:
+            header.setSectionHidden(3, very_narrow)
         size = QSize(40, 40) if wide else QSize(16, 16)
         if self.tree.iconSize() != size:
             self.tree.setIconSize(size)

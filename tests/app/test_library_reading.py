@@ -31,9 +31,13 @@ def test_names_previews_columns_and_a_deleted_file(qtbot, make_window, store, tm
     header = b.tree.header()
 
     # the Create workspace's narrow dock: name, family, size; the name gets the rest
-    assert b.tree.viewport().width() < 620
-    assert [header.isSectionHidden(c) for c in range(7)] == [False, False, True, False, True, True, True]
-    assert header.sectionSize(0) >= b.tree.viewport().width() - header.sectionSize(1) - header.sectionSize(3)
+    width = b.tree.viewport().width()
+    assert width < 620
+    size_hidden = width < 400  # in a very narrow dock the size gives way too
+    hidden = [header.isSectionHidden(c) for c in range(7)]
+    assert hidden == [False, False, True, size_hidden, True, True, True]
+    shown = sum(header.sectionSize(c) for c in range(1, 7) if not header.isSectionHidden(c))
+    assert header.sectionSize(0) >= min(width - shown, 180)
     # the Library workspace: every column, previews large enough to see
     window.workspaces.show("library")
     qtbot.waitUntil(lambda: b.tree.viewport().width() >= 620)
