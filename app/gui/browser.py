@@ -198,6 +198,7 @@ class BrowserPanel(QWidget):
         )
         hint.setAlignment(Qt.AlignmentFlag.AlignCenter)
         hint.setObjectName("muted")
+        hint.setWordWrap(True)  # a narrow dock wraps it instead of cutting it
         demo = QPushButton("Open the demo library")
         demo.setObjectName("primary")
         demo.clicked.connect(self.demo_requested)

@@ -117,7 +117,7 @@ class QueuePanel(QWidget):
         self._reported = {p for q in earlier for p in (*q.images, q.job.grid_file) if p is not None}
         self.refresh()
 
-    def _build_buttons(self) -> QHBoxLayout:
+    def _build_buttons(self) -> QVBoxLayout:
         """Queue the grid; run, pause and stop the queue; cancel, move and retry the selected job."""
         self.queue_button = QPushButton("Queue grid")
         self.queue_button.clicked.connect(self.queue_grid)
@@ -135,10 +135,15 @@ class QueuePanel(QWidget):
         self.down_button.clicked.connect(lambda: self._on_selected(lambda j: self.move(j, 1)))
         self.retry_button = QPushButton("Retry")
         self.retry_button.clicked.connect(lambda: self._on_selected(self.retry))
-        buttons = QHBoxLayout()
-        for b in (self.queue_button, self.run_button, self.pause_button, self.stop_button, self.cancel_button,
-                  self.up_button, self.down_button, self.retry_button):  # fmt: skip
-            buttons.addWidget(b)
+        # two rows: the queue's own, and the selected job's (eight in one row were clipped in a dock)
+        buttons = QVBoxLayout()
+        queue = (self.queue_button, self.run_button, self.pause_button, self.stop_button)
+        selected = (self.cancel_button, self.up_button, self.down_button, self.retry_button)
+        for row_buttons in (queue, selected):
+            row = QHBoxLayout()
+            for b in row_buttons:
+                row.addWidget(b)
+            buttons.addLayout(row)
         return buttons
 
     # -- what the window has loaded --------------------------------------------------------------

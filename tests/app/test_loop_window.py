@@ -162,11 +162,13 @@ def test_open_and_show_in_folder_say_when_nothing_can_open_them(qtbot, make_wind
 
 
 def test_quit_asks_while_a_queue_job_runs(qtbot, make_window, demo_library) -> None:  # type: ignore[no-untyped-def]
+    from app.gui.dock_layout import WIDE
     from tests.app.test_generate_window import _load
 
     window = make_window(demo_library.folder)
     _load(qtbot, window, demo_library.checkpoint)
     queue = window.queue_panel
+    assert queue.minimumSizeHint().width() <= WIDE["generate"]  # its buttons were clipped in the dock
     queue.axes["x"].setText("seed:1,2")
     first, _second = queue.queue_grid()
     queue.store.start(first, "local")  # what the runner does as it takes the job
@@ -177,3 +179,20 @@ def test_quit_asks_while_a_queue_job_runs(qtbot, make_window, demo_library) -> N
     window.confirm_quit = lambda text: True
     window.quit_action.trigger()
     assert not window.isVisible()
+
+
+def test_texts_that_were_clipped_are_read_whole(qtbot) -> None:  # type: ignore[no-untyped-def]
+    """Issue 30: the Hires steps ("same steps"), the Queue buttons and the empty library's hint were
+    cut in their docks."""
+    from app.gui.dock_layout import WIDE
+    from app.gui.workflow_hires import HiresControls
+
+    hires = HiresControls()
+    qtbot.addWidget(hires)
+    hires.resize(WIDE["generate"] - 120, hires.sizeHint().height())  # its share of the Generate panel
+    hires.show()
+    hires.enabled.setChecked(True)
+    assert hires.steps.width() >= hires.steps.sizeHint().width()
+    panel = GeneratePanel()
+    qtbot.addWidget(panel)
+    assert panel.minimumSizeHint().width() <= WIDE["generate"]  # still fits its column
