@@ -196,3 +196,21 @@ def test_texts_that_were_clipped_are_read_whole(qtbot) -> None:  # type: ignore[
     panel = GeneratePanel()
     qtbot.addWidget(panel)
     assert panel.minimumSizeHint().width() <= WIDE["generate"]  # still fits its column
+
+
+def test_the_docked_memory_panel_reads_in_a_narrow_dock_and_its_axis_stays_in_seconds(qtbot) -> None:  # type: ignore[no-untyped-def]
+    """Issue 30: docked, the decisions read one or two words a line and the axis said "time (ks)"."""
+    from app.backend.monitor import MemoryMonitor
+    from app.gui.memory_panel import MemoryPanel
+
+    panel = MemoryPanel(MemoryMonitor(None))
+    qtbot.addWidget(panel)
+    panel.resize(380, 700)  # a side dock
+    panel.show()
+    assert panel.split.orientation() == Qt.Orientation.Vertical
+    assert panel.events.width() > 300  # the decisions get the panel's width
+    panel.resize(1200, 500)  # the Memory workspace
+    assert panel.split.orientation() == Qt.Orientation.Horizontal
+    axis = panel.plot.getPlotItem().getAxis("bottom")
+    axis.setRange(0, 5000)  # after well over an hour
+    assert "(s)" in axis.labelString() and "ks" not in axis.labelString()
