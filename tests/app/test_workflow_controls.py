@@ -245,3 +245,27 @@ def test_the_librarys_controlnets_are_offered_in_every_row(qtbot: QtBot, make_wi
     window.rescan()
     qtbot.waitUntil(lambda: nets.choices == (), timeout=30000)
     assert nets.rows[0].controlnet.combo.count() == 1 and row.controlnet.path == net
+
+
+def test_the_hint_and_starting_pictures_show_a_thumbnail_and_an_unticked_box_is_off(
+    qtbot: QtBot, tmp_path: Path
+) -> None:
+    """Issue 30: the ControlNet hint had no thumbnail; the box looked enabled while unticked."""
+    import numpy as np
+    from PIL import Image
+
+    panel = GeneratePanel()
+    qtbot.addWidget(panel)
+    box = panel.workflows
+    assert not box.isChecked() and not box.controlnets.rows[0].hint.isEnabled()  # unticked: off
+    edges = tmp_path / "edges.png"
+    Image.fromarray(np.full((300, 200, 3), 255, np.uint8)).save(edges)
+    box.setChecked(True)
+    hint = box.controlnets.rows[0].hint
+    hint.set_path(edges)
+    thumb = hint.thumb.pixmap()
+    assert hint.isEnabled() and not thumb.isNull() and thumb.height() == 28 and thumb.width() < 28
+    box.init.set_path(edges)
+    assert not box.init.thumb.pixmap().isNull()
+    hint.set_path(None)
+    assert hint.thumb.pixmap().isNull() and hint.label.text() != "edges.png"
