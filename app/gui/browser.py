@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from PySide6.QtCore import QByteArray, QEvent, QItemSelectionModel, QModelIndex, QObject, QSize, Qt, Signal
+from PySide6.QtCore import QByteArray, QEvent, QItemSelectionModel, QModelIndex, QObject, Qt, Signal
 from PySide6.QtGui import QKeySequence, QShortcut
 from PySide6.QtWidgets import (
     QAbstractItemView,
@@ -33,6 +33,7 @@ from PySide6.QtWidgets import (
 
 from app.backend.backend import Backend
 from app.backend.messages import TaskProgress
+from app.gui.library_columns import fit_columns
 from app.gui.library_model import KIND_TITLES, LibraryTreeModel
 from app.gui.library_summary import summary_parts, usage_text
 from app.gui.theme import icon, kind_text, set_icon
@@ -41,10 +42,6 @@ from core.library.hasher import HashProgress
 from core.library.query import KIND_ORDER
 from core.session import ModelInfo
 
-WIDE_LIST = 620  # px: from this width on the tree shows every column and large previews
-NARROW_HIDES = (2, 4, 5, 6)  # kind (the group and icon say it), dtype, copies, last used
-VERY_NARROW = 400  # px: below it the size column goes too (the folder rows still give sizes)
-NAME_MIN = 180  # px: the narrowest the name column gets (the tree scrolls sideways below that)
 SORTS = (
     ("Name", "name"),
     ("Date", "date"),
@@ -174,13 +171,12 @@ class BrowserPanel(QWidget):
         self.tree.setTextElideMode(Qt.TextElideMode.ElideMiddle)  # keeps the extension in sight
         header = self.tree.header()
         header.setStretchLastSection(False)
-        # the name takes what the other columns leave, but never less than NAME_MIN: in a narrow
-        # dock the tree scrolls sideways instead of cutting every name to "a…s" (_fit_name_column)
+        # the columns follow the tree's width (library_columns.fit_columns)
         header.setSectionResizeMode(0, QHeaderView.ResizeMode.Interactive)
         for col, width in ((1, 92), (2, 112), (3, 72), (4, 56), (5, 58), (6, 72)):
             header.setSectionResizeMode(col, QHeaderView.ResizeMode.Interactive)
             self.tree.setColumnWidth(col, width)
-        header.sectionResized.connect(lambda col, _old, _new: col != 0 and self._fit_name_column())
+        header.sectionResized.connect(lambda col, _old, _new: col != 0 and fit_columns(self.tree))
         self.tree.viewport().installEventFilter(self)
         self.tree.selectionModel().currentChanged.connect(self._on_current)
         self.tree.doubleClicked.connect(self._on_activated)  # (not ``activated`` too: both fire)
@@ -369,7 +365,7 @@ class BrowserPanel(QWidget):
     def restore_header(self, state: object) -> None:
         if isinstance(state, QByteArray | bytes) and state:
             self.tree.header().restoreState(QByteArray(state))
-            self._fit_name_column()
+            fit_columns(self.tree)
 
     def focus_search(self) -> None:
         self.search.setFocus()
@@ -387,27 +383,8 @@ class BrowserPanel(QWidget):
 
     def eventFilter(self, watched: QObject, event: QEvent) -> bool:
         if watched is self.tree.viewport() and event.type() == QEvent.Type.Resize:
-            self._fit_name_column()
+            fit_columns(self.tree)
         return super().eventFilter(watched, event)
-
-    def _fit_name_column(self) -> None:
-        """The name takes the room left; a narrow panel (the Create workspace's dock) shows the
-        name, family and size only, a wide one (the Library workspace) every column and the
-        files' preview pictures large enough to see."""
-        header = self.tree.header()
-        width = self.tree.viewport().width()
-        wide = width >= WIDE_LIST
-        for col in NARROW_HIDES:
-            if header.isSectionHidden(col) == wide:
-                header.setSectionHidden(col, not wide)
-        very_narrow = width < VERY_NARROW  # the size gives way too before the name is cut to "a…s"
-        if header.isSectionHidden(3) != very_narrow:
-            header.setSectionHidden(3, very_narrow)
-        size = QSize(40, 40) if wide else QSize(16, 16)
-        if self.tree.iconSize() != size:
-            self.tree.setIconSize(size)
-        others = sum(header.sectionSize(c) for c in range(1, header.count()) if not header.isSectionHidden(c))
-        self.tree.setColumnWidth(0, max(NAME_MIN, self.tree.viewport().width() - others))
 
     def _after_rebuild(self) -> None:
         for row in range(self.model.rowCount()):  # a folder's or kind's label spans the whole row

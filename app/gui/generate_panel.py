@@ -34,6 +34,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.backend.progress_words import PHASE_WORDS
+from app.gui import generate_fields
 from app.gui.model_picker import ModelPicker
 from app.gui.size_controls import SizeControls
 from app.gui.sweep_controls import SweepControls
@@ -53,6 +54,9 @@ NO_MODEL = "Load a checkpoint or diffusion model to generate."
 
 
 class GeneratePanel(QWidget):
+    seed: QLineEdit  # the seed row's (generate_fields.seed_row)
+    random_seed: QCheckBox
+    reuse_button: QToolButton
     generate_requested = Signal(object)  # ImageSettings
     error = Signal(object)  # LoadoutError from a dropped file the panel could not read
     output_folder_requested = Signal()
@@ -127,25 +131,6 @@ class GeneratePanel(QWidget):
         self.negative.setMinimumHeight(2 * lines + 12)
         self.negative.setMaximumHeight(4 * lines)
 
-    def _build_seed(self) -> QHBoxLayout:
-        """The seed field, a new random seed, the last picture's seed, and "random" every time."""
-        self.seed = QLineEdit("0")
-        self.seed.setInputMask("")
-        self.seed.setToolTip(f"0 … {MAX_SEED}; the same seed and settings give the same picture as ComfyUI")
-        self.random_seed = QCheckBox("random")
-        self.random_seed.setToolTip("Draw a new seed for every Generate")
-        dice = QToolButton(autoRaise=True, toolTip="New random seed")
-        set_icon(dice, "dice")
-        dice.clicked.connect(self.new_seed)
-        reuse = QToolButton(autoRaise=True, toolTip="Reuse the last picture's seed")
-        set_icon(reuse, "reuse")
-        reuse.clicked.connect(self.reuse_seed)
-        self.reuse_button = reuse
-        seed_row = QHBoxLayout()
-        for w in (self.seed, dice, reuse, self.random_seed):
-            seed_row.addWidget(w)
-        return seed_row
-
     def _build_sampling(self) -> None:
         """Steps, CFG, Flux's guidance, sampler and scheduler."""
         # the fields accept what the engine accepts (core.values), so a value read from a picture
@@ -170,7 +155,7 @@ class GeneratePanel(QWidget):
 
     def _build_form(self) -> QFormLayout:
         form = QFormLayout()
-        form.addRow("Seed", self._build_seed())
+        form.addRow("Seed", generate_fields.seed_row(self))
         form.addRow("Steps", self.steps)
         form.addRow("CFG", self.cfg)
         form.addRow("Guidance", self.guidance)
@@ -281,42 +266,10 @@ class GeneratePanel(QWidget):
 
     # ----------------------------------------------------------------- kept across a relaunch
     def fields(self) -> dict[str, object]:
-        """What the artist typed and chose, to be restored by :meth:`restore_fields`."""
-        return {
-            "prompt": self.prompt.toPlainText(), "negative": self.negative.toPlainText(),
-            "seed": self.seed.text(), "random": self.random_seed.isChecked(), "batch": self.batch.value(),
-            "steps": self.steps.value(), "cfg": self.cfg.value(), "guidance": self.guidance.value(),
-            "sampler": self.sampler.currentData(), "scheduler": self.scheduler.currentData(),
-            "width": self.width_.value(), "height": self.height_.value(), "family": self.family,
-        }  # fmt: skip
+        return generate_fields.fields(self)
 
     def restore_fields(self, saved: dict[str, object]) -> None:
-        """Put saved :meth:`fields` back. The settings a family's defaults replace (steps, CFG,
-        sampler, scheduler, size) are put back again when that family's model is loaded."""
-        text = {k: v for k, v in saved.items() if isinstance(v, str)}
-        self.prompt.setPlainText(text.get("prompt", ""))
-        self.negative.setPlainText(text.get("negative", ""))
-        if text.get("seed", "").isdigit():
-            self.seed.setText(text["seed"])
-        self.random_seed.setChecked(saved.get("random") is True)
-        self._apply_saved_settings(saved)
-        family = saved.get("family")
-        self._pending = saved if isinstance(family, str) else None
-
-    def _apply_saved_settings(self, saved: dict[str, object]) -> None:
-        for box, key in ((self.batch, "batch"), (self.steps, "steps"), (self.width_, "width"),
-                         (self.height_, "height")):  # fmt: skip
-            value = saved.get(key)
-            if isinstance(value, int) and box.minimum() <= value <= box.maximum():
-                box.setValue(value)
-        for dbox, key in ((self.cfg, "cfg"), (self.guidance, "guidance")):
-            number = saved.get(key)
-            if isinstance(number, int | float) and dbox.minimum() <= number <= dbox.maximum():
-                dbox.setValue(float(number))
-        for combo, key in ((self.sampler, "sampler"), (self.scheduler, "scheduler")):
-            i = combo.findData(saved.get(key))
-            if i >= 0:
-                combo.setCurrentIndex(i)
+        self._pending = generate_fields.restore(self, saved)
 
     def set_family(self, family: str | None, defaults: GenerationDefaults) -> None:
         """Offer the loaded family's sizes and usual settings (its record's ``defaults``); a family
@@ -337,7 +290,7 @@ class GeneratePanel(QWidget):
         pending = self._pending
         if pending is not None and family is not None and pending.get("family") == family:
             self._pending = None  # the last session's model again: its settings, not the defaults
-            self._apply_saved_settings(pending)
+            generate_fields.apply_settings(self, pending)
 
     def set_available(self, available: bool, reason: str = "") -> None:
         self.available = available

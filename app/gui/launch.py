@@ -106,6 +106,18 @@ def _leave_a_core_for_the_window() -> None:
     torch.set_num_threads(max(1, min(torch.get_num_threads(), cores - 1)))
 
 
+def _application():  # type: ignore[no-untyped-def]
+    from PySide6.QtWidgets import QApplication
+
+    app = QApplication.instance() or QApplication(sys.argv)
+    assert isinstance(app, QApplication)
+    app.setApplicationName("Loadout")
+    app.setOrganizationName("Loadout")
+    app.setApplicationDisplayName("Loadout")
+    app.setDesktopFileName("loadout")  # Wayland matches the window to loadout.desktop (icon, grouping)
+    return app
+
+
 def run_gui(
     *,
     demo: bool = False,
@@ -122,7 +134,6 @@ def run_gui(
     ):
         os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")  # a smoke test on a machine without a screen
     from PySide6.QtCore import QSettings
-    from PySide6.QtWidgets import QApplication
 
     from app.gui.compat import guard_none_refcount
     from app.gui.demo_flow import DemoFlow
@@ -130,12 +141,7 @@ def run_gui(
 
     guard_none_refcount()
     _leave_a_core_for_the_window()
-    app = QApplication.instance() or QApplication(sys.argv)
-    assert isinstance(app, QApplication)
-    app.setApplicationName("Loadout")
-    app.setOrganizationName("Loadout")
-    app.setApplicationDisplayName("Loadout")
-    app.setDesktopFileName("loadout")  # Wayland matches the window to loadout.desktop (icon, grouping)
+    app = _application()
     with contextlib.ExitStack() as scope:
         if demo:
             # the demo session neither reads nor changes the user's folders and settings
@@ -154,18 +160,10 @@ def run_gui(
         window.show()
         if window_size is not None:
             window.resize(*window_size)  # and after: a window manager or the offscreen screen may differ
-        flow = (
-            DemoFlow(
-                window,
-                screenshot=screenshot,
-                folder=demo_folder,
-                extra=extra_folder,
-                first_launch=first_launch,
-            )
-            if demo
-            else None
-        )
-        if flow is not None:
+        flow = None
+        if demo:
+            flow = DemoFlow(window, screenshot=screenshot, folder=demo_folder, extra=extra_folder)
+            flow.first_launch = first_launch
             flow.start()
         code = int(app.exec())
         if window.backend.thread.isRunning():

@@ -1,9 +1,6 @@
-"""The main window: browser and details in the middle, LoRA stack and loaded models on the right,
-memory plot, events and test run below. It wires panels to the backend and owns the actions.
-
-Everything long runs on the backend's worker thread; the window only sends requests, shows the
-snapshots that come back and words errors through :mod:`app.gui.errors`.
-"""
+"""The main window: it wires the panels (docks, dock_layout.py; workspaces, workspaces.py) to the
+backend and owns the actions. Everything long runs on the backend's worker thread; the window only
+sends requests, shows the snapshots that come back and words errors through :mod:`app.gui.errors`."""
 
 from __future__ import annotations
 
@@ -12,7 +9,7 @@ from dataclasses import replace
 from functools import partial
 from pathlib import Path
 
-from PySide6.QtCore import QByteArray, QFileSystemWatcher, QSettings, QStandardPaths, QTimer
+from PySide6.QtCore import QByteArray, QSettings, QStandardPaths, QTimer
 from PySide6.QtGui import QAction, QCloseEvent, QDragEnterEvent, QDropEvent, QShowEvent
 from PySide6.QtWidgets import (
     QApplication,
@@ -33,7 +30,7 @@ from app.gui.browser import BrowserPanel
 from app.gui.details import LOADABLE, DetailsPanel
 from app.gui.dock_layout import DockLayout, initial_size, keep_on_screen
 from app.gui.errors import Friendly, describe, describe_exception
-from app.gui.gallery import PICTURES
+from app.gui.folder_watch import FolderWatch
 from app.gui.generate_controller import GenerateController
 from app.gui.generate_panel import GeneratePanel
 from app.gui.last_session import LastSession
@@ -107,7 +104,7 @@ class MainWindow(PlacementControls, QMainWindow):
         self.last_session = LastSession(backend, store, self._offer, self.load_path, parent=self)
         build_menus(self)
         self.browser.restore_header(store.value(_HEADER))
-        self._watch_folders()
+        self.folder_watch = FolderWatch(self.backend, self.browser.model.entries, self.rescan, parent=self)
         self._arrange_on_show = not self.layout_.restore(store)  # a first run: the default layout
         if self._arrange_on_show:
             self.resize(initial_size(self))
@@ -239,20 +236,6 @@ class MainWindow(PlacementControls, QMainWindow):
             self.session_folders = (*self.session_folders, folder)
         self.rescan()
 
-    def _watch_folders(self) -> None:
-        """A file deleted, moved or added in a listed folder: the library follows (a rescan, from
-        the inspect cache, half a second after the last change) instead of waiting for F5."""
-        self.watcher = QFileSystemWatcher(self)
-        self._rescan_soon = QTimer(self, singleShot=True, interval=500)
-        self._rescan_soon.timeout.connect(self.rescan)
-        self.watcher.directoryChanged.connect(lambda _folder: self._rescan_soon.start())
-        self.backend.scan_done.connect(lambda _problems: self._watch(self.browser.model.entries()))
-
-    def _watch(self, entries: list[Entry]) -> None:
-        folders = {str(e.path.parent) for e in entries} - set(self.watcher.directories())
-        if folders:
-            self.watcher.addPaths(sorted(folders))
-
     # -- settings --------------------------------------------------------------------------------
     def open_settings(self) -> None:
         dialog = SettingsDialog(self.settings, self, has_gpu=self.has_gpu)
@@ -381,20 +364,12 @@ class MainWindow(PlacementControls, QMainWindow):
         self.backend.interrupt()
         self.task_label.setText("Stopping…")
 
-    # -- a picture dropped anywhere on the window: its settings go to the Generate panel --------------
+    # -- a picture dropped anywhere on the window: its settings go to the Generate panel ----------
     def dragEnterEvent(self, event: QDragEnterEvent) -> None:
-        if any(u.toLocalFile().lower().endswith(PICTURES) for u in event.mimeData().urls()):
-            event.acceptProposedAction()
+        self.pictures.drag_enter(event)
 
     def dropEvent(self, event: QDropEvent) -> None:
-        pictures = [
-            u.toLocalFile() for u in event.mimeData().urls() if u.toLocalFile().lower().endswith(PICTURES)
-        ]
-        if pictures:
-            self.docks["generate"].show()
-            self.docks["generate"].raise_()
-            self.generate_panel.read_picture(Path(pictures[0]))
-            event.acceptProposedAction()
+        self.pictures.drop(event)
 
     def showEvent(self, event: QShowEvent) -> None:
         super().showEvent(event)
@@ -404,8 +379,7 @@ class MainWindow(PlacementControls, QMainWindow):
         QTimer.singleShot(0, lambda: keep_on_screen(self))  # once the frame is known
 
     def _ask_quit(self, text: str) -> bool:
-        answer = QMessageBox.question(self, "Quit Loadout?", text)
-        return answer == QMessageBox.StandardButton.Yes
+        return QMessageBox.question(self, "Quit Loadout?", text) == QMessageBox.StandardButton.Yes
 
     def closeEvent(self, event: QCloseEvent) -> None:
         running = [j for j in self.queue_panel.store.jobs("running")]

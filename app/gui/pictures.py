@@ -9,10 +9,10 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 from PySide6.QtCore import QObject
-from PySide6.QtGui import QPixmap
+from PySide6.QtGui import QDragEnterEvent, QDropEvent, QPixmap
 
 from app.gui.errors import Friendly
-from app.gui.gallery import GalleryPanel
+from app.gui.gallery import PICTURES, GalleryPanel
 from app.gui.picture_menu import PictureMenu
 from app.gui.viewer import PicturePanel
 from core.errors import LoadoutError
@@ -64,6 +64,22 @@ class Pictures(QObject):
         if self.viewer.view.path == path:
             self.viewer.view.show_pixmap(QPixmap())
             self.viewer.caption.setText(f"{path.name} was deleted.")
+
+    # -- a picture dropped anywhere on the window: its settings go to the Generate panel ----------
+    def drag_enter(self, event: QDragEnterEvent) -> None:
+        if any(u.toLocalFile().lower().endswith(PICTURES) for u in event.mimeData().urls()):
+            event.acceptProposedAction()
+
+    def drop(self, event: QDropEvent) -> None:
+        w = self.window
+        pictures = [
+            u.toLocalFile() for u in event.mimeData().urls() if u.toLocalFile().lower().endswith(PICTURES)
+        ]
+        if pictures:
+            w.docks["generate"].show()
+            w.docks["generate"].raise_()
+            w.generate_panel.read_picture(Path(pictures[0]))
+            event.acceptProposedAction()
 
     # -- use these settings ----------------------------------------------------------------------
     def use_settings(self, path: Path) -> None:
