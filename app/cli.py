@@ -19,6 +19,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--window-size", metavar="WxH", help="with --screenshot: the window's size (default: the screen's)"
     )
     parser.add_argument(
+        "--first-launch",
+        action="store_true",
+        help="with --screenshot: shoot the window as it first opens (the demo library read, nothing loaded)",
+    )
+    parser.add_argument(
         "--folder", metavar="DIR", help="with --demo: also list this model folder (the screenshot selects "
         "its longest file name)",
     )  # fmt: skip
@@ -102,7 +107,10 @@ def _main(argv: Sequence[str] | None, started: Callable[[], object]) -> int:
                       file=sys.stderr)  # fmt: skip
                 return 2
             size = (w, h)
-        return run_gui(demo=args.demo, screenshot=args.screenshot, window_size=size, extra_folder=args.folder)
+        return run_gui(
+            demo=args.demo, screenshot=args.screenshot, window_size=size, extra_folder=args.folder,
+            first_launch=args.first_launch,
+        )  # fmt: skip
     try:
         code: int = args.handler(args)
     except BrokenPipeError:

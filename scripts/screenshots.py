@@ -1,8 +1,16 @@
-"""Screenshots of the window for docs/screenshots/, taken under a real X server (Xvfb) with the app's
-own screenshot path (``loadout --demo --screenshot``): the demo flow (load, LoRA, Load to GPU on
-a simulated card, generate) at 1366 x 768 (100 %), 1920 x 1080 at 150 % (1280 x 720 logical) and
-2560 x 1440 (100 %), each also with a small real-layout ComfyUI-style folder listed (tiny real
-files, sparse full-size headers and three broken files; the longest name selected).
+"""Screenshots of the window for docs/screenshots/, taken under a real X server (Xvfb) with a window
+manager (openbox) and the app's own screenshot path (``loadout --demo --screenshot``), of the whole
+screen (the window's frame included: it shows whether the window fits): at 1366 x 768 (100 %),
+1920 x 1080 at 150 % (1280 x 720 logical) and 2560 x 1440 (100 %), each
+
+- ``first-<size>.png``: the first launch (a fresh home: no saved size or layout), the demo library
+  read, nothing loaded;
+- ``demo-<size>.png``: after a picture (the demo flow: load, LoRA, Load to GPU on a simulated card,
+  generate);
+- ``library-<size>.png``: after a picture, with a small real-layout ComfyUI-style folder listed
+  (tiny real files, sparse full-size headers and three broken files; the longest name selected).
+
+The window is not resized: it opens as a first launch does on that screen.
 
     PYTHONPATH=$PWD .venv/bin/python scripts/screenshots.py [--out docs/screenshots] [--display 11]
 
@@ -21,10 +29,10 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-SIZES = (  # name, screen, QT_SCALE_FACTOR, window size in logical pixels
-    ("1366x768", "1366x768", "1", "1366x768"),
-    ("1920x1080-150", "1920x1080", "1.5", "1280x720"),
-    ("2560x1440", "2560x1440", "1", "2560x1440"),
+SIZES = (  # name, screen, QT_SCALE_FACTOR
+    ("1366x768", "1366x768", "1"),
+    ("1920x1080-150", "1920x1080", "1.5"),
+    ("2560x1440", "2560x1440", "1"),
 )
 
 
@@ -51,20 +59,27 @@ def build_folder(root: Path) -> Path:
     return root / "ComfyUI"
 
 
-def shoot(display: int, screen: str, scale: str, window: str, out: Path, folder: Path | None) -> None:
+def shoot(display: int, screen: str, scale: str, out: Path, folder: Path | None, first: bool) -> None:
     xvfb = subprocess.Popen(["Xvfb", f":{display}", "-screen", "0", f"{screen}x24", "-nolisten", "tcp"])
+    wm = None
     try:
         time.sleep(1.0)
         env = dict(os.environ, DISPLAY=f":{display}", QT_SCALE_FACTOR=scale, QT_QPA_PLATFORM="xcb")
+        wm = subprocess.Popen(["openbox"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        time.sleep(1.0)
         with tempfile.TemporaryDirectory() as home:
             env.update(HOME=home, XDG_DATA_HOME=f"{home}/data", XDG_CONFIG_HOME=f"{home}/config",
                        XDG_CACHE_HOME=f"{home}/cache")  # fmt: skip
             cmd = [sys.executable, "-m", "app.cli", "--demo", "--screenshot", str(out)]
-            cmd += ["--window-size", window]
+            if first:
+                cmd.append("--first-launch")
             if folder is not None:
                 cmd += ["--folder", str(folder)]
             subprocess.run(cmd, cwd=ROOT, env=env, check=True, timeout=300)
     finally:
+        if wm is not None:
+            wm.terminate()
+            wm.wait()
         xvfb.terminate()
         xvfb.wait()
     small(out)
@@ -84,18 +99,19 @@ def small(path: Path) -> None:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, default=ROOT / "docs" / "screenshots")
-    parser.add_argument("--display", type=int, default=11)
+    parser.add_argument("--display", type=int, default=31)
     parser.add_argument("--only", help="one size: 1366x768, 1920x1080-150 or 2560x1440")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:
         folder = build_folder(Path(tmp))
-        for i, (name, screen, scale, window) in enumerate(SIZES):
+        for i, (name, screen, scale) in enumerate(SIZES):
             if args.only and name != args.only:
                 continue
-            for suffix, extra in (("demo", None), ("library", folder)):
+            shots = (("first", None, True), ("demo", None, False), ("library", folder, False))
+            for suffix, extra, first in shots:
                 out = args.out / f"{suffix}-{name}.png"
-                shoot(args.display + i, screen, scale, window, out, extra)
+                shoot(args.display + i, screen, scale, out, extra, first)
                 print(f"{out}: {out.stat().st_size // 1024} KB")
     return 0
 

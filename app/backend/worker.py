@@ -31,6 +31,18 @@ log = logging.getLogger(__name__)
 RELAY_INTERVAL = 0.05
 
 
+#: what a stop left, per task (the event list's words)
+STOPPED = {
+    "generate": "Stopped as you asked: no picture was saved from this run; the loaded model and its "
+    "LoRAs are as they were.",
+    "queue": "Stopped as you asked: the running job goes back to the queue; Run continues it.",
+    "run": "Stopped as you asked: the test run was cut short; the model is still loaded.",
+    "scan": "Stopped as you asked: the folders were read in part; Rescan (F5) reads them again.",
+    "lora": "Stopped as you asked: the LoRA stack is as it was before the change.",
+    "strength": "Stopped as you asked: the LoRA strength is as it was before the change.",
+}
+
+
 class Reporter:
     """What a running job is handed: ``progress`` (throttled), ``post`` (a result) and ``check``
     (raises ``InterruptedByUser`` once stop was pressed)."""
@@ -89,7 +101,9 @@ class TaskRunner(QObject):
             job.work(Reporter(self))
         except InterruptedByUser as exc:
             self.interrupted.emit(job.task)
-            self.result.emit(EngineEvent(time.monotonic(), "interrupt", f"stopped {job.task}", exc.message))
+            # the check's own words are about loading ("load the model again"): only a load says them
+            reason = exc.message if job.task == "load" else STOPPED.get(job.task, "Stopped as you asked.")
+            self.result.emit(EngineEvent(time.monotonic(), "interrupt", f"stopped {job.task}", reason))
         except LoadoutError as exc:
             self.failed.emit(TaskError(job.task, exc.code, exc.message, path=job.path))
         except MemoryError as exc:

@@ -38,7 +38,7 @@ def main_toolbar(left: Sequence[QAction], right: Sequence[QAction], stop: QActio
     spacer.setSizePolicy(
         spacer.sizePolicy().horizontalPolicy().Expanding, spacer.sizePolicy().verticalPolicy()
     )
-    toolbar.addWidget(spacer)
+    toolbar.addWidget(spacer)  # its action follows the left ones: widgets can be inserted before it
     for action in right:
         toolbar.addAction(action)
     stop_button = toolbar.widgetForAction(stop)

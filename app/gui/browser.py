@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from PySide6.QtCore import QEvent, QItemSelectionModel, QModelIndex, QObject, Qt, Signal
+from PySide6.QtCore import QByteArray, QEvent, QItemSelectionModel, QModelIndex, QObject, Qt, Signal
 from PySide6.QtGui import QKeySequence, QShortcut
 from PySide6.QtWidgets import (
     QAbstractItemView,
@@ -33,6 +33,7 @@ from PySide6.QtWidgets import (
 
 from app.backend.backend import Backend
 from app.backend.messages import TaskProgress
+from app.gui.library_columns import fit_columns
 from app.gui.library_model import KIND_TITLES, LibraryTreeModel
 from app.gui.library_summary import summary_parts, usage_text
 from app.gui.theme import icon, kind_text, set_icon
@@ -41,7 +42,6 @@ from core.library.hasher import HashProgress
 from core.library.query import KIND_ORDER
 from core.session import ModelInfo
 
-NAME_MIN = 180  # px: the narrowest the name column gets (the tree scrolls sideways below that)
 SORTS = (
     ("Name", "name"),
     ("Date", "date"),
@@ -171,13 +171,12 @@ class BrowserPanel(QWidget):
         self.tree.setTextElideMode(Qt.TextElideMode.ElideMiddle)  # keeps the extension in sight
         header = self.tree.header()
         header.setStretchLastSection(False)
-        # the name takes what the other columns leave, but never less than NAME_MIN: in a narrow
-        # dock the tree scrolls sideways instead of cutting every name to "a…s" (_fit_name_column)
+        # the columns follow the tree's width (library_columns.fit_columns)
         header.setSectionResizeMode(0, QHeaderView.ResizeMode.Interactive)
         for col, width in ((1, 92), (2, 112), (3, 72), (4, 56), (5, 58), (6, 72)):
             header.setSectionResizeMode(col, QHeaderView.ResizeMode.Interactive)
             self.tree.setColumnWidth(col, width)
-        header.sectionResized.connect(lambda col, _old, _new: col != 0 and self._fit_name_column())
+        header.sectionResized.connect(lambda col, _old, _new: col != 0 and fit_columns(self.tree))
         self.tree.viewport().installEventFilter(self)
         self.tree.selectionModel().currentChanged.connect(self._on_current)
         self.tree.doubleClicked.connect(self._on_activated)  # (not ``activated`` too: both fire)
@@ -195,6 +194,7 @@ class BrowserPanel(QWidget):
         )
         hint.setAlignment(Qt.AlignmentFlag.AlignCenter)
         hint.setObjectName("muted")
+        hint.setWordWrap(True)  # a narrow dock wraps it instead of cutting it
         demo = QPushButton("Open the demo library")
         demo.setObjectName("primary")
         demo.clicked.connect(self.demo_requested)
@@ -358,6 +358,15 @@ class BrowserPanel(QWidget):
         self.tree.scrollTo(index)
         return True
 
+    def header_state(self) -> bytes:
+        """The columns' widths and order (remembered between runs by the window)."""
+        return bytes(self.tree.header().saveState().data())
+
+    def restore_header(self, state: object) -> None:
+        if isinstance(state, QByteArray | bytes) and state:
+            self.tree.header().restoreState(QByteArray(state))
+            fit_columns(self.tree)
+
     def focus_search(self) -> None:
         self.search.setFocus()
         self.search.selectAll()
@@ -374,13 +383,8 @@ class BrowserPanel(QWidget):
 
     def eventFilter(self, watched: QObject, event: QEvent) -> bool:
         if watched is self.tree.viewport() and event.type() == QEvent.Type.Resize:
-            self._fit_name_column()
+            fit_columns(self.tree)
         return super().eventFilter(watched, event)
-
-    def _fit_name_column(self) -> None:
-        header = self.tree.header()
-        others = sum(header.sectionSize(c) for c in range(1, header.count()) if not header.isSectionHidden(c))
-        self.tree.setColumnWidth(0, max(NAME_MIN, self.tree.viewport().width() - others))
 
     def _after_rebuild(self) -> None:
         for row in range(self.model.rowCount()):  # a folder's or kind's label spans the whole row

@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from PySide6.QtCore import Qt, Signal
-from PySide6.QtGui import QStandardItemModel
+from PySide6.QtGui import QPixmap, QStandardItemModel
 from PySide6.QtWidgets import (
     QComboBox,
     QDoubleSpinBox,
@@ -48,12 +48,21 @@ Unfit = tuple[tuple[Path, str], ...]
 
 
 class FilePick(QWidget):
-    """A file chosen with a button, shown by name, cleared with ×."""
+    """A file chosen with a button, shown by name (and a small thumbnail when ``preview``: a hint
+    or starting picture is recognised at a glance), cleared with ×."""
 
-    def __init__(self, caption: str, filters: str, parent: QWidget | None = None) -> None:
+    THUMB = 28
+
+    def __init__(
+        self, caption: str, filters: str, parent: QWidget | None = None, *, preview: bool = False
+    ) -> None:
         super().__init__(parent)
         self.caption, self.filters = caption, filters
         self.path: Path | None = None
+        self.thumb = QLabel()
+        self.thumb.setFixedSize(self.THUMB, self.THUMB)
+        self.thumb.setVisible(preview)
+        self.preview = preview
         self.label = ElidedLabel(NONE)  # a long file name never widens the panel
         self.label.setObjectName("muted")
         pick = QToolButton(text="…", autoRaise=True, toolTip=caption)
@@ -62,6 +71,7 @@ class FilePick(QWidget):
         clear.clicked.connect(lambda: self.set_path(None))
         row = QHBoxLayout(self)
         row.setContentsMargins(0, 0, 0, 0)
+        row.addWidget(self.thumb)
         row.addWidget(self.label, 1)
         row.addWidget(pick)
         row.addWidget(clear)
@@ -75,6 +85,13 @@ class FilePick(QWidget):
         self.path = path
         self.label.setText(path.name if path else NONE)
         self.label.setToolTip(str(path) if path else "")  # after setText: the full path
+        if self.preview:
+            picture = QPixmap(str(path)) if path is not None else QPixmap()
+            if not picture.isNull():
+                side = self.THUMB
+                mode = Qt.TransformationMode.SmoothTransformation
+                picture = picture.scaled(side, side, Qt.AspectRatioMode.KeepAspectRatio, mode)
+            self.thumb.setPixmap(picture)
 
 
 class ControlNetPick(QWidget):
@@ -172,7 +189,7 @@ class ControlNetRow(QWidget):
         remove = QToolButton(text="−", autoRaise=True, toolTip="Remove this ControlNet")
         remove.clicked.connect(lambda: self.remove_requested.emit(self))
         self.remove_button = remove
-        self.hint = FilePick("Pick the hint picture (edges, depth, pose...)", PICTURES)
+        self.hint = FilePick("Pick the hint picture (edges, depth, pose...)", PICTURES, preview=True)
         self.strength = _spin(1.0, 10.0)
         self.start, self.end = _spin(0.0), _spin(1.0)
         numbers = QHBoxLayout()

@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 from PySide6.QtCore import QObject, QTimer
+from PySide6.QtGui import QGuiApplication
 from PySide6.QtWidgets import QApplication
 
 from app.backend.messages import MAIN_KEY, ModelInfo, StackInfo, TaskError
@@ -28,8 +29,10 @@ class DemoFlow(QObject):
         folder: str | None,
         timeout_s: float = 180.0,
         extra: str | None = None,
+        first_launch: bool = False,
     ) -> None:  # type: ignore[no-untyped-def]
         super().__init__(window)
+        self.first_launch = first_launch
         self.extra = Path(extra).resolve() if extra else None
         self.window = window
         self.screenshot = screenshot
@@ -55,7 +58,6 @@ class DemoFlow(QObject):
         )
 
     def start(self) -> None:
-        self.window.docks["memory"].raise_()  # the demo is there to show the memory manager at work
         if self.screenshot:
             self.timeout.start()
         self.window.backend.prepare_demo(self.folder)
@@ -71,6 +73,10 @@ class DemoFlow(QObject):
         self.window.browser.select_path(checkpoint)
         if not self.screenshot:
             self.step = "done"
+            return
+        if self.first_launch:  # as an artist first sees it: the library read, nothing loaded yet
+            self.step = "shoot"
+            QTimer.singleShot(600, lambda: self._finish(None))
             return
         self.step = "load"
         entry = self.window.browser.current_entry()
@@ -137,14 +143,21 @@ class DemoFlow(QObject):
             return
         self._finish(None)
 
+    def _grab(self):  # type: ignore[no-untyped-def]
+        """Under a real X server the whole screen, the window manager's frame and whatever does not
+        fit included; elsewhere (offscreen) the window."""
+        screen = self.window.screen()
+        if QGuiApplication.platformName() == "xcb" and screen is not None:
+            return screen.grabWindow(0)
+        return self.window.grab()
+
     def _finish(self, error: str | None) -> None:
         if self.exit_code is not None:
             return
         self.timeout.stop()
         ok = False
         if self.screenshot:
-            image = self.window.grab()
-            ok = image.save(self.screenshot)
+            ok = self._grab().save(self.screenshot)
             if not ok:
                 error = error or f"could not write {self.screenshot}"
         if error:

@@ -5,25 +5,30 @@ remembered in the settings.
 
 The picture viewer is the central widget; around it:
 
-- left: the library (browser) with the selected file's details below;
-- right: Generate, with the LoRA stack and the loaded models (tabbed) below;
-- bottom (under the viewer only): the gallery beside the memory plot, the test run tabbed with it.
+- left: the library (browser), with the LoRA stack below it (the loaded models and the selected
+  file's details tabbed with it);
+- right: Generate, the whole height: the model in use, the prompts, the settings (they scroll),
+  and the Generate button pinned at its foot (the queue tabbed with it);
+- bottom (under the viewer only): the gallery (the recent pictures, in front), the memory plot
+  and the test run tabbed with it (beside it on wide screens).
+
+Library, Memory and Queue also get the whole window as workspaces (app/gui/workspaces.py).
 """
 
 from __future__ import annotations
 
-from PySide6.QtCore import QByteArray, QSettings, QSize, Qt
-from PySide6.QtGui import QGuiApplication
-from PySide6.QtWidgets import QDockWidget, QFrame, QMainWindow, QScrollArea, QWidget
+from PySide6.QtCore import QByteArray, QEvent, QMargins, QSettings, QSize, Qt
+from PySide6.QtGui import QGuiApplication, QResizeEvent
+from PySide6.QtWidgets import QDockWidget, QFrame, QMainWindow, QScrollArea, QSizePolicy, QWidget
 
 Area = Qt.DockWidgetArea
 #: key, title, default area (the View menu lists them in this order)
 PANELS: tuple[tuple[str, str, Area], ...] = (
     ("library", "Library", Area.LeftDockWidgetArea),
     ("details", "Details", Area.LeftDockWidgetArea),
+    ("lora", "LoRA stack", Area.LeftDockWidgetArea),
+    ("loaded", "Loaded models", Area.LeftDockWidgetArea),
     ("generate", "Generate", Area.RightDockWidgetArea),
-    ("lora", "LoRA stack", Area.RightDockWidgetArea),
-    ("loaded", "Loaded models", Area.RightDockWidgetArea),
     ("gallery", "Gallery", Area.BottomDockWidgetArea),
     ("memory", "Memory", Area.BottomDockWidgetArea),
     ("testrun", "Test run", Area.BottomDockWidgetArea),
@@ -31,8 +36,37 @@ PANELS: tuple[tuple[str, str, Area], ...] = (
 MAX_MIN_WIDTH = 340
 #: the right column (Generate and the LoRA strengths) is the widest: no sideways scrolling there
 WIDE = {"generate": 400, "lora": 400, "loaded": 400}
-_STATE_VERSION = 2  # bump when the set of docks changes: an old saved state is then ignored
+_STATE_VERSION = 3  # bump when the set of docks changes: an old saved state is then ignored
 _GEOMETRY, _STATE = "window/geometry", "window/state"
+
+
+class Fitted(QWidget):
+    """Holds a panel inside its dock's scroll area, filling it, and tells the scroll area only the
+    panel's *minimum* size. A panel with a word-wrapped label reports height-for-width, and a
+    scroll area then lays it out at its preferred height: its foot (the Generate button, the
+    gallery, the LoRA sliders) scrolled out of a dock that had room for all of it at its minimum."""
+
+    def __init__(self, panel: QWidget) -> None:
+        super().__init__()
+        self.panel = panel
+        panel.setParent(self)
+        policy = QSizePolicy(QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Preferred)
+        policy.setHeightForWidth(False)
+        self.setSizePolicy(policy)
+
+    def minimumSizeHint(self) -> QSize:
+        return self.panel.minimumSizeHint().expandedTo(self.panel.minimumSize())
+
+    def sizeHint(self) -> QSize:
+        return self.panel.sizeHint()
+
+    def resizeEvent(self, event: QResizeEvent) -> None:
+        self.panel.setGeometry(self.rect())
+
+    def event(self, event: QEvent) -> bool:
+        if event.type() == QEvent.Type.LayoutRequest:  # the panel's minimum changed
+            self.updateGeometry()
+        return super().event(event)
 
 
 def scrolled(widget: QWidget, cap: int = MAX_MIN_WIDTH) -> QScrollArea:
@@ -40,18 +74,61 @@ def scrolled(widget: QWidget, cap: int = MAX_MIN_WIDTH) -> QScrollArea:
     area = QScrollArea()
     area.setWidgetResizable(True)
     area.setFrameShape(QFrame.Shape.NoFrame)
-    area.setWidget(widget)
+    area.setWidget(Fitted(widget))
     # as wide as the panel needs up to a side column's width (no sideways scrolling in normal use)
     bar = area.verticalScrollBar().sizeHint().width()
     area.setMinimumSize(min(widget.minimumSizeHint().width() + bar + 2, cap), 60)
     return area
 
 
+def panel_of(area: QScrollArea) -> QWidget:
+    """The panel a dock's scroll area holds."""
+    fitted = area.widget()
+    assert isinstance(fitted, Fitted)
+    return fitted.panel
+
+
+#: the window manager's frame (title bar and borders) before Qt knows it: a first window is sized so
+#: that the frame fits too (openbox, KWin and Mutter's title bars are 20-40 px)
+FRAME_ALLOWANCE = QMargins(8, 40, 8, 8)
+DEFAULT_SIZE = QSize(1500, 940)
+
+
+def initial_size_for(free: QSize, frame: QMargins = FRAME_ALLOWANCE) -> QSize:
+    """A first run's window on a screen with ``free`` available space: 1500 x 940, or the free area
+    less the window frame when that is smaller."""
+    room = QSize(free.width() - frame.left() - frame.right(), free.height() - frame.top() - frame.bottom())
+    return QSize(min(DEFAULT_SIZE.width(), room.width()), min(DEFAULT_SIZE.height(), room.height()))
+
+
 def initial_size(window: QWidget) -> QSize:
-    """A first run's window: 1500 x 940, or the screen's free area when that is smaller."""
+    """A first run's window on the screen it will open on (see :func:`initial_size_for`)."""
     screen = window.screen() or QGuiApplication.primaryScreen()
-    free = screen.availableGeometry().size() if screen is not None else QSize(1500, 940)
-    return QSize(min(1500, free.width()), min(940, free.height()))
+    free = screen.availableGeometry().size() if screen is not None else DEFAULT_SIZE
+    return initial_size_for(free)
+
+
+def keep_on_screen(window: QWidget) -> None:
+    """Once shown (the frame is known): if the window with its frame is larger than the screen's
+    available area or hangs off it, shrink it and move it fully onto the screen. A restored size
+    from a larger screen and a window manager's placement are corrected alike."""
+    screen = window.screen() or QGuiApplication.primaryScreen()
+    if screen is None or window.isMaximized() or window.isFullScreen():
+        return
+    if QGuiApplication.platformName() == "offscreen":
+        return  # no window manager, and a nominal 800 x 800 screen: tests size their windows freely
+    free = screen.availableGeometry()
+    frame, inner = window.frameGeometry(), window.geometry()
+    extra_w, extra_h = frame.width() - inner.width(), frame.height() - inner.height()
+    width = min(inner.width(), free.width() - extra_w)
+    height = min(inner.height(), free.height() - extra_h)
+    if (width, height) != (inner.width(), inner.height()):
+        window.resize(max(width, window.minimumWidth()), max(height, window.minimumHeight()))
+    frame = window.frameGeometry()
+    x = min(max(frame.x(), free.x()), free.right() + 1 - frame.width())
+    y = min(max(frame.y(), free.y()), free.bottom() + 1 - frame.height())
+    if (x, y) != (frame.x(), frame.y()):
+        window.move(max(x, free.x()), max(y, free.y()))
 
 
 class DockLayout:
@@ -98,16 +175,19 @@ class DockLayout:
     def arrange(self) -> None:
         """The default layout (also View ▸ Reset layout): every panel docked and shown."""
         w, d = self.window, self.docks
+        size = w.size()  # the panels side by side on the way may push the window wider: undone below
         for key, _title, area in PANELS:
             dock = d[key]
             dock.setFloating(False)
             w.removeDockWidget(dock)
             w.addDockWidget(area, dock)
             dock.show()
-        w.splitDockWidget(d["library"], d["details"], Qt.Orientation.Vertical)
-        w.splitDockWidget(d["generate"], d["lora"], Qt.Orientation.Vertical)
+        # left: the library over the LoRA stack (details and loaded models tabbed with it); right:
+        # Generate alone, the whole height, its button pinned at its foot
+        w.splitDockWidget(d["library"], d["lora"], Qt.Orientation.Vertical)
         w.tabifyDockWidget(d["lora"], d["loaded"])
-        width, height = w.width(), w.height()
+        w.tabifyDockWidget(d["lora"], d["details"])
+        width, height = size.width(), size.height()
         roomy = width >= 1700  # the memory plot needs width: on smaller screens it is a tab
         if roomy:
             w.splitDockWidget(d["gallery"], d["memory"], Qt.Orientation.Horizontal)
@@ -122,12 +202,15 @@ class DockLayout:
             w.tabifyDockWidget(d[tab_with], d[key])
             d[tab_with].raise_()  # the panel it joins stays in front
         d["lora"].raise_()
-        (d["memory"] if roomy else d["gallery"]).raise_()
+        d["gallery"].raise_()  # the recent pictures beside the picture: the loop's other half
+        d["library"].raise_()
+        if w.size() != size:
+            w.resize(size)
         side = max(280, min(460, width // 4))
         w.resizeDocks([d["library"], d["generate"]], [side, side + 80], Qt.Orientation.Horizontal)
-        w.resizeDocks([d["library"], d["details"]], [height // 2, height // 3], Qt.Orientation.Vertical)
-        w.resizeDocks([d["generate"], d["lora"]], [height // 2, height // 3], Qt.Orientation.Vertical)
-        w.resizeDocks([d["gallery"]], [max(220, height * 3 // 10)], Qt.Orientation.Vertical)
+        half = height * 9 // 20
+        w.resizeDocks([d["library"], d["lora"]], [half, half], Qt.Orientation.Vertical)
+        w.resizeDocks([d["gallery"]], [max(170, height // 4)], Qt.Orientation.Vertical)
         center = max(400, width - 2 * side - 80)
         if roomy:
             w.resizeDocks(

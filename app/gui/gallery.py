@@ -36,6 +36,14 @@ def pictures_in(folder: Path, limit: int = MAX_LISTED) -> list[Path]:
     return [p for _, p in found[:limit]]
 
 
+def picture_label(path: Path) -> str:
+    """A picture's name in the gallery: a grid's cells and grids carry their grid's name, so the
+    cells of two grids (both ``x0-y0-z0``) read apart."""
+    if path.parent.parent.name == "grids":
+        return f"{path.parent.name} {path.stem}"
+    return path.stem
+
+
 def thumbnail(path: Path, size: int = THUMB) -> QImage:
     """The picture scaled to fit ``size`` (a QImage: safe to make on any thread)."""
     reader = QImageReader(str(path))
@@ -119,6 +127,14 @@ class GalleryPanel(QWidget):
         self._update_empty()
         self._start_jobs()
 
+    def add_files(self, found: list[tuple[Path, str]]) -> None:
+        """Pictures made elsewhere (the queue's cells and grids) with their labels, at the front."""
+        for path, label in reversed(found):
+            self.remove(path)
+            self.strip.insertItem(0, self._item(path, label))
+        self._update_empty()
+        self._start_jobs()
+
     def remove(self, path: Path) -> None:
         for i in reversed(range(self.strip.count())):
             if self.strip.item(i).data(PATH_ROLE) == str(path):
@@ -135,7 +151,7 @@ class GalleryPanel(QWidget):
 
     # -- internals -------------------------------------------------------------------------------
     def _item(self, path: Path, label: str) -> QListWidgetItem:
-        item = QListWidgetItem(self._placeholder, label or path.stem)
+        item = QListWidgetItem(self._placeholder, label or picture_label(path))
         item.setData(PATH_ROLE, str(path))
         item.setToolTip(str(path))
         self._pending.append(str(path))

@@ -3,6 +3,7 @@ the output folder remembered in the settings, errors shown in the message bar.""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from pathlib import Path
 
@@ -12,7 +13,7 @@ from PySide6.QtWidgets import QFileDialog, QWidget
 from app.backend.backend import Backend
 from app.backend.messages import TaskError
 from app.demo import with_demo_note
-from app.gui.generate_panel import GeneratePanel
+from app.gui.generate_panel import NO_MODEL, GeneratePanel
 from core.detect.spec import NO_MODEL_DEFAULTS
 from core.errors import LoadoutError
 from core.generate.request import ImageSettings
@@ -20,6 +21,7 @@ from core.library import Entry
 from core.session import ModelInfo
 
 _KEY = "generate/output_folder"
+_FIELDS = "generate/fields"
 
 
 def default_output_folder() -> Path:
@@ -44,6 +46,7 @@ class GenerateController(QObject):
         saved = store.value(_KEY)
         self.output_folder = output_folder or (Path(str(saved)) if saved else default_output_folder())
         panel.set_output_folder(self.output_folder)
+        self._restore_fields()
         panel.generate_requested.connect(self.generate)
         panel.sweep_requested.connect(
             lambda settings, sweep: backend.generate(settings, self.output_folder, sweep)
@@ -68,10 +71,25 @@ class GenerateController(QObject):
         backend.scan_done.connect(lambda _problems: self._scan_done())
 
     def generate(self, settings: ImageSettings) -> None:
+        self.save_fields()
         self.backend.generate(settings, self.output_folder)
+
+    def save_fields(self) -> None:
+        """The prompt, negative and settings, for the next launch (also saved when the window closes)."""
+        self.store.setValue(_FIELDS, json.dumps(self.panel.fields()))
+
+    def _restore_fields(self) -> None:
+        saved = self.store.value(_FIELDS)
+        try:
+            fields = json.loads(str(saved)) if saved else None
+        except ValueError:
+            fields = None  # a damaged entry: the panel's defaults
+        if isinstance(fields, dict):
+            self.panel.restore_fields(fields)
 
     def _entries(self, entries: list[Entry]) -> None:
         """The library's ControlNets (listed or filled in) offered in the ControlNet rows."""
+        self.panel.model.add_entries(entries)
         for e in entries:
             self._seen.add(e.path)
             self.controlnet_files[e.path] = e.kind == "controlnet" and e.status == "ok"
@@ -80,6 +98,7 @@ class GenerateController(QObject):
 
     def _scan_done(self) -> None:
         """Files a rescan no longer lists (moved, deleted, a folder removed) are no longer offered."""
+        self.panel.model.keep_only(self._seen)
         for path in set(self.controlnet_files) - self._seen:
             del self.controlnet_files[path]
             self.controlnet_family.pop(path, None)
@@ -103,7 +122,8 @@ class GenerateController(QObject):
         if family != self.panel.family:
             self.panel.set_family(family, main.defaults if main is not None else NO_MODEL_DEFAULTS)
         can = main is not None and any(c.role == "diffusion_model" for c in main.components)
-        self.panel.set_available(can, "Load a checkpoint or diffusion model to generate.")
+        self.panel.set_available(can, NO_MODEL)
+        self.panel.model.set_loaded(self.main_path)
         if can and main is not None and main.name.startswith("loadout-demo"):
             self.panel.status.setText(
                 "The demo's tiny models have random weights: they make noise-like pictures. "

@@ -19,12 +19,14 @@ from PySide6.QtWidgets import (
     QComboBox,
     QDoubleSpinBox,
     QFormLayout,
+    QFrame,
     QHBoxLayout,
-    QLabel,
     QLineEdit,
     QPlainTextEdit,
     QProgressBar,
     QPushButton,
+    QScrollArea,
+    QSizePolicy,
     QSpinBox,
     QToolButton,
     QVBoxLayout,
@@ -32,10 +34,12 @@ from PySide6.QtWidgets import (
 )
 
 from app.backend.progress_words import PHASE_WORDS
+from app.gui import generate_fields
+from app.gui.model_picker import ModelPicker
 from app.gui.size_controls import SizeControls
 from app.gui.sweep_controls import SweepControls
 from app.gui.theme import icon, set_icon
-from app.gui.widgets import ElidedLabel
+from app.gui.widgets import ElidedLabel, StatusText
 from app.gui.workflow_controls import WorkflowControls
 from app.gui.workflow_hires import HiresControls
 from core.detect.spec import NO_MODEL_DEFAULTS, GenerationDefaults
@@ -47,14 +51,20 @@ from core.generate.request import MAX_SEED, ImageSettings, Sampling
 from core.sampling import SAMPLERS, SCHEDULERS
 from core.values import CFG, GUIDANCE, STEPS
 
+NO_MODEL = "Load a checkpoint or diffusion model to generate."
+
 
 class GeneratePanel(QWidget):
+    seed: QLineEdit  # the seed row's (generate_fields.seed_row)
+    random_seed: QCheckBox
+    reuse_button: QToolButton
     generate_requested = Signal(object)  # ImageSettings
     error = Signal(object)  # LoadoutError from a dropped file the panel could not read
     output_folder_requested = Signal()
     sweep_requested = Signal(object, object)  # ImageSettings, Sweep
     preview_ready = Signal(object)  # np.ndarray (h, w, 3): the viewer shows it
     pictures_ready = Signal(object)  # GenerateResult: the viewer and the gallery show it
+    stop_requested = Signal()
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -64,6 +74,8 @@ class GeneratePanel(QWidget):
         self.last_seed: int | None = None
         self.busy = False
         self.available = False
+        self._reason = NO_MODEL
+        self._pending: dict[str, object] | None = None  # saved settings waiting for their family
         self._build_prompts()
         self._build_sampling()
         self.sweeps = SweepControls()
@@ -75,20 +87,36 @@ class GeneratePanel(QWidget):
         self.hires = HiresControls()
         form = self._build_form()
         out_row = self._build_actions()
+        self.model = ModelPicker()
+        self.workflows = WorkflowControls()
+        # the settings scroll; the model, prompts and the Generate row above and below them never do
+        inner = QWidget()
+        inner_layout = QVBoxLayout(inner)
+        inner_layout.setContentsMargins(0, 0, 4, 0)
+        inner_layout.addLayout(form)
+        inner_layout.addWidget(self.workflows)
+        inner_layout.addLayout(out_row)
+        inner_layout.addStretch(1)
+        self.settings_area = QScrollArea()
+        self.settings_area.setWidgetResizable(True)
+        self.settings_area.setFrameShape(QFrame.Shape.NoFrame)
+        self.settings_area.setWidget(inner)
+        self.settings_area.setMinimumHeight(60)
+        self.settings_area.setMinimumWidth(inner.minimumSizeHint().width() + 16)
         controls = QVBoxLayout(self)
         controls.setContentsMargins(8, 6, 8, 6)
+        controls.addWidget(self.model)
         controls.addWidget(self.prompt, 2)
         controls.addWidget(self.negative, 1)
-        controls.addLayout(form)
-        self.workflows = WorkflowControls()
-        controls.addWidget(self.workflows)
-        controls.addWidget(self.generate_button)
-        controls.addLayout(out_row)
+        controls.addWidget(self.settings_area, 3)
+        run_row = QHBoxLayout()
+        run_row.addWidget(self.generate_button, 1)
+        run_row.addWidget(self.stop_button)
+        controls.addLayout(run_row)
         controls.addWidget(self.progress)
         controls.addWidget(self.status)
-        controls.addStretch(1)
         self.set_family(None, NO_MODEL_DEFAULTS)
-        self.set_available(False, "Load a checkpoint or diffusion model to generate.")
+        self.set_available(False, NO_MODEL)
 
     def _build_prompts(self) -> None:
         self.prompt = QPlainTextEdit(
@@ -97,29 +125,12 @@ class GeneratePanel(QWidget):
         self.negative = QPlainTextEdit(placeholderText="Negative prompt: what to avoid")
         self.prompt.setTabChangesFocus(True)
         self.negative.setTabChangesFocus(True)
-        self.prompt.setMinimumHeight(64)
+        lines = self.prompt.fontMetrics().lineSpacing()
+        self.prompt.setMinimumHeight(3 * lines + 12)
         # about six lines: in a short dock the settings below come first, not a tall empty box
-        self.prompt.setMaximumHeight(8 * self.prompt.fontMetrics().lineSpacing())
-        self.negative.setMaximumHeight(52)
-
-    def _build_seed(self) -> QHBoxLayout:
-        """The seed field, a new random seed, the last picture's seed, and "random" every time."""
-        self.seed = QLineEdit("0")
-        self.seed.setInputMask("")
-        self.seed.setToolTip(f"0 … {MAX_SEED}; the same seed and settings give the same picture as ComfyUI")
-        self.random_seed = QCheckBox("random")
-        self.random_seed.setToolTip("Draw a new seed for every Generate")
-        dice = QToolButton(autoRaise=True, toolTip="New random seed")
-        set_icon(dice, "dice")
-        dice.clicked.connect(self.new_seed)
-        reuse = QToolButton(autoRaise=True, toolTip="Reuse the last picture's seed")
-        set_icon(reuse, "reuse")
-        reuse.clicked.connect(self.reuse_seed)
-        self.reuse_button = reuse
-        seed_row = QHBoxLayout()
-        for w in (self.seed, dice, reuse, self.random_seed):
-            seed_row.addWidget(w)
-        return seed_row
+        self.prompt.setMaximumHeight(8 * lines)
+        self.negative.setMinimumHeight(2 * lines + 12)
+        self.negative.setMaximumHeight(4 * lines)
 
     def _build_sampling(self) -> None:
         """Steps, CFG, Flux's guidance, sampler and scheduler."""
@@ -148,7 +159,7 @@ class GeneratePanel(QWidget):
 
     def _build_form(self) -> QFormLayout:
         form = QFormLayout()
-        form.addRow("Seed", self._build_seed())
+        form.addRow("Seed", generate_fields.seed_row(self))
         form.addRow("Steps", self.steps)
         form.addRow("CFG", self.cfg)
         form.addRow("Guidance", self.guidance)
@@ -170,6 +181,11 @@ class GeneratePanel(QWidget):
         self.generate_button.setObjectName("primary")
         self.generate_button.setToolTip("Generate (Ctrl+Enter)")
         self.generate_button.clicked.connect(self.generate)
+        self.stop_button = QPushButton(icon("stop"), "Stop")
+        self.stop_button.setObjectName("interruptButton")
+        self.stop_button.setToolTip("Stop the running picture (Esc)")
+        self.stop_button.clicked.connect(self.stop_requested.emit)
+        self.stop_button.hide()
         for keys in ("Ctrl+Return", "Ctrl+Enter"):
             QShortcut(QKeySequence(keys), self, activated=self.generate)
         self.output = QToolButton(autoRaise=True)
@@ -181,9 +197,11 @@ class GeneratePanel(QWidget):
         out_row.addWidget(self.output)
         out_row.addWidget(self.output_label, 1)
         self.progress = QProgressBar(maximumHeight=14, textVisible=False)
-        self.status = QLabel("Load a model to generate.", objectName="muted", wordWrap=True)
-        # three lines, always: a longer or shorter message never moves the controls above it
-        self.status.setFixedHeight(3 * self.status.fontMetrics().lineSpacing() + 4)
+        self.status = StatusText(NO_MODEL, objectName="muted", wordWrap=True)
+        # two lines, always: a longer or shorter message never moves the controls above it (the
+        # whole message is in the tooltip)
+        self.status.setFixedHeight(2 * self.status.fontMetrics().lineSpacing() + 4)
+        self.status.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Fixed)
         self.status.setAlignment(Qt.AlignmentFlag.AlignTop | Qt.AlignmentFlag.AlignLeft)
         return out_row
 
@@ -250,6 +268,13 @@ class GeneratePanel(QWidget):
             f"{f'; it used LoRAs: {loras}' if loras else ''}.{f' {ignored}.' if ignored else ''}"
         )
 
+    # ----------------------------------------------------------------- kept across a relaunch
+    def fields(self) -> dict[str, object]:
+        return generate_fields.fields(self)
+
+    def restore_fields(self, saved: dict[str, object]) -> None:
+        self._pending = generate_fields.restore(self, saved)
+
     def set_family(self, family: str | None, defaults: GenerationDefaults) -> None:
         """Offer the loaded family's sizes and usual settings (its record's ``defaults``); a family
         with distilled guidance (Flux-dev) shows its guidance field."""
@@ -266,6 +291,10 @@ class GeneratePanel(QWidget):
             self.scheduler.setCurrentIndex(max(0, self.scheduler.findData(defaults.scheduler)))
         if defaults.steps is not None:
             self.steps.setValue(defaults.steps)
+        pending = self._pending
+        if pending is not None and family is not None and pending.get("family") == family:
+            self._pending = None  # the last session's model again: its settings, not the defaults
+            generate_fields.apply_settings(self, pending)
 
     def set_available(self, available: bool, reason: str = "") -> None:
         self.available = available
@@ -273,6 +302,9 @@ class GeneratePanel(QWidget):
         self.generate_button.setToolTip("Generate (Ctrl+Enter)" if available else reason)
         if not available and reason:
             self.status.setText(reason)
+            self._reason = reason
+        elif available and self.status.text() == self._reason:
+            self.status.setText("Ready: Ctrl+Enter generates.")  # the old reason no longer holds
 
     def set_output_folder(self, folder: Path) -> None:
         self.output_label.setText(f"Saved in {folder}")
@@ -309,12 +341,14 @@ class GeneratePanel(QWidget):
     def on_started(self) -> None:
         self.busy = True
         self.generate_button.setEnabled(False)
+        self.stop_button.show()
         self.progress.setRange(0, 0)
         self.status.setText("Starting…")
 
     def on_finished(self) -> None:
         self.busy = False
         self.generate_button.setEnabled(self.available)
+        self.stop_button.hide()
         if self.progress.maximum() == 0:
             self.progress.setRange(0, 1)
             self.progress.setValue(0)

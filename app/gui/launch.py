@@ -53,6 +53,7 @@ def build_window(
 
     from app.backend.backend import Backend
     from app.backend.monitor import MemoryMonitor
+    from app.gui import wheel_guard
     from app.gui.compat import guard_none_refcount
     from app.gui.main_window import MainWindow
     from app.gui.settings import AppSettings
@@ -65,6 +66,7 @@ def build_window(
     settings_store = store if isinstance(store, QSettings) else QSettings()
     if isinstance(app, QApplication):
         apply_theme(app, AppSettings.load(settings_store).dark_theme)
+        wheel_guard.install(app)  # the wheel scrolls panels; it changes only a focused control
     if cache_path is not None:
         cache_path.parent.mkdir(parents=True, exist_ok=True)
     if not isinstance(placement, Placement):
@@ -104,6 +106,18 @@ def _leave_a_core_for_the_window() -> None:
     torch.set_num_threads(max(1, min(torch.get_num_threads(), cores - 1)))
 
 
+def _application():  # type: ignore[no-untyped-def]
+    from PySide6.QtWidgets import QApplication
+
+    app = QApplication.instance() or QApplication(sys.argv)
+    assert isinstance(app, QApplication)
+    app.setApplicationName("Loadout")
+    app.setOrganizationName("Loadout")
+    app.setApplicationDisplayName("Loadout")
+    app.setDesktopFileName("loadout")  # Wayland matches the window to loadout.desktop (icon, grouping)
+    return app
+
+
 def run_gui(
     *,
     demo: bool = False,
@@ -111,6 +125,7 @@ def run_gui(
     demo_folder: str | None = None,
     window_size: tuple[int, int] | None = None,
     extra_folder: str | None = None,
+    first_launch: bool = False,
 ) -> int:
     if (
         screenshot
@@ -118,20 +133,13 @@ def run_gui(
         and not (os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY"))
     ):
         os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")  # a smoke test on a machine without a screen
-    from PySide6.QtWidgets import QApplication
-
     from app.gui.compat import guard_none_refcount
     from app.gui.demo_flow import DemoFlow
     from app.gui.stop_signals import StopSignals
 
     guard_none_refcount()
     _leave_a_core_for_the_window()
-    app = QApplication.instance() or QApplication(sys.argv)
-    assert isinstance(app, QApplication)
-    app.setApplicationName("Loadout")
-    app.setOrganizationName("Loadout")
-    app.setApplicationDisplayName("Loadout")
-    app.setDesktopFileName("loadout")  # Wayland matches the window to loadout.desktop (icon, grouping)
+    app = _application()
     with contextlib.ExitStack() as scope:
         # from here SIGTERM/SIGINT/SIGHUP (a log-out, kill, Ctrl-C) close the window via the loop
         stops = scope.enter_context(StopSignals(lambda: _close(app)))
@@ -141,10 +149,10 @@ def run_gui(
         window.show()
         if window_size is not None:
             window.resize(*window_size)  # and after: a window manager or the offscreen screen may differ
-        flow = (
-            DemoFlow(window, screenshot=screenshot, folder=demo_folder, extra=extra_folder) if demo else None
-        )
-        if flow is not None:
+        flow = None
+        if demo:
+            flow = DemoFlow(window, screenshot=screenshot, folder=demo_folder, extra=extra_folder)
+            flow.first_launch = first_launch
             flow.start()
         code = int(app.exec())
         if window.backend.thread.isRunning():

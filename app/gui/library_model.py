@@ -28,6 +28,7 @@ from PySide6.QtCore import (
 from PySide6.QtGui import QBrush, QColor, QFont
 
 from app.gui.theme import human_bytes, icon, kind_icon, kind_text
+from app.gui.thumbs import Thumbs
 from core.library import Entry, filter_entries, group_by_folder, group_by_kind, search, sort_entries
 from core.library.query import Duplicate, disk_usage, find_duplicates, natural_key
 
@@ -78,6 +79,15 @@ class LibraryTreeModel(QAbstractItemModel):
         self._timer.setSingleShot(True)
         self._timer.setInterval(120)
         self._timer.timeout.connect(self.rebuild)
+        self.thumbs = Thumbs(parent=self)  # the files' preview pictures, decoded off the GUI thread
+        self.thumbs.ready.connect(self._preview_ready)
+
+    def _preview_ready(self, picture: str) -> None:
+        for key, entry in self._entries.items():
+            if entry.preview is not None and str(entry.preview) == picture and key in self._where:
+                g, r = self._where[key]
+                cell = self.index(r, 0, self.index(g, 0))
+                self.dataChanged.emit(cell, cell, [Qt.ItemDataRole.DecorationRole])
 
     # -- feeding ---------------------------------------------------------------------------------
     def clear(self) -> None:
@@ -269,6 +279,10 @@ class LibraryTreeModel(QAbstractItemModel):
         entry = self._groups[index.internalId() - 1].rows[index.row()]
         if index.column() == COPIES_COLUMN:
             return _copies_data(self.duplicates.get(str(entry.path)), role)
+        if role == Qt.ItemDataRole.DecorationRole and index.column() == 0 and entry.preview is not None:
+            preview = self.thumbs.get(entry.preview)  # its own picture, once decoded
+            if preview is not None:
+                return preview
         return _entry_data(entry, index.column(), role)
 
     def _group_data(self, group: _Group, column: int, role: int) -> Any:
@@ -319,7 +333,8 @@ def _entry_data(e: Entry, column: int, role: int) -> Any:
     if role == Qt.ItemDataRole.ToolTipRole:
         if e.error:
             return f"{e.path}\n\n{e.error}"
-        return str(e.path) + ("\n\n" + "\n".join(e.warnings) if e.warnings else "")
+        words = f"\n\nTrigger words: {', '.join(e.trigger_words)}" if e.trigger_words else ""
+        return str(e.path) + words + ("\n\n" + "\n".join(e.warnings) if e.warnings else "")
     if role == Qt.ItemDataRole.TextAlignmentRole and column == 3:
         return int(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
     if role == ENTRY_ROLE:

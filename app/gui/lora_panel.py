@@ -20,6 +20,7 @@ from PySide6.QtWidgets import (
     QLabel,
     QMenu,
     QScrollArea,
+    QSizePolicy,
     QSlider,
     QToolButton,
     QVBoxLayout,
@@ -29,7 +30,7 @@ from PySide6.QtWidgets import (
 from app.backend.backend import Backend
 from app.backend.messages import LoraInfo, StackInfo
 from app.gui.theme import set_icon
-from app.gui.widgets import ElidedLabel
+from app.gui.widgets import ElidedLabel, StatusText
 from app.lora_words import trained_scale_text, trained_strengths
 from core.detect.types import TrainedScale
 
@@ -280,9 +281,14 @@ class LoraStackPanel(QWidget):
         scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         scroll.setFrameShape(QFrame.Shape.NoFrame)
         scroll.setWidget(inner)
-        self.status = QLabel()
+        # where the stack applies, in two lines at most (the whole sentence in the tooltip): the
+        # cards and their sliders keep the room
+        self.status = StatusText()
         self.status.setObjectName("muted")
         self.status.setWordWrap(True)
+        self.status.setFixedHeight(2 * self.status.fontMetrics().lineSpacing() + 4)
+        self.status.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Fixed)
+        scroll.setMinimumHeight(150)  # one card's strengths whole, never an 80 px strip
         layout = QVBoxLayout(self)
         layout.setContentsMargins(8, 8, 8, 8)
         layout.addWidget(self.heading)

@@ -1,19 +1,25 @@
-"""The main window: browser and details in the middle, LoRA stack and loaded models on the right,
-memory plot, events and test run below. It wires panels to the backend and owns the actions.
-
-Everything long runs on the backend's worker thread; the window only sends requests, shows the
-snapshots that come back and words errors through :mod:`app.gui.errors`.
-"""
+"""The main window: it wires the panels (docks, dock_layout.py; workspaces, workspaces.py) to the
+backend and owns the actions. Everything long runs on the backend's worker thread; the window only
+sends requests, shows the snapshots that come back and words errors through :mod:`app.gui.errors`."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 from functools import partial
 from pathlib import Path
 
-from PySide6.QtCore import QSettings, QStandardPaths
+from PySide6.QtCore import QByteArray, QSettings, QStandardPaths, QTimer
 from PySide6.QtGui import QAction, QCloseEvent, QDragEnterEvent, QDropEvent, QShowEvent
-from PySide6.QtWidgets import QApplication, QFileDialog, QMainWindow, QVBoxLayout, QWidget
+from PySide6.QtWidgets import (
+    QApplication,
+    QFileDialog,
+    QMainWindow,
+    QMessageBox,
+    QStackedWidget,
+    QVBoxLayout,
+    QWidget,
+)
 
 from app.backend.backend import Backend
 from app.backend.messages import EngineEvent, ModelInfo, StackInfo, TaskError
@@ -22,11 +28,12 @@ from app.demo import is_sparse_demo
 from app.gui.actions import main_toolbar, make_action
 from app.gui.browser import BrowserPanel
 from app.gui.details import LOADABLE, DetailsPanel
-from app.gui.dock_layout import DockLayout, initial_size
+from app.gui.dock_layout import DockLayout, initial_size, keep_on_screen
 from app.gui.errors import Friendly, describe, describe_exception
-from app.gui.gallery import PICTURES
+from app.gui.folder_watch import FolderWatch
 from app.gui.generate_controller import GenerateController
 from app.gui.generate_panel import GeneratePanel
+from app.gui.last_session import LastSession
 from app.gui.loaded_panel import LoadedModelsPanel
 from app.gui.lora_panel import LoraStackPanel
 from app.gui.memory_panel import MemoryPanel
@@ -38,7 +45,10 @@ from app.gui.settings import AppSettings, SettingsDialog
 from app.gui.testrun_panel import TestRunPanel
 from app.gui.theme import app_icon, apply_theme, refresh_icons
 from app.gui.widgets import MessageBar, StatusLine
+from app.gui.workspaces import Workspaces
 from core.library import Entry
+
+_HEADER = "library/header"
 
 
 def own_models_folder() -> Path:
@@ -74,6 +84,7 @@ class MainWindow(PlacementControls, QMainWindow):
         self.setWindowTitle("Loadout")
         self.setWindowIcon(app_icon())
         self.setAcceptDrops(True)
+        self.confirm_quit: Callable[[str], bool] = self._ask_quit  # Quit while a queue job runs
         self._build_panels()
         if monitor.figures is not None:  # not a test's own monitor
             self._watch_placement()
@@ -85,7 +96,15 @@ class MainWindow(PlacementControls, QMainWindow):
         self.generate.folder_changed.connect(self.gallery.set_folder)
         self.gallery.set_folder(self.generate.output_folder)
         self.queue_panel = install_queue_panel(self)  # app/gui/queue_panel.py
+        self.workspaces = Workspaces(self, self.pages, self.picture, self.docks)
+        self.toolbar.insertWidget(self.toolbar_spacer, self.workspaces.tabs)
+        self.generate_panel.model.library_requested.connect(lambda: self.workspaces.show("library"))
+        self.generate_panel.model.load_requested.connect(self.load_path)
+        self.generate_panel.stop_requested.connect(self.interrupt)
+        self.last_session = LastSession(backend, store, self._offer, self.load_path, parent=self)
         build_menus(self)
+        self.browser.restore_header(store.value(_HEADER))
+        self.folder_watch = FolderWatch(self.backend, self.browser.model.entries, self.rescan, parent=self)
         self._arrange_on_show = not self.layout_.restore(store)  # a first run: the default layout
         if self._arrange_on_show:
             self.resize(initial_size(self))
@@ -105,7 +124,8 @@ class MainWindow(PlacementControls, QMainWindow):
         layout.setContentsMargins(4, 4, 4, 0)
         layout.setSpacing(4)
         layout.addWidget(self.message)
-        layout.addWidget(self.picture, 1)
+        self.pages = QStackedWidget()  # the Create workspace's picture, or another workspace
+        layout.addWidget(self.pages, 1)
         self.setCentralWidget(central)
 
         self.lora_panel = LoraStackPanel(self.backend, self.settings.lora_min, self.settings.lora_max)
@@ -157,9 +177,10 @@ class MainWindow(PlacementControls, QMainWindow):
         self.quit_action = act("remove", "Quit", "Ctrl+Q", self.close, "Quit Loadout")
         self.quit_action.setMenuRole(QAction.MenuRole.QuitRole)
         left = (self.add_folder_action, self.rescan_action, self.load_action, self.place_action)
-        self.addToolBar(
-            main_toolbar((*left, self.interrupt_action), (self.settings_action,), self.interrupt_action)
-        )
+        right = (self.settings_action,)
+        self.toolbar = main_toolbar((*left, self.interrupt_action), right, self.interrupt_action)
+        self.toolbar_spacer = self.toolbar.actions()[len(left) + 1]  # the workspaces go before it
+        self.addToolBar(self.toolbar)
 
     def _connect_backend(self) -> None:
         w = self.backend
@@ -279,6 +300,18 @@ class MainWindow(PlacementControls, QMainWindow):
             self._loading.append(entry.path)
             self.backend.load(entry.path, entry.kind)
 
+    def _offer(self, text: str, accept: Callable[[], None]) -> None:
+        self.show_message(Friendly("Welcome back", text, "info"), ("Load again", accept))
+
+    def load_path(self, path: Path) -> None:
+        """Load a library file by its path (the model picker, the last session's model)."""
+        entry = next((e for e in self.browser.model.entries() if e.path == path), None)
+        if entry is None:
+            text = f"{path} is no longer listed; rescan (F5)."
+            self.show_message(Friendly("Not in the library", text, "info"))
+            return
+        self.load_entry(entry)
+
     def add_lora(self, path: Path | str, *, force: bool = False) -> None:
         if self.stack.model_family is None:
             self.show_error(TaskError("lora", "no_model", "A LoRA needs a loaded model to patch."))
@@ -305,7 +338,8 @@ class MainWindow(PlacementControls, QMainWindow):
     def _on_models(self, models: tuple[ModelInfo, ...]) -> None:
         self.models = tuple(models)
         main = next((m for m in self.models if m.is_main), None)
-        self.setWindowTitle(f"Loadout — {main.name}" if main else "Loadout")
+        # Qt adds the application's name ("… — Loadout") to a title that is not the name itself
+        self.setWindowTitle(main.name if main else "Loadout")
         self.testrun_panel.set_model_loaded(main is not None)
         self.details.fit.refresh()
 
@@ -330,28 +364,35 @@ class MainWindow(PlacementControls, QMainWindow):
         self.backend.interrupt()
         self.task_label.setText("Stopping…")
 
-    # -- a picture dropped anywhere on the window: its settings go to the Generate panel --------------
+    # -- a picture dropped anywhere on the window: its settings go to the Generate panel ----------
     def dragEnterEvent(self, event: QDragEnterEvent) -> None:
-        if any(u.toLocalFile().lower().endswith(PICTURES) for u in event.mimeData().urls()):
-            event.acceptProposedAction()
+        self.pictures.drag_enter(event)
 
     def dropEvent(self, event: QDropEvent) -> None:
-        pictures = [
-            u.toLocalFile() for u in event.mimeData().urls() if u.toLocalFile().lower().endswith(PICTURES)
-        ]
-        if pictures:
-            self.docks["generate"].show()
-            self.docks["generate"].raise_()
-            self.generate_panel.read_picture(Path(pictures[0]))
-            event.acceptProposedAction()
+        self.pictures.drop(event)
 
     def showEvent(self, event: QShowEvent) -> None:
         super().showEvent(event)
         if self._arrange_on_show:  # sized for the window as it is shown
             self._arrange_on_show = False
             self.layout_.arrange()
+        QTimer.singleShot(0, lambda: keep_on_screen(self))  # once the frame is known
+
+    def _ask_quit(self, text: str) -> bool:
+        return QMessageBox.question(self, "Quit Loadout?", text) == QMessageBox.StandardButton.Yes
 
     def closeEvent(self, event: QCloseEvent) -> None:
+        running = [j for j in self.queue_panel.store.jobs("running")]
+        if (running or self.queue_panel.runner is not None) and not self.confirm_quit(
+            "A queued job is running. Quit anyway? It is stopped now and stays in the queue: "
+            "Run continues it at the next start."
+        ):
+            event.ignore()
+            return
+        self.queue_panel.stop()
+        self.workspaces.show("create")  # the docks' own layout is what is remembered
+        self.generate.save_fields()
+        self.store.setValue(_HEADER, QByteArray(self.browser.header_state()))
         self.layout_.save(self.store)
         self.memory_panel.plot.timer.stop()
         self.backend.shutdown()

@@ -1,23 +1,56 @@
 """A small brush editor for an inpainting mask: paint white (repaint) over the starting picture,
-erase with the right button, save as a black-and-white PNG that ``--mask`` / the workflow box take."""
+erase with the right button, undo a stroke (Ctrl+Z), clear, feather the edge, and save as a
+grayscale PNG that ``--mask`` / the workflow box take. Masks are kept in Loadout's own data folder
+(:func:`mask_folder`), not beside the picture: the output folder's Gallery shows pictures only."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from PySide6.QtCore import QPoint, Qt
-from PySide6.QtGui import QColor, QImage, QMouseEvent, QPainter, QPaintEvent, QPen
+import numpy as np
+from PySide6.QtCore import QPoint, QStandardPaths, Qt
+from PySide6.QtGui import QColor, QImage, QKeySequence, QMouseEvent, QPainter, QPaintEvent, QPen, QShortcut
 from PySide6.QtWidgets import (
     QDialog,
     QDialogButtonBox,
     QHBoxLayout,
     QLabel,
+    QPushButton,
     QSlider,
+    QSpinBox,
     QVBoxLayout,
     QWidget,
 )
 
 from core.errors import FileFormatError
+
+UNDO_STEPS = 30
+
+
+def mask_folder() -> Path:
+    """Where painted masks are kept: Loadout's data folder, never the pictures' output folder."""
+    base = QStandardPaths.writableLocation(QStandardPaths.StandardLocation.AppDataLocation)
+    return Path(base or Path.home() / ".loadout") / "masks"
+
+
+def feathered(mask: QImage, radius: int) -> QImage:
+    """``mask`` with its edge softened over about ``radius`` pixels (three box blurs, close to a
+    Gaussian): the repainted part blends into the kept one instead of a hard seam."""
+    if radius <= 0:
+        return mask.copy()
+    gray = mask.convertToFormat(QImage.Format.Format_Grayscale8)
+    h, w = gray.height(), gray.width()
+    rows = np.frombuffer(gray.constBits(), np.uint8).reshape(h, gray.bytesPerLine())[:, :w]
+    a = rows.astype(np.float32)
+    r = max(1, radius // 2)
+    for axis in (0, 1, 0, 1, 0, 1):
+        pad = [(0, 0), (0, 0)]
+        pad[axis] = (r + 1, r)
+        c = np.cumsum(np.pad(a, pad, mode="edge"), axis=axis)
+        a = (np.take(c, range(2 * r + 1, c.shape[axis]), axis=axis)
+             - np.take(c, range(0, c.shape[axis] - 2 * r - 1), axis=axis)) / (2 * r + 1)  # fmt: skip
+    out = np.ascontiguousarray(np.clip(np.rint(a), 0, 255).astype(np.uint8))
+    return QImage(out.data, w, h, w, QImage.Format.Format_Grayscale8).copy()
 
 
 class MaskCanvas(QWidget):
@@ -31,7 +64,22 @@ class MaskCanvas(QWidget):
         self.mask.fill(0)
         self.brush = 24
         self._last: QPoint | None = None
+        self.undo_stack: list[QImage] = []  # the mask before each stroke (and before a clear)
         self.setFixedSize(picture.size())
+
+    def _remember(self) -> None:
+        self.undo_stack.append(self.mask.copy())
+        del self.undo_stack[:-UNDO_STEPS]
+
+    def undo(self) -> None:
+        if self.undo_stack:
+            self.mask = self.undo_stack.pop()
+            self.update()
+
+    def clear(self) -> None:
+        self._remember()
+        self.mask.fill(0)
+        self.update()
 
     def _stroke(self, to: QPoint, erase: bool) -> None:
         painter = QPainter(self.mask)
@@ -43,6 +91,7 @@ class MaskCanvas(QWidget):
         self.update()
 
     def mousePressEvent(self, event: QMouseEvent) -> None:
+        self._remember()
         self._last = None
         self._stroke(event.position().toPoint(), event.button() == Qt.MouseButton.RightButton)
 
@@ -78,9 +127,21 @@ class MaskEditor(QDialog):
         self.canvas = MaskCanvas(image.convertToFormat(QImage.Format.Format_RGB32))
         self.size_slider = QSlider(Qt.Orientation.Horizontal, minimum=2, maximum=200, value=self.canvas.brush)
         self.size_slider.valueChanged.connect(lambda v: setattr(self.canvas, "brush", v))
+        self.feather = QSpinBox(minimum=0, maximum=128, value=4, suffix=" px")
+        self.feather.setToolTip("Soften the mask's edge over this many pixels when it is saved")
+        undo = QPushButton("Undo")
+        undo.setToolTip("Undo the last stroke (Ctrl+Z)")
+        undo.clicked.connect(self.canvas.undo)
+        QShortcut(QKeySequence.StandardKey.Undo, self, activated=self.canvas.undo)
+        clear = QPushButton("Clear")
+        clear.clicked.connect(self.canvas.clear)
         row = QHBoxLayout()
         row.addWidget(QLabel("Brush (left paints, right erases)"))
         row.addWidget(self.size_slider, 1)
+        row.addWidget(QLabel("Feather"))
+        row.addWidget(self.feather)
+        row.addWidget(undo)
+        row.addWidget(clear)
         buttons = QDialogButtonBox(
             QDialogButtonBox.StandardButton.Save | QDialogButtonBox.StandardButton.Cancel
         )
@@ -92,10 +153,10 @@ class MaskEditor(QDialog):
         layout.addWidget(buttons)
 
     def save(self, path: Path) -> Path:
-        """Write the mask as a grayscale PNG (white = repaint)."""
+        """Write the mask, feathered, as a grayscale PNG (white = repaint)."""
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(path.name + ".partial.png")
-        if not self.canvas.mask.save(str(tmp), "PNG"):
+        if not feathered(self.canvas.mask, self.feather.value()).save(str(tmp), "PNG"):
             raise OSError(f"could not write {tmp}")
         tmp.replace(path)  # atomic: a crash leaves the old mask or none
         return path

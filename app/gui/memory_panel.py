@@ -13,6 +13,7 @@ import time
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import QModelIndex, QPersistentModelIndex, QRect, QSize, Qt, QTimer, Signal
+from PySide6.QtGui import QResizeEvent
 from PySide6.QtWidgets import (
     QComboBox,
     QHBoxLayout,
@@ -92,6 +93,7 @@ class MemoryPlot(pg.PlotWidget):
         item.showGrid(x=True, y=True, alpha=0.15)
         item.setLabel("left", "memory", units="B")
         item.setLabel("bottom", "time", units="s")
+        item.getAxis("bottom").enableAutoSIPrefix(False)  # seconds stay seconds, never "time (ks)"
         item.setMenuEnabled(False)
         item.setMouseEnabled(x=False, y=False)
         item.hideButtons()
@@ -313,6 +315,7 @@ class MemoryPanel(QWidget):
         plot_layout.addWidget(self.legend)
         plot_layout.addWidget(self.plot, 1)
         split = QSplitter(Qt.Orientation.Horizontal)
+        self.split = split
         split.addWidget(plot_box)
         split.addWidget(self.events)
         split.setStretchFactor(0, 1)
@@ -325,6 +328,15 @@ class MemoryPanel(QWidget):
         layout.addWidget(split, 1)
         self.plot.timer.timeout.connect(self._update_peaks)
         self.set_placement(placement)
+
+    def resizeEvent(self, event: QResizeEvent) -> None:
+        """Plot and decisions side by side where the panel is wide, one above the other where it is
+        tall and narrow (a side dock): the decisions never read one or two words a line."""
+        super().resizeEvent(event)
+        wide = self.width() >= 1.6 * self.height() or self.width() >= 900
+        orientation = Qt.Orientation.Horizontal if wide else Qt.Orientation.Vertical
+        if self.split.orientation() != orientation:
+            self.split.setOrientation(orientation)
 
     def set_placement(self, placement: PlacementInfo | None) -> None:
         """Say what is measured: the GPU (real or simulated) and its VRAM state, or no GPU."""

@@ -46,6 +46,9 @@ def build_menus(window: MainWindow) -> QMenuBar:
     file.addAction(window.quit_action)
 
     view = bar.addMenu("&View")
+    for action in window.workspaces.actions:
+        view.addAction(action)
+    view.addSeparator()
     for dock in window.layout_.docks.values():
         view.addAction(dock.toggleViewAction())
     view.addSeparator()

@@ -15,14 +15,19 @@ from PySide6.QtWidgets import QMenu, QMessageBox, QWidget
 from app.gui.viewer import read_infotext
 
 
-def reveal_in_folder(path: Path) -> None:
-    """Show the file selected in the file manager where the platform can, else open its folder."""
+def reveal_in_folder(path: Path) -> bool:
+    """Show the file selected in the file manager where the platform can, else open its folder;
+    False when nothing could be started (no file manager or desktop launcher)."""
     if sys.platform == "darwin":
-        QProcess.startDetached("open", ["-R", str(path)])
-    elif sys.platform == "win32":
-        QProcess.startDetached("explorer", [f"/select,{path}"])
-    else:
-        QDesktopServices.openUrl(QUrl.fromLocalFile(str(path.parent)))
+        return bool(QProcess.startDetached("open", ["-R", str(path)])[0])
+    if sys.platform == "win32":
+        return bool(QProcess.startDetached("explorer", [f"/select,{path}"])[0])
+    return QDesktopServices.openUrl(QUrl.fromLocalFile(str(path.parent)))
+
+
+def open_file(path: Path) -> bool:
+    """Open ``path`` in the system's viewer; False when there is none to start."""
+    return QDesktopServices.openUrl(QUrl.fromLocalFile(str(path)))
 
 
 def delete_picture(path: Path) -> bool:
@@ -30,6 +35,12 @@ def delete_picture(path: Path) -> bool:
     if QFile.moveToTrash(str(path)):
         return True
     return QFile.remove(str(path))
+
+
+_NO_LAUNCHER = (
+    "The system found no program to open {what} (on Linux: xdg-open, from xdg-utils, is missing). "
+    "It is at {path}."
+)
 
 
 class PictureMenu:
@@ -41,8 +52,10 @@ class PictureMenu:
         use_settings: Callable[[Path], None],
         deleted: Callable[[Path], None],
         view: Callable[[Path], None],
+        say: Callable[[str, str], None] = lambda title, text: None,
     ) -> None:
         self.parent = parent
+        self.say = say  # (title, text): a failure the artist must hear about
         self.use_settings = use_settings
         self.deleted = deleted
         self.view = view
@@ -51,8 +64,8 @@ class PictureMenu:
     def menu(self, path: Path) -> QMenu:
         menu = QMenu(self.parent)
         menu.addAction("View here", lambda: self.view(path))
-        menu.addAction("Open", lambda: QDesktopServices.openUrl(QUrl.fromLocalFile(str(path))))
-        menu.addAction("Show in folder", lambda: reveal_in_folder(path))
+        menu.addAction("Open", lambda: self.open(path))
+        menu.addAction("Show in folder", lambda: self.reveal(path))
         menu.addSeparator()
         params = read_infotext(path)
         copy = menu.addAction("Copy parameters", lambda: QGuiApplication.clipboard().setText(params))
@@ -64,6 +77,14 @@ class PictureMenu:
         menu.addSeparator()
         menu.addAction("Delete…", lambda: self.delete(path))
         return menu
+
+    def open(self, path: Path) -> None:
+        if not open_file(path):
+            self.say("Could not open the picture", _NO_LAUNCHER.format(what=path.name, path=path))
+
+    def reveal(self, path: Path) -> None:
+        if not reveal_in_folder(path):
+            self.say("Could not show the folder", _NO_LAUNCHER.format(what="the folder", path=path.parent))
 
     def popup(self, path: Path, where: QPoint) -> None:
         self.menu(path).popup(where)

@@ -9,16 +9,17 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 from PySide6.QtCore import QObject
-from PySide6.QtGui import QPixmap
+from PySide6.QtGui import QDragEnterEvent, QDropEvent, QPixmap
 
 from app.gui.errors import Friendly
-from app.gui.gallery import GalleryPanel
+from app.gui.gallery import PICTURES, GalleryPanel
 from app.gui.picture_menu import PictureMenu
 from app.gui.viewer import PicturePanel
 from core.errors import LoadoutError
 from core.generate.events import GenerateResult
-from core.generate.parameters import GenerationParameters, parse_parameters
+from core.generate.parameters import parse_parameters
 from core.generate.png import read_png_parameters
+from core.session.picture_settings import PicturePlan, plan_picture_settings
 
 if TYPE_CHECKING:
     from app.gui.main_window import MainWindow
@@ -30,10 +31,15 @@ class Pictures(QObject):
         self.window = window
         self.viewer = PicturePanel()
         self.gallery = GalleryPanel()
-        self.menu = PictureMenu(window, self.use_settings, self.deleted, self.viewer.open)
+        self.menu = PictureMenu(
+            window, self.use_settings, self.deleted, self.viewer.open,
+            say=lambda title, text: window.show_message(Friendly(title, text, "warning")),
+        )  # fmt: skip
         self.viewer.menu_requested.connect(self.menu.popup)
         self.gallery.menu_requested.connect(self.menu.popup)
         self.gallery.open_requested.connect(self.show)
+        self.pending_loras: list[tuple[Path, float, float]] = []  # a picture's, waiting for a model
+        window.backend.model_loaded.connect(lambda _info: self.on_model_loaded())
 
     def show(self, path: Path) -> None:
         self.viewer.open(path)
@@ -59,8 +65,26 @@ class Pictures(QObject):
             self.viewer.view.show_pixmap(QPixmap())
             self.viewer.caption.setText(f"{path.name} was deleted.")
 
+    # -- a picture dropped anywhere on the window: its settings go to the Generate panel ----------
+    def drag_enter(self, event: QDragEnterEvent) -> None:
+        if any(u.toLocalFile().lower().endswith(PICTURES) for u in event.mimeData().urls()):
+            event.acceptProposedAction()
+
+    def drop(self, event: QDropEvent) -> None:
+        w = self.window
+        pictures = [
+            u.toLocalFile() for u in event.mimeData().urls() if u.toLocalFile().lower().endswith(PICTURES)
+        ]
+        if pictures:
+            w.docks["generate"].show()
+            w.docks["generate"].raise_()
+            w.generate_panel.read_picture(Path(pictures[0]))
+            event.acceptProposedAction()
+
     # -- use these settings ----------------------------------------------------------------------
     def use_settings(self, path: Path) -> None:
+        """The picture's prompt and settings to Generate; its model offered when it is not the
+        loaded one; its LoRAs made the stack (core.session.picture_settings decides what that takes)."""
         w = self.window
         try:
             params = parse_parameters(read_png_parameters(path))
@@ -70,45 +94,48 @@ class Pictures(QObject):
         w.generate_panel.apply_parameters(params)
         w.docks["generate"].show()
         w.docks["generate"].raise_()
-        missing = self.apply_loras(params)
-        if missing:
-            names = ", ".join(missing)
-            w.show_message(
-                Friendly(
-                    "LoRAs not found",
-                    f"The picture used {names}: not in your library, or not for the loaded model.",
-                    "info",
-                )
-            )
+        main = next((m for m in w.models if m.is_main), None)
+        plan = plan_picture_settings(
+            params, main.path if main is not None else None, w.stack.loras, w.browser.model.entries()
+        )
+        self.carry_out(plan, loaded=main is not None)
 
-    def apply_loras(self, params: GenerationParameters) -> list[str]:
-        """Make the stack what the picture used: its LoRAs at its strengths (added from the library
-        when missing), the others switched off. Returns the names that could not be found."""
+    def carry_out(self, plan: PicturePlan, *, loaded: bool) -> None:
         w = self.window
-        if not params.loras:
-            return []
-        if w.stack.model_family is None:
-            return [lo.name for lo in params.loras]
-        wanted = {lo.name: lo for lo in params.loras}
-        on_stack = {lo.path.stem: lo for lo in w.stack.loras}
-        for stem, lora in on_stack.items():
-            use = wanted.get(stem)
-            if use is None:
-                if lora.enabled:
-                    w.backend.set_enabled(lora.id, False)
-                continue
-            if not lora.enabled:
-                w.backend.set_enabled(lora.id, True)
-            w.backend.bake_strength(lora.id, use.model_strength, use.clip_strength)
-        files = {
-            e.path.stem: e.path for e in w.browser.model.entries() if e.kind == "lora" and e.status == "ok"
-        }
-        missing = []
-        for name, use in wanted.items():
-            if name in on_stack:
-                continue
-            if name in files:
-                w.backend.add_lora(files[name], use.model_strength, use.clip_strength)
-            else:
-                missing.append(name)
-        return missing
+        b = w.backend
+        for lora_id in plan.enable:
+            b.set_enabled(lora_id, True)
+        for lora_id in plan.disable:
+            b.set_enabled(lora_id, False)
+        for lora_id, model, clip in plan.strengths:
+            b.bake_strength(lora_id, model, clip)
+        words = []
+        if plan.load is not None:
+            self.pending_loras = list(plan.add)  # added once the picture's model is loaded
+            loras = f" and {len(plan.add)} LoRA{'s' if len(plan.add) != 1 else ''}" if plan.add else ""
+            load = plan.load
+            text = f"The picture was made with {load.name}{loras} (in your library)."
+            if plan.missing:
+                text += f" Not in your library: {', '.join(plan.missing)}."
+            w.show_message(
+                Friendly("Use these settings", text, "info"), ("Load it", lambda: w.load_path(load))
+            )
+            return
+        if loaded:
+            for lora_path, model, clip in plan.add:
+                b.add_lora(lora_path, model, clip)
+        elif plan.add:
+            self.pending_loras = list(plan.add)
+            words.append("its LoRAs are added once you load a model")
+        if plan.model_missing:
+            words.append(f"its model {plan.model_missing} is not in your library")
+        if plan.missing:
+            words.append(f"not in your library: {', '.join(plan.missing)}")
+        if words:
+            w.show_message(Friendly("Use these settings", f"The picture's {'; '.join(words)}.", "info"))
+
+    def on_model_loaded(self) -> None:
+        """A model was loaded: LoRAs a picture's settings were waiting to add go on its stack."""
+        pending, self.pending_loras = self.pending_loras, []
+        for lora_path, model, clip in pending:
+            self.window.backend.add_lora(lora_path, model, clip)

@@ -62,6 +62,7 @@ _STATE_WORDS = {
 
 class QueuePanel(QWidget):
     open_image = Signal(str)  # a finished cell's picture, to show in the viewer
+    finished_images = Signal(object)  # list[tuple[Path, str]]: new pictures (cells, grids) and labels
     error = Signal(object)  # LoadoutError
 
     def __init__(
@@ -83,6 +84,7 @@ class QueuePanel(QWidget):
         self._models: dict[str, ModelInfo] = {}
         self._loras: tuple[LoraArg, ...] = ()
         self._grid = ""  # the grid shown
+        self._reported: set[Path] = set()  # pictures already handed to the gallery
 
         self.axes = {a: QLineEdit(placeholderText=p) for a, p in
                      (("x", "seed:1,2,3"), ("y", "cfg:5,7 (optional)"), ("z", "optional"))}  # fmt: skip
@@ -91,6 +93,8 @@ class QueuePanel(QWidget):
             form.addRow(f"{a.upper()} axis", edit)
         buttons = self._build_buttons()
         self.jobs = QListWidget()
+        self.jobs.setToolTip("Double-click a finished job to open its picture")
+        self.jobs.itemDoubleClicked.connect(self._open_job)
         self.total = QProgressBar()
         self.total.setRange(0, 1000)
         self.grid = QTableWidget()
@@ -108,9 +112,13 @@ class QueuePanel(QWidget):
         self.timer = QTimer(self, interval=250)
         self.timer.timeout.connect(self.refresh)
         self.pause_button.setChecked(store.paused)
+        # after a relaunch: the last grid is shown again, and what is on disk is not reported anew
+        earlier = self.store.jobs()
+        self._grid = next((q.job.grid for q in reversed(earlier) if q.job.grid), "")
+        self._reported = {p for q in earlier for p in (*q.images, q.job.grid_file) if p is not None}
         self.refresh()
 
-    def _build_buttons(self) -> QHBoxLayout:
+    def _build_buttons(self) -> QVBoxLayout:
         """Queue the grid; run, pause and stop the queue; cancel, move and retry the selected job."""
         self.queue_button = QPushButton("Queue grid")
         self.queue_button.clicked.connect(self.queue_grid)
@@ -128,10 +136,15 @@ class QueuePanel(QWidget):
         self.down_button.clicked.connect(lambda: self._on_selected(lambda j: self.move(j, 1)))
         self.retry_button = QPushButton("Retry")
         self.retry_button.clicked.connect(lambda: self._on_selected(self.retry))
-        buttons = QHBoxLayout()
-        for b in (self.queue_button, self.run_button, self.pause_button, self.stop_button, self.cancel_button,
-                  self.up_button, self.down_button, self.retry_button):  # fmt: skip
-            buttons.addWidget(b)
+        # two rows: the queue's own, and the selected job's (eight in one row were clipped in a dock)
+        buttons = QVBoxLayout()
+        queue = (self.queue_button, self.run_button, self.pause_button, self.stop_button)
+        selected = (self.cancel_button, self.up_button, self.down_button, self.retry_button)
+        for row_buttons in (queue, selected):
+            row = QHBoxLayout()
+            for b in row_buttons:
+                row.addWidget(b)
+            buttons.addLayout(row)
         return buttons
 
     # -- what the window has loaded --------------------------------------------------------------
@@ -254,7 +267,9 @@ class QueuePanel(QWidget):
             self.jobs.addItem(item)
             if q.id == keep:
                 self.jobs.setCurrentItem(item)
-        self.total.setValue(int(1000 * self.store.totals().fraction))
+        totals = self.store.totals()
+        self.total.setValue(int(1000 * totals.fraction) if jobs else 0)  # no 100 % bar on an empty queue
+        self._report_new(jobs)
         self._show_grid([q for q in jobs if q.job.grid == self._grid and q.job.grid])
         if self.runner is None and not any(q.state == "running" for q in jobs):
             self.timer.stop()
@@ -294,6 +309,33 @@ class QueuePanel(QWidget):
             self.grid.setColumnWidth(c, 104)
         for r in range(rows):
             self.grid.setRowHeight(r, 104)
+
+    def _report_new(self, jobs: list[QueuedJob]) -> None:
+        """Finished cells and drawn grids not reported yet go to the gallery, labelled by job and cell."""
+        new: list[tuple[Path, str]] = []
+        for q in jobs:
+            if q.state != "done":
+                continue
+            where = " ".join(label for label in q.job.labels if label)
+            for path in q.images:
+                if path not in self._reported:
+                    self._reported.add(path)
+                    new.append((path, f"#{q.id} {where}".strip()))
+            grid = q.job.grid_file
+            if grid is not None and grid not in self._reported and grid.is_file():
+                self._reported.add(grid)
+                new.append((grid, f"grid {q.job.grid}"))
+        if new:
+            self.finished_images.emit(new)
+
+    def _open_job(self, item: QListWidgetItem) -> None:
+        job_id = int(item.data(Qt.ItemDataRole.UserRole))
+        q = next((j for j in self.store.jobs() if j.id == job_id), None)
+        if q is not None and q.images:
+            self.open_image.emit(str(q.images[0]))
+        if q is not None and q.job.grid and q.job.grid != self._grid:
+            self._grid = q.job.grid  # its grid is the one shown
+            self.refresh()
 
     def _open_cell(self, row: int, column: int) -> None:
         item = self.grid.item(row, column)
@@ -338,6 +380,9 @@ def install_queue_panel(window: MainWindow) -> QueuePanel:
         window.pictures.show(Path(path))
 
     panel.open_image.connect(show)
+    panel.finished_images.connect(
+        lambda found: window.gallery.add_files([(path, label) for path, label in found if path.is_file()])
+    )
     panel.error.connect(lambda exc: window.show_message(describe_exception("queue", exc)))
     # a dock like the others (closable, scrolls, in the View menu), tabbed with Generate
     window.layout_.add("queue", "Queue", panel, Qt.DockWidgetArea.RightDockWidgetArea, "generate")

@@ -78,6 +78,20 @@ class MessageBar(QFrame):
             callback()
 
 
+class StatusText(QLabel):
+    """A few wrapped lines of a fixed height; the whole text is also its tooltip, so a long message
+    cut at the bottom can still be read."""
+
+    def setText(self, text: str) -> None:  # type: ignore[override]
+        super().setText(text)
+        self.setToolTip(text)
+
+    def hasHeightForWidth(self) -> bool:
+        # a wrapped label reports height-for-width, and then the scroll area around its panel lays
+        # the panel out at its *preferred* height (scrolling its foot, the Generate button, away)
+        return False
+
+
 class ElidedLabel(QLabel):
     """One line of text cut with "…" to the width it is given: a long name never widens the window
     and the line's height never changes (the full text is in the tooltip)."""

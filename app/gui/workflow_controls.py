@@ -10,7 +10,7 @@ from dataclasses import replace
 from PySide6.QtWidgets import QDoubleSpinBox, QFormLayout, QGroupBox, QHBoxLayout, QToolButton, QWidget
 
 from app.gui.controlnet_rows import MODELS, PICTURES, ControlNetList, ControlNetPick, FilePick
-from app.gui.mask_editor import MaskEditor
+from app.gui.mask_editor import MaskEditor, mask_folder
 from core.generate.parameters import GenerationParameters
 from core.generate.request import ImageSettings
 from core.generate.workflow_request import RefinerUse
@@ -29,8 +29,8 @@ class WorkflowControls(QGroupBox):
         self.setCheckable(True)
         self.setChecked(False)
         self.controlnets = ControlNetList()
-        self.init = FilePick("Pick the picture to start from", PICTURES)
-        self.mask = FilePick("Pick the mask (white = repaint)", PICTURES)
+        self.init = FilePick("Pick the picture to start from", PICTURES, preview=True)
+        self.mask = FilePick("Pick the mask (white = repaint)", PICTURES, preview=True)
         paint = QToolButton(text="Paint…", autoRaise=True, toolTip="Paint the mask over the starting picture")
         paint.clicked.connect(self.paint_mask)
         mask_row = QHBoxLayout()
@@ -72,14 +72,15 @@ class WorkflowControls(QGroupBox):
         return self.controlnets.rows[0].end
 
     def paint_mask(self) -> None:
-        """Open the brush editor over the starting picture; its mask is saved beside the picture."""
+        """Open the brush editor over the starting picture; its mask is kept in Loadout's data folder
+        (not the output folder, whose Gallery shows pictures)."""
         if self.init.path is None:
             self.init._pick()
         if self.init.path is None:
             return
         editor = MaskEditor(self.init.path, self)
         if editor.exec():
-            self.mask.set_path(editor.save(self.init.path.with_name(self.init.path.stem + "-mask.png")))
+            self.mask.set_path(editor.save(mask_folder() / f"{self.init.path.stem}-mask.png"))
 
     def apply(self, settings: ImageSettings) -> ImageSettings:
         """``settings`` with this box's workflows (unchanged when the box is off)."""

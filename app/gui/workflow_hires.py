@@ -49,19 +49,20 @@ class HiresControls(QWidget):
         # the full text), so the Generate panel never scrolls sideways at 1366 x 768
         self.upscaler.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
         self.upscaler.setMinimumContentsLength(8)
-        for box in (self.scale, self.denoise, self.steps):
+        for box in (self.scale, self.denoise):
             box.setMinimumWidth(56)
             box.setSizePolicy(QSizePolicy.Policy.Ignored, box.sizePolicy().verticalPolicy())
         self.model_path.setMinimumWidth(40)
+        # the steps on their own line, beside the upscaler: "same steps" is read whole, not "sa…"
         grid = QGridLayout(self)
         grid.setContentsMargins(0, 0, 0, 0)
         grid.addWidget(self.enabled, 0, 0)
         grid.addWidget(self.scale, 0, 1)
-        grid.addWidget(self.denoise, 0, 2)
-        grid.addWidget(self.steps, 0, 3)
-        grid.addWidget(self.upscaler, 1, 0, 1, 2)
-        grid.addWidget(self.model_path, 1, 2, 1, 1)
-        grid.addWidget(browse, 1, 3)
+        grid.addWidget(self.denoise, 0, 2, 1, 2)
+        grid.addWidget(self.steps, 1, 0, 1, 2)
+        grid.addWidget(self.upscaler, 1, 2, 1, 2)
+        grid.addWidget(self.model_path, 2, 0, 1, 3)
+        grid.addWidget(browse, 2, 3)
         self.enabled.toggled.connect(self._update)
         self.upscaler.currentIndexChanged.connect(self._update)
         self._update()

@@ -131,5 +131,30 @@ def test_use_these_settings_fills_the_panel_and_applies_the_loras(
     assert rec.first("stack_changed").loras[0].model_strength == 0.35
 
 
+def test_use_these_settings_with_no_model_loaded_offers_the_pictures_model_and_loras(
+    qtbot, make_window, demo_library: DemoLibrary, tmp_path: Path
+) -> None:
+    """Issue 30: with no model loaded it said the picture's LoRA was "not in your library" (it was)
+    and did not offer the picture's checkpoint (also in the library)."""
+    window = make_window(demo_library.folder)
+    qtbot.waitUntil(
+        lambda: window.browser.model.index_of(str(demo_library.lora)).isValid() and not window.backend.busy,
+        timeout=30000,
+    )
+    path = _picture(
+        tmp_path / "made-earlier.png", model=demo_library.checkpoint.stem,
+        loras=(LoraUse(demo_library.lora.stem, 0.35, 0.25),),
+    )  # fmt: skip
+    window.pictures.use_settings(path)
+    text = window.message.text.text()
+    assert demo_library.checkpoint.name in text and "not in your library" not in text.lower()
+    assert window.message.action.text() == "Load it"
+    window.message.action.click()  # one click: the model, then its LoRA at the picture's strengths
+    qtbot.waitUntil(lambda: len(window.stack.loras) == 1 and not window.backend.busy, timeout=30000)
+    (info,) = window.stack.loras
+    assert (info.path, info.model_strength, info.clip_strength) == (demo_library.lora, 0.35, 0.25)
+    assert window.generate_panel.width() <= window.docks["generate"].width()
+
+
 def test_about_names_the_installed_version() -> None:
     assert app_version() in about_text()

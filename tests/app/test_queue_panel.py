@@ -63,13 +63,29 @@ def test_queue_a_grid_reorder_run_it_and_open_a_cell(
     assert item is not None and not item.icon().isNull()  # the cell shows its picture
     folder = done[0].job.request.output.parent
     assert (folder / "grid.png").is_file() and folder.parent.parent == tmp_path / "pictures"
+    # the cells and the grid are in the gallery as they finish, labelled by job and cell
+    cells = {p for j in done for p in j.images}
+    assert cells | {folder / "grid.png"} <= set(window.gallery.paths())
+    labels = [window.gallery.strip.item(i).text() for i in range(window.gallery.strip.count())]
+    assert len(set(labels)) == len(labels) and f"grid {done[0].job.grid}" in labels
+    assert any(label.startswith(f"#{done[0].id} seed 11") for label in labels), labels
     before = len(window.gallery.paths())
-    queue._open_cell(1, 1)  # what a double-click does: the cell in the viewer, and in the gallery
-    assert len(window.gallery.paths()) == before + 1
+    queue._open_cell(1, 1)  # what a double-click does: the cell in the viewer, at the gallery's front
+    assert len(window.gallery.paths()) == before
     shown = window.picture.view.path
     assert shown is not None and window.gallery.paths()[0] == shown
     p = parse_parameters(read_png_parameters(shown))
     assert (p.seed, p.cfg) == (12, 9.0)
+
+    # after a relaunch the grid is shown again and a finished job opens with a double-click
+    window.close()
+    again = make_window(demo_library.folder)
+    queue = again.queue_panel
+    assert queue.grid.rowCount() == 2 and not queue.grid.item(0, 0).icon().isNull()
+    _select(queue, done[0].id)
+    queue.jobs.itemDoubleClicked.emit(queue.jobs.currentItem())
+    assert again.picture.view.path == done[0].images[0]
+    assert cells <= set(again.gallery.paths())
 
 
 def test_pause_cancel_retry_and_the_queue_outlives_the_window(
@@ -101,6 +117,7 @@ def test_pause_cancel_retry_and_the_queue_outlives_the_window(
 def test_a_grid_without_a_model_or_an_axis_says_why(qtbot, make_window) -> None:
     window = make_window()
     queue = window.queue_panel
+    assert queue.store.jobs() == [] and queue.total.value() == 0  # no 100 % bar on an empty queue
     errors: list = []
     queue.error.connect(errors.append)
     qtbot.keyClicks(queue.axes["x"], "seed:1,2")

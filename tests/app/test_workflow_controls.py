@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from PySide6.QtGui import QKeySequence
 from pytestqt.qtbot import QtBot
 
 from app.gui.generate_panel import GeneratePanel
@@ -76,6 +77,7 @@ def test_the_brush_paints_the_mask_that_generation_reads(qtbot: QtBot, tmp_path:
     qtbot.addWidget(editor)
     editor.show()
     editor.size_slider.setValue(8)
+    editor.feather.setValue(0)  # a hard edge: the stroke reads exactly
     canvas = editor.canvas
     QTest.mousePress(canvas, Qt.MouseButton.LeftButton, Qt.KeyboardModifier.NoModifier, QPoint(10, 30))
     for x in range(12, 80, 4):
@@ -85,6 +87,63 @@ def test_the_brush_paints_the_mask_that_generation_reads(qtbot: QtBot, tmp_path:
     assert mask.shape == (64, 96)
     assert mask[30, 20] == 1.0 and mask[30, 70] == 1.0  # along the stroke: repaint
     assert mask[5, 5] == 0.0 and mask[60, 90] == 0.0  # elsewhere: keep
+
+
+def test_the_mask_editor_undoes_clears_feathers_and_keeps_masks_out_of_the_gallery(
+    qtbot: QtBot, tmp_path: Path
+) -> None:
+    """Issue 30: the mask editor had no undo, clear or feather, and saved masks beside the picture,
+    into the output folder the Gallery lists."""
+    import numpy as np
+    from PIL import Image
+    from PySide6.QtCore import QPoint, Qt
+    from PySide6.QtTest import QTest
+
+    from app.gui.gallery import pictures_in
+    from app.gui.mask_editor import MaskEditor, mask_folder
+    from core.generate.pictures import read_mask
+
+    outputs = tmp_path / "outputs"
+    picture = outputs / "2026-11-27" / "00001-5.png"
+    picture.parent.mkdir(parents=True)
+    Image.fromarray(np.full((64, 96, 3), 90, np.uint8)).save(picture)
+    editor = MaskEditor(picture)
+    qtbot.addWidget(editor)
+    editor.show()
+    editor.activateWindow()
+    qtbot.waitUntil(editor.isActiveWindow)
+    canvas = editor.canvas
+    editor.size_slider.setValue(20)
+
+    def stroke(y: int) -> None:
+        QTest.mousePress(canvas, Qt.MouseButton.LeftButton, Qt.KeyboardModifier.NoModifier, QPoint(10, y))
+        QTest.mouseMove(canvas, QPoint(80, y))
+        QTest.mouseRelease(canvas, Qt.MouseButton.LeftButton, Qt.KeyboardModifier.NoModifier, QPoint(80, y))
+
+    def painted() -> int:
+        return sum(canvas.mask.pixelColor(x, y).value() > 0 for x in range(0, 96, 4) for y in range(0, 64, 4))
+
+    stroke(15)
+    one = painted()
+    stroke(50)
+    assert painted() > one > 0
+    QTest.keySequence(editor, QKeySequence.StandardKey.Undo)  # Ctrl+Z: the second stroke goes
+    assert painted() == one
+    editor.canvas.clear()
+    assert painted() == 0
+    editor.canvas.undo()  # a clear is undone too
+    assert painted() == one
+    editor.feather.setValue(12)
+    saved = editor.save(mask_folder() / "test-feather-mask.png")
+    try:
+        mask = read_mask(saved)
+        assert mask[15, 45] > 0.8 and mask[60, 45] == 0.0
+        edge = mask[:, 45]
+        assert ((edge > 0.05) & (edge < 0.95)).sum() >= 6  # a soft edge, not a step
+        assert outputs not in saved.parents and picture.parent not in saved.parents
+        assert pictures_in(outputs) == [picture]  # the Gallery shows the picture only
+    finally:
+        saved.unlink()
 
 
 def _two_rows(panel: GeneratePanel, tmp_path: Path) -> None:
@@ -186,3 +245,27 @@ def test_the_librarys_controlnets_are_offered_in_every_row(qtbot: QtBot, make_wi
     window.rescan()
     qtbot.waitUntil(lambda: nets.choices == (), timeout=30000)
     assert nets.rows[0].controlnet.combo.count() == 1 and row.controlnet.path == net
+
+
+def test_the_hint_and_starting_pictures_show_a_thumbnail_and_an_unticked_box_is_off(
+    qtbot: QtBot, tmp_path: Path
+) -> None:
+    """Issue 30: the ControlNet hint had no thumbnail; the box looked enabled while unticked."""
+    import numpy as np
+    from PIL import Image
+
+    panel = GeneratePanel()
+    qtbot.addWidget(panel)
+    box = panel.workflows
+    assert not box.isChecked() and not box.controlnets.rows[0].hint.isEnabled()  # unticked: off
+    edges = tmp_path / "edges.png"
+    Image.fromarray(np.full((300, 200, 3), 255, np.uint8)).save(edges)
+    box.setChecked(True)
+    hint = box.controlnets.rows[0].hint
+    hint.set_path(edges)
+    thumb = hint.thumb.pixmap()
+    assert hint.isEnabled() and not thumb.isNull() and thumb.height() == 28 and thumb.width() < 28
+    box.init.set_path(edges)
+    assert not box.init.thumb.pixmap().isNull()
+    hint.set_path(None)
+    assert hint.thumb.pixmap().isNull() and hint.label.text() != "edges.png"
