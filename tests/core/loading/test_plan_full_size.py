@@ -91,6 +91,7 @@ def planned_params(plan: ComponentPlan) -> int:
 
 _CLIP_H_NO_PROJECTION = dataclasses.replace(CLIPTextConfig.clip_h(), projection_dim=None)
 
+
 #: case id -> (layout builder, file name, detected kind, family, config Loadout must plan, or None)
 def _llm_layout(family: str) -> dict[str, tuple[int, ...]]:
     model = LlmTextModel(LlmConfig.preset(family), device="meta")
