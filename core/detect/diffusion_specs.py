@@ -77,3 +77,24 @@ AURAFLOW = DiffusionSpec(
     network=None, sampling=SamplingSpec(schedule="flow", shift=1.73, multiplier=1.0), text=None,
     defaults=GenerationDefaults(sizes=XL_SIZES),
 )  # fmt: skip
+#: Z-Image (Turbo and Base share the shapes; ComfyUI's ``ZImage``): Qwen3-4B's penultimate hidden
+#: states in its chat template, the Flux VAE and latent format, flow sampling with shift 3 and
+#: ComfyUI's timestep = sigma (multiplier 1). Defaults: ComfyUI's Z-Image Turbo template (8 steps,
+#: CFG 1 so no negative pass, ``res_multistep``, ``simple``); Base wants more steps and a CFG > 1.
+Z_IMAGE = DiffusionSpec(
+    network="nextdit", sampling=SamplingSpec(schedule="flow", shift=3.0, multiplier=1.0), text=None,
+    text_encoders=("qwen3-4b",), vae="vae-flux", memory_profile="z-image",
+    defaults=GenerationDefaults(
+        cfg=1.0, steps=8, sampler="res_multistep", scheduler="simple", sizes=XL_SIZES
+    ),
+)  # fmt: skip
+#: Lumina Image 2.0 and NetaYume Lumina (ComfyUI's ``Lumina2``): Gemma-2-2B, the Flux VAE and latent
+#: format, flow sampling with shift 6, timestep = sigma. Defaults: ComfyUI's Lumina 2 template (25
+#: steps, CFG 4, ``res_multistep``, ``simple``).
+LUMINA2 = DiffusionSpec(
+    network="nextdit", sampling=SamplingSpec(schedule="flow", shift=6.0, multiplier=1.0), text=None,
+    text_encoders=("gemma2-2b",), vae="vae-flux", memory_profile="lumina2",
+    defaults=GenerationDefaults(
+        cfg=4.0, steps=25, sampler="res_multistep", scheduler="simple", sizes=XL_SIZES
+    ),
+)  # fmt: skip

@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from torch import Tensor
 
 #: How a network takes its inputs (``core.generate.network`` resolves the name).
-NetworkConvention = Literal["unet", "mmdit", "flux", "chroma", "pixart"]
+NetworkConvention = Literal["unet", "mmdit", "flux", "chroma", "pixart", "nextdit"]
 #: How prompts become conditioning (``core.text.conditioning.TextFamily``).
 TextConvention = Literal["sd1", "sd2", "sdxl", "sdxl_refiner", "sd3", "flux", "pixart_t5"]
 #: The noise schedule (``core.sampling.model_sampling`` resolves the name).
@@ -84,6 +84,7 @@ class GenerationDefaults:
     steps: int | None = None  # the family's usual step count; None: no preference (keep the user's)
     scheduler: str | None = None  # the family's usual scheduler; None: no preference
     guidance: float | None = None  # distilled guidance the user may set (Flux dev); None: none shown
+    sampler: str | None = None  # the family's usual sampler (ComfyUI's name); None: no preference
     sizes: tuple[tuple[int, int], ...] = SD1_SIZES  # trained resolutions, the usual one first
 
 

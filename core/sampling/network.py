@@ -1,14 +1,15 @@
 """Each diffusion network's calling convention behind the sampler's one signature.
 
 A family's record names its convention (``DiffusionSpec.network``: ``unet``, ``mmdit``, ``flux``,
-``chroma``, ``pixart``); this is the one place that knows what each means. Generation and the test run both
-call networks through it.
+``chroma``, ``pixart``, ``nextdit``); this is the one place that knows what each means. Generation
+and the test run both call networks through it.
 
 :class:`core.sampling.denoiser.ModelDenoiser` hands a network the scaled latent in the compute
 dtype, float32 timesteps and a :class:`~core.sampling.conditioning.Conditioning`; this adapter
 knows how each family takes them: the UNet and MMDiT as ``(x, t, context, y)``, PixArt as
-``(x, t, context)`` (T5 tokens, no mask, as ComfyUI gives them), Flux and Chroma
-as 2x2-patch tokens with position ids (and Flux-dev's guidance), as ComfyUI's model classes do.
+``(x, t, context)`` (T5 tokens, no mask, as ComfyUI gives them), Next-DiT (Lumina 2, Z-Image) the
+same way (the LLM's hidden states, unpadded), Flux and Chroma as 2x2-patch tokens with position
+ids (and Flux-dev's guidance), as ComfyUI's model classes do.
 Extra input channels (inpaint/instruct-pix2pix ``c_concat``) are appended to the input.
 """
 
@@ -60,6 +61,8 @@ CONVENTIONS = MappingProxyType(
             CallingConvention(name="flux", packed=True, text_tokens=512, unit_timestep=1.0),
             CallingConvention(name="chroma", packed=True, text_tokens=512, unit_timestep=1.0),
             CallingConvention(name="pixart", text_tokens=300, unit_timestep=999.0),
+            # Lumina 2 and Z-Image: ComfyUI's flow timestep is sigma itself (multiplier 1)
+            CallingConvention(name="nextdit", text_tokens=256, unit_timestep=1.0),
         )
     }
 )
@@ -106,7 +109,7 @@ class NetworkAdapter:
         if self.kind in ("unet", "mmdit"):
             out = self.model(x, timestep, cond.context, cond.pooled)
             return out
-        if self.kind == "pixart":
+        if self.kind in ("pixart", "nextdit"):
             out = self.model(x, timestep, cond.context)
             return out
         return self._flux(x, timestep, cond)
