@@ -107,7 +107,6 @@ _FROM_CPU = "unmeasured here (no GPU): the CPU flash fit; CUDA flash/efficient k
 _PIXART_D, _PIXART_L = 1152, 300  # every released PixArt's width; the T5 tokens it is trained at
 
 
-
 def _next_dit(dim: int, ffn: int, heads: int, caption: int, pad_slack: int) -> Coefficients:
     """Next-DiT, derived from its shapes and measured by the tracker (tests/core/memory): the peak is
     a joint block's SwiGLU, per token of the joint sequence (caption + image) its input, the

@@ -139,11 +139,29 @@ def test_pixart_profile_bounds_a_tiny_pixart_tightly_where_the_peak_is_the_cross
 @pytest.mark.parametrize(
     ("family", "config"),
     [
-        ("z-image", NextDiTConfig(dim=640, n_heads=5, n_kv_heads=5, ffn_hidden=1707, cap_feat_dim=64, n_layers=1, n_refiner_layers=0)),
+        (
+            "z-image",
+            NextDiTConfig(
+                dim=640,
+                n_heads=5,
+                n_kv_heads=5,
+                ffn_hidden=1707,
+                cap_feat_dim=64,
+                n_layers=1,
+                n_refiner_layers=0,
+            ),
+        ),
         (
             "lumina2",
             NextDiTConfig.lumina2(
-                dim=384, n_heads=4, n_kv_heads=2, ffn_hidden=1536, cap_feat_dim=64, n_layers=1, n_refiner_layers=0, adaln_dim=384
+                dim=384,
+                n_heads=4,
+                n_kv_heads=2,
+                ffn_hidden=1536,
+                cap_feat_dim=64,
+                n_layers=1,
+                n_refiner_layers=0,
+                adaln_dim=384,
             ),
         ),
     ],
