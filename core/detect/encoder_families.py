@@ -58,9 +58,12 @@ LLM_SPECS = (
     ),
     LlmSpec("qwen2.5-vl-7b", "Qwen2.5-VL 7B", "qwen2", hidden=3584, layers=28, vocab=152064),
     LlmSpec("qwen2.5-vl-3b", "Qwen2.5-VL 3B", "qwen2", hidden=2048, layers=36, vocab=151936),
+    LlmSpec("qwen3-0.6b", "Qwen3 0.6B", "qwen3", hidden=1024, layers=28, vocab=151936),
     LlmSpec("qwen3-4b", "Qwen3 4B", "qwen3", hidden=2560, layers=36, vocab=151936),
+    LlmSpec("qwen3-8b", "Qwen3 8B", "qwen3", hidden=4096, layers=36, vocab=151936),
+    LlmSpec("mistral3-24b", "Mistral Small 3 24B", "llama", hidden=5120, layers=40, vocab=131072),
     LlmSpec("gemma2-2b", "Gemma 2 2B", "gemma2", hidden=2304, layers=26, vocab=256000),
-    LlmSpec("gemma3-4b", "Gemma 3 4B", "gemma3", hidden=2560, layers=34),
+    LlmSpec("gemma3-4b", "Gemma 3 4B", "gemma3", hidden=2560, layers=34, vocab=262208),
 )
 
 _SD_VAE_WARNING = note(

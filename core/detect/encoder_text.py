@@ -283,10 +283,11 @@ def match_llm(spec: LlmSpec, view: KeyView) -> Match | None:
     facts = read_llm(view)
     if facts is None or facts.arch != spec.arch or facts.hidden != spec.hidden:
         return None
-    if spec.vocab is not None and facts.vocab is not None and facts.vocab != spec.vocab:
-        return None
     warnings: list[str] = []
     score = 1.0
+    if spec.vocab is not None and facts.vocab is not None and facts.vocab != spec.vocab:
+        warnings.append(f"a vocabulary of {facts.vocab} tokens where {spec.title} has {spec.vocab}")
+        score = 0.6
     if facts.layers != spec.layers:
         warnings.append(f"{facts.layers} layers where {spec.title} has {spec.layers}")
         score = 0.8
@@ -303,5 +304,5 @@ def match_llm(spec: LlmSpec, view: KeyView) -> Match | None:
     }
     if spec.ambiguous_with:
         fields["ambiguous_with"] = list(spec.ambiguous_with)
-    layout = "transformers" if facts.base != "model.language_model." else "transformers-vl"
+    layout = {"model.": "transformers", "model.language_model.": "transformers-vl"}.get(facts.base, "bare")
     return Match(spec.id, layout=layout, fields=fields, warnings=tuple(warnings), score=score)

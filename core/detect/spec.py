@@ -3,11 +3,10 @@ record: how prompts are encoded, the latent format, the model sampling and its s
 calling convention, the usual settings, the VAE it ships with and its activation-memory profile.
 
 This module is pure Python (no torch): ``core.detect`` stays a leaf the heavy layers read. Where a
-fact needs code (a network's calling convention, a prompt encoder, a schedule), the spec holds a
-*name* from a small closed vocabulary and the layer that owns the code resolves it
-(``core.generate.network``, ``core.text.conditioning``, ``core.sampling.model_sampling``,
-``core.memory.inference``): those tables are keyed by convention, never by family id, so a new
-family that reuses a convention is one record, and one with a new network adds its convention there.
+fact needs code, the spec holds an *id* and the code lives in an architecture package: the network
+(``network``), the prompt encoding (``text``) and the VAE's codec (``codec``) are resolved by the
+registries of ``core.archs.catalog``; the schedule by ``core.sampling.model_sampling``. A new family
+that reuses parts is one record; one with a new network adds a package (docs/architecture.md).
 """
 
 from __future__ import annotations
@@ -19,10 +18,12 @@ from typing import TYPE_CHECKING, Literal
 if TYPE_CHECKING:
     from torch import Tensor
 
-#: How a network takes its inputs (``core.generate.network`` resolves the name).
-NetworkConvention = Literal["unet", "mmdit", "flux", "chroma", "pixart", "nextdit"]
-#: How prompts become conditioning (``core.text.conditioning.TextFamily``).
-TextConvention = Literal["sd1", "sd2", "sdxl", "sdxl_refiner", "sd3", "flux", "pixart_t5"]
+#: A diffusion network's id in ``core.archs.catalog.NETS`` ("unet", "flux", ...).
+NetworkId = str
+#: A prompt encoding's id in ``core.archs.catalog.TEXTS`` ("sd1", "pixart_t5", ...).
+TextConventionId = str
+#: A latent codec's id in ``core.archs.catalog.CODECS`` ("kl-vae").
+CodecId = str
 #: The noise schedule (``core.sampling.model_sampling`` resolves the name).
 Schedule = Literal["discrete", "flow", "flux"]
 #: A discrete schedule's betas, in diffusers' words: "scaled_linear" (SD: linear in sqrt(beta); ComfyUI
@@ -34,17 +35,47 @@ BetaSchedule = Literal["scaled_linear", "linear"]
 class LatentFormat:
     """How a family scales the VAE's posterior mean into its latent space (ComfyUI's
     ``comfy/latent_formats.py``): ``process_in`` maps a VAE latent into the model's space
-    (``(z - shift) * scale``), ``process_out`` maps back."""
+    (``(z - shift) * scale``, or per channel ``(z - mean) * scale / std`` where the format has a
+    mean and std per channel: Wan's, Qwen-Image's), ``process_out`` maps back.
+
+    ``channels``: 4, 16, 32, 48 ... ``frames``: whether latents carry a time axis
+    (``[B, C, T, h, w]``: video VAEs, Qwen-Image's 3D VAE with T = 1). ``downscale``: pixels per
+    latent along each side. ``patch``: pixels of latent packed into one channel group by the codec
+    (FLUX.2's 2x2 packing: the sampler sees ``channels`` after packing)."""
 
     name: str
     channels: int
     scale: float
     shift: float = 0.0
+    mean: tuple[float, ...] | None = None
+    std: tuple[float, ...] | None = None
+    frames: bool = False
+    downscale: int = 8
+    patch: int = 1
+
+    def __post_init__(self) -> None:
+        for name, values in (("mean", self.mean), ("std", self.std)):
+            if values is not None and len(values) != self.channels:
+                raise ValueError(f"{self.name}: {len(values)} {name} values for {self.channels} channels")
+        if (self.mean is None) != (self.std is None):
+            raise ValueError(f"{self.name}: a per-channel mean needs a per-channel std, and back")
+
+    def _per_channel(self, values: tuple[float, ...], like: Tensor) -> Tensor:
+        import torch
+
+        shape = (1, self.channels) + (1,) * (like.ndim - 2)
+        return torch.tensor(values, dtype=like.dtype, device=like.device).reshape(shape)
 
     def process_in(self, latent: Tensor) -> Tensor:
+        if self.mean is not None and self.std is not None:
+            mean, std = self._per_channel(self.mean, latent), self._per_channel(self.std, latent)
+            return (latent - mean) * self.scale / std
         return (latent - self.shift) * self.scale
 
     def process_out(self, latent: Tensor) -> Tensor:
+        if self.mean is not None and self.std is not None:
+            mean, std = self._per_channel(self.mean, latent), self._per_channel(self.std, latent)
+            return latent * std / self.scale + mean
         return latent / self.scale + self.shift
 
 
@@ -97,10 +128,11 @@ UNKNOWN_FAMILY_DEFAULTS = GenerationDefaults(sizes=XL_SIZES)
 class DiffusionSpec:
     """Everything generation and memory planning read about a diffusion family."""
 
-    network: NetworkConvention | None  # None: the network is not implemented yet (no generation)
+    network: NetworkId | None  # None: the network is not implemented yet (no generation)
     sampling: SamplingSpec
     #: prompt encoding; None: Loadout cannot encode this family's prompts yet (no generation)
-    text: TextConvention | None
+    text: TextConventionId | None
+    codec: CodecId = "kl-vae"  # how its VAE turns pixels into latents and back
     text_encoders: tuple[str, ...] = ()  # encoder family ids the prompt encoding takes
     vae: str = "vae-sd"  # the VAE family it ships with (decides between same-shaped VAEs)
     defaults: GenerationDefaults = field(default_factory=GenerationDefaults)

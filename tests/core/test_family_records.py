@@ -10,18 +10,15 @@ memory profiles, the UNet presets) are read from the records themselves and allo
 from __future__ import annotations
 
 import ast
-import typing
 from pathlib import Path
 
 import pytest
 
-from core.detect import spec as spec_module
+from core.archs.catalog import CODECS, NETS, TEXTS
 from core.detect.catalog import REGISTRY, diffusion_spec, generation_defaults, latent_format_for
 from core.detect.spec import LATENT_FORMATS
 from core.errors import LoadoutError
 from core.sampling import for_family
-from core.sampling.network import CONVENTIONS
-from core.text.conditioning import FAMILIES as TEXT_CONVENTIONS
 
 CORE = Path(__file__).resolve().parents[2] / "core"
 
@@ -30,9 +27,7 @@ KNOWN: set[str] = set()
 
 
 def _other_vocabularies() -> set[str]:
-    names: set[str] = set(LATENT_FORMATS)
-    for alias in (spec_module.TextConvention, spec_module.NetworkConvention):
-        names |= set(typing.get_args(alias))
+    names: set[str] = set(LATENT_FORMATS) | set(NETS.ids()) | set(TEXTS.ids()) | set(CODECS.ids())
     for fam in REGISTRY:
         names |= {fam.unet_preset, fam.network_preset, fam.latent_format, fam.lora_group}
         if fam.diffusion is not None and fam.diffusion.memory_profile:
@@ -78,12 +73,11 @@ def test_every_family_that_generates_has_a_complete_spec() -> None:
 def test_every_convention_a_record_may_name_is_implemented() -> None:
     """A new calling convention or prompt encoding is one entry where its code lives, and the
     records' vocabulary and those entries cannot drift apart."""
-    assert set(typing.get_args(spec_module.NetworkConvention)) == set(CONVENTIONS)
-    assert set(typing.get_args(spec_module.TextConvention)) == set(TEXT_CONVENTIONS)
     for fam in REGISTRY.group("diffusion"):
         if fam.diffusion is not None and fam.diffusion.network is not None:
-            assert fam.diffusion.network in CONVENTIONS, fam.id
-            assert fam.diffusion.text is None or fam.diffusion.text in TEXT_CONVENTIONS, fam.id
+            assert fam.diffusion.network in NETS, fam.id
+            assert fam.diffusion.text is None or fam.diffusion.text in TEXTS, fam.id
+            assert fam.diffusion.codec in CODECS, fam.id
 
 
 @pytest.mark.parametrize("family", ["wan2.1", "hunyuan-dit", "auraflow", "no-such-family", None])

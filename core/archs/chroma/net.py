@@ -1,0 +1,73 @@
+"""Chroma as a :class:`~core.archs.protocols.DiffusionNet`: Flux's token layout without the pooled
+vector; the guidance input is 0 unless one is given (ComfyUI's Chroma); T5's text mask, when the
+conditioning has one, masks the text tokens."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from types import MappingProxyType
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from core.archs.chroma.keys import chroma_diffusers_to_original, chroma_key_map
+from core.archs.conditioning import Conditioning
+from core.archs.flux.net import MEMORY as FLUX_MEMORY
+from core.archs.flux.net import packed_stand_in, token_ids
+from core.archs.keymaps import KeyMapping
+from core.archs.layouts import Architecture
+from core.archs.memory import MemoryModel
+from core.archs.patches import NetPatches, refuse_control
+from core.archs.protocols import CallingConvention, StandIn
+from core.detect.catalog import REGISTRY
+from core.models.chroma import Chroma, ChromaConfig
+from core.models.flux import pack_latents, unpack_latents
+
+ARCHITECTURE = Architecture(
+    "chroma",
+    "diffusion_model",
+    tuple(f.id for f in REGISTRY if f.diffusion is not None and f.diffusion.network == "chroma"),
+    configure=lambda shapes, family: ChromaConfig.from_shapes(shapes),
+    build=lambda cfg, device, dtype: Chroma(cfg, device=device, dtype=dtype),
+    to_module={"diffusers": lambda t, fam: chroma_diffusers_to_original(t, ChromaConfig())},
+)
+
+#: Flux's measured model: the same blocks and token counts (an upper bound: no modulation layers)
+MEMORY: Mapping[str, MemoryModel] = MappingProxyType(dict(FLUX_MEMORY))
+
+
+class ChromaNet:
+    id = "chroma"
+    architecture = ARCHITECTURE
+    calling = CallingConvention(name="chroma", packed=True, text_tokens=512, unit_timestep=1.0)
+    memory = MEMORY
+
+    def owns(self, module: nn.Module) -> bool:
+        return isinstance(module, Chroma)
+
+    def width(self, config: Any) -> int | None:
+        return int(config.hidden_size)
+
+    def adapter_keys(self, config: Any) -> Iterable[KeyMapping]:
+        return chroma_key_map(config)
+
+    def forward(
+        self, model: nn.Module, x: Tensor, t: Tensor, cond: Conditioning, patches: NetPatches
+    ) -> Tensor:
+        refuse_control(patches, "Chroma")
+        _, _, h, w = x.shape
+        img_ids, txt_ids = token_ids(x, cond)
+        guidance = None if cond.guidance is None else cond.guidance.to(device=x.device, dtype=torch.float32)
+        tokens = pack_latents(x)
+        if cond.mask is not None:
+            out: Tensor = model(tokens, img_ids, cond.context, txt_ids, t, guidance, txt_mask=cond.mask)
+        else:
+            out = model(tokens, img_ids, cond.context, txt_ids, t, guidance)
+        return unpack_latents(out, h, w)
+
+    def stand_in(self, config: Any, batch: int, generator: torch.Generator) -> StandIn:
+        return packed_stand_in(config, batch, self.calling.text_tokens, generator, pooled=False)
+
+
+NET = ChromaNet()

@@ -1,0 +1,92 @@
+"""What the text side hands a diffusion network, per batch item: the one input record every
+:class:`~core.archs.protocols.DiffusionNet` takes (batching rules are in
+:mod:`core.sampling.conditioning`).
+
+``mask`` is the text mask a decoder-LLM encoder's tokens come with (1 = a real token, 0 =
+padding; ``[B, tokens]``); CLIP and T5 conventions give none (their networks attend to every
+token, as ComfyUI's do).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from core.errors import LoadoutError
+
+
+def _bad(what: str, why: str, fix: str) -> LoadoutError:
+    return LoadoutError(what, why=why, fix=fix, code="bad_argument")
+
+
+@dataclass(frozen=True)
+class Conditioning:
+    """Conditioning of a diffusion network for one prompt.
+
+    ``context``: token embeddings ``[B, tokens, width]``; ``pooled``: the pooled vector
+    (SDXL's ``y``/adm, SD3's pooled CLIP, Flux's ``vec``) ``[B, dim]``; ``guidance``: Flux-dev's
+    distilled guidance per item ``[B]``; ``mask``: which context tokens are real ``[B, tokens]``
+    (None: all of them).
+    """
+
+    context: Tensor
+    pooled: Tensor | None = None
+    guidance: Tensor | None = None
+    mask: Tensor | None = None
+
+    def __post_init__(self) -> None:
+        if self.context.ndim != 3:
+            raise _bad(
+                "the text conditioning has the wrong shape",
+                f"a [batch, tokens, width] context is needed, got {list(self.context.shape)}",
+                "pass the text encoder's token embeddings",
+            )
+        for name, t in (("pooled", self.pooled), ("guidance", self.guidance), ("mask", self.mask)):
+            if t is not None and t.shape[0] != self.context.shape[0]:
+                raise _bad(
+                    f"the conditioning's {name} batch does not match its context",
+                    f"{t.shape[0]} vs {self.context.shape[0]} items",
+                    "give every conditioning tensor the same batch size",
+                )
+        if self.mask is not None and tuple(self.mask.shape) != tuple(self.context.shape[:2]):
+            raise _bad(
+                "the conditioning's text mask does not match its context",
+                f"a {list(self.context.shape[:2])} mask is needed, got {list(self.mask.shape)}",
+                "give one mask value per context token",
+            )
+
+    @property
+    def batch(self) -> int:
+        return int(self.context.shape[0])
+
+    def repeat_to(self, batch: int) -> Conditioning:
+        """This conditioning for a latent batch of ``batch`` (a batch of 1 is repeated)."""
+        if self.batch == batch:
+            return self
+        if self.batch != 1:
+            raise _bad(
+                "the conditioning batch does not match the latent batch",
+                f"{self.batch} prompts for {batch} latents",
+                "give one prompt for the whole batch or one per latent",
+            )
+        return Conditioning(
+            self.context.expand(batch, -1, -1),
+            None if self.pooled is None else self.pooled.expand(batch, *self.pooled.shape[1:]),
+            None if self.guidance is None else self.guidance.expand(batch),
+            None if self.mask is None else self.mask.expand(batch, -1),
+        )
+
+    def to(self, device: torch.device, dtype: torch.dtype) -> Conditioning:
+        """On ``device``; the float tensors in ``dtype`` (the mask keeps its own)."""
+
+        def move(t: Tensor | None) -> Tensor | None:
+            return None if t is None else t.to(device=device, dtype=dtype)
+
+        return Conditioning(
+            self.context.to(device=device, dtype=dtype),
+            move(self.pooled),
+            move(self.guidance),
+            None if self.mask is None else self.mask.to(device=device),
+        )

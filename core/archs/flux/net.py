@@ -1,0 +1,118 @@
+"""FLUX.1 (dev, schnell, fill) as a :class:`~core.archs.protocols.DiffusionNet`: 2x2-patch tokens
+with position ids, CLIP-L's pooled vector and (dev, fill) the distilled guidance, as ComfyUI's Flux
+model class calls it."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from types import MappingProxyType
+from typing import Any, Final
+
+import torch
+from torch import Tensor, nn
+
+from core.archs.conditioning import Conditioning
+from core.archs.flux.keys import flux_diffusers_to_original, flux_key_map
+from core.archs.keymaps import KeyMapping
+from core.archs.layouts import Architecture
+from core.archs.memory import CPU_MEASURED, Coefficients, MemoryModel, Profile, fitted_on_cpu
+from core.archs.patches import NetPatches, refuse_control
+from core.archs.protocols import CallingConvention, StandIn
+from core.detect.catalog import REGISTRY
+from core.errors import ModelMismatchError
+from core.models.flux import Flux, FluxConfig, make_img_ids, make_txt_ids, pack_latents, unpack_latents
+
+#: ComfyUI's guidance when no FluxGuidance node sets one.
+FLUX_DEFAULT_GUIDANCE: Final = 3.5
+
+#: configs by name (a family's ``network_preset``): what its diffusers layout converts with
+PRESETS: Mapping[str, Callable[[], FluxConfig]] = MappingProxyType(
+    {"dev": FluxConfig.dev, "schnell": FluxConfig.schnell, "fill": FluxConfig.fill}
+)
+
+
+def _preset(family: str) -> FluxConfig:
+    fam = REGISTRY.get(family)
+    assert fam is not None and fam.network_preset, f"{family} has no network preset"
+    return PRESETS[fam.network_preset]()
+
+
+ARCHITECTURE = Architecture(
+    "flux",
+    "diffusion_model",
+    tuple(f.id for f in REGISTRY if f.diffusion is not None and f.diffusion.network == "flux"),
+    configure=lambda shapes, family: FluxConfig.from_shapes(shapes),
+    build=lambda cfg, device, dtype: Flux(cfg, device=device, dtype=dtype),
+    to_module={"diffusers": lambda t, fam: flux_diffusers_to_original(t, _preset(fam))},
+)
+
+#: Flux: 64,700 per token of the joint sequence, image (N) and text (512) alike: c = 64,700 * 512
+MEMORY: Mapping[str, MemoryModel] = MappingProxyType(
+    {
+        "flux": fitted_on_cpu(
+            Profile("Flux transformer", 16, 16, 512, 24, 1024, 3072),
+            Coefficients(64700.0, 33_126_400.0, measured=CPU_MEASURED.format("64/128 px")),
+        )
+    }
+)
+
+
+def token_ids(x: Tensor, cond: Conditioning) -> tuple[Tensor, Tensor]:
+    """The image and text position ids of a Flux-style call on the latent ``x``."""
+    b, _, h, w = x.shape
+    return make_img_ids(b, h, w, device=x.device), make_txt_ids(b, cond.context.shape[1], device=x.device)
+
+
+def packed_stand_in(
+    config: Any, batch: int, tokens: int, generator: torch.Generator, *, pooled: bool
+) -> StandIn:
+    """Stand-ins of a 2x2-patch network: the context, the pooled vector (``pooled``), guidance 3.5."""
+    context = torch.randn(batch, tokens, config.context_in_dim, generator=generator)
+    vec = torch.randn(batch, config.vec_in_dim, generator=generator) if pooled else None
+    guidance = (
+        torch.full((batch,), FLUX_DEFAULT_GUIDANCE) if getattr(config, "guidance_embed", True) else None
+    )
+    return StandIn(config.out_channels // 4, config.in_channels // 4, context, vec, guidance)
+
+
+class FluxNet:
+    id = "flux"
+    architecture = ARCHITECTURE
+    calling = CallingConvention(name="flux", packed=True, text_tokens=512, unit_timestep=1.0)
+    memory = MEMORY
+
+    def owns(self, module: nn.Module) -> bool:
+        return isinstance(module, Flux)
+
+    def width(self, config: Any) -> int | None:
+        return int(config.hidden_size)
+
+    def adapter_keys(self, config: Any) -> Iterable[KeyMapping]:
+        return flux_key_map(config)
+
+    def forward(
+        self, model: nn.Module, x: Tensor, t: Tensor, cond: Conditioning, patches: NetPatches
+    ) -> Tensor:
+        refuse_control(patches, "Flux")
+        b, _, h, w = x.shape
+        img_ids, txt_ids = token_ids(x, cond)
+        guidance = None
+        if getattr(model.config, "guidance_embed", False):
+            guidance = cond.guidance
+            if guidance is None:
+                guidance = torch.full((b,), FLUX_DEFAULT_GUIDANCE, device=x.device)
+            guidance = guidance.to(device=x.device, dtype=torch.float32)
+        if cond.pooled is None:
+            raise ModelMismatchError(
+                "Flux needs CLIP-L's pooled output, and the conditioning has none",
+                fix="Load a CLIP-L text encoder with the Flux model",
+                code="missing_conditioning",
+            )
+        out: Tensor = model(pack_latents(x), img_ids, cond.context, txt_ids, t, cond.pooled, guidance)
+        return unpack_latents(out, h, w)
+
+    def stand_in(self, config: Any, batch: int, generator: torch.Generator) -> StandIn:
+        return packed_stand_in(config, batch, self.calling.text_tokens, generator, pooled=True)
+
+
+NET = FluxNet()
