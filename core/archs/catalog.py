@@ -10,13 +10,13 @@ from __future__ import annotations
 
 from torch import nn
 
-from core.archs import chroma, flux, kl_vae, mmdit, pixart, unet
+from core.archs import chroma, flux, kl_vae, mmdit, nextdit, pixart, unet
 from core.archs.protocols import DiffusionNet, LatentCodec, TextConvention
 from core.archs.registry import Registry
 from core.detect.catalog import diffusion_spec
 from core.errors import ModelMismatchError
 
-_PACKAGES = (unet, mmdit, flux, chroma, pixart)
+_PACKAGES = (unet, mmdit, flux, chroma, pixart, nextdit)
 
 NETS: Registry[DiffusionNet] = Registry("diffusion network", (p.NET for p in _PACKAGES))
 TEXTS: Registry[TextConvention] = Registry("text convention", (c for p in _PACKAGES for c in p.CONVENTIONS))
@@ -48,7 +48,7 @@ def net_of(module: nn.Module, *, action: str = "generate with") -> DiffusionNet:
     raise ModelMismatchError(
         f"Loadout cannot {action} a {type(module).__name__}",
         why="that needs a diffusion model of a supported family",
-        fix="Load an SD1/SD2/SDXL/SD3/Flux/Chroma/PixArt checkpoint or diffusion model",
+        fix="Load an SD1/SD2/SDXL/SD3/Flux/Chroma/PixArt/Lumina 2/Z-Image checkpoint or diffusion model",
         code="wrong_kind",
     )
 

@@ -14,6 +14,7 @@ import torch
 
 from core.archs.layouts import Architecture as Architecture
 from core.archs.llm import LLM_ARCHITECTURE
+from core.archs.nextdit.net import ARCHITECTURE as NEXTDIT_ARCHITECTURE
 from core.loading.convert.dit_diffusers import (
     chroma_diffusers_to_original,
     flux_diffusers_to_original,
@@ -29,8 +30,6 @@ from core.models.chroma import Chroma, ChromaConfig
 from core.models.clip import CLIPTextConfig, CLIPTextModel
 from core.models.flux import Flux, FluxConfig
 from core.models.mmdit import MMDiT, MMDiTConfig
-from core.models.nextdit import NextDiT, NextDiTConfig
-from core.models.nextdit import keys as nextdit_keys
 from core.models.pixart import PixArt, PixArtConfig
 from core.models.t5 import T5Config, T5Encoder
 from core.models.unet import ResStage, UNetConfig, UNetModel
@@ -145,15 +144,7 @@ PIXART = Architecture(
     to_module={"diffusers": lambda t, fam: pixart_diffusers_to_original(t)},
 )
 
-NEXTDIT = Architecture(
-    "nextdit",
-    "diffusion_model",
-    network_families("nextdit"),
-    configure=lambda shapes, family: NextDiTConfig.from_shapes(shapes),
-    build=lambda cfg, device, dtype: NextDiT(cfg, device=device, dtype=dtype),
-    to_module={"diffusers": lambda t, fam: nextdit_keys.diffusers_to_original(t)},
-    harmless=nextdit_keys.HARMLESS,
-)
+NEXTDIT = NEXTDIT_ARCHITECTURE
 
 # --- VAE ------------------------------------------------------------------------------------------
 
@@ -227,7 +218,18 @@ T5 = Architecture(
     harmless=frozenset({"encoder.embed_tokens.weight"}),
 )
 
-ARCHITECTURES: tuple[Architecture, ...] = (UNET, MMDIT, FLUX, CHROMA, PIXART, NEXTDIT, VAE, CLIP, T5, LLM_ARCHITECTURE)
+ARCHITECTURES: tuple[Architecture, ...] = (
+    UNET,
+    MMDIT,
+    FLUX,
+    CHROMA,
+    PIXART,
+    NEXTDIT,
+    VAE,
+    CLIP,
+    T5,
+    LLM_ARCHITECTURE,
+)
 _BY_FAMILY: dict[str, Architecture] = {f: a for a in ARCHITECTURES for f in a.families}
 
 

@@ -23,10 +23,11 @@ Every function here is pure: planning, the run report and the window's fit estim
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from types import MappingProxyType
 from typing import Literal
 
+from core.archs.nextdit.net import MEMORY as NEXTDIT_MEMORY
 from core.detect.catalog import memory_profile
 from core.units import mib_or_gib
 
@@ -88,6 +89,9 @@ class Coefficients:
         return max(main, self.other_peak[0] * positions + self.other_peak[1])
 
 
+#: memory models an architecture package keeps (core.archs), read into this module's records
+_PACKAGE_MODELS = NEXTDIT_MEMORY
+
 PROFILES = MappingProxyType(
     {
         "sd1": Profile("SD1.x UNet", 8, 8, 0, 8, 512, 320),
@@ -95,29 +99,14 @@ PROFILES = MappingProxyType(
         "flux": Profile("Flux transformer", 16, 16, 512, 24, 1024, 3072),
         # PixArt attends to its T5 tokens in a separate cross-attention: no joint text tokens
         "pixart": Profile("PixArt transformer", 16, 16, 0, 16, 1024, 1152),
-        # Next-DiT: caption and image tokens in one sequence (the caption counted at 256 tokens)
-        "z-image": Profile("Z-Image Next-DiT", 16, 16, 256, 30, 1024, 3840),
-        "lumina2": Profile("Lumina 2 Next-DiT", 16, 16, 256, 24, 1024, 2304),
     }
+    | {name: Profile(**asdict(m.profile)) for name, m in _PACKAGE_MODELS.items()}
 )
 
 _CPU = "ActivationTracker, torch 2.13 CPU, fp32, batch 1, one forward at {}"
 _FROM_CPU = "unmeasured here (no GPU): the CPU flash fit; CUDA flash/efficient keep the same tensors"
 
 _PIXART_D, _PIXART_L = 1152, 300  # every released PixArt's width; the T5 tokens it is trained at
-
-
-def _next_dit(dim: int, ffn: int, heads: int, caption: int, pad_slack: int) -> Coefficients:
-    """Next-DiT, derived from its shapes and measured by the tracker (tests/core/memory): the peak is
-    a joint block's SwiGLU, per token of the joint sequence (caption + image) its input, the
-    residual, the normed and scaled input (3 D) and w1's, SiLU's and w3's outputs (3 F); the rotary
-    angles (head_dim float32 numbers) and the attention's log-sum-exp (one float32 per head) add
-    float32 numbers per token, counted twice (2-byte elements). The caption and Z-Image's pads (up
-    to 31 tokens) are the constant."""
-    per_token = 3 * dim + 3 * ffn + 2 * (dim // heads + heads)
-    return Coefficients(
-        float(per_token), float(per_token * (caption + pad_slack)), measured=_CPU.format("64..512 px")
-    )
 
 
 #: (profile, attention kind) -> coefficients fitted by ``bench/inference_memory.py --fit``.
@@ -138,10 +127,13 @@ _TABLE = {
         measured=_CPU.format("64..1024 px"),
         other_peak=(4 * _PIXART_D, (3 * _PIXART_L + 14) * _PIXART_D),
     ),
-    ("z-image", "cpu_flash"): _next_dit(3840, 10240, 30, 256, 31),
-    ("lumina2", "cpu_flash"): _next_dit(2304, 9216, 24, 256, 0),
 }
 _TABLE |= {(p, "cuda_flash"): replace(c, measured=_FROM_CPU) for (p, _), c in list(_TABLE.items())}
+_TABLE |= {
+    (name, kind): Coefficients(**asdict(c))
+    for name, m in _PACKAGE_MODELS.items()
+    for kind, c in m.coefficients.items()
+}
 COEFFICIENTS: MappingProxyType[tuple[str, str], Coefficients] = MappingProxyType(_TABLE)
 
 

@@ -25,6 +25,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from core.archs.nextdit.net import NET as NEXTDIT
 from core.loading.convert.dit_diffusers import (
     KeyMapping,
     chroma_key_map,
@@ -36,6 +37,7 @@ from core.loading.convert.unet_diffusers import unet_original_key_map
 from core.models.chroma import ChromaConfig
 from core.models.flux import FluxConfig
 from core.models.mmdit import MMDiTConfig
+from core.models.nextdit import NextDiTConfig
 from core.models.pixart import PixArtConfig
 from core.models.unet_config import UNetConfig
 
@@ -127,10 +129,14 @@ def _unet_paths(component: str, shapes: Mapping[str, Shape], config: UNetConfig)
 
 
 def _part_sizes(parts: tuple[str, ...], shape: Shape) -> list[int] | None:
-    """Rows of the fused weight each diffusers part fills (q, k, v: ``hidden`` rows each)."""
+    """Rows of the fused weight each diffusers part fills (q, k, v: ``hidden`` rows each; with
+    grouped kv heads q ``hidden`` rows and k, v half the rest each)."""
     if len(shape) < 2:
         return None
     names = [p.removesuffix(".weight").rsplit(".", 1)[-1] for p in parts]
+    if names == ["to_q", "to_k", "to_v"] and shape[0] > shape[1] and (shape[0] - shape[1]) % 2 == 0:
+        kv = (shape[0] - shape[1]) // 2  # grouped kv heads (Lumina 2): k and v narrower than q
+        return [shape[1], kv, kv]
     attention = sum(n in _ATTENTION_PARTS for n in names)
     others = len(names) - attention
     rest = shape[0] - attention * shape[1]
@@ -178,6 +184,8 @@ def _diffusers_paths(component: str, shapes: Mapping[str, Shape], config: Any) -
         return _mapped_paths(
             component, shapes, pixart_key_map(config.depth, micro_condition=config.micro_condition)
         )
+    if isinstance(config, NextDiTConfig):
+        return _mapped_paths(component, shapes, NEXTDIT.adapter_keys(config))
     return {}  # text encoders: adapter files use the module's own (transformers) names
 
 

@@ -1,8 +1,8 @@
 """Next-DiT (ComfyUI's ``lumina2`` architecture): Lumina 2 / NetaYume and Z-Image (Turbo, Base).
 
-Everything Loadout knows of the network lives here: its config and forms (``config``), the
-transformer (``network``), the key maps of the layouts it ships in (``keys``) and its activation
-memory profile (``memory``).
+The network itself: its config and forms (``config``) and the transformer (``network``). Its
+package ``core.archs.nextdit`` holds the rest: the key maps of the layouts it ships in, its
+calling convention and its activation-memory models.
 """
 
 from core.models.nextdit.config import NextDiTConfig

@@ -9,8 +9,8 @@ from typing import Any
 
 import torch
 
+from core.archs.nextdit.keys import diffusers_to_original
 from core.models.nextdit import NextDiT, NextDiTConfig
-from core.models.nextdit.keys import diffusers_to_original
 from tests.core.generate.reference import tame_output
 
 

@@ -16,11 +16,11 @@ from typing import Any
 import pytest
 import torch
 
+from core.archs.nextdit.keys import lumina2_key_map, z_image_key_map
 from core.files.writer import write_safetensors
 from core.loading.convert.dit_diffusers import convert_shapes
 from core.loading.loader import inspect_for_loading, load_diffusion_model
 from core.models.nextdit import NextDiT, NextDiTConfig
-from core.models.nextdit.keys import lumina2_key_map, z_image_key_map
 from tests.core.generate.reference_nextdit import (
     lumina2_reference,
     lumina2_velocity,

@@ -22,7 +22,7 @@ from collections.abc import Mapping
 
 import torch
 
-from core.loading.convert.dit_diffusers import KeyMapping, convert_state_dict
+from core.archs.keymaps import KeyMapping, convert_state_dict
 
 #: original keys ComfyUI and diffusers both drop (Lumina 2's unused final RMS norm)
 HARMLESS = frozenset({"norm_final.weight"})
