@@ -45,6 +45,7 @@ WORK = ROOT / "build" / "pyinstaller"
 #: PyInstaller 6 lays out one-folder apps as binary + ``_internal/``; 7 may change it: pinned below 7.
 PYINSTALLER = "pyinstaller>=6.10,<7"
 OPEN_CLIP = "open_clip_torch==3.3.0"
+DASHSCOPE = "dashscope==2.0.2"  # Qwen's tokenizer vocabulary file (installed without its deps)
 SPANDREL = "spandrel==0.4.2"  # upscale models; --no-deps: it names torchvision (core/upscale/arches.py)
 LINUX_EXTRAS = ("loadout.desktop", "install-desktop-entry.sh", "uninstall-desktop-entry.sh", "README.txt")
 
@@ -77,7 +78,7 @@ def make_venv(torch_index: str | None) -> None:
     # exactly what a wheel ships
     run([py, "-m", "pip", "install", "-c", "constraints.txt", ".", PYINSTALLER])
     # CLIP's vocabulary file (core/text/vocab.py); --no-deps: its torchvision cannot sit beside our torch
-    run([py, "-m", "pip", "install", "--no-deps", OPEN_CLIP, SPANDREL])
+    run([py, "-m", "pip", "install", "--no-deps", OPEN_CLIP, SPANDREL, DASHSCOPE])
 
 
 def reinstall_app() -> None:

@@ -18,6 +18,7 @@ from core.errors import FileAccessError, FileFormatError
 from core.files import header_cache
 from core.files import safetensors as st_format
 from core.files.gguf import read_gguf_header, t5_transformers_names
+from core.files.gguf_llm import gguf_plus_one_keys, llm_transformers_names
 from core.files.pickle_safe import read_pickle_index
 from core.files.safetensors import HEADER_SIZE_CAP, SafetensorsHeader, read_header
 from core.files.tensor_info import TensorInfo
@@ -168,10 +169,12 @@ def read_tensor_index(path: str | os.PathLike[str]) -> TensorIndex:
         meta = {k: v for k, v in g.metadata.items() if not k.startswith("tokenizer.")}
         extra: dict[str, Any] = {"gguf_version": g.version}
         tensors = g.tensors
-        renamed = t5_transformers_names(tensors)
-        if renamed is not None:  # a T5 encoder under llama.cpp names: index it under its own
+        arch = g.metadata.get("general.architecture")
+        renamed = t5_transformers_names(tensors) or llm_transformers_names(list(tensors), arch)
+        if renamed is not None:  # a T5 or LLM encoder under llama.cpp names: index it under its own
             tensors = {new: g.tensors[old] for new, old in renamed.items()}
             extra["gguf_names"] = renamed
+            extra["gguf_plus_one"] = gguf_plus_one_keys(renamed, arch)
         return TensorIndex(p, fmt, st.st_size, tensors, meta, [], extra)
     idx = read_pickle_index(p)
     return TensorIndex(p, fmt, st.st_size, idx.tensors, {}, idx.warnings, idx.extra)

@@ -114,8 +114,14 @@ class _Source:
             _refuse_unloadable_format(index)
             self._file = None
             gguf = GGUFTensors(index.path)
-            names: dict[str, str] = index.extra.get("gguf_names", {})  # T5: ours -> llama.cpp's
-            self.get = (lambda key: gguf.tensor(names.get(key, key))) if names else gguf.tensor
+            names: dict[str, str] = index.extra.get("gguf_names", {})  # T5, LLMs: ours -> llama.cpp's
+            plus_one = frozenset(index.extra.get("gguf_plus_one", ()))  # Gemma norms stored as 1 + w
+
+            def read(key: str) -> torch.Tensor:
+                t = gguf.tensor(names.get(key, key))
+                return t.float() - 1.0 if key in plus_one else t
+
+            self.get = read
         elif index.format == "pickle":
             self._file = None
             tensors = load_pickle_state_dict(index.path)

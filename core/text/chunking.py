@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Final
 
-from core.text.prompt import EMBEDDING_PREFIX, parse_weights, split_embeddings
+from core.text.prompt import EMBEDDING_PREFIX, parse_weights, split_embeddings, unweighted
 
 log = logging.getLogger(__name__)
 
@@ -104,10 +104,10 @@ def _embedding_piece(piece: str, missing: list[str]) -> str:
 
 
 def _groups(
-    prompt: str, encode: Callable[[str], list[int]], missing: list[str]
+    prompt: str, encode: Callable[[str], list[int]], missing: list[str], weighted: bool = True
 ) -> list[list[tuple[int, float]]]:
     groups: list[list[tuple[int, float]]] = []
-    for segment in parse_weights(prompt):
+    for segment in parse_weights(prompt) if weighted else unweighted(prompt):
         for piece in split_embeddings(segment.text):
             text = _embedding_piece(piece, missing) if piece.startswith(EMBEDDING_PREFIX) else piece
             if text:
@@ -115,10 +115,13 @@ def _groups(
     return groups
 
 
-def tokenize_weighted(prompt: str, encode: Callable[[str], list[int]], spec: ChunkSpec) -> TokenizedPrompt:
-    """``prompt`` in windows laid out by ``spec``; ``encode`` gives a text's ids without specials."""
+def tokenize_weighted(
+    prompt: str, encode: Callable[[str], list[int]], spec: ChunkSpec, *, weighted: bool = True
+) -> TokenizedPrompt:
+    """``prompt`` in windows laid out by ``spec``; ``encode`` gives a text's ids without specials.
+    ``weighted`` False: brackets are text (Z-Image's Qwen3: ComfyUI tokenizes with weights off)."""
     missing: list[str] = []
-    groups = _groups(prompt, encode, missing)
+    groups = _groups(prompt, encode, missing, weighted)
     reserve = 0 if spec.end is None else 1
     limit = None if spec.max_length is None else spec.max_length - reserve
 

@@ -98,6 +98,12 @@ def parse_weights(prompt: str) -> list[WeightedText]:
     return [WeightedText(_unescape(s.text), s.weight) for s in _weigh(escaped, 1.0)]
 
 
+def unweighted(prompt: str) -> list[WeightedText]:
+    """The prompt as one segment of weight 1 (a family with weights off: ComfyUI's
+    ``disable_weights``), ``\\(`` and ``\\)`` still read as brackets, as ComfyUI does."""
+    return [WeightedText(prompt.replace("\\)", ")").replace("\\(", "("), 1.0)]
+
+
 def split_embeddings(text: str) -> list[str]:
     """A segment cut before each `` embedding:`` / ``\\nembedding:`` (the prefix kept on the piece
     that follows), empty pieces dropped."""
