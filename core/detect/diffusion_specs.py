@@ -82,7 +82,7 @@ AURAFLOW = DiffusionSpec(
 #: ComfyUI's timestep = sigma (multiplier 1). Defaults: ComfyUI's Z-Image Turbo template (8 steps,
 #: CFG 1 so no negative pass, ``res_multistep``, ``simple``); Base wants more steps and a CFG > 1.
 Z_IMAGE = DiffusionSpec(
-    network="nextdit", sampling=SamplingSpec(schedule="flow", shift=3.0, multiplier=1.0), text=None,
+    network="nextdit", sampling=SamplingSpec(schedule="flow", shift=3.0, multiplier=1.0), text="z_image",
     text_encoders=("qwen3-4b",), vae="vae-flux", memory_profile="z-image",
     defaults=GenerationDefaults(
         cfg=1.0, steps=8, sampler="res_multistep", scheduler="simple", sizes=XL_SIZES
@@ -92,7 +92,7 @@ Z_IMAGE = DiffusionSpec(
 #: format, flow sampling with shift 6, timestep = sigma. Defaults: ComfyUI's Lumina 2 template (25
 #: steps, CFG 4, ``res_multistep``, ``simple``).
 LUMINA2 = DiffusionSpec(
-    network="nextdit", sampling=SamplingSpec(schedule="flow", shift=6.0, multiplier=1.0), text=None,
+    network="nextdit", sampling=SamplingSpec(schedule="flow", shift=6.0, multiplier=1.0), text="lumina2",
     text_encoders=("gemma2-2b",), vae="vae-flux", memory_profile="lumina2",
     defaults=GenerationDefaults(
         cfg=4.0, steps=25, sampler="res_multistep", scheduler="simple", sizes=XL_SIZES

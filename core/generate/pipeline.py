@@ -39,6 +39,7 @@ from core.sampling.model_sampling import from_spec
 from core.text.cache import CacheKey, ConditioningCache
 from core.text.clip_tokenizer import ClipTokenizer
 from core.text.conditioning import (
+    FAMILIES,
     EncodeOptions,
     PromptConditioning,
     PromptEncoder,
@@ -177,6 +178,14 @@ class Pipeline:
         self.nets = nets
         self.compute = compute
         self.spec = spec
+        if spec.text not in FAMILIES:  # a decoder-LLM convention (Z-Image, Lumina 2): not wired here yet
+            raise ModelMismatchError(
+                f"Loadout cannot encode {nets.family} prompts in a generation yet",
+                why=f"its {spec.text} prompt encoding (a decoder-LLM text encoder) is not wired into "
+                "the generation session",
+                fix="Use a model of a family that generates with CLIP/T5 text encoders",
+                code="unsupported_family",
+            )
         self.text_family: TextFamily = spec.text
         self.adapter = NetworkAdapter(nets.diffusion, convention=spec.network)
         self.sampling = from_spec(spec.sampling, nets.family, v_prediction=nets.v_prediction)

@@ -1,8 +1,23 @@
-"""Lumina 2's and Z-Image's prompt encodings: none yet (the decoder-LLM towers come with the
-text-encoder stack); their records name no convention until then."""
+"""Z-Image's and Lumina 2's prompt encodings, as ComfyUI's ``text_encoders/z_image`` and
+``text_encoders/lumina2`` do them: one decoder-LLM tower each (Qwen3-4B in its chat template;
+Gemma-2-2B after Lumina 2's system prompt), the penultimate hidden state unpadded as the
+context, its mask, no pooled vector. The towers' facts (template, layer, tokenizer, padding) are
+the text layer's records (``core.text.llm.families``)."""
 
 from __future__ import annotations
 
-from core.archs.protocols import TextConvention
+from collections.abc import Mapping
 
-CONVENTIONS: tuple[TextConvention, ...] = ()
+from core.archs.protocols import TextConvention, TextOutput, TowerOutput
+from core.archs.text_base import Convention
+from core.text.llm.families import LUMINA2_TOWER, Z_IMAGE_TOWER
+
+
+def _llm(outputs: Mapping[str, TowerOutput]) -> TextOutput:
+    out = next(iter(outputs.values()))
+    return TextOutput(out.hidden, None, out.mask)
+
+
+Z_IMAGE = Convention("z_image", (Z_IMAGE_TOWER,), combine_outputs=_llm)
+LUMINA2 = Convention("lumina2", (LUMINA2_TOWER,), combine_outputs=_llm)
+CONVENTIONS: tuple[TextConvention, ...] = (Z_IMAGE, LUMINA2)
