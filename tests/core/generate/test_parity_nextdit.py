@@ -47,7 +47,9 @@ SEED, STEPS, SIZE = 42, 3, 64
 PROMPT = "a red fox in fresh snow, morning light"
 #: 32 tokens in Z-Image's template: a whole multiple of 32, so the caption gets no pad tokens (ComfyUI
 #: puts them at their running index, diffusers at position 0: the one difference, docs/families.md)
-Z_PROMPT = "a red fox standing in fresh deep snow at dawn, soft golden morning light on its fur, a quiet pine forest behind"
+Z_PROMPT = (
+    "a red fox standing in fresh deep snow at dawn, soft golden morning light on its fur, a quiet pine forest behind"
+)
 
 
 def _encoder(family: str, vocab: int, **hf_extra: Any) -> tuple[Any, Any, LlmConfig]:
@@ -99,8 +101,8 @@ def _theirs(
     pipe = pipeline(**parts, text_encoder=None, tokenizer=None, scheduler=scheduler)
     with torch.no_grad():
         out = pipe(
-            sigmas=_sigmas(family), num_inference_steps=STEPS, height=SIZE, width=SIZE, guidance_scale=guidance,
-            latents=_noise(), output_type="np", **call,
+            sigmas=_sigmas(family), num_inference_steps=STEPS, height=SIZE, width=SIZE,
+            guidance_scale=guidance, latents=_noise(), output_type="np", **call,
         ).images  # fmt: skip
     return np.round(out[0] * 255).astype(np.int32)
 
