@@ -48,7 +48,8 @@ PROMPT = "a red fox in fresh snow, morning light"
 #: 32 tokens in Z-Image's template: a whole multiple of 32, so the caption gets no pad tokens (ComfyUI
 #: puts them at their running index, diffusers at position 0: the one difference, docs/families.md)
 Z_PROMPT = (
-    "a red fox standing in fresh deep snow at dawn, soft golden morning light on its fur, a quiet pine forest behind"
+    "a red fox standing in fresh deep snow at dawn, soft golden morning light on its fur, "
+    "a quiet pine forest behind"
 )
 
 
