@@ -22,6 +22,9 @@ load call (plus the touch) inside the subprocess, imports excluded (reported apa
 ``--repeat`` rounds, methods interleaved within a round. Each run uses one torch thread
 (``--threads``): see ``run_method``.
 
+The decoder-LLM text encoders (``--kinds qwen3-4b,gemma2-2b``: Comfy-Org's ``qwen_3_4b`` 8.0 GB
+and ``gemma_2_2b`` 5.2 GB layouts at full size) go through ``load_text_encoder`` instead.
+
 Prints one JSON object. Usage: ``python -m bench.load [--kinds sd15,sdxl] [--repeat R]``.
 """
 
@@ -59,10 +62,22 @@ METHODS: dict[str, tuple[str, bool]] = {
 }
 
 
+#: text-encoder files (loaded with ``load_text_encoder``): the real Comfy-Org layout at full size
+TEXT_ENCODERS = ("qwen3-4b", "gemma2-2b")
+
+
+def _llm_layout(family: str) -> Mapping[str, Any]:
+    from core.models.llm import LlmConfig, LlmTextModel
+
+    model = LlmTextModel(LlmConfig.preset(family), device="meta")
+    return {k: tuple(v.shape) for k, v in model.state_dict().items()}
+
+
 def _layouts() -> dict[str, Callable[[], Mapping[str, Any]]]:
     from tests.fixtures import layouts_diffusion as ld
 
-    return {"sd15": ld.sd1_checkpoint, "sdxl": ld.sdxl_checkpoint}
+    llms = {f: (lambda f=f: _llm_layout(f)) for f in TEXT_ENCODERS}
+    return {"sd15": ld.sd1_checkpoint, "sdxl": ld.sdxl_checkpoint, **llms}
 
 
 # --- the files ------------------------------------------------------------------------------------
@@ -187,13 +202,19 @@ def run_method(method: str, path: Path, threads: int = 1) -> dict[str, Any]:
         tensors: Callable[[], Iterable[Any]] = loaded.values
         components = None
     else:
-        from core.loading.loader import LoadOptions, load_checkpoint
+        from types import SimpleNamespace
+
+        from core.loading.loader import LoadOptions, load_checkpoint, load_text_encoder
 
         import_s = time.perf_counter() - t0
         rss_floor = _proc_status().get("VmRSS", 0)
         u0 = _usage()
         t1 = time.perf_counter()
-        loaded = load_checkpoint(path, LoadOptions(dtype=None, device="cpu", progress=None, check=None))
+        options = LoadOptions(dtype=None, device="cpu", progress=None, check=None)
+        if path.name.startswith(TEXT_ENCODERS):
+            loaded = SimpleNamespace(components=[load_text_encoder(path, options)], extras={})
+        else:
+            loaded = load_checkpoint(path, options)
         ready_s = time.perf_counter() - t1
 
         def tensors() -> Iterable[Any]:
@@ -352,7 +373,7 @@ def machine(torch_version: str | None = None) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--kinds", default="sd15,sdxl", help="comma-separated: sd15, sdxl")
+    ap.add_argument("--kinds", default="sd15,sdxl", help="comma-separated: sd15, sdxl, qwen3-4b, gemma2-2b")
     ap.add_argument("--repeat", type=int, default=7)
     ap.add_argument("--cache", type=Path, default=ROOT / ".bench-cache" / "load")
     ap.add_argument("--threads", type=int, default=1, help="torch threads in each run (0: torch's default)")

@@ -47,7 +47,7 @@ class Pictures(QObject):
         self.gallery.add(images)
         if not images:
             return
-        if len(images) > 1 and images[0].label.endswith("sweep"):
+        if len(images) > 1 and images[0].role == "grid":
             self.viewer.show_image(images[0].path, images[0].infotext)
             self.viewer.show_sweep(images[1:])
         else:

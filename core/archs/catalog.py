@@ -1,26 +1,59 @@
-"""The three registries, built explicitly from the architecture packages (nothing registers itself
-on import), and how the rest of the engine finds a family's parts.
+"""The three registries, built from the architecture packages found in ``core/archs`` (each package
+exports ``NET`` and ``CONVENTIONS``, or ``CODEC``; nothing registers itself on import: the catalog
+reads them once, in name order), and how the rest of the engine finds a family's parts.
 
-Adding an architecture: its package exports ``NET`` (a :class:`~core.archs.protocols.DiffusionNet`)
-and ``CONVENTIONS`` (its :class:`~core.archs.protocols.TextConvention` objects), or ``CODEC``; one
-line below lists it. A family record (``core/detect/diffusion_families.py``) names the ids.
+Adding an architecture is adding its package; a family record (``core/detect/diffusion_families.py``)
+names the ids (docs/architecture.md, "Adding a family").
 """
 
 from __future__ import annotations
 
+import importlib
+import pkgutil
+from collections.abc import Iterator
+from types import ModuleType
+from typing import Any
+
 from torch import nn
 
-from core.archs import chroma, flux, kl_vae, mmdit, nextdit, pixart, unet
+import core.archs
 from core.archs.protocols import DiffusionNet, LatentCodec, TextConvention
 from core.archs.registry import Registry
-from core.detect.catalog import diffusion_spec
+from core.detect.catalog import REGISTRY, diffusion_spec
 from core.errors import ModelMismatchError
 
-_PACKAGES = (unet, mmdit, flux, chroma, pixart, nextdit)
 
-NETS: Registry[DiffusionNet] = Registry("diffusion network", (p.NET for p in _PACKAGES))
-TEXTS: Registry[TextConvention] = Registry("text convention", (c for p in _PACKAGES for c in p.CONVENTIONS))
-CODECS: Registry[LatentCodec] = Registry("latent codec", (kl_vae.CODEC,))
+def packages() -> tuple[ModuleType, ...]:
+    """Every architecture package under ``core/archs``, in name order."""
+    found = sorted(m.name for m in pkgutil.iter_modules(core.archs.__path__) if m.ispkg)
+    return tuple(importlib.import_module(f"core.archs.{name}") for name in found)
+
+
+def _parts(name: str) -> Iterator[Any]:
+    for package in packages():
+        value = getattr(package, name, None)
+        if isinstance(value, tuple):
+            yield from value
+        elif value is not None:
+            yield value
+
+
+NETS: Registry[DiffusionNet] = Registry("diffusion network", _parts("NET"))
+TEXTS: Registry[TextConvention] = Registry("text convention", _parts("CONVENTIONS"))
+CODECS: Registry[LatentCodec] = Registry("latent codec", _parts("CODEC"))
+
+
+def find_in_packages(module: str, name: str) -> Any:
+    """``name`` from the package module ``core.archs.<package>.<module>`` that defines it (what
+    the modules that kept an older import path hand on); AttributeError when none does."""
+    for package in packages():
+        try:
+            found = importlib.import_module(f"{package.__name__}.{module}")
+        except ModuleNotFoundError:
+            continue
+        if hasattr(found, name):
+            return getattr(found, name)
+    raise AttributeError(f"no architecture package's {module} module defines {name!r}")
 
 
 def net_for(family: str) -> DiffusionNet:
@@ -45,10 +78,11 @@ def net_of(module: nn.Module, *, action: str = "generate with") -> DiffusionNet:
     for net in NETS:
         if net.owns(module):
             return net
+    titles = [f.title for f in REGISTRY if f.diffusion is not None and f.diffusion.network in NETS]
     raise ModelMismatchError(
         f"Loadout cannot {action} a {type(module).__name__}",
         why="that needs a diffusion model of a supported family",
-        fix="Load an SD1/SD2/SDXL/SD3/Flux/Chroma/PixArt/Lumina 2/Z-Image checkpoint or diffusion model",
+        fix="Load a checkpoint or diffusion model of one of: " + ", ".join(dict.fromkeys(titles)),
         code="wrong_kind",
     )
 

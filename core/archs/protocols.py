@@ -191,6 +191,11 @@ class TextConvention(Protocol):
     @property
     def towers(self) -> tuple[TowerSpec, ...]: ...
 
+    @property
+    def guidance(self) -> float | None:
+        """The distilled guidance the network takes when the user sets none (None: it takes none)."""
+        ...
+
     def combine(self, outputs: Mapping[str, TowerOutput]) -> TextOutput:
         """The towers' outputs (by :attr:`TowerSpec.name`; a missing optional one is absent)
         combined into the convention's context, pooled vector and mask."""

@@ -1,16 +1,18 @@
-"""One :class:`Family` record per diffusion family: the table detection reads.
+"""One :class:`Family` record per diffusion family: the table detection reads, and what every other
+layer reads about a family (its ``DiffusionSpec`` names the architecture package's network, prompt
+encoding and latent codec by id: docs/architecture.md, "Adding a family").
 
 Shapes are read once per architecture (a UNet reader, an MMDiT reader, ...); each family's rule asks
-its architecture's classifier and keeps the verdict only when it names that family. Adding a family
-is adding a row here (and, for a new architecture, one classifier).
+its architecture's classifier and keeps the verdict only when it names that family. A family's
+spec sits beside its rows. Facts from ComfyUI's ``comfy/supported_models.py`` (model sampling and
+shifts, latent formats, text encoders) and the usual settings its example workflows and A1111 use.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
-from core.detect import diffusion_specs as specs
 from core.detect.diffusion_dit import (
     classify_cascade,
     classify_hidream,
@@ -24,7 +26,7 @@ from core.detect.diffusion_unet import classify_unet
 from core.detect.diffusion_video import classify_hunyuan_video, classify_ltxv, classify_wan
 from core.detect.keyview import KeyView
 from core.detect.registry import Family, Match, Registry
-from core.detect.spec import DiffusionSpec
+from core.detect.spec import SD2_SIZES, XL_SIZES, DiffusionSpec, GenerationDefaults, SamplingSpec
 
 Classifier = Callable[[KeyView], list[Match]]
 
@@ -42,244 +44,234 @@ class FamilyRule:
         return next((m for m in self.classify(view) if m.family == self.family), None)
 
 
-@dataclass(frozen=True)
-class Row:
-    id: str
-    title: str
-    classify: Classifier
-    latent_channels: int | None
-    default_dtype: str = "bf16"
-    signature: tuple[str, ...] = ()  # only for families read from one key layout
-    prefixes: tuple[str, ...] = CHECKPOINT_PREFIX
-    notes: str = ""
-    latent_format: str = ""
-    unet_preset: str = ""
-    modelspec: str = ""
-    lora_group: str = ""
-    spec: DiffusionSpec | None = None
-    network_preset: str = ""
-    fp16_unsafe: bool = False
+def diffusion(
+    fid: str,
+    title: str,
+    classify: Classifier,
+    latent_channels: int | None,
+    default_dtype: str = "bf16",
+    *,
+    signature: tuple[str, ...] = (),  # only for families read from one key layout
+    prefixes: tuple[str, ...] = CHECKPOINT_PREFIX,
+    notes: str = "",
+    latent_format: str = "",
+    unet_preset: str = "",
+    modelspec: str = "",
+    lora_group: str = "",
+    spec: DiffusionSpec | None = None,
+    network_preset: str = "",
+    fp16_unsafe: bool = False,
+) -> Family:
+    """A diffusion family's record; its rule keeps its classifier's verdicts that name it."""
+    return Family(
+        id=fid, group="diffusion", title=title, signature=signature, rule=FamilyRule(fid, classify),
+        prefixes=prefixes, latent_channels=latent_channels, default_dtype=default_dtype, notes=notes,
+        latent_format=latent_format, unet_preset=unet_preset, modelspec=modelspec, lora_group=lora_group,
+        diffusion=spec, network_preset=network_preset, fp16_unsafe=fp16_unsafe,
+    )  # fmt: skip
 
 
 def _unet(
-    fid: str,
-    title: str,
-    preset: str,
-    latent: str,
-    modelspec: str,
-    spec: DiffusionSpec,
-    lora_group: str = "",
-    notes: str = "",
-) -> Row:
-    return Row(
-        fid,
-        title,
-        classify_unet,
-        4,
-        "fp16",
-        notes=notes,
-        latent_format=latent,
-        unet_preset=preset,
-        modelspec=modelspec,
-        lora_group=lora_group,
-        spec=spec,
-    )
+    fid: str, title: str, preset: str, latent: str, modelspec: str, spec: DiffusionSpec,
+    lora_group: str = "", notes: str = "",
+) -> Family:  # fmt: skip
+    return diffusion(
+        fid, title, classify_unet, 4, "fp16", notes=notes, latent_format=latent, unet_preset=preset,
+        modelspec=modelspec, lora_group=lora_group, spec=spec,
+    )  # fmt: skip
 
 
 def _flux(
     fid: str, title: str, modelspec: str, spec: DiffusionSpec, preset: str = "", notes: str = ""
-) -> Row:
-    return Row(
-        fid,
-        title,
-        classify_flux,
-        16,
-        notes=notes,
-        latent_format="flux",
-        modelspec=modelspec,
-        lora_group="flux",
-        spec=spec,
-        network_preset=preset,
-    )
+) -> Family:
+    return diffusion(
+        fid, title, classify_flux, 16, notes=notes, latent_format="flux", modelspec=modelspec,
+        lora_group="flux", spec=spec, network_preset=preset,
+    )  # fmt: skip
 
 
-DIFFUSION_ROWS: tuple[Row, ...] = (
-    _unet("sd1", "Stable Diffusion 1.x", "sd1", "sd1", "stable-diffusion-v1", specs.SD1),
+_DISCRETE = SamplingSpec(schedule="discrete")
+
+# -- SD1.x, SD2.x, SDXL and the UNets built like them (core/archs/unet) ----------------------------
+SD1 = DiffusionSpec(
+    network="unet", sampling=_DISCRETE, text="sd1", text_encoders=("clip-l",), memory_profile="sd1",
+    preview_decoder="taesd_decoder",
+)  # fmt: skip
+SD2 = DiffusionSpec(
+    network="unet", sampling=_DISCRETE, text="sd2", text_encoders=("clip-h",),
+    defaults=GenerationDefaults(sizes=SD2_SIZES),
+    memory_profile="sd1",  # the SD1 UNet with 64-channel heads: the same maps, fewer heads
+    preview_decoder="taesd_decoder",
+)  # fmt: skip
+SDXL = DiffusionSpec(
+    network="unet", sampling=_DISCRETE, text="sdxl", text_encoders=("clip-l", "clip-g"),
+    defaults=GenerationDefaults(sizes=XL_SIZES),
+    memory_profile="sdxl",  # SSD-1B and Vega: fewer blocks, the same widths (an upper bound)
+    preview_decoder="taesdxl_decoder",
+)  # fmt: skip
+SDXL_REFINER = DiffusionSpec(
+    network="unet", sampling=_DISCRETE, text="sdxl_refiner", text_encoders=("clip-g",),
+    defaults=GenerationDefaults(sizes=XL_SIZES), memory_profile="sdxl",
+)  # fmt: skip
+_XL = "stable-diffusion-xl-v1-base"
+UNET_FAMILIES = (
+    _unet("sd1", "Stable Diffusion 1.x", "sd1", "sd1", "stable-diffusion-v1", SD1),
     _unet(
-        "sd2",
-        "Stable Diffusion 2.x",
-        "sd2",
-        "sd1",
-        "stable-diffusion-v2-768-v",
-        specs.SD2,
+        "sd2", "Stable Diffusion 2.x", "sd2", "sd1", "stable-diffusion-v2-768-v", SD2,
         notes="v-prediction is not visible in shapes",
     ),
-    _unet("sdxl", "Stable Diffusion XL", "sdxl", "sdxl", "stable-diffusion-xl-v1-base", specs.SDXL, "sdxl"),
+    _unet("sdxl", "Stable Diffusion XL", "sdxl", "sdxl", _XL, SDXL, "sdxl"),
     _unet(
-        "sdxl-refiner",
-        "Stable Diffusion XL Refiner",
-        "sdxl_refiner",
-        "sdxl",
-        "stable-diffusion-xl-v1-refiner",
-        specs.SDXL_REFINER,
+        "sdxl-refiner", "Stable Diffusion XL Refiner", "sdxl_refiner", "sdxl",
+        "stable-diffusion-xl-v1-refiner", SDXL_REFINER,
     ),
-    _unet("ssd-1b", "Segmind SSD-1B", "ssd_1b", "sdxl", "stable-diffusion-xl-v1-base", specs.SDXL, "sdxl"),
-    _unet(
-        "segmind-vega",
-        "Segmind Vega",
-        "segmind_vega",
-        "sdxl",
-        "stable-diffusion-xl-v1-base",
-        specs.SDXL,
-        "sdxl",
+    _unet("ssd-1b", "Segmind SSD-1B", "ssd_1b", "sdxl", _XL, SDXL, "sdxl"),
+    _unet("segmind-vega", "Segmind Vega", "segmind_vega", "sdxl", _XL, SDXL, "sdxl"),
+)  # fmt: skip
+
+# -- SD3 / SD3.5 (core/archs/mmdit) ---------------------------------------------------------------
+SD3 = DiffusionSpec(
+    network="mmdit", sampling=SamplingSpec(schedule="flow", shift=3.0, multiplier=1000.0), text="sd3",
+    text_encoders=("clip-l", "clip-g", "t5-xxl"), vae="vae-sd3",
+    defaults=GenerationDefaults(cfg=4.5, sizes=XL_SIZES),
+)  # fmt: skip
+MMDIT_FAMILIES = (
+    diffusion(
+        "sd3", "Stable Diffusion 3 Medium", classify_sd3, 16, "fp16", latent_format="sd3",
+        modelspec="stable-diffusion-3-medium", spec=SD3, network_preset="sd3_medium",
     ),
-    Row(
-        "sd3",
-        "Stable Diffusion 3 Medium",
-        classify_sd3,
-        16,
-        "fp16",
-        latent_format="sd3",
-        modelspec="stable-diffusion-3-medium",
-        spec=specs.SD3,
-        network_preset="sd3_medium",
+    diffusion(
+        "sd3.5-medium", "Stable Diffusion 3.5 Medium", classify_sd3, 16, latent_format="sd3",
+        modelspec="stable-diffusion-3.5-medium", spec=SD3, network_preset="sd35_medium",
     ),
-    Row(
-        "sd3.5-medium",
-        "Stable Diffusion 3.5 Medium",
-        classify_sd3,
-        16,
-        latent_format="sd3",
-        modelspec="stable-diffusion-3.5-medium",
-        spec=specs.SD3,
-        network_preset="sd35_medium",
+    diffusion(
+        "sd3.5-large", "Stable Diffusion 3.5 Large", classify_sd3, 16, latent_format="sd3",
+        modelspec="stable-diffusion-3.5-large", spec=SD3, network_preset="sd35_large",
     ),
-    Row(
-        "sd3.5-large",
-        "Stable Diffusion 3.5 Large",
-        classify_sd3,
-        16,
-        latent_format="sd3",
-        modelspec="stable-diffusion-3.5-large",
-        spec=specs.SD3,
-        network_preset="sd35_large",
-    ),
+)  # fmt: skip
+
+# -- FLUX.1 (core/archs/flux) and Chroma (core/archs/chroma) ---------------------------------------
+_FLUX_TEXT = ("clip-l", "t5-xxl")
+FLUX_DEV = DiffusionSpec(
+    network="flux", sampling=SamplingSpec(schedule="flux", shift=1.15), text="flux", text_encoders=_FLUX_TEXT,
+    vae="vae-flux", memory_profile="flux",
+    defaults=GenerationDefaults(cfg=1.0, scheduler="simple", guidance=3.5, sizes=XL_SIZES),
+)  # fmt: skip
+FLUX_FILL = DiffusionSpec(
+    network="flux", sampling=SamplingSpec(schedule="flux", shift=1.15), text="flux", text_encoders=_FLUX_TEXT,
+    vae="vae-flux", memory_profile="flux", defaults=GenerationDefaults(cfg=1.0, sizes=XL_SIZES),
+)  # fmt: skip
+FLUX_SCHNELL = DiffusionSpec(
+    network="flux", sampling=SamplingSpec(schedule="flow", shift=1.0, multiplier=1.0), text="flux",
+    text_encoders=_FLUX_TEXT, vae="vae-flux", memory_profile="flux",
+    defaults=GenerationDefaults(cfg=1.0, steps=4, scheduler="simple", sizes=XL_SIZES),
+)  # fmt: skip
+CHROMA = DiffusionSpec(
+    network="chroma", sampling=SamplingSpec(schedule="flow", shift=1.0, multiplier=1.0), text="pixart_t5",
+    text_encoders=("t5-xxl",), vae="vae-flux", memory_profile="flux",
+    defaults=GenerationDefaults(cfg=1.0, scheduler="simple", sizes=XL_SIZES),
+)  # fmt: skip
+FLUX_FAMILIES = (
     _flux(
-        "flux-dev",
-        "FLUX.1 [dev]",
-        "flux-1-dev",
-        specs.FLUX_DEV,
-        "dev",
-        notes="Kontext [dev] has the same shapes",
+        "flux-dev", "FLUX.1 [dev]", "flux-1-dev", FLUX_DEV, "dev", notes="Kontext [dev] has the same shapes"
     ),
-    _flux("flux-schnell", "FLUX.1 [schnell]", "flux-1-schnell", specs.FLUX_SCHNELL, "schnell"),
-    replace(
-        _flux("flux-fill", "FLUX.1 Fill [dev]", "flux-1-dev-fill", specs.FLUX_FILL, "fill"), fp16_unsafe=True
-    ),
-    _flux("chroma", "Chroma", "chroma", specs.CHROMA),
-    Row("auraflow", "AuraFlow", classify_auraflow, 4, prefixes=("model.",), spec=specs.AURAFLOW),
-    Row("hunyuan-dit", "Hunyuan-DiT", classify_hunyuan_dit, 4, "fp16", ("mlp_t5.0.weight",)),
-    Row(
-        "pixart-alpha",
-        "PixArt-α",
-        classify_pixart,
-        4,
-        "fp16",
-        latent_format="sd1",
-        spec=specs.PIXART,
-        lora_group="pixart",
-    ),
-    Row(
-        "pixart-sigma",
-        "PixArt-Σ",
-        classify_pixart,
-        4,
-        "fp16",
-        latent_format="sdxl",
-        spec=specs.PIXART,
-        lora_group="pixart",
-    ),
-    Row(
-        "stable-cascade-c",
-        "Stable Cascade stage C",
-        classify_cascade,
-        16,
-        signature=("clf.1.weight",),
+    _flux("flux-schnell", "FLUX.1 [schnell]", "flux-1-schnell", FLUX_SCHNELL, "schnell"),
+    diffusion(
+        "flux-fill", "FLUX.1 Fill [dev]", classify_flux, 16, latent_format="flux",
+        modelspec="flux-1-dev-fill", lora_group="flux", spec=FLUX_FILL, network_preset="fill",
         fp16_unsafe=True,
     ),
-    Row("stable-cascade-b", "Stable Cascade stage B", classify_cascade, 4, signature=("clf.1.weight",)),
-    Row(
-        "lumina2",
-        "Lumina Image 2.0",
-        classify_lumina2,
-        16,
-        notes="NetaYume Lumina has the same shapes",
-        latent_format="flux",
-        spec=specs.LUMINA2,
-        lora_group="lumina2",
+    _flux("chroma", "Chroma", "chroma", CHROMA),
+)  # fmt: skip
+
+# -- detected, not generated yet -------------------------------------------------------------------
+#: AuraFlow's schedule is known; its network and prompt encoding are not implemented yet.
+AURAFLOW = DiffusionSpec(
+    network=None, sampling=SamplingSpec(schedule="flow", shift=1.73, multiplier=1.0), text=None,
+    defaults=GenerationDefaults(sizes=XL_SIZES),
+)  # fmt: skip
+_CLF, _PATCH = ("clf.1.weight",), ("patch_embedding.weight",)
+DETECTED_FAMILIES = (
+    diffusion("auraflow", "AuraFlow", classify_auraflow, 4, prefixes=("model.",), spec=AURAFLOW),
+    diffusion("hunyuan-dit", "Hunyuan-DiT", classify_hunyuan_dit, 4, "fp16", signature=("mlp_t5.0.weight",)),
+    diffusion(
+        "stable-cascade-c", "Stable Cascade stage C", classify_cascade, 16, signature=_CLF, fp16_unsafe=True
+    ),
+    diffusion("stable-cascade-b", "Stable Cascade stage B", classify_cascade, 4, signature=_CLF),
+    diffusion(
+        "hidream", "HiDream-I1", classify_hidream, 16, signature=("caption_projection.0.linear.weight",),
         fp16_unsafe=True,
     ),
-    Row(
-        "z-image",
-        "Z-Image",
-        classify_lumina2,
-        16,
-        notes="Next-DiT (Lumina 2's network) at width 3840; Turbo and Base have the same shapes",
-        latent_format="flux",
-        spec=specs.Z_IMAGE,
-        lora_group="z-image",
+    diffusion(
+        "qwen-image", "Qwen-Image", classify_qwen_image, 16, signature=("txt_norm.weight", "img_in.weight"),
         fp16_unsafe=True,
     ),
-    Row(
-        "hidream",
-        "HiDream-I1",
-        classify_hidream,
-        16,
-        signature=("caption_projection.0.linear.weight",),
-        fp16_unsafe=True,
-    ),
-    Row(
-        "qwen-image",
-        "Qwen-Image",
-        classify_qwen_image,
-        16,
-        signature=("txt_norm.weight", "img_in.weight"),
-        fp16_unsafe=True,
-    ),
-    Row("wan2.1", "Wan 2.1", classify_wan, 16, signature=("patch_embedding.weight",)),
-    Row(
-        "wan2.2",
-        "Wan 2.2",
-        classify_wan,
-        None,
-        signature=("patch_embedding.weight",),
+    diffusion("wan2.1", "Wan 2.1", classify_wan, 16, signature=_PATCH),
+    diffusion(
+        "wan2.2", "Wan 2.2", classify_wan, None, signature=_PATCH,
         notes="48 latent channels for TI2V-5B, 16 for the A14B models",
     ),
-    Row("hunyuan-video", "HunyuanVideo", classify_hunyuan_video, 16, fp16_unsafe=True),
-    Row("ltxv", "LTX-Video", classify_ltxv, 128, fp16_unsafe=True),
-)
+    diffusion("hunyuan-video", "HunyuanVideo", classify_hunyuan_video, 16, fp16_unsafe=True),
+    diffusion("ltxv", "LTX-Video", classify_ltxv, 128, fp16_unsafe=True),
+)  # fmt: skip
+
+# -- PixArt-α and PixArt-Σ (core/archs/pixart) -----------------------------------------------------
+#: ComfyUI's ``PixArtSigma`` / ``PixArtAlpha``: T5-XXL alone in ComfyUI's PixArt T5 encoding
+#: (``pixart_t5``: no padding, no mask, the empty window all padding; Chroma's too); an SD 4-channel
+#: VAE (Σ: SDXL's latent format, α: SD1's); a discrete eps table with betas linear from 1e-4 to
+#: 0.02; the usual 20 steps at CFG 4.5 (diffusers' PixArt pipelines) on the 1024-class sizes they
+#: were trained at. α's size micro-conditions are the network's (it reads them from the latent).
+PIXART = DiffusionSpec(
+    network="pixart", text="pixart_t5", text_encoders=("t5-xxl",), vae="vae-sd",
+    sampling=SamplingSpec(schedule="discrete", beta_schedule="linear", beta_start=0.0001, beta_end=0.02),
+    defaults=GenerationDefaults(cfg=4.5, steps=20, sizes=XL_SIZES), memory_profile="pixart",
+)  # fmt: skip
+PIXART_FAMILIES = (
+    diffusion("pixart-alpha", "PixArt-α", classify_pixart, 4, "fp16", latent_format="sd1", spec=PIXART,
+              lora_group="pixart"),
+    diffusion("pixart-sigma", "PixArt-Σ", classify_pixart, 4, "fp16", latent_format="sdxl", spec=PIXART,
+              lora_group="pixart"),
+)  # fmt: skip
+
+# -- Z-Image and Lumina 2 / NetaYume: Next-DiT (core/archs/nextdit) ----------------------------------
+#: Z-Image (Turbo and Base share the shapes; ComfyUI's ``ZImage``): Qwen3-4B's penultimate hidden
+#: states in its chat template (``z_image``), the Flux VAE and latent format, flow sampling with
+#: shift 3 and ComfyUI's timestep = sigma (multiplier 1). Defaults: ComfyUI's Z-Image Turbo template
+#: (8 steps, CFG 1 so no negative pass, ``res_multistep``, ``simple``); Base wants more steps and CFG.
+Z_IMAGE = DiffusionSpec(
+    network="nextdit", sampling=SamplingSpec(schedule="flow", shift=3.0, multiplier=1.0), text="z_image",
+    text_encoders=("qwen3-4b",), vae="vae-flux", memory_profile="z-image",
+    defaults=GenerationDefaults(
+        cfg=1.0, steps=8, sampler="res_multistep", scheduler="simple", sizes=XL_SIZES
+    ),
+)  # fmt: skip
+#: Lumina Image 2.0 and NetaYume Lumina (ComfyUI's ``Lumina2``): Gemma-2-2B after ComfyUI's system
+#: prompt (``lumina2``), the Flux VAE and latent format, flow sampling with shift 6, timestep = sigma.
+#: Defaults: ComfyUI's Lumina 2 template (25 steps, CFG 4, ``res_multistep``, ``simple``).
+LUMINA2 = DiffusionSpec(
+    network="nextdit", sampling=SamplingSpec(schedule="flow", shift=6.0, multiplier=1.0), text="lumina2",
+    text_encoders=("gemma2-2b",), vae="vae-flux", memory_profile="lumina2",
+    defaults=GenerationDefaults(
+        cfg=4.0, steps=25, sampler="res_multistep", scheduler="simple", sizes=XL_SIZES
+    ),
+)  # fmt: skip
+NEXTDIT_FAMILIES = (
+    diffusion("lumina2", "Lumina Image 2.0", classify_lumina2, 16,
+              notes="NetaYume Lumina has the same shapes", latent_format="flux", spec=LUMINA2,
+              lora_group="lumina2", fp16_unsafe=True),
+    diffusion("z-image", "Z-Image", classify_lumina2, 16,
+              notes="Next-DiT (Lumina 2's network) at width 3840; Turbo and Base have the same shapes",
+              latent_format="flux", spec=Z_IMAGE, lora_group="z-image", fp16_unsafe=True),
+)  # fmt: skip
+
+#: in the order detection has always tried them (ties between equal scores go to the earlier)
+DIFFUSION_FAMILIES: tuple[Family, ...] = (
+    *UNET_FAMILIES, *MMDIT_FAMILIES, *FLUX_FAMILIES, *DETECTED_FAMILIES[:2], *PIXART_FAMILIES,
+    *DETECTED_FAMILIES[2:4], *NEXTDIT_FAMILIES, *DETECTED_FAMILIES[4:],
+)  # fmt: skip
 
 
 def register_diffusion_families(registry: Registry) -> None:
     """Add every diffusion family to ``registry`` (raises if one is already there)."""
-    for row in DIFFUSION_ROWS:
-        registry.add(
-            Family(
-                id=row.id,
-                group="diffusion",
-                title=row.title,
-                signature=row.signature,
-                rule=FamilyRule(row.id, row.classify),
-                prefixes=row.prefixes,
-                latent_channels=row.latent_channels,
-                default_dtype=row.default_dtype,
-                notes=row.notes,
-                latent_format=row.latent_format,
-                unet_preset=row.unet_preset,
-                modelspec=row.modelspec,
-                lora_group=row.lora_group,
-                diffusion=row.spec,
-                network_preset=row.network_preset,
-                fp16_unsafe=row.fp16_unsafe,
-            )
-        )
+    for family in DIFFUSION_FAMILIES:
+        registry.add(family)

@@ -24,12 +24,17 @@ class GenerateProgress:
     images: int = 1
 
 
+ImageRole = Literal["picture", "grid", "cell"]
+
+
 @dataclass(frozen=True)
 class GeneratedImage:
     path: Path
     parameters: GenerationParameters
     infotext: str  # exactly what the PNG's "parameters" chunk holds
     label: str = ""  # e.g. "style 0.7" in a LoRA strength sweep
+    #: what it is: a picture, a sweep's grid picture, or one of the pictures the grid shows
+    role: ImageRole = "picture"
 
 
 @dataclass(frozen=True)

@@ -37,7 +37,7 @@ def encode_unit_pixels(pipeline: Pipeline, pixels: Tensor, hooks: Hooks) -> Tens
     hooks.place("decode")
     dev, dt = pipeline.compute.device, pipeline.compute.vae_dtype
     with torch.inference_mode():
-        mean = pipeline.nets.vae.moments((pixels * 2.0 - 1.0).to(dev, dt)).chunk(2, dim=1)[0]
+        mean = pipeline.codec.encode(pipeline.nets.vae, (pixels * 2.0 - 1.0).to(dev, dt))
     return mean.float().cpu()
 
 

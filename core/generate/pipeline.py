@@ -22,6 +22,8 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
+from core.archs.catalog import CODECS, TEXTS
+from core.archs.protocols import ExtraInputs, LatentCodec, TextOutput
 from core.detect.catalog import diffusion_spec
 from core.errors import LoadoutError, ModelMismatchError
 from core.generate.events import GenerateProgress, Phase
@@ -30,42 +32,27 @@ from core.generate.network import NetworkAdapter
 from core.generate.preview import Previewer
 from core.generate.request import ImageSettings, Sampling
 from core.memory.peak import median_step_seconds
-from core.models.clip import CLIPTextModel
-from core.models.t5 import T5Encoder
-from core.models.vae import AutoencoderKL
 from core.sampling import Conditioning as SamplingConditioning
 from core.sampling import SamplingRequest, StepProgress, empty_latent, latent_format_for, sample
 from core.sampling.model_sampling import from_spec
 from core.text.cache import CacheKey, ConditioningCache
 from core.text.clip_tokenizer import ClipTokenizer
-from core.text.conditioning import (
-    FAMILIES,
-    EncodeOptions,
-    PromptConditioning,
-    PromptEncoder,
-    TextEncoders,
-    TextFamily,
-    sdxl_adm,
-    sdxl_refiner_adm,
-)
+from core.text.conditioning import EncodeOptions, PromptConditioning, PromptEncoder, TextEncoders, encoder_ids
 from core.text.t5_tokenizer import T5Tokenizer
-
-_TOWER = {"clip-l": "clip_l", "clip-h": "clip_h", "clip-g": "clip_g", "t5-xxl": "t5", "t5-base": "t5"}
 
 
 def text_encoders(modules: list[tuple[str, nn.Module]]) -> TextEncoders:
-    """(family id, module) pairs of loaded text encoders -> the towers a prompt encoder takes."""
-    found: dict[str, CLIPTextModel | T5Encoder] = {}
-    for family, module in modules:
-        slot = _TOWER.get(family)
-        if slot is None or not isinstance(module, CLIPTextModel | T5Encoder):
+    """(family id, module) pairs of loaded text encoders -> the towers a prompt encoder takes (an
+    encoder no prompt encoding takes is refused)."""
+    known = encoder_ids()
+    for family, _ in modules:
+        if family not in known:
             raise ModelMismatchError(
                 f"a {family} text encoder cannot condition these models",
-                fix="Use the CLIP-L/-G/-H or T5 text encoders the model was made with",
+                fix="Use the text encoders the model was made with",
                 code="wrong_kind",
             )
-        found[slot] = module
-    return TextEncoders(**found)  # type: ignore[arg-type]
+    return TextEncoders(dict(modules))
 
 
 @dataclass
@@ -75,7 +62,7 @@ class Networks:
     family: str
     diffusion: nn.Module
     text: TextEncoders
-    vae: AutoencoderKL
+    vae: nn.Module  # a module of the family's latent codec (an AutoencoderKL for the KL-VAE)
     v_prediction: bool = False
 
 
@@ -135,24 +122,16 @@ class Timings:
         return out | ({"upscale": self.upscale} if self.upscale else {})
 
 
-def vae_decode_bytes(vae: AutoencoderKL, batch: int, height: int, width: int, dtype: torch.dtype) -> int:
-    """Peak activation bytes of a whole (untiled) decode, from the decoder's shape: at each level,
-    about three feature maps of that level's width are alive in a resnet block (input, hidden, the
-    residual sum), and the mid-block attention holds one (hw/64)^2 score matrix unless attention is
-    computed in blocks (we count it: the CPU's and older GPUs' kernels materialise it)."""
-    cfg = vae.config
-    size = torch.empty((), dtype=dtype).element_size()
-    f = cfg.downscale
-    h, w = height // f, width // f
-    widest = 0
-    channels = [cfg.base_channels * m for m in cfg.channel_mult]
-    for level, ch in enumerate(reversed(channels)):
-        scale = 2**level
-        # the input of a level's first resnet has the previous (wider) level's channels
-        prev = channels[-level] if level > 0 else ch
-        widest = max(widest, (max(ch, prev) + ch) * h * scale * w * scale)
-    attention = (h * w) ** 2
-    return int(batch * size * (1.5 * widest + attention))
+def vae_decode_bytes(vae: nn.Module, batch: int, height: int, width: int, dtype: torch.dtype) -> int:
+    """Peak activation bytes of a whole (untiled) decode by ``vae`` (its codec's estimate)."""
+    codec = next((c for c in CODECS if c.owns(vae)), None)
+    if codec is None:
+        raise ModelMismatchError(
+            f"a {type(vae).__name__} is not a VAE Loadout decodes with",
+            fix="Load a VAE file",
+            code="wrong_vae",
+        )
+    return codec.decode_bytes(vae, batch, height, width, dtype)
 
 
 class Pipeline:
@@ -167,7 +146,14 @@ class Pipeline:
     ) -> None:
         spec = diffusion_spec(nets.family)
         assert spec.text is not None  # diffusion_spec refuses a family without prompt encoding
-        f = nets.vae.config.downscale
+        self.codec: LatentCodec = CODECS[spec.codec]
+        if not self.codec.owns(nets.vae):
+            raise ModelMismatchError(
+                f"a {type(nets.vae).__name__} cannot decode a {nets.family} model's latents",
+                fix="Load the VAE made for this model",
+                code="wrong_vae",
+            )
+        f = self.codec.downscale(nets.vae)
         if f != 8:
             raise ModelMismatchError(
                 f"this VAE maps {f}x{f} pixels to one latent, not 8x8",
@@ -178,15 +164,8 @@ class Pipeline:
         self.nets = nets
         self.compute = compute
         self.spec = spec
-        if spec.text not in FAMILIES:  # a decoder-LLM convention (Z-Image, Lumina 2): not wired here yet
-            raise ModelMismatchError(
-                f"Loadout cannot encode {nets.family} prompts in a generation yet",
-                why=f"its {spec.text} prompt encoding (a decoder-LLM text encoder) is not wired into "
-                "the generation session",
-                fix="Use a model of a family that generates with CLIP/T5 text encoders",
-                code="unsupported_family",
-            )
-        self.text_family: TextFamily = spec.text
+        self.text_family: str = spec.text
+        self.text_convention = TEXTS[spec.text]
         self.adapter = NetworkAdapter(nets.diffusion, convention=spec.network)
         self.sampling = from_spec(spec.sampling, nets.family, v_prediction=nets.v_prediction)
         self.latent_format = latent_format_for(nets.family)
@@ -230,21 +209,10 @@ class Pipeline:
     def _to_sampling(
         self, cond: PromptConditioning, settings: ImageSettings, *, negative: bool
     ) -> SamplingConditioning:
-        pooled: Tensor | None = None
         adm = getattr(self.adapter.config, "adm_in_channels", None)
-        if self.text_family == "sdxl" and adm and cond.pooled is not None:
-            pooled = sdxl_adm(cond.pooled, width=settings.width, height=settings.height)
-        elif self.text_family == "sdxl_refiner" and adm and cond.pooled is not None:
-            pooled = sdxl_refiner_adm(
-                cond.pooled, width=settings.width, height=settings.height, negative=negative
-            )
-        elif self.text_family in ("sd3", "flux"):
-            pooled = cond.pooled
-        guidance = None
-        if self.text_family == "flux":
-            g = settings.sampling.guidance if settings.sampling.guidance is not None else cond.guidance
-            guidance = torch.tensor([3.5 if g is None else float(g)])
-        return SamplingConditioning(cond.context, pooled, guidance)
+        extra = ExtraInputs(settings.width, settings.height, negative, settings.sampling.guidance, adm)
+        text = TextOutput(cond.context, cond.pooled, cond.mask)
+        return self.text_convention.network_inputs(text, extra)
 
     def encode_prompts(
         self, settings: ImageSettings, hooks: Hooks, *, announce: bool = True
@@ -274,7 +242,7 @@ class Pipeline:
     def encode_image(self, rgb: np.ndarray, hooks: Hooks) -> Tensor:
         """An (H, W, 3) uint8 picture -> its latent in the VAE's space (the posterior mean), after
         cropping each side down to a multiple of 8 around the centre (ComfyUI's VAEEncode)."""
-        f = self.nets.vae.config.downscale
+        f = self.codec.downscale(self.nets.vae)
         h, w = rgb.shape[0] // f * f, rgb.shape[1] // f * f
         if h < f or w < f:
             raise LoadoutError(
@@ -292,7 +260,7 @@ class Pipeline:
         hooks.place("decode")
         dev, dt = self.compute.device, self.compute.vae_dtype
         with torch.inference_mode():
-            mean = self.nets.vae.moments(pixels.to(dev, dt)).chunk(2, dim=1)[0]
+            mean = self.codec.encode(self.nets.vae, pixels.to(dev, dt))
         return mean.float().cpu()
 
     def decode(self, latent: Tensor, hooks: Hooks, timings: Timings) -> Tensor:
@@ -301,17 +269,17 @@ class Pipeline:
         hooks.progress(GenerateProgress("decode", 0, 0, "", None, hooks.image, hooks.images))
         hooks.place("decode")
         hooks.check()
-        vae, dev, dt = self.nets.vae, self.compute.device, self.compute.vae_dtype
-        b, _, h, w = latent.shape
-        f = vae.config.downscale
-        need = vae_decode_bytes(vae, b, h * f, w * f, dt)
+        vae, codec, dev, dt = self.nets.vae, self.codec, self.compute.device, self.compute.vae_dtype
+        b, h, w = latent.shape[0], latent.shape[-2], latent.shape[-1]
+        f = codec.downscale(vae)
+        need = codec.decode_bytes(vae, b, h * f, w * f, dt)
         free = hooks.free_bytes()
         tiled = free is not None and need > free
         with torch.inference_mode():
             z = latent.to(dev, dt)
             if not tiled:
                 try:
-                    pixels = vae.decode(z, scaled=False)
+                    pixels = codec.decode(vae, z)
                 except torch.OutOfMemoryError:
                     tiled = True  # as ComfyUI: fall back to tiles when the whole decode does not fit
             if tiled:
@@ -324,7 +292,7 @@ class Pipeline:
                         GenerateProgress("decode", done, count, "in tiles", None, hooks.image, hooks.images)
                     )
 
-                pixels = vae.decode_tiled(z, progress=tile_done, scaled=False)
+                pixels = codec.decode_tiled(vae, z, tile_done)
         timings.tiled_decode = tiled
         return pixels.float().cpu()
 

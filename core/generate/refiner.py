@@ -39,13 +39,14 @@ BASES = ("sdxl",)
 class LoadedRefiner:
     path: Path
     bundle: ModelBundle
+    generation: int = 0  # its load in the session (the conditioning cache's key for its CLIP-G)
 
     @property
     def objects(self) -> list[object]:
         return [c.module for c in self.bundle.components]
 
 
-def load_refiner(path: Path, check: Callable[[], None] | None = None) -> LoadedRefiner:
+def load_refiner(path: Path, check: Callable[[], None] | None = None, generation: int = 0) -> LoadedRefiner:
     bundle = load_checkpoint(path, LoadOptions(check=check))
     d = bundle.diffusion_model
     if d is None or d.family != REFINER_FAMILY or not bundle.text_encoders:
@@ -56,7 +57,7 @@ def load_refiner(path: Path, check: Callable[[], None] | None = None) -> LoadedR
             fix="Give sd_xl_refiner_1.0.safetensors (or another sdxl-refiner checkpoint) to --refiner",
             code="wrong_kind",
         )
-    return LoadedRefiner(Path(path), bundle)
+    return LoadedRefiner(Path(path), bundle, generation)
 
 
 def refiner_networks(refiner: LoadedRefiner, base: Networks) -> Networks:

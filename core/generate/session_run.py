@@ -18,13 +18,14 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from core.archs.catalog import codec_for, codec_of
 from core.errors import ModelMismatchError
 from core.generate.events import GenerateProgress, GenerateResult, Phase
 from core.generate.hashes import FileHashes
 from core.generate.hires import upscaler_hook
 from core.generate.naming import file_paths, numbered_paths
 from core.generate.pipeline import Compute, Hooks, Networks, Pipeline, text_encoders, vae_decode_bytes
-from core.generate.preview import Previewer, fit_latent_preview
+from core.generate.preview import Previewer
 from core.generate.request import ImageSettings
 from core.generate.saving import Made, parameters_for, save_pictures
 from core.generate.taesd import find_taesd, load_taesd
@@ -35,7 +36,6 @@ from core.memory.dtypes import DtypePolicy
 from core.memory.inference import Workload, activation_bytes, network_profile
 from core.memory.manager import NotEnoughMemoryError
 from core.memory.peak import peak_bytes, reset_peak
-from core.models.vae import AutoencoderKL
 from core.session.session import Session
 from core.session.slots import SlotId
 from core.session.words import kind_word
@@ -65,7 +65,7 @@ class GenerateState:
 
     conditioning: ConditioningCache = field(default_factory=ConditioningCache)
     hashes: FileHashes = field(default_factory=FileHashes)
-    previews: dict[int, Previewer] = field(default_factory=dict)  # id(VAE module) -> its previewer
+    previews: dict[int, Previewer] = field(default_factory=dict)  # the VAE's load generation -> previewer
     #: folders where TAESD decoders may be (ComfyUI's models/vae_approx); found ones are used
     taesd_folders: tuple[Path, ...] = ()
     variants: dict[Path, str | None] = field(default_factory=dict)  # detection variant per file
@@ -82,6 +82,9 @@ class _Parts:
     objects: dict[Phase, list[object]]
     names: dict[str, str]  # the manager's model names -> role
     model_path: Path
+    #: load generations of the text encoders' and the VAE's files (the derived-result caches' keys)
+    text_generations: tuple[int, ...] = ()
+    vae_generation: int = 0
 
 
 def _gather(session: Session, variants: dict[Path, str | None]) -> _Parts:
@@ -90,18 +93,22 @@ def _gather(session: Session, variants: dict[Path, str | None]) -> _Parts:
     main = session.model(SlotId.MAIN)
     text: dict[str, tuple[LoadedComponent, object, Path]] = {}
     vae: tuple[LoadedComponent, object, Path] | None = None
+    generation: dict[str, int] = {}  # component family -> its file's load generation
     for comp, obj in main.pairs():
         if comp.role == "text_encoder":
             text[comp.family] = (comp, obj, main.path)
         elif comp.role == "vae":
             vae = (comp, obj, main.path)
+        generation[comp.family] = main.generation
     for slot, loaded in session.loaded.items():
         for comp, obj in loaded.pairs():
             if slot.role == "text_encoder":
                 text[comp.family] = (comp, obj, loaded.path)  # a separate file replaces the checkpoint's
+                generation[comp.family] = loaded.generation
             elif slot.role == "vae":
                 vae = (comp, obj, loaded.path)
-    if vae is None or not isinstance(vae[0].module, AutoencoderKL):
+                generation[comp.family] = loaded.generation
+    if vae is None or codec_of(vae[0].module) is None:
         raise ModelMismatchError(
             f"{main.path.name} has no VAE, and none is loaded",
             why="the picture is decoded from latents by a VAE",
@@ -126,7 +133,8 @@ def _gather(session: Session, variants: dict[Path, str | None]) -> _Parts:
         "sample": [d_obj],
         "decode": [vae[1]],
     }
-    return _Parts(family, nets, objects, names, main.path)
+    texts = tuple(generation[f] for f in text)
+    return _Parts(family, nets, objects, names, main.path, texts, generation[vae[0].family])
 
 
 def _compute(session: Session, family: str) -> Compute:
@@ -216,11 +224,11 @@ def _placer(session: Session, parts: _Parts, settings: ImageSettings, pipeline: 
 
 
 def _preview(state: GenerateState, parts: _Parts) -> Previewer:
-    vae = parts.nets.vae
-    preview = state.previews.get(id(vae))
+    preview = state.previews.get(parts.vae_generation)
     if preview is None:
         taesd = find_taesd(parts.family, state.taesd_folders)
-        preview = state.previews[id(vae)] = load_taesd(taesd) if taesd else fit_latent_preview(vae)
+        fitted = load_taesd(taesd) if taesd else codec_for(parts.family).preview(parts.nets.vae)
+        preview = state.previews[parts.vae_generation] = fitted
     return preview
 
 
@@ -255,7 +263,7 @@ def generate(
     placer = _placer(session, parts, settings, pipeline)
     entries = list(session.loras.stack.entries.values()) if session.loras.stack else []
     clip_state = tuple((str(e.path), e.clip_strength, e.enabled) for e in entries)
-    text_key = (tuple(id(m) for m in vars(parts.nets.text).values() if m is not None), clip_state)
+    text_key = (parts.text_generations, clip_state)
     hooks = Hooks(place=placer, check=check, progress=progress, text_key=text_key, free_bytes=placer.free,
                   preview=_preview(state, parts))  # fmt: skip
     if settings.hires is not None and settings.hires.model is not None:

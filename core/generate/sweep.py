@@ -126,11 +126,11 @@ def run_sweep(
         for image in r.images[:1]:
             both = sweep.clip is None and sweep.text_encoder
             target = "model & TE" if both else f"model; TE {clip_at(s):g}"
-            cells.append(replace(image, label=f"{name} {s:g} ({target})"))
+            cells.append(replace(image, label=f"{name} {s:g} ({target})", role="cell"))
     first = cells[0]
     grid_path = first.path.with_name(f"{first.path.stem}-grid.png")
     grid_png([(c.path, c.label) for c in cells], grid_path, first.infotext)
-    grid = GeneratedImage(grid_path, first.parameters, first.infotext, f"{name} sweep")
+    grid = GeneratedImage(grid_path, first.parameters, first.infotext, f"{name} sweep", role="grid")
     steps = [r.seconds_per_step for r in results]
     seconds = {k: sum(r.seconds.get(k, 0.0) for r in results) for k in results[0].seconds}
     return GenerateResult(

@@ -178,7 +178,7 @@ def _refiner(
         state.refiner = None
     if use is None:
         return None
-    refiner = _loaded_refiner(state, use, parts.family, hooks)
+    refiner = _loaded_refiner(state, use, parts.family, hooks, session.next_generation)
     by_phase = _refiner_phases(session, refiner, parts)
     words = {"refine_encode": ("refine encode", "the refiner's CLIP-G encodes the prompts"),
              "refine": ("refine", "the refiner finishes the steps after the switch")}  # fmt: skip
@@ -199,7 +199,7 @@ def _refiner(
 
     nets = refiner_networks(refiner, pipeline.nets)
     rpipe = Pipeline(nets, pipeline.compute, clip_tokenizer=pipeline._clip_tok, cache=pipeline.cache)
-    rhooks = refiner_hooks(hooks, place, tuple(id(m) for m in by_phase["refine_encode"]))
+    rhooks = refiner_hooks(hooks, place, ("refiner", refiner.generation))
     switch = use.switch_step(settings.sampling.steps)
 
     def run(
@@ -210,7 +210,9 @@ def _refiner(
     return run
 
 
-def _loaded_refiner(state: WorkflowState, use: RefinerUse, family: str, hooks: Hooks) -> LoadedRefiner:
+def _loaded_refiner(
+    state: WorkflowState, use: RefinerUse, family: str, hooks: Hooks, generation: Callable[[], int]
+) -> LoadedRefiner:
     """The refiner the settings name, loaded once per session; refused after a non-SDXL model."""
     if family not in BASES:
         raise ModelMismatchError(
@@ -220,7 +222,7 @@ def _loaded_refiner(state: WorkflowState, use: RefinerUse, family: str, hooks: H
             code="wrong_refiner",
         )
     if state.refiner is None:
-        state.refiner = load_refiner(Path(use.path).resolve(), hooks.check)
+        state.refiner = load_refiner(Path(use.path).resolve(), hooks.check, generation())
     return state.refiner
 
 

@@ -15,6 +15,8 @@ A step's activation peak (weights and inputs excluded) is, per network family,
   flash/efficient) are linear in T and have ``per_score = 0``.
 * ``constant``: what does not grow with the image (the text tokens' stream in Flux, embeddings).
 
+Each architecture package gives its networks' models (``core/archs/<arch>/net.py``: a
+:class:`~core.archs.memory.Profile` and its :class:`~core.archs.memory.Coefficients`).
 The coefficients in :data:`COEFFICIENTS` are least-squares fits to measurements by
 ``bench/inference_memory.py`` (``core.memory.tracking.ActivationTracker``: peak bytes of live
 activation tensors during one forward), see docs/benchmarks.md for the runs and their errors.
@@ -23,11 +25,14 @@ Every function here is pure: planning, the run report and the window's fit estim
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Literal
 
-from core.archs.nextdit.net import MEMORY as NEXTDIT_MEMORY
+from torch import nn
+
+from core.archs.catalog import NETS
+from core.archs.memory import Coefficients, MemoryModel, Profile
 from core.detect.catalog import memory_profile
 from core.units import mib_or_gib
 
@@ -52,89 +57,22 @@ class Workload:
             raise ValueError(f"unknown attention kind {self.attention!r}: one of {ATTENTION_KINDS}")
 
 
-@dataclass(frozen=True)
-class Profile:
-    """How a network family turns a workload into N and T (see the module docstring)."""
-
-    name: str
-    latent_stride: int  # pixels per position N (8: the VAE; 16: VAE and 2x2 patches)
-    attention_stride: int  # pixels per token of the largest self-attention
-    text_tokens: int  # tokens attended together with the image (joint attention), else 0
-    heads: int  # heads of the largest self-attention
-    native: int  # the family's usual square size, for estimates without a workload
-    width: int  # the channel width the coefficients were measured at (UNet model_channels, hidden)
-
-    def positions(self, width: int, height: int) -> int:
-        return (width // self.latent_stride) * (height // self.latent_stride)
-
-    def attention_tokens(self, width: int, height: int) -> int:
-        return (width // self.attention_stride) * (height // self.attention_stride) + self.text_tokens
+def _collect() -> dict[str, MemoryModel]:
+    """Every architecture package's memory models by profile name (a family record names one); two
+    networks may share one (Chroma uses Flux's), never give two under one name."""
+    found: dict[str, MemoryModel] = {}
+    for net in NETS:
+        for name, model in net.memory.items():
+            if found.setdefault(name, model) != model:
+                raise ValueError(f"the memory profile {name!r} is given twice, differently")
+    return found
 
 
-@dataclass(frozen=True)
-class Coefficients:
-    per_position: float  # bytes per element-byte per position
-    constant: float
-    per_score: float = 0.0
-    measured: str = ""  # how and where, or "unmeasured: ..." when taken from a sibling kind
-    #: (per_position, constant) of a second place the peak can be, for a network whose peak moves
-    #: with the image size (PixArt's cross-attention below ~150 px); the larger of the two counts
-    other_peak: tuple[float, float] | None = None
-
-    def per_sample(self, positions: int) -> float:
-        """The linear part (no score term): bytes per element-byte of one sample."""
-        main = self.per_position * positions + self.constant
-        if self.other_peak is None:
-            return main
-        return max(main, self.other_peak[0] * positions + self.other_peak[1])
-
-
-#: memory models an architecture package keeps (core.archs), read into this module's records
-_PACKAGE_MODELS = NEXTDIT_MEMORY
-
-PROFILES = MappingProxyType(
-    {
-        "sd1": Profile("SD1.x UNet", 8, 8, 0, 8, 512, 320),
-        "sdxl": Profile("SDXL UNet", 8, 16, 0, 10, 1024, 320),
-        "flux": Profile("Flux transformer", 16, 16, 512, 24, 1024, 3072),
-        # PixArt attends to its T5 tokens in a separate cross-attention: no joint text tokens
-        "pixart": Profile("PixArt transformer", 16, 16, 0, 16, 1024, 1152),
-    }
-    | {name: Profile(**asdict(m.profile)) for name, m in _PACKAGE_MODELS.items()}
+_MODELS = _collect()
+PROFILES: MappingProxyType[str, Profile] = MappingProxyType({n: m.profile for n, m in _MODELS.items()})
+COEFFICIENTS: MappingProxyType[tuple[str, str], Coefficients] = MappingProxyType(
+    {(n, kind): c for n, m in _MODELS.items() for kind, c in m.coefficients.items()}
 )
-
-_CPU = "ActivationTracker, torch 2.13 CPU, fp32, batch 1, one forward at {}"
-_FROM_CPU = "unmeasured here (no GPU): the CPU flash fit; CUDA flash/efficient keep the same tensors"
-
-_PIXART_D, _PIXART_L = 1152, 300  # every released PixArt's width; the T5 tokens it is trained at
-
-
-#: (profile, attention kind) -> coefficients fitted by ``bench/inference_memory.py --fit``.
-_TABLE = {
-    ("sd1", "cpu_flash"): Coefficients(8000.0, 1281.0, measured=_CPU.format("128/192/256 px")),
-    ("sdxl", "cpu_flash"): Coefficients(4880.0, 1281.0, measured=_CPU.format("128/192/256 px")),
-    # Flux: 64,700 per token of the joint sequence, image (N) and text (512) alike: c = 64,700 * 512
-    ("flux", "cpu_flash"): Coefficients(64700.0, 33_126_400.0, measured=_CPU.format("64/128 px")),
-    # PixArt: derived from its shapes (D wide, L T5 tokens, N image tokens) and measured exactly by
-    # the tracker at 64..1024 px (docs/benchmarks.md). The peak is in the MLP: 11 D per token (fc1's
-    # and the GELU's 4 D each, the MLP's input, the block's input and its residual) plus the
-    # projected caption (L D), the timestep's t, t6 and a block's six modulations (13 D) and the
-    # scalar timestep (counted as a 14th row); below ~150 px it is the cross-attention's: 4 D per
-    # token plus the caption, its keys and values (3 L D) and the same 14 rows.
-    ("pixart", "cpu_flash"): Coefficients(
-        11 * _PIXART_D,
-        (_PIXART_L + 14) * _PIXART_D,
-        measured=_CPU.format("64..1024 px"),
-        other_peak=(4 * _PIXART_D, (3 * _PIXART_L + 14) * _PIXART_D),
-    ),
-}
-_TABLE |= {(p, "cuda_flash"): replace(c, measured=_FROM_CPU) for (p, _), c in list(_TABLE.items())}
-_TABLE |= {
-    (name, kind): Coefficients(**asdict(c))
-    for name, m in _PACKAGE_MODELS.items()
-    for kind, c in m.coefficients.items()
-}
-COEFFICIENTS: MappingProxyType[tuple[str, str], Coefficients] = MappingProxyType(_TABLE)
 
 
 def has_coefficients(profile: str, attention: str) -> bool:
@@ -168,9 +106,10 @@ def network_profile(family: str | None, model: object) -> tuple[str | None, int 
     profile = memory_profile(family)
     if profile is None:
         return None, None
-    config = getattr(getattr(model, "model", model), "config", None)
-    width = getattr(config, "model_channels", None) or getattr(config, "hidden_size", None)
-    return profile, width if isinstance(width, int) else None
+    module = getattr(model, "model", model)
+    config = getattr(module, "config", None)
+    net = next((n for n in NETS if isinstance(module, nn.Module) and n.owns(module)), None)
+    return profile, net.width(config) if net is not None and config is not None else None
 
 
 #: The profile assumed for a family without a measured model: the largest activations measured

@@ -6,9 +6,8 @@ transformers' layout for CLIP and T5. Adapter files name the same layers in seve
 :class:`KeyIndex` answers all of them from one table of dotted module paths:
 
 - the module's own paths (``input_blocks.4.1.transformer_blocks.0.attn2.to_k``);
-- for the UNet, diffusers paths (``down_blocks.1.attentions.0.transformer_blocks.0.attn2.to_k``),
-  from :func:`~core.loading.convert.unet_diffusers.unet_original_key_map`;
-- for MMDiT, Flux, Chroma and PixArt, diffusers paths, from the ``KeyMapping`` tables. Where the
+- for a diffusion network, the names its architecture package gives in ``adapter_keys``
+  (diffusers paths: ``down_blocks.1.attentions.0.transformer_blocks.0.attn2.to_k``). Where the
   original fuses several diffusers weights (``qkv`` = to_q, to_k, to_v; PixArt's ``kv_linear`` =
   to_k, to_v; Flux single blocks' ``linear1`` = to_q, to_k, to_v, proj_mlp) each diffusers path
   lands on a slice ``(0, start, length)`` of the fused weight;
@@ -25,21 +24,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from core.archs.nextdit.net import NET as NEXTDIT
-from core.loading.convert.dit_diffusers import (
-    KeyMapping,
-    chroma_key_map,
-    flux_key_map,
-    pixart_key_map,
-    sd3_key_map,
-)
-from core.loading.convert.unet_diffusers import unet_original_key_map
-from core.models.chroma import ChromaConfig
-from core.models.flux import FluxConfig
-from core.models.mmdit import MMDiTConfig
-from core.models.nextdit import NextDiTConfig
-from core.models.pixart import PixArtConfig
-from core.models.unet_config import UNetConfig
+from core.archs.catalog import NETS
+from core.archs.keymaps import KeyMapping
+from core.detect.catalog import REGISTRY
 
 #: ``(dim, start, length)``: the part of a fused weight one adapter module patches.
 Offset = tuple[int, int, int]
@@ -120,14 +107,6 @@ def _own_paths(component: str, shapes: Mapping[str, Shape]) -> dict[str, Target]
     return out
 
 
-def _unet_paths(component: str, shapes: Mapping[str, Shape], config: UNetConfig) -> dict[str, Target]:
-    out: dict[str, Target] = {}
-    for diffusers, original in unet_original_key_map(config).items():
-        if diffusers.endswith(".weight") and original in shapes:
-            out[diffusers.removesuffix(".weight")] = Target(component, original)
-    return out
-
-
 def _part_sizes(parts: tuple[str, ...], shape: Shape) -> list[int] | None:
     """Rows of the fused weight each diffusers part fills (q, k, v: ``hidden`` rows each; with
     grouped kv heads q ``hidden`` rows and k, v half the rest each)."""
@@ -171,22 +150,16 @@ def _mapped_paths(
     return out
 
 
-def _diffusers_paths(component: str, shapes: Mapping[str, Shape], config: Any) -> dict[str, Target]:
-    if isinstance(config, UNetConfig):
-        return _unet_paths(component, shapes, config)
-    if isinstance(config, MMDiTConfig):
-        return _mapped_paths(component, shapes, sd3_key_map(config))
-    if isinstance(config, FluxConfig):
-        return _mapped_paths(component, shapes, flux_key_map(config))
-    if isinstance(config, ChromaConfig):
-        return _mapped_paths(component, shapes, chroma_key_map(config))
-    if isinstance(config, PixArtConfig):
-        return _mapped_paths(
-            component, shapes, pixart_key_map(config.depth, micro_condition=config.micro_condition)
-        )
-    if isinstance(config, NextDiTConfig):
-        return _mapped_paths(component, shapes, NEXTDIT.adapter_keys(config))
-    return {}  # text encoders: adapter files use the module's own (transformers) names
+def _diffusers_paths(
+    component: str, shapes: Mapping[str, Shape], family: str, config: Any
+) -> dict[str, Target]:
+    """The other names adapter files give a diffusion network's weights (its package's
+    ``adapter_keys``); text encoders: adapter files use the module's own (transformers) names."""
+    fam = REGISTRY.get(family)
+    net_id = fam.diffusion.network if fam is not None and fam.diffusion is not None else None
+    if config is None or net_id is None or net_id not in NETS:
+        return {}
+    return _mapped_paths(component, shapes, NETS[net_id].adapter_keys(config))
 
 
 def _flatten(paths: Mapping[str, Target]) -> dict[str, Target]:
@@ -209,6 +182,7 @@ def model_key_index(
     name = component or component_name(role, family)
     shapes = {k: tuple(v) for k, v in module_keys.items()}
     paths = _own_paths(name, shapes)
-    for path, target in _diffusers_paths(name, shapes, config).items():
+    extra = _diffusers_paths(name, shapes, family, config) if role == DIFFUSION else {}
+    for path, target in extra.items():
         paths.setdefault(path, target)
     return KeyIndex(name, role, family, shapes, paths, _flatten(paths))

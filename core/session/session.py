@@ -18,6 +18,7 @@ the same ``placement.place`` before running it.
 
 from __future__ import annotations
 
+import itertools
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -94,7 +95,12 @@ class Session:
         self.loaded: dict[SlotId, LoadedModel] = {}
         self.loras = LoraControl(lambda: self.placement, self._event)
         self.dtype_overrides: Mapping[str, str] = {}  # role -> short dtype name, applied at load
+        self._generations = itertools.count(1)
         self.placement.events.subscribe(self._memory_event)  # shared by every later placement
+
+    def next_generation(self) -> int:
+        """A number no earlier load of this session had (what derived-result caches are keyed by)."""
+        return next(self._generations)
 
     @property
     def interrupt(self) -> threading.Event:
@@ -148,7 +154,9 @@ class Session:
         previous = self.loaded.get(slot)
         if previous is not None:
             self._release(previous)
-        loaded = LoadedModel(slot, path, load_kind, components, seconds, dtype_choice=choice)
+        loaded = LoadedModel(
+            slot, path, load_kind, components, seconds, dtype_choice=choice, generation=self.next_generation()
+        )
         self.loaded[slot] = loaded
         stack = None
         if slot == SlotId.MAIN:

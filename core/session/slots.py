@@ -113,6 +113,9 @@ class LoadedModel:
     #: the diffusion model's dtype decision, made where the settings asked for a compute dtype
     #: (fp8 matmul); generation runs its activations in ``activation_dtype``
     dtype_choice: DtypeChoice | None = None
+    #: which load this is in its session (1, 2, ...: never reused, unlike ``id()`` of a freed
+    #: module): what caches of derived results (conditionings, previews) are keyed by
+    generation: int = 0
 
     @property
     def family(self) -> str | None:

@@ -18,11 +18,11 @@ from typing import Any
 import torch
 from torch import nn
 
+from core.archs.catalog import net_of
 from core.errors import LoadoutError
 from core.memory.peak import median_step_seconds
-from core.models.kinds import network_kind
 from core.sampling.conditioning import Conditioning
-from core.sampling.network import CONVENTIONS, NetworkAdapter
+from core.sampling.network import NetworkAdapter
 
 
 @dataclass(frozen=True)
@@ -75,30 +75,23 @@ class RunResult:
 
 
 class _Inputs:
-    """Everything but the evolving latent, drawn once from the seed; each step calls the network
-    through its calling convention (:class:`~core.sampling.network.NetworkAdapter`)."""
+    """Everything but the evolving latent, drawn once from the seed (the network's package draws its
+    own stand-ins first, then the noise and any extra input channels are drawn); each step calls the
+    network through the :class:`~core.sampling.network.NetworkAdapter`."""
 
     def __init__(self, model: nn.Module, cfg: RunConfig) -> None:
-        self.kind = network_kind(model, action="drive a test run with")
-        self.convention = CONVENTIONS[self.kind]
+        self.net = net_of(model, action="drive a test run with")
+        self.kind = self.net.id
+        self.convention = self.net.calling
         g = torch.Generator().manual_seed(cfg.seed)
         b, h, w = cfg.batch, cfg.height // 8, cfg.width // 8
         c: Any = getattr(model, "config")  # noqa: B009 - every network keeps its config
-        tokens = self.convention.text_tokens
-        self.guidance: torch.Tensor | None = None
-        if not self.convention.packed:
-            self.state_channels, in_channels = c.out_channels, c.in_channels
-            self.context = torch.randn(b, tokens, c.context_dim, generator=g) if c.context_dim else None
-            adm = getattr(c, "adm_in_channels", None)  # PixArt has no pooled vector
-            self.y = torch.randn(b, adm, generator=g) if adm else None
-        else:
-            self.state_channels, in_channels = c.out_channels // 4, c.in_channels // 4
-            self.context = torch.randn(b, tokens, c.context_in_dim, generator=g)
-            self.y = torch.randn(b, c.vec_in_dim, generator=g) if self.kind == "flux" else None
-            if getattr(c, "guidance_embed", True):  # Flux-dev's, and Chroma's guidance input
-                self.guidance = torch.full((b,), 3.5)
+        stand_in = self.net.stand_in(c, b, g)
+        self.state_channels = stand_in.state_channels
+        self.context, self.y = stand_in.context, stand_in.pooled
+        self.guidance, self.mask = stand_in.guidance, stand_in.mask
         self.noise = torch.randn(b, self.state_channels, h, w, generator=g)
-        extra = in_channels - self.state_channels  # inpaint / fill / ip2p conditioning channels
+        extra = stand_in.in_channels - self.state_channels  # inpaint / fill / ip2p conditioning channels
         self.extra = torch.randn(b, extra, h, w, generator=g) if extra > 0 else None
 
     def to(self, device: str, dtype: torch.dtype) -> None:
@@ -114,7 +107,7 @@ class _Inputs:
     def conditioning(self, x: torch.Tensor) -> Conditioning:
         # a UNet without cross-attention never reads its context: an empty one stands in
         context = self.context if self.context is not None else x.new_zeros(x.shape[0], 0, 1)
-        return Conditioning(context, self.y, self.guidance)
+        return Conditioning(context, self.y, self.guidance, self.mask)
 
     def timestep(self, x: torch.Tensor, sigma: float) -> torch.Tensor:
         t = sigma * self.convention.unit_timestep

@@ -1,7 +1,9 @@
-"""The PixArt package (PixArt-α, PixArt-Σ): the network (:mod:`.net`), its diffusers key map
-(:mod:`.keys`) and the ``pixart_t5`` prompt encoding (:mod:`.text`)."""
+"""The PixArt package (PixArt-α, PixArt-Σ): the network (:mod:`.net`) and its diffusers key map
+(:mod:`.keys`). Its prompts are encoded with ``pixart_t5`` (``core/archs/t5_text``, shared with
+Chroma)."""
 
 from core.archs.pixart.net import NET
-from core.archs.pixart.text import CONVENTIONS
+
+CONVENTIONS = ()
 
 __all__ = ["CONVENTIONS", "NET"]

@@ -17,7 +17,10 @@ Interface (for a family package, e.g. Z-Image / Lumina 2)::
 ``Z_IMAGE_TOWER`` / ``LUMINA2_TOWER`` are the :class:`~core.archs.protocols.TowerSpec` s a
 convention names (``options`` is the :class:`LlmTowerSpec`: template, layer -2, weights, start/pad,
 tokenizer). ``LlmTower(model, tokenizer, spec, compute_dtype=torch.float32, device=...)`` builds one
-on a placed model. The network (``core.models.llm``) is placed by the memory manager like any model.
+on a placed model; a convention's ``PromptEncoder`` builds it from the TowerSpec (tower kind
+"llm", core/text/towers.py), given ``llm_tokenizers={"gemma2-2b": tokenizer_for(spec, path)}``
+for Gemma. Activation bytes for placement: ``core.archs.llm.memory.activation_bytes(config, T)``. The
+network (``core.models.llm``) is placed by the memory manager like any model.
 """
 
 from core.text.llm.encode import LlmTower, row_mask

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import torch
 
 from core.archs.protocols import TowerOutput
+from core.errors import ModelMismatchError
 from core.models.llm import LlmTextModel
 from core.text.chunking import ChunkSpec, TokenizedPrompt, tokenize_weighted
 from core.text.llm.families import LlmTowerSpec
@@ -74,6 +75,13 @@ class LlmTower:
     def run(self, batch: list[list[int]]) -> torch.Tensor:
         """Hidden states (B, L, D) float32 of equally long rows, each masked by :func:`row_mask`."""
         ids = torch.tensor(batch, dtype=torch.long)
+        vocab = self.model.config.vocab_size
+        if ids.numel() and int(ids.max()) >= vocab:
+            raise ModelMismatchError(
+                f"The prompt's token {int(ids.max())} is past this text encoder's {vocab}-token vocabulary",
+                why=f"the family's tokenizer ({self.spec.tokenizer}) is not this encoder's",
+                fix="load the text encoder the model family names (Z-Image: Qwen3 4B; Lumina 2: Gemma 2 2B)",
+            )
         mask = torch.tensor([row_mask(r, self.spec.pad) for r in batch], dtype=torch.long)
         taps = self.spec.stack or (self.spec.layer,)
         device = self.device or next(iter(self.model.parameters())).device
@@ -82,7 +90,10 @@ class LlmTower:
         return torch.cat(states, dim=-1).float() if len(states) > 1 else states[0].float()
 
     def encode(self, prompt: str) -> TowerOutput:
-        tokens = self.tokenize(prompt)
+        return self.encode_tokens(self.tokenize(prompt))
+
+    def encode_tokens(self, tokens: TokenizedPrompt) -> TowerOutput:
+        """The tower's output for a prompt :meth:`tokenize` gave."""
         (ids,) = tokens.ids()  # one window: LLM prompts are never split
         batch = [ids] + ([self.empty(len(ids))] if tokens.has_weights else [])
         hidden = self.run(batch)

@@ -9,6 +9,7 @@ from typing import Protocol
 
 from core.files.safetensors import SafetensorsFile
 from core.text.llm.families import LlmTowerSpec
+from core.text.llm.gguf_vocab import gguf_spm_model
 from core.text.llm.qwen_bpe import qwen_tokenizer
 from core.text.llm.spm import SPIECE_KEY, SentencePieceMissing, SpmTokenizer, spiece_bytes
 
@@ -27,7 +28,7 @@ def spiece_from_file(path: str | os.PathLike[str]) -> bytes:
         raise SentencePieceMissing(
             f"{p.name} does not carry its SentencePiece tokenizer",
             why=f"Gemma's tokenizer is read from the file's {SPIECE_KEY} tensor (Comfy-Org's files have it)",
-            fix="use Comfy-Org's gemma_2_2b.safetensors, or a file that holds spiece_model",
+            fix="use Comfy-Org's gemma_2_2b.safetensors, or put the model's tokenizer.model beside the file",
         )
     return spiece_bytes(sf.tensor(SPIECE_KEY))
 
@@ -42,4 +43,9 @@ def tokenizer_for(spec: LlmTowerSpec, path: str | os.PathLike[str] | None) -> Ll
             why="no file was given",
             fix="load the encoder from its file",
         )
+    if Path(path).suffix.lower() == ".gguf":
+        return SpmTokenizer(gguf_spm_model(path), spec.special)
+    beside = Path(path).with_name("tokenizer.model")  # a Hugging Face folder's own file
+    if SPIECE_KEY not in set(SafetensorsFile(Path(path)).keys()) and beside.is_file():
+        return SpmTokenizer(beside.read_bytes(), spec.special)
     return SpmTokenizer(spiece_from_file(path), spec.special)

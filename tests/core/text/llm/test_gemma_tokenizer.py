@@ -3,7 +3,9 @@ transformers' GemmaTokenizer built from the same model, on the prompt set."""
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
+from types import MappingProxyType
 
 import pytest
 import torch
@@ -52,3 +54,41 @@ def test_a_file_without_the_model_is_refused_in_words(tmp_path: Path) -> None:
         spiece_from_file(path)
     with pytest.raises(SentencePieceMissing, match="not bytes"):
         spiece_bytes(torch.ones(3))
+
+
+def test_a_gemma_gguf_tokenizes_from_its_own_vocabulary(tmp_path: Path) -> None:
+    """The pieces, scores and types llama.cpp copies into ``tokenizer.ggml.*`` make the same
+    tokenizer again (no spiece_model tensor in a GGUF)."""
+    import gguf
+    import numpy as np
+    import sentencepiece
+
+    from core.text.llm import LUMINA2_GEMMA2, tokenizer_for
+
+    sp = sentencepiece.SentencePieceProcessor(model_proto=gemma_like_spm())
+    n = sp.get_piece_size()
+    writer = gguf.GGUFWriter(tmp_path / "gemma.gguf", "gemma2")
+    writer.add_tokenizer_model("llama")
+    writer.add_token_list([sp.id_to_piece(i) for i in range(n)])
+    writer.add_token_scores([sp.get_score(i) for i in range(n)])
+    kinds = [
+        2 if sp.is_unknown(i) else 3 if sp.is_control(i) else 6 if sp.is_byte(i) else 1 for i in range(n)
+    ]
+    kinds[sp.piece_to_id("<end_of_turn>")] = kinds[sp.piece_to_id("<start_of_turn>")] = 4
+    writer.add_token_types(kinds)
+    writer.add_bos_token_id(2)
+    writer.add_eos_token_id(1)
+    writer.add_pad_token_id(0)
+    writer.add_unk_token_id(3)
+    writer.add_add_space_prefix(False)
+    writer.add_tensor("token_embd.weight", np.zeros((n, 8), dtype=np.float32))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    eot = {"<end_of_turn>": sp.piece_to_id("<end_of_turn>")}  # Gemma's is 107; this model's own
+    ours = tokenizer_for(
+        dataclasses.replace(LUMINA2_GEMMA2, special=MappingProxyType(eot)), tmp_path / "gemma.gguf"
+    )
+    for prompt in PROMPTS:
+        assert ours.encode(prompt) == list(sp.encode(prompt)), prompt

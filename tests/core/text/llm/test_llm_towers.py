@@ -76,3 +76,51 @@ def test_lumina2_weights_against_the_empty_prompt_as_comfyui() -> None:
     expected = torch.where(w != 1.0, (h[:1] - h[1:]) * w + h[1:], h[:1])
     torch.testing.assert_close(out.hidden, expected, rtol=1e-5, atol=1e-5)
     assert not torch.allclose(out.hidden, h[:1])  # the weight changed the cat's positions
+
+
+def test_an_encoder_of_another_family_is_refused_in_words() -> None:
+    """Qwen's template ids on a Gemma-sized vocabulary: a clear refusal, not an index error."""
+    from core.errors import ModelMismatchError
+    from tests.fixtures.llm_files import model_from, random_state, small_config
+
+    cfg = small_config("gemma2-2b")  # 512 tokens: Qwen's <|im_start|> (151644) is past it
+    tower = LlmTower(model_from(cfg, random_state(cfg)), qwen_tokenizer(), Z_IMAGE_QWEN3)
+    with pytest.raises(ModelMismatchError, match="vocabulary"):
+        tower.encode("a cat")
+
+
+def test_a_gemma_file_without_spiece_model_reads_the_tokenizer_model_beside_it(tmp_path: object) -> None:
+    from pathlib import Path
+
+    from safetensors.torch import save_file
+
+    from core.text.llm import tokenizer_for
+
+    folder = Path(str(tmp_path))
+    save_file({"model.norm.weight": torch.ones(4)}, str(folder / "model.safetensors"))
+    (folder / "tokenizer.model").write_bytes(gemma_like_spm())
+    tok = tokenizer_for(LUMINA2_GEMMA2, folder / "model.safetensors")
+    assert tok.encode("a cat") == SpmTokenizer(gemma_like_spm()).encode("a cat")
+
+
+def test_conventions_build_llm_towers_by_kind() -> None:
+    """A convention's TowerSpec of kind "llm" builds the LLM tower (core.text.towers); Gemma's needs
+    the tokenizer read from its file, and says so without one."""
+    from core.errors import LoadoutError
+    from core.text.llm import LUMINA2_TOWER, Z_IMAGE_TOWER
+    from core.text.towers import TowerContext, build_tower
+    from tests.fixtures.llm_files import model_from, random_state, small_config
+
+    ctx = TowerContext("z_image", None, None, None, torch.float32, None)
+    qwen = small_config("qwen3-4b")
+    tower = build_tower(Z_IMAGE_TOWER, model_from(qwen, random_state(qwen)), ctx)
+    assert isinstance(tower, LlmTower) and tower.spec is Z_IMAGE_TOWER.options
+    gemma = dataclasses.replace(small_config("gemma2-2b"), vocab_size=700)  # the test model's 700 pieces
+    module = model_from(gemma, random_state(gemma))
+    with pytest.raises(LoadoutError, match="SentencePiece"):
+        build_tower(LUMINA2_TOWER, module, ctx)
+    tok = SpmTokenizer(gemma_like_spm())
+    with_tok = TowerContext("lumina2", None, None, None, torch.float32, None, {"gemma2-2b": tok})
+    built = build_tower(LUMINA2_TOWER, module, with_tok)
+    assert isinstance(built, LlmTower) and built.tokenizer is tok
+    assert built.encode("a cat").hidden.shape[-1] == gemma.hidden_size
