@@ -2,15 +2,15 @@
 ``text_encoders/lumina2`` do them: one decoder-LLM tower each (Qwen3-4B in its chat template;
 Gemma-2-2B after Lumina 2's system prompt), the penultimate hidden state unpadded as the
 context, its mask, no pooled vector. The towers' facts (template, layer, tokenizer, padding) are
-the text layer's records (``core.text.llm.families``)."""
+the records of ``core.archs.llm.towers``."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 
+from core.archs.llm.towers import LUMINA2_TOWER, Z_IMAGE_TOWER
 from core.archs.protocols import TextConvention, TextOutput, TowerOutput
 from core.archs.text_base import Convention
-from core.text.llm.families import LUMINA2_TOWER, Z_IMAGE_TOWER
 
 
 def _llm(outputs: Mapping[str, TowerOutput]) -> TextOutput:
