@@ -29,6 +29,7 @@ __all__ = [
 ]
 
 
+
 def __getattr__(name: str) -> Architecture:
     """``UNET``, ``FLUX``, ``VAE`` ...: a network's (or the KL-VAE codec's) architecture by the
     upper-case name older callers import (new code asks ``NETS[id].architecture``)."""
@@ -38,7 +39,6 @@ def __getattr__(name: str) -> Architecture:
     if name == "VAE":
         return CODECS["kl-vae"].architecture
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
 
 # --- Text encoders --------------------------------------------------------------------------------
 _CLIP_LAYERS = {"clip-l": 12, "clip-h": 24, "clip-g": 32}
