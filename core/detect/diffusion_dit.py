@@ -108,41 +108,62 @@ def classify_cascade(view: KeyView) -> list[Match]:
 
 
 # -- Lumina 2 / Z-Image -------------------------------------------------------------------------------
-LUMINA_DIMS = {2304: "lumina2", 3840: "z-image"}
+#: each Next-DiT form's released width (detection goes by the form, read from the modulation layers)
+LUMINA_DIMS = {"lumina2": 2304, "z-image": 3840}
+#: (layout, caption embedder, patch embedder, a block's query weight, a q/k norm) per key scheme
+_LUMINA_LAYOUTS = (
+    ("original", "cap_embedder.1.weight", "x_embedder.weight", "attention.qkv.weight", "attention.k_norm"),
+    (
+        "diffusers",
+        "cap_embedder.1.weight",
+        "all_x_embedder.2-1.weight",
+        "attention.to_q.weight",
+        "attention.norm_k",
+    ),
+    (
+        "diffusers",
+        "time_caption_embed.caption_embedder.1.weight",
+        "x_embedder.weight",
+        "attn.to_q.weight",
+        "attn.norm_k",
+    ),
+)
 
 
 def classify_lumina2(view: KeyView) -> list[Match]:
-    if "cap_embedder.1.weight" in view and "noise_refiner.0.attention.k_norm.weight" in view:
-        layout, cap, x, qkv = "original", "cap_embedder.1.weight", "x_embedder.weight", "attention.qkv.weight"
-        head_key = "noise_refiner.0.attention.k_norm.weight"
-    elif (
-        "time_caption_embed.caption_embedder.1.weight" in view
-        and "noise_refiner.0.attn.norm_k.weight" in view
-    ):
-        layout, cap, x, qkv = (
-            "diffusers",
-            "time_caption_embed.caption_embedder.1.weight",
-            "x_embedder.weight",
-            "attn.to_q.weight",
-        )
-        head_key = "noise_refiner.0.attn.norm_k.weight"
-    else:
+    """Lumina 2 and Z-Image (one network, Next-DiT, in two forms): Z-Image's blocks project the
+    timestep without a SiLU (``adaLN_modulation.0``; Lumina 2's ``adaLN_modulation.1``, diffusers'
+    ``norm1.linear``), which tells them apart at any width."""
+    found = next(
+        (
+            row
+            for row in _LUMINA_LAYOUTS
+            if all(
+                k in view for k in (row[1], row[2], f"noise_refiner.0.{row[4]}.weight", f"layers.0.{row[3]}")
+            )
+        ),
+        None,
+    )
+    if found is None:
         return []
+    layout, cap, x, qkv, norm = found
+    head_key = f"noise_refiner.0.{norm}.weight"
     w = view.shape(cap) or (0, 0)
     head_dim = view.dim(head_key, 0)
+    family = "z-image" if "layers.0.adaLN_modulation.0.weight" in view else "lumina2"
     fields = {
         "dim": w[0],
         "cap_feat_dim": w[1],
         "head_dim": head_dim,
         "n_heads": w[0] // head_dim if head_dim else None,
-        "n_layers": count_numbered(view, "layers.", (qkv, "attention_norm1.weight")),
+        "n_layers": count_numbered(view, "layers.", (qkv, "attention_norm1.weight", "norm1.norm.weight")),
         "n_refiner_layers": count_numbered(view, "noise_refiner.", (qkv,)),
         "in_channels": (view.dim(x, 1) or 0) // 4,
         "patch_size": 2,
+        "pad_tokens": "cap_pad_token" in view,
     }
-    family = LUMINA_DIMS.get(w[0], "lumina2")
-    warnings = [] if w[0] in LUMINA_DIMS else [f"unusual Lumina 2 width {w[0]}"]
-    probes = (f"layers.0.{qkv}", "layers.0.feed_forward.w1.weight")
+    warnings = [] if w[0] == LUMINA_DIMS[family] else [f"unusual {family} width {w[0]}"]
+    probes = (f"layers.0.{qkv}", "layers.0.feed_forward.w1.weight", "layers.0.feed_forward.linear_1.weight")
     return [finish(view, family, layout=layout, probes=probes, fields=fields, warnings=warnings)]
 
 

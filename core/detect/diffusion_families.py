@@ -198,11 +198,6 @@ DETECTED_FAMILIES = (
         "stable-cascade-c", "Stable Cascade stage C", classify_cascade, 16, signature=_CLF, fp16_unsafe=True
     ),
     diffusion("stable-cascade-b", "Stable Cascade stage B", classify_cascade, 4, signature=_CLF),
-    diffusion("lumina2", "Lumina Image 2.0", classify_lumina2, 16, fp16_unsafe=True),
-    diffusion(
-        "z-image", "Z-Image", classify_lumina2, 16, notes="Lumina 2 architecture at width 3840",
-        fp16_unsafe=True,
-    ),
     diffusion(
         "hidream", "HiDream-I1", classify_hidream, 16, signature=("caption_projection.0.linear.weight",),
         fp16_unsafe=True,
@@ -238,10 +233,41 @@ PIXART_FAMILIES = (
               lora_group="pixart"),
 )  # fmt: skip
 
+# -- Z-Image and Lumina 2 / NetaYume: Next-DiT (core/archs/nextdit) ----------------------------------
+#: Z-Image (Turbo and Base share the shapes; ComfyUI's ``ZImage``): Qwen3-4B's penultimate hidden
+#: states in its chat template (``z_image``), the Flux VAE and latent format, flow sampling with
+#: shift 3 and ComfyUI's timestep = sigma (multiplier 1). Defaults: ComfyUI's Z-Image Turbo template
+#: (8 steps, CFG 1 so no negative pass, ``res_multistep``, ``simple``); Base wants more steps and CFG.
+Z_IMAGE = DiffusionSpec(
+    network="nextdit", sampling=SamplingSpec(schedule="flow", shift=3.0, multiplier=1.0), text="z_image",
+    text_encoders=("qwen3-4b",), vae="vae-flux", memory_profile="z-image",
+    defaults=GenerationDefaults(
+        cfg=1.0, steps=8, sampler="res_multistep", scheduler="simple", sizes=XL_SIZES
+    ),
+)  # fmt: skip
+#: Lumina Image 2.0 and NetaYume Lumina (ComfyUI's ``Lumina2``): Gemma-2-2B after ComfyUI's system
+#: prompt (``lumina2``), the Flux VAE and latent format, flow sampling with shift 6, timestep = sigma.
+#: Defaults: ComfyUI's Lumina 2 template (25 steps, CFG 4, ``res_multistep``, ``simple``).
+LUMINA2 = DiffusionSpec(
+    network="nextdit", sampling=SamplingSpec(schedule="flow", shift=6.0, multiplier=1.0), text="lumina2",
+    text_encoders=("gemma2-2b",), vae="vae-flux", memory_profile="lumina2",
+    defaults=GenerationDefaults(
+        cfg=4.0, steps=25, sampler="res_multistep", scheduler="simple", sizes=XL_SIZES
+    ),
+)  # fmt: skip
+NEXTDIT_FAMILIES = (
+    diffusion("lumina2", "Lumina Image 2.0", classify_lumina2, 16,
+              notes="NetaYume Lumina has the same shapes", latent_format="flux", spec=LUMINA2,
+              lora_group="lumina2", fp16_unsafe=True),
+    diffusion("z-image", "Z-Image", classify_lumina2, 16,
+              notes="Next-DiT (Lumina 2's network) at width 3840; Turbo and Base have the same shapes",
+              latent_format="flux", spec=Z_IMAGE, lora_group="z-image", fp16_unsafe=True),
+)  # fmt: skip
+
 #: in the order detection has always tried them (ties between equal scores go to the earlier)
 DIFFUSION_FAMILIES: tuple[Family, ...] = (
     *UNET_FAMILIES, *MMDIT_FAMILIES, *FLUX_FAMILIES, *DETECTED_FAMILIES[:2], *PIXART_FAMILIES,
-    *DETECTED_FAMILIES[2:],
+    *DETECTED_FAMILIES[2:4], *NEXTDIT_FAMILIES, *DETECTED_FAMILIES[4:],
 )  # fmt: skip
 
 

@@ -16,6 +16,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
+from core.detect import lora_nextdit
 from core.detect.lora_modules import LoraModule
 
 FLUX_LINE = ("flux-dev", "flux-schnell", "chroma")
@@ -337,6 +338,11 @@ def _text_only(te: Sequence[LoraModule]) -> BaseGuess | None:
     return BaseGuess(family, f"text encoders only, {sorted(widths)} wide", alts)
 
 
+def _next_dit(dm: Sequence[LoraModule]) -> BaseGuess | None:
+    found = lora_nextdit.guess(dm)
+    return None if found is None else BaseGuess(found[0], found[1], (), found[2])
+
+
 _RULES: tuple[Callable[[Sequence[LoraModule]], BaseGuess | None], ...] = (
     _sd3_original,
     _flux_like,
@@ -344,6 +350,7 @@ _RULES: tuple[Callable[[Sequence[LoraModule]], BaseGuess | None], ...] = (
     _pixart_original,
     _wan,
     _auraflow,
+    _next_dit,
 )
 
 

@@ -115,6 +115,7 @@ class GenerationDefaults:
     steps: int | None = None  # the family's usual step count; None: no preference (keep the user's)
     scheduler: str | None = None  # the family's usual scheduler; None: no preference
     guidance: float | None = None  # distilled guidance the user may set (Flux dev); None: none shown
+    sampler: str | None = None  # the family's usual sampler (ComfyUI's name); None: no preference
     sizes: tuple[tuple[int, int], ...] = SD1_SIZES  # trained resolutions, the usual one first
 
 

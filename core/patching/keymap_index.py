@@ -108,10 +108,14 @@ def _own_paths(component: str, shapes: Mapping[str, Shape]) -> dict[str, Target]
 
 
 def _part_sizes(parts: tuple[str, ...], shape: Shape) -> list[int] | None:
-    """Rows of the fused weight each diffusers part fills (q, k, v: ``hidden`` rows each)."""
+    """Rows of the fused weight each diffusers part fills (q, k, v: ``hidden`` rows each; with
+    grouped kv heads q ``hidden`` rows and k, v half the rest each)."""
     if len(shape) < 2:
         return None
     names = [p.removesuffix(".weight").rsplit(".", 1)[-1] for p in parts]
+    if names == ["to_q", "to_k", "to_v"] and shape[0] > shape[1] and (shape[0] - shape[1]) % 2 == 0:
+        kv = (shape[0] - shape[1]) // 2  # grouped kv heads (Lumina 2): k and v narrower than q
+        return [shape[1], kv, kv]
     attention = sum(n in _ATTENTION_PARTS for n in names)
     others = len(names) - attention
     rest = shape[0] - attention * shape[1]

@@ -1,91 +1,33 @@
-"""How each family feeds a prompt through its decoder LLM, as data (ComfyUI's choices, per
-``comfy/text_encoders/{z_image,lumina2,...}.py`` and the Lumina 2 text node; docs/text.md).
+"""The decoder-LLM towers' records, by the import path the text layer uses: they live in
+``core.archs.llm.towers`` (architecture packages name them in their conventions, and a package
+never imports the text layer)."""
 
-A :class:`LlmTowerSpec` is the ``options`` of a :class:`~core.archs.protocols.TowerSpec`: the chat
-template the prompt is put into, which hidden state is the output, whether ``(word:1.2)`` weights
-are read, the start and padding tokens, the tokenizer, and the special tokens matched in the text.
-"""
-
-from __future__ import annotations
-
-from dataclasses import dataclass, field
-from types import MappingProxyType
-from typing import Final, Literal
-
-from core.archs.protocols import TowerSpec
-
-TokenizerKind = Literal["qwen", "spm"]
-
-
-@dataclass(frozen=True)
-class LlmTowerSpec:
-    """One family's use of an LLM encoder.
-
-    ``template``: the text the encoder reads, ``{}`` standing for the prompt. ``layer``: the hidden
-    state taken, counted from the end as ComfyUI's ``layer_idx`` (-2: the second-to-last layer's
-    output, not final-normed). ``weighted``: whether ComfyUI parses prompt weights (off for
-    Z-Image). ``start``: a token put before the text (Gemma's BOS) or None. ``pad``: the padding
-    token: the empty prompt weights are taken against is ``start`` then ``pad``s, and a row's mask
-    ends at its first ``pad`` (ComfyUI's rule). ``special``: text that becomes one token id.
-    ``stack``: several hidden states side by side instead of ``layer`` (FLUX.2's 3 layers)."""
-
-    template: str = "{}"
-    layer: int = -2
-    weighted: bool = True
-    start: int | None = None
-    pad: int = 0
-    tokenizer: TokenizerKind = "qwen"
-    special: MappingProxyType[str, int] = field(default_factory=lambda: MappingProxyType({}))
-    stack: tuple[int, ...] = ()
-    kind: str = "llm"
-
-    def __post_init__(self) -> None:
-        if self.layer >= 0:
-            raise ValueError(f"layer counts from the end (-1 last, -2 penultimate), not {self.layer}")
-        if self.template.count("{}") != 1:
-            raise ValueError(f"a template holds the prompt once as '{{}}': {self.template!r}")
-
-    def text(self, prompt: str) -> str:
-        """The prompt put into the template (braces in the prompt are kept as typed)."""
-        before, _, after = self.template.partition("{}")
-        return before + prompt + after
-
-
-#: Z-Image's chat template (ComfyUI ``ZImageTokenizer.llama_template``)
-Z_IMAGE_TEMPLATE: Final = "<|im_start|>user\n{}<|im_end|>\n<|im_start|>assistant\n"
-#: Lumina 2's system prompts (ComfyUI ``CLIPTextEncodeLumina2``), put before ``<Prompt Start>``
-LUMINA2_SYSTEM_PROMPTS: Final = MappingProxyType(
-    {
-        "superior": "You are an assistant designed to generate superior images with the superior "
-        "degree of image-text alignment based on textual prompts or user prompts.",
-        "alignment": "You are an assistant designed to generate high-quality images with the "
-        "highest degree of image-text alignment based on textual prompts.",
-    }
-)
-QWEN_PAD: Final = 151643  # <|endoftext|>
-GEMMA_BOS, GEMMA_PAD = 2, 0
-
-Z_IMAGE_QWEN3: Final = LlmTowerSpec(
-    Z_IMAGE_TEMPLATE, layer=-2, weighted=False, pad=QWEN_PAD, tokenizer="qwen"
+from core.archs.llm.towers import (
+    GEMMA_BOS,
+    GEMMA_PAD,
+    LUMINA2_GEMMA2,
+    LUMINA2_SYSTEM_PROMPTS,
+    LUMINA2_TOWER,
+    QWEN_PAD,
+    Z_IMAGE_QWEN3,
+    Z_IMAGE_TEMPLATE,
+    Z_IMAGE_TOWER,
+    LlmTowerSpec,
+    TokenizerKind,
+    lumina2_gemma2,
 )
 
-
-def lumina2_gemma2(system_prompt: str = "superior") -> LlmTowerSpec:
-    """Lumina 2's Gemma-2 tower with one of :data:`LUMINA2_SYSTEM_PROMPTS` (ComfyUI's node default:
-    the first, "superior")."""
-    return LlmTowerSpec(
-        LUMINA2_SYSTEM_PROMPTS[system_prompt] + " <Prompt Start> {}",
-        layer=-2,
-        weighted=True,
-        start=GEMMA_BOS,
-        pad=GEMMA_PAD,
-        tokenizer="spm",
-        special=MappingProxyType({"<end_of_turn>": 107}),
-    )
-
-
-LUMINA2_GEMMA2: Final = lumina2_gemma2()
-
-#: the towers the Z-Image and Lumina 2 conventions name (their packages' ``CONVENTIONS``)
-Z_IMAGE_TOWER: Final = TowerSpec("qwen3-4b", "qwen3_4b", "Qwen3 4B", Z_IMAGE_QWEN3)
-LUMINA2_TOWER: Final = TowerSpec("gemma2-2b", "gemma2_2b", "Gemma 2 2B", LUMINA2_GEMMA2)
+__all__ = [
+    "GEMMA_BOS",
+    "GEMMA_PAD",
+    "LUMINA2_GEMMA2",
+    "LUMINA2_SYSTEM_PROMPTS",
+    "LUMINA2_TOWER",
+    "QWEN_PAD",
+    "Z_IMAGE_QWEN3",
+    "Z_IMAGE_TEMPLATE",
+    "Z_IMAGE_TOWER",
+    "LlmTowerSpec",
+    "TokenizerKind",
+    "lumina2_gemma2",
+]

@@ -217,6 +217,11 @@ ORIGINAL_CASES: dict[str, tuple[Callable[[], Shapes], Callable[[], Shapes], Call
         L.lumina2,
         S.convert_lumina2_to_diffusers,
     ),
+    "z-image": (
+        lambda: build(D.ZImageTransformer2DModel),
+        L.z_image,
+        S.convert_z_image_transformer_checkpoint_to_diffusers,
+    ),
     "hidream": (
         lambda: build(D.HiDreamImageTransformer2DModel, **HIDREAM_CONFIG),
         L.hidream,
@@ -318,6 +323,7 @@ DIFFUSERS_MODELS: dict[str, tuple[str, Callable[[], Shapes]]] = {
     "chroma": ("chroma", lambda: build(D.ChromaTransformer2DModel)),
     "auraflow": ("auraflow", lambda: build(D.AuraFlowTransformer2DModel)),
     "lumina2": ("lumina2", lambda: build(D.Lumina2Transformer2DModel, cap_feat_dim=2304)),
+    "z-image": ("z-image", lambda: build(D.ZImageTransformer2DModel)),
     "pixart-alpha": (
         "pixart-alpha",
         lambda: build(

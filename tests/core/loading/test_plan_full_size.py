@@ -27,6 +27,7 @@ from core.models.clip import CLIPTextConfig
 from core.models.flux import FluxConfig
 from core.models.llm import LlmConfig, LlmTextModel
 from core.models.mmdit import MMDiTConfig
+from core.models.nextdit import NextDiTConfig
 from core.models.pixart import PixArtConfig
 from core.models.t5 import T5Config
 from core.models.unet import UNetConfig
@@ -186,6 +187,20 @@ STANDALONE: dict[str, tuple[Callable[[], Layout], str, str, str, Any]] = {
         "pixart-sigma",
         PixArtConfig(caption_tokens=300),
     ),
+    "lumina2": (
+        DIFFUSION_LAYOUTS["lumina2"],
+        "lumina_2_model_bf16.safetensors",
+        "diffusion_model",
+        "lumina2",
+        NextDiTConfig.lumina2(),
+    ),
+    "z-image": (
+        DIFFUSION_LAYOUTS["z-image"],
+        "z_image_turbo_bf16.safetensors",
+        "diffusion_model",
+        "z-image",
+        NextDiTConfig(),
+    ),
     "vae-sd": (lambda: enc.vae_kl(4), "vae-ft-mse.safetensors", "vae", "vae-sd", VAEConfig.sd()),
     "vae-flux": (
         lambda: enc.vae_kl(16, quant_conv=False),
@@ -245,7 +260,7 @@ def test_standalone_full_size_header_passes_check(tmp_path: Path, case: str) -> 
         assert plan.config == preset
 
 
-@pytest.mark.parametrize("family", ["flux-dev", "sd3.5-large"])
+@pytest.mark.parametrize("family", ["flux-dev", "sd3.5-large", "z-image"])
 def test_fp8_storage_passes_check(tmp_path: Path, family: str) -> None:
     """``flux1-dev-fp8``-style files: fp8 matrices, bf16 vectors; planning reads dtypes as they are."""
     path = write_sparse(tmp_path / f"{family}-fp8.safetensors", as_fp8(DIFFUSION_LAYOUTS[family]()))
