@@ -23,6 +23,8 @@ Sections (``--only`` picks some; each is a JSON object with ``status`` passed / 
                    generate``'s code: s/step, seconds to the picture, peak VRAM, in fp16 and bf16
                    fully resident and in fp16 on simulated 4 GiB / 2 GiB cards (``bench/generate.py``).
 * ``plot_vs_smi``  the memory plot's GPU numbers against ``nvidia-smi`` during a load (2 %).
+* ``zimage``       a real-size Z-Image Turbo step (6.15 B, random weights made on the card) at
+                   1024x1024: s/step and the activation peak against its memory profile.
 * ``bench_transfer``, ``bench_lowvram``, ``bench_inference_memory``  the benches (CUDA only), their
                    JSON kept in the report.
 
@@ -255,6 +257,9 @@ SECTIONS = {  # in order of value: with a --budget the later ones are the ones l
     "bench_inference_memory": lambda quick: _bench(
         "bench.inference_memory",
         ["--device", "cuda", "--dtypes", "fp16,bf16", "--sizes", "512,768,1024", "--fit"],
+    ),
+    "zimage": lambda quick: _bench(
+        "bench.zimage", ["--device", "cuda", "--random", "--size", "1024", "--steps", "2" if quick else "4"]
     ),
     "suite": suite,
     "sync_audit": sync_audit,
