@@ -71,4 +71,8 @@ def test_streamed_forwards_are_bitwise_the_resident_ones(
     mover.drop_prefetched()
     del expected, out
     torch.cuda.synchronize()
+    # blocks used on the side stream are freed only when the allocator next processes their events
+    # (the H200's first run read 33 MiB still "allocated" here); empty_cache processes them, and a
+    # tensor still referenced somewhere stays counted: a leak still fails
+    torch.cuda.empty_cache()
     assert torch.cuda.memory_allocated() <= baseline + (1 << 20), "memory did not return to the baseline"
