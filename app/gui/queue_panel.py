@@ -9,6 +9,7 @@ cluster named in Settings. The panel reads the store on a timer; the store is th
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -106,7 +107,8 @@ class QueuePanel(QWidget):
         backend.stack_changed.connect(self._on_stack)
         self.timer = QTimer(self, interval=250)
         self.timer.timeout.connect(self.refresh)
-        self.pause_button.setChecked(store.paused)
+        with contextlib.suppress(LoadoutError):  # a queue file in trouble: refresh says so
+            self.pause_button.setChecked(store.paused)
         self.refresh()
 
     def _build_buttons(self) -> QHBoxLayout:
@@ -241,7 +243,13 @@ class QueuePanel(QWidget):
 
     # -- showing ---------------------------------------------------------------------------------
     def refresh(self) -> None:
-        jobs = self.store.jobs()
+        try:
+            jobs = self.store.jobs()
+            totals = self.store.totals()
+        except LoadoutError as exc:  # the queue file held elsewhere, a full disk: said, tried again later
+            self.timer.stop()
+            self.error.emit(exc)
+            return
         selected = self.jobs.currentItem()
         keep = selected.data(Qt.ItemDataRole.UserRole) if selected is not None else None
         self.jobs.clear()
@@ -252,7 +260,7 @@ class QueuePanel(QWidget):
             self.jobs.addItem(item)
             if q.id == keep:
                 self.jobs.setCurrentItem(item)
-        self.total.setValue(int(1000 * self.store.totals().fraction))
+        self.total.setValue(int(1000 * totals.fraction))
         self._show_grid([q for q in jobs if q.job.grid == self._grid and q.job.grid])
         if self.runner is None and not any(q.state == "running" for q in jobs):
             self.timer.stop()
@@ -308,6 +316,25 @@ def queue_file(store: QSettings) -> Path:
     return Path(base or Path.home() / ".loadout") / "queue.sqlite"
 
 
+def store_notice(store: JobStore) -> LoadoutError | None:
+    """What the artist is told about the queue file on start: damaged rows set aside, another
+    Loadout owning it."""
+    notes = []
+    if store.quarantined:
+        shown = "; ".join(store.quarantined[:3]) + (" ..." if len(store.quarantined) > 3 else "")
+        notes.append(f"{len(store.quarantined)} damaged job(s) were set aside ({shown})")
+    if not store.owner:
+        pid = f" (process {store.owner_pid})" if store.owner_pid > 0 else ""
+        notes.append(f"another Loadout{pid} has this queue open: its running job stays with it")
+    if not notes:
+        return None
+    return LoadoutError(
+        "; ".join(notes),
+        fix="The other jobs are queued as before; jobs are shared, never run twice",
+        code="queue_file",
+    )
+
+
 def install_queue_panel(window: MainWindow) -> QueuePanel:
     """The Queue dock, fed by the Generate panel's settings and output folder; a cell opens in the
     picture view (with its parameters)."""
@@ -337,6 +364,9 @@ def install_queue_panel(window: MainWindow) -> QueuePanel:
 
     panel.open_image.connect(show)
     panel.error.connect(lambda exc: window.show_message(describe_exception("queue", exc)))
+    notice = store_notice(store)
+    if notice is not None:
+        window.show_message(describe_exception("queue", notice))
     # a dock like the others (closable, scrolls, in the View menu), tabbed with Generate
     window.layout_.add("queue", "Queue", panel, Qt.DockWidgetArea.RightDockWidgetArea, "generate")
     return panel

@@ -186,8 +186,10 @@ class QueueRunner:
             job_id = self.picker(self.pool.held(worker), pending, others, can_run)
             if job_id is None:
                 continue
-            self.store.start(job_id, worker)
-            self.pool.start(worker, job_id, queued.pop(job_id))
+            job = queued.pop(job_id)
+            if not self.store.claim(job_id, worker):  # another program sharing the file took it
+                continue
+            self.pool.start(worker, job_id, job)
             running[worker] = job_id
 
     def _nobody_can_run(self) -> None:
@@ -259,6 +261,7 @@ class QueueRunner:
         report = RunReport()
         running: dict[str, int] = {}
         self._stop.clear()
+        self.store.recover()  # a job an earlier run left "running" (its state could not be written)
         while True:
             if not self._stop.is_set() and not self.store.paused:
                 self._nobody_can_run()
