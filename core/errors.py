@@ -63,6 +63,7 @@ class ErrorCode(StrEnum):
     NOT_LOADABLE = "not_loadable"
     NOT_LOADED = "not_loaded"
     OUT_OF_MEMORY = "out_of_memory"
+    OUTPUT_EXISTS = "output_exists"
     OUTPUT_IS_INPUT = "output_is_input"
     PROMPT_TOO_LONG = "prompt_too_long"
     QUANTIZED_SOURCE = "quantized_source"

@@ -101,6 +101,7 @@ _CODES: dict[str, tuple[str, str, Level]] = {
     "wrong_refiner": ("Refiner does not fit", "The SDXL refiner follows an SDXL base model.", "warning"),
     "bad_device": ("No such device", "That device is not on this machine; pick one from Settings.", "error"),
     "bad_output": ("Cannot save there", "That place cannot hold the output; choose another folder.", "error"),
+    "output_exists": ("Already there", "Loadout does not overwrite it; choose another folder.", "error"),
     "file_changed": (
         "File changed while in use",
         "Another program changed the file while Loadout was reading it.",

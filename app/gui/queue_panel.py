@@ -36,7 +36,9 @@ from app.backend.messages import Models
 from app.backend.worker import Reporter
 from app.gui.errors import describe_exception
 from core.errors import LoadoutError
+from core.files.atomic import write_error
 from core.generate.events import GeneratedImage
+from core.generate.naming import new_folder
 from core.generate.parameters import parse_parameters
 from core.generate.png import read_png_parameters
 from core.generate.request import GenerateRequest, ImageSettings, ModelFiles
@@ -168,9 +170,13 @@ class QueuePanel(QWidget):
                 raise LoadoutError(
                     "a grid needs an X axis", fix="Type one like seed:1,2,3", code="bad_argument"
                 )
-            grid = time.strftime("%Y%m%d-%H%M%S")
-            folder = self.output_folder() / "grids" / grid
-            ids = self.store.add(grid_jobs(self.base_request(), folder, x, y, z, grid=grid))
+            request = self.base_request()
+            try:  # a folder of its own, even for two grids queued in the same second
+                folder = new_folder(self.output_folder() / "grids", time.strftime("%Y%m%d-%H%M%S"))
+            except OSError as exc:
+                raise write_error(self.output_folder() / "grids", exc) from None
+            grid = folder.name
+            ids = self.store.add(grid_jobs(request, folder, x, y, z, grid=grid))
         except LoadoutError as exc:
             self.error.emit(exc)
             return []

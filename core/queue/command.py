@@ -12,6 +12,7 @@ from typing import Any
 
 from core.errors import InterruptedByUser, LoadoutError
 from core.generate.hashes import FileHashes
+from core.generate.naming import grid_folder
 from core.generate.request import GenerateRequest
 from core.loading.assign import interrupt_check
 from core.queue.grid import Axis
@@ -79,6 +80,18 @@ def run_grid(
 ) -> GridReport:
     """Every cell of the grid as a queued job, run on ``pool`` (default: in-process); ``interrupt``
     stops the running cells (nothing half-written) and raises InterruptedByUser."""
+    with grid_folder(folder):
+        return _run_grid(request, folder, axes, pool, progress, interrupt)
+
+
+def _run_grid(
+    request: GenerateRequest,
+    folder: Path,
+    axes: tuple[Axis, Axis | None, Axis | None],
+    pool: Pool | None,
+    progress: Callable[[Totals], None] | None,
+    interrupt: threading.Event | None,
+) -> GridReport:
     check = interrupt_check(interrupt.is_set) if interrupt is not None else None
     hashes = FileHashes()
     jobs = grid_jobs(request, folder, *axes, check=check, hashes=hashes)

@@ -212,7 +212,7 @@ class QueueRunner:
             paths = job.job.outputs()
             try:
                 for path, data in zip(paths, outcome.result.pngs, strict=False):
-                    atomic_write_bytes(path, data)
+                    atomic_write_bytes(path, data, replace=False)  # never another job's picture
             except LoadoutError as exc:  # a full disk, a folder gone: this job fails, the file is untouched
                 self.store.fail(outcome.job_id, exc.message)
                 report.failed.append(outcome.job_id)
