@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, BinaryIO, ClassVar
 
 from core.errors import FileFormatError
+from core.files.leases import open_input
 from core.files.tensor_info import TensorInfo
 from core.quant.gguf_types import GGML_TYPES as _TYPES
 
@@ -99,7 +100,7 @@ class _Reader:
 
 def read_gguf_header(path: str | os.PathLike[str]) -> GGUFHeader:
     p = Path(path)
-    with open(p, "rb") as fh:
+    with open_input(p) as fh:
         size = os.fstat(fh.fileno()).st_size
         r = _Reader(fh, p, size)
         if r.read(4) != b"GGUF":
