@@ -98,7 +98,9 @@ def _run_grid(
     store = JobStore()
     values = {a.name: a for a in axes if a is not None}
     store.add(jobs)
-    pool = pool or local_pool(request, interrupt, hashes)
+    # the worker's own flag, never the command's: a worker consumes a stop it acts on, and the
+    # command's stop (a signal, a changed input) must stay seen until the whole grid has stopped
+    pool = pool or local_pool(request, None, hashes)
     runner = QueueRunner(store, pool, on_update=progress)
     watcher = None
     if interrupt is not None:
@@ -118,10 +120,12 @@ def _run_grid(
         if watcher is not None:
             done.set()
             watcher.join()
-    if report.stopped:
-        raise InterruptedByUser(
+    if report.stopped or (interrupt is not None and interrupt.is_set()):
+        stopped = InterruptedByUser(
             "stopped", why="the running cells were stopped; no picture of theirs was written"
         )
+        stopped.written = tuple(str(p) for q in store.jobs("done") for p in q.images if p.is_file())
+        raise stopped
     names = [a.name if a is not None else None for a in axes]
     out_cells, images, failed = [], [], []
     for q in store.jobs():
