@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import os
 import sys
 import threading
 from pathlib import Path
@@ -171,7 +172,7 @@ def _request(args: argparse.Namespace) -> GenerateRequest:
         loras=tuple(parse_lora(t) for t in args.lora),
         output=Path(args.output),
         # an existing folder: the pictures go into it, numbered as the window numbers them
-        output_is_folder=Path(args.output).is_dir(),
+        output_is_folder=os.path.isdir(args.output),  # False for a name too long: refused next
         device=args.device,
         dtype=parse_dtype(args.dtype) if args.dtype else None,
         vram_limit=parse_bytes(args.vram_limit) if args.vram_limit else None,

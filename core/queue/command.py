@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from core.errors import InterruptedByUser, LoadoutError
+from core.files.destination import check_output_folder
 from core.generate.hashes import FileHashes
 from core.generate.naming import grid_folder
 from core.generate.request import GenerateRequest
@@ -80,6 +81,7 @@ def run_grid(
 ) -> GridReport:
     """Every cell of the grid as a queued job, run on ``pool`` (default: in-process); ``interrupt``
     stops the running cells (nothing half-written) and raises InterruptedByUser."""
+    check_output_folder(folder)  # before any work: /dev, a file, a name too long
     with grid_folder(folder):
         return _run_grid(request, folder, axes, pool, progress, interrupt)
 
