@@ -8,6 +8,7 @@ import signal
 import sys
 from collections.abc import Callable, Sequence
 
+from app.terminal import for_terminal
 from core.errors import LoadoutError
 
 
@@ -87,7 +88,7 @@ def _main(argv: Sequence[str] | None, started: Callable[[], object]) -> int:
     try:
         args = parser.parse_args(argv)
     except LoadoutError as exc:  # an argument's value refused by its check (app.commands.args)
-        print(f"loadout: {exc.message}", file=sys.stderr)
+        print(f"loadout: {for_terminal(exc.message)}", file=sys.stderr)
         return 2
     started()
     if args.command is None:
@@ -113,7 +114,7 @@ def _main(argv: Sequence[str] | None, started: Callable[[], object]) -> int:
         print("\nloadout: stopped; nothing was left half-written.", file=sys.stderr)
         return 130
     except LoadoutError as exc:
-        print(f"loadout: {exc.message}", file=sys.stderr)
+        print(f"loadout: {for_terminal(exc.message)}", file=sys.stderr)
         return 2
     except Exception as exc:
         if os.environ.get("LOADOUT_DEBUG"):

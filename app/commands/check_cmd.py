@@ -7,6 +7,7 @@ import json
 import sys
 from typing import Any
 
+from app.terminal import for_terminal
 from core.inspect import expand_paths
 from core.loading.check import check_file
 
@@ -49,5 +50,5 @@ def run(args: argparse.Namespace) -> int:
         json.dump(payload, sys.stdout, indent=1)
         sys.stdout.write("\n")
     else:
-        sys.stdout.write("\n\n".join(_text(r) for r in records) + "\n")
+        sys.stdout.write(for_terminal("\n\n".join(_text(r) for r in records)) + "\n")
     return 0 if all(r["ok"] for r in records) else 1

@@ -24,6 +24,7 @@ from app.commands.args import int_type, number_type, parse_bytes, parse_controln
 from app.commands.hires_args import add_hires_arguments, hires_from_arguments
 from app.commands.stopping import guarded_inputs, report_stop, stop_signals
 from app.demo import with_demo_note
+from app.terminal import for_terminal
 from core.errors import InterruptedByUser, LoadoutError
 from core.generate.command import generate_files
 from core.generate.events import GenerateProgress
@@ -239,7 +240,7 @@ def run_grid_command(args: argparse.Namespace, request: GenerateRequest, interru
         )
         print(f"{len(report.cells)} cells in {folder} ({workers})", file=sys.stderr)
     for failure in report.failed:
-        print(f"loadout: {failure}", file=sys.stderr)
+        print(f"loadout: {for_terminal(failure)}", file=sys.stderr)
     return 1 if report.failed else 0
 
 
