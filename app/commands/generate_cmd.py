@@ -17,8 +17,9 @@ import json
 import os
 import sys
 import threading
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 from app.commands.args import int_type, number_type, parse_bytes, parse_controlnet, parse_lora, parse_size
 from app.commands.hires_args import add_hires_arguments, hires_from_arguments
@@ -32,7 +33,7 @@ from core.generate.request import GenerateRequest, ImageSettings, ModelFiles, Sa
 from core.generate.sweep import parse_strengths
 from core.generate.workflow_request import RefinerUse
 from core.loading.convert_file import DTYPES, parse_dtype
-from core.queue.command import cluster_pool, run_grid
+from core.queue.command import GridReport, cluster_pool, run_grid
 from core.queue.grid import AXES, parse_axis
 from core.queue.store import Totals
 from core.sampling import SAMPLERS, SCHEDULERS
@@ -210,6 +211,32 @@ def _bar(quiet: bool) -> Any:
     return show
 
 
+@contextlib.contextmanager
+def _data_stdout(separate: bool) -> Iterator[TextIO]:
+    """Where the command's data (the JSON, the grid paths) goes: stdout. With ``separate`` (a Ray
+    cluster, whose processes and threads print to this process's stdout) everything else written
+    to stdout goes to stderr meanwhile, so ``--json`` output stays JSON."""
+    try:
+        fd = sys.stdout.fileno()
+    except (AttributeError, OSError, ValueError):  # not a real file (captured): nothing to separate
+        separate = False
+    if not separate:
+        yield sys.stdout
+        return
+    sys.stdout.flush()
+    saved = os.dup(fd)
+    data = os.fdopen(os.dup(fd), "w")
+    os.dup2(sys.stderr.fileno(), fd)
+    try:
+        yield data
+    finally:
+        data.flush()
+        data.close()
+        sys.stdout.flush()
+        os.dup2(saved, fd)
+        os.close(saved)
+
+
 def run_grid_command(args: argparse.Namespace, request: GenerateRequest, interrupt: threading.Event) -> int:
     if args.sweep:
         raise LoadoutError(
@@ -224,17 +251,23 @@ def run_grid_command(args: argparse.Namespace, request: GenerateRequest, interru
     )
     folder = Path(args.output)
     show = _bar(args.quiet or args.json)
-    with contextlib.ExitStack() as stack:
-        pool = stack.enter_context(cluster_pool(args.ray, request)) if args.ray else None
-        report = run_grid(request, folder, axes, pool=pool, progress=show, interrupt=interrupt)
+    with _data_stdout(bool(args.ray)) as data:
+        with contextlib.ExitStack() as stack:
+            pool = stack.enter_context(cluster_pool(args.ray, request, interrupt)) if args.ray else None
+            report = run_grid(request, folder, axes, pool=pool, progress=show, interrupt=interrupt)
+        return _grid_report(args, report, folder, data)
+
+
+def _grid_report(args: argparse.Namespace, report: GridReport, folder: Path, data: TextIO) -> int:
     if not (args.quiet or args.json):
         print(file=sys.stderr)
     if args.json:
-        json.dump(report.to_json(), sys.stdout, indent=1)
-        sys.stdout.write("\n")
+        json.dump(report.to_json(), data, indent=1)
+        data.write("\n")
+        data.flush()
     else:
         for path in report.grids:
-            print(path)
+            print(path, file=data, flush=True)
         workers = ", ".join(
             f"{w}: {s['jobs']} cells, {s['model_loads']} loads" for w, s in report.workers.items()
         )

@@ -45,9 +45,12 @@ def local_pool(
 
 
 @contextlib.contextmanager
-def cluster_pool(address: str, request: GenerateRequest) -> Iterator[Pool]:
+def cluster_pool(
+    address: str, request: GenerateRequest, interrupt: threading.Event | None = None
+) -> Iterator[Pool]:
     """Workers on the Ray cluster at ``address`` (``local:N`` starts one here and stops it after);
-    each worker looks for the request's files where the client has them too (folders of the hints)."""
+    each worker looks for the request's files where the client has them too (folders of the hints).
+    ``interrupt`` ends the wait for a cluster that does not answer."""
     try:
         from core.queue import ray_pool
     except ImportError:
@@ -57,7 +60,7 @@ def cluster_pool(address: str, request: GenerateRequest) -> Iterator[Pool]:
             fix="Install it with: pip install 'loadout[cluster]'",
             code="missing_dependency",
         ) from None
-    count = ray_pool.connect(address)
+    count = ray_pool.connect(address, stop=interrupt.is_set if interrupt is not None else lambda: False)
     folders = list(
         dict.fromkeys(p.resolve().parent for p in (*request.models.paths, *(a.path for a in request.loras)))
     )

@@ -284,9 +284,12 @@ class QueueRunner:
         report.stopped = self._stop.is_set()
         left = self.store.jobs("queued")
         if left and not self.pool.workers():
+            kept = self.store.path != ":memory:"  # a command's queue lives only as long as the command
             raise ClusterLost(
                 "the cluster went away",
-                why=f"no worker is left; {len(left)} job(s) stay queued in the queue file",
-                fix="Start the cluster again (or choose the in-process executor) and run the queue again",
+                why=f"no worker is left; {len(left)} job(s) "
+                + ("stay queued in the queue file" if kept else "were not made"),
+                fix="Start the cluster again (or choose the in-process executor) and run "
+                + ("the queue again" if kept else "the command again"),
             )
         return report
