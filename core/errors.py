@@ -62,6 +62,7 @@ class ErrorCode(StrEnum):
     NOT_FOUND = "not_found"
     NOT_LOADABLE = "not_loadable"
     NOT_LOADED = "not_loaded"
+    NONFINITE_VALUES = "nonfinite_values"
     OUT_OF_MEMORY = "out_of_memory"
     OUTPUT_EXISTS = "output_exists"
     OUTPUT_IS_INPUT = "output_is_input"

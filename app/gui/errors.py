@@ -61,6 +61,7 @@ _CODES: dict[str, tuple[str, str, Level]] = {
     "shape_mismatch": ("File does not match its model", "Some weights have the wrong shape.", "error"),
     "missing_weights": ("File is incomplete", "Some weights the model needs are missing.", "error"),
     "nonfinite_adapter": ("Broken LoRA", "The LoRA holds invalid numbers and would ruin the model.", "error"),
+    "nonfinite_values": ("Broken model file", "A model part made invalid numbers; nothing saved.", "error"),
     "invalid_header": ("Damaged file", "The file's header is broken (an interrupted download?).", "error"),
     "invalid_offsets": (
         "Damaged file",
