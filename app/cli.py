@@ -8,6 +8,7 @@ import signal
 import sys
 from collections.abc import Callable, Sequence
 
+from app.commands.words import cli_message
 from app.terminal import for_terminal
 from core.errors import LoadoutError
 
@@ -88,7 +89,7 @@ def _main(argv: Sequence[str] | None, started: Callable[[], object]) -> int:
     try:
         args = parser.parse_args(argv)
     except LoadoutError as exc:  # an argument's value refused by its check (app.commands.args)
-        print(f"loadout: {for_terminal(exc.message)}", file=sys.stderr)
+        print(f"loadout: {for_terminal(cli_message(exc))}", file=sys.stderr)
         return 2
     started()
     if args.command is None:
@@ -114,7 +115,7 @@ def _main(argv: Sequence[str] | None, started: Callable[[], object]) -> int:
         print("\nloadout: stopped; nothing was left half-written.", file=sys.stderr)
         return 130
     except LoadoutError as exc:
-        print(f"loadout: {for_terminal(exc.message)}", file=sys.stderr)
+        print(f"loadout: {for_terminal(cli_message(exc))}", file=sys.stderr)
         return 2
     except Exception as exc:
         if os.environ.get("LOADOUT_DEBUG"):

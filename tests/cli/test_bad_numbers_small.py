@@ -30,3 +30,15 @@ def test_small_bad_inputs_are_refused_in_words(
     err = capsys.readouterr().err
     assert code == 2 and said in err, err
     assert "does not exist" not in err and "internal error" not in err
+
+
+def test_core_names_the_input_and_the_command_line_adds_its_flag(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    ckpt = tmp_path / "m.safetensors"
+    ckpt.write_bytes(b"")
+    assert (
+        main(["generate", str(ckpt), "--prompt", "x", "--denoise", "0.5", "-o", str(tmp_path / "o.png")]) == 2
+    )
+    err = capsys.readouterr().err
+    assert "needs a starting image" in err and "(on the command line: --init)" in err
