@@ -189,7 +189,10 @@ def _unpickle_index(p: Path, data: bytes, storages: set[str] | None) -> PickleIn
         out.extra["wrapper"] = wrapper
     if unpickler.placeholders:
         shown = ", ".join(sorted(unpickler.placeholders)[:3])
-        out.warnings.append(f"training leftovers were skipped, not loaded: {shown}")
+        out.warnings.append(
+            f"the file calls code outside its weights ({shown}): an ordinary pickle load would import "
+            "and run it; Loadout neither imported nor ran it"
+        )
     return out
 
 
