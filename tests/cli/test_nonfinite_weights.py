@@ -47,3 +47,19 @@ def test_a_non_finite_weight_is_named_and_nothing_is_saved(
     assert code == 2, err[-1500:]
     assert f"the {named} produced" in err and "Traceback" not in err
     assert not out.exists()
+
+
+def test_check_values_names_the_non_finite_tensor_and_a_clean_file_is_ok(
+    demo: DemoLibrary, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import json
+
+    damaged = _damaged(demo, tmp_path, "model.diffusion_model.", float("nan"))
+    assert main(["check", "--values", "--json", str(damaged)]) == 1
+    rec = json.loads(capsys.readouterr().out)
+    (name,) = rec["nonfinite"]
+    assert name.startswith("model.diffusion_model.") and not rec["ok"]
+    assert main(["check", "--values", str(demo.checkpoint)]) == 0
+    captured = capsys.readouterr()
+    assert "values" in captured.err and "tensors" in captured.err  # the progress line
+    assert "NOT OK" not in captured.out
