@@ -89,6 +89,15 @@ def run_grid(
         return _run_grid(request, folder, axes, pool, progress, interrupt)
 
 
+def _stopped(store: JobStore) -> InterruptedByUser:
+    """The stop of a grid, naming the cells' pictures that are on disk."""
+    stopped = InterruptedByUser(
+        "stopped", why="the running cells were stopped; no picture of theirs was written"
+    )
+    stopped.written = tuple(str(p) for q in store.jobs("done") for p in q.images if p.is_file())
+    return stopped
+
+
 def _run_grid(
     request: GenerateRequest,
     folder: Path,
@@ -126,11 +135,7 @@ def _run_grid(
             done.set()
             watcher.join()
     if report.stopped or (interrupt is not None and interrupt.is_set()):
-        stopped = InterruptedByUser(
-            "stopped", why="the running cells were stopped; no picture of theirs was written"
-        )
-        stopped.written = tuple(str(p) for q in store.jobs("done") for p in q.images if p.is_file())
-        raise stopped
+        raise _stopped(store)
     names = [a.name if a is not None else None for a in axes]
     out_cells, images, failed = [], [], []
     for q in store.jobs():
