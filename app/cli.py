@@ -8,6 +8,8 @@ import signal
 import sys
 from collections.abc import Callable, Sequence
 
+from app.commands.words import cli_message
+from app.terminal import for_terminal
 from core.errors import LoadoutError
 
 
@@ -92,7 +94,7 @@ def _main(argv: Sequence[str] | None, started: Callable[[], object]) -> int:
     try:
         args = parser.parse_args(argv)
     except LoadoutError as exc:  # an argument's value refused by its check (app.commands.args)
-        print(f"loadout: {exc.message}", file=sys.stderr)
+        print(f"loadout: {for_terminal(cli_message(exc))}", file=sys.stderr)
         return 2
     started()
     if args.command is None:
@@ -121,7 +123,7 @@ def _main(argv: Sequence[str] | None, started: Callable[[], object]) -> int:
         print("\nloadout: stopped; nothing was left half-written.", file=sys.stderr)
         return 130
     except LoadoutError as exc:
-        print(f"loadout: {exc.message}", file=sys.stderr)
+        print(f"loadout: {for_terminal(cli_message(exc))}", file=sys.stderr)
         return 2
     except Exception as exc:
         if os.environ.get("LOADOUT_DEBUG"):

@@ -7,7 +7,9 @@ snapshot; the :class:`~app.backend.backend.Backend` routes them by type). Except
 ``failed`` :class:`TaskError`, a stop becomes ``interrupted``. Every framed job emits
 ``started(task)`` first and ``finished(task)`` last, in that order. Stopping is a
 ``threading.Event`` the GUI sets directly (a queued call would only run after the busy job ends);
-core's checks read it between tensors, files, layers and steps.
+core's checks read it between tensors, files, layers and steps. The flag is cleared when a framed
+job *starts*: a Stop ends the job it was pressed for (or is dropped if that job was already done),
+never the next one, and one pressed while a job runs is never lost at its end.
 """
 
 from __future__ import annotations
@@ -96,6 +98,7 @@ class TaskRunner(QObject):
             except Exception as exc:
                 self.failed.emit(TaskError(job.task, getattr(exc, "code", "internal"), str(exc)))
             return
+        self._stop.clear()  # a Stop pressed before this job began was for the one before
         self.started.emit(job.task)
         try:
             job.work(Reporter(self))
@@ -116,5 +119,4 @@ class TaskRunner(QObject):
             err = TaskError(job.task, code, f"{type(exc).__name__}: {exc}", internal=True, path=job.path)
             self.failed.emit(err)
         finally:
-            self._stop.clear()  # a stop ends the job it was pressed for, not the next one
             self.finished.emit(job.task)

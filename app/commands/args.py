@@ -102,6 +102,18 @@ def parse_lora(text: str) -> LoraArg:
         numbers.insert(0, LORA_STRENGTH.check(value))
         parts.pop()
     path = Path(":".join(parts))
+    if len(numbers) == 2 and len(parts) > 1 and not path.exists():
+        try:
+            float(parts[-1])
+        except ValueError:
+            pass
+        else:  # F:1:1:1 is a third strength, not a file named F:1
+            raise LoadoutError(
+                f"--lora {text}: too many strengths",
+                why="a LoRA takes at most two: FILE[:MODEL_STRENGTH[:CLIP_STRENGTH]]",
+                fix="Give at most two numbers after the file",
+                code="bad_argument",
+            )
     if not numbers:
         return LoraArg(path)
     return LoraArg(path, numbers[0], numbers[1] if len(numbers) > 1 else None)

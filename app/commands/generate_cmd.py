@@ -14,10 +14,12 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import os
 import sys
 import threading
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 from app.commands.args import (
     DEVICE_HELP,
@@ -32,6 +34,7 @@ from app.commands.args import (
 from app.commands.hires_args import add_hires_arguments, hires_from_arguments
 from app.commands.stopping import guarded_inputs, report_stop, stop_signals
 from app.demo import with_demo_note
+from app.terminal import for_terminal
 from core.errors import InterruptedByUser, LoadoutError
 from core.generate.command import generate_files
 from core.generate.events import GenerateProgress
@@ -39,7 +42,7 @@ from core.generate.request import GenerateRequest, ImageSettings, ModelFiles, Sa
 from core.generate.sweep import parse_strengths
 from core.generate.workflow_request import RefinerUse
 from core.loading.convert_file import DTYPES, parse_dtype
-from core.queue.command import cluster_pool, run_grid
+from core.queue.command import GridReport, cluster_pool, run_grid
 from core.queue.grid import AXES, parse_axis
 from core.queue.store import Totals
 from core.sampling import SAMPLERS, SCHEDULERS
@@ -180,7 +183,7 @@ def _request(args: argparse.Namespace) -> GenerateRequest:
         loras=tuple(parse_lora(t) for t in args.lora),
         output=Path(args.output),
         # an existing folder: the pictures go into it, numbered as the window numbers them
-        output_is_folder=Path(args.output).is_dir(),
+        output_is_folder=os.path.isdir(args.output),  # False for a name too long: refused next
         device=args.device or default_device(),
         dtype=parse_dtype(args.dtype) if args.dtype else None,
         vram_limit=parse_bytes(args.vram_limit) if args.vram_limit else None,
@@ -217,6 +220,32 @@ def _bar(quiet: bool) -> Any:
     return show
 
 
+@contextlib.contextmanager
+def _data_stdout(separate: bool) -> Iterator[TextIO]:
+    """Where the command's data (the JSON, the grid paths) goes: stdout. With ``separate`` (a Ray
+    cluster, whose processes and threads print to this process's stdout) everything else written
+    to stdout goes to stderr meanwhile, so ``--json`` output stays JSON."""
+    try:
+        fd = sys.stdout.fileno()
+    except (AttributeError, OSError, ValueError):  # not a real file (captured): nothing to separate
+        separate = False
+    if not separate:
+        yield sys.stdout
+        return
+    sys.stdout.flush()
+    saved = os.dup(fd)
+    data = os.fdopen(os.dup(fd), "w")
+    os.dup2(sys.stderr.fileno(), fd)
+    try:
+        yield data
+    finally:
+        data.flush()
+        data.close()
+        sys.stdout.flush()
+        os.dup2(saved, fd)
+        os.close(saved)
+
+
 def run_grid_command(args: argparse.Namespace, request: GenerateRequest, interrupt: threading.Event) -> int:
     if args.sweep:
         raise LoadoutError(
@@ -231,23 +260,29 @@ def run_grid_command(args: argparse.Namespace, request: GenerateRequest, interru
     )
     folder = Path(args.output)
     show = _bar(args.quiet or args.json)
-    with contextlib.ExitStack() as stack:
-        pool = stack.enter_context(cluster_pool(args.ray, request)) if args.ray else None
-        report = run_grid(request, folder, axes, pool=pool, progress=show, interrupt=interrupt)
+    with _data_stdout(bool(args.ray)) as data:
+        with contextlib.ExitStack() as stack:
+            pool = stack.enter_context(cluster_pool(args.ray, request, interrupt)) if args.ray else None
+            report = run_grid(request, folder, axes, pool=pool, progress=show, interrupt=interrupt)
+        return _grid_report(args, report, folder, data)
+
+
+def _grid_report(args: argparse.Namespace, report: GridReport, folder: Path, data: TextIO) -> int:
     if not (args.quiet or args.json):
         print(file=sys.stderr)
     if args.json:
-        json.dump(report.to_json(), sys.stdout, indent=1)
-        sys.stdout.write("\n")
+        json.dump(report.to_json(), data, indent=1)
+        data.write("\n")
+        data.flush()
     else:
         for path in report.grids:
-            print(path)
+            print(path, file=data, flush=True)
         workers = ", ".join(
             f"{w}: {s['jobs']} cells, {s['model_loads']} loads" for w, s in report.workers.items()
         )
         print(f"{len(report.cells)} cells in {folder} ({workers})", file=sys.stderr)
     for failure in report.failed:
-        print(f"loadout: {failure}", file=sys.stderr)
+        print(f"loadout: {for_terminal(failure)}", file=sys.stderr)
     return 1 if report.failed else 0
 
 

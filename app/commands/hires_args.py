@@ -7,14 +7,21 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from app.commands.args import number_type
 from core.errors import LoadoutError
 from core.generate.hires_settings import HiresFix
 from core.generate.latent_upscale import LATENT_METHODS
+from core.generate.parameters import HIRES_SCALE
 
 
 def add_hires_arguments(p: Any) -> None:
     g = p.add_argument_group("hires fix", "a second pass at a larger size (ComfyUI's two-KSampler graph)")
-    g.add_argument("--hires-scale", type=float, metavar="S", help="e.g. 2: the picture's sides times S")
+    g.add_argument(
+        "--hires-scale",
+        type=number_type(HIRES_SCALE),
+        metavar="S",
+        help="e.g. 2: the picture's sides times S",
+    )
     g.add_argument("--hires-denoise", type=float, metavar="D", help="the second pass's denoise (0.5)")
     g.add_argument("--hires-steps", type=int, metavar="N", help="the second pass's steps (default: --steps)")
     g.add_argument(

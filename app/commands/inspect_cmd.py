@@ -8,6 +8,7 @@ import sys
 from typing import Any
 
 from app.lora_words import trained_scale_text
+from app.terminal import for_terminal
 from core.detect.types import TrainedScale
 from core.inspect import InspectResult, expand_paths, inspect_file
 
@@ -94,5 +95,5 @@ def run(args: argparse.Namespace) -> int:
         json.dump([r.to_json() for r in results], sys.stdout, indent=1, ensure_ascii=False)
         sys.stdout.write("\n")
     else:
-        sys.stdout.write(format_table(results))
+        sys.stdout.write(for_terminal(format_table(results)))
     return 0 if all(r.ok for r in results) else 1

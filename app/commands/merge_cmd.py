@@ -10,6 +10,7 @@ from typing import Any
 
 from app.commands.args import parse_lora
 from app.commands.stopping import guarded_inputs
+from app.terminal import for_terminal
 from core.errors import LoadoutError
 from core.loading.convert_file import DTYPES, parse_dtype
 from core.patching.merge import dry_run, merge
@@ -55,7 +56,7 @@ def run(args: argparse.Namespace) -> int:
             json.dump(report, sys.stdout, indent=1)
             sys.stdout.write("\n")
         else:
-            print(_text(report))
+            print(for_terminal(_text(report)))
         return 0
     if not args.output:
         raise LoadoutError("no output file", fix="Give -o OUT, or use --dry-run", code="bad_argument")

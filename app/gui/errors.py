@@ -61,6 +61,7 @@ _CODES: dict[str, tuple[str, str, Level]] = {
     "shape_mismatch": ("File does not match its model", "Some weights have the wrong shape.", "error"),
     "missing_weights": ("File is incomplete", "Some weights the model needs are missing.", "error"),
     "nonfinite_adapter": ("Broken LoRA", "The LoRA holds invalid numbers and would ruin the model.", "error"),
+    "nonfinite_values": ("Broken model file", "A model part made invalid numbers; nothing saved.", "error"),
     "invalid_header": ("Damaged file", "The file's header is broken (an interrupted download?).", "error"),
     "invalid_offsets": (
         "Damaged file",
@@ -102,6 +103,7 @@ _CODES: dict[str, tuple[str, str, Level]] = {
     "wrong_refiner": ("Refiner does not fit", "The SDXL refiner follows an SDXL base model.", "warning"),
     "bad_device": ("No such device", "That device is not on this machine; pick one from Settings.", "error"),
     "bad_output": ("Cannot save there", "That place cannot hold the output; choose another folder.", "error"),
+    "output_exists": ("Already there", "Loadout does not overwrite it; choose another folder.", "error"),
     "file_changed": (
         "File changed while in use",
         "Another program changed the file while Loadout was reading it.",

@@ -52,6 +52,9 @@ from core.sampling import SAMPLERS, SCHEDULERS
 from core.values import CFG, GUIDANCE, STEPS
 
 NO_MODEL = "Load a checkpoint or diffusion model to generate."
+#: the most characters of a prompt read from a picture (real prompts are a few hundred; CLIP reads 77
+#: tokens per chunk): more is cut, and the status line says so
+PROMPT_CHARS = 20_000
 
 
 class GeneratePanel(QWidget):
@@ -240,9 +243,16 @@ class GeneratePanel(QWidget):
     def apply_parameters(self, p: GenerationParameters) -> None:
         """Fill the fields from a picture's parameters. Values the reader ignored (out of range, not
         numbers: ``p.ignored``) leave their field as it is, and the status line names them."""
-        skip = p.ignored
-        self.prompt.setPlainText(p.prompt)
-        self.negative.setPlainText(p.negative)
+        skip = dict(p.ignored)
+        for field, edit, text in (
+            ("Prompt", self.prompt, p.prompt),
+            ("Negative prompt", self.negative, p.negative),
+        ):
+            # a text field lays a single line of a megabyte out for minutes: a picture's prompt is cut
+            if len(text) > PROMPT_CHARS:
+                skip[field] = f"{len(text):,} characters; the first {PROMPT_CHARS:,} were kept"
+                text = text[:PROMPT_CHARS]
+            edit.setPlainText(text)
         if "Seed" not in skip:
             self.seed.setText(str(p.seed))
             self.random_seed.setChecked(False)
@@ -262,7 +272,12 @@ class GeneratePanel(QWidget):
         self.hires.apply(p.hires)
         self.workflows.apply_parameters(p)
         loras = ", ".join(f"{lo.name} {lo.model_strength:g}" for lo in p.loras)
-        ignored = "; ".join(f"{key} ignored ({why.rstrip('.')})" for key, why in skip.items())
+        ignored = "; ".join(
+            f"{key} cut ({why})"
+            if key in ("Prompt", "Negative prompt")
+            else f"{key} ignored ({why.rstrip('.')})"
+            for key, why in skip.items()
+        )
         self.status.setText(
             f"Settings read from a picture{f' (model {p.model})' if p.model else ''}"
             f"{f'; it used LoRAs: {loras}' if loras else ''}.{f' {ignored}.' if ignored else ''}"

@@ -9,6 +9,7 @@ cluster named in Settings. The panel reads the store on a timer; the store is th
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -35,7 +36,9 @@ from app.backend.messages import Models
 from app.backend.worker import Reporter
 from app.gui.errors import describe_exception
 from core.errors import LoadoutError
+from core.files.atomic import write_error
 from core.generate.events import GeneratedImage
+from core.generate.naming import new_folder
 from core.generate.parameters import parse_parameters
 from core.generate.png import read_png_parameters
 from core.generate.request import GenerateRequest, ImageSettings, ModelFiles
@@ -111,7 +114,8 @@ class QueuePanel(QWidget):
         backend.stack_changed.connect(self._on_stack)
         self.timer = QTimer(self, interval=250)
         self.timer.timeout.connect(self.refresh)
-        self.pause_button.setChecked(store.paused)
+        with contextlib.suppress(LoadoutError):  # a queue file in trouble: refresh says so
+            self.pause_button.setChecked(store.paused)
         # after a relaunch: the last grid is shown again, and what is on disk is not reported anew
         earlier = self.store.jobs()
         self._grid = next((q.job.grid for q in reversed(earlier) if q.job.grid), "")
@@ -180,9 +184,13 @@ class QueuePanel(QWidget):
                 raise LoadoutError(
                     "a grid needs an X axis", fix="Type one like seed:1,2,3", code="bad_argument"
                 )
-            grid = time.strftime("%Y%m%d-%H%M%S")
-            folder = self.output_folder() / "grids" / grid
-            ids = self.store.add(grid_jobs(self.base_request(), folder, x, y, z, grid=grid))
+            request = self.base_request()
+            try:  # a folder of its own, even for two grids queued in the same second
+                folder = new_folder(self.output_folder() / "grids", time.strftime("%Y%m%d-%H%M%S"))
+            except OSError as exc:
+                raise write_error(self.output_folder() / "grids", exc) from None
+            grid = folder.name
+            ids = self.store.add(grid_jobs(request, folder, x, y, z, grid=grid))
         except LoadoutError as exc:
             self.error.emit(exc)
             return []
@@ -256,7 +264,13 @@ class QueuePanel(QWidget):
 
     # -- showing ---------------------------------------------------------------------------------
     def refresh(self) -> None:
-        jobs = self.store.jobs()
+        try:
+            jobs = self.store.jobs()
+            totals = self.store.totals()
+        except LoadoutError as exc:  # the queue file held elsewhere, a full disk: said, tried again later
+            self.timer.stop()
+            self.error.emit(exc)
+            return
         selected = self.jobs.currentItem()
         keep = selected.data(Qt.ItemDataRole.UserRole) if selected is not None else None
         self.jobs.clear()
@@ -352,6 +366,25 @@ def queue_file(store: QSettings) -> Path:
     return Path(base or Path.home() / ".loadout") / "queue.sqlite"
 
 
+def store_notice(store: JobStore) -> LoadoutError | None:
+    """What the artist is told about the queue file on start: damaged rows set aside, another
+    Loadout owning it."""
+    notes = []
+    if store.quarantined:
+        shown = "; ".join(store.quarantined[:3]) + (" ..." if len(store.quarantined) > 3 else "")
+        notes.append(f"{len(store.quarantined)} damaged job(s) were set aside ({shown})")
+    if not store.owner:
+        pid = f" (process {store.owner_pid})" if store.owner_pid > 0 else ""
+        notes.append(f"another Loadout{pid} has this queue open: its running job stays with it")
+    if not notes:
+        return None
+    return LoadoutError(
+        "; ".join(notes),
+        fix="The other jobs are queued as before; jobs are shared, never run twice",
+        code="queue_file",
+    )
+
+
 def install_queue_panel(window: MainWindow) -> QueuePanel:
     """The Queue dock, fed by the Generate panel's settings and output folder; a cell opens in the
     picture view (with its parameters)."""
@@ -384,6 +417,9 @@ def install_queue_panel(window: MainWindow) -> QueuePanel:
         lambda found: window.gallery.add_files([(path, label) for path, label in found if path.is_file()])
     )
     panel.error.connect(lambda exc: window.show_message(describe_exception("queue", exc)))
+    notice = store_notice(store)
+    if notice is not None:
+        window.show_message(describe_exception("queue", notice))
     # a dock like the others (closable, scrolls, in the View menu), tabbed with Generate
     window.layout_.add("queue", "Queue", panel, Qt.DockWidgetArea.RightDockWidgetArea, "generate")
     return panel

@@ -11,6 +11,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from core.finite import require_finite
+
 
 @dataclass(frozen=True)
 class LatentPreview:
@@ -43,6 +45,7 @@ def fit_linear_preview(
     z = F.interpolate(coarse, size=(size, size), mode="bilinear", align_corners=False)
     z = z + 0.25 * torch.randn(z.shape, generator=g)
     target = F.avg_pool2d(decode(z), downscale)  # (N, 3, size, size)
+    require_finite("VAE", target)  # a non-finite decoder: said now, not as lstsq's internal assert
     x = z.permute(0, 2, 3, 1).reshape(-1, channels).double()
     y = target.permute(0, 2, 3, 1).reshape(-1, 3).double()
     design = torch.cat([x, torch.ones(x.shape[0], 1, dtype=x.dtype)], dim=1)

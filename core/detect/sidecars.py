@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from core.detect.metadata import Hint, family_match
+from core.files.leases import read_input
 
 SIDECAR_CAP = 4 * 1024 * 1024
 PREVIEW_SUFFIXES = (
@@ -88,7 +89,7 @@ def _load(path: Path, warnings: list[str]) -> Mapping[str, Any] | None:
         warnings.append(f"{path.name} is {size:,} bytes, over the {SIDECAR_CAP:,}-byte limit; skipped")
         return None
     try:
-        text = path.read_bytes().decode("utf-8-sig")
+        text = read_input(path).decode("utf-8-sig")
         data = json.loads(text)
     except OSError as exc:
         warnings.append(f"{path.name} cannot be read ({exc.strerror or exc}); skipped")

@@ -10,6 +10,10 @@ Every output (pictures, grids, merged and converted models) goes through :func:`
   under umask 022), not ``mkstemp``'s ``0600``;
 - running out of space at any point (``ENOSPC``/``EDQUOT``: the free-space check passed, then
   another writer filled the disk) is the ``disk_full`` error, never an internal error;
+- with ``replace=False`` an existing file is never overwritten, not even by another process
+  writing the same name at the same moment: the partial is *linked* to the target (``link(2)``
+  fails when the name exists), so of two writers exactly one gets the name; the other renames
+  (``taken``: the next free number) or gets the ``output_exists`` error;
 - the partial is named ``.<target>.<pid>-<random>.partial`` and locked (``flock``) while written: a
   writer killed with SIGKILL leaves it behind, and the next write to that folder removes it (its
   lock is free: its writer is dead). The library never lists ``.partial`` files as models.
@@ -141,8 +145,54 @@ def _create_partial(target: Path) -> tuple[int, Path]:
     raise FileAccessError(f"cannot write {target}", why="no free temporary name", code="write_failed")
 
 
+class OutputExists(FileAccessError):
+    """A file Loadout would not overwrite is already there (``replace=False``)."""
+
+    code = "output_exists"
+
+
+Taken = Callable[[Path], Path]
+
+
+def _no_replace(tmp: Path, target: Path) -> None:
+    """Give ``tmp`` the name ``target`` unless that name exists (FileExistsError), atomically
+    across processes: a hard link, or where the file system has none, an exclusive create of the
+    name followed by the rename over that empty file of our own."""
+    try:
+        os.link(tmp, target)
+    except FileExistsError:
+        raise
+    except OSError as exc:
+        if exc.errno not in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EXDEV, errno.EMLINK):
+            raise
+        os.close(os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
+        os.replace(tmp, target)
+        return
+    os.unlink(tmp)
+
+
+def _put(tmp: Path, target: Path, replace: bool, taken: Taken | None) -> Path:
+    """Rename ``tmp`` to ``target`` (see :func:`atomic_file`); returns the name it got."""
+    if replace:
+        os.replace(tmp, target)
+        return target
+    for _ in range(10_000):
+        try:
+            _no_replace(tmp, target)
+            return target
+        except FileExistsError:
+            if taken is None:
+                raise OutputExists(
+                    f"{target} already exists",
+                    why="Loadout does not overwrite it",
+                    fix="Choose another name or an empty folder, or move the file away",
+                ) from None
+            target = taken(target)
+    raise OutputExists(f"cannot find a free name for {target}", fix="Choose an empty folder")
+
+
 @contextlib.contextmanager
-def atomic_file(path: str | os.PathLike[str]) -> Iterator[BinaryIO]:
+def atomic_file(path: str | os.PathLike[str], *, replace: bool = True) -> Iterator[BinaryIO]:
     """Open a partial for ``path``; when the block ends normally it is fsynced and renamed over
     ``path``, otherwise removed. OSErrors (the disk filling up included) become :func:`write_error`."""
     target = Path(path)
@@ -153,7 +203,7 @@ def atomic_file(path: str | os.PathLike[str]) -> Iterator[BinaryIO]:
             fh.flush()
             os.fsync(fh.fileno())
         with deferred_stop_signals():
-            os.replace(tmp, target)
+            _put(tmp, target, replace, None)
     except OSError as exc:
         with contextlib.suppress(OSError):
             tmp.unlink()
@@ -164,9 +214,10 @@ def atomic_file(path: str | os.PathLike[str]) -> Iterator[BinaryIO]:
         raise
 
 
-def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> None:
-    """Write ``data`` to ``path`` so that readers see either the old file or the whole new one."""
-    with atomic_file(path) as out:
+def atomic_write_bytes(path: str | os.PathLike[str], data: bytes, *, replace: bool = True) -> None:
+    """Write ``data`` to ``path`` so that readers see either the old file or the whole new one
+    (``replace=False``: never over an existing file, :class:`OutputExists`)."""
+    with atomic_file(path, replace=replace) as out:
         out.write(data)
 
 
@@ -174,10 +225,15 @@ class AtomicBatch:
     """Several files that appear together or not at all (a batch of pictures): each is written to
     its partial by :meth:`write_bytes`; :meth:`commit` renames them all (Ctrl-C and SIGTERM wait
     until the renames are done); :meth:`abort` (or leaving the ``with`` block by an exception)
-    removes every partial, so an interrupted batch writes nothing."""
+    removes every partial, so an interrupted batch writes nothing. ``replace=False``: no existing
+    file is overwritten; a name taken meanwhile is renamed by ``taken`` (or :class:`OutputExists`),
+    and :attr:`written` holds the names the files got."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, replace: bool = True, taken: Taken | None = None) -> None:
         self._pending: list[tuple[int, Path, Path]] = []  # (locked fd, partial, target)
+        self.replace = replace
+        self.taken = taken
+        self.written: list[Path] = []
 
     def __enter__(self) -> AtomicBatch:
         return self
@@ -206,14 +262,25 @@ class AtomicBatch:
         with deferred_stop_signals():
             try:
                 for _, tmp, target in self._pending:
-                    os.replace(tmp, target)
-                    done.append(target)
+                    done.append(_put(tmp, target, self.replace, self.taken))
+            except OutputExists:
+                self._undo(done)
+                raise
             except OSError as exc:
-                self.abort()
+                self._undo(done)
                 raise write_error(self._pending[len(done)][2], exc) from None
             finally:
                 self._close()
+        self.written = done
         return done
+
+    def _undo(self, done: list[Path]) -> None:
+        """All or nothing: the files already named go again (a batch never half-appears)."""
+        if not self.replace:
+            for path in done:
+                with contextlib.suppress(OSError):
+                    path.unlink()
+        self.abort()
 
     def abort(self) -> None:
         for _, tmp, _ in self._pending:

@@ -10,7 +10,10 @@ window's output folder), so a bad one is refused in a second, not after minutes 
 - system folders (``/proc``, ``/sys``, ``/dev``) are refused: they are not disks and their "free
   space" is meaningless;
 - the folder that will hold the file must be writable (or creatable under a writable folder) and
-  not a file itself.
+  not a file itself;
+- every name in the path must fit the file system (255 bytes on most), checked for the names the
+  command will really write (``OUT.png`` for ``-o OUT``, ``OUT-2.png`` for a batch), so a long name
+  is refused before the work, not when the finished file is saved.
 """
 
 from __future__ import annotations
@@ -49,11 +52,36 @@ def _check_parent(path: Path, folder: Path) -> None:
         raise _refuse(path, f"the folder {probe} cannot be written to", "Choose a folder you can write to")
 
 
+def _name_max(folder: Path) -> int:
+    probe = folder
+    while not probe.exists() and probe.parent != probe:
+        probe = probe.parent
+    try:
+        return int(os.pathconf(probe, "PC_NAME_MAX"))
+    except (OSError, ValueError, AttributeError):
+        return 255
+
+
+def _check_names(path: Path) -> None:
+    """Every part of ``path`` fits the file system's name length."""
+    limit = _name_max(path.parent)
+    for part in path.parts:
+        size = len(os.fsencode(part))
+        if size > limit:
+            shown = part if len(part) <= 40 else f"{part[:20]}...{part[-12:]}"
+            raise _refuse(
+                Path(shown),
+                f"the name is {size} bytes long and the file system allows {limit}",
+                "Give a shorter name",
+            )
+
+
 def check_output_file(path: str | os.PathLike[str]) -> Path:
     """Raise (code ``bad_output``) unless a file can be written at ``path``; returns it as a Path."""
     out = Path(path)
     if str(path).endswith(("/", os.sep)) or out.name in ("", ".", ".."):
         raise _refuse(out, "it names a folder, not a file", "Give a file name, like out.safetensors")
+    _check_names(out)
     if _under_system_folder(out):
         raise _refuse(out, "it is in a system folder, which is not a disk")
     try:
@@ -73,6 +101,7 @@ def check_output_file(path: str | os.PathLike[str]) -> Path:
 def check_output_folder(path: str | os.PathLike[str]) -> Path:
     """Raise (code ``bad_output``) unless pictures can be written into the folder ``path``."""
     folder = Path(path)
+    _check_names(folder)
     if _under_system_folder(folder):
         raise _refuse(folder, "it is a system folder, which is not a disk")
     if folder.exists() and not folder.is_dir():

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, BinaryIO, ClassVar
 
 from core.errors import FileFormatError
+from core.files.leases import open_input
 from core.files.tensor_info import TensorInfo
 from core.quant.gguf_types import GGML_TYPES as _TYPES
 
@@ -99,7 +100,7 @@ class _Reader:
 
 def read_gguf_header(path: str | os.PathLike[str]) -> GGUFHeader:
     p = Path(path)
-    with open(p, "rb") as fh:
+    with open_input(p) as fh:
         size = os.fstat(fh.fileno()).st_size
         r = _Reader(fh, p, size)
         if r.read(4) != b"GGUF":
@@ -151,7 +152,31 @@ def read_gguf_header(path: str | os.PathLike[str]) -> GGUFHeader:
                     fix="Download the file again",
                     code="truncated",
                 )
+        _check_spans(p, spans, alignment)
     return GGUFHeader(version, tensors, metadata)
+
+
+def _check_spans(p: Path, spans: list[tuple[str, int, int]], alignment: int) -> None:
+    """Each tensor starts on the file's alignment and no two tensors share bytes (a crafted file
+    could make one weight read another's data, or read it misaligned)."""
+
+    def bad(why: str) -> FileFormatError:
+        return FileFormatError(
+            f"{p.name} is not a valid GGUF file",
+            why=why,
+            fix="Download the file again",
+            code="invalid_offsets",
+        )
+
+    end, last = 0, ""
+    for name, offset, nbytes in sorted(spans, key=lambda s: (s[1], s[2])):
+        if offset % alignment:
+            raise bad(f"tensor {name!r} starts at {offset:,}, not a multiple of the alignment {alignment}")
+        if offset < end:
+            raise bad(
+                f"tensors {last!r} and {name!r} overlap (bytes {offset:,} to {min(end, offset + nbytes):,})"
+            )
+        end, last = offset + nbytes, name
 
 
 def _orig_shape(metadata: dict[str, Any], name: str, numel: int) -> tuple[int, ...] | None:

@@ -23,6 +23,8 @@ main thread. No signal handling here (that is the front end's, in its main threa
 from __future__ import annotations
 
 import contextlib
+import errno
+import io
 import os
 import signal
 import stat
@@ -31,7 +33,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from core.errors import FileChangedError
+from core.errors import FileAccessError, FileChangedError
 
 try:
     import fcntl
@@ -42,18 +44,98 @@ except ImportError:  # Windows
 LEASES = fcntl is not None and hasattr(fcntl, "F_SETLEASE")
 
 
+_NONBLOCK = getattr(os, "O_NONBLOCK", 0)
+_KINDS = ((stat.S_ISFIFO, "a named pipe (FIFO)"), (stat.S_ISCHR, "a character device"),
+          (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))  # fmt: skip
+
+
+def _open_fd(path: str | os.PathLike[str]) -> tuple[int, os.stat_result]:
+    """A blocking read-only descriptor of ``path`` and its stat, whatever it is. Opened with
+    ``O_NONBLOCK`` so that a FIFO without a writer (or a device) cannot block the open; the
+    descriptor's own type is then checked, and only a regular file is made blocking again."""
+    fd = os.open(path, os.O_RDONLY | _NONBLOCK | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_BINARY", 0))
+    try:
+        st = os.fstat(fd)
+        if _NONBLOCK and stat.S_ISREG(st.st_mode) and fcntl is not None:
+            fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) & ~_NONBLOCK)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd, st
+
+
+def special_kind(st: os.stat_result) -> str | None:
+    """What a non-regular, non-folder file is, in words (None for a regular file or a folder)."""
+    for test, words in _KINDS:
+        if test(st.st_mode):
+            return words
+    return None if stat.S_ISREG(st.st_mode) or stat.S_ISDIR(st.st_mode) else "not a regular file"
+
+
+def not_a_file(path: str | os.PathLike[str], kind: str) -> FileAccessError:
+    return FileAccessError(
+        f"{path} is not a regular file",
+        why=f"it is {kind}, which Loadout does not read (it could wait forever for a writer)",
+        fix="Give the path of a file on disk",
+        code="not_a_file",
+    )
+
+
+def unreadable(path: str | os.PathLike[str], exc: OSError) -> FileAccessError:
+    """A path that cannot be opened or stat'ed, in words for its cause."""
+    if exc.errno == errno.ELOOP:
+        why, fix = "it is a symbolic link that leads back to itself (a loop)", "Point the link at a file"
+    elif exc.errno in (errno.EACCES, errno.EPERM):
+        why, fix = exc.strerror or str(exc), "Check the file's permissions"
+    elif exc.errno == errno.ENAMETOOLONG:
+        why, fix = "its name is too long for the file system", "Give a shorter path"
+    else:
+        why, fix = exc.strerror or str(exc), "Check the path and that the disk is readable"
+    return FileAccessError(f"{path} cannot be read", why=why, fix=fix, code="unreadable")
+
+
 def open_regular(path: Path) -> tuple[int, os.stat_result] | None:
     """A read-only descriptor of ``path`` and its stat when it is an existing regular file; None
-    otherwise (a missing or special file is its reader's error to give)."""
+    otherwise (a missing or special file is its reader's error to give). Never blocks."""
     try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+        fd, st = _open_fd(path)
     except OSError:
         return None
-    st = os.fstat(fd)
     if not stat.S_ISREG(st.st_mode):
         os.close(fd)
         return None
     return fd, st
+
+
+def open_input(path: str | os.PathLike[str]) -> io.BufferedReader:
+    """The one way Loadout opens a file it reads (models, LoRAs, pictures, sidecars): a binary
+    reader of a regular file, opened so that it cannot block. A FIFO, device or socket is
+    :func:`not_a_file` (``not_a_file``); a folder is ``IsADirectoryError`` and any other failure
+    the ``OSError`` of ``open()``, so each reader's own words for those stay."""
+    try:
+        fd, st = _open_fd(path)
+    except OSError:  # a socket cannot be opened at all (ENXIO): say what it is
+        try:
+            kind = special_kind(os.stat(path))
+        except OSError:
+            kind = None
+        if kind is not None:
+            raise not_a_file(path, kind) from None
+        raise
+    if stat.S_ISDIR(st.st_mode):
+        os.close(fd)
+        raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), str(path))
+    kind = special_kind(st)
+    if kind is not None:
+        os.close(fd)
+        raise not_a_file(path, kind)
+    return os.fdopen(fd, "rb")
+
+
+def read_input(path: str | os.PathLike[str]) -> bytes:
+    """The whole of a small input file (:func:`open_input`)."""
+    with open_input(path) as fh:
+        return fh.read()
 
 
 def take_lease(fd: int) -> bool:

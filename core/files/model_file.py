@@ -19,6 +19,7 @@ from core.files import header_cache
 from core.files import safetensors as st_format
 from core.files.gguf import read_gguf_header, t5_transformers_names
 from core.files.gguf_llm import gguf_plus_one_keys, llm_transformers_names
+from core.files.leases import not_a_file, open_input, special_kind, unreadable
 from core.files.pickle_safe import read_pickle_index
 from core.files.safetensors import HEADER_SIZE_CAP, SafetensorsHeader, read_header
 from core.files.tensor_info import TensorInfo
@@ -90,21 +91,12 @@ def _check_path(p: Path) -> os.stat_result:
             code="not_found",
         ) from None
     except OSError as exc:
-        raise FileAccessError(
-            f"{p} cannot be read",
-            why=exc.strerror or str(exc),
-            fix="Check the file's permissions",
-            code="unreadable",
-        ) from None
+        raise unreadable(p, exc) from None
     if stat.S_ISDIR(st.st_mode):
         raise _folder_error(p)
-    if not stat.S_ISREG(st.st_mode):
-        raise FileAccessError(
-            f"{p} is not a regular file",
-            why="it is a device, socket or pipe",
-            fix="Pick a model file",
-            code="not_a_file",
-        )
+    kind = special_kind(st)
+    if kind is not None:
+        raise not_a_file(p, kind)
     return st
 
 
@@ -138,7 +130,7 @@ def read_tensor_index(path: str | os.PathLike[str]) -> TensorIndex:
     p = Path(path)
     st = _check_path(p)
     try:
-        with open(p, "rb") as fh:
+        with open_input(p) as fh:
             head = fh.read(64)
     except OSError as exc:
         raise FileAccessError(
@@ -184,7 +176,7 @@ def _raw_header(p: Path, size: int) -> bytes | None:
     """The header's JSON bytes when they can be read plainly; None for anything the full read
     must explain (too short, a length over the cap or past the end)."""
     try:
-        with open(p, "rb") as fh:
+        with open_input(p) as fh:
             prefix = fh.read(8)
             if len(prefix) != 8:
                 return None

@@ -25,6 +25,7 @@ from typing import Any
 import torch
 
 from core.errors import FileFormatError, UnsafeFileError
+from core.files.leases import open_input, read_input
 from core.files.tensor_info import TensorInfo
 from core.files.unpickler import IndexUnpickler, TensorStub, starts_with_legacy_magic
 
@@ -95,7 +96,7 @@ def _scalar_extras(top: Any) -> dict[str, Any]:
 def read_pickle_index(path: str | os.PathLike[str]) -> PickleIndex:
     """Names, dtypes and shapes of the tensors in a pickle checkpoint, without reading them."""
     p = Path(path)
-    with open(p, "rb") as fh:
+    with open_input(p) as fh:
         magic = fh.read(4)
     if magic.startswith(b"PK"):
         return _read_zip_index(p)
@@ -149,7 +150,7 @@ def _read_plain_index(p: Path) -> PickleIndex:
     if size > PICKLE_INDEX_CAP:
         # A legacy (pre-1.6) torch file keeps data after the pickles: let torch read it safely.
         return _legacy_index(p)
-    data = p.read_bytes()
+    data = read_input(p)
     if starts_with_legacy_magic(data):
         return _legacy_index(p)
     return _unpickle_index(p, data, None)
@@ -188,7 +189,10 @@ def _unpickle_index(p: Path, data: bytes, storages: set[str] | None) -> PickleIn
         out.extra["wrapper"] = wrapper
     if unpickler.placeholders:
         shown = ", ".join(sorted(unpickler.placeholders)[:3])
-        out.warnings.append(f"training leftovers were skipped, not loaded: {shown}")
+        out.warnings.append(
+            f"the file calls code outside its weights ({shown}): an ordinary pickle load would import "
+            "and run it; Loadout neither imported nor ran it"
+        )
     return out
 
 
@@ -228,12 +232,12 @@ def load_pickle_state_dict(path: str | os.PathLike[str]) -> dict[str, torch.Tens
     """Tensors of a pickle checkpoint via ``torch.load(weights_only=True)``; nothing else runs."""
     p = Path(path)
     # Check first with the restricted reader: it explains refusals better than torch does.
-    with open(p, "rb") as fh:
+    with open_input(p) as fh:
         zipped = fh.read(2) == b"PK"
     if zipped:
         _read_zip_index(p)
     elif p.stat().st_size <= PICKLE_INDEX_CAP:
-        data = p.read_bytes()
+        data = read_input(p)
         if not starts_with_legacy_magic(data):
             _unpickle_index(p, data, None)
     try:

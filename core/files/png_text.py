@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from core.errors import FileAccessError, FileFormatError
+from core.files.leases import open_input
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 #: the largest text chunk read (A1111 parameters are a few KiB; ComfyUI workflows some 100 KiB)
@@ -134,7 +135,7 @@ def read_picture_header(path: str | Path) -> PictureHeader:
     """The picture's size and text, without decoding pixels (see the module notes)."""
     path = Path(path)
     try:
-        with open(path, "rb") as fh:
+        with open_input(path) as fh:
             if fh.read(8) == PNG_SIGNATURE:
                 return _read_png(path, fh)
         return _read_other(path)

@@ -27,6 +27,7 @@ import torch
 from core.errors import FileFormatError
 from core.files.dtypes import DTYPES
 from core.files.guard import changed_error
+from core.files.leases import open_input
 from core.files.safetensors_header import SafetensorsHeader, header_error, validate_header
 
 #: The reference implementation refuses headers over 100 MB; so do we, by default.
@@ -130,7 +131,7 @@ def _gc_paused() -> Iterator[None]:
 def read_header(path: str | os.PathLike[str], *, cap: int = HEADER_SIZE_CAP) -> SafetensorsHeader:
     """Read and fully validate the header of a safetensors file. Never reads tensor data."""
     p = Path(path)
-    with open(p, "rb") as fh:
+    with open_input(p) as fh:
         size = os.fstat(fh.fileno()).st_size
         return read_header_from(fh, p, size, cap=cap)
 
@@ -162,7 +163,7 @@ class SafetensorsFile:
         it once; read again when the file's size no longer matches it."""
         self.header = header if header is not None and header.path == Path(path) else read_header(path)
         self.path = self.header.path
-        self._fh = open(self.path, "rb")  # noqa: SIM115 - lives as long as the mapping
+        self._fh = open_input(self.path)  # lives as long as the mapping
         if os.fstat(self._fh.fileno()).st_size != self.header.file_size:  # rewritten since: read again
             self.header = read_header(self.path)
         size = self.header.file_size
@@ -242,7 +243,7 @@ class SafetensorsFile:
         out = torch.empty(count, dtype=torch.uint8)
         if count:
             view = memoryview(out.numpy().data).cast("B")
-            with open(self.path, "rb") as fh:
+            with open_input(self.path) as fh:
                 if os.fstat(fh.fileno()).st_size != self.header.file_size:
                     raise changed_error(self.path)
                 fh.seek(start)

@@ -16,6 +16,7 @@ from core.errors import LoadoutError, ModelMismatchError
 from core.files.destination import check_output_file, check_output_folder
 from core.generate.events import GenerateProgress, GenerateResult, LoraMatch
 from core.generate.generator import Generator, needs_t5
+from core.generate.naming import file_paths
 from core.generate.pictures import read_picture
 from core.generate.request import GenerateRequest, ModelFiles
 from core.generate.session_run import Output
@@ -95,6 +96,8 @@ def generate_files(
         check_output_folder(request.output)
     else:
         check_output_file(request.output)
+        for name in file_paths(request.output, request.image.batch):  # the names really written
+            check_output_file(name)
     settings, dtype = compute_override(request.dtype)  # --dtype fp8_e4m3fn: fp8 matmul, decided at load
     session, _ = headless_session(
         request.device, settings=settings, vram_limit=request.vram_limit, interrupt=interrupt

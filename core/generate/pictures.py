@@ -7,16 +7,20 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
-from core.errors import FileAccessError, FileFormatError
+from core.errors import FileAccessError, FileFormatError, LoadoutError
+from core.files.leases import open_input
 from core.files.png_text import read_picture_header
 from core.values import MAX_AREA, SIDE, BadValueError
 
 
 def _open(path: Path, what: str) -> Image.Image:
     try:
-        im = Image.open(path)
-        im.load()
+        with open_input(path) as fh:  # a FIFO or device is refused, never waited on
+            im = Image.open(fh)
+            im.load()
         return im
+    except LoadoutError:
+        raise
     except FileNotFoundError:
         raise FileAccessError(
             f"{path} does not exist", fix=f"Check the {what} path", code="not_found"

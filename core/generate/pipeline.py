@@ -26,6 +26,7 @@ from core.archs.catalog import CODECS, TEXTS
 from core.archs.protocols import ExtraInputs, LatentCodec, TextOutput
 from core.detect.catalog import diffusion_spec
 from core.errors import LoadoutError, ModelMismatchError
+from core.finite import require_finite
 from core.generate.events import GenerateProgress, Phase
 from core.generate.hires import second_pass
 from core.generate.network import NetworkAdapter
@@ -205,7 +206,9 @@ class Pipeline:
             hooks.check()
             return self._prompt_encoder().encode(text)
 
-        return self.cache.get_or_encode(key, encode)
+        found = self.cache.get_or_encode(key, encode)
+        require_finite("text encoder", found.context, found.pooled)  # float32 on the CPU: no device wait
+        return found
 
     def _to_sampling(
         self, cond: PromptConditioning, settings: ImageSettings, *, negative: bool
@@ -297,7 +300,9 @@ class Pipeline:
 
                 pixels = codec.decode_tiled(vae, z, tile_done)
         timings.tiled_decode = tiled
-        return pixels.float().cpu()
+        out = pixels.float().cpu()
+        require_finite("VAE", out)  # before anything is saved: never a black picture
+        return out
 
     # -- sampling -----------------------------------------------------------------------------------
     def sample(
@@ -339,12 +344,14 @@ class Pipeline:
         hooks.place("sample")
         placed[0] = True
         last[0] = time.perf_counter()
-        return sample(
+        out = sample(
             self.adapter, self.sampling, self.latent_format, latent, positive, negative, request,
             device=self.compute.device, compute_dtype=self.compute.diffusion_dtype, check=hooks.check,
             progress=progress, before_forward=before_forward, on_sigma=self.adapter.see_sigma,
             denoise_mask=self.denoise_mask, sigmas=self.sigmas, add_noise=self.add_noise,
         )  # fmt: skip
+        require_finite("diffusion model", out)  # once per sampling run, not per step
+        return out
 
     def run(
         self, settings: ImageSettings, hooks: Hooks, init: np.ndarray | None = None

@@ -33,7 +33,7 @@ class ModelFiles:
             raise LoadoutError(
                 "nothing to generate with",
                 why="neither a checkpoint nor a diffusion model was given",
-                fix="Give a checkpoint, or --diffusion-model with --text-encoder and --vae",
+                fix="Give a checkpoint, or a diffusion model with its text encoders and VAE",
                 code="bad_argument",
             )
 
@@ -90,14 +90,14 @@ class ImageSettings:
         if (why := BATCH.problem(self.batch)) is not None:
             problems.append(f"{why}: {BATCH.name} must be {BATCH.describe()}")
         if self.init_image is None and self.sampling.denoise < 1.0:
-            problems.append("denoise below 1 needs a starting image (--init)")
+            problems.append("denoise below 1 needs a starting image")
         if self.hires is not None:
             problems += self.hires.problems()
             w, h = self.final_size
             if w * h > 4096 * 4096 or w < 64 or h < 64:
                 problems.append(f"the hires fix's size {w}x{h} must be between 64x64 and 4096x4096 in area")
         if self.mask_image is not None and self.init_image is None:
-            problems.append("a mask needs the picture it masks (--init)")
+            problems.append("a mask needs the picture it masks (a starting image)")
         if problems:
             raise LoadoutError(
                 "these generation settings cannot be used",

@@ -11,6 +11,7 @@ import torch
 from core.files.atomic import AtomicBatch
 from core.generate.events import GeneratedImage, GenerateProgress
 from core.generate.hashes import FileHashes
+from core.generate.naming import next_free
 from core.generate.parameters import GenerationParameters, LoraUse, format_parameters
 from core.generate.png import png_bytes, to_uint8_rgb
 from core.generate.request import ImageSettings
@@ -52,12 +53,16 @@ def save_pictures(
     paths: Sequence[Path],
     check: Callable[[], None],
     progress: Callable[[GenerateProgress], None] = lambda p: None,
+    *,
+    overwrite: bool = True,
 ) -> list[GeneratedImage]:
     """Write each picture of the batch (B, 3, H, W in [-1, 1]) as a PNG with its parameters.
 
-    All or nothing: an interrupt (or a full disk) while saving a batch leaves no picture of it."""
+    All or nothing: an interrupt (or a full disk) while saving a batch leaves no picture of it.
+    ``overwrite=False`` (numbered pictures): nothing is overwritten; a number another writer took
+    meanwhile becomes the next free one, and the pictures returned carry the names they got."""
     images = []
-    with AtomicBatch() as batch:
+    with AtomicBatch(replace=overwrite, taken=None if overwrite else next_free) as batch:
         for i, path in enumerate(paths):
             check()
             # a batch shares one seed (one noise draw for all, as ComfyUI): the position tells them apart
@@ -70,4 +75,7 @@ def save_pictures(
             progress(GenerateProgress("save", i + 1, len(pixels)))
             label = f"{i + 1}/{len(pixels)}" if len(pixels) > 1 else ""
             images.append(GeneratedImage(path, params, infotext, label))
-    return images
+    return [
+        image if image.path == path else replace(image, path=path)
+        for image, path in zip(images, batch.written, strict=True)
+    ]

@@ -20,10 +20,11 @@ import torch
 
 from core.archs.catalog import codec_for, codec_of
 from core.errors import ModelMismatchError
-from core.generate.events import GenerateProgress, GenerateResult, Phase
+from core.generate.events import GeneratedImage, GenerateProgress, GenerateResult, Phase
 from core.generate.hashes import FileHashes
 from core.generate.hires import upscaler_hook
 from core.generate.naming import file_paths, numbered_paths
+from core.generate.parameters import GenerationParameters
 from core.generate.pipeline import Compute, Hooks, Networks, Pipeline, text_encoders, vae_decode_bytes
 from core.generate.preview import Previewer
 from core.generate.request import ImageSettings
@@ -53,10 +54,29 @@ class Output:
     path: Path
     is_folder: bool = False
 
+    #: ``-o FILE`` names the file to (over)write; numbered files never overwrite anything
+    replace: bool = True
+
     def paths(self, seeds: list[int]) -> list[Path]:
         if self.is_folder:
             return numbered_paths(self.path, seeds)
         return file_paths(self.path, len(seeds))
+
+    @property
+    def overwrite(self) -> bool:
+        return self.replace and not self.is_folder
+
+    def save(
+        self,
+        pixels: torch.Tensor,
+        params: GenerationParameters,
+        seed: int,
+        check: Callable[[], None],
+        progress: Callable[[GenerateProgress], None] = lambda p: None,
+    ) -> list[GeneratedImage]:
+        """The batch's PNGs, at the names they got (numbered: never over another writer's)."""
+        paths = self.paths([seed] * len(pixels))
+        return save_pictures(pixels, params, paths, check, progress, overwrite=self.overwrite)
 
 
 @dataclass
@@ -313,9 +333,7 @@ def generate(
         size = (settings.width, settings.height) if init is None else _cropped(init)
     params = replace(parameters_for(settings, made, size, state.hashes, check), hires=settings.hires)
     params = replace(params, extra=dict(workflow.parameters))  # ControlNet, refiner (A1111's items)
-    images = save_pictures(
-        pixels, params, output.paths([settings.sampling.seed] * len(pixels)), check, progress
-    )
+    images = output.save(pixels, params, settings.sampling.seed, check, progress)
     events = tuple(
         {**e.to_json(), "role": parts.names.get(e.model, "")}
         for e in placement.events.events()

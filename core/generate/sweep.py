@@ -56,7 +56,10 @@ class Sweep:
 
 def parse_strengths(text: str) -> tuple[float, ...]:
     """``0.4, 0.7, 1.0`` -> strengths, each checked as a LoRA strength (:data:`LORA_STRENGTH`)."""
-    return tuple(LORA_STRENGTH.parse(v) for v in text.replace(";", ",").split(",") if v.strip())
+    found = tuple(LORA_STRENGTH.parse(v) for v in text.replace(";", ",").split(",") if v.strip())
+    if not found:
+        raise LORA_STRENGTH.error(f"the sweep {text!r} holds no strength; give them like 0.4,0.7,1.0")
+    return found
 
 
 def grid_png(

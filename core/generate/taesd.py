@@ -24,6 +24,7 @@ from torch import nn
 
 from core.detect.catalog import REGISTRY
 from core.errors import LoadoutError
+from core.files.leases import open_input
 
 
 class _Clamp(nn.Module):
@@ -88,6 +89,7 @@ class TaesdPreview:
 def load_taesd(path: Path) -> TaesdPreview:
     """A TAESD decoder file (.safetensors, or .pth read with ``weights_only``)."""
     try:
+        open_input(path).close()  # a FIFO or device is refused, never waited on
         if path.suffix in (".safetensors", ".sft"):
             from safetensors.torch import load_file
 

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
+from core.files.leases import open_input
 from core.library.cache import InspectCache
 
 CHUNK = 4 << 20
@@ -54,7 +55,7 @@ def wants_addnet(path: Path) -> bool:
 
 
 def _open(path: Path) -> BinaryIO:
-    return open(path, "rb", buffering=0)
+    return open_input(path)
 
 
 def hash_stream(

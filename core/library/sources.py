@@ -22,6 +22,7 @@ from typing import Any, Literal
 import yaml
 
 from core.errors import LoadoutError
+from core.files.leases import read_input
 
 #: The folder kinds a root can be hinted with (ComfyUI's folder names, new spellings).
 FOLDER_KINDS = (
@@ -192,7 +193,7 @@ def _read_yaml(path: Path) -> Any:
         size = path.stat().st_size
         if size > CONFIG_CAP:
             raise _config_error(path, "is too large", f"it is {size:,} bytes, over {CONFIG_CAP:,}")
-        text = path.read_bytes().decode("utf-8-sig")
+        text = read_input(path).decode("utf-8-sig")
     except OSError as exc:
         raise LoadoutError(
             f"{path} cannot be read",

@@ -90,9 +90,10 @@ def convert_file(
     progress: Callable[[WriteProgress], None] | None = None,
     check: Callable[[], None] | None = None,
 ) -> Path:
+    check_output_file(out)  # as given: "newdir/" names a folder (a Path would drop the slash)
     source, target = Path(src), Path(out)
     refuse_same_file(target, source)
-    check_output_file(target)  # before any reading: a folder or /proc/x is refused now, not at the end
+
     index, get = _reader(source, read_tensor_index(source), dtype)
     specs = _specs(source, index, dtype)
     meta = {k: v for k, v in index.metadata.items() if isinstance(v, str)}

@@ -197,9 +197,8 @@ _WHERE = {
     "embedding": "it is a textual-inversion embedding: use it in a prompt of a loaded model",
     "controlnet": "ControlNets load beside a model, not as one",
     "upscale_model": "upscalers are not diffusion models",
-    "vae": "give it with --vae beside a checkpoint or diffusion model (in the window: select it, then Load)",
-    "text_encoder": "give it with --text-encoder beside a diffusion model (in the window: select it, "
-    "then Load)",
+    "vae": "give it as the VAE beside a checkpoint or diffusion model",
+    "text_encoder": "give it as a text encoder beside a diffusion model",
     "diffusion_model": "load it as a diffusion model, and add a VAE and text encoders from separate files",
     "unknown": "run `loadout inspect` on it to see what it holds",
 }

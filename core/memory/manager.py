@@ -392,6 +392,6 @@ class MemoryManager:
         )
         raise InterruptedByUser(
             f"Stopped by the user{where}",
-            why="the stop button was pressed",
+            why="a stop was asked for",
             fix="start the run again when ready",
         )

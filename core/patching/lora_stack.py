@@ -142,8 +142,7 @@ class LoraStack:
             raise ModelMismatchError(
                 f"{p.name}: this LoRA targets {lora_for}; the loaded model is {model_is}",
                 why=analysis.base_evidence or "its shapes were made for another model",
-                fix="Pick a LoRA made for this model, or apply what fits anyway: --force on the command "
-                "line (generate, merge), Add anyway in the window",
+                fix="Pick a LoRA made for this model, or apply what fits anyway (forced)",
                 code="lora_family_mismatch",
             )
         report = match_lora(analysis, self._indexes)

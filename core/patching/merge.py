@@ -88,9 +88,9 @@ def merge(
     dtype: torch.dtype | None = None,
     force: bool = False,
 ) -> Path:
+    check_output_file(out)  # as given: "newdir/" names a folder (a Path would drop the slash)
     base_path, out_path = Path(base), Path(out)
     refuse_same_file(out_path, base_path, *(a.path for a in loras))
-    check_output_file(out_path)
     if not loras:
         raise LoadoutError("nothing to merge", fix="Name at least one LoRA with --lora", code="bad_argument")
     bundle = _load_base(base_path)

@@ -11,7 +11,9 @@ from pathlib import Path
 from typing import Any
 
 from core.errors import InterruptedByUser
+from core.files.destination import check_output_folder
 from core.generate.hashes import FileHashes
+from core.generate.naming import grid_folder
 from core.generate.request import GenerateRequest
 from core.loading.assign import interrupt_check
 from core.queue.cluster_support import ray_pool_module
@@ -44,11 +46,14 @@ def local_pool(
 
 
 @contextlib.contextmanager
-def cluster_pool(address: str, request: GenerateRequest) -> Iterator[Pool]:
+def cluster_pool(
+    address: str, request: GenerateRequest, interrupt: threading.Event | None = None
+) -> Iterator[Pool]:
     """Workers on the Ray cluster at ``address`` (``local:N`` starts one here and stops it after);
-    each worker looks for the request's files where the client has them too (folders of the hints)."""
+    each worker looks for the request's files where the client has them too (folders of the hints).
+    ``interrupt`` ends the wait for a cluster that does not answer."""
     ray_pool = ray_pool_module()  # a plain-words ClusterUnavailable when Ray is not installed
-    count = ray_pool.connect(address)
+    count = ray_pool.connect(address, stop=interrupt.is_set if interrupt is not None else lambda: False)
     folders = list(
         dict.fromkeys(p.resolve().parent for p in (*request.models.paths, *(a.path for a in request.loras)))
     )
@@ -72,13 +77,37 @@ def run_grid(
 ) -> GridReport:
     """Every cell of the grid as a queued job, run on ``pool`` (default: in-process); ``interrupt``
     stops the running cells (nothing half-written) and raises InterruptedByUser."""
+    check_output_folder(folder)  # before any work: /dev, a file, a name too long
+    with grid_folder(folder):
+        return _run_grid(request, folder, axes, pool, progress, interrupt)
+
+
+def _stopped(store: JobStore) -> InterruptedByUser:
+    """The stop of a grid, naming the cells' pictures that are on disk."""
+    stopped = InterruptedByUser(
+        "stopped", why="the running cells were stopped; no picture of theirs was written"
+    )
+    stopped.written = tuple(str(p) for q in store.jobs("done") for p in q.images if p.is_file())
+    return stopped
+
+
+def _run_grid(
+    request: GenerateRequest,
+    folder: Path,
+    axes: tuple[Axis, Axis | None, Axis | None],
+    pool: Pool | None,
+    progress: Callable[[Totals], None] | None,
+    interrupt: threading.Event | None,
+) -> GridReport:
     check = interrupt_check(interrupt.is_set) if interrupt is not None else None
     hashes = FileHashes()
     jobs = grid_jobs(request, folder, *axes, check=check, hashes=hashes)
     store = JobStore()
     values = {a.name: a for a in axes if a is not None}
     store.add(jobs)
-    pool = pool or local_pool(request, interrupt, hashes)
+    # the worker's own flag, never the command's: a worker consumes a stop it acts on, and the
+    # command's stop (a signal, a changed input) must stay seen until the whole grid has stopped
+    pool = pool or local_pool(request, None, hashes)
     runner = QueueRunner(store, pool, on_update=progress)
     watcher = None
     if interrupt is not None:
@@ -98,10 +127,8 @@ def run_grid(
         if watcher is not None:
             done.set()
             watcher.join()
-    if report.stopped:
-        raise InterruptedByUser(
-            "stopped", why="the running cells were stopped; no picture of theirs was written"
-        )
+    if report.stopped or (interrupt is not None and interrupt.is_set()):
+        raise _stopped(store)
     names = [a.name if a is not None else None for a in axes]
     out_cells, images, failed = [], [], []
     for q in store.jobs():

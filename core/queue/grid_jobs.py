@@ -13,6 +13,11 @@ from core.generate.request import GenerateRequest
 from core.generate.sweep import grid_png
 from core.queue.grid import Axis, cells
 from core.queue.job import Job, with_hashes
+
+try:
+    import fcntl
+except ImportError:  # Windows: the earlier-pictures check only
+    fcntl = None  # type: ignore[assignment]
 from core.queue.store import JobStore, QueuedJob
 
 

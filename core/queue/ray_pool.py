@@ -13,7 +13,9 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-from collections.abc import Sequence
+import threading
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -74,9 +76,41 @@ class WorkerActor:
         return {"jobs": self.worker.jobs, "model_loads": self.worker.model_loads}
 
 
-def connect(address: str) -> int:
+#: how long joining a cluster may take before the address is said to be unreachable (seconds)
+CONNECT_SECONDS = 60.0
+
+
+def _init_within(seconds: float, stop: Callable[[], bool], **kwargs: Any) -> None:
+    """``ray.init(**kwargs)`` on a helper thread, waited for at most ``seconds`` and while ``stop()``
+    is False: a bad address makes Ray retry for minutes, deaf to Ctrl-C, in its own call."""
+    failed: list[BaseException] = []
+    done = threading.Event()
+
+    def run() -> None:
+        try:
+            ray.init(**kwargs)
+        except BaseException as exc:  # handed to the caller's thread
+            failed.append(exc)
+        finally:
+            done.set()
+
+    threading.Thread(target=run, name="ray-init", daemon=True).start()
+    deadline = time.monotonic() + seconds
+    while not done.wait(0.1):
+        if stop():
+            raise InterruptedByUser("stopped", why="while joining the cluster")
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"no answer within {seconds:g} s")
+    if failed:
+        raise failed[0]
+
+
+def connect(
+    address: str, *, seconds: float = CONNECT_SECONDS, stop: Callable[[], bool] = lambda: False
+) -> int:
     """Join the cluster at ``address`` (``ray://host:10001``, ``host:6379``, ``auto``) or start a local
-    one for ``local:N``; returns how many workers to start: N, one per GPU, or one per node."""
+    one for ``local:N``; returns how many workers to start: N, one per GPU, or one per node. A
+    cluster that does not answer within ``seconds`` is unreachable; ``stop()`` ends the wait."""
     local = address.startswith("local:")
     count = 0
     if local:
@@ -99,8 +133,11 @@ def connect(address: str) -> int:
                     logging_level=logging.ERROR,
                 )  # fmt: skip
             else:
-                ray.init(address=address, log_to_driver=False, runtime_env=env)
-        except (ConnectionError, RayError, ValueError, RuntimeError) as exc:
+                _init_within(
+                    seconds, stop, address=address, log_to_driver=False, runtime_env=env,
+                    logging_level=logging.ERROR,
+                )  # fmt: skip
+        except (ConnectionError, RayError, ValueError, RuntimeError, TimeoutError) as exc:
             raise LoadoutError(
                 f"cannot reach the Ray cluster at {address}",
                 why=str(exc).splitlines()[0] if str(exc) else type(exc).__name__,

@@ -186,8 +186,10 @@ class QueueRunner:
             job_id = self.picker(self.pool.held(worker), pending, others, can_run)
             if job_id is None:
                 continue
-            self.store.start(job_id, worker)
-            self.pool.start(worker, job_id, queued.pop(job_id))
+            job = queued.pop(job_id)
+            if not self.store.claim(job_id, worker):  # another program sharing the file took it
+                continue
+            self.pool.start(worker, job_id, job)
             running[worker] = job_id
 
     def _nobody_can_run(self) -> None:
@@ -210,7 +212,7 @@ class QueueRunner:
             paths = job.job.outputs()
             try:
                 for path, data in zip(paths, outcome.result.pngs, strict=False):
-                    atomic_write_bytes(path, data)
+                    atomic_write_bytes(path, data, replace=False)  # never another job's picture
             except LoadoutError as exc:  # a full disk, a folder gone: this job fails, the file is untouched
                 self.store.fail(outcome.job_id, exc.message)
                 report.failed.append(outcome.job_id)
@@ -259,6 +261,7 @@ class QueueRunner:
         report = RunReport()
         running: dict[str, int] = {}
         self._stop.clear()
+        self.store.recover()  # a job an earlier run left "running" (its state could not be written)
         while True:
             if not self._stop.is_set() and not self.store.paused:
                 self._nobody_can_run()
@@ -281,9 +284,12 @@ class QueueRunner:
         report.stopped = self._stop.is_set()
         left = self.store.jobs("queued")
         if left and not self.pool.workers():
+            kept = self.store.path != ":memory:"  # a command's queue lives only as long as the command
             raise ClusterLost(
                 "the cluster went away",
-                why=f"no worker is left; {len(left)} job(s) stay queued in the queue file",
-                fix="Start the cluster again (or choose the in-process executor) and run the queue again",
+                why=f"no worker is left; {len(left)} job(s) "
+                + ("stay queued in the queue file" if kept else "were not made"),
+                fix="Start the cluster again (or choose the in-process executor) and run "
+                + ("the queue again" if kept else "the command again"),
             )
         return report

@@ -113,8 +113,9 @@ class Worker:
 
     def run(self, job: Job, progress: Callable[[GenerateProgress], None] | None = None) -> CellResult:
         """Make the job's pictures; raises :class:`~core.queue.index.MissingFiles` when a file is
-        not on this machine, and InterruptedByUser after :meth:`stop`."""
-        self.session.interrupt.clear()
+        not on this machine, and InterruptedByUser after :meth:`stop` (a stop that came after the
+        last job's last check stops this one before it starts: it is never lost at a boundary)."""
+        self.session.placement.manager.check()
         t0 = time.perf_counter()
         request = job.with_paths(self.index.resolve(job.files, self.name))
         generator, loads = self._prepare(request, job.key())

@@ -125,3 +125,31 @@ def _direct():
     from PySide6.QtCore import Qt
 
     return Qt.ConnectionType.DirectConnection
+
+
+def test_the_stop_flag_is_cleared_when_a_job_starts_so_a_stop_never_carries_over(
+    qtbot, backend: Backend
+) -> None:
+    """A Stop that lands as a job ends (after its last check, even after its last line) ends
+    nothing else: the next job starts with the flag clear and runs to its end."""
+    from PySide6.QtCore import Qt
+
+    seen: list[bool] = []
+    pressed: list[bool] = []
+
+    def press_once(task: str) -> None:  # Stop pressed at the very end of the first job, on its thread
+        if not pressed:
+            pressed.append(True)
+            backend.stop_flag.set()
+
+    backend.worker.finished.connect(press_once, Qt.ConnectionType.DirectConnection)
+
+    def second(r) -> None:
+        seen.append(backend.stop_flag.is_set())
+        r.check()  # would raise InterruptedByUser if the old Stop carried over
+
+    with strict(qtbot, backend, "started", "finished"):
+        backend.submit("load", lambda r: None)
+    with strict(qtbot, backend, "started", "finished"):
+        backend.submit("load", second)
+    assert pressed and seen == [False]

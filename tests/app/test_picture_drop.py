@@ -55,3 +55,21 @@ def test_hostile_pictures_fill_or_say_why(
     panel.read_picture(path)
     assert errors or panel.prompt.toPlainText() == "x"
     assert all(isinstance(e, LoadoutError) for e in errors)
+
+
+def test_a_900_kb_single_line_prompt_is_cut_with_a_message_not_laid_out(
+    panel: GeneratePanel, tmp_path: Path
+) -> None:
+    from app.gui.generate_panel import PROMPT_CHARS
+
+    prompt = ("a fox, " * (900_000 // 7)).strip()
+    png = write_png(
+        tmp_path / "long.png", text("parameters", f"{prompt}\nNegative prompt: blur\nSteps: 3, Seed: 4")
+    )
+    panel.read_picture(png)
+    assert panel.prompt.toPlainText() == prompt[:PROMPT_CHARS]
+    assert panel.negative.toPlainText() == "blur" and panel.steps.value() == 3
+    assert (
+        f"Prompt cut ({len(prompt):,} characters; the first {PROMPT_CHARS:,} were kept)"
+        in panel.status.text()
+    )

@@ -135,3 +135,26 @@ def test_the_executor_is_a_setting(qtbot, store) -> None:
     qtbot.keyClicks(dialog.ray, "ray://head:10001")
     dialog.settings().save(store)
     assert AppSettings.load(store).ray_address == "ray://head:10001"
+
+
+def test_a_damaged_queue_file_never_stops_the_window_and_the_rest_is_usable(
+    qtbot, make_window, store, tmp_path: Path
+) -> None:
+    import json
+    import sqlite3
+
+    from tests.core.queue.test_store import _job
+
+    path = queue_file(store)
+    first = JobStore(path)
+    bad, good = first.add([_job(1, tmp_path), _job(2, tmp_path)])
+    first.close()
+    with sqlite3.connect(path) as db:
+        row = json.loads(db.execute("SELECT job FROM jobs WHERE id=?", (bad,)).fetchone()[0])
+        row["request"]["image"]["sampling"]["steps"] = 0
+        db.execute("UPDATE jobs SET job=? WHERE id=?", (json.dumps(row), bad))
+    window = make_window()
+    queue = window.queue_panel
+    assert [queue.jobs.item(i).data(Qt.ItemDataRole.UserRole) for i in range(queue.jobs.count())] == [good]
+    assert window.message.isVisible() and f"job {bad}" in window.message.text.text()
+    assert "set aside" in window.message.text.text()
