@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Mapping
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from core.archs.llm import LLM_FAMILIES
 from core.errors import ModelMismatchError
 from core.loading.architectures import architecture_for, loadable_families
 from core.loading.loader import _view, inspect_for_loading, load_diffusion_model
@@ -23,6 +25,7 @@ from core.loading.plan import ComponentPlan, plan_component
 from core.models.chroma import ChromaConfig
 from core.models.clip import CLIPTextConfig
 from core.models.flux import FluxConfig
+from core.models.llm import LlmConfig, LlmTextModel
 from core.models.mmdit import MMDiTConfig
 from core.models.nextdit import NextDiTConfig
 from core.models.pixart import PixArtConfig
@@ -90,6 +93,11 @@ def planned_params(plan: ComponentPlan) -> int:
 _CLIP_H_NO_PROJECTION = dataclasses.replace(CLIPTextConfig.clip_h(), projection_dim=None)
 
 #: case id -> (layout builder, file name, detected kind, family, config Loadout must plan, or None)
+def _llm_layout(family: str) -> dict[str, tuple[int, ...]]:
+    model = LlmTextModel(LlmConfig.preset(family), device="meta")
+    return {k: tuple(v.shape) for k, v in model.state_dict().items()}
+
+
 STANDALONE: dict[str, tuple[Callable[[], Layout], str, str, str, Any]] = {
     "sd1": (DIFFUSION_LAYOUTS["sd1"], "v1-5-unet.safetensors", "diffusion_model", "sd1", UNetConfig.sd1()),
     "sd2": (DIFFUSION_LAYOUTS["sd2"], "v2-1-unet.safetensors", "diffusion_model", "sd2", UNetConfig.sd2()),
@@ -213,6 +221,11 @@ STANDALONE: dict[str, tuple[Callable[[], Layout], str, str, str, Any]] = {
     "t5-xxl": (enc.t5_xxl, "t5xxl_fp16.safetensors", "text_encoder", "t5-xxl", T5Config.t5_xxl()),
     "t5-base": (enc.t5_base, "t5_base.safetensors", "text_encoder", "t5-base", T5Config.t5_base()),
     "umt5-xxl": (enc.umt5_xxl, "umt5_xxl.safetensors", "text_encoder", "umt5-xxl", T5Config.umt5_xxl()),
+    # the decoder-LLM encoders at full size, in Comfy-Org's layout (their key layout is transformers')
+    **{
+        fam: (partial(_llm_layout, fam), f"{fam}.safetensors", "text_encoder", fam, LlmConfig.preset(fam))
+        for fam in LLM_FAMILIES
+    },
 }
 
 
@@ -442,7 +455,6 @@ UNSUPPORTED: dict[str, tuple[Callable[[], Layout], str, str]] = {
         if fam not in loadable_families()
     },
     "vae-wan": (enc.wan_vae, "vae", "vae-wan"),
-    "llama3.1-8b": (enc.llama31_8b, "text_encoder", "llama3.1-8b"),
 }
 
 
