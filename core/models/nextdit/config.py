@@ -56,7 +56,8 @@ class NextDiTConfig:
     in_channels: int = 16
     patch_size: int = 2
     norm_eps: float = 1e-5
-    form: Form = "z-image"
+    #: the form: Z-Image (True) or Lumina 2 (False), read from the modulation layers
+    z_image: bool = True
     #: the timestep MLP's hidden width and the modulation vector's width it ends in (1024 and 256 in
     #: Z-Image, 1024 and 1024 in Lumina 2: min(width, 1024) and the form's, as released)
     t_hidden: int = 1024
@@ -97,8 +98,9 @@ class NextDiTConfig:
         return self.dim // self.n_heads
 
     @property
-    def z_image(self) -> bool:
-        return self.form == "z-image"
+    def form(self) -> Form:
+        """The form's name (the family it is released as)."""
+        return "z-image" if self.z_image else "lumina2"
 
     @property
     def axes_dims(self) -> tuple[int, int, int]:
@@ -124,7 +126,7 @@ class NextDiTConfig:
             adaln_dim=1024,
         )
         base.update(overrides)
-        return cls(**base, form="lumina2", pad_tokens_multiple=None)
+        return cls(**base, z_image=False, pad_tokens_multiple=None)
 
     @classmethod
     def from_shapes(cls, shapes: Mapping[str, Sequence[int]]) -> NextDiTConfig:
@@ -150,7 +152,7 @@ class NextDiTConfig:
             ffn_hidden=int(shapes["layers.0.feed_forward.w1.weight"][0]),
             cap_feat_dim=int(shapes["cap_embedder.1.weight"][1]),
             in_channels=patch_in // 4,
-            form="z-image" if z_image else "lumina2",
+            z_image=z_image,
             t_hidden=int(shapes["t_embedder.mlp.0.weight"][0]),
             adaln_dim=int(shapes["t_embedder.mlp.2.weight"][0]),
             pad_tokens_multiple=32 if "cap_pad_token" in shapes else None,
