@@ -1,33 +1,12 @@
-"""The decoder-LLM towers' records, by the import path the text layer uses: they live in
-``core.archs.llm.towers`` (architecture packages name them in their conventions, and a package
-never imports the text layer)."""
+"""The decoder-LLM towers' records (``LlmTowerSpec``, ``Z_IMAGE_QWEN3``, ``LUMINA2_GEMMA2``,
+``Z_IMAGE_TOWER``, ...), by the import path the text layer uses: they live in the architecture
+package ``core.archs.llm`` (``towers``), where conventions name them without importing the text
+layer, and are reached here through the catalog."""
 
-from core.archs.llm.towers import (
-    GEMMA_BOS,
-    GEMMA_PAD,
-    LUMINA2_GEMMA2,
-    LUMINA2_SYSTEM_PROMPTS,
-    LUMINA2_TOWER,
-    QWEN_PAD,
-    Z_IMAGE_QWEN3,
-    Z_IMAGE_TEMPLATE,
-    Z_IMAGE_TOWER,
-    LlmTowerSpec,
-    TokenizerKind,
-    lumina2_gemma2,
-)
+from typing import Any
 
-__all__ = [
-    "GEMMA_BOS",
-    "GEMMA_PAD",
-    "LUMINA2_GEMMA2",
-    "LUMINA2_SYSTEM_PROMPTS",
-    "LUMINA2_TOWER",
-    "QWEN_PAD",
-    "Z_IMAGE_QWEN3",
-    "Z_IMAGE_TEMPLATE",
-    "Z_IMAGE_TOWER",
-    "LlmTowerSpec",
-    "TokenizerKind",
-    "lumina2_gemma2",
-]
+from core.archs.catalog import find_in_packages
+
+
+def __getattr__(name: str) -> Any:
+    return find_in_packages("towers", name)
