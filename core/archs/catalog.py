@@ -17,6 +17,7 @@ from typing import Any
 from torch import nn
 
 import core.archs
+from core.archs.layouts import Architecture
 from core.archs.protocols import DiffusionNet, LatentCodec, TextConvention
 from core.archs.registry import Registry
 from core.detect.catalog import REGISTRY, diffusion_spec
@@ -41,6 +42,8 @@ def _parts(name: str) -> Iterator[Any]:
 NETS: Registry[DiffusionNet] = Registry("diffusion network", _parts("NET"))
 TEXTS: Registry[TextConvention] = Registry("text convention", _parts("CONVENTIONS"))
 CODECS: Registry[LatentCodec] = Registry("latent codec", _parts("CODEC"))
+#: the loading records (file layouts) of text encoders that live in packages (the decoder LLMs)
+ENCODER_ARCHITECTURES: tuple[Architecture, ...] = tuple(_parts("ENCODER_ARCHITECTURES"))
 
 
 def find_in_packages(module: str, name: str) -> Any:

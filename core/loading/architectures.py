@@ -9,9 +9,8 @@ loading and meta tensors (shapes only, no data) for ``loadout check``.
 
 from __future__ import annotations
 
-from core.archs.catalog import CODECS, NETS
+from core.archs.catalog import CODECS, ENCODER_ARCHITECTURES, NETS
 from core.archs.layouts import Architecture, Converter, Shapes, Tensors
-from core.archs.llm import LLM_ARCHITECTURE
 from core.loading.convert.open_clip import hf_to_open_clip, open_clip_to_hf
 from core.models.clip import CLIPTextConfig, CLIPTextModel
 from core.models.t5 import T5Config, T5Encoder
@@ -95,7 +94,7 @@ ARCHITECTURES: tuple[Architecture, ...] = (
     *(c.architecture for c in CODECS),
     CLIP,
     T5,
-    LLM_ARCHITECTURE,
+    *ENCODER_ARCHITECTURES,
 )
 _BY_FAMILY: dict[str, Architecture] = {f: a for a in ARCHITECTURES for f in a.families}
 

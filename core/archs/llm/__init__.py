@@ -4,4 +4,7 @@ prompt side is ``core.text.llm``."""
 
 from core.archs.llm.layout import LLM_ARCHITECTURE, LLM_FAMILIES
 
-__all__ = ["LLM_ARCHITECTURE", "LLM_FAMILIES"]
+#: read by ``core.archs.catalog`` (the loaders reach the record through it)
+ENCODER_ARCHITECTURES = (LLM_ARCHITECTURE,)
+
+__all__ = ["ENCODER_ARCHITECTURES", "LLM_ARCHITECTURE", "LLM_FAMILIES"]
