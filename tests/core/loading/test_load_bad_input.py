@@ -214,7 +214,7 @@ WRONG_KIND: dict[str, tuple[Callable[[], Layout], str, tuple[str, ...]]] = {
         "detail_tweaker_lora.safetensors",
         ("is a LoRA for sd1", "LoRA stack"),
     ),
-    "vae": (kl_vae, "vae-ft-mse-840000.safetensors", ("is a VAE (vae-sd)", "--vae")),
+    "vae": (kl_vae, "vae-ft-mse-840000.safetensors", ("is a VAE (vae-sd)", "as the VAE beside")),
     "diffusion_model": (
         lambda: unet("sd1"),
         "v1-5-unet-only.safetensors",
