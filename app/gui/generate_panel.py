@@ -34,7 +34,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.backend.progress_words import PHASE_WORDS
-from app.gui import generate_fields
+from app.gui import generate_apply, generate_fields
 from app.gui.model_picker import ModelPicker
 from app.gui.size_controls import SizeControls
 from app.gui.sweep_controls import SweepControls
@@ -52,9 +52,9 @@ from core.sampling import SAMPLERS, SCHEDULERS
 from core.values import CFG, GUIDANCE, STEPS
 
 NO_MODEL = "Load a checkpoint or diffusion model to generate."
-#: the most characters of a prompt read from a picture (real prompts are a few hundred; CLIP reads 77
-#: tokens per chunk): more is cut, and the status line says so
-PROMPT_CHARS = 20_000
+
+
+PROMPT_CHARS = generate_apply.PROMPT_CHARS
 
 
 class GeneratePanel(QWidget):
@@ -241,47 +241,8 @@ class GeneratePanel(QWidget):
         )
 
     def apply_parameters(self, p: GenerationParameters) -> None:
-        """Fill the fields from a picture's parameters. Values the reader ignored (out of range, not
-        numbers: ``p.ignored``) leave their field as it is, and the status line names them."""
-        skip = dict(p.ignored)
-        for field, edit, text in (
-            ("Prompt", self.prompt, p.prompt),
-            ("Negative prompt", self.negative, p.negative),
-        ):
-            # a text field lays a single line of a megabyte out for minutes: a picture's prompt is cut
-            if len(text) > PROMPT_CHARS:
-                skip[field] = f"{len(text):,} characters; the first {PROMPT_CHARS:,} were kept"
-                text = text[:PROMPT_CHARS]
-            edit.setPlainText(text)
-        if "Seed" not in skip:
-            self.seed.setText(str(p.seed))
-            self.random_seed.setChecked(False)
-        if "Steps" not in skip:
-            self.steps.setValue(p.steps)
-        if "CFG scale" not in skip:
-            self.cfg.setValue(p.cfg)
-        if p.guidance is not None:
-            self.guidance.setValue(p.guidance)
-        for combo, value in ((self.sampler, p.sampler), (self.scheduler, p.scheduler)):
-            i = combo.findData(value)
-            if i >= 0:
-                combo.setCurrentIndex(i)
-        if "Size" not in skip:
-            self.width_.setValue(p.width)
-            self.height_.setValue(p.height)
-        self.hires.apply(p.hires)
-        self.workflows.apply_parameters(p)
-        loras = ", ".join(f"{lo.name} {lo.model_strength:g}" for lo in p.loras)
-        ignored = "; ".join(
-            f"{key} cut ({why})"
-            if key in ("Prompt", "Negative prompt")
-            else f"{key} ignored ({why.rstrip('.')})"
-            for key, why in skip.items()
-        )
-        self.status.setText(
-            f"Settings read from a picture{f' (model {p.model})' if p.model else ''}"
-            f"{f'; it used LoRAs: {loras}' if loras else ''}.{f' {ignored}.' if ignored else ''}"
-        )
+        """Fill the fields from a picture's parameters (``generate_apply``)."""
+        generate_apply.apply_parameters(self, p)
 
     # ----------------------------------------------------------------- kept across a relaunch
     def fields(self) -> dict[str, object]:

@@ -40,7 +40,7 @@ from app.gui.memory_panel import MemoryPanel
 from app.gui.menus import build_menus
 from app.gui.pictures import Pictures
 from app.gui.placement_controls import PlacementControls
-from app.gui.queue_panel import install_queue_panel
+from app.gui.queue_install import install_queue_panel
 from app.gui.settings import AppSettings, SettingsDialog
 from app.gui.testrun_panel import TestRunPanel
 from app.gui.theme import app_icon, apply_theme, refresh_icons

@@ -18,8 +18,8 @@ from app.gui.viewer import PicturePanel
 from core.errors import LoadoutError
 from core.generate.events import GenerateResult
 from core.generate.parameters import parse_parameters
+from core.generate.picture_settings import PicturePlan, plan_picture_settings
 from core.generate.png import read_png_parameters
-from core.session.picture_settings import PicturePlan, plan_picture_settings
 
 if TYPE_CHECKING:
     from app.gui.main_window import MainWindow
@@ -84,7 +84,7 @@ class Pictures(QObject):
     # -- use these settings ----------------------------------------------------------------------
     def use_settings(self, path: Path) -> None:
         """The picture's prompt and settings to Generate; its model offered when it is not the
-        loaded one; its LoRAs made the stack (core.session.picture_settings decides what that takes)."""
+        loaded one; its LoRAs made the stack (core.generate.picture_settings decides what that takes)."""
         w = self.window
         try:
             params = parse_parameters(read_png_parameters(path))

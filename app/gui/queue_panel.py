@@ -15,7 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from PySide6.QtCore import QSettings, QSize, QStandardPaths, Qt, QTimer, Signal
+from PySide6.QtCore import QSize, Qt, QTimer, Signal
 from PySide6.QtGui import QIcon, QPixmap
 from PySide6.QtWidgets import (
     QFormLayout,
@@ -34,13 +34,9 @@ from PySide6.QtWidgets import (
 from app.backend.backend import Backend
 from app.backend.messages import Models
 from app.backend.worker import Reporter
-from app.gui.errors import describe_exception
 from core.errors import LoadoutError
 from core.files.atomic import write_error
-from core.generate.events import GeneratedImage
 from core.generate.naming import new_folder
-from core.generate.parameters import parse_parameters
-from core.generate.png import read_png_parameters
 from core.generate.request import GenerateRequest, ImageSettings, ModelFiles
 from core.patching.merge import LoraArg
 from core.queue.cluster_support import ray_pool_module
@@ -52,7 +48,7 @@ from core.queue.worker import Worker
 from core.session.snapshots import ModelInfo, SessionEvent, StackInfo
 
 if TYPE_CHECKING:
-    from app.gui.main_window import MainWindow
+    pass
 
 _STATE_WORDS = {
     "queued": "queued",
@@ -356,70 +352,3 @@ class QueuePanel(QWidget):
         path = item.data(Qt.ItemDataRole.UserRole) if item is not None else None
         if path:
             self.open_image.emit(str(path))
-
-
-def queue_file(store: QSettings) -> Path:
-    """The queue file: beside an ini settings file (tests, the demo), else in the app's data folder."""
-    if store.format() == QSettings.Format.IniFormat and store.fileName():
-        return Path(store.fileName()).with_name("queue.sqlite")
-    base = QStandardPaths.writableLocation(QStandardPaths.StandardLocation.AppDataLocation)
-    return Path(base or Path.home() / ".loadout") / "queue.sqlite"
-
-
-def store_notice(store: JobStore) -> LoadoutError | None:
-    """What the artist is told about the queue file on start: damaged rows set aside, another
-    Loadout owning it."""
-    notes = []
-    if store.quarantined:
-        shown = "; ".join(store.quarantined[:3]) + (" ..." if len(store.quarantined) > 3 else "")
-        notes.append(f"{len(store.quarantined)} damaged job(s) were set aside ({shown})")
-    if not store.owner:
-        pid = f" (process {store.owner_pid})" if store.owner_pid > 0 else ""
-        notes.append(f"another Loadout{pid} has this queue open: its running job stays with it")
-    if not notes:
-        return None
-    return LoadoutError(
-        "; ".join(notes),
-        fix="The other jobs are queued as before; jobs are shared, never run twice",
-        code="queue_file",
-    )
-
-
-def install_queue_panel(window: MainWindow) -> QueuePanel:
-    """The Queue dock, fed by the Generate panel's settings and output folder; a cell opens in the
-    picture view (with its parameters)."""
-    try:
-        store = JobStore(queue_file(window.store))
-    except LoadoutError as exc:
-        window.show_message(describe_exception("queue", exc))
-        store = JobStore()
-    panel = QueuePanel(
-        window.backend,
-        store,
-        window.generate_panel.settings,
-        lambda: window.generate.output_folder,
-        lambda: window.settings.ray_address,
-        parent=window,
-    )
-
-    def show(path: str) -> None:
-        try:
-            text = read_png_parameters(Path(path))
-            image = GeneratedImage(Path(path), parse_parameters(text), text, Path(path).stem)
-        except LoadoutError as exc:
-            window.show_message(describe_exception("queue", exc))
-            return
-        window.gallery.add((image,))
-        window.pictures.show(Path(path))
-
-    panel.open_image.connect(show)
-    panel.finished_images.connect(
-        lambda found: window.gallery.add_files([(path, label) for path, label in found if path.is_file()])
-    )
-    panel.error.connect(lambda exc: window.show_message(describe_exception("queue", exc)))
-    notice = store_notice(store)
-    if notice is not None:
-        window.show_message(describe_exception("queue", notice))
-    # a dock like the others (closable, scrolls, in the View menu), tabbed with Generate
-    window.layout_.add("queue", "Queue", panel, Qt.DockWidgetArea.RightDockWidgetArea, "generate")
-    return panel

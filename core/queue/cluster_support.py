@@ -27,8 +27,8 @@ class ClusterUnavailable(LoadoutError):
             super().__init__(
                 "This download of Loadout cannot run jobs on a Ray cluster",
                 why="the ready-to-run program carries what runs on this computer, not Ray",
-                fix="Run the jobs on this computer (leave out --ray, or clear Settings > Queue > Run jobs "
-                f"on); for a cluster, install Loadout as a Python package with its cluster extra ({INSTALL}) "
+                fix="Run the jobs on this computer (without a cluster address); for a cluster, "
+                f"install Loadout as a Python package with its cluster extra ({INSTALL}) "
                 "on this computer and on every cluster node (docs/install.md, 'Running jobs on a cluster')",
             )
         else:
@@ -36,7 +36,7 @@ class ClusterUnavailable(LoadoutError):
                 "Ray is not installed",
                 why="running jobs on a Ray cluster is an optional part of Loadout",
                 fix=f"Install it into the Python environment Loadout runs from: {INSTALL}; or run the jobs "
-                "on this computer (leave out --ray, or clear Settings > Queue > Run jobs on)",
+                "on this computer (without a cluster address)",
             )
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 from PySide6.QtCore import Qt
 
 from app.demo import DemoLibrary
-from app.gui.queue_panel import queue_file
+from app.gui.queue_install import queue_file
 from core.generate.parameters import parse_parameters
 from core.generate.png import read_png_parameters
 from core.queue.store import JobStore

@@ -1,4 +1,4 @@
-"""Use a picture's settings (core.session.picture_settings): the picture's model and LoRAs matched
+"""Use a picture's settings (core.generate.picture_settings): the picture's model and LoRAs matched
 with the loaded model, the stack and the library, read from real A1111 parameter text."""
 
 from __future__ import annotations
@@ -6,8 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from core.generate.parameters import parse_parameters
+from core.generate.picture_settings import PicturePlan, plan_picture_settings
 from core.library import Entry
-from core.session.picture_settings import PicturePlan, plan_picture_settings
 from core.session.snapshots import LoraInfo
 
 TEXT = (
