@@ -9,6 +9,7 @@ not evaluated at all; otherwise both run as one batch, negative items first, and
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -26,6 +27,8 @@ class CfgDenoiser:
     positive: Conditioning
     negative: Conditioning | None
     scale: float
+    #: replaces ``uncond + (cond - uncond) * scale`` (a CFG variant's feature; None: plain CFG)
+    guidance: Callable[[Tensor, Tensor, float], Tensor] | None = None
 
     @property
     def uses_negative(self) -> bool:
@@ -43,4 +46,6 @@ class CfgDenoiser:
         else:
             uncond = self.denoiser(x, sigma, negative)
             cond = self.denoiser(x, sigma, positive)
+        if self.guidance is not None:
+            return self.guidance(uncond, cond, self.scale)
         return uncond + (cond - uncond) * self.scale

@@ -9,14 +9,15 @@ dtype, float32 timesteps and a :class:`~core.sampling.conditioning.Conditioning`
 knows how each family takes them: the UNet and MMDiT as ``(x, t, context, y)``, PixArt as
 ``(x, t, context)`` (T5 tokens, no mask, as ComfyUI gives them), Flux and Chroma
 as 2x2-patch tokens with position ids (and Flux-dev's guidance), as ComfyUI's model classes do.
-Extra input channels (inpaint/instruct-pix2pix ``c_concat``) are appended to the input.
+Extra input channels (inpaint/instruct-pix2pix ``c_concat``) are appended to the input; the
+network patches of the call (:mod:`core.models.patches`) go to the network's ``forward``.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Any, Protocol
+from typing import Any
 
 import torch
 from torch import Tensor, nn
@@ -24,16 +25,8 @@ from torch import Tensor, nn
 from core.errors import ModelMismatchError
 from core.models.flux import make_img_ids, make_txt_ids, pack_latents, unpack_latents
 from core.models.kinds import network_kind
+from core.models.patches import NO_PATCHES, NetworkPatches, PatchPoints
 from core.sampling.conditioning import Conditioning
-
-
-class Control(Protocol):
-    """ControlNets for a UNet: told each forward's sigma, then asked for the residuals."""
-
-    def see_sigma(self, sigma: Tensor) -> None: ...
-
-    def __call__(self, x: Tensor, timestep: Tensor, cond: Conditioning) -> Any: ...
-
 
 #: ComfyUI's guidance when no FluxGuidance node sets one.
 FLUX_DEFAULT_GUIDANCE = 3.5
@@ -81,7 +74,6 @@ class NetworkAdapter:
             )
         self.convention = CONVENTIONS[self.kind]
         self.concat = concat
-        self.control: Control | None = None  # ControlNets (core/generate/controlnet.py), UNets only
         config: Any = getattr(model, "config")  # noqa: B009 - every network keeps its config
         self.config = config
 
@@ -90,28 +82,27 @@ class NetworkAdapter:
         c = int(self.config.in_channels)
         return c // 4 if self.convention.packed else c
 
-    def see_sigma(self, sigma: Tensor) -> None:
-        if self.control is not None:
-            self.control.see_sigma(sigma)
+    @property
+    def patch_points(self) -> PatchPoints:
+        """The points the network declares (:mod:`core.models.patches`)."""
+        points: PatchPoints = self.model.patch_points()  # type: ignore[operator]
+        return points
 
-    def __call__(self, x: Tensor, timestep: Tensor, cond: Conditioning) -> Tensor:
-        # ControlNets see the latent alone, before an inpaint model's extra channels are added
-        residuals = self.control(x, timestep, cond) if self.control is not None else None
+    def __call__(
+        self, x: Tensor, timestep: Tensor, cond: Conditioning, patches: NetworkPatches = NO_PATCHES
+    ) -> Tensor:
         if self.concat is not None:
             extra = self.concat.to(device=x.device, dtype=x.dtype)
             x = torch.cat([x, extra.expand(x.shape[0], -1, -1, -1)], dim=1)
-        if residuals is not None:
-            out: Tensor = self.model(x, timestep, cond.context, cond.pooled, control=residuals)
-            return out
         if self.kind in ("unet", "mmdit"):
-            out = self.model(x, timestep, cond.context, cond.pooled)
+            out: Tensor = self.model(x, timestep, cond.context, cond.pooled, patches=patches)
             return out
         if self.kind == "pixart":
-            out = self.model(x, timestep, cond.context)
+            out = self.model(x, timestep, cond.context, patches=patches)
             return out
-        return self._flux(x, timestep, cond)
+        return self._flux(x, timestep, cond, patches)
 
-    def _flux(self, x: Tensor, t: Tensor, cond: Conditioning) -> Tensor:
+    def _flux(self, x: Tensor, t: Tensor, cond: Conditioning, patches: NetworkPatches) -> Tensor:
         b, _, h, w = x.shape
         img_ids = make_img_ids(b, h, w, device=x.device)
         txt_ids = make_txt_ids(b, cond.context.shape[1], device=x.device)
@@ -131,7 +122,9 @@ class NetworkAdapter:
                     fix="Load a CLIP-L text encoder with the Flux model",
                     code="missing_conditioning",
                 )
-            out: Tensor = self.model(tokens, img_ids, cond.context, txt_ids, t, cond.pooled, guidance)
+            out: Tensor = self.model(
+                tokens, img_ids, cond.context, txt_ids, t, cond.pooled, guidance, patches=patches
+            )
         else:
-            out = self.model(tokens, img_ids, cond.context, txt_ids, t, guidance)
+            out = self.model(tokens, img_ids, cond.context, txt_ids, t, guidance, patches=patches)
         return unpack_latents(out, h, w)
