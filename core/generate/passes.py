@@ -30,6 +30,7 @@ import numpy as np
 from torch import Tensor
 
 from core.generate.request import ImageSettings, Sampling
+from core.sampling.conditioning import Conditioning
 from core.sampling.patches import NO_MODEL_PATCHES, ModelPatches
 
 if TYPE_CHECKING:
@@ -85,20 +86,22 @@ class KSample:
             w, h = run.settings.width, run.settings.height
         return replace(run.settings, width=w, height=h, hires=None)
 
-    def encode(self, latent: Latent | None, run: Run, *, announce: bool = False) -> None:
-        """The prompts' conditioning, encoded (or taken from the cache) and timed."""
+    def encode(
+        self, latent: Latent | None, run: Run, *, announce: bool = False
+    ) -> tuple[Conditioning, Conditioning | None]:
+        """The prompts' conditioning at this stage's size, encoded (or taken from the cache) and timed."""
         pipe, hooks = self.pipeline or run.pipeline, self.hooks or run.hooks
         t0 = time.perf_counter()
-        _, _, missing = pipe.encode_prompts(self.sized(latent, run), hooks, announce=announce)
+        positive, negative, missing = pipe.encode_prompts(self.sized(latent, run), hooks, announce=announce)
         run.timings.text_encode += time.perf_counter() - t0
         run.missing += missing
+        return positive, negative
 
     def __call__(self, latent: Latent | None, run: Run) -> Latent:
         pipe, hooks = self.pipeline or run.pipeline, self.hooks or run.hooks
         patches = run.patches if self.pipeline is None else NO_MODEL_PATCHES
         sized = self.sized(latent, run)
-        self.encode(latent, run)
-        positive, negative = pipe.conditioning(sized, hooks)
+        positive, negative = self.encode(latent, run)
         t0 = time.perf_counter()
         out = pipe.sample(
             sized, positive, negative, hooks, run.timings, None if latent is None else latent.samples,

@@ -97,9 +97,8 @@ def _controlnets(
         if placement.active and placement.manager.find(net.module) is None:
             placement.register(net.module, name)
         parts.names[name] = "controlnet"
-        if net.module not in parts.objects["sample"]:
-            parts.objects["sample"].append(net.module)
     made = cn.ControlNetPass(cn.applied(uses, loaded, pipeline.sampling))
+    made.contribution.models = {"sample": [net.module for net in loaded]}  # placed with the UNet
     made.contribution.files = tuple(net.path for net in loaded)
     made.contribution.parameters = dict(
         # sd-webui-controlnet names a model with the first 8 hex digits of its sha256
@@ -146,6 +145,10 @@ def prepare(
     for p in passes:
         out.parameters |= p.contribution.parameters
         out.sample_bytes += p.contribution.sample_bytes
+        for phase, models in p.contribution.models.items():
+            placed = parts.objects.get(phase)  # type: ignore[call-overload]
+            if placed is not None:  # a base phase (the refiner places its own)
+                placed += [m for m in models if m not in placed]
     return out
 
 
@@ -162,7 +165,8 @@ def _refine_activations(
     attention = "cuda_flash" if compute.device.type == "cuda" else "cpu_flash"
     size = torch.empty((), dtype=compute.diffusion_dtype).element_size()
     profile, width = network_profile(REFINER_FAMILY, unets[0])
-    return activation_bytes(profile, Workload(settings.width, settings.height, batch, size, attention), width)
+    w, h = settings.final_size  # the refiner finishes the last pass: the hires one's size
+    return activation_bytes(profile, Workload(w, h, batch, size, attention), width)
 
 
 def _refiner(

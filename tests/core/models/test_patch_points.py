@@ -119,7 +119,7 @@ def test_extra_keys_and_values_on_cross_attention_equal_a_longer_prompt() -> Non
         call = more_tokens(call)
         if call.kind != "cross":
             return call
-        keep = torch.arange(call.k.shape[1]) < 5
+        keep = (torch.arange(call.k.shape[1]) < 5).reshape(1, 1, 1, -1)
         return AttentionCall(call.q, call.k, call.v, call.heads, call.site, call.layer, call.kind, keep)
 
     with torch.no_grad():
@@ -149,3 +149,17 @@ def test_replaced_attention_is_used_everywhere_and_the_plain_one_changes_nothing
     assert not torch.allclose(perturbed, plain, atol=1e-3)
     with pytest.raises(Exception, match="replace the network's attention"):
         _ = NetworkPatches(replace_attention=same) + NetworkPatches(replace_attention=identity)
+
+
+def test_a_feature_needing_points_a_network_lacks_is_refused_in_words() -> None:
+    from core.errors import ModelMismatchError
+
+    mmdit = TINY_MMDIT.reference().patch_points()
+    with pytest.raises(ModelMismatchError) as err:
+        mmdit.require("this ControlNet", "wrong_controlnet", blocks=("middle",), joins=4)
+    assert err.value.code == "wrong_controlnet"
+    assert "middle blocks" in str(err.value) and "4 skip connections (it has 0)" in str(err.value)
+    unet = _unet().patch_points()
+    unet.require("this ControlNet", "wrong_controlnet", blocks=("middle",), joins=unet.joins)
+    with pytest.raises(ModelMismatchError, match="skip connections"):
+        unet.require("this ControlNet", "wrong_controlnet", blocks=("middle",), joins=unet.joins + 3)
