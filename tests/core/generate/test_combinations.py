@@ -224,7 +224,7 @@ def test_mask_and_controlnet_as_comfyuis_graph(tmp_path: Path) -> None:
     mask = mask_picture(tmp_path / "mask.png")
     init = tmp_path / "init.png"
     Image.fromarray(np.random.default_rng(2).integers(0, 256, (64, 64, 3), dtype=np.uint8)).save(init)
-    s = Sampling(seed=3, steps=3, denoise=0.9)
+    s = Sampling(seed=3, steps=3, cfg=5.0, denoise=0.9)
     settings = ImageSettings(
         "a lighthouse", "fog", s, 64, 64, init_image=init, mask_image=mask, controlnets=uses
     )
