@@ -147,8 +147,11 @@ def prepare(
         out.sample_bytes += p.contribution.sample_bytes
         for phase, models in p.contribution.models.items():
             placed = parts.objects.get(phase)  # type: ignore[call-overload]
-            if placed is not None:  # a base phase (the refiner places its own)
-                placed += [m for m in models if m not in placed]
+            if placed is None:
+                continue  # a phase the pass places itself (the refiner's)
+            for model in models:
+                if model not in placed:  # the same ControlNet twice is placed once
+                    placed.append(model)
     return out
 
 
