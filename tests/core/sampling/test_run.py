@@ -132,7 +132,7 @@ def test_compute_dtype_reaches_the_model_and_state_stays_float32() -> None:
     seen: list[torch.dtype] = []
     net = ToyNet(1 / 1000, 4)
 
-    def model(x: torch.Tensor, t: torch.Tensor, cond: Conditioning) -> torch.Tensor:
+    def model(x: torch.Tensor, t: torch.Tensor, cond: Conditioning, patches: object = None) -> torch.Tensor:
         seen.append(x.dtype)
         assert cond.context.dtype == torch.bfloat16 and t.dtype == torch.float32
         return net(x, t, cond)
