@@ -10,6 +10,7 @@ import torch
 from torch import Tensor
 
 from core.errors import InterruptedByUser, LoadoutError
+from core.models.patches import NO_PATCHES, NetworkPatches
 from core.sampling import (
     CfgDenoiser,
     Conditioning,
@@ -206,7 +207,7 @@ def test_dpm_adaptive_stops_with_an_error_when_the_model_returns_nan() -> None:
     ms, fmt = for_family("sd1"), latent_format_for("sd1")
     calls: list[int] = []
 
-    def nan_net(x: Tensor, t: Tensor, cond: Conditioning) -> Tensor:
+    def nan_net(x: Tensor, t: Tensor, cond: Conditioning, patches: NetworkPatches = NO_PATCHES) -> Tensor:
         calls.append(1)
         return torch.full_like(x, float("nan"))
 
