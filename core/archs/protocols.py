@@ -32,8 +32,8 @@ from core.archs.conditioning import Conditioning
 from core.archs.keymaps import KeyMapping
 from core.archs.layouts import Architecture
 from core.archs.memory import MemoryModel
-from core.archs.patches import NetPatches
 from core.archs.preview import LatentPreview
+from core.models.patches import NetworkPatches
 
 # -- DiffusionNet -------------------------------------------------------------------------------
 
@@ -98,10 +98,11 @@ class DiffusionNet(Protocol):
         ...
 
     def forward(
-        self, model: nn.Module, x: Tensor, t: Tensor, cond: Conditioning, patches: NetPatches
+        self, model: nn.Module, x: Tensor, t: Tensor, cond: Conditioning, patches: NetworkPatches
     ) -> Tensor:
         """The raw prediction for the latent ``x`` (``[B, C, h, w]``, the model's space, any extra
-        input channels already appended) at timestep ``t`` (``[B]``)."""
+        input channels already appended) at timestep ``t`` (``[B]``), with this call's ``patches``
+        (:mod:`core.models.patches`; a network refuses a patch it has no point for)."""
         ...
 
     def stand_in(self, config: Any, batch: int, generator: torch.Generator) -> StandIn:

@@ -9,8 +9,11 @@ For every model call of the sampler (positive and negative in one batch, as the 
 * the range is ``(percent_to_sigma(start), percent_to_sigma(end))``: a net is skipped when
   ``sigma > first`` or ``sigma < second``;
 * each output is multiplied by the strength, and the nets' outputs are summed in order (the
-  earlier sum plus the next net's, ComfyUI's ``control_merge``); the UNet adds the sum to its skip
-  connections and middle block (:class:`~core.models.unet.ControlResiduals`).
+  earlier sum plus the next net's, ComfyUI's ``control_merge``); the sum reaches the UNet as its
+  middle-block and skip-connection patches (:class:`~core.models.controlnet.ControlResiduals`).
+
+The stack is a model wrapper (:mod:`core.sampling.patches`): a pass plus a patch, no parameter of
+the UNet, the sampler or the request.
 
 A strength of 0 leaves the net out (ComfyUI returns the conditioning unchanged). The ControlNets
 are placed by the memory manager with the diffusion model for the "sample" phase.
@@ -18,6 +21,7 @@ are placed by the memory manager with the diffusion model for the "sample" phase
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -28,14 +32,17 @@ from torch import Tensor
 
 from core.detect.catalog import controlnet_family_for, controlnet_fits
 from core.errors import ModelMismatchError
+from core.generate.passes import Contribution, Plan
 from core.generate.pictures import read_picture
+from core.generate.request import ImageSettings
 from core.generate.workflow_request import ControlNetUse
 from core.loading.controlnet import LoadedControlNet, load_controlnet
 from core.loading.loader import LoadOptions
-from core.models.controlnet import ControlNetModel
-from core.models.unet import ControlResiduals, ResStage
+from core.models.controlnet import ControlNetModel, ControlResiduals
+from core.models.unet import ResStage
 from core.sampling.conditioning import Conditioning
 from core.sampling.model_sampling import ModelSampling
+from core.sampling.patches import Apply, ModelCall, ModelPatches
 
 
 def hint_tensor(rgb: np.ndarray) -> Tensor:
@@ -80,20 +87,26 @@ class AppliedControlNet:
         return not (sigma > first or sigma < last)
 
 
+@dataclass(frozen=True)
 class ControlStack:
-    """Every ControlNet of one generation: ``stack(x_in, timestep, cond)`` -> residuals or None."""
+    """Every ControlNet of one generation, as a model wrapper: each network call gets the summed
+    residuals of the nets whose range holds the call's sigma as its patches."""
 
-    def __init__(self, nets: list[AppliedControlNet]) -> None:
-        self.nets = nets
-        self.sigma: float | None = None
+    nets: Sequence[AppliedControlNet]
 
-    def see_sigma(self, sigma: Tensor) -> None:
-        self.sigma = float(sigma.reshape(-1)[0])
+    def __call__(self, call: ModelCall, apply: Apply) -> Tensor:
+        # ControlNets see the latent alone, before an inpaint model's extra channels are added
+        residuals = self.residuals(call.x, call.timestep, call.cond, call.sigma)
+        return apply(call if residuals is None else call.with_patches(residuals.patches()))
 
-    def __call__(self, x: Tensor, timestep: Tensor, cond: Conditioning) -> ControlResiduals | None:
+    def residuals(
+        self, x: Tensor, timestep: Tensor, cond: Conditioning, sigma: Tensor | None = None
+    ) -> ControlResiduals | None:
+        """The nets' summed residuals for the network input ``x`` (every net when ``sigma`` is None)."""
+        at = None if sigma is None else float(sigma.reshape(-1)[0])
         total: ControlResiduals | None = None
         for net in self.nets:
-            if self.sigma is not None and not net.acts_at(self.sigma):
+            if at is not None and not net.acts_at(at):
                 continue
             out = net.module(x, net.hint_for(x), timestep.to(x.dtype), cond.context, cond.pooled)
             scaled = _scale(out, net.strength)
@@ -162,7 +175,7 @@ def applied(
         hint = hint_tensor(read_picture(use.hint, "ControlNet hint"))
         rng = (sampling.percent_to_sigma(use.start), sampling.percent_to_sigma(use.end))
         out.append(AppliedControlNet(net.module, hint, use.strength, rng))
-    return ControlStack(out)
+    return ControlStack(tuple(out))
 
 
 def residual_bytes(module: ControlNetModel, batch: int, height: int, width: int, element: int) -> int:
@@ -181,3 +194,24 @@ def residual_bytes(module: ControlNetModel, batch: int, height: int, width: int,
     last = len(cfg.channel_mult) - 1
     total += cfg.middle_channels * -(-height >> last) * -(-width >> last)
     return total * batch * element
+
+
+@dataclass
+class ControlNetPass:
+    """The ControlNets of a generation: their stack wraps every model call of the stages the base
+    model samples (not the refiner's, which has its own conditioning), once the base network is
+    known to have the points their residuals go to."""
+
+    stack: ControlStack
+    kind: str = "controlnets"
+    contribution: Contribution = field(default_factory=Contribution)
+
+    def plan(self, plan: Plan, settings: ImageSettings) -> None:
+        if not self.stack.nets:
+            return  # every strength 0: the conditioning is left as it was
+        points = plan.pipeline.adapter.patch_points
+        for net in self.stack.nets:
+            points.require(
+                "this ControlNet", "wrong_controlnet", blocks=("middle",), joins=net.module.config.blocks
+            )
+        plan.patches += ModelPatches(wrappers=(self.stack,))

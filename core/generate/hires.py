@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -27,6 +27,7 @@ from torch import Tensor
 from core.generate.events import GenerateProgress
 from core.generate.hires_settings import MODEL_RESIZE_METHOD, HiresFix
 from core.generate.latent_upscale import resize, upscale_by
+from core.generate.passes import Contribution, KSample, Latent, Plan, Run
 from core.session.placement import Placement
 from core.upscale.model import UpscaleModel, load_upscale_model
 from core.upscale.placed import ROLE, manager_name, run_upscale
@@ -54,29 +55,44 @@ def upscale_latent_with_model(
     return pipe.encode_pixels(big * 2.0 - 1.0, hooks)
 
 
-def second_pass(
-    pipe: Pipeline, settings: ImageSettings, latent: Tensor, hooks: Hooks, timings: Timings
-) -> Tensor:
-    """The first pass's ``latent`` (VAE space) -> the hires pass's latent (VAE space)."""
-    hires = settings.hires
-    assert hires is not None
-    t0 = time.perf_counter()
-    if hires.model is None:
-        hooks.progress(GenerateProgress("upscale", 0, 0, hires.label, None, hooks.image, hooks.images))
-        hooks.place("upscale")
-        big = upscale_by(latent, hires.scale, hires.upscaler)
-    else:
-        big = upscale_latent_with_model(pipe, latent, hires, hooks, timings)
-    timings.upscale = time.perf_counter() - t0
-    height, width = big.shape[-2] * 8, big.shape[-1] * 8
-    sized = replace(settings, width=width, height=height, hires=None)
-    s = settings.sampling
-    sampling = replace(s, steps=hires.steps or s.steps, denoise=hires.denoise)
-    positive, negative = pipe.conditioning(sized, hooks)
-    t0 = time.perf_counter()
-    out = pipe.sample(sized, positive, negative, hooks, timings, big, sampling=sampling)
-    timings.sample += time.perf_counter() - t0
-    return out
+@dataclass(frozen=True)
+class Upscale:
+    """LatentUpscaleBy, or VAEDecode -> ImageUpscaleWithModel -> ImageScaleBy -> VAEEncode: the
+    latent made larger. A noise mask goes along (LatentUpscaleBy copies the LATENT; after a model
+    the new latent keeps it too, as a SetLatentNoiseMask after the VAEEncode would)."""
+
+    hires: HiresFix
+
+    def __call__(self, latent: Latent | None, run: Run) -> Latent:
+        assert latent is not None  # the first pass sampled before
+        hires, hooks, t0 = self.hires, run.hooks, time.perf_counter()
+        if hires.model is None:
+            hooks.progress(GenerateProgress("upscale", 0, 0, hires.label, None, hooks.image, hooks.images))
+            hooks.place("upscale")
+            big = upscale_by(latent.samples, hires.scale, hires.upscaler)
+        else:
+            big = upscale_latent_with_model(run.pipeline, latent.samples, hires, hooks, run.timings)
+        run.timings.upscale = time.perf_counter() - t0
+        return Latent(big, latent.noise_mask)
+
+
+@dataclass
+class HiresPass:
+    """The hires fix: an upscale stage, then a KSampler with the same seed, the hires steps and
+    denoise, at the larger size (see the module notes)."""
+
+    hires: HiresFix
+    kind: str = "hires"
+    contribution: Contribution = field(default_factory=Contribution)
+
+    def __post_init__(self) -> None:
+        if self.hires.model is not None:  # the upscale model's file is kept mapped (the session's cache)
+            self.contribution.files = (self.hires.model,)
+
+    def plan(self, plan: Plan, settings: ImageSettings) -> None:
+        s = settings.sampling
+        sampling = replace(s, steps=self.hires.steps or s.steps, denoise=self.hires.denoise)
+        plan.stages += [Upscale(self.hires), KSample(sampling)]
 
 
 def upscaler_hook(

@@ -15,8 +15,9 @@ re-encode the prompt.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -28,7 +29,6 @@ from core.detect.catalog import diffusion_spec
 from core.errors import LoadoutError, ModelMismatchError
 from core.finite import require_finite
 from core.generate.events import GenerateProgress, Phase
-from core.generate.hires import second_pass
 from core.generate.network import NetworkAdapter
 from core.generate.preview import Previewer
 from core.generate.request import ImageSettings, Sampling
@@ -36,11 +36,15 @@ from core.memory.peak import median_step_seconds
 from core.sampling import Conditioning as SamplingConditioning
 from core.sampling import SamplingRequest, StepProgress, empty_latent, latent_format_for, sample
 from core.sampling.model_sampling import from_spec
+from core.sampling.patches import NO_MODEL_PATCHES, ModelPatches
 from core.sampling.samplers import get_sampler
 from core.text.cache import CacheKey, ConditioningCache
 from core.text.clip_tokenizer import ClipTokenizer
 from core.text.conditioning import EncodeOptions, PromptConditioning, PromptEncoder, TextEncoders, encoder_ids
 from core.text.t5_tokenizer import T5Tokenizer
+
+if TYPE_CHECKING:
+    from core.generate.passes import Pass
 
 
 def text_encoders(modules: list[tuple[str, nn.Module]]) -> TextEncoders:
@@ -176,10 +180,6 @@ class Pipeline:
         self.text_options = EncodeOptions(compute_dtype=compute.text_dtype, device=compute.device)
         self._clip_tok = clip_tokenizer
         self._t5_tok = t5_tokenizer
-        # the workflows' settings of the KSampler run (core/generate/inpaint.py, refiner.py)
-        self.denoise_mask: Tensor | None = None
-        self.sigmas: Tensor | None = None
-        self.add_noise = True
 
     # -- text -------------------------------------------------------------------------------------
     def _prompt_encoder(self) -> PromptEncoder:
@@ -314,8 +314,15 @@ class Pipeline:
         timings: Timings,
         init_latent: Tensor | None = None,
         sampling: Sampling | None = None,
+        *,
+        sigmas: Tensor | None = None,
+        add_noise: bool = True,
+        denoise_mask: Tensor | None = None,
+        patches: ModelPatches = NO_MODEL_PATCHES,
     ) -> Tensor:
-        """One KSampler run; ``self.denoise_mask`` (inpainting, latent-sized) keeps the unmasked latent."""
+        """One KSampler run (KSamplerAdvanced with ``sigmas``: the schedule's steps it runs, and
+        ``add_noise``); ``denoise_mask`` (SetLatentNoiseMask, 1 = repaint) keeps the rest of the
+        latent; ``patches``: what the workflows change in every model call."""
         s = sampling if sampling is not None else settings.sampling
         request = SamplingRequest(
             seed=s.seed, steps=s.steps, cfg=self.cfg(settings), sampler=s.sampler, scheduler=s.scheduler,
@@ -347,30 +354,23 @@ class Pipeline:
         out = sample(
             self.adapter, self.sampling, self.latent_format, latent, positive, negative, request,
             device=self.compute.device, compute_dtype=self.compute.diffusion_dtype, check=hooks.check,
-            progress=progress, before_forward=before_forward, on_sigma=self.adapter.see_sigma,
-            denoise_mask=self.denoise_mask, sigmas=self.sigmas, add_noise=self.add_noise,
+            progress=progress, before_forward=before_forward, denoise_mask=denoise_mask, sigmas=sigmas,
+            add_noise=add_noise, patches=patches,
         )  # fmt: skip
         require_finite("diffusion model", out)  # once per sampling run, not per step
         return out
 
     def run(
-        self, settings: ImageSettings, hooks: Hooks, init: np.ndarray | None = None
+        self,
+        settings: ImageSettings,
+        hooks: Hooks,
+        init: np.ndarray | None = None,
+        passes: Sequence[Pass] = (),
     ) -> tuple[Tensor, Timings, tuple[str, ...]]:
-        """The whole picture: pixels (B, 3, H, W) in [-1, 1], the timings, and notes."""
-        timings = Timings()
-        t0 = time.perf_counter()
-        positive, negative, missing = self.encode_prompts(settings, hooks)
-        timings.text_encode = time.perf_counter() - t0
-        init_latent = self.encode_image(init, hooks) if init is not None else None
-        t0 = time.perf_counter()
-        latent = self.sample(settings, positive, negative, hooks, timings, init_latent)
-        timings.sample = time.perf_counter() - t0
-        if settings.hires is not None:
-            latent = second_pass(self, settings, latent, hooks, timings)
-        t0 = time.perf_counter()
-        pixels = self.decode(latent, hooks, timings)
-        timings.decode = time.perf_counter() - t0
-        notes = [f"embedding {name!r} was not found and was left out of the prompt" for name in missing]
-        if timings.tiled_decode:
-            notes.append("the picture was decoded in tiles (the device had no room for a whole decode)")
-        return pixels, timings, tuple(notes)
+        """The whole picture: pixels (B, 3, H, W) in [-1, 1], the timings, and notes. The passes the
+        settings ask for that need no other model (img2img, the inpainting mask, the hires fix) are
+        added to ``passes`` (ControlNets, the refiner: :mod:`core.generate.workflows`)."""
+        from core.generate.passes import run_plan
+        from core.generate.workflow_passes import passes_for
+
+        return run_plan(self, settings, hooks, init, [*passes_for(settings, init), *passes])

@@ -10,24 +10,24 @@ switch step ``round(steps * switch)``:
   ComfyUI's CLIPTextEncodeSDXLRefiner beside the size (``core.text.conditioning.sdxl_refiner_adm``);
 * the base's VAE decodes.
 
-The refiner checkpoint is loaded once per session and its parts are placed by the memory manager
-for their own phases ("refine_encode", "refine"), so base and refiner swap through the card.
+After a hires fix the cut is in the hires pass's schedule (its steps and denoise), so the refiner
+finishes the larger picture. The refiner checkpoint is loaded once per session and its parts are
+placed by the memory manager for their own phases ("refine_encode", "refine"), so base and refiner
+swap through the card.
 """
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-
-import numpy as np
-from torch import Tensor
 
 from core.detect.catalog import REFINER_FAMILY
 from core.errors import ModelMismatchError
-from core.generate.pipeline import Hooks, Networks, Pipeline, Timings, text_encoders
+from core.generate.passes import Contribution, KSample, Plan
+from core.generate.pipeline import Hooks, Networks, Pipeline, text_encoders
 from core.generate.request import ImageSettings
+from core.generate.workflow_request import RefinerUse
 from core.loading.loader import LoadOptions, ModelBundle, load_checkpoint
 from core.sampling import ksampler_sigmas
 
@@ -67,38 +67,31 @@ def refiner_networks(refiner: LoadedRefiner, base: Networks) -> Networks:
     return Networks(REFINER_FAMILY, d.module, text, base.vae)
 
 
-def run_refined(
-    base: Pipeline,
-    refiner: Pipeline,
-    settings: ImageSettings,
-    hooks: Hooks,
-    refiner_hooks: Hooks,
-    init: np.ndarray | None,
-    switch_step: int,
-) -> tuple[Tensor, Timings, tuple[str, ...]]:
-    """Pipeline.run with the hand-off (see the module notes)."""
-    timings = Timings()
-    t0 = time.perf_counter()
-    positive, negative, missing = base.encode_prompts(settings, hooks)
-    r_positive, r_negative, r_missing = refiner.encode_prompts(settings, refiner_hooks)
-    timings.text_encode = time.perf_counter() - t0
-    init_latent = base.encode_image(init, hooks) if init is not None else None
-    s = settings.sampling
-    sigmas = ksampler_sigmas(base.sampling, s.scheduler, s.sampler, s.steps, s.denoise)
-    t0 = time.perf_counter()
-    base.sigmas = sigmas[: switch_step + 1]
-    latent = base.sample(settings, positive, negative, hooks, timings, init_latent)
-    refiner.sigmas, refiner.add_noise = sigmas[switch_step:], False
-    latent = refiner.sample(settings, r_positive, r_negative, refiner_hooks, timings, latent)
-    timings.sample = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    pixels = base.decode(latent, hooks, timings)
-    timings.decode = time.perf_counter() - t0
-    names = dict.fromkeys((*missing, *r_missing))
-    notes = [f"embedding {name!r} was not found and was left out of the prompt" for name in names]
-    if timings.tiled_decode:
-        notes.append("the picture was decoded in tiles (the device had no room for a whole decode)")
-    return pixels, timings, tuple(notes)
+@dataclass
+class RefinerPass:
+    """The last KSampler stage of the plan (the first pass, or the hires pass after a hires fix, as
+    A1111's default "second pass") cut at the switch step: the base model's KSamplerAdvanced up to
+    it, returning the leftover noise, then the refiner's from it with no noise added. The noise mask
+    goes on to the refiner with the latent."""
+
+    refiner: Pipeline
+    hooks: Hooks  # the refiner's placement (:func:`refiner_hooks`)
+    use: RefinerUse
+    kind: str = "refiner"
+    contribution: Contribution = field(default_factory=Contribution)
+
+    def plan(self, plan: Plan, settings: ImageSettings) -> None:
+        at = plan.last_sampler()
+        last = plan.stages[at]
+        assert isinstance(last, KSample)
+        s = last.sampling
+        sigmas = ksampler_sigmas(plan.pipeline.sampling, s.scheduler, s.sampler, s.steps, s.denoise)
+        switch = self.use.switch_step(s.steps)
+        base = replace(last, sigmas=sigmas[: switch + 1])
+        refine = replace(
+            last, pipeline=self.refiner, hooks=self.hooks, sigmas=sigmas[switch:], add_noise=False
+        )
+        plan.stages[at : at + 1] = [base, refine]
 
 
 def refiner_hooks(hooks: Hooks, place: Callable[[str], None], text_key: object) -> Hooks:

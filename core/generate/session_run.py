@@ -312,13 +312,13 @@ def generate(
     if settings.hires is not None and settings.hires.model is not None:
         model = settings.hires.model
         hooks.upscale = upscaler_hook(placement, state.upscalers, model, check, progress, parts.names)
-    workflow = prepare(session, state.workflows, settings, parts, pipeline, hooks, init, state.hashes)
+    workflow = prepare(session, state.workflows, settings, parts, pipeline, hooks, state.hashes)
     if "sample" in placer.need:
         placer.need["sample"] += workflow.sample_bytes
     device = pipeline.compute.device
     reset_peak(device)
     try:
-        pixels, timings, notes = (workflow.run or pipeline.run)(settings, hooks, init)
+        pixels, timings, notes = pipeline.run(settings, hooks, init, workflow.passes)
     finally:
         placement.settle()  # copies fetched ahead for a next step are freed (also on a stop)
         session.note("phase_end", "done", "the generation's phases are over")

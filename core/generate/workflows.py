@@ -1,10 +1,12 @@
-"""The workflows beside text-to-image, wired into one generation through a session: the ControlNets
-(loaded once per session, placed with the diffusion model for the "sample" phase), the inpainting
-mask and the PNG parameters that name what was used.
+"""The passes that need models beyond the base's, made through a session: the ControlNets (loaded
+once per session, placed with the diffusion model for the "sample" phase) and the SDXL refiner
+(loaded once per session, its text encoder and UNet placed for their own phases), with the PNG
+parameters that name what was used.
 
-``session_run.generate`` calls :func:`prepare` once its pipeline and hooks exist; everything a
-workflow changes is on the pipeline (its adapter's ControlNets, its noise mask, its inpaint
-channels) or in the parts the phases place.
+``session_run.generate`` calls :func:`prepare` once its pipeline and hooks exist and hands the
+passes to :meth:`Pipeline.run <core.generate.pipeline.Pipeline.run>`, which adds the ones the
+settings alone ask for (:mod:`core.generate.workflow_passes`) and runs the plan
+(:mod:`core.generate.passes`). Nothing here changes the pipeline.
 """
 
 from __future__ import annotations
@@ -15,24 +17,22 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
-import numpy as np
 import torch
-from torch import Tensor
 
 from core.detect.catalog import REFINER_FAMILY
 from core.errors import ModelMismatchError
 from core.generate import controlnet as cn
 from core.generate.events import Phase
 from core.generate.hashes import FileHashes
-from core.generate.inpaint import prepare_inpaint
-from core.generate.pipeline import Hooks, Pipeline, Timings
+from core.generate.passes import Pass
+from core.generate.pipeline import Hooks, Pipeline
 from core.generate.refiner import (
     BASES,
     LoadedRefiner,
+    RefinerPass,
     load_refiner,
     refiner_hooks,
     refiner_networks,
-    run_refined,
 )
 from core.generate.request import ImageSettings
 from core.generate.workflow_request import RefinerUse
@@ -56,15 +56,12 @@ class WorkflowState:
     refiner: LoadedRefiner | None = None
 
 
-Run = Callable[[ImageSettings, Hooks, "np.ndarray | None"], tuple[Tensor, Timings, tuple[str, ...]]]
-
-
 @dataclass
 class Prepared:
+    passes: list[Pass] = field(default_factory=list)
     parameters: dict[str, str] = field(default_factory=dict)  # A1111 infotext items
     #: activation room the "sample" phase needs beyond the UNet's (the ControlNets' residuals)
     sample_bytes: int = 0
-    run: Run | None = None  # replaces Pipeline.run (the refiner hand-off)
 
 
 def _num(v: float) -> str:
@@ -85,14 +82,14 @@ def controlnet_parameter(
 def _controlnets(
     session: Session, state: WorkflowState, settings: ImageSettings, parts: Parts, pipeline: Pipeline,
     check: Callable[[], None], named: Callable[[Path, int], str],
-) -> dict[str, str]:  # fmt: skip
+) -> cn.ControlNetPass | None:  # fmt: skip
     placement = session.placement
     uses = settings.controlnets
     wanted = {Path(u.path).resolve() for u in uses}
     for gone in state.controlnets.keep_only(wanted):
         placement.release(gone.module)
     if not uses:
-        return {}
+        return None
     loaded = [state.controlnets.get(u.path, check) for u in uses]
     for net in loaded:
         cn.check_fits(net, parts.family)
@@ -100,14 +97,22 @@ def _controlnets(
         if placement.active and placement.manager.find(net.module) is None:
             placement.register(net.module, name)
         parts.names[name] = "controlnet"
-        if net.module not in parts.objects["sample"]:
-            parts.objects["sample"].append(net.module)
-    pipeline.adapter.control = cn.applied(uses, loaded, pipeline.sampling)
-    return dict(
+    made = cn.ControlNetPass(cn.applied(uses, loaded, pipeline.sampling))
+    made.contribution.models = {"sample": [net.module for net in loaded]}  # placed with the UNet
+    made.contribution.files = tuple(net.path for net in loaded)
+    made.contribution.parameters = dict(
         # sd-webui-controlnet names a model with the first 8 hex digits of its sha256
         controlnet_parameter(i, named(Path(u.path), 8), u.strength, u.start, u.end)
         for i, u in enumerate(uses)
     )
+    stack = made.stack.nets
+    if stack:
+        batch = settings.batch * (1 if pipeline.cfg(settings) == 1.0 else 2)
+        size = torch.empty((), dtype=pipeline.compute.diffusion_dtype).element_size()
+        w, h = settings.final_size  # the largest latent the residuals are made for
+        one = cn.residual_bytes(stack[0].module, batch, h // 8, w // 8, size)
+        made.contribution.sample_bytes = one * min(len(stack), 2)
+    return made
 
 
 def prepare(
@@ -117,31 +122,36 @@ def prepare(
     parts: Parts,
     pipeline: Pipeline,
     hooks: Hooks,
-    init: np.ndarray | None,
     hashes: FileHashes | None = None,
 ) -> Prepared:
-    """Set up this generation's workflows on ``pipeline`` and ``parts`` (see the module notes);
-    ``hashes`` gives the short hashes A1111 writes beside the ControlNet and refiner names."""
-    out = Prepared()
+    """This generation's ControlNet and refiner passes, their models registered in ``parts`` (see
+    the module notes); ``hashes`` gives the short hashes A1111 writes beside their names."""
 
     def named(path: Path, digits: int) -> str:
         return f"{path.stem} [{hashes.model_hash(path)[:digits]}]" if hashes is not None else path.stem
 
-    out.parameters |= _controlnets(session, state, settings, parts, pipeline, hooks.check, named)
-    stack = pipeline.adapter.control
-    if isinstance(stack, cn.ControlStack) and stack.nets:
-        batch = settings.batch * (1 if pipeline.cfg(settings) == 1.0 else 2)
-        size = torch.empty((), dtype=pipeline.compute.diffusion_dtype).element_size()
-        one = cn.residual_bytes(stack.nets[0].module, batch, settings.height // 8, settings.width // 8, size)
-        out.sample_bytes = one * min(len(stack.nets), 2)
-    if settings.mask_image is not None and init is not None:
-        out.parameters |= prepare_inpaint(pipeline, settings.mask_image, init, hooks)
-    out.run = _refiner(session, state, settings, parts, pipeline, hooks)
-    if settings.refiner is not None:
-        out.parameters |= {
-            "Refiner": named(Path(settings.refiner.path), 10),  # A1111: the AutoV2 short hash
-            "Refiner switch at": _num(settings.refiner.switch),
+    passes: list[Pass] = []
+    control = _controlnets(session, state, settings, parts, pipeline, hooks.check, named)
+    refiner = _refiner(session, state, settings, parts, pipeline, hooks)
+    if control is not None:
+        passes.append(control)
+    if refiner is not None:
+        refiner.contribution.parameters = {
+            "Refiner": named(refiner.use.path, 10),  # A1111: the AutoV2 short hash
+            "Refiner switch at": _num(refiner.use.switch),
         }
+        passes.append(refiner)
+    out = Prepared(passes)
+    for p in passes:
+        out.parameters |= p.contribution.parameters
+        out.sample_bytes += p.contribution.sample_bytes
+        for phase, models in p.contribution.models.items():
+            placed = parts.objects.get(phase)  # type: ignore[call-overload]
+            if placed is None:
+                continue  # a phase the pass places itself (the refiner's)
+            for model in models:
+                if model not in placed:  # the same ControlNet twice is placed once
+                    placed.append(model)
     return out
 
 
@@ -158,7 +168,8 @@ def _refine_activations(
     attention = "cuda_flash" if compute.device.type == "cuda" else "cpu_flash"
     size = torch.empty((), dtype=compute.diffusion_dtype).element_size()
     profile, width = network_profile(REFINER_FAMILY, unets[0])
-    return activation_bytes(profile, Workload(settings.width, settings.height, batch, size, attention), width)
+    w, h = settings.final_size  # the refiner finishes the last pass: the hires one's size
+    return activation_bytes(profile, Workload(w, h, batch, size, attention), width)
 
 
 def _refiner(
@@ -168,7 +179,7 @@ def _refiner(
     parts: Parts,
     pipeline: Pipeline,
     hooks: Hooks,
-) -> Run | None:
+) -> RefinerPass | None:
     placement = session.placement
     use = settings.refiner
     old = state.refiner
@@ -200,14 +211,10 @@ def _refiner(
     nets = refiner_networks(refiner, pipeline.nets)
     rpipe = Pipeline(nets, pipeline.compute, clip_tokenizer=pipeline._clip_tok, cache=pipeline.cache)
     rhooks = refiner_hooks(hooks, place, ("refiner", refiner.generation))
-    switch = use.switch_step(settings.sampling.steps)
-
-    def run(
-        settings: ImageSettings, hooks: Hooks, init: np.ndarray | None
-    ) -> tuple[Tensor, Timings, tuple[str, ...]]:
-        return run_refined(pipeline, rpipe, settings, hooks, rhooks, init, switch)
-
-    return run
+    made = RefinerPass(rpipe, rhooks, use)
+    made.contribution.files = (refiner.path,)
+    made.contribution.models = dict(by_phase)
+    return made
 
 
 def _loaded_refiner(

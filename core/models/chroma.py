@@ -27,6 +27,7 @@ from core.models.flux_blocks import (
     rope,
     stream_blocks,
 )
+from core.models.patches import NO_PATCHES, NetworkPatches, PatchPoints, Site
 from core.ops.layers import OpSet, default_ops
 
 
@@ -165,6 +166,10 @@ class Chroma(nn.Module):
         out: torch.Tensor = self.distilled_guidance_layer(vec.to(dtype))
         return out
 
+    def patch_points(self) -> PatchPoints:
+        """After each double block (the picture's tokens) and each single block (text + picture)."""
+        return PatchPoints({"double": len(self.double_blocks), "single": len(self.single_blocks)})
+
     def forward(
         self,
         img: torch.Tensor,
@@ -174,7 +179,9 @@ class Chroma(nn.Module):
         timesteps: torch.Tensor,
         guidance: torch.Tensor | None = None,
         txt_mask: torch.Tensor | None = None,
+        patches: NetworkPatches = NO_PATCHES,
     ) -> torch.Tensor:
+        """``patches``: as Flux's (:meth:`patch_points`)."""
         cfg = self.config
         x = self.img_in(img)
         mods = self.modulation_vectors(timesteps, guidance, img.dtype)
@@ -199,8 +206,10 @@ class Chroma(nn.Module):
         for i, double in enumerate(cast(Sequence[DoubleStreamBlock], self.double_blocks)):
             o_img, o_txt = img_base + 6 * i, txt_base + 6 * i
             x, ctx = double(x, ctx, pe, (slot(o_img), slot(o_img + 3), slot(o_txt), slot(o_txt + 3)), mask)
+            x = patches.block(x, Site("double", i))
         tokens = torch.cat((ctx, x), dim=1)
         for i, single in enumerate(cast(Sequence[SingleStreamBlock], self.single_blocks)):
             tokens = single(tokens, pe, slot(3 * i), mask)
+            tokens = patches.block(tokens, Site("single", i))
         out: torch.Tensor = self.final_layer(tokens[:, ctx.shape[1] :], mods[:, -2:-1], mods[:, -1:])
         return out

@@ -9,8 +9,10 @@ block, the same keys and shapes as :class:`~core.models.unet.UNetModel`'s) plus:
 * ``zero_convs.N.0``: one 1x1 convolution per input block, whose outputs are the residuals added to
   the UNet's skip connections, and ``middle_block_out.0`` the one added to its middle block.
 
-``forward`` returns a :class:`~core.models.unet.ControlResiduals` (ComfyUI's ``cldm.ControlNet``
-returns the same tensors as ``{"output": [...], "middle": [...]}``). Keys are the original layout
+``forward`` returns :class:`ControlResiduals` (ComfyUI's ``cldm.ControlNet`` returns the same
+tensors as ``{"output": [...], "middle": [...]}``), which reach the UNet as two patches
+(:mod:`core.models.patches`): a block patch on its middle block and a join patch on its skip
+connections; the UNet itself knows nothing of ControlNets. Keys are the original layout
 with ``control_model.`` stripped; diffusers' layout is converted by
 :func:`core.loading.controlnet.controlnet_diffusers_to_original`.
 """
@@ -25,9 +27,51 @@ from torch import nn
 
 from core.errors import ModelMismatchError
 from core.models.attention import timestep_embedding
-from core.models.unet import ControlResiduals, UNetConfig, input_side
+from core.models.patches import NetworkPatches, Site
+from core.models.unet import UNetConfig, input_side
 from core.models.unet_blocks import LayerFactory
 from core.ops.layers import OpSet, default_ops
+
+
+@dataclass(frozen=True)
+class ControlResiduals:
+    """What ControlNets add to a UNet (ComfyUI's ``control`` dict): one tensor (or None) per skip
+    connection, in ``input_blocks`` order, and one for the middle block's output. Each is added to
+    the skip before it is concatenated on the output side, as ComfyUI's ``apply_control`` does."""
+
+    skips: tuple[torch.Tensor | None, ...]
+    middle: torch.Tensor | None
+
+    def patches(self) -> NetworkPatches:
+        """The residuals as the UNet's patches: the middle one after its middle block, each skip's
+        where the output side takes it."""
+        return NetworkPatches(blocks=(self._middle,), joins=(self._skip,))
+
+    def _middle(self, h: torch.Tensor, site: Site) -> torch.Tensor:
+        return _add(h, self.middle) if site.stage == "middle" else h
+
+    def _skip(self, h: torch.Tensor, skip: torch.Tensor, site: Site) -> tuple[torch.Tensor, torch.Tensor]:
+        if len(self.skips) <= site.index:
+            raise _mismatch(f"{len(self.skips)} residuals for a UNet with more skip connections")
+        return h, _add(skip, self.skips[site.index])
+
+
+def _add(h: torch.Tensor, residual: torch.Tensor | None) -> torch.Tensor:
+    if residual is None:
+        return h
+    if residual.shape != h.shape:
+        raise _mismatch(f"it gives a {list(residual.shape)} residual where the UNet has {list(h.shape)}")
+    return (h + residual).to(h.dtype)  # as ComfyUI's in-place ``h += ctrl``
+
+
+def _mismatch(why: str) -> ModelMismatchError:
+    return ModelMismatchError(
+        "the ControlNet does not fit this diffusion model",
+        why=why,
+        fix="Use a ControlNet made for the loaded model's family (SD1.5 or SDXL)",
+        code="wrong_controlnet",
+    )
+
 
 #: (out, in) channels of the hint block's convolutions after the first, and their strides
 HINT_LAYERS = ((16, 16, 1), (32, 16, 2), (32, 32, 1), (96, 32, 2), (96, 96, 1), (256, 96, 2))

@@ -17,6 +17,7 @@ from torch import nn
 from core.errors import LoadoutError, ModelMismatchError
 from core.models.attention import timestep_embedding
 from core.models.flux_blocks import DoubleStreamBlock, MLPEmbedder, SingleStreamBlock, rope, stream_blocks
+from core.models.patches import NO_PATCHES, NetworkPatches, PatchPoints, Site
 from core.ops.layers import OpSet, default_ops
 
 CHECKPOINT_PREFIX = "model.diffusion_model."
@@ -149,6 +150,10 @@ class Flux(nn.Module):
             config, modulation=True, ops=ops, device=dev, dtype=dtype
         )
 
+    def patch_points(self) -> PatchPoints:
+        """After each double block (the picture's tokens) and each single block (text + picture)."""
+        return PatchPoints({"double": len(self.double_blocks), "single": len(self.single_blocks)})
+
     def forward(
         self,
         img: torch.Tensor,
@@ -158,7 +163,10 @@ class Flux(nn.Module):
         timesteps: torch.Tensor,
         y: torch.Tensor,
         guidance: torch.Tensor | None = None,
+        patches: NetworkPatches = NO_PATCHES,
     ) -> torch.Tensor:
+        """``patches``: block patches on the picture's tokens after each double block and on the
+        joint stream after each single block."""
         dtype = img.dtype
         x = self.img_in(img)
         vec = self.time_in(timestep_embedding(timesteps, TIME_EMBEDDING_SIZE, time_factor=1000.0).to(dtype))
@@ -175,11 +183,13 @@ class Flux(nn.Module):
         ctx = self.txt_in(txt.to(dtype))
         pe = rope(joint_ids(txt_ids, img_ids, img.shape[0]), self.config.axes_dim, self.config.theta)
 
-        for double in cast(Sequence[DoubleStreamBlock], self.double_blocks):
+        for i, double in enumerate(cast(Sequence[DoubleStreamBlock], self.double_blocks)):
             x, ctx = double(x, ctx, pe, double.modulations(vec))
+            x = patches.block(x, Site("double", i))
         tokens = torch.cat((ctx, x), dim=1)
-        for single in cast(Sequence[SingleStreamBlock], self.single_blocks):
+        for i, single in enumerate(cast(Sequence[SingleStreamBlock], self.single_blocks)):
             tokens = single(tokens, pe, single.modulations(vec))
+            tokens = patches.block(tokens, Site("single", i))
         x = tokens[:, ctx.shape[1] :]
         shift, scale = self.final_layer.shift_scale(vec)
         out: torch.Tensor = self.final_layer(x, shift, scale)

@@ -17,6 +17,7 @@ from torch import nn
 from core.errors import LoadoutError, ModelMismatchError
 from core.models.attention import timestep_embedding
 from core.models.mmdit_blocks import Embedder, FinalLayer, JointBlock, PatchEmbed
+from core.models.patches import NO_PATCHES, NetworkPatches, PatchPoints, Site
 from core.ops.layers import OpSet, default_ops
 
 CHECKPOINT_PREFIX = "model.diffusion_model."
@@ -179,13 +180,19 @@ class MMDiT(nn.Module):
         grid = self.pos_embed.view(1, size, size, -1)[:, top : top + h, left : left + w, :]
         return grid.reshape(1, h * w, -1).to(device=like.device, dtype=like.dtype)
 
+    def patch_points(self) -> PatchPoints:
+        """After each joint block (the picture's tokens)."""
+        return PatchPoints({"joint": len(self.joint_blocks)})
+
     def forward(
         self,
         x: torch.Tensor,
         timesteps: torch.Tensor,
         context: torch.Tensor | None,
         y: torch.Tensor | None = None,
+        patches: NetworkPatches = NO_PATCHES,
     ) -> torch.Tensor:
+        """``patches``: block patches on the picture's tokens after each joint block."""
         cfg = self.config
         p = cfg.patch_size
         batch, _, height, width = x.shape
@@ -213,9 +220,10 @@ class MMDiT(nn.Module):
         if self.context_embedder is not None:
             ctx = self.context_embedder(ctx)
 
-        for block in self.joint_blocks:
+        for i, block in enumerate(self.joint_blocks):
             assert ctx is not None
             ctx, tokens = block(ctx, tokens, c)
+            tokens = patches.block(tokens, Site("joint", i))
 
         out = self.final_layer(tokens, c)
         out = out.reshape(batch, h, w, p, p, cfg.out_channels)

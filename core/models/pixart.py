@@ -31,6 +31,7 @@ from core.errors import LoadoutError, ModelMismatchError
 from core.models.attention import attention, attention_heads_first, timestep_embedding
 from core.models.flux import count_blocks, strip_prefix
 from core.models.mmdit_blocks import Embedder, Mlp, PatchEmbed, SelfAttention
+from core.models.patches import NO_PATCHES, NetworkPatches, PatchPoints, Site
 from core.ops.layers import OpSet, cast_to, default_ops
 
 FREQUENCY_EMBEDDING_SIZE = 256
@@ -302,7 +303,15 @@ class PixArt(nn.Module):
             parts.append(embedder(freq).reshape(batch, -1))
         return torch.cat(parts, dim=1)
 
-    def forward(self, x: torch.Tensor, timesteps: torch.Tensor, context: torch.Tensor) -> torch.Tensor:
+    def patch_points(self) -> PatchPoints:
+        """After each transformer block (the picture's tokens)."""
+        return PatchPoints({"block": len(self.blocks)})
+
+    def forward(
+        self, x: torch.Tensor, timesteps: torch.Tensor, context: torch.Tensor,
+        patches: NetworkPatches = NO_PATCHES,
+    ) -> torch.Tensor:  # fmt: skip
+        """``patches``: block patches on the picture's tokens after each block."""
         cfg = self.config
         p = cfg.patch_size
         batch, _, height, width = x.shape
@@ -324,8 +333,9 @@ class PixArt(nn.Module):
             t = t + self.micro_conditions(height, width, tokens)
         t6 = self.t_block(t)
         y = self.y_embedder(context.to(tokens.dtype))
-        for block in self.blocks:
+        for i, block in enumerate(self.blocks):
             tokens = block(tokens, y, t6)
+            tokens = patches.block(tokens, Site("block", i))
         out = self.final_layer(tokens, t)
         c = cfg.final_channels
         out = out.reshape(batch, h, w, p, p, c)

@@ -12,13 +12,12 @@ forward. Computation runs in ``x``'s dtype.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 from torch import nn
 
 from core.errors import ModelMismatchError
 from core.models.attention import timestep_embedding
+from core.models.patches import NO_PATCHES, AttentionRoute, NetworkPatches, PatchPoints, Site
 from core.models.unet_blocks import (
     Downsample,
     LayerFactory,
@@ -30,17 +29,7 @@ from core.models.unet_blocks import (
 from core.models.unet_config import DownStage, ResStage, UNetConfig
 from core.ops.layers import OpSet, default_ops
 
-__all__ = ["ControlResiduals", "DownStage", "ResStage", "UNetConfig", "UNetModel"]
-
-
-@dataclass(frozen=True)
-class ControlResiduals:
-    """What ControlNets add to a UNet (ComfyUI's ``control`` dict): one tensor (or None) per skip
-    connection, in ``input_blocks`` order, and one for the middle block's output. Each is added to
-    the skip before it is concatenated on the output side, as ComfyUI's ``apply_control`` does."""
-
-    skips: tuple[torch.Tensor | None, ...]
-    middle: torch.Tensor | None
+__all__ = ["DownStage", "ResStage", "UNetConfig", "UNetModel"]
 
 
 def _transformer(f: LayerFactory, cfg: UNetConfig, channels: int, depth: int) -> SpatialTransformer:
@@ -106,17 +95,23 @@ class UNetModel(nn.Module):
         mc = config.model_channels
         self.out = nn.Sequential(f.group_norm(mc), nn.SiLU(), f.conv(mc, config.out_channels, 3, padding=1))
 
+    def patch_points(self) -> PatchPoints:
+        """After each input, middle and output block; the skip connections where the output side
+        takes them; self- and cross-attention of every transformer block."""
+        blocks = {"input": len(self.input_blocks), "middle": 1, "output": len(self.output_blocks)}
+        return PatchPoints(blocks, joins=len(self.input_blocks), attention=("self", "cross"))
+
     def forward(
         self,
         x: torch.Tensor,
         timesteps: torch.Tensor,
         context: torch.Tensor | None = None,
         y: torch.Tensor | None = None,
-        control: ControlResiduals | None = None,
+        patches: NetworkPatches = NO_PATCHES,
     ) -> torch.Tensor:
         """x: (B, in_channels, H, W) latents; timesteps: (B,) or scalar; context: (B, L, context_dim);
-        y: (B, adm_in_channels), SDXL's pooled text embedding + size/crop embeddings; control: what
-        ControlNets add to the skips and the middle block."""
+        y: (B, adm_in_channels), SDXL's pooled text embedding + size/crop embeddings; patches: what
+        features change at the points of :meth:`patch_points`."""
         dtype = x.dtype
         t = timesteps.reshape(-1).to(x.device)
         if t.shape[0] != x.shape[0]:
@@ -134,39 +129,25 @@ class UNetModel(nn.Module):
             context = context.to(dtype)
         elif self.config.has_transformers:
             raise ValueError("this UNet has cross-attention: forward() needs a context tensor")
+        routed = patches.patches_attention
+
+        def route(stage: str, index: int) -> AttentionRoute | None:
+            return AttentionRoute(patches, Site(stage, index)) if routed else None
+
         skips: list[torch.Tensor] = []
         h = x
-        for block in self.input_blocks:
-            h = block(h, emb, context)
+        for i, block in enumerate(self.input_blocks):
+            h = block(h, emb, context, None, route("input", i))
+            h = patches.block(h, Site("input", i))
             skips.append(h)
-        h = self.middle_block(h, emb, context)
-        if control is not None:
-            h = _add_control(h, control.middle)
-            if len(control.skips) != len(skips):
-                raise _control_mismatch(f"{len(control.skips)} residuals for {len(skips)} skip connections")
-            skips = [_add_control(s, c) for s, c in zip(skips, control.skips, strict=True)]
-        for block in self.output_blocks:
-            h = torch.cat([h, skips.pop()], dim=1)
+        h = self.middle_block(h, emb, context, None, route("middle", 0))
+        h = patches.block(h, Site("middle", 0))
+        for j, block in enumerate(self.output_blocks):
+            skip = skips.pop()
+            h, skip = patches.join(h, skip, Site("skip", len(skips)))
+            h = torch.cat([h, skip], dim=1)
             size = (skips[-1].shape[-2], skips[-1].shape[-1]) if skips else None
-            h = block(h, emb, context, size)
+            h = block(h, emb, context, size, route("output", j))
+            h = patches.block(h, Site("output", j))
         out: torch.Tensor = self.out(h)
         return out
-
-
-def _add_control(h: torch.Tensor, residual: torch.Tensor | None) -> torch.Tensor:
-    if residual is None:
-        return h
-    if residual.shape != h.shape:
-        raise _control_mismatch(
-            f"it gives a {list(residual.shape)} residual where the UNet has {list(h.shape)}"
-        )
-    return (h + residual).to(h.dtype)  # as ComfyUI's in-place ``h += ctrl``
-
-
-def _control_mismatch(why: str) -> ModelMismatchError:
-    return ModelMismatchError(
-        "the ControlNet does not fit this diffusion model",
-        why=why,
-        fix="Use a ControlNet made for the loaded model's family (SD1.5 or SDXL)",
-        code="wrong_controlnet",
-    )

@@ -14,6 +14,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from core.models.attention import attention
+from core.models.patches import AttentionRoute
 from core.models.unet_config import GROUPS
 from core.ops.layers import OpSet
 
@@ -102,9 +103,17 @@ class CrossAttention(nn.Module):
         self.to_v = f.linear(kv_dim, inner, bias=False)
         self.to_out = nn.Sequential(f.linear(inner, dim), nn.Identity())
 
-    def forward(self, x: torch.Tensor, context: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(
+        self, x: torch.Tensor, context: torch.Tensor | None = None, route: AttentionRoute | None = None,
+        layer: int = 0,
+    ) -> torch.Tensor:  # fmt: skip
+        """``route``: the forward's attention patches and this block's site (None: no patches)."""
         kv = x if context is None else context
-        h = attention(self.to_q(x), self.to_k(kv), self.to_v(kv), self.heads)
+        q, k, v = self.to_q(x), self.to_k(kv), self.to_v(kv)
+        if route is None:
+            h = attention(q, k, v, self.heads)
+        else:
+            h = route.attend(q, k, v, self.heads, layer, "self" if context is None else "cross")
         out: torch.Tensor = self.to_out(h)
         return out
 
@@ -140,9 +149,11 @@ class BasicTransformerBlock(nn.Module):
         self.norm2 = f.layer_norm(dim)
         self.norm3 = f.layer_norm(dim)
 
-    def forward(self, x: torch.Tensor, context: torch.Tensor) -> torch.Tensor:
-        x = x + self.attn1(self.norm1(x))
-        x = x + self.attn2(self.norm2(x), context)
+    def forward(
+        self, x: torch.Tensor, context: torch.Tensor, route: AttentionRoute | None = None, layer: int = 0
+    ) -> torch.Tensor:
+        x = x + self.attn1(self.norm1(x), None, route, layer)
+        x = x + self.attn2(self.norm2(x), context, route, layer)
         out: torch.Tensor = x + self.ff(self.norm3(x))
         return out
 
@@ -170,7 +181,9 @@ class SpatialTransformer(nn.Module):
         )
         self.proj_out: nn.Module = f.linear(inner, channels) if linear else f.conv(inner, channels, 1)
 
-    def forward(self, x: torch.Tensor, context: torch.Tensor) -> torch.Tensor:
+    def forward(
+        self, x: torch.Tensor, context: torch.Tensor, route: AttentionRoute | None = None
+    ) -> torch.Tensor:
         b, _, height, width = x.shape
         h: torch.Tensor = self.norm(x)
         if not self.linear:
@@ -178,8 +191,8 @@ class SpatialTransformer(nn.Module):
         h = h.flatten(2).transpose(1, 2)
         if self.linear:
             h = self.proj_in(h)
-        for block in self.transformer_blocks:
-            h = block(h, context)
+        for layer, block in enumerate(self.transformer_blocks):
+            h = block(h, context, route, layer)
         if self.linear:
             h = self.proj_out(h)
         h = h.transpose(1, 2).reshape(b, -1, height, width)
@@ -197,6 +210,7 @@ class UNetBlock(nn.Sequential):
         emb: torch.Tensor,
         context: torch.Tensor | None,
         size: tuple[int, int] | None = None,
+        route: AttentionRoute | None = None,
     ) -> torch.Tensor:
         for layer in self:
             if isinstance(layer, ResBlock):
@@ -204,7 +218,7 @@ class UNetBlock(nn.Sequential):
             elif isinstance(layer, SpatialTransformer):
                 if context is None:
                     raise ValueError("this UNet has cross-attention: forward() needs a context tensor")
-                x = layer(x, context)
+                x = layer(x, context, route)
             elif isinstance(layer, Upsample):
                 x = layer(x, size)
             else:

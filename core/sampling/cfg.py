@@ -11,6 +11,7 @@ passes with the same result.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -28,6 +29,8 @@ class CfgDenoiser:
     positive: Conditioning
     negative: Conditioning | None
     scale: float
+    #: replaces ``uncond + (cond - uncond) * scale`` (a CFG variant's feature; None: plain CFG)
+    guidance: Callable[[Tensor, Tensor, float], Tensor] | None = None
 
     @property
     def uses_negative(self) -> bool:
@@ -54,4 +57,6 @@ class CfgDenoiser:
         else:
             uncond = self.denoiser(x, sigma, negative)
             cond = self.denoiser(x, sigma, positive)
+        if self.guidance is not None:
+            return self.guidance(uncond, cond, self.scale), uncond
         return uncond + (cond - uncond) * self.scale, uncond

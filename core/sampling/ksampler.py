@@ -33,6 +33,7 @@ from core.sampling.denoiser import DiffusionModel, ModelDenoiser
 from core.sampling.masked import MaskedDenoiser, latent_mask
 from core.sampling.model_sampling import ModelSampling
 from core.sampling.noise import check_seed, initial_noise
+from core.sampling.patches import NO_MODEL_PATCHES, ModelPatches, StepInfo
 from core.sampling.samplers import ModelFn, SamplerContext, SamplerOptions, SamplerSpec, get_sampler
 from core.sampling.schedulers import SCHEDULERS
 from core.sampling.sigmas import ksampler_sigmas
@@ -126,17 +127,18 @@ def sample(
     check: Callable[[], None] | None = None,
     progress: Callable[[StepProgress], None] | None = None,
     before_forward: Callable[[], None] | None = None,
-    on_sigma: Callable[[Tensor], None] | None = None,
     sigmas: Tensor | None = None,
     add_noise: bool = True,
     denoise_mask: Tensor | None = None,
+    patches: ModelPatches = NO_MODEL_PATCHES,
 ) -> Tensor:
     """Run the request; returns the final latent in the VAE's space (float32, on ``device``).
 
     ``sigmas`` replaces the request's schedule (KSamplerAdvanced's start/end steps); ``add_noise``
     False starts from the latent alone (zero noise); ``denoise_mask`` (any size, 1 = repaint;
     resized to the latent as ComfyUI's ``prepare_mask``) keeps the rest of the latent at every
-    step, as ComfyUI's KSamplerX0Inpaint."""
+    step, as ComfyUI's KSamplerX0Inpaint; ``patches`` what features change in every model call
+    (:mod:`core.sampling.patches`)."""
     _check_latent(latent, latent_format)
     spec = get_sampler(request.sampler)
     dev = torch.device(device)
@@ -150,14 +152,16 @@ def sample(
     sigmas = sigmas.to(dev)
     x = sampling.noise_scaling(sigmas[0], noise, start, is_max_denoise(sampling, sigmas[0]))
 
-    denoiser = ModelDenoiser(model, sampling, compute_dtype, _before(check, before_forward), on_sigma)
-    guided: ModelFn = CfgDenoiser(denoiser, positive, negative, request.cfg)
+    denoiser = ModelDenoiser(model, sampling, compute_dtype, _before(check, before_forward), patches)
+    guided: ModelFn = CfgDenoiser(denoiser, positive, negative, request.cfg, patches.guidance)
     if denoise_mask is not None:
         mask = latent_mask(denoise_mask, latent.shape).to(dev)
         guided = MaskedDenoiser(guided, sampling, mask, noise, start)
     total = len(sigmas) - 1
 
     def report(i: int, denoised: Tensor) -> None:
+        for callback in patches.steps:
+            callback(StepInfo(i + 1, total, sigmas[i], denoised))
         if progress is not None:
             progress(StepProgress(i + 1, total, denoised))
 

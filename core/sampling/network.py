@@ -3,33 +3,24 @@
 :class:`core.sampling.denoiser.ModelDenoiser` hands a network the scaled latent in the compute
 dtype, float32 timesteps and a :class:`~core.sampling.conditioning.Conditioning`; the adapter
 finds the network's :class:`~core.archs.protocols.DiffusionNet` (its architecture package knows how
-it takes them) and calls its ``forward`` with this call's patches. What every network shares is
-done here: extra input channels (inpaint/instruct-pix2pix ``c_concat``) are appended to the input,
-and ControlNets see the latent before they are. Generation and the test run both call networks
-through it.
+it takes them) and calls its ``forward`` with this call's network patches (:mod:`core.models.patches`).
+What every network shares is done here: extra input channels (inpaint/instruct-pix2pix ``c_concat``)
+are appended to the input. Generation and the test run both call networks through it.
 """
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import Any
 
 import torch
 from torch import Tensor, nn
 
 from core.archs.catalog import NETS, net_of
-from core.archs.patches import NO_PATCHES, NetPatches
 from core.errors import ModelMismatchError
+from core.models.patches import NO_PATCHES, NetworkPatches, PatchPoints
 from core.sampling.conditioning import Conditioning
 
-__all__ = ["Control", "NetworkAdapter"]
-
-
-class Control(Protocol):
-    """ControlNets for a UNet: told each forward's sigma, then asked for the residuals."""
-
-    def see_sigma(self, sigma: Tensor) -> None: ...
-
-    def __call__(self, x: Tensor, timestep: Tensor, cond: Conditioning) -> Any: ...
+__all__ = ["NetworkAdapter"]
 
 
 class NetworkAdapter:
@@ -50,7 +41,6 @@ class NetworkAdapter:
             )
         self.convention = self.net.calling
         self.concat = concat
-        self.control: Control | None = None  # ControlNets (core/generate/controlnet.py), UNets only
         config: Any = getattr(model, "config")  # noqa: B009 - every network keeps its config
         self.config = config
 
@@ -59,15 +49,20 @@ class NetworkAdapter:
         c = int(self.config.in_channels)
         return c // 4 if self.convention.packed else c
 
-    def see_sigma(self, sigma: Tensor) -> None:
-        if self.control is not None:
-            self.control.see_sigma(sigma)
+    @property
+    def patch_points(self) -> PatchPoints:
+        """The points the network declares (:mod:`core.models.patches`); none for a network that
+        declares none (its ``forward`` refuses any patch)."""
+        declare = getattr(self.model, "patch_points", None)
+        if declare is None:
+            return PatchPoints()
+        points: PatchPoints = declare()
+        return points
 
-    def __call__(self, x: Tensor, timestep: Tensor, cond: Conditioning) -> Tensor:
-        # ControlNets see the latent alone, before an inpaint model's extra channels are added
-        residuals = self.control(x, timestep, cond) if self.control is not None else None
+    def __call__(
+        self, x: Tensor, timestep: Tensor, cond: Conditioning, patches: NetworkPatches = NO_PATCHES
+    ) -> Tensor:
         if self.concat is not None:
             extra = self.concat.to(device=x.device, dtype=x.dtype)
             x = torch.cat([x, extra.expand(x.shape[0], -1, -1, -1)], dim=1)
-        patches = NO_PATCHES if residuals is None else NetPatches(control=residuals)
         return self.net.forward(self.model, x, timestep, cond, patches)

@@ -18,11 +18,11 @@ from core.archs.flux.net import packed_stand_in, token_ids
 from core.archs.keymaps import KeyMapping
 from core.archs.layouts import Architecture
 from core.archs.memory import MemoryModel
-from core.archs.patches import NetPatches, refuse_control
 from core.archs.protocols import CallingConvention, StandIn
 from core.detect.catalog import REGISTRY
 from core.models.chroma import Chroma, ChromaConfig
 from core.models.flux import pack_latents, unpack_latents
+from core.models.patches import NetworkPatches
 
 ARCHITECTURE = Architecture(
     "chroma",
@@ -53,17 +53,18 @@ class ChromaNet:
         return chroma_key_map(config)
 
     def forward(
-        self, model: nn.Module, x: Tensor, t: Tensor, cond: Conditioning, patches: NetPatches
+        self, model: nn.Module, x: Tensor, t: Tensor, cond: Conditioning, patches: NetworkPatches
     ) -> Tensor:
-        refuse_control(patches, "Chroma")
         _, _, h, w = x.shape
         img_ids, txt_ids = token_ids(x, cond)
         guidance = None if cond.guidance is None else cond.guidance.to(device=x.device, dtype=torch.float32)
         tokens = pack_latents(x)
         if cond.mask is not None:
-            out: Tensor = model(tokens, img_ids, cond.context, txt_ids, t, guidance, txt_mask=cond.mask)
+            out: Tensor = model(
+                tokens, img_ids, cond.context, txt_ids, t, guidance, txt_mask=cond.mask, patches=patches
+            )
         else:
-            out = model(tokens, img_ids, cond.context, txt_ids, t, guidance)
+            out = model(tokens, img_ids, cond.context, txt_ids, t, guidance, patches=patches)
         return unpack_latents(out, h, w)
 
     def stand_in(self, config: Any, batch: int, generator: torch.Generator) -> StandIn:

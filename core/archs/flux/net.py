@@ -16,11 +16,11 @@ from core.archs.flux.keys import flux_diffusers_to_original, flux_key_map
 from core.archs.keymaps import KeyMapping
 from core.archs.layouts import Architecture
 from core.archs.memory import CPU_MEASURED, Coefficients, MemoryModel, Profile, fitted_on_cpu
-from core.archs.patches import NetPatches, refuse_control
 from core.archs.protocols import CallingConvention, StandIn
 from core.detect.catalog import REGISTRY
 from core.errors import ModelMismatchError
 from core.models.flux import Flux, FluxConfig, make_img_ids, make_txt_ids, pack_latents, unpack_latents
+from core.models.patches import NetworkPatches
 
 #: ComfyUI's guidance when no FluxGuidance node sets one.
 FLUX_DEFAULT_GUIDANCE: Final = 3.5
@@ -91,9 +91,8 @@ class FluxNet:
         return flux_key_map(config)
 
     def forward(
-        self, model: nn.Module, x: Tensor, t: Tensor, cond: Conditioning, patches: NetPatches
+        self, model: nn.Module, x: Tensor, t: Tensor, cond: Conditioning, patches: NetworkPatches
     ) -> Tensor:
-        refuse_control(patches, "Flux")
         b, _, h, w = x.shape
         img_ids, txt_ids = token_ids(x, cond)
         guidance = None
@@ -108,7 +107,9 @@ class FluxNet:
                 fix="Load a CLIP-L text encoder with the Flux model",
                 code="missing_conditioning",
             )
-        out: Tensor = model(pack_latents(x), img_ids, cond.context, txt_ids, t, cond.pooled, guidance)
+        out: Tensor = model(
+            pack_latents(x), img_ids, cond.context, txt_ids, t, cond.pooled, guidance, patches=patches
+        )
         return unpack_latents(out, h, w)
 
     def stand_in(self, config: Any, batch: int, generator: torch.Generator) -> StandIn:

@@ -14,10 +14,10 @@ from core.archs.keymaps import KeyMapping
 from core.archs.layouts import Architecture
 from core.archs.memory import MemoryModel
 from core.archs.mmdit.keys import sd3_diffusers_to_original, sd3_key_map
-from core.archs.patches import NetPatches, refuse_control
 from core.archs.protocols import CallingConvention, StandIn
 from core.detect.catalog import REGISTRY
 from core.models.mmdit import MMDiT, MMDiTConfig
+from core.models.patches import NetworkPatches
 
 #: configs by name (a family's ``network_preset``): what its diffusers layout converts with
 PRESETS: Mapping[str, Callable[[], MMDiTConfig]] = MappingProxyType(
@@ -63,10 +63,9 @@ class MMDiTNet:
         return sd3_key_map(config)
 
     def forward(
-        self, model: nn.Module, x: Tensor, t: Tensor, cond: Conditioning, patches: NetPatches
+        self, model: nn.Module, x: Tensor, t: Tensor, cond: Conditioning, patches: NetworkPatches
     ) -> Tensor:
-        refuse_control(patches, "SD3 MMDiT")
-        out: Tensor = model(x, t, cond.context, cond.pooled)
+        out: Tensor = model(x, t, cond.context, cond.pooled, patches=patches)
         return out
 
     def stand_in(self, config: Any, batch: int, generator: torch.Generator) -> StandIn:

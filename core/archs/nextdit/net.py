@@ -17,10 +17,11 @@ from core.archs.keymaps import KeyMapping
 from core.archs.layouts import Architecture
 from core.archs.memory import CPU_MEASURED, Coefficients, MemoryModel, Profile, fitted_on_cpu
 from core.archs.nextdit.keys import HARMLESS, diffusers_to_original, lumina2_key_map, z_image_key_map
-from core.archs.patches import NetPatches, refuse_control
+from core.archs.patches import refuse_patches
 from core.archs.protocols import CallingConvention, StandIn
 from core.detect.catalog import REGISTRY
 from core.models.nextdit import NextDiT, NextDiTConfig
+from core.models.patches import NetworkPatches
 
 ARCHITECTURE = Architecture(
     "nextdit",
@@ -84,9 +85,9 @@ class NextDiTNet:
         return lumina2_key_map(config.n_layers, config.n_refiner_layers)
 
     def forward(
-        self, model: nn.Module, x: Tensor, t: Tensor, cond: Conditioning, patches: NetPatches
+        self, model: nn.Module, x: Tensor, t: Tensor, cond: Conditioning, patches: NetworkPatches
     ) -> Tensor:
-        refuse_control(patches, "Next-DiT (Lumina 2 / Z-Image)")
+        refuse_patches(patches, "Next-DiT (Lumina 2 / Z-Image)")
         out: Tensor = model(x, t, cond.context)
         return out
 

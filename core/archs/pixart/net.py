@@ -15,10 +15,10 @@ from core.archs.conditioning import Conditioning
 from core.archs.keymaps import KeyMapping
 from core.archs.layouts import Architecture
 from core.archs.memory import CPU_MEASURED, Coefficients, MemoryModel, Profile, fitted_on_cpu
-from core.archs.patches import NetPatches, refuse_control
 from core.archs.pixart.keys import pixart_diffusers_to_original, pixart_key_map
 from core.archs.protocols import CallingConvention, StandIn
 from core.detect.catalog import REGISTRY
+from core.models.patches import NetworkPatches
 from core.models.pixart import PixArt, PixArtConfig
 
 ARCHITECTURE = Architecture(
@@ -69,10 +69,9 @@ class PixArtNet:
         return pixart_key_map(config.depth, micro_condition=config.micro_condition)
 
     def forward(
-        self, model: nn.Module, x: Tensor, t: Tensor, cond: Conditioning, patches: NetPatches
+        self, model: nn.Module, x: Tensor, t: Tensor, cond: Conditioning, patches: NetworkPatches
     ) -> Tensor:
-        refuse_control(patches, "PixArt")
-        out: Tensor = model(x, t, cond.context)
+        out: Tensor = model(x, t, cond.context, patches=patches)
         return out
 
     def stand_in(self, config: Any, batch: int, generator: torch.Generator) -> StandIn:

@@ -15,10 +15,10 @@ from core.archs.conditioning import Conditioning
 from core.archs.keymaps import KeyMapping
 from core.archs.layouts import Architecture, Tensors
 from core.archs.memory import CPU_MEASURED, Coefficients, MemoryModel, Profile, fitted_on_cpu
-from core.archs.patches import NetPatches
 from core.archs.protocols import CallingConvention, StandIn
 from core.archs.unet.keys import unet_diffusers_to_original, unet_original_key_map
 from core.detect.catalog import REGISTRY
+from core.models.patches import NetworkPatches
 from core.models.unet import ResStage, UNetConfig, UNetModel
 
 #: UNet presets by name (a family's ``unet_preset``), given the input channels (inpaint: 9)
@@ -110,12 +110,9 @@ class UNetNet:
         )
 
     def forward(
-        self, model: nn.Module, x: Tensor, t: Tensor, cond: Conditioning, patches: NetPatches
+        self, model: nn.Module, x: Tensor, t: Tensor, cond: Conditioning, patches: NetworkPatches
     ) -> Tensor:
-        if patches.control is not None:
-            out: Tensor = model(x, t, cond.context, cond.pooled, control=patches.control)
-            return out
-        out = model(x, t, cond.context, cond.pooled)
+        out: Tensor = model(x, t, cond.context, cond.pooled, patches=patches)
         return out
 
     def stand_in(self, config: Any, batch: int, generator: torch.Generator) -> StandIn:

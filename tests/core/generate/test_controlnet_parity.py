@@ -17,7 +17,7 @@ import torch
 from core.errors import LoadoutError
 from core.generate.controlnet import AppliedControlNet, ControlStack, center_resize
 from core.loading.controlnet import load_controlnet
-from core.models.unet import ControlResiduals
+from core.models.controlnet import ControlResiduals
 from core.sampling.conditioning import Conditioning
 from tests.core.generate.controlnet_pair import controlnet_files, diffusers_pair, our_unet
 from tests.fixtures.st_files import write_tensors
@@ -67,8 +67,9 @@ def test_controlled_unet_equals_diffusers(
             x, t, ctx, down_block_additional_residuals=down, mid_block_additional_residual=mid
         ).sample
         stack = ControlStack([AppliedControlNet(loaded.module, hint, strength, (1e9, 0.0))])
-        residuals = stack(x, t, Conditioning(ctx))
-        got = our_unet(hf_unet)(x, t, ctx, control=residuals)
+        residuals = stack.residuals(x, t, Conditioning(ctx))
+        assert residuals is not None
+        got = our_unet(hf_unet)(x, t, ctx, patches=residuals.patches())
         plain = our_unet(hf_unet)(x, t, ctx)
     assert _rel(got, want) < 1e-5
     assert _rel(got, plain) > 1e-3  # the control changed the output
@@ -90,12 +91,10 @@ def test_two_controlnets_add_in_order_and_a_range_leaves_one_out(pair: tuple[Any
     two = AppliedControlNet(m2, hint.flip(-1), 1.3, (5.0, 1.0))  # acts only for sigmas in [1, 5]
     stack = ControlStack([one, two])
     with torch.no_grad():
-        stack.see_sigma(torch.tensor([3.0]))
-        both = stack(x, t, cond)
-        stack.see_sigma(torch.tensor([10.0]))
-        first_only = stack(x, t, cond)
-        a = ControlStack([one])(x, t, cond)
-        b = ControlStack([two])(x, t, cond)
+        both = stack.residuals(x, t, cond, torch.tensor([3.0]))
+        first_only = stack.residuals(x, t, cond, torch.tensor([10.0]))
+        a = ControlStack([one]).residuals(x, t, cond)
+        b = ControlStack([two]).residuals(x, t, cond)
     assert isinstance(both, ControlResiduals) and a is not None and b is not None
     assert first_only is not None and torch.equal(first_only.middle, a.middle)  # type: ignore[arg-type]
     for s, sa, sb in zip(both.skips, a.skips, b.skips, strict=True):
@@ -178,8 +177,10 @@ def test_sdxl_controlnet_with_its_size_vector_equals_diffusers() -> None:
             mid_block_additional_residual=mid,
         ).sample  # fmt: skip
         y = sdxl_adm(pooled, width=64, height=64)
-        residuals = ControlStack([AppliedControlNet(cn, hint, 0.8, (1e9, 0.0))])(x, t, Conditioning(ctx, y))
-        got = unet(x, t, ctx, y, control=residuals)
+        stack = ControlStack([AppliedControlNet(cn, hint, 0.8, (1e9, 0.0))])
+        residuals = stack.residuals(x, t, Conditioning(ctx, y))
+        assert residuals is not None
+        got = unet(x, t, ctx, y, patches=residuals.patches())
     assert _rel(got, want) < 1e-5
 
 
@@ -190,7 +191,7 @@ def test_the_room_asked_for_the_residuals_is_what_they_take(pair: tuple[Any, Any
     module = load_controlnet(d_file).module
     x = torch.randn(3, 4, 9, 7)  # odd sizes: each level rounds up, as the strided convolutions do
     with torch.no_grad():
-        r = ControlStack([AppliedControlNet(module, torch.rand(1, 3, 72, 56), 1.0, (1e9, 0.0))])(
+        r = ControlStack([AppliedControlNet(module, torch.rand(1, 3, 72, 56), 1.0, (1e9, 0.0))]).residuals(
             x, torch.tensor([10.0] * 3), Conditioning(torch.randn(3, 77, 768))
         )
     assert r is not None

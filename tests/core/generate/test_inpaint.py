@@ -10,11 +10,12 @@ import torch
 import torch.nn.functional as F
 from PIL import Image
 
-from core.generate.inpaint import prepare_inpaint
+from core.generate.inpaint import inpainting
 from core.generate.pipeline import Compute, Hooks, Networks, Pipeline, Timings
 from core.generate.request import ImageSettings, Sampling
 from core.models.unet import UNetConfig, UNetModel
 from core.models.vae import SD1_LATENT, AutoencoderKL
+from core.sampling.patches import ModelPatches
 from core.text.conditioning import TextEncoders
 from tests.core.generate.reference import clip_pair, vae_pair
 from tests.fixtures.tiny_models import random_state
@@ -41,9 +42,10 @@ def test_inpaint_model_channels_are_the_rounded_mask_and_the_grey_masked_latent(
     mask = np.zeros((33, 35), np.uint8)  # a smaller mask: resized to the picture first
     mask[5:20, 10:30] = 255
     Image.fromarray(mask).save(tmp_path / "m.png")
-    prepare_inpaint(pipeline, tmp_path / "m.png", rgb, Hooks())
-    concat = pipeline.adapter.concat
-    assert concat is not None and concat.shape == (1, 5, 8, 8)
+    found = inpainting(pipeline, tmp_path / "m.png", rgb, Hooks())
+    assert found.extra is not None
+    concat = found.extra.concat
+    assert concat.shape == (1, 5, 8, 8)
 
     m = F.interpolate(torch.from_numpy(mask / 255.0).float()[None, None], size=(66, 69), mode="bilinear")
     m = m[:, :, 1:65, 2:66]
@@ -55,11 +57,14 @@ def test_inpaint_model_channels_are_the_rounded_mask_and_the_grey_masked_latent(
     small = F.interpolate(m, size=(8, 8), mode="bilinear").round()
     assert torch.equal(concat[:, :1], small)
     assert torch.allclose(concat[:, 1:], latent, atol=1e-6)
-    assert pipeline.denoise_mask is not None and torch.equal(pipeline.denoise_mask, m)
+    assert torch.equal(found.noise_mask, m)
 
     s = Sampling(seed=2, steps=2, denoise=0.8)
     settings = ImageSettings("a cat", sampling=s, width=64, height=64, init_image=tmp_path / "m.png")
     init = pipeline.encode_image(rgb, Hooks())
     positive, negative, _ = pipeline.encode_prompts(settings, Hooks())
-    out = pipeline.sample(settings, positive, negative, Hooks(), Timings(), init)
+    patches = ModelPatches(extra_inputs=(found.extra,))
+    out = pipeline.sample(
+        settings, positive, negative, Hooks(), Timings(), init, denoise_mask=found.noise_mask, patches=patches
+    )
     assert out.shape == (1, 4, 8, 8) and torch.isfinite(out).all()

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import torch
 
-from core.generate.controlnet import AppliedControlNet, ControlStack
+from core.generate.controlnet import AppliedControlNet, ControlNetPass, ControlStack
 from core.generate.pipeline import Compute, Hooks, Networks, Pipeline
 from core.generate.request import ImageSettings, Sampling
 from core.loading.controlnet import controlnet_diffusers_to_original
@@ -86,8 +86,8 @@ def test_controlnet_run_equals_diffusers_set_up_as_comfyui(
     hint = torch.rand(1, 3, 64, 64, generator=torch.Generator().manual_seed(4))
     pipeline = Pipeline(nets, Compute())
     full = (pipeline.sampling.percent_to_sigma(0.0), pipeline.sampling.percent_to_sigma(1.0))
-    pipeline.adapter.control = ControlStack([AppliedControlNet(control, hint, strength, full)])
-    ours = to_unit_image(pipeline.run(settings, Hooks())[0])
+    controlnets = ControlNetPass(ControlStack([AppliedControlNet(control, hint, strength, full)]))
+    ours = to_unit_image(pipeline.run(settings, Hooks(), passes=[controlnets])[0])
     plain = to_unit_image(Pipeline(nets, Compute()).run(settings, Hooks())[0])
     pipe.scheduler = discrete_scheduler("euler")
     with discrete_comfy_schedule(pipe.scheduler, for_family("sd1"), "euler", "karras", 5) as sigmas:

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from core.generate.pipeline import Compute, Hooks, Networks, Pipeline
-from core.generate.refiner import run_refined
+from core.generate.refiner import RefinerPass
 from core.generate.request import ImageSettings, Sampling
 from core.generate.workflow_request import RefinerUse
 from core.models.unet import UNetConfig, UNetModel
@@ -54,10 +54,10 @@ def test_handing_off_to_the_same_model_is_one_run(nets: tuple[Networks, Networks
     base, _ = nets
     settings = _settings()
     whole, _, _ = Pipeline(base, Compute()).run(settings, Hooks())
-    twin = Pipeline(base, Compute())
-    split, timings, _ = run_refined(Pipeline(base, Compute()), twin, settings, Hooks(), Hooks(), None, 3)
+    twin = RefinerPass(Pipeline(base, Compute()), Hooks(), RefinerUse(Path("r"), 0.6))  # switch at step 3
+    split, timings, _ = Pipeline(base, Compute()).run(settings, Hooks(), passes=[twin])
     assert torch.allclose(split, whole, atol=1e-5)  # only the latent scale's round trip differs
-    assert len(timings.steps) == 5 and not twin.add_noise
+    assert len(timings.steps) == 5
 
 
 def test_the_refiner_finishes_after_the_switch_step(nets: tuple[Networks, Networks]) -> None:
@@ -69,9 +69,8 @@ def test_the_refiner_finishes_after_the_switch_step(nets: tuple[Networks, Networ
     rhooks = Hooks(place=lambda phase: seen.append(f"refiner {phase}"))
     switch = RefinerUse(Path("r.safetensors"), 0.6).switch_step(5)
     assert switch == 3
-    pixels, timings, _ = run_refined(
-        Pipeline(base, Compute()), Pipeline(refiner, Compute()), settings, hooks, rhooks, None, switch
-    )
+    refine = RefinerPass(Pipeline(refiner, Compute()), rhooks, RefinerUse(Path("r.safetensors"), 0.6))
+    pixels, timings, _ = Pipeline(base, Compute()).run(settings, hooks, passes=[refine])
     assert pixels.shape == alone.shape and not torch.allclose(pixels, alone, atol=1e-3)
     assert len(timings.steps) == 5
     assert seen.index("refiner sample") > seen.index("base sample")  # base, then refiner, then decode

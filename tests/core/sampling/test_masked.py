@@ -6,6 +6,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from core.models.patches import NO_PATCHES, NetworkPatches
 from core.sampling import (
     Conditioning,
     SamplingRequest,
@@ -21,7 +22,7 @@ MS = for_family("sd1")
 FMT = latent_format_for("sd1")
 
 
-def toy(x: Tensor, t: Tensor, cond: Conditioning) -> Tensor:
+def toy(x: Tensor, t: Tensor, cond: Conditioning, patches: NetworkPatches = NO_PATCHES) -> Tensor:
     """A smooth deterministic 'network' (eps prediction) that depends on x, t and the prompt."""
     return 0.3 * x + torch.sin(x * 1.7) * 0.2 + cond.context.mean() * 0.1 + t.reshape(-1, 1, 1, 1) * 1e-4
 

@@ -10,6 +10,7 @@ import torch
 from torch import Tensor
 
 from core.errors import InterruptedByUser, LoadoutError
+from core.models.patches import NO_PATCHES, NetworkPatches
 from core.sampling import (
     CfgDenoiser,
     Conditioning,
@@ -132,7 +133,7 @@ def test_compute_dtype_reaches_the_model_and_state_stays_float32() -> None:
     seen: list[torch.dtype] = []
     net = ToyNet(1 / 1000, 4)
 
-    def model(x: torch.Tensor, t: torch.Tensor, cond: Conditioning) -> torch.Tensor:
+    def model(x: torch.Tensor, t: torch.Tensor, cond: Conditioning, patches: object = None) -> torch.Tensor:
         seen.append(x.dtype)
         assert cond.context.dtype == torch.bfloat16 and t.dtype == torch.float32
         return net(x, t, cond)
@@ -206,7 +207,7 @@ def test_dpm_adaptive_stops_with_an_error_when_the_model_returns_nan() -> None:
     ms, fmt = for_family("sd1"), latent_format_for("sd1")
     calls: list[int] = []
 
-    def nan_net(x: Tensor, t: Tensor, cond: Conditioning) -> Tensor:
+    def nan_net(x: Tensor, t: Tensor, cond: Conditioning, patches: NetworkPatches = NO_PATCHES) -> Tensor:
         calls.append(1)
         return torch.full_like(x, float("nan"))
 

@@ -20,6 +20,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from core.models.patches import NO_PATCHES, NetworkPatches
 from core.sampling import Conditioning, LatentFormat, ModelSampling, for_family, latent_format_for
 
 GOLDEN = Path(__file__).resolve().parents[2] / "fixtures" / "golden"
@@ -48,7 +49,9 @@ class ToyNet:
         self.w = torch.linspace(-0.5, 0.5, channels)
         self.calls: list[tuple[int, Tensor]] = []  # (batch, timesteps) of every forward
 
-    def __call__(self, x: Tensor, timestep: Tensor, cond: Conditioning) -> Tensor:
+    def __call__(
+        self, x: Tensor, timestep: Tensor, cond: Conditioning, patches: NetworkPatches = NO_PATCHES
+    ) -> Tensor:
         self.calls.append((x.shape[0], timestep.clone()))
         tt = (timestep.float() * self.t_scale).view(-1, 1, 1, 1)
         bias = cond.context.mean(dim=(1, 2)).view(-1, 1, 1, 1) * self.w.view(1, -1, 1, 1)

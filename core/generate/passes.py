@@ -1,0 +1,211 @@
+"""Workflows as passes: one generation is a plan of stages, ComfyUI's graph as data, that each
+workflow's pass adds to or changes before anything runs, then runs in order.
+
+The passes, always in this order (:func:`ordered`):
+
+1. **start** (txt2img / img2img): Empty Latent Image or VAEEncode, then a KSampler stage;
+2. **mask** (inpainting): SetLatentNoiseMask on the start latent (carried by every later stage, as
+   ComfyUI's LATENT carries ``noise_mask``), and an inpainting model's extra input channels;
+3. **ControlNets**: a model wrapper on every stage the base model samples (ControlNetApplyAdvanced
+   changes the prompts' conditioning, which every base KSampler takes);
+4. **hires** (latent or model upscale): an upscale stage and a second KSampler stage;
+5. **refiner**: the last KSampler stage cut at the switch step into two KSamplerAdvanced stages,
+   the base's (leftover noise returned) and the refiner's (no noise added).
+
+Then the base's VAE decodes. A pass contributes its stages and the base model's patches here; the
+models it places, the files it keeps and its PNG text are its :class:`Contribution` (the session's
+side, :mod:`core.generate.workflows`). Each combination of passes is a valid plan; the ones that
+cannot be made are refused by the pass that cannot follow, in words.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Protocol
+
+import numpy as np
+from torch import Tensor
+
+from core.generate.request import ImageSettings, Sampling
+from core.sampling.conditioning import Conditioning
+from core.sampling.patches import NO_MODEL_PATCHES, ModelPatches
+
+if TYPE_CHECKING:
+    from core.generate.pipeline import Hooks, Pipeline, Timings
+
+
+@dataclass(frozen=True)
+class Latent:
+    """ComfyUI's LATENT: ``samples`` in the VAE's space and SetLatentNoiseMask's ``noise_mask``
+    (1 = repaint; any size: each sampler resizes it to its latent)."""
+
+    samples: Tensor
+    noise_mask: Tensor | None = None
+
+
+@dataclass
+class Run:
+    """What every stage of one generation shares."""
+
+    pipeline: Pipeline  # the base model's
+    settings: ImageSettings
+    hooks: Hooks
+    timings: Timings
+    init: np.ndarray | None
+    #: the base model's patches for every stage it samples (ControlNets, inpainting inputs)
+    patches: ModelPatches = NO_MODEL_PATCHES
+    missing: list[str] = field(default_factory=list)  # embeddings the prompts named, not found
+
+
+class Stage(Protocol):
+    def __call__(self, latent: Latent | None, run: Run) -> Latent | None: ...
+
+
+@dataclass(frozen=True)
+class KSample:
+    """One KSampler (or KSamplerAdvanced) stage. ``pipeline`` None: the base model's, with the
+    run's patches; ``sigmas`` None: the schedule of ``sampling``; ``size`` None: the latent's size
+    (the prompts' size conditioning). The prompts and CFG are the settings'."""
+
+    sampling: Sampling
+    pipeline: Pipeline | None = None
+    hooks: Hooks | None = None  # None: the run's (the refiner places its own models)
+    sigmas: Tensor | None = None
+    add_noise: bool = True
+    size: tuple[int, int] | None = None
+
+    def sized(self, latent: Latent | None, run: Run) -> ImageSettings:
+        if self.size is not None:
+            w, h = self.size
+        elif latent is not None:
+            h, w = latent.samples.shape[-2] * 8, latent.samples.shape[-1] * 8
+        else:
+            w, h = run.settings.width, run.settings.height
+        return replace(run.settings, width=w, height=h, hires=None)
+
+    def encode(
+        self, latent: Latent | None, run: Run, *, announce: bool = False
+    ) -> tuple[Conditioning, Conditioning | None]:
+        """The prompts' conditioning at this stage's size, encoded (or taken from the cache) and timed."""
+        pipe, hooks = self.pipeline or run.pipeline, self.hooks or run.hooks
+        t0 = time.perf_counter()
+        positive, negative, missing = pipe.encode_prompts(self.sized(latent, run), hooks, announce=announce)
+        run.timings.text_encode += time.perf_counter() - t0
+        run.missing += missing
+        return positive, negative
+
+    def __call__(self, latent: Latent | None, run: Run) -> Latent:
+        pipe, hooks = self.pipeline or run.pipeline, self.hooks or run.hooks
+        patches = run.patches if self.pipeline is None else NO_MODEL_PATCHES
+        sized = self.sized(latent, run)
+        positive, negative = self.encode(latent, run)
+        t0 = time.perf_counter()
+        out = pipe.sample(
+            sized, positive, negative, hooks, run.timings, None if latent is None else latent.samples,
+            self.sampling, sigmas=self.sigmas, add_noise=self.add_noise, patches=patches,
+            denoise_mask=None if latent is None else latent.noise_mask,
+        )  # fmt: skip
+        run.timings.sample += time.perf_counter() - t0
+        return Latent(out, None if latent is None else latent.noise_mask)
+
+
+@dataclass(frozen=True)
+class StartLatent:
+    """Empty Latent Image (txt2img; the first sampler makes it) or VAEEncode of the picture."""
+
+    def __call__(self, latent: Latent | None, run: Run) -> Latent | None:
+        if run.init is None:
+            return None
+        return Latent(run.pipeline.encode_image(run.init, run.hooks))
+
+
+@dataclass
+class Plan:
+    """The stages of one generation, in order, and the base model's patches."""
+
+    pipeline: Pipeline  # the base model's
+    stages: list[Stage] = field(default_factory=list)
+    patches: ModelPatches = NO_MODEL_PATCHES
+
+    def samplers(self) -> list[KSample]:
+        return [s for s in self.stages if isinstance(s, KSample)]
+
+    def last_sampler(self) -> int:
+        """The index of the last KSampler stage."""
+        return max(i for i, s in enumerate(self.stages) if isinstance(s, KSample))
+
+
+@dataclass
+class Contribution:
+    """What a pass gives the session: the models each phase places (and their manager names ->
+    role), the files it keeps mapped, its PNG text (A1111's items) and the activation room the
+    "sample" phase needs for it."""
+
+    models: dict[str, list[object]] = field(default_factory=dict)
+    names: dict[str, str] = field(default_factory=dict)
+    files: tuple[Path, ...] = ()
+    parameters: dict[str, str] = field(default_factory=dict)
+    sample_bytes: int = 0
+
+
+class Pass(Protocol):
+    #: its place in the order (:data:`ORDER`)
+    kind: str
+    contribution: Contribution
+
+    def plan(self, plan: Plan, settings: ImageSettings) -> None: ...
+
+
+#: the passes' order in every plan
+ORDER = ("start", "mask", "controlnets", "hires", "refiner")
+
+
+@dataclass
+class StartPass:
+    """txt2img or img2img: the start latent and the first KSampler at the settings' size."""
+
+    kind: str = "start"
+    contribution: Contribution = field(default_factory=Contribution)
+
+    def plan(self, plan: Plan, settings: ImageSettings) -> None:
+        size = (settings.width, settings.height)
+        plan.stages += [StartLatent(), KSample(settings.sampling, size=size)]
+
+
+def ordered(passes: Sequence[Pass]) -> list[Pass]:
+    """The passes in :data:`ORDER`, a start pass first; two of one kind are refused."""
+    kinds = [p.kind for p in passes]
+    for kind in kinds:
+        if kinds.count(kind) > 1 or kind not in ORDER:
+            raise ValueError(f"pass {kind!r} given twice or unknown")
+    found = sorted(passes, key=lambda p: ORDER.index(p.kind))
+    return found if "start" in kinds else [StartPass(), *found]
+
+
+def run_plan(
+    pipeline: Pipeline, settings: ImageSettings, hooks: Hooks, init: np.ndarray | None,
+    passes: Sequence[Pass],
+) -> tuple[Tensor, Timings, tuple[str, ...]]:  # fmt: skip
+    """Plan the passes, run the stages, decode: pixels (B, 3, H, W) in [-1, 1], timings, notes."""
+    from core.generate.pipeline import Timings
+
+    plan = Plan(pipeline)
+    for p in ordered(passes):
+        p.plan(plan, settings)
+    run = Run(pipeline, settings, hooks, Timings(), init, plan.patches)
+    plan.samplers()[0].encode(None, run, announce=True)  # the prompts first, as the graph's encoders
+    latent: Latent | None = None
+    for stage in plan.stages:
+        latent = stage(latent, run)
+    assert latent is not None  # every plan ends on a sampler
+    t0 = time.perf_counter()
+    pixels = pipeline.decode(latent.samples, hooks, run.timings)
+    run.timings.decode = time.perf_counter() - t0
+    names = dict.fromkeys(run.missing)
+    notes = [f"embedding {name!r} was not found and was left out of the prompt" for name in names]
+    if run.timings.tiled_decode:
+        notes.append("the picture was decoded in tiles (the device had no room for a whole decode)")
+    return pixels, run.timings, tuple(notes)

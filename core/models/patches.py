@@ -1,0 +1,166 @@
+"""Patch points: the places where a network lets a control or guidance feature change its forward
+pass, typed (ComfyUI's ``transformer_options["patches"]`` made into small protocols).
+
+A network declares the points it has (:class:`PatchPoints`, from ``patch_points()``) and its
+``forward`` takes one :class:`NetworkPatches` value; a feature adds a patch, never a parameter.
+Each point is named by a :class:`Site`: a stage the network declares (the UNet's ``input``,
+``middle``, ``output`` and ``skip``; Flux's ``double`` and ``single``; SD3's ``joint``; PixArt's
+``block``) and the block's number in it.
+
+* **block patches** ``(h, site) -> h``: after a block (ComfyUI's ``input_block_patch``, the
+  ControlNet residual on the UNet's middle block, FreeU's and Deep Shrink's scalings);
+* **join patches** ``(h, skip, site) -> (h, skip)``: where the UNet's output side takes a skip
+  connection (ComfyUI's ``output_block_patch`` and ``apply_control(hsp, "output")``); the site is
+  ``("skip", i)``, the skip of input block ``i``;
+* **attention patches** ``(call) -> call``: the query, keys, values and mask of one attention
+  before it runs (extra keys/values for image prompts, masks for regions);
+* **attention replacement** ``(call) -> out``: the attention itself (PAG/SAG).
+
+With no patches a forward computes exactly what it computes without this module.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Literal, Protocol
+
+import torch
+
+from core.errors import ModelMismatchError
+from core.models.attention import attention
+
+AttentionKind = Literal["self", "cross", "joint"]
+
+
+@dataclass(frozen=True)
+class Site:
+    """One patch point: a stage the network declares and the block's number in it."""
+
+    stage: str
+    index: int
+
+
+class BlockPatch(Protocol):
+    def __call__(self, h: torch.Tensor, site: Site) -> torch.Tensor: ...
+
+
+class JoinPatch(Protocol):
+    def __call__(
+        self, h: torch.Tensor, skip: torch.Tensor, site: Site
+    ) -> tuple[torch.Tensor, torch.Tensor]: ...
+
+
+@dataclass(frozen=True)
+class AttentionCall:
+    """One attention about to run: ``q`` (B, Lq, H*D), ``k``/``v`` (B, Lk, H*D), ``mask`` boolean
+    (True = attend) or additive, broadcastable to (B, H, Lq, Lk). ``layer`` numbers the attention
+    layers inside the block at ``site``."""
+
+    q: torch.Tensor
+    k: torch.Tensor
+    v: torch.Tensor
+    heads: int
+    site: Site
+    layer: int
+    kind: AttentionKind
+    mask: torch.Tensor | None = None
+
+
+class AttentionPatch(Protocol):
+    def __call__(self, call: AttentionCall) -> AttentionCall: ...
+
+
+class AttentionReplace(Protocol):
+    def __call__(self, call: AttentionCall) -> torch.Tensor: ...
+
+
+@dataclass(frozen=True)
+class NetworkPatches:
+    """Every patch of one forward pass, applied in order at each point."""
+
+    blocks: tuple[BlockPatch, ...] = ()
+    joins: tuple[JoinPatch, ...] = ()
+    attention: tuple[AttentionPatch, ...] = ()
+    replace_attention: AttentionReplace | None = None
+
+    def __add__(self, other: NetworkPatches) -> NetworkPatches:
+        if other.replace_attention is not None and self.replace_attention is not None:
+            raise ModelMismatchError(
+                "two features both replace the network's attention",
+                why="only one attention replacement can run at a point",
+                fix="Use one of them",
+                code="bad_argument",
+            )
+        return NetworkPatches(
+            self.blocks + other.blocks,
+            self.joins + other.joins,
+            self.attention + other.attention,
+            self.replace_attention or other.replace_attention,
+        )
+
+    @property
+    def patches_attention(self) -> bool:
+        return bool(self.attention) or self.replace_attention is not None
+
+    def block(self, h: torch.Tensor, site: Site) -> torch.Tensor:
+        for patch in self.blocks:
+            h = patch(h, site)
+        return h
+
+    def join(self, h: torch.Tensor, skip: torch.Tensor, site: Site) -> tuple[torch.Tensor, torch.Tensor]:
+        for patch in self.joins:
+            h, skip = patch(h, skip, site)
+        return h, skip
+
+    def attend(self, call: AttentionCall) -> torch.Tensor:
+        """The attention of ``call`` with the patches applied (or replaced)."""
+        for patch in self.attention:
+            call = patch(call)
+        if self.replace_attention is not None:
+            return self.replace_attention(call)
+        return attention(call.q, call.k, call.v, call.heads, call.mask)
+
+
+NO_PATCHES = NetworkPatches()
+
+
+@dataclass(frozen=True)
+class AttentionRoute:
+    """What a block hands its attention layers: the forward's patches and the block's site."""
+
+    patches: NetworkPatches
+    site: Site
+
+    def attend(
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, heads: int, layer: int, kind: AttentionKind
+    ) -> torch.Tensor:
+        if not self.patches.patches_attention:
+            return attention(q, k, v, heads)
+        return self.patches.attend(AttentionCall(q, k, v, heads, self.site, layer, kind))
+
+
+@dataclass(frozen=True)
+class PatchPoints:
+    """The points a network has: ``blocks`` stage -> number of sites, ``joins`` the skip
+    connections (UNet), ``attention`` the attention kinds its layers route through patches."""
+
+    blocks: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))
+    joins: int = 0
+    attention: tuple[AttentionKind, ...] = ()
+
+    def require(
+        self, feature: str, code: str, *, blocks: tuple[str, ...] = (), joins: int | None = None
+    ) -> None:
+        """Refuse a feature whose patches need points this network lacks, in words."""
+        missing = [f"its {stage} blocks" for stage in blocks if stage not in self.blocks]
+        if joins is not None and joins != self.joins:
+            missing.append(f"{joins} skip connections (it has {self.joins})")
+        if missing:
+            raise ModelMismatchError(
+                f"{feature} does not fit this diffusion model",
+                why="it changes " + ", ".join(missing) + ", which this network does not have",
+                fix=f"Use {feature} made for the loaded model's family",
+                code=code,
+            )

@@ -1,0 +1,110 @@
+"""What a feature may change in one KSampler run, typed: ComfyUI's ``model_function_wrapper``,
+``sampler_cfg_function``, sampler callbacks and ``c_concat``, with the network's own patch points
+(:mod:`core.models.patches`) beside them.
+
+* a **model wrapper** ``(call, apply) -> prediction`` runs around every network call: it sees the
+  network's input, timestep, conditioning and sigma, and calls ``apply`` (the next wrapper, then
+  the network) with a changed call, for instance with more network patches (a ControlNet computes
+  its residuals from the call and hands them on as the UNet's block and join patches);
+* **extra inputs** ``(x) -> channels`` are appended to the network's input after every wrapper ran
+  (an inpainting model's mask and masked-picture latent);
+* a **guidance** function ``(uncond, cond, scale) -> denoised`` replaces CFG's combination;
+* **step callbacks** are told every finished step.
+
+Wrappers run outermost first; every other field adds up in order (``+``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from core.errors import LoadoutError
+from core.models.patches import NO_PATCHES, NetworkPatches
+from core.sampling.conditioning import Conditioning
+
+
+@dataclass(frozen=True)
+class ModelCall:
+    """One network call: ``x`` the network's input (``calculate_input(sigma, x)``) in the compute
+    dtype, float32 ``timestep`` [B], the batch's conditioning, ``sigma`` [B] and the network's patches."""
+
+    x: Tensor
+    timestep: Tensor
+    cond: Conditioning
+    sigma: Tensor
+    patches: NetworkPatches = NO_PATCHES
+
+    def with_patches(self, more: NetworkPatches) -> ModelCall:
+        return ModelCall(self.x, self.timestep, self.cond, self.sigma, self.patches + more)
+
+
+Apply = Callable[[ModelCall], Tensor]
+ModelWrapper = Callable[[ModelCall, Apply], Tensor]
+ExtraInputs = Callable[[Tensor], Tensor]
+Guidance = Callable[[Tensor, Tensor, float], Tensor]
+
+
+@dataclass(frozen=True)
+class StepInfo:
+    """A finished step: ``step`` of ``total``, its sigma and its estimate of the clean latent."""
+
+    step: int
+    total: int
+    sigma: Tensor
+    denoised: Tensor
+
+
+StepCallback = Callable[[StepInfo], None]
+
+
+@dataclass(frozen=True)
+class ModelPatches:
+    wrappers: tuple[ModelWrapper, ...] = ()
+    network: NetworkPatches = NO_PATCHES
+    extra_inputs: tuple[ExtraInputs, ...] = ()
+    guidance: Guidance | None = None
+    steps: tuple[StepCallback, ...] = ()
+
+    def __add__(self, other: ModelPatches) -> ModelPatches:
+        if self.guidance is not None and other.guidance is not None:
+            raise LoadoutError(
+                "two features both replace classifier-free guidance",
+                why="one guidance function combines the positive and negative predictions",
+                fix="Use one of them",
+                code="bad_argument",
+            )
+        return ModelPatches(
+            self.wrappers + other.wrappers,
+            self.network + other.network,
+            self.extra_inputs + other.extra_inputs,
+            self.guidance or other.guidance,
+            self.steps + other.steps,
+        )
+
+    def run(self, call: ModelCall, network: Apply) -> Tensor:
+        """The call through every wrapper (outermost first), the extra inputs, then ``network``."""
+
+        def innermost(c: ModelCall) -> Tensor:
+            if not self.extra_inputs:
+                return network(c)
+            x = torch.cat([c.x, *(extra(c.x) for extra in self.extra_inputs)], dim=1)
+            return network(ModelCall(x, c.timestep, c.cond, c.sigma, c.patches))
+
+        apply: Apply = innermost
+        for wrapper in reversed(self.wrappers):
+            apply = _wrapped(wrapper, apply)
+        return apply(call.with_patches(self.network) if self.network != NO_PATCHES else call)
+
+
+def _wrapped(wrapper: ModelWrapper, inner: Apply) -> Apply:
+    def apply(call: ModelCall) -> Tensor:
+        return wrapper(call, inner)
+
+    return apply
+
+
+NO_MODEL_PATCHES = ModelPatches()
