@@ -33,6 +33,7 @@ from app.commands.args import (
 )
 from app.commands.hires_args import add_hires_arguments, hires_from_arguments
 from app.commands.stopping import guarded_inputs, report_stop, stop_signals
+from app.commands.words import cli_words
 from app.demo import with_demo_note
 from app.terminal import for_terminal
 from core.errors import InterruptedByUser, LoadoutError
@@ -315,5 +316,5 @@ def run(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
     for note in result.notes:  # on stderr with --json too (they are in the report as well)
-        print(f"note: {note}", file=sys.stderr)
+        print(f"note: {cli_words(note)}", file=sys.stderr)
     return 0

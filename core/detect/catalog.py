@@ -106,6 +106,15 @@ def lora_fits(lora_family: str | None, model_family: str) -> bool:
 
 #: The family that finishes an SDXL base's picture in the refiner hand-off (KSamplerAdvanced x 2).
 REFINER_FAMILY = "sdxl-refiner"
+#: The base families whose latent (with its leftover noise) the refiner takes over.
+_REFINER_BASES = ("sdxl",)
+
+
+def refiner_follows(family: str) -> bool:
+    """Whether the refiner hand-off can follow a base model of ``family``."""
+    return family in _REFINER_BASES
+
+
 #: Families whose ControlNets Loadout applies (the UNet ControlNets: SD1.x, SD2.x, SDXL).
 _CONTROLNET_FAMILIES = ("sd1", "sd2", "sdxl")
 

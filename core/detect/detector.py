@@ -328,7 +328,7 @@ def _candidates(view: KeyView) -> list[str]:
     shown = ", ".join(f"{name} ({n})" for name, n in top)
     return [
         f"not a model family Loadout knows; its keys start with {shown}",
-        "if this is a model you use, please report it with the output of `loadout inspect --json`",
+        "if this is a model you use, please report it with the file's inspection report in JSON",
     ]
 
 

@@ -56,7 +56,7 @@ def load_models(session: Session, models: ModelFiles, check: Callable[[], None])
             "both a checkpoint and a diffusion model were given",
             why="the diffusion model would replace the checkpoint's, and only its text encoders and VAE "
             "would be used",
-            fix="Give the checkpoint alone, or --diffusion-model with --text-encoder and --vae",
+            fix="Give the checkpoint alone, or a diffusion model with its text encoders and VAE",
             code="bad_argument",
         )
     main = models.checkpoint or models.diffusion_model
@@ -120,7 +120,7 @@ def generate_files(
         stack = session.loras.stack
         if stack is None or not stack.entries:
             raise LoadoutError(
-                "a strength sweep needs a LoRA", fix="Add one with --lora FILE", code="bad_argument"
+                "a strength sweep needs a LoRA", fix="Add a LoRA file to the stack", code="bad_argument"
             )
         sweep = Sweep(next(iter(stack.entries)), request.sweep)
         result = generator.sweep(request.image, sweep, output, report, check)
@@ -140,8 +140,8 @@ def refuse_partial(matches: tuple[LoraMatch, ...]) -> None:
         m = partial[0]
         raise ModelMismatchError(
             f"{m.path.name} fits only {m.matched} of its {m.modules} modules in this model",
-            why="--strict refuses a LoRA that does not apply whole",
-            fix="Pick a LoRA made for this model, or leave out --strict to apply what fits",
+            why="strict LoRA matching refuses a LoRA that does not apply whole",
+            fix="Pick a LoRA made for this model, or turn strict LoRA matching off to apply what fits",
             code="lora_partial_match",
         )
 

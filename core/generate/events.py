@@ -55,7 +55,7 @@ class LoraMatch:
         missed = self.unmatched + self.shape_mismatches
         return (
             f"LoRA {self.path.name}: {missed} of its {self.modules} modules fit nothing in this model and "
-            f"were not applied ({self.matched} applied); --strict refuses such a LoRA"
+            f"were not applied ({self.matched} applied); strict LoRA matching refuses such a LoRA"
         )
 
     def to_json(self) -> dict[str, object]:

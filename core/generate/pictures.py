@@ -34,7 +34,7 @@ def _open(path: Path, what: str) -> Image.Image:
         ) from None
 
 
-def read_picture(path: Path, what: str = "--init") -> np.ndarray:
+def read_picture(path: Path, what: str = "starting image") -> np.ndarray:
     """An image file as (H, W, 3) uint8 RGB (a writable array). Its size is read from the header
     and checked against the size limit of ``--size`` before a pixel is decoded."""
     if Path(path).exists():
@@ -53,7 +53,7 @@ def read_picture(path: Path, what: str = "--init") -> np.ndarray:
 def read_mask(path: Path) -> np.ndarray:
     """A mask file as (H, W) float32 in [0, 1], white = 1 (repaint): the red channel of the picture
     made RGBA, as ComfyUI's LoadImageMask (channel "red") reads it."""
-    with _open(path, "--mask") as im:
+    with _open(path, "mask picture") as im:
         if im.mode == "I":
             im = im.point(lambda v: v * (1 / 255))
         rgba = im.convert("RGBA")

@@ -31,9 +31,6 @@ from core.generate.workflow_request import RefinerUse
 from core.loading.loader import LoadOptions, ModelBundle, load_checkpoint
 from core.sampling import ksampler_sigmas
 
-#: base families a refiner follows
-BASES = ("sdxl",)
-
 
 @dataclass
 class LoadedRefiner:
@@ -54,7 +51,7 @@ def load_refiner(path: Path, check: Callable[[], None] | None = None, generation
         raise ModelMismatchError(
             f"{Path(path).name} is not an SDXL refiner checkpoint ({what})",
             why="the refiner hand-off needs the SDXL refiner with its CLIP-G text encoder",
-            fix="Give sd_xl_refiner_1.0.safetensors (or another sdxl-refiner checkpoint) to --refiner",
+            fix="Give sd_xl_refiner_1.0.safetensors (or another sdxl-refiner checkpoint) as the refiner",
             code="wrong_kind",
         )
     return LoadedRefiner(Path(path), bundle, generation)

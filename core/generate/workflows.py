@@ -19,7 +19,7 @@ from typing import Protocol
 
 import torch
 
-from core.detect.catalog import REFINER_FAMILY
+from core.detect.catalog import REFINER_FAMILY, refiner_follows
 from core.errors import ModelMismatchError
 from core.generate import controlnet as cn
 from core.generate.events import Phase
@@ -27,7 +27,6 @@ from core.generate.hashes import FileHashes
 from core.generate.passes import Pass
 from core.generate.pipeline import Hooks, Pipeline
 from core.generate.refiner import (
-    BASES,
     LoadedRefiner,
     RefinerPass,
     load_refiner,
@@ -221,7 +220,7 @@ def _loaded_refiner(
     state: WorkflowState, use: RefinerUse, family: str, hooks: Hooks, generation: Callable[[], int]
 ) -> LoadedRefiner:
     """The refiner the settings name, loaded once per session; refused after a non-SDXL model."""
-    if family not in BASES:
+    if not refiner_follows(family):
         raise ModelMismatchError(
             f"the SDXL refiner follows an SDXL base model, and the model is {family}",
             why="the hand-off passes the base's latent with its leftover noise to the refiner",

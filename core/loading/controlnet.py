@@ -14,6 +14,7 @@ from typing import Any, TypeVar
 
 import torch
 
+from core.detect.catalog import controlnet_family_for
 from core.detect.keyview import KeyView
 from core.detect.types import Detection
 from core.errors import ModelMismatchError
@@ -32,9 +33,6 @@ from core.models.controlnet import HINT_LAYERS, ControlNetConfig, ControlNetMode
 from core.models.unet import UNetConfig
 
 T = TypeVar("T")
-
-#: diffusion families whose ControlNets load (Flux and SD3 ControlNets are inspected only)
-LOADABLE = ("sd1", "sd2", "sdxl")
 
 
 @dataclass
@@ -132,7 +130,8 @@ def _refuse_unloadable(index: TensorIndex, det: Detection) -> None:
     name = index.path.name
     if det.kind != "controlnet":
         raise _wrong_kind(name, det, "controlnet")
-    if det.family not in LOADABLE:
+    # the ControlNet families that load are the records' (Flux and SD3 ControlNets are inspected only)
+    if det.family is None or controlnet_family_for(det.family) != det.family:
         raise ModelMismatchError(
             f"{name} is a ControlNet for {det.family}, which Loadout cannot apply yet",
             why="ControlNets are applied to SD1.x, SD2.x and SDXL UNets",

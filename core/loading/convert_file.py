@@ -131,7 +131,7 @@ def _reader(
             raise LoadoutError(
                 f"{source.name} is a quantized GGUF file: converting it needs an output dtype",
                 why="safetensors cannot hold GGML blocks, and Loadout never requantizes",
-                fix="Add --dtype fp16, bf16 or fp32 to write a dequantized copy",
+                fix="Choose an output dtype (fp16, bf16 or fp32) to write a dequantized copy",
                 code="bad_argument",
             )
         from core.files.gguf_data import GGUFTensors

@@ -133,6 +133,6 @@ def mismatch_error(plan: ComponentPlan, name: str) -> ModelMismatchError:
         f"{name}: the {plan.role.replace('_', ' ')} does not match the {plan.family} architecture: "
         + "; ".join(parts),
         why="the file was edited, is damaged, or is a variant Loadout does not know",
-        fix="Run `loadout check --json` on the file to see every difference",
+        fix="Check the file against its architecture: the check report in JSON lists every difference",
         code="layout_mismatch",
     )

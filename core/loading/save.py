@@ -117,7 +117,7 @@ def save_checkpoint(
             f"cannot write {out.name}: {bundle.path.name} holds {what} weights",
             why=f"{len(quantized) + len(scaled)} weights such as {first} {detail}; Loadout never "
             "requantizes, and baking a change into them would need it",
-            fix="Choose an output dtype (--dtype fp16, bf16 or fp32) to write a dequantized copy",
+            fix="Choose an output dtype (fp16, bf16 or fp32) to write a dequantized copy",
             code="quantized_source",
         )
     if dtype is None and any(isinstance(v, ScaledFp8Weight) for v in tensors.values()):

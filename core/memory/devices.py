@@ -93,7 +93,7 @@ class DeviceInfo:
         return f"{self.name} ({self.torch_device}, {card_size(self.total_bytes)}, {self.capability_text})"
 
     def limited_to(self, limit_bytes: int) -> DeviceInfo:
-        """This device as a smaller simulated card (``loadout run --vram-limit``)."""
+        """This device as a smaller simulated card (a VRAM limit)."""
         total = min(self.total_bytes, limit_bytes)
         note = f"limited to {card_size(total)} of {card_size(self.total_bytes)} by a VRAM limit"
         return replace(self, total_bytes=total, simulated=True, notes=(*self.notes, note))
@@ -365,7 +365,7 @@ def parse_device_name(name: str) -> tuple[str, int | None]:
         raise LoadoutError(
             f"{name!r} is not a device name",
             why=f"a device is one of {', '.join(known)}, optionally with an index (cuda:1)",
-            fix="Use --device cpu, --device cuda or --device cuda:N",
+            fix="Use cpu, cuda or cuda:N as the device",
             code="bad_device",
         )
     return kind, (int(index) if sep else None)
@@ -393,6 +393,6 @@ def device_named(name: str) -> DeviceInfo:
     raise LoadoutError(
         f"no {name} device here",
         why="it was not found on this machine",
-        fix="Use --device cpu, or check the GPU driver",
+        fix="Use cpu as the device, or check the GPU driver",
         code="no_device",
     )

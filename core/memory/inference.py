@@ -168,7 +168,4 @@ def fit_advice(profile: str | None, work: Workload, budget: int, width: int | No
         return f"{what} but only {mib_or_gib(budget)} is left: not even 64x64 at batch 1 fits."
     if fits.batch > 1 or (fits.width, fits.height) == (work.width, work.height):
         return f"{what} but only {mib_or_gib(budget)} is left: a batch of {fits.batch} fits at this size."
-    return (
-        f"{what} but only {mib_or_gib(budget)} is left: {fits.width}x{fits.height} at batch 1 fits "
-        f"(--size {fits.width}x{fits.height} --batch 1)."
-    )
+    return f"{what} but only {mib_or_gib(budget)} is left: {fits.width}x{fits.height} at batch 1 fits."

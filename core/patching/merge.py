@@ -92,7 +92,9 @@ def merge(
     base_path, out_path = Path(base), Path(out)
     refuse_same_file(out_path, base_path, *(a.path for a in loras))
     if not loras:
-        raise LoadoutError("nothing to merge", fix="Name at least one LoRA with --lora", code="bad_argument")
+        raise LoadoutError(
+            "nothing to merge", fix="Name at least one LoRA file to merge", code="bad_argument"
+        )
     bundle = _load_base(base_path)
     stack = LoraStack(bundle.components)
     record = []

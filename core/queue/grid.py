@@ -137,17 +137,19 @@ def _apply(
 def _check(base: GenerateRequest, axes: Sequence[Axis]) -> None:
     names = [a.name for a in axes]
     if len(set(names)) != len(names):
-        raise _bad("the same axis is given twice", "Give each axis once across --x, --y and --z")
+        raise _bad("the same axis is given twice", "Give each axis once across the x, y and z axes")
     for a in axes:
         if a.name in _LORA_AXES and not base.loras:
-            raise _bad(f"a {a.name} axis needs a LoRA", "Add one with --lora FILE")
+            raise _bad(f"a {a.name} axis needs a LoRA", "Add a LoRA file to the stack")
         if a.name == "prompt-sr" and str(a.values[0]) not in base.image.prompt:
             raise _bad(
                 f"the prompt does not contain {a.values[0]!r}",
                 "Prompt S/R searches the prompt for its first value: use words the prompt has",
             )
         if a.name == "checkpoint" and base.models.diffusion_model is not None:
-            raise _bad("a checkpoint axis with --diffusion-model", "Give checkpoints, not a diffusion model")
+            raise _bad(
+                "a checkpoint axis with a separate diffusion model", "Give checkpoints, not a diffusion model"
+            )
 
 
 def cells(base: GenerateRequest, x: Axis, y: Axis | None = None, z: Axis | None = None) -> list[Cell]:

@@ -141,7 +141,7 @@ def connect(
             raise LoadoutError(
                 f"cannot reach the Ray cluster at {address}",
                 why=str(exc).splitlines()[0] if str(exc) else type(exc).__name__,
-                fix="Start it (ray start --head) or check the address; local:N starts one on this machine",
+                fix="Start the cluster's head node or check the address; local:N starts one on this machine",
                 code="cluster_unreachable",
             ) from None
     if count:

@@ -62,7 +62,7 @@ def find_vocab_file() -> Path:
     raise VocabularyMissing(
         "The CLIP tokenizer vocabulary (open_clip's bpe_simple_vocab_16e6.txt.gz) was not found",
         why="Loadout reads CLIP's byte-pair vocabulary from the open_clip_torch package; it is not installed",
-        fix=f"install it without its dependencies: pip install --no-deps {OPEN_CLIP_PIN}",
+        fix=f"Install {OPEN_CLIP_PIN} without its dependencies (the installer and scripts/test do)",
     )
 
 
@@ -95,7 +95,7 @@ def load_vocabulary(path: Path | None = None) -> ClipVocabulary:
         raise VocabularyMissing(
             f"{source} is not a readable CLIP vocabulary",
             why=str(exc),
-            fix=f"reinstall it: pip install --no-deps --force-reinstall {OPEN_CLIP_PIN}",
+            fix=f"Reinstall {OPEN_CLIP_PIN} without its dependencies (the installer and scripts/test do)",
         ) from exc
     # 49k small lists at once make the cyclic GC run over the whole heap several times (100 ms with
     # the GIL held: the window stutters); nothing here can form a cycle, so it is paused meanwhile
@@ -110,7 +110,7 @@ def load_vocabulary(path: Path | None = None) -> ClipVocabulary:
         raise VocabularyMissing(
             f"{source} does not hold CLIP's {MERGE_COUNT} merges",
             why="the file is truncated or is another vocabulary",
-            fix=f"reinstall it: pip install --no-deps --force-reinstall {OPEN_CLIP_PIN}",
+            fix=f"Reinstall {OPEN_CLIP_PIN} without its dependencies (the installer and scripts/test do)",
         )
     merges = [(a, b) for a, b in pairs]
     symbols = bytes_to_symbols()

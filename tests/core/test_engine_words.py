@@ -13,16 +13,9 @@ CORE = Path(__file__).resolve().parents[2] / "core"
 GUI_WORDS = ("Ctrl+", "Settings >", "double-click", "Load to GPU", "loadout-demo", "(F5)")
 #: a command-line flag (``--vae``) or a widget word, in any string core shows
 FRONT_END = re.compile(r"(?<![\w-])--[a-z][a-z0-9-]+|\b(button|click|menu|checkbox|slider)\b", re.IGNORECASE)
-#: files whose strings still name flags (each to be reworded, then removed from here; the list only
-#: shrinks: a file not listed fails at once, and a listed file that is clean fails too)
-NOT_YET = {
-    "detect/detector.py", "generate/command.py", "generate/events.py", "generate/pictures.py",
-    "generate/refiner.py", "loading/convert_file.py", "loading/plan.py", "loading/save.py",
-    "memory/devices.py", "memory/inference.py", "patching/merge.py", "queue/grid.py",
-    "queue/ray_pool.py", "text/vocab.py",
-    # the LLM tokenizer's install hint names pip's flag (next to clean)
-    "text/llm/qwen_bpe.py",
-}  # fmt: skip
+#: files whose strings still name flags: none left (kept so a future exception must be named and
+#: justified here; a listed file that is clean fails)
+NOT_YET: set[str] = set()
 
 
 def _docstrings(tree: ast.Module) -> set[int]:

@@ -95,7 +95,7 @@ def find_qwen_vocab() -> Path:
     raise QwenVocabularyMissing(
         "The Qwen tokenizer vocabulary (qwen.tiktoken) was not found",
         why="Loadout reads Qwen's byte-pair vocabulary from the dashscope package; it is not installed",
-        fix=f"install it without its dependencies: pip install --no-deps {PIN}",
+        fix=f"Install {PIN} without its dependencies (the installer and scripts/test do)",
     )
 
 
@@ -108,13 +108,13 @@ def read_ranks(path: Path) -> dict[bytes, int]:
         raise QwenVocabularyMissing(
             f"{path} is not a readable Qwen vocabulary",
             why=str(exc),
-            fix=f"reinstall it: pip install --no-deps --force-reinstall {PIN}",
+            fix=f"Reinstall {PIN} without its dependencies (the installer and scripts/test do)",
         ) from exc
     if len(ranks) != BPE_TOKENS or sorted(ranks.values()) != list(range(BPE_TOKENS)):
         raise QwenVocabularyMissing(
             f"{path} does not hold Qwen's {BPE_TOKENS:,} tokens",
             why=f"it has {len(ranks):,} distinct tokens with ranks that are not 0..{BPE_TOKENS - 1}",
-            fix=f"reinstall it: pip install --no-deps --force-reinstall {PIN}",
+            fix=f"Reinstall {PIN} without its dependencies (the installer and scripts/test do)",
         )
     return ranks
 

@@ -130,7 +130,7 @@ def test_hand_edited_shape_names_the_key(tmp_path: Path, case: str) -> None:
     inner = key.split(".", 2)[-1] if key.startswith(UNET) else key.partition(".")[2]
     inner = inner.removeprefix("transformer.")
     assert inner in e.message and str(shape) in e.message
-    assert "wrong shape" in e.message and "loadout check" in e.fix
+    assert "wrong shape" in e.message and "check report" in e.fix
 
 
 def test_hand_edited_shape_in_real_data_file(tmp_path: Path) -> None:

@@ -54,7 +54,7 @@ def test_largest_fitting_lowers_the_batch_first_then_the_size_and_gives_up_hones
     wide = largest_fitting("sdxl", Workload(1216, 832, 1, 2, "cuda_flash"), one // 2)
     assert wide is not None and wide.width > wide.height and wide.width % 64 == wide.height % 64 == 0
     assert largest_fitting("sdxl", work, 1000) is None
-    assert "--size 960x960 --batch 1" in fit_advice("sdxl", work, one - 1)
+    assert "960x960 at batch 1 fits" in fit_advice("sdxl", work, one - 1)
     assert "larger card" in fit_advice("sdxl", work, 0)
 
 
