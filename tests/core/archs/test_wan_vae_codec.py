@@ -61,6 +61,7 @@ def test_both_layouts_are_the_wan_vae_and_plan_clean(tmp_path: Path, layout: str
     assert (det.kind, det.family) == ("vae", "vae-wan")
     [comp] = det.components
     assert (comp.layout, comp.family) == (layout, "vae-wan")
+    assert det.variant == "wan2.1" and det.warnings == ()  # no family "vae-qwen-image" to be unsure of
     assert CODECS["wan-vae"].architecture.families == ("vae-wan",)
 
 
