@@ -112,6 +112,19 @@ def test_video_input_is_refused_in_words() -> None:
         assert torch.equal(vae.decode(z[:, :, None]), vae.decode(z))
 
 
+@torch.no_grad()
+def test_half_precision_runs_through_the_cast_layers() -> None:
+    """fp32 weights, a bf16 latent: every layer (the causal convs' frame path, the RMS gains)
+    casts at forward and the picture stays near the fp32 one."""
+    vae = random_vae()
+    z = torch.randn(1, 16, 8, 8, generator=torch.Generator().manual_seed(5))
+    full = vae.decode(z)
+    half = vae.decode(z.bfloat16())
+    assert half.dtype == torch.bfloat16 and next(vae.parameters()).dtype == torch.float32
+    err = (half.float() - full).abs()  # bf16's 8 mantissa bits through ~20 layers: measured max 6%
+    assert float(err.mean()) < 0.02 * float(full.std()) and float(err.max()) < 0.1 * float(full.abs().max())
+
+
 # -- tiles, memory, preview ------------------------------------------------------------------------
 
 
