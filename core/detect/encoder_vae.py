@@ -159,9 +159,9 @@ def match_wan_vae(view: KeyView) -> Match | None:
             "used_by": list(used_by),
         }
         warnings: tuple[str, ...] = ()
-        if latent == 16:
-            fields["ambiguous_with"] = ["vae-qwen-image"]
-        elif variant is None:
+        # 16 channels: Wan 2.1's, Qwen-Image's and Anima's VAE (one network, one latent format:
+        # ``used_by`` says whose; which weights these are makes no difference to loading them)
+        if variant is None:
             warnings = (f"{latent} latent channels: neither the Wan 2.1 (16) nor the Wan 2.2 (48) VAE",)
         return Match(
             "vae-wan",
