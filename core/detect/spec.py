@@ -85,7 +85,20 @@ SD3_LATENT = LatentFormat("sd3", 16, 1.5305, 0.0609)
 FLUX_LATENT = LatentFormat("flux", 16, 0.3611, 0.1159)
 
 #: Latent format name (``Family.latent_format``) -> the format (read-only).
-LATENT_FORMATS = MappingProxyType({f.name: f for f in (SD1_LATENT, SDXL_LATENT, SD3_LATENT, FLUX_LATENT)})
+#: Wan 2.1's VAE (Qwen-Image's too): per-channel mean and std, scale 1 (ComfyUI's ``Wan21``)
+WAN21_LATENT = LatentFormat(
+    "wan21",
+    16,
+    1.0,
+    mean=(-0.7571, -0.7089, -0.9113, 0.1075, -0.1745, 0.9653, -0.1517, 1.5508,
+          0.4134, -0.0715, 0.5517, -0.3632, -0.1922, -0.9497, 0.2503, -0.2921),
+    std=(2.8184, 1.4541, 2.3275, 2.6558, 1.2196, 1.7708, 2.6052, 2.0743,
+         3.2687, 2.1526, 2.8652, 1.5579, 1.6382, 1.1253, 2.8251, 1.9160),
+    frames=True,
+)  # fmt: skip
+LATENT_FORMATS = MappingProxyType(
+    {f.name: f for f in (SD1_LATENT, SDXL_LATENT, SD3_LATENT, FLUX_LATENT, WAN21_LATENT)}
+)
 
 
 @dataclass(frozen=True, kw_only=True)
