@@ -21,7 +21,8 @@ TokenizerKind = Literal["qwen", "spm"]
 class TemplateDrop:
     """Where the encoder's output starts when the family drops its template's system part
     (ComfyUI's Qwen-Image rule): at the ``count``-th ``marker`` token (the first one if there are
-    fewer), moved past the ``then`` tokens when they follow it and the text runs on past them.
+    fewer), or just past it and the ``then`` tokens when they follow it and the text runs on past
+    them.
     The hidden states and the mask before that position are dropped (they still condition the
     later tokens: the encoder reads the whole template)."""
 
@@ -34,8 +35,9 @@ class TemplateDrop:
         if not found:
             return 0
         at = found[-1]
-        follows = ids[at + 1 : at + 1 + len(self.then)] == list(self.then)
-        return at + len(self.then) if follows and len(ids) > at + len(self.then) else at
+        past = at + 1 + len(self.then)
+        follows = ids[at + 1 : past] == list(self.then)
+        return past if follows and len(ids) > past else at
 
 
 @dataclass(frozen=True)
@@ -49,7 +51,9 @@ class LlmTowerSpec:
     token: the empty prompt weights are taken against is ``start`` then ``pad``s, and a row's mask
     ends at its first ``pad`` (ComfyUI's rule). ``special``: text that becomes one token id.
     ``stack``: several hidden states side by side instead of ``layer`` (FLUX.2's 3 layers).
-    ``drop``: the template tokens dropped from the output (Qwen-Image's), or None."""
+    ``drop``: the template tokens dropped from the output (Qwen-Image's), or None. ``own_template``:
+    a prompt that starts with one of these is read as it is, its own template (ComfyUI's Qwen-Image
+    tokenizer)."""
 
     template: str = "{}"
     layer: int = -2
@@ -60,6 +64,7 @@ class LlmTowerSpec:
     special: MappingProxyType[str, int] = field(default_factory=lambda: MappingProxyType({}))
     stack: tuple[int, ...] = ()
     drop: TemplateDrop | None = None
+    own_template: tuple[str, ...] = ()
     kind: str = "llm"
 
     def __post_init__(self) -> None:
@@ -70,6 +75,8 @@ class LlmTowerSpec:
 
     def text(self, prompt: str) -> str:
         """The prompt put into the template (braces in the prompt are kept as typed)."""
+        if self.own_template and prompt.startswith(self.own_template):
+            return prompt
         before, _, after = self.template.partition("{}")
         return before + prompt + after
 
@@ -108,6 +115,7 @@ QWEN_IMAGE_QWEN25VL: Final = LlmTowerSpec(
     pad=QWEN_PAD,
     tokenizer="qwen",
     drop=TemplateDrop(QWEN_IM_START, 2, (QWEN_USER, QWEN_NEWLINE)),
+    own_template=("<|im_start|>", "<|start_header_id|>"),
 )
 
 
