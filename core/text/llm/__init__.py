@@ -15,7 +15,8 @@ Interface (for a family package, e.g. Z-Image / Lumina 2)::
     out = tower.encode("a cat")   # hidden [1, T, 2304]: BOS + system prompt + <Prompt Start> + prompt
 
 ``QWEN_IMAGE_QWEN25VL`` (Qwen2.5-VL-7B: the last hidden state, the template's system part dropped:
-``LlmTowerSpec.drop``) is Qwen-Image's. ``Z_IMAGE_TOWER`` / ``LUMINA2_TOWER`` / ``QWEN_IMAGE_TOWER`` are the :class:`~core.archs.protocols.TowerSpec` s a
+``LlmTowerSpec.drop``) is Qwen-Image's. ``Z_IMAGE_TOWER`` / ``LUMINA2_TOWER`` / ``QWEN_IMAGE_TOWER``
+are the :class:`~core.archs.protocols.TowerSpec` s a
 convention names (``options`` is the :class:`LlmTowerSpec`: template, layer -2, weights, start/pad,
 tokenizer). ``LlmTower(model, tokenizer, spec, compute_dtype=torch.float32, device=...)`` builds one
 on a placed model; a convention's ``PromptEncoder`` builds it from the TowerSpec (tower kind
