@@ -42,16 +42,20 @@ TEXT_TOKENS = 256
 
 
 def qwen_image_coefficients(dim: int, mlp: int, head_dim: int) -> Coefficients:
-    """Derived from the shapes and measured by the tracker (tests/core/memory): the peak is the
-    image stream's GELU MLP, per image token the stream and its modulated copy (2 D) and the
-    projection's and the GELU's outputs (2 F); the rotary angles (head_dim float32 numbers per
-    token: cos and sin of head_dim / 2 angles) counted twice (2-byte elements). The text stream
-    and its modulated copy (2 D per text token) are the constant, with the text's angles."""
-    per_token = 2 * dim + 2 * mlp + 2 * head_dim
+    """Derived from the shapes and measured by the tracker (tests/core/memory). Per token, a
+    stream's GELU MLP holds the block's input, the stream after attention and its modulated copy
+    (3 D) and the projection's and the GELU's outputs (2 F); the rotary angles are head_dim float32
+    numbers per token, counted twice (2-byte elements). Where the picture has more tokens than the
+    text, the image MLP is the peak, the text streams (2 D per token) beside it; the joint attention
+    (about 8 D per token of text and image) peaks between the two MLPs where the image has about as
+    many tokens as the text: the constant's 6 D per text token covers it. Below that, the text MLP is
+    the peak, the image streams (3 D per token) beside it: the second peak."""
+    per_token = 3 * dim + 2 * mlp + 2 * head_dim
     return Coefficients(
         float(per_token),
-        float((2 * dim + 2 * head_dim) * TEXT_TOKENS),
-        measured=CPU_MEASURED.format("64 and 256 px, a narrower network of the same ratios"),
+        float((6 * dim + 2 * head_dim) * TEXT_TOKENS),
+        measured=CPU_MEASURED.format("64 to 512 px, narrower networks of the same ratios"),
+        other_peak=(float(3 * dim + 2 * head_dim), float(per_token * TEXT_TOKENS)),
     )
 
 
