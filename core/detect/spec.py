@@ -83,9 +83,10 @@ SD1_LATENT = LatentFormat("sd1", 4, 0.18215)
 SDXL_LATENT = LatentFormat("sdxl", 4, 0.13025)
 SD3_LATENT = LatentFormat("sd3", 16, 1.5305, 0.0609)
 FLUX_LATENT = LatentFormat("flux", 16, 0.3611, 0.1159)
-
-#: Latent format name (``Family.latent_format``) -> the format (read-only).
-#: Wan 2.1's VAE (Qwen-Image's too): per-channel mean and std, scale 1 (ComfyUI's ``Wan21``)
+#: Wan 2.1's VAE (also Qwen-Image's and Anima's): ComfyUI's ``latent_formats.Wan21`` and the
+#: ``latents_mean`` / ``latents_std`` of diffusers' ``AutoencoderKLWan`` / ``AutoencoderKLQwenImage``.
+#: Pictures stay 4-D here (``[B, 16, h, w]``); ComfyUI's ``[B, 16, 1, h, w]`` holds the same values in
+#: the same order (its noise is the same ``randn`` stream), so ``frames`` is off.
 WAN21_LATENT = LatentFormat(
     "wan21",
     16,
@@ -94,8 +95,9 @@ WAN21_LATENT = LatentFormat(
           0.4134, -0.0715, 0.5517, -0.3632, -0.1922, -0.9497, 0.2503, -0.2921),
     std=(2.8184, 1.4541, 2.3275, 2.6558, 1.2196, 1.7708, 2.6052, 2.0743,
          3.2687, 2.1526, 2.8652, 1.5579, 1.6382, 1.1253, 2.8251, 1.9160),
-    frames=True,
 )  # fmt: skip
+
+#: Latent format name (``Family.latent_format``) -> the format (read-only).
 LATENT_FORMATS = MappingProxyType(
     {f.name: f for f in (SD1_LATENT, SDXL_LATENT, SD3_LATENT, FLUX_LATENT, WAN21_LATENT)}
 )
