@@ -199,15 +199,38 @@ class OutputNorm(nn.Module):
         return torch.addcmul(shift, F.layer_norm(x, (x.shape[-1],), eps=EPS), 1 + scale)
 
 
-def positions(h: int, w: int, txt_len: int, device: torch.device) -> torch.Tensor:
-    """(1, 1, txt_len + h w, 64, 2) rotary angles: the text's tokens first, then the image's."""
+def _grid(index: int, h: int, w: int, device: torch.device) -> torch.Tensor:
+    """(h w, 3) position ids of a picture's patches: (index, r - h // 2, c - w // 2)."""
+    ids = torch.full((h, w, 3), float(index), dtype=torch.float32, device=device)
+    ids[..., 1] = (torch.arange(h, dtype=torch.float32, device=device) - h // 2)[:, None]
+    ids[..., 2] = (torch.arange(w, dtype=torch.float32, device=device) - w // 2)[None, :]
+    return ids.reshape(h * w, 3)
+
+
+def positions(
+    h: int, w: int, txt_len: int, device: torch.device, references: Sequence[tuple[int, int]] = ()
+) -> torch.Tensor:
+    """(1, 1, txt_len + tokens, 64, 2) rotary angles: the text's tokens first, then the picture's,
+    then each reference picture's patches (``references``: their patch grids) at index 1, 2, ...
+    (ComfyUI's ``index`` method). The text starts past the picture's half size (not the
+    references')."""
     start = max(h // 2, w // 2)
     txt = torch.arange(start, start + txt_len, dtype=torch.float32, device=device)[:, None].expand(-1, 3)
-    img = torch.zeros(h, w, 3, dtype=torch.float32, device=device)
-    img[..., 1] = (torch.arange(h, dtype=torch.float32, device=device) - h // 2)[:, None]
-    img[..., 2] = (torch.arange(w, dtype=torch.float32, device=device) - w // 2)[None, :]
-    ids = torch.cat([txt, img.reshape(h * w, 3)], dim=0)
+    grids = [_grid(0, h, w, device)] + [_grid(i + 1, rh, rw, device) for i, (rh, rw) in enumerate(references)]
+    ids = torch.cat([txt, *grids], dim=0)
     return rope(ids[None], AXES_DIMS, ROPE_THETA)
+
+
+def patchify(x: torch.Tensor, p: int) -> tuple[torch.Tensor, int, int]:
+    """A latent (B, C, H, W) as (B, h w, C p p) tokens (padded circularly to whole patches) and
+    its patch grid."""
+    batch, channels, height, width = x.shape
+    pad_h, pad_w = (-height) % p, (-width) % p
+    if pad_h or pad_w:
+        x = F.pad(x, (0, pad_w, 0, pad_h), mode="circular")
+    h, w = (height + pad_h) // p, (width + pad_w) // p
+    tokens = x.view(batch, channels, h, p, w, p).permute(0, 2, 4, 1, 3, 5).reshape(batch, h * w, -1)
+    return tokens, h, w
 
 
 class QwenImageDiT(nn.Module):
@@ -270,28 +293,30 @@ class QwenImageDiT(nn.Module):
         timesteps: torch.Tensor,
         context: torch.Tensor,
         patches: NetworkPatches = NO_PATCHES,
+        references: Sequence[torch.Tensor] = (),
     ) -> torch.Tensor:
-        """``patches``: block patches on the picture's tokens after each block."""
+        """``patches``: block patches on the picture's tokens after each block. ``references``:
+        latents of reference pictures (Qwen-Image-Edit's, each (B, C, h, w) or one frame), attended
+        as extra picture tokens; the output is the picture's alone."""
         self._check(x, context, patches)
         frames = x.ndim == 5
         if frames:
             x = x[:, :, 0]
         p = self.config.patch_size
-        batch, channels, height, width = x.shape
-        pad_h, pad_w = (-height) % p, (-width) % p
-        if pad_h or pad_w:
-            x = F.pad(x, (0, pad_w, 0, pad_h), mode="circular")
-        h, w = (height + pad_h) // p, (width + pad_w) // p
-        img = x.view(batch, channels, h, p, w, p).permute(0, 2, 4, 1, 3, 5).reshape(batch, h * w, -1)
-        img = self.img_in(img)
+        batch, _, height, width = x.shape
+        img, h, w = patchify(x, p)
+        refs = [patchify(r[:, :, 0] if r.ndim == 5 else r, p) for r in references]
+        n_img = img.shape[1]
+        img = self.img_in(torch.cat([img, *(r[0].to(img.dtype) for r in refs)], dim=1))
         txt = self.txt_in(self.txt_norm(context.to(img.dtype)))
         temb = self.time_text_embed(timesteps.float(), img.dtype)
-        pe = positions(h, w, txt.shape[1], x.device).squeeze(1).unsqueeze(2)
+        grids = [(rh, rw) for _, rh, rw in refs]
+        pe = positions(h, w, txt.shape[1], x.device, grids).squeeze(1).unsqueeze(2)
         for i, block in enumerate(cast(Sequence[DualStreamBlock], self.transformer_blocks)):
             img, txt = block(img, txt, temb, pe)
             img = patches.block(img, Site("double", i))
         del txt
-        out: torch.Tensor = self.proj_out(self.norm_out(img, temb))
+        out: torch.Tensor = self.proj_out(self.norm_out(img[:, :n_img], temb))
         c_out = self.config.out_channels
         out = out.view(batch, h, w, c_out, p, p).permute(0, 3, 1, 4, 2, 5).reshape(batch, c_out, h * p, w * p)
         out = out[:, :, :height, :width]

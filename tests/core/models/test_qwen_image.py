@@ -22,7 +22,13 @@ from core.loading.loader import inspect_for_loading, load_diffusion_model
 from core.models.patches import NetworkPatches, Site
 from core.models.qwen_image import QwenImageConfig, QwenImageDiT
 from core.models.qwen_image.network import positions
-from tests.core.generate.reference_qwen_image import ours_from, qwen_image_reference, qwen_image_velocity
+from tests.core.generate.reference_qwen_image import (
+    ours_from,
+    pack,
+    qwen_image_reference,
+    qwen_image_velocity,
+    unpack,
+)
 from tests.fixtures.diffusion_layouts_dit import qwen_image as qwen_image_layout
 from tests.fixtures.gguf_quant import write_comfy_gguf
 
@@ -99,6 +105,29 @@ def test_two_blocks_match_diffusers_and_block_patches_see_the_picture_tokens(
     assert torch.equal(same, got)
     assert seen == [(Site("double", 0), (1, 8, 256)), (Site("double", 1), (1, 8, 256))]
     assert ours.patch_points().blocks == {"double": 2}
+
+
+def test_reference_latents_are_extra_picture_tokens_as_in_qwen_image_edit(
+    small: tuple[Any, QwenImageDiT],
+) -> None:
+    """Qwen-Image-Edit's reference pictures (ComfyUI's ``ref_latents``, ``index`` method): their
+    patches follow the picture's at frame index 1, 2, ..., each centred; diffusers' transformer
+    given the same tokens and ``img_shapes`` (the picture's output is its first tokens)."""
+    hf, ours = small
+    x, sigma, ctx = _inputs(1, 8, 4, 9, 3584, seed=9)
+    gen = torch.Generator().manual_seed(10)
+    refs = [torch.randn(1, 16, 4, 4, generator=gen), torch.randn(1, 16, 4, 8, generator=gen)]
+    with torch.no_grad():
+        got = ours(x, sigma, ctx, references=refs)
+        alone = ours(x, sigma, ctx)
+        frames = ours(x[:, :, None], sigma, ctx, references=[r[:, :, None] for r in refs])
+        tokens = torch.cat([pack(x), *(pack(r) for r in refs)], dim=1)
+        shapes = [[(1, 4, 2), (1, 2, 2), (1, 2, 4)]]
+        mask = torch.ones(ctx.shape[:2], dtype=torch.long)
+        out = hf(tokens, ctx, mask, sigma, img_shapes=shapes, return_dict=False)[0]
+    _compare(got, unpack(out[:, :8], 8, 4), "qwen-image references", 1e-5)
+    assert not torch.allclose(got, alone, atol=1e-3)  # the references are attended
+    assert torch.equal(frames[:, :, 0], got)
 
 
 def test_bad_inputs_are_clear_errors(small: tuple[Any, QwenImageDiT]) -> None:
