@@ -153,6 +153,7 @@ VAE_FAMILIES = (
         prefixes=("vae.",),
         latent_channels=16,
         default_dtype="bf16",
+        latent_format="wan21",
         notes="2.1: 16 latent channels; 2.2 (TI2V-5B): 48; Qwen-Image's VAE has the 2.1 shapes",
     ),
 )

@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 from core.archs.llm import LLM_FAMILIES
+from core.archs.wan_vae.network import WanVAEConfig
 from core.errors import ModelMismatchError
 from core.loading.architectures import architecture_for, loadable_families
 from core.loading.loader import _view, inspect_for_loading, load_diffusion_model
@@ -45,6 +46,7 @@ from tests.fixtures.layouts_diffusion import (
     sdxl_checkpoint,
     sdxl_refiner_checkpoint,
 )
+from tests.fixtures.layouts_wan_vae import wan21_vae_original
 from tests.fixtures.st_files import write_sparse
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tiny models: as fast, spins against nothing
@@ -224,6 +226,7 @@ STANDALONE: dict[str, tuple[Callable[[], Layout], str, str, str, Any]] = {
         "vae-sd3",
         VAEConfig.sd3(),
     ),
+    "vae-wan": (wan21_vae_original, "wan_2.1_vae.safetensors", "vae", "vae-wan", WanVAEConfig()),
     "clip-l": (enc.clip_l_hf, "clip_l.safetensors", "text_encoder", "clip-l", CLIPTextConfig.clip_l()),
     "clip-h": (enc.clip_h_hf, "clip_h.safetensors", "text_encoder", "clip-h", _CLIP_H_NO_PROJECTION),
     "clip-g": (enc.clip_g_hf, "clip_g.safetensors", "text_encoder", "clip-g", CLIPTextConfig.clip_g()),
@@ -463,7 +466,6 @@ UNSUPPORTED: dict[str, tuple[Callable[[], Layout], str, str]] = {
         for fam, build in DIFFUSION_LAYOUTS.items()
         if fam not in loadable_families()
     },
-    "vae-wan": (enc.wan_vae, "vae", "vae-wan"),
 }
 
 
