@@ -196,14 +196,15 @@ QWEN_IMAGE_SIZES = (
     (1328, 1328), (1664, 928), (928, 1664), (1472, 1104), (1104, 1472), (1584, 1056), (1056, 1584),
 )  # fmt: skip
 #: Qwen-Image (ComfyUI's ``QwenImage``): Qwen2.5-VL-7B's last hidden state in ComfyUI's template, its
-#: system part dropped (``qwen_image``); the Wan 2.1 VAE; flow sampling with ComfyUI's timestep =
-#: sigma (multiplier 1) and shift 3.1, the ``ModelSamplingAuraFlow`` node of ComfyUI's Qwen-Image
+#: system part dropped (``qwen_image``); the Wan 2.1 VAE (``wan-vae``); flow sampling with ComfyUI's
+#: timestep = sigma (multiplier 1) and shift 3.1, the ``ModelSamplingAuraFlow`` node of ComfyUI's Qwen-Image
 #: template (the model's own default, 1.15 on the Flux schedule, is not what its users run; diffusers
 #: shifts by the picture's size instead). Defaults: that template (20 steps, CFG 2.5, ``euler``,
 #: ``simple``, 1328 x 1328); the Lightning LoRAs run 4-8 steps at CFG 1.
 QWEN_IMAGE = DiffusionSpec(
     network="qwen_image", sampling=SamplingSpec(schedule="flow", shift=3.1, multiplier=1.0),
-    text="qwen_image", text_encoders=("qwen2.5-vl-7b",), vae="vae-wan", memory_profile="qwen-image",
+    text="qwen_image", text_encoders=("qwen2.5-vl-7b",), codec="wan-vae", vae="vae-wan",
+    memory_profile="qwen-image",
     defaults=GenerationDefaults(
         cfg=2.5, steps=20, sampler="euler", scheduler="simple", sizes=QWEN_IMAGE_SIZES
     ),
