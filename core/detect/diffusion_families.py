@@ -190,6 +190,25 @@ AURAFLOW = DiffusionSpec(
     network=None, sampling=SamplingSpec(schedule="flow", shift=1.73, multiplier=1.0), text=None,
     defaults=GenerationDefaults(sizes=XL_SIZES),
 )  # fmt: skip
+# -- Qwen-Image: its MMDiT (core/archs/qwen_image) ----------------------------------------------------
+#: the sizes Qwen-Image was trained at (its model card's aspect ratios), 1328 x 1328 first
+QWEN_IMAGE_SIZES = (
+    (1328, 1328), (1664, 928), (928, 1664), (1472, 1104), (1104, 1472), (1584, 1056), (1056, 1584),
+)  # fmt: skip
+#: Qwen-Image (ComfyUI's ``QwenImage``): Qwen2.5-VL-7B's last hidden state in ComfyUI's template, its
+#: system part dropped (``qwen_image``); the Wan 2.1 VAE (``wan-vae``); flow sampling with ComfyUI's
+#: timestep = sigma (multiplier 1) and shift 3.1, the ``ModelSamplingAuraFlow`` node of ComfyUI's Qwen-Image
+#: template (the model's own default, 1.15 on the Flux schedule, is not what its users run; diffusers
+#: shifts by the picture's size instead). Defaults: that template (20 steps, CFG 2.5, ``euler``,
+#: ``simple``, 1328 x 1328); the Lightning LoRAs run 4-8 steps at CFG 1.
+QWEN_IMAGE = DiffusionSpec(
+    network="qwen_image", sampling=SamplingSpec(schedule="flow", shift=3.1, multiplier=1.0),
+    text="qwen_image", text_encoders=("qwen2.5-vl-7b",), codec="wan-vae", vae="vae-wan",
+    memory_profile="qwen-image",
+    defaults=GenerationDefaults(
+        cfg=2.5, steps=20, sampler="euler", scheduler="simple", sizes=QWEN_IMAGE_SIZES
+    ),
+)  # fmt: skip
 _CLF, _PATCH = ("clf.1.weight",), ("patch_embedding.weight",)
 DETECTED_FAMILIES = (
     diffusion("auraflow", "AuraFlow", classify_auraflow, 4, prefixes=("model.",), spec=AURAFLOW),
@@ -204,7 +223,8 @@ DETECTED_FAMILIES = (
     ),
     diffusion(
         "qwen-image", "Qwen-Image", classify_qwen_image, 16, signature=("txt_norm.weight", "img_in.weight"),
-        fp16_unsafe=True,
+        notes="Qwen-Image, 2512 and Edit 2509/2511 have the same shapes", latent_format="wan21",
+        spec=QWEN_IMAGE, lora_group="qwen-image", fp16_unsafe=True,
     ),
     diffusion("wan2.1", "Wan 2.1", classify_wan, 16, signature=_PATCH),
     diffusion(

@@ -1,5 +1,5 @@
 """How each family feeds a prompt through its decoder LLM, as data (ComfyUI's choices, per
-``comfy/text_encoders/{z_image,lumina2,...}.py`` and the Lumina 2 text node; docs/text.md).
+``comfy/text_encoders/{z_image,lumina2,qwen_image,...}.py`` and the Lumina 2 text node; docs/text.md).
 
 A :class:`LlmTowerSpec` is the ``options`` of a :class:`~core.archs.protocols.TowerSpec`: the chat
 template the prompt is put into, which hidden state is the output, whether ``(word:1.2)`` weights
@@ -18,6 +18,29 @@ TokenizerKind = Literal["qwen", "spm"]
 
 
 @dataclass(frozen=True)
+class TemplateDrop:
+    """Where the encoder's output starts when the family drops its template's system part
+    (ComfyUI's Qwen-Image rule): at the ``count``-th ``marker`` token (the first one if there are
+    fewer), or just past it and the ``then`` tokens when they follow it and the text runs on past
+    them.
+    The hidden states and the mask before that position are dropped (they still condition the
+    later tokens: the encoder reads the whole template)."""
+
+    marker: int
+    count: int
+    then: tuple[int, ...] = ()
+
+    def start(self, ids: list[int]) -> int:
+        found = [i for i, t in enumerate(ids) if t == self.marker][: self.count]
+        if not found:
+            return 0
+        at = found[-1]
+        past = at + 1 + len(self.then)
+        follows = ids[at + 1 : past] == list(self.then)
+        return past if follows and len(ids) > past else at
+
+
+@dataclass(frozen=True)
 class LlmTowerSpec:
     """One family's use of an LLM encoder.
 
@@ -27,7 +50,10 @@ class LlmTowerSpec:
     Z-Image). ``start``: a token put before the text (Gemma's BOS) or None. ``pad``: the padding
     token: the empty prompt weights are taken against is ``start`` then ``pad``s, and a row's mask
     ends at its first ``pad`` (ComfyUI's rule). ``special``: text that becomes one token id.
-    ``stack``: several hidden states side by side instead of ``layer`` (FLUX.2's 3 layers)."""
+    ``stack``: several hidden states side by side instead of ``layer`` (FLUX.2's 3 layers).
+    ``drop``: the template tokens dropped from the output (Qwen-Image's), or None. ``own_template``:
+    a prompt that starts with one of these is read as it is, its own template (ComfyUI's Qwen-Image
+    tokenizer)."""
 
     template: str = "{}"
     layer: int = -2
@@ -37,6 +63,8 @@ class LlmTowerSpec:
     tokenizer: TokenizerKind = "qwen"
     special: MappingProxyType[str, int] = field(default_factory=lambda: MappingProxyType({}))
     stack: tuple[int, ...] = ()
+    drop: TemplateDrop | None = None
+    own_template: tuple[str, ...] = ()
     kind: str = "llm"
 
     def __post_init__(self) -> None:
@@ -47,6 +75,8 @@ class LlmTowerSpec:
 
     def text(self, prompt: str) -> str:
         """The prompt put into the template (braces in the prompt are kept as typed)."""
+        if self.own_template and prompt.startswith(self.own_template):
+            return prompt
         before, _, after = self.template.partition("{}")
         return before + prompt + after
 
@@ -62,11 +92,30 @@ LUMINA2_SYSTEM_PROMPTS: Final = MappingProxyType(
         "highest degree of image-text alignment based on textual prompts.",
     }
 )
+#: Qwen-Image's chat template (ComfyUI ``QwenImageTokenizer.llama_template``)
+QWEN_IMAGE_TEMPLATE: Final = (
+    "<|im_start|>system\nDescribe the image by detailing the color, shape, size, texture, quantity, "
+    "text, spatial relationships of the objects and background:<|im_end|>\n<|im_start|>user\n{}"
+    "<|im_end|>\n<|im_start|>assistant\n"
+)
 QWEN_PAD: Final = 151643  # <|endoftext|>
+QWEN_IM_START, QWEN_USER, QWEN_NEWLINE = 151644, 872, 198  # <|im_start|>, "user", "\n"
 GEMMA_BOS, GEMMA_PAD = 2, 0
 
 Z_IMAGE_QWEN3: Final = LlmTowerSpec(
     Z_IMAGE_TEMPLATE, layer=-2, weighted=False, pad=QWEN_PAD, tokenizer="qwen"
+)
+
+#: Qwen-Image: Qwen2.5-VL-7B's last (final-normed) hidden state, no weights (ComfyUI tokenizes with
+#: them off), the system part of the template dropped through ``<|im_start|>user\n`` (34 tokens)
+QWEN_IMAGE_QWEN25VL: Final = LlmTowerSpec(
+    QWEN_IMAGE_TEMPLATE,
+    layer=-1,
+    weighted=False,
+    pad=QWEN_PAD,
+    tokenizer="qwen",
+    drop=TemplateDrop(QWEN_IM_START, 2, (QWEN_USER, QWEN_NEWLINE)),
+    own_template=("<|im_start|>", "<|start_header_id|>"),
 )
 
 
@@ -86,6 +135,7 @@ def lumina2_gemma2(system_prompt: str = "superior") -> LlmTowerSpec:
 
 LUMINA2_GEMMA2: Final = lumina2_gemma2()
 
-#: the towers the Z-Image and Lumina 2 conventions name (their packages' ``CONVENTIONS``)
+#: the towers the Z-Image, Lumina 2 and Qwen-Image conventions name (their packages' ``CONVENTIONS``)
 Z_IMAGE_TOWER: Final = TowerSpec("qwen3-4b", "qwen3_4b", "Qwen3 4B", Z_IMAGE_QWEN3)
 LUMINA2_TOWER: Final = TowerSpec("gemma2-2b", "gemma2_2b", "Gemma 2 2B", LUMINA2_GEMMA2)
+QWEN_IMAGE_TOWER: Final = TowerSpec("qwen2.5-vl-7b", "qwen25_7b", "Qwen2.5-VL 7B", QWEN_IMAGE_QWEN25VL)

@@ -14,7 +14,9 @@ Interface (for a family package, e.g. Z-Image / Lumina 2)::
     tower = LlmTower.from_file(enc.module, LUMINA2_GEMMA2, "gemma_2_2b.safetensors")
     out = tower.encode("a cat")   # hidden [1, T, 2304]: BOS + system prompt + <Prompt Start> + prompt
 
-``Z_IMAGE_TOWER`` / ``LUMINA2_TOWER`` are the :class:`~core.archs.protocols.TowerSpec` s a
+``QWEN_IMAGE_QWEN25VL`` (Qwen2.5-VL-7B: the last hidden state, the template's system part dropped:
+``LlmTowerSpec.drop``) is Qwen-Image's. ``Z_IMAGE_TOWER`` / ``LUMINA2_TOWER`` / ``QWEN_IMAGE_TOWER``
+are the :class:`~core.archs.protocols.TowerSpec` s a
 convention names (``options`` is the :class:`LlmTowerSpec`: template, layer -2, weights, start/pad,
 tokenizer). ``LlmTower(model, tokenizer, spec, compute_dtype=torch.float32, device=...)`` builds one
 on a placed model; a convention's ``PromptEncoder`` builds it from the TowerSpec (tower kind
@@ -28,6 +30,9 @@ from core.text.llm.families import (
     LUMINA2_GEMMA2,
     LUMINA2_SYSTEM_PROMPTS,
     LUMINA2_TOWER,
+    QWEN_IMAGE_QWEN25VL,
+    QWEN_IMAGE_TEMPLATE,
+    QWEN_IMAGE_TOWER,
     Z_IMAGE_QWEN3,
     Z_IMAGE_TEMPLATE,
     Z_IMAGE_TOWER,
@@ -42,6 +47,9 @@ __all__ = [
     "LUMINA2_GEMMA2",
     "LUMINA2_SYSTEM_PROMPTS",
     "LUMINA2_TOWER",
+    "QWEN_IMAGE_QWEN25VL",
+    "QWEN_IMAGE_TEMPLATE",
+    "QWEN_IMAGE_TOWER",
     "Z_IMAGE_QWEN3",
     "Z_IMAGE_TEMPLATE",
     "Z_IMAGE_TOWER",

@@ -8,7 +8,8 @@
 - With weights, an empty prompt (start, then padding to the same length) runs in the same batch
   and each weighted position becomes ``(z - z_empty) * w + z_empty``, as for CLIP.
 - The output is the hidden state at ``layer`` (or the ``stack`` states side by side), float32 on
-  the CPU, with the prompt row's mask: a :class:`~core.archs.protocols.TowerOutput`.
+  the CPU, with the prompt row's mask: a :class:`~core.archs.protocols.TowerOutput`; where the
+  family drops its template's first tokens (``drop``: Qwen-Image's), from there on.
 """
 
 from __future__ import annotations
@@ -103,4 +104,5 @@ class LlmTower:
             empty = hidden[1:2]
             z = torch.where(w != 1.0, (z - empty) * w + empty, z)
         mask = torch.tensor([row_mask(ids, self.spec.pad)], dtype=torch.long)
-        return TowerOutput(z.cpu(), None, mask)
+        start = 0 if self.spec.drop is None else self.spec.drop.start(ids)
+        return TowerOutput(z[:, start:].cpu(), None, mask[:, start:])

@@ -30,6 +30,7 @@ from core.models.llm import LlmConfig, LlmTextModel
 from core.models.mmdit import MMDiTConfig
 from core.models.nextdit import NextDiTConfig
 from core.models.pixart import PixArtConfig
+from core.models.qwen_image import QwenImageConfig
 from core.models.t5 import T5Config
 from core.models.unet import UNetConfig
 from core.models.vae import VAEConfig
@@ -203,6 +204,13 @@ STANDALONE: dict[str, tuple[Callable[[], Layout], str, str, str, Any]] = {
         "z-image",
         NextDiTConfig(),
     ),
+    "qwen-image": (
+        DIFFUSION_LAYOUTS["qwen-image"],
+        "qwen_image_bf16.safetensors",
+        "diffusion_model",
+        "qwen-image",
+        QwenImageConfig(),
+    ),
     "vae-sd": (lambda: enc.vae_kl(4), "vae-ft-mse.safetensors", "vae", "vae-sd", VAEConfig.sd()),
     "vae-flux": (
         lambda: enc.vae_kl(16, quant_conv=False),
@@ -263,7 +271,7 @@ def test_standalone_full_size_header_passes_check(tmp_path: Path, case: str) -> 
         assert plan.config == preset
 
 
-@pytest.mark.parametrize("family", ["flux-dev", "sd3.5-large", "z-image"])
+@pytest.mark.parametrize("family", ["flux-dev", "sd3.5-large", "z-image", "qwen-image"])
 def test_fp8_storage_passes_check(tmp_path: Path, family: str) -> None:
     """``flux1-dev-fp8``-style files: fp8 matrices, bf16 vectors; planning reads dtypes as they are."""
     path = write_sparse(tmp_path / f"{family}-fp8.safetensors", as_fp8(DIFFUSION_LAYOUTS[family]()))
@@ -462,7 +470,7 @@ UNSUPPORTED: dict[str, tuple[Callable[[], Layout], str, str]] = {
 
 
 def test_unsupported_list_is_what_detection_knows_minus_what_loads() -> None:
-    assert {"wan2.1", "auraflow", "hunyuan-video", "ltxv", "qwen-image"} <= set(UNSUPPORTED)
+    assert {"wan2.1", "auraflow", "hunyuan-video", "ltxv", "hidream"} <= set(UNSUPPORTED)
     assert not set(UNSUPPORTED) & set(loadable_families())
 
 

@@ -1,0 +1,8 @@
+"""The Qwen-Image package: the MMDiT's calling convention, memory model and file layouts
+(:mod:`.net`), and its prompt encoding (:mod:`.text`: Qwen2.5-VL-7B in ComfyUI's template, the
+template's tokens dropped); the network itself is ``core.models.qwen_image``."""
+
+from core.archs.qwen_image.net import NET
+from core.archs.qwen_image.text import CONVENTIONS
+
+__all__ = ["CONVENTIONS", "NET"]
