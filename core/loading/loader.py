@@ -105,11 +105,17 @@ class _Source:
         self.index = index
         name = index.path.name
         if index.format == "safetensors":
-            self._file: SafetensorsFile | None = SafetensorsFile(index.path, header=index.header)
-            self.get: Callable[[str], torch.Tensor] = self._file.tensor
+            shards: dict[str, Path] | None = index.extra.get("shards")
+            if shards is None:
+                self._file: SafetensorsFile | None = SafetensorsFile(index.path, header=index.header)
+                self.get: Callable[[str], torch.Tensor] = self._file.tensor
+            else:  # a split model: each key from its shard's own mapping
+                self._file = None
+                files = {p: SafetensorsFile(p) for p in index.extra["shard_files"]}
+                self.get = lambda key: files[shards[key]].tensor(key)
             scaled = layout_of(index)
             if scaled is not None:  # fp8 weights with a scale: kept fp8, scaled at forward
-                self.get = scaled_reader(self._file.tensor, scaled, name)
+                self.get = scaled_reader(self.get, scaled, name)
         elif index.format == "gguf":
             _refuse_unloadable_format(index)
             self._file = None
