@@ -18,7 +18,7 @@ from core.errors import FileAccessError, FileFormatError
 from core.files import header_cache
 from core.files import safetensors as st_format
 from core.files.gguf import read_gguf_header, t5_transformers_names
-from core.files.gguf_llm import gguf_plus_one_keys, llm_transformers_names
+from core.files.gguf_llm import gguf_plus_one_keys, gguf_qk_heads, llm_transformers_names
 from core.files.leases import not_a_file, open_input, special_kind, unreadable
 from core.files.pickle_safe import read_pickle_index
 from core.files.safetensors import HEADER_SIZE_CAP, SafetensorsHeader, read_header
@@ -173,6 +173,7 @@ def read_tensor_index(path: str | os.PathLike[str]) -> TensorIndex:
             tensors = {new: g.tensors[old] for new, old in renamed.items()}
             extra["gguf_names"] = renamed
             extra["gguf_plus_one"] = gguf_plus_one_keys(renamed, arch)
+            extra["gguf_qk_heads"] = gguf_qk_heads(renamed, arch, g.metadata)
         return TensorIndex(p, fmt, st.st_size, tensors, meta, [], extra)
     idx = read_pickle_index(p)
     return TensorIndex(p, fmt, st.st_size, idx.tensors, {}, idx.warnings, idx.extra)

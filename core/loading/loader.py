@@ -23,6 +23,7 @@ from core.detect.keyview import KeyView
 from core.detect.types import Component, Detection, Role, kind_phrase
 from core.errors import FileFormatError, ModelMismatchError
 from core.files.gguf_data import GGUFTensors
+from core.files.gguf_llm import unpermute_rows
 from core.files.model_file import TensorIndex, read_tensor_index
 from core.files.pickle_safe import load_pickle_state_dict
 from core.files.safetensors import SafetensorsFile
@@ -122,9 +123,12 @@ class _Source:
             gguf = GGUFTensors(index.path)
             names: dict[str, str] = index.extra.get("gguf_names", {})  # T5, LLMs: ours -> llama.cpp's
             plus_one = frozenset(index.extra.get("gguf_plus_one", ()))  # Gemma norms stored as 1 + w
+            heads: dict[str, int] = index.extra.get("gguf_qk_heads", {})  # Llama/Mistral q, k rows
 
             def read(key: str) -> torch.Tensor:
                 t = gguf.tensor(names.get(key, key))
+                if key in heads:
+                    t = unpermute_rows(t, heads[key])
                 return t.float() - 1.0 if key in plus_one else t
 
             self.get = read
