@@ -1,7 +1,8 @@
 """Qwen3, Gemma-2, Llama-3.1 and Mistral Small 3 text encoders in GGUF files under llama.cpp's
 names (``blk.N.attn_q.weight``), quantized as the diffusion GGUFs are (Q8_0, Q4_K): detected,
-checked, loaded with the weights kept quantized, and equal to the network built from gguf-py's own dequantization. Gemma's norms, which
-llama.cpp stores as ``1 + w``, come back as ``w``."""
+checked, loaded with the weights kept quantized, and equal to the network built from gguf-py's own
+dequantization. Gemma's norms, which llama.cpp stores as ``1 + w``, come back as ``w``; Llama's
+q/k rows, which its converter permutes, come back in transformers' order."""
 
 from __future__ import annotations
 
