@@ -39,6 +39,7 @@ from PySide6.QtCore import QObject, QSocketNotifier, QTimer
 from app.backend.messages import FilesReleased, ScanBatch
 from app.backend.worker import Reporter
 from core.files.leases import LEASES, MappedFiles, unloaded_error
+from core.files.shards import expand_shards
 
 if TYPE_CHECKING:
     from app.backend.backend import Backend
@@ -149,7 +150,7 @@ class WindowLeases:
 
         def run(r: Reporter) -> None:
             self.before(r)
-            self.files.hold([path, *maps])
+            self.files.hold(expand_shards([path, *maps]))  # a split model: every shard
             try:
                 work(r)
             finally:

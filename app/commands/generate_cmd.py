@@ -81,15 +81,21 @@ def _add_models(p: argparse.ArgumentParser) -> None:
 def _add_sampling(p: argparse.ArgumentParser) -> None:
     """ComfyUI's KSampler settings."""
     p.add_argument("--seed", type=int_type(SEED), default=0)
-    p.add_argument("--steps", type=int_type(STEPS), default=20)
+    family = "default: the model family's usual value"
     p.add_argument(
-        "--cfg", type=number_type(CFG), default=None, help="default: 7 (SD1/2/XL), 4.5 (SD3), 1 (Flux)"
+        "--steps",
+        type=int_type(STEPS),
+        default=None,
+        help=f"{family} (Z-Image Turbo 8, Flux schnell 4), else 20",
+    )
+    p.add_argument(
+        "--cfg", type=number_type(CFG), default=None, help=f"{family} (7 SD1/2/XL, 4.5 SD3, 1 Flux)"
     )
     p.add_argument(
         "--guidance", type=number_type(GUIDANCE), default=None, help="Flux-dev's distilled guidance (3.5)"
     )
-    p.add_argument("--sampler", choices=list(SAMPLERS), default="euler")
-    p.add_argument("--scheduler", choices=list(SCHEDULERS), default="normal")
+    p.add_argument("--sampler", choices=list(SAMPLERS), default=None, help=f"{family}, else euler")
+    p.add_argument("--scheduler", choices=list(SCHEDULERS), default=None, help=f"{family}, else normal")
 
 
 def _add_picture(p: argparse.ArgumentParser) -> None:
@@ -156,14 +162,13 @@ def _request(args: argparse.Namespace) -> GenerateRequest:
         text_encoders=tuple(Path(p) for p in args.text_encoder),
         vae=Path(args.vae) if args.vae else None,
     )
-    sampling = Sampling(
+    given = {"steps": args.steps, "sampler": args.sampler, "scheduler": args.scheduler}
+    sampling = Sampling(  # what is not given: the family's usual value once the model is read
         seed=args.seed,
-        steps=args.steps,
         cfg=args.cfg,
-        sampler=args.sampler,
-        scheduler=args.scheduler,
         denoise=args.denoise,
         guidance=args.guidance,
+        **{k: v for k, v in given.items() if v is not None},
     )
     image = ImageSettings(
         prompt=args.prompt,
@@ -191,6 +196,7 @@ def _request(args: argparse.Namespace) -> GenerateRequest:
         sweep=parse_strengths(args.sweep) if args.sweep else (),
         strict=args.strict,
         force=args.force,
+        family_defaults=tuple(k for k, v in given.items() if v is None),
     )
 
 

@@ -109,6 +109,16 @@ _COMFY_ENCODERS = {
     "t5xxl": "t5-xxl",
     "t5base": "t5-base",
     "umt5xxl": "umt5-xxl",
+    # decoder LLMs (ComfyUI's clip names: Z-Image, Lumina 2, NewBie, Qwen-Image, FLUX.2, HiDream)
+    "qwen3_06b": "qwen3-0.6b",
+    "qwen3_4b": "qwen3-4b",
+    "qwen3_8b": "qwen3-8b",
+    "qwen25_3b": "qwen2.5-vl-3b",
+    "qwen25_7b": "qwen2.5-vl-7b",
+    "gemma2_2b": "gemma2-2b",
+    "gemma3_4b": "gemma3-4b",
+    "llama": "llama3.1-8b",
+    "mistral3_24b": "mistral3-24b",
 }
 
 #: Module names that contain underscores; every other ``_`` in a kohya name was a ``.``.
@@ -120,8 +130,10 @@ _COMPOUNDS = frozenset(
         "transformer_blocks", "proj_in", "proj_out", "to_q", "to_k", "to_v", "to_out", "time_emb_proj",
         "conv_shortcut", "conv_in", "conv_out", "conv_norm_out", "time_embedding", "add_embedding",
         "linear_1", "linear_2",
-        # text encoders (CLIP, T5)
+        # text encoders (CLIP, T5, decoder LLMs)
         "text_model", "self_attn", "q_proj", "k_proj", "v_proj", "out_proj", "final_layer_norm",
+        "o_proj", "gate_proj", "up_proj", "down_proj", "embed_tokens", "input_layernorm",
+        "post_attention_layernorm", "q_norm", "k_norm",
         "token_embedding", "position_embedding", "text_projection", "wi_0", "wi_1",
         "relative_attention_bias", "layer_norm",
         # Flux, HunyuanVideo
@@ -262,9 +274,14 @@ def _xlabs_path(name: str) -> str:
     return f"{block}.{'linear1' if which == 'qkv' else 'linear2'}"
 
 
+#: a decoder LLM's projections (transformers' names, with or without the ``model.`` of a
+#: ``*ForCausalLM``): no diffusion network names its layers this way
+_LLM_LAYER = re.compile(r"^(model\.)?layers\.\d+\.(self_attn\.[qkvo]_proj|mlp\.(gate|up|down)_proj)$")
+
+
 def _role_from_path(path: str) -> str:
     head = path.split(".", 1)[0]
-    if head in ("text_model", "encoder", "shared", "text_encoder"):
+    if head in ("text_model", "encoder", "shared", "text_encoder") or _LLM_LAYER.match(path):
         return "text_encoder"
     return "diffusion_model"
 

@@ -18,10 +18,11 @@ from core.errors import FileAccessError, FileFormatError
 from core.files import header_cache
 from core.files import safetensors as st_format
 from core.files.gguf import read_gguf_header, t5_transformers_names
-from core.files.gguf_llm import gguf_plus_one_keys, llm_transformers_names
+from core.files.gguf_llm import gguf_plus_one_keys, gguf_qk_heads, llm_transformers_names
 from core.files.leases import not_a_file, open_input, special_kind, unreadable
 from core.files.pickle_safe import read_pickle_index
 from core.files.safetensors import HEADER_SIZE_CAP, SafetensorsHeader, read_header
+from core.files.shards import INDEX_SUFFIX, SHARD_NAME, ShardSet, check_placement, shard_set
 from core.files.tensor_info import TensorInfo
 
 MODEL_EXTENSIONS = (".safetensors", ".sft", ".ckpt", ".pt", ".pth", ".bin", ".gguf")
@@ -126,9 +127,14 @@ def _folder_error(p: Path) -> FileAccessError:
 
 
 def read_tensor_index(path: str | os.PathLike[str]) -> TensorIndex:
-    """Read a model file's tensor index from its header. Raises a LoadoutError on bad input."""
+    """Read a model file's tensor index from its header. Raises a LoadoutError on bad input. A shard
+    of a split model (or its index json) gives the whole model's index (``core.files.shards``)."""
     p = Path(path)
     st = _check_path(p)
+    if SHARD_NAME.match(p.name) or p.name.lower().endswith(INDEX_SUFFIX):
+        shards = shard_set(p)
+        if shards is not None:
+            return _read_sharded(p, shards)
     try:
         with open_input(p) as fh:
             head = fh.read(64)
@@ -167,9 +173,44 @@ def read_tensor_index(path: str | os.PathLike[str]) -> TensorIndex:
             tensors = {new: g.tensors[old] for new, old in renamed.items()}
             extra["gguf_names"] = renamed
             extra["gguf_plus_one"] = gguf_plus_one_keys(renamed, arch)
+            extra["gguf_qk_heads"] = gguf_qk_heads(renamed, arch, g.metadata)
         return TensorIndex(p, fmt, st.st_size, tensors, meta, [], extra)
     idx = read_pickle_index(p)
     return TensorIndex(p, fmt, st.st_size, idx.tensors, {}, idx.warnings, idx.extra)
+
+
+def _read_sharded(p: Path, shards: ShardSet) -> TensorIndex:
+    """One index over every shard: ``extra["shards"]`` says which file holds each key."""
+    tensors: dict[str, TensorInfo] = {}
+    where: dict[str, Path] = {}
+    keys_by_shard: dict[Path, set[str]] = {}
+    parts: list[TensorIndex] = []
+    for shard in shards.shards:
+        part = _read_safetensors(shard, _check_path(shard).st_size)
+        if part.format != "safetensors":  # pragma: no cover - _read_safetensors reads safetensors only
+            raise FileFormatError(f"{shard.name} is not a safetensors shard", code="not_a_model")
+        twice = next((k for k in part.tensors if k in tensors), None)
+        if twice is not None:
+            raise FileFormatError(
+                f"{shard.name} and {where[twice].name} both hold {twice}",
+                why="each weight of a split model is in exactly one shard",
+                fix="remove the shard that does not belong to this model, or download the model again",
+                code="invalid_file",
+            )
+        tensors.update(part.tensors)
+        where.update(dict.fromkeys(part.tensors, shard))
+        keys_by_shard[shard] = set(part.tensors)
+        parts.append(part)
+    check_placement(shards, keys_by_shard)
+    return TensorIndex(
+        p,
+        "safetensors",
+        sum(part.file_size for part in parts),
+        tensors,
+        dict(parts[0].metadata),
+        [w for part in parts for w in part.warnings],
+        {"shards": where, "shard_files": shards.shards},
+    )
 
 
 def _raw_header(p: Path, size: int) -> bytes | None:

@@ -12,13 +12,14 @@ from collections.abc import Callable, Iterable
 from dataclasses import replace
 from pathlib import Path
 
+from core.detect.catalog import generation_defaults
 from core.errors import LoadoutError, ModelMismatchError
 from core.files.destination import check_output_file, check_output_folder
 from core.generate.events import GenerateProgress, GenerateResult, LoraMatch
 from core.generate.generator import Generator, needs_t5
 from core.generate.naming import file_paths
 from core.generate.pictures import read_picture
-from core.generate.request import GenerateRequest, ModelFiles
+from core.generate.request import GenerateRequest, ModelFiles, with_family_defaults
 from core.generate.session_run import Output
 from core.generate.sweep import Sweep
 from core.loading.assign import interrupt_check
@@ -107,13 +108,14 @@ def generate_files(
     report = progress or (lambda p: None)
     report(GenerateProgress("load", 0, 0, "loading the models"))
     family = load_models(session, request.models, check)
+    image = with_family_defaults(request.image, generation_defaults(family), request.family_defaults)
     for arg in request.loras:
         session.loras.add(arg.path, arg.model, arg.clip, force=request.force)
     matches = lora_matches(session)
     if request.strict:
         refuse_partial(matches)
     generator = generator_for(session, request.models, family, t5_search)
-    init = read_picture(request.image.init_image) if request.image.init_image is not None else None
+    init = read_picture(image.init_image) if image.init_image is not None else None
     output = Output(request.output, request.output_is_folder)
     check = placement.manager.check
     if request.sweep:
@@ -123,9 +125,9 @@ def generate_files(
                 "a strength sweep needs a LoRA", fix="Add a LoRA file to the stack", code="bad_argument"
             )
         sweep = Sweep(next(iter(stack.entries)), request.sweep)
-        result = generator.sweep(request.image, sweep, output, report, check)
+        result = generator.sweep(image, sweep, output, report, check)
     else:
-        result = generator.generate(request.image, output, report, check, init, dtype=dtype)
+        result = generator.generate(image, output, report, check, init, dtype=dtype)
     chosen = session.model(SlotId.MAIN).dtype_choice
     decided = (chosen.reason,) if chosen is not None else ()  # why fp8 matmul runs, or why not
     notes = (*result.notes, *decided, *(m.note() for m in matches if m.partial))

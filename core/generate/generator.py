@@ -12,6 +12,7 @@ import torch
 
 from core.detect.catalog import REGISTRY
 from core.errors import LoadoutError
+from core.files.shards import expand_shards
 from core.generate.events import GenerateProgress, GenerateResult
 from core.generate.hashes import FileHashes
 from core.generate.pictures import read_picture
@@ -114,7 +115,7 @@ class Generator:
         paths += [*self.state.upscalers, *workflows.controlnets.loaded]
         if workflows.refiner is not None:
             paths.append(workflows.refiner.path)
-        return {Path(p).resolve() for p in paths}
+        return {Path(p).resolve() for p in expand_shards(paths) if p is not None}  # every shard
 
     def unload_files(self, paths: Iterable[Path], reason: str) -> list[Path]:
         """Unload every model mapped from ``paths`` (slots, LoRAs, kept ControlNets, upscale models,

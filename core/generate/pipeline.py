@@ -15,8 +15,9 @@ re-encode the prompt.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -149,7 +150,10 @@ class Pipeline:
         clip_tokenizer: ClipTokenizer | None = None,
         t5_tokenizer: T5Tokenizer | None = None,
         cache: ConditioningCache | None = None,
+        text_files: Mapping[str, Path] | None = None,
     ) -> None:
+        """``text_files``: the file each text encoder was loaded from, by encoder family (a decoder
+        LLM's tokenizer is read from or beside it)."""
         spec = diffusion_spec(nets.family)
         assert spec.text is not None  # diffusion_spec refuses a family without prompt encoding
         self.codec: LatentCodec = CODECS[spec.codec]
@@ -180,6 +184,7 @@ class Pipeline:
         self.text_options = EncodeOptions(compute_dtype=compute.text_dtype, device=compute.device)
         self._clip_tok = clip_tokenizer
         self._t5_tok = t5_tokenizer
+        self._text_files = dict(text_files or {})
 
     # -- text -------------------------------------------------------------------------------------
     def _prompt_encoder(self) -> PromptEncoder:
@@ -191,6 +196,7 @@ class Pipeline:
                 clip_tokenizer=self._clip_tok,
                 t5_tokenizer=self._t5_tok,
                 options=options,
+                encoder_files=self._text_files,
             )
         return self._encoder
 

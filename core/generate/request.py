@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections.abc import Iterable
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import torch
@@ -141,3 +142,22 @@ class GenerateRequest:
     strict: bool = False
     #: apply a LoRA made for another model family anyway (what fits of it)
     force: bool = False
+    #: the sampling settings the caller left to the model's family ("steps", "sampler",
+    #: "scheduler"): taken from its record's usual values once the model is known (Z-Image Turbo:
+    #: 8 steps, res_multistep, simple), the ``image``'s own where the record has none
+    family_defaults: tuple[str, ...] = ()
+
+
+#: the :class:`Sampling` fields a family's record may give (``GenerationDefaults``' names)
+FAMILY_SAMPLING: frozenset[str] = frozenset({"steps", "sampler", "scheduler"})
+
+
+def with_family_defaults(image: ImageSettings, defaults: object, names: Iterable[str]) -> ImageSettings:
+    """``image`` with each of ``names`` taken from ``defaults`` (a family's ``GenerationDefaults``)
+    where it has a value."""
+    names = frozenset(names)
+    bad = names - FAMILY_SAMPLING
+    if bad:
+        raise ValueError(f"not a family sampling setting: {sorted(bad)}")
+    changes = {n: v for n in sorted(names) if (v := getattr(defaults, n, None)) is not None}
+    return replace(image, sampling=replace(image.sampling, **changes)) if changes else image

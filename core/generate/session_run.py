@@ -105,6 +105,8 @@ class _Parts:
     #: load generations of the text encoders' and the VAE's files (the derived-result caches' keys)
     text_generations: tuple[int, ...] = ()
     vae_generation: int = 0
+    #: the file each text encoder was loaded from, by encoder family (LLM tokenizers are read there)
+    text_files: dict[str, Path] = field(default_factory=dict)
 
 
 def _gather(session: Session, variants: dict[Path, str | None]) -> _Parts:
@@ -154,7 +156,8 @@ def _gather(session: Session, variants: dict[Path, str | None]) -> _Parts:
         "decode": [vae[1]],
     }
     texts = tuple(generation[f] for f in text)
-    return _Parts(family, nets, objects, names, main.path, texts, generation[vae[0].family])
+    files = {f: path for f, (_, _, path) in text.items()}
+    return _Parts(family, nets, objects, names, main.path, texts, generation[vae[0].family], files)
 
 
 def _compute(session: Session, family: str) -> Compute:
@@ -283,7 +286,7 @@ def _pipeline(session: Session, parts: _Parts, state: GenerateState, dtype: torc
         state.clip_tokenizer = ClipTokenizer()
     return Pipeline(
         parts.nets, compute, clip_tokenizer=state.clip_tokenizer, t5_tokenizer=state.t5_tokenizer,
-        cache=state.conditioning,
+        cache=state.conditioning, text_files=parts.text_files,
     )  # fmt: skip
 
 

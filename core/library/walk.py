@@ -15,6 +15,7 @@ from pathlib import Path
 
 from core.files.atomic import is_partial
 from core.files.model_file import MODEL_EXTENSIONS
+from core.files.shards import SHARD_NAME, is_later_shard
 from core.library.sources import ModelRoot
 
 #: Sidecars whose contents change what inspect reports (trigger words, base model).
@@ -119,6 +120,8 @@ class Walker:
                 continue
             if is_partial(item.name) or not item.name.lower().endswith(MODEL_EXTENSIONS):
                 continue  # a writer's partial file is never a model
+            if is_later_shard(item.name):
+                continue  # a split model is one entry: its first shard stands for all (core.files.shards)
             path = folder / item.name
             real = os.path.realpath(path) if item.is_symlink() else os.path.join(real_folder, item.name)
             if real in self._files:
@@ -135,8 +138,9 @@ class Walker:
     def _listed(
         self, root: ModelRoot, path: Path, rel: str, real: str, st: os.stat_result, names: frozenset[str]
     ) -> Listed:
+        size, mtime = _shards_size(path, names, st)
         return Listed(
-            path, root, rel, real, st.st_size, st.st_mtime_ns, names, _sidecar_signature(path, names),
+            path, root, rel, real, size, mtime, names, _sidecar_signature(path, names),
             file_id=(st.st_dev, st.st_ino),
         )  # fmt: skip
 
@@ -187,3 +191,22 @@ def _sidecar_signature(path: Path, names: frozenset[str]) -> str:
                 continue
             parts.append(f"{suffix}:{st.st_size}:{st.st_mtime_ns}")
     return "|".join(parts)
+
+
+def _shards_size(path: Path, names: frozenset[str], st: os.stat_result) -> tuple[int, int]:
+    """Size and newest mtime of a split model's shards beside its first one (a changed later shard
+    makes the entry change); the file's own for any other file."""
+    m = SHARD_NAME.match(path.name)
+    if m is None or int(m["i"]) != 1:
+        return st.st_size, st.st_mtime_ns
+    size, mtime = st.st_size, st.st_mtime_ns
+    n = int(m["n"])
+    for i in range(2, n + 1):
+        name = f"{m['stem']}-{i:05d}-of-{n:05d}{path.name[path.name.lower().rindex('.safetensors') :]}"
+        if name in names:
+            try:
+                other = os.stat(path.with_name(name))
+            except OSError:
+                continue
+            size, mtime = size + other.st_size, max(mtime, other.st_mtime_ns)
+    return size, mtime

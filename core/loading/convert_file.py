@@ -115,14 +115,18 @@ def _reader(
     """How each tensor of ``source`` is read for the copy (scaled fp8 folded to its values when
     the output dtype is wider), and the index that copy writes; refuses what cannot be converted."""
     if index.format == "safetensors":
-        f = SafetensorsFile(source)
-        # plain file reads, not the mapping: a file truncated meanwhile is an error, not a SIGBUS
-        get: Callable[[str], torch.Tensor] = f.read_tensor
+        shards: dict[str, Path] | None = index.extra.get("shards")
+        if shards is None:
+            # plain file reads, not the mapping: a file truncated meanwhile is an error, not a SIGBUS
+            get: Callable[[str], torch.Tensor] = SafetensorsFile(source).read_tensor
+        else:  # a split model (core.files.shards) is written as one file
+            files = {p: SafetensorsFile(p) for p in index.extra["shard_files"]}
+            get = lambda key: files[shards[key]].read_tensor(key)  # noqa: E731
         if dtype is not None and dtype.itemsize > 1:  # scaled fp8: write the values, drop the scales
             index = fold(index)
             layout = index.extra.get("scaled_fp8")
             if layout is not None:
-                get = scaled_reader(f.read_tensor, layout, source.name)
+                get = scaled_reader(get, layout, source.name)
     elif index.format == "pickle":
         tensors = load_pickle_state_dict(source)
         get = tensors.__getitem__

@@ -23,6 +23,7 @@ from core.detect.keyview import KeyView
 from core.detect.types import Component, Detection, Role, kind_phrase
 from core.errors import FileFormatError, ModelMismatchError
 from core.files.gguf_data import GGUFTensors
+from core.files.gguf_llm import unpermute_rows
 from core.files.model_file import TensorIndex, read_tensor_index
 from core.files.pickle_safe import load_pickle_state_dict
 from core.files.safetensors import SafetensorsFile
@@ -105,20 +106,29 @@ class _Source:
         self.index = index
         name = index.path.name
         if index.format == "safetensors":
-            self._file: SafetensorsFile | None = SafetensorsFile(index.path, header=index.header)
-            self.get: Callable[[str], torch.Tensor] = self._file.tensor
+            shards: dict[str, Path] | None = index.extra.get("shards")
+            if shards is None:
+                self._file: SafetensorsFile | None = SafetensorsFile(index.path, header=index.header)
+                self.get: Callable[[str], torch.Tensor] = self._file.tensor
+            else:  # a split model: each key from its shard's own mapping
+                self._file = None
+                files = {p: SafetensorsFile(p) for p in index.extra["shard_files"]}
+                self.get = lambda key: files[shards[key]].tensor(key)
             scaled = layout_of(index)
             if scaled is not None:  # fp8 weights with a scale: kept fp8, scaled at forward
-                self.get = scaled_reader(self._file.tensor, scaled, name)
+                self.get = scaled_reader(self.get, scaled, name)
         elif index.format == "gguf":
             _refuse_unloadable_format(index)
             self._file = None
             gguf = GGUFTensors(index.path)
             names: dict[str, str] = index.extra.get("gguf_names", {})  # T5, LLMs: ours -> llama.cpp's
             plus_one = frozenset(index.extra.get("gguf_plus_one", ()))  # Gemma norms stored as 1 + w
+            heads: dict[str, int] = index.extra.get("gguf_qk_heads", {})  # Llama/Mistral q, k rows
 
             def read(key: str) -> torch.Tensor:
                 t = gguf.tensor(names.get(key, key))
+                if key in heads:
+                    t = unpermute_rows(t, heads[key])
                 return t.float() - 1.0 if key in plus_one else t
 
             self.get = read

@@ -162,6 +162,13 @@ def _diffusers_paths(
     return _mapped_paths(component, shapes, NETS[net_id].adapter_keys(config))
 
 
+def _encoder_paths(paths: Mapping[str, Target]) -> dict[str, Target]:
+    """A decoder LLM's weights as adapters on its bare model name them: diffusers saves a text
+    encoder's PEFT names from ``Qwen3Model`` (``layers.0.self_attn.q_proj``), where the module and
+    a ``*ForCausalLM`` say ``model.layers.0...``."""
+    return {p[len("model.") :]: t for p, t in paths.items() if p.startswith("model.layers.")}
+
+
 def _flatten(paths: Mapping[str, Target]) -> dict[str, Target]:
     flat: dict[str, Target] = {}
     clash: set[str] = set()
@@ -182,7 +189,7 @@ def model_key_index(
     name = component or component_name(role, family)
     shapes = {k: tuple(v) for k, v in module_keys.items()}
     paths = _own_paths(name, shapes)
-    extra = _diffusers_paths(name, shapes, family, config) if role == DIFFUSION else {}
+    extra = _diffusers_paths(name, shapes, family, config) if role == DIFFUSION else _encoder_paths(paths)
     for path, target in extra.items():
         paths.setdefault(path, target)
     return KeyIndex(name, role, family, shapes, paths, _flatten(paths))

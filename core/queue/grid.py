@@ -131,6 +131,9 @@ def _apply(
         f = float(v)
         strengths = (f, f) if axis.name == "lora-strength" else (f, c) if "model" in axis.name else (m, f)
         return request, strengths
+    if axis.name in request.family_defaults:  # the axis sets it: no longer the family's to give
+        kept = tuple(n for n in request.family_defaults if n != axis.name)
+        return replace(request, image=image, family_defaults=kept), strengths
     return replace(request, image=image), strengths
 
 

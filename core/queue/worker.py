@@ -18,11 +18,12 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from core.detect.catalog import generation_defaults
 from core.generate.command import generator_for, load_models, lora_matches, read_picture, refuse_partial
 from core.generate.events import GenerateProgress
 from core.generate.generator import Generator
 from core.generate.hashes import FileHashes
-from core.generate.request import GenerateRequest, ModelFiles
+from core.generate.request import GenerateRequest, ModelFiles, with_family_defaults
 from core.generate.session_run import Output
 from core.loading.assign import interrupt_check
 from core.memory.devices import device_named
@@ -30,6 +31,7 @@ from core.queue.index import ModelIndex
 from core.queue.job import FileRef, Job, Key
 from core.session.placement import Placement, PlacementConfig
 from core.session.session import Session
+from core.session.slots import SlotId
 from core.session.snapshots import SessionEvent
 
 
@@ -126,7 +128,9 @@ class Worker:
         stack = loras.stack
         first = next(iter(stack.entries.values())) if stack is not None and stack.entries else None
         original = (first.model_strength, first.clip_strength) if first is not None else None
-        init = read_picture(request.image.init_image) if request.image.init_image is not None else None
+        defaults = generation_defaults(self.session.model(SlotId.MAIN).family)
+        image = with_family_defaults(request.image, defaults, request.family_defaults)
+        init = read_picture(image.init_image) if image.init_image is not None else None
         report = progress or (lambda p: None)
         with tempfile.TemporaryDirectory(prefix="loadout-cell-") as scratch:
             try:
@@ -134,7 +138,7 @@ class Worker:
                     loras.set_strength(first.id, *job.lora_strengths, bake=False)
                 out = Output(Path(scratch) / job.request.output.name)
                 result = generator.generate(
-                    request.image,
+                    image,
                     out,
                     report,
                     self.session.placement.manager.check,

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
@@ -121,9 +122,11 @@ class PromptEncoder:
         t5_tokenizer: T5Tokenizer | None = None,
         options: EncodeOptions | None = None,
         llm_tokenizers: Mapping[str, LlmTokenizer] | None = None,
+        encoder_files: Mapping[str, Path] | None = None,
     ) -> None:
         """``llm_tokenizers``: by encoder family, the decoder-LLM tokenizers read from their files
-        (``core.text.llm.tokenizer_for(spec, path)``: Gemma's; Qwen's needs none)."""
+        (``core.text.llm.tokenizer_for(spec, path)``: Gemma's; Qwen's needs none); else read from
+        ``encoder_files`` (by encoder family, the file each encoder was loaded from)."""
         if family not in TEXTS:
             raise ValueError(f"unknown text family {family!r}; use one of {FAMILIES}")
         self.family = family
@@ -138,6 +141,7 @@ class PromptEncoder:
             o.compute_dtype,
             o.device,
             dict(llm_tokenizers or {}),
+            dict(encoder_files or {}),
         )
         self.towers = self._build(encoders, ctx)
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from types import MappingProxyType
 
 import torch
@@ -40,6 +41,9 @@ class TowerContext:
     #: decoder-LLM tokenizers by encoder family id, for those that travel in the encoder's file
     #: (Gemma's SentencePiece; ``core.text.llm.tokenizer_for``); Qwen's comes from its package
     llm_tokenizers: Mapping[str, LlmTokenizer] = field(default_factory=dict)
+    #: the files the text encoders were loaded from, by encoder family id: where a decoder LLM's
+    #: tokenizer is read when none was given (Gemma's spiece_model, Tekken, tokenizer.json beside)
+    encoder_files: Mapping[str, Path] = field(default_factory=dict)
 
     def clip_tok(self) -> ClipTokenizer:
         if self.clip_tokenizer is None:
@@ -91,8 +95,11 @@ def _llm(spec: TowerSpec, module: nn.Module, ctx: TowerContext) -> LlmTower:
     tokenizer = next(
         (ctx.llm_tokenizers[e] for e in (spec.encoder, *spec.also) if e in ctx.llm_tokenizers), None
     )
-    if tokenizer is None:
-        tokenizer = tokenizer_for(opts, None)  # Qwen's package vocabulary; Gemma's: refused in words
+    if tokenizer is None:  # from the encoder's own file (Qwen's: the package vocabulary)
+        path = next(
+            (ctx.encoder_files[e] for e in (spec.encoder, *spec.also) if e in ctx.encoder_files), None
+        )
+        tokenizer = tokenizer_for(opts, path)
     return LlmTower(module, tokenizer, opts, ctx.compute_dtype, ctx.device)
 
 

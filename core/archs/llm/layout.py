@@ -12,7 +12,8 @@ Layouts (the ``layout`` detection gives, ``core.detect.encoder_text.read_llm``):
 
 Keys a text encoder never uses are dropped by every conversion: the LM head, a vision tower and its
 projector (Qwen2.5-VL ``visual.*``, Gemma-3 ``vision_tower.*``), the SentencePiece model Comfy-Org's
-Gemma files carry as the uint8 tensor ``spiece_model`` (read by the tokenizer, not the network).
+Gemma files carry as the uint8 tensor ``spiece_model`` (Mistral's: ``tekken_model``; read by the
+tokenizer, not the network).
 """
 
 from __future__ import annotations
@@ -48,6 +49,7 @@ UNUSED_PREFIXES: Final = (
     "multi_modal_projector.",
     "model.multi_modal_projector.",
     "spiece_model",
+    "tekken_model",
     "tokenizer.",
 )
 _BASES: Final = {"transformers": "model.", "transformers-vl": "model.language_model.", "bare": ""}

@@ -14,7 +14,7 @@ from typing import Final, Literal
 
 from core.archs.protocols import TowerSpec
 
-TokenizerKind = Literal["qwen", "spm"]
+TokenizerKind = Literal["qwen", "spm", "llama3", "tekken"]
 
 
 @dataclass(frozen=True)

@@ -64,12 +64,12 @@ class SpmTokenizer:
         return str(self._sp.decode(ids))
 
 
-def spiece_bytes(tensor: torch.Tensor) -> bytes:
-    """The model bytes of a ``spiece_model`` tensor (uint8, any shape)."""
+def spiece_bytes(tensor: torch.Tensor, key: str = SPIECE_KEY) -> bytes:
+    """The bytes of a tokenizer tensor (``spiece_model``, ``tekken_model``: uint8, any shape)."""
     if tensor.dtype != torch.uint8:
         raise SentencePieceMissing(
-            f"The file's {SPIECE_KEY} tensor is {tensor.dtype}, not bytes",
-            why="Comfy-Org's files store the SentencePiece model as a uint8 tensor",
+            f"The file's {key} tensor is {tensor.dtype}, not bytes",
+            why="Comfy-Org's files store their tokenizer as a uint8 tensor",
             fix="get the text-encoder file again",
         )
     return bytes(tensor.contiguous().view(-1).numpy().tobytes())

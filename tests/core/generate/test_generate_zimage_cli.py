@@ -75,7 +75,8 @@ def test_loadout_generate_makes_a_z_image_picture(tmp_path: Path, capsys: pytest
     out = tmp_path / "fox.png"
     args = [
         "generate", "--diffusion-model", str(model), "--text-encoder", str(text), "--vae", str(ae),
-        "--prompt", PROMPT, "--steps", str(STEPS), "--cfg", "1", "--scheduler", "simple", "--size", "64x64",
+        "--prompt", PROMPT, "--steps", str(STEPS), "--cfg", "1", "--sampler", "euler",
+        "--scheduler", "simple", "--size", "64x64",
         "--seed", str(SEED), "-o", str(out), "--json", "--quiet",
     ]  # fmt: skip
     assert main(args) == 0
