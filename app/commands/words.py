@@ -18,6 +18,10 @@ FLAGS = {
 
 def cli_message(exc: LoadoutError) -> str:
     """``exc``'s message with the flags that give the inputs it names."""
-    message = exc.message
+    return cli_text(exc.message)
+
+
+def cli_text(message: str) -> str:
+    """An engine message with the flags that give the inputs it names."""
     flags = list(dict.fromkeys(flag for words, flag in FLAGS.items() if words in message))
     return f"{message} (on the command line: {', '.join(flags)})" if flags else message
