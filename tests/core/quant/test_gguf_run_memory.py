@@ -36,9 +36,9 @@ def q8(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def test_streamed_q8_0_predicted_inference_bytes_match_the_measured(q8: Path) -> None:
-    config = RunConfig(steps=1, width=128, height=128, seed=3, dtype=torch.bfloat16)
+    config = RunConfig(steps=1, width=64, height=64, seed=3, dtype=torch.bfloat16)
     # a card a little smaller than the model and its activations: the rest streams
-    report = run_model(RunRequest(q8, config=config, vram_limit=38 << 20))
+    report = run_model(RunRequest(q8, config=config, vram_limit=35 << 20))
     assert report["vram_state"] == "low_vram" and report["streamed_bytes_per_step"] > 0
     assert report["dtype"] == "bfloat16"
     predicted, measured = report["inference_bytes_predicted"], report["inference_bytes_measured"]
