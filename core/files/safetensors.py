@@ -21,10 +21,15 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, BinaryIO
 
+try:
+    import resource
+except ImportError:  # Windows: no address-space limit to name
+    resource = None  # type: ignore[assignment]
+
 import orjson
 import torch
 
-from core.errors import FileFormatError
+from core.errors import FileFormatError, LoadoutError
 from core.files.dtypes import DTYPES
 from core.files.guard import changed_error
 from core.files.leases import open_input
@@ -136,19 +141,42 @@ def read_header(path: str | os.PathLike[str], *, cap: int = HEADER_SIZE_CAP) -> 
         return read_header_from(fh, p, size, cap=cap)
 
 
-def _map(fileno: int, size: int) -> tuple[mmap.mmap, bool]:
+def _map(fileno: int, size: int, name: str) -> tuple[mmap.mmap, bool]:
     """Copy-on-write when the kernel allows it; read-only shared otherwise.
 
     A private writable mapping is charged in full against the kernel's commit limit, so a file
     larger than RAM + swap (a 22 GiB Flux on a 16 GiB machine) cannot be mapped that way. A
-    read-only shared mapping is not charged: pages come and go with the page cache.
+    read-only shared mapping is not charged: pages come and go with the page cache. A file larger
+    than the address space the process may use (``ulimit -v``) is refused in words, unread.
     """
     try:
         return mmap.mmap(fileno, size, access=mmap.ACCESS_COPY), True
     except OSError as exc:
         if exc.errno != errno.ENOMEM:
             raise
-    return mmap.mmap(fileno, size, access=mmap.ACCESS_READ), False
+    try:
+        return mmap.mmap(fileno, size, access=mmap.ACCESS_READ), False
+    except OSError as exc:
+        if exc.errno != errno.ENOMEM:
+            raise
+        raise _unmappable(name, size) from None
+
+
+def _unmappable(name: str, size: int) -> LoadoutError:
+    """A file larger than the address space this process may map (nothing of it was read)."""
+    limit = resource.getrlimit(resource.RLIMIT_AS)[0] if resource is not None else -1
+    gib = f"{size / (1 << 30):,.1f} GiB"
+    if limit not in (-1, getattr(resource, "RLIM_INFINITY", -1)):
+        why = (
+            f"this process may map at most {limit / (1 << 30):,.1f} GiB (its address-space limit, ulimit -v)"
+        )
+        fix = "Raise the limit (ulimit -v), or use a smaller file"
+    else:
+        why = "the system has no room to map it"
+        fix = "Close other programs, or use a smaller file"
+    return LoadoutError(
+        f"{name} ({gib}) cannot be mapped into memory to read it", why=why, fix=fix, code="out_of_memory"
+    )
 
 
 class SafetensorsFile:
@@ -172,7 +200,7 @@ class SafetensorsFile:
         #: written in place. Loadout never does: patches and casts always make new tensors.
         self.writable = True
         if size > 0:
-            self._mmap, self.writable = _map(self._fh.fileno(), size)
+            self._mmap, self.writable = _map(self._fh.fileno(), size, self.path.name)
 
     def __enter__(self) -> SafetensorsFile:
         return self

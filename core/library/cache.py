@@ -44,6 +44,11 @@ _CREATE = (
 )
 
 
+def _is_digest(value: object) -> bool:
+    """A SHA-256 as :mod:`core.library.hashes` stores it: 64 lower-case hex digits."""
+    return isinstance(value, str) and len(value) == 64 and all(c in "0123456789abcdef" for c in value)
+
+
 def cacheable(record: Mapping[str, Any]) -> bool:
     """Whether an inspect record says something lasting about the file's contents."""
     error = record.get("error")
@@ -205,12 +210,19 @@ class InspectCache:
     # -- full-file hashes and last-used times (kept across engine versions) --------------------
 
     def get_hash(self, real_path: str, size: int, mtime_ns: int) -> tuple[str, str | None] | None:
-        """``(sha256, addnet)`` stored for this file in this state, or None. Counts :attr:`hash_hits`."""
+        """``(sha256, addnet)`` stored for this file in this state, or None. Counts :attr:`hash_hits`.
+
+        A damaged row (a hash that is not 64 hex digits, an addnet hash that is neither that nor
+        empty) is dropped and answers None, so the file is read again: a bogus value must not make
+        two files look like copies of each other."""
         row = self._fetch("SELECT size, mtime_ns, sha256, addnet FROM hashes WHERE path = ?", real_path)
-        if row is None or (row[0], row[1]) != (size, mtime_ns) or not isinstance(row[2], str):
+        if row is None or (row[0], row[1]) != (size, mtime_ns):
+            return None
+        if not _is_digest(row[2]) or not (row[3] is None or _is_digest(row[3])):
+            self._write("DELETE FROM hashes WHERE path = ?", (real_path,))
             return None
         self.hash_hits += 1
-        return row[2], row[3] if isinstance(row[3], str) else None
+        return row[2], row[3]
 
     def put_hash(self, real_path: str, size: int, mtime_ns: int, sha256: str, addnet: str | None) -> None:
         """Store a file's hashes, committed at once (each took a full read of the file)."""

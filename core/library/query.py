@@ -169,10 +169,10 @@ def find_duplicates(entries: Iterable[Entry]) -> dict[str, Duplicate]:
     all of them hashed yet). Hard links of one file are not duplicates of each other."""
     items = [e for e in entries if e.size > 0]
     out: dict[str, Duplicate] = {}
-    by_hash: dict[str, list[Entry]] = {}
+    by_hash: dict[tuple[str, int], list[Entry]] = {}
     for e in items:
-        if e.sha256 is not None:
-            by_hash.setdefault(e.sha256, []).append(e)
+        if e.sha256 is not None:  # copies have the same size too: a hash alone may be a bad cache row
+            by_hash.setdefault((e.sha256, e.size), []).append(e)
     for group in by_hash.values():
         copies = _distinct(group)
         if copies < 2:
@@ -196,8 +196,10 @@ def find_duplicates(entries: Iterable[Entry]) -> dict[str, Duplicate]:
 
 def wasted_bytes(duplicates: dict[str, Duplicate], entries: Iterable[Entry]) -> int:
     """Bytes confirmed duplicates take beyond one copy each (each group counted once)."""
-    hashes = {e.sha256: d.wasted for e in entries if (d := duplicates.get(str(e.path))) and d.confirmed}
-    return sum(hashes.values())
+    groups = {
+        (e.sha256, e.size): d.wasted for e in entries if (d := duplicates.get(str(e.path))) and d.confirmed
+    }
+    return sum(groups.values())
 
 
 @dataclass(frozen=True)

@@ -228,10 +228,8 @@ def _wrong_kind(name: str, det: Detection, wanted: str) -> ModelMismatchError:
     )
 
 
-def load_checkpoint(path: str | os.PathLike[str], options: LoadOptions | None = None) -> ModelBundle:
-    """Load an all-in-one checkpoint: every component it holds."""
-    opts = options or LoadOptions()
-    index, det = inspect_for_loading(path, opts)
+def _checkpoint_plans(index: TensorIndex, det: Detection) -> list[ComponentPlan]:
+    """Every refusal of loading ``index`` as a checkpoint, before any data is read; its plans."""
     name = index.path.name
     if det.kind != "checkpoint":
         raise _wrong_kind(name, det, "checkpoint")
@@ -245,8 +243,15 @@ def load_checkpoint(path: str | os.PathLike[str], options: LoadOptions | None = 
             fix="Run `loadout inspect` on the file for details",
             code="unknown_component",
         )
+    return [_plan(index, comp) for comp in det.components]
+
+
+def load_checkpoint(path: str | os.PathLike[str], options: LoadOptions | None = None) -> ModelBundle:
+    """Load an all-in-one checkpoint: every component it holds."""
+    opts = options or LoadOptions()
+    index, det = inspect_for_loading(path, opts)
     # Plan every component before reading any data: a bad file fails fast and loads nothing.
-    plans = [_plan(index, comp) for comp in det.components]
+    plans = _checkpoint_plans(index, det)
     source = _Source(index)
     bundle = ModelBundle(index.path, det, {k: v for k, v in index.metadata.items() if isinstance(v, str)})
     used: set[str] = set()
@@ -283,21 +288,36 @@ def _getter(source: _Source, key: str) -> Callable[[], torch.Tensor]:
     return lambda: source.get(key)
 
 
-def _load_single(path: str | os.PathLike[str], role: Role, options: LoadOptions | None) -> LoadedComponent:
-    opts = options or LoadOptions()
-    index, det = inspect_for_loading(path, opts)
-    name = index.path.name
+def _single_plan(index: TensorIndex, det: Detection, role: Role) -> tuple[Component, ComponentPlan]:
+    """Every refusal of loading ``index``'s ``role`` part, before any data is read; its plan."""
     comps = [c for c in det.components if c.role == role]
     if det.kind == "checkpoint" and comps:
         comp = comps[0]  # a checkpoint holds this part too: load just it
     elif det.kind == role and comps:
         comp = comps[0]
     else:
-        raise _wrong_kind(name, det, role)
+        raise _wrong_kind(index.path.name, det, role)
     _refuse_unloadable_format(index)
     # Plan before mapping the file: a family that cannot load is refused without touching data.
-    plan = _plan(index, comp)
+    return comp, _plan(index, comp)
+
+
+def _load_single(path: str | os.PathLike[str], role: Role, options: LoadOptions | None) -> LoadedComponent:
+    opts = options or LoadOptions()
+    index, det = inspect_for_loading(path, opts)
+    comp, plan = _single_plan(index, det, role)
     return _load_component(_Source(index), index, comp, plan, opts)
+
+
+def check_loadable(path: str | os.PathLike[str], as_checkpoint: bool) -> None:
+    """Raise what loading ``path`` (as a checkpoint, or as a lone diffusion model) would refuse,
+    reading headers only: the wrong kind of file, a quantization that cannot be read, unknown or
+    mismatched parts."""
+    index, det = inspect_for_loading(path)
+    if as_checkpoint:
+        _checkpoint_plans(index, det)
+    else:
+        _single_plan(index, det, "diffusion_model")
 
 
 def load_diffusion_model(path: str | os.PathLike[str], options: LoadOptions | None = None) -> LoadedComponent:

@@ -96,6 +96,56 @@ def _factors(
     return factors
 
 
+def refuse_other_family(path: Path, analysis: LoraAnalysis, model_family: str | None, force: bool) -> None:
+    """Raise unless the adapter was made for ``model_family`` (or ``force``)."""
+    if model_family and not compatible(analysis.base_family, model_family) and not force:
+        lora_for, model_is = _title(analysis.base_family), _title(model_family)
+        raise ModelMismatchError(
+            f"{path.name}: this LoRA targets {lora_for}; the loaded model is {model_is}",
+            why=analysis.base_evidence or "its shapes were made for another model",
+            fix="Pick a LoRA made for this model, or apply what fits anyway (forced)",
+            code="lora_family_mismatch",
+        )
+
+
+def read_patches(
+    path: Path, fmt: str, analysis: LoraAnalysis, report: MatchReport, skipped: list[str]
+) -> dict[str, dict[str, list[KeyPatch]]]:
+    """The patches of ``report``'s matched modules, per component and weight key; reads only their
+    factors. Refuses the file when a factor is not finite; a module that cannot be applied is
+    named in ``skipped`` ("module: why")."""
+    if fmt == "safetensors":
+        get: Callable[[str], torch.Tensor] = SafetensorsFile(path).tensor
+    elif fmt == "pickle":
+        get = load_pickle_state_dict(path).__getitem__
+    else:
+        raise FileFormatError(f"{path.name}: {fmt} adapters cannot be applied", code="unsupported_format")
+    modules = {m.name: m for m in analysis.modules}
+    out: dict[str, dict[str, list[KeyPatch]]] = {}
+    for name, target in report.matched.items():
+        module = modules[name]
+        try:
+            adapters = module_adapters(_factors(module, get, target), module=name)
+        except NonFiniteAdapterError as exc:
+            raise NonFiniteAdapterError(
+                f"{path.name} was refused: {exc.what}",
+                why="a LoRA with NaN or infinite values would destroy the model's weights",
+                fix="Get the file again, or use another version of it",
+                code="nonfinite_adapter",
+            ) from None
+        except (AdapterFormatError, ModelMismatchError, LoadoutError) as exc:
+            skipped.append(f"{name}: {exc.message}")
+            continue
+        per_key = out.setdefault(target.component, {})
+        if adapters.weight is not None:
+            per_key.setdefault(target.key, []).append(KeyPatch(adapters.weight, target.offset))
+        if adapters.bias is not None and target.key.endswith(".weight"):
+            bias_key = target.key[: -len("weight")] + "bias"
+            offset = (0, target.offset[1], target.offset[2]) if target.offset else None
+            per_key.setdefault(bias_key, []).append(KeyPatch(adapters.bias, offset))
+    return out
+
+
 class LoraStack:
     """LoRAs on the components of one loaded model, each with model and text-encoder strengths."""
 
@@ -137,14 +187,7 @@ class LoraStack:
                 fix="Run `loadout inspect` on it to see what it is",
                 code="wrong_kind",
             )
-        if self.model_family and not compatible(analysis.base_family, self.model_family) and not force:
-            lora_for, model_is = _title(analysis.base_family), _title(self.model_family)
-            raise ModelMismatchError(
-                f"{p.name}: this LoRA targets {lora_for}; the loaded model is {model_is}",
-                why=analysis.base_evidence or "its shapes were made for another model",
-                fix="Pick a LoRA made for this model, or apply what fits anyway (forced)",
-                code="lora_family_mismatch",
-            )
+        refuse_other_family(p, analysis, self.model_family, force)
         report = match_lora(analysis, self._indexes)
         ident = entry_id or self._new_id(p.stem)
         entry = LoraEntry(
@@ -155,7 +198,7 @@ class LoraStack:
             float(model_strength),
             float(model_strength if clip_strength is None else clip_strength),
         )
-        patches = self._read_patches(p, index.format, analysis, report, entry)
+        patches = read_patches(p, index.format, analysis, report, entry.skipped)
         for name, per_key in patches.items():
             strength = entry.model_strength if name == "diffusion_model" else entry.clip_strength
             entry.keys[name] = self.patchers[name].add_patches(ident, per_key, strength)
@@ -167,40 +210,6 @@ class LoraStack:
         while ident in self.entries:
             ident, n = f"{stem} ({n})", n + 1
         return ident
-
-    def _read_patches(
-        self, path: Path, fmt: str, analysis: LoraAnalysis, report: MatchReport, entry: LoraEntry
-    ) -> dict[str, dict[str, list[KeyPatch]]]:
-        if fmt == "safetensors":
-            get: Callable[[str], torch.Tensor] = SafetensorsFile(path).tensor
-        elif fmt == "pickle":
-            get = load_pickle_state_dict(path).__getitem__
-        else:
-            raise FileFormatError(f"{path.name}: {fmt} adapters cannot be applied", code="unsupported_format")
-        modules = {m.name: m for m in analysis.modules}
-        out: dict[str, dict[str, list[KeyPatch]]] = {}
-        for name, target in report.matched.items():
-            module = modules[name]
-            try:
-                adapters = module_adapters(_factors(module, get, target), module=name)
-            except NonFiniteAdapterError as exc:
-                raise NonFiniteAdapterError(
-                    f"{path.name} was refused: {exc.what}",
-                    why="a LoRA with NaN or infinite values would destroy the model's weights",
-                    fix="Get the file again, or use another version of it",
-                    code="nonfinite_adapter",
-                ) from None
-            except (AdapterFormatError, ModelMismatchError, LoadoutError) as exc:
-                entry.skipped.append(f"{name}: {exc.message}")
-                continue
-            per_key = out.setdefault(target.component, {})
-            if adapters.weight is not None:
-                per_key.setdefault(target.key, []).append(KeyPatch(adapters.weight, target.offset))
-            if adapters.bias is not None and target.key.endswith(".weight"):
-                bias_key = target.key[: -len("weight")] + "bias"
-                offset = (0, target.offset[1], target.offset[2]) if target.offset else None
-                per_key.setdefault(bias_key, []).append(KeyPatch(adapters.bias, offset))
-        return out
 
     # -- changing ----------------------------------------------------------------------------------
     def set_strength(self, entry_id: str, model: float | None = None, clip: float | None = None) -> None:

@@ -1,8 +1,10 @@
 """``loadout merge``: bake a stack of LoRAs into a copy of a model.
 
-The dry run reads headers only and reports, per LoRA, how its modules map onto the base. The
-real merge loads the base memory-mapped, applies the stack, and writes a copy in the base's key
-layout (atomic; inputs are never modified), recording what was merged in the metadata.
+The dry run reports, per LoRA, how its modules map onto the base, and whatever the merge would
+refuse (the base's kind or parts, a LoRA for another family, non-finite factors), from the base's
+header and the LoRAs' factors: the base's weights are not read. The real merge loads the base
+memory-mapped, applies the stack, and writes a copy in the base's key layout (atomic; inputs are
+never modified), recording what was merged in the metadata.
 """
 
 from __future__ import annotations
@@ -18,10 +20,12 @@ import torch
 
 from core.errors import LoadoutError
 from core.files.destination import check_output_file
+from core.files.model_file import read_tensor_index
 from core.files.writer import refuse_same_file
 from core.loading.loader import (
     LoadOptions,
     ModelBundle,
+    check_loadable,
     inspect_for_loading,
     load_checkpoint,
     load_diffusion_model,
@@ -29,7 +33,7 @@ from core.loading.loader import (
 from core.loading.save import save_checkpoint
 from core.patching.keymap import match_lora_headers
 from core.patching.keymap_headers import lora_analysis
-from core.patching.lora_stack import LoraStack
+from core.patching.lora_stack import LoraStack, read_patches, refuse_other_family
 from core.values import LORA_STRENGTH
 
 
@@ -45,28 +49,74 @@ class LoraArg:
             LORA_STRENGTH.check(self.clip)
 
 
-def dry_run(base: str | os.PathLike[str], loras: Sequence[LoraArg]) -> dict[str, Any]:
-    """The match report of DESIGN.md, from headers only."""
+def _lora_entry(arg: LoraArg, base_path: Path, force: bool) -> tuple[dict[str, Any], str | None]:
+    """One LoRA's line of the report, and the base's family."""
+    report, family, lora_family = match_lora_headers(arg.path, base_path)
+    analysis = lora_analysis(arg.path)
+    skipped: list[str] = []
+    lora_refused = None
+    try:  # what the merge refuses: a LoRA for another family, non-finite factors, an unreadable format
+        refuse_other_family(arg.path, analysis, family, force)
+        read_patches(arg.path, read_tensor_index(arg.path).format, analysis, report, skipped)
+    except LoadoutError as exc:
+        lora_refused = exc.to_json()
+    entry = {
+        "path": str(arg.path),
+        "format": analysis.summary.format,
+        "base_family": lora_family,
+        "modules": analysis.summary.modules,
+        "matched": len(report.matched),
+        "unmatched": list(report.unmatched),
+        "shape_mismatches": list(report.shape_mismatches),
+        "skipped": skipped,
+        "refused": lora_refused,
+    }
+    return entry, family
+
+
+def dry_run(
+    base: str | os.PathLike[str],
+    loras: Sequence[LoraArg],
+    *,
+    force: bool = False,
+    out: str | os.PathLike[str] | None = None,
+) -> dict[str, Any]:
+    """The match report of DESIGN.md, and what the merge would refuse, writing nothing: the base's
+    header (planned as the merge loads it) and the LoRAs' matched factors are read, not the base's
+    weights. ``refused`` (a code and a message, or None) on the base, on each LoRA and, when ``out``
+    is given, on the output."""
     base_path = Path(base)
+    report: dict[str, Any] = {}
+    if out is not None:
+        report["output"] = {"path": str(out), "refused": None}
+        try:
+            check_output_file(out)
+            refuse_same_file(Path(out), base_path, *(a.path for a in loras))
+        except LoadoutError as exc:
+            report["output"]["refused"] = exc.to_json()
     family: str | None = None
     out_loras = []
     for arg in loras:
-        report, family, lora_family = match_lora_headers(arg.path, base_path)
-        analysis = lora_analysis(arg.path)
-        out_loras.append(
-            {
-                "path": str(arg.path),
-                "format": analysis.summary.format,
-                "base_family": lora_family,
-                "modules": analysis.summary.modules,
-                "matched": len(report.matched),
-                "unmatched": list(report.unmatched),
-                "shape_mismatches": list(report.shape_mismatches),
-            }
-        )
+        entry, family = _lora_entry(arg, base_path, force)
+        out_loras.append(entry)
+    det = inspect_for_loading(base_path)[1]
     if family is None:
-        family = inspect_for_loading(base_path)[1].family
-    return {"base": {"path": str(base_path), "family": family}, "loras": out_loras}
+        family = det.family
+    base_refused = None
+    try:
+        check_loadable(base_path, as_checkpoint=det.kind != "diffusion_model")
+    except LoadoutError as exc:
+        base_refused = exc.to_json()
+    report["base"] = {"path": str(base_path), "family": family, "refused": base_refused}
+    report["loras"] = out_loras
+    return report
+
+
+def refused(report: dict[str, Any]) -> list[dict[str, str]]:
+    """The refusals in a :func:`dry_run` report: the output's, the base's, then the LoRAs'."""
+    output = report.get("output", {}).get("refused")
+    found = [output, report["base"]["refused"], *(lo["refused"] for lo in report["loras"])]
+    return [r for r in found if r is not None]
 
 
 def _load_base(path: Path) -> ModelBundle:

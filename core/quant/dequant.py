@@ -35,11 +35,14 @@ from core.quant.gguf_types import BY_NAME
 QK_K = 256
 
 
-def _shifts(count: int, step: int, device: torch.device, shape: tuple[int, ...]) -> Tensor:
-    """The bit shifts ``0, step, 2 * step, ...`` (``count`` of them) made on ``device`` itself: a
-    ``torch.tensor(list, device=...)`` would copy from the host and wait for the card on every
-    layer (``tests/core/test_no_hidden_syncs.py``)."""
-    return torch.arange(0, count * step, step, dtype=torch.uint8, device=device).reshape(shape)
+def _shifts(count: int, step: int, like: Tensor, shape: tuple[int, ...]) -> Tensor:
+    """The bit shifts ``0, step, 2 * step, ...`` (``count`` of them) made on ``like``'s device
+    itself: a ``torch.tensor(list, device=...)`` would copy from the host and wait for the card on
+    every layer (``tests/core/test_no_hidden_syncs.py``). Allocated from the stored bytes, like
+    every buffer of a decode: what a layer makes from its weight is weight-made, never counted as
+    activations (``core.memory.tracking``)."""
+    out = like.new_empty(count, dtype=torch.uint8)
+    return torch.arange(0, count * step, step, out=out).reshape(shape)
 
 
 def _f16(blocks: Tensor, start: int) -> Tensor:
@@ -50,14 +53,14 @@ def _f16(blocks: Tensor, start: int) -> Tensor:
 def _nibbles(qs: Tensor, groups: int, width: int) -> Tensor:
     """Split ``(n, groups * width)`` bytes into ``(n, groups, 2, width)`` low/high nibbles."""
     n = qs.shape[0]
-    out = qs.reshape(n, groups, 1, width) >> _shifts(2, 4, qs.device, (1, 1, 2, 1))
+    out = qs.reshape(n, groups, 1, width) >> _shifts(2, 4, qs, (1, 1, 2, 1))
     return out & 0x0F
 
 
 def _bits(bytes_: Tensor, groups: int, width: int, count: int, step: int, mask: int) -> Tensor:
     """``(n, groups * width)`` bytes -> ``(n, groups, count, width)`` fields of ``step`` bits."""
     n = bytes_.shape[0]
-    shifts = _shifts(count, step, bytes_.device, (1, 1, count, 1))
+    shifts = _shifts(count, step, bytes_, (1, 1, count, 1))
     return (bytes_.reshape(n, groups, 1, width) >> shifts) & mask
 
 
@@ -123,8 +126,8 @@ def q3_k(blocks: Tensor) -> Tensor:
     qs = blocks[:, 32:96]
     packed = blocks[:, 96:108]
     d = _f16(blocks, 108)
-    low = (packed[:, :8].reshape(n, 1, 8) >> _shifts(2, 4, blocks.device, (1, 2, 1))).reshape(n, 16)
-    high = (packed[:, 8:].reshape(n, 1, 4) >> _shifts(4, 2, blocks.device, (1, 4, 1))).reshape(n, 16)
+    low = (packed[:, :8].reshape(n, 1, 8) >> _shifts(2, 4, blocks, (1, 2, 1))).reshape(n, 16)
+    high = (packed[:, 8:].reshape(n, 1, 4) >> _shifts(4, 2, blocks, (1, 4, 1))).reshape(n, 16)
     sc = (low & 0x0F) | ((high & 0x03) << 4)
     sc_f = (sc.to(torch.int8) - 32).to(torch.float32)
     dl = (d * sc_f).reshape(n, 16, 1)
@@ -234,7 +237,9 @@ def dequantize(
     # the float32 values and the formulas' temporaries (8-12 bytes an element for the K types)
     # exist for one chunk at a time, not the whole weight. Every element is computed by the same
     # operations as in one piece (no reduction crosses a block): the same bits.
-    out = torch.empty(blocks.shape[0] * spec.block, dtype=dtype, device=blocks.device)
+    # the output is allocated from the stored bytes (a weight-made buffer, like the fp32 path's
+    # values): the decoded weight is part of the layer's bytes in flight, not an activation
+    out = blocks.new_empty(blocks.shape[0] * spec.block, dtype=dtype)
     for first in range(0, blocks.shape[0], per_chunk):
         part = blocks[first : first + per_chunk]
         out[first * spec.block : (first + part.shape[0]) * spec.block].copy_(fn(part).reshape(-1))

@@ -134,3 +134,38 @@ def test_a_use_is_kept_in_the_cache_and_shown_after_a_rescan(tmp_path: Path) -> 
         index = LibraryIndex([ModelRoot(folder, None, "folder")], cache)
         list(index.scan())
         assert index.entries()[0].last_used == changed.last_used
+
+
+def _scan_hashes(folder: Path, db: Path) -> list[Entry]:
+    with InspectCache(db) as cache:
+        lib = Library(cache)
+        list(lib.scan([str(folder)], lambda p: None, lambda: None))
+        for job in lib.hash_jobs():
+            lib.hashed(job.path, lib.hashes.digest(job.path))
+        assert lib.index is not None
+        return lib.index.entries()
+
+
+@pytest.mark.parametrize("bogus", ["copied", "garbage"])
+def test_a_bogus_hash_row_in_the_cache_makes_no_duplicates(tmp_path: Path, bogus: str) -> None:
+    """Issue 35: a damaged or edited row of the cache's hash table (another file's hash, a value
+    that is no SHA-256) must not show two different files as copies of each other."""
+    import sqlite3
+
+    folder = tmp_path / "loras"
+    folder.mkdir()
+    a, b = folder / "a.safetensors", folder / "b.safetensors"
+    a.write_bytes(os.urandom(3000))
+    b.write_bytes(os.urandom(2000))
+    db = tmp_path / "c.sqlite"
+    first = {e.path.name: e.sha256 for e in _scan_hashes(folder, db)}
+    assert first == {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in (a, b)}
+    with sqlite3.connect(db) as conn:  # b's row now holds a's hash, or a damaged value for both
+        if bogus == "copied":
+            conn.execute("UPDATE hashes SET sha256 = ? WHERE path = ?", (first["a.safetensors"], str(b)))
+        else:
+            conn.execute("UPDATE hashes SET sha256 = 'x', addnet = 'x'")
+    entries = _scan_hashes(folder, db)
+    assert find_duplicates(entries) == {} and wasted_bytes({}, entries) == 0
+    if bogus == "garbage":  # the damaged rows were dropped and the files read again
+        assert {e.path.name: e.sha256 for e in entries} == first

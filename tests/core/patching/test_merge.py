@@ -43,7 +43,7 @@ def test_dry_run_on_full_size_sdxl_matches_diffusers_peft_lora_completely(tmp_pa
     res = _cli("merge", str(base), "--lora", f"{lora}:0.8", "--dry-run", "--json")
     assert res.returncode == 0, res.stderr
     report = json.loads(res.stdout)
-    assert report["base"] == {"path": str(base), "family": "sdxl"}
+    assert report["base"] == {"path": str(base), "family": "sdxl", "refused": None}
     (entry,) = report["loras"]
     assert set(entry) == {
         "path",
@@ -53,9 +53,12 @@ def test_dry_run_on_full_size_sdxl_matches_diffusers_peft_lora_completely(tmp_pa
         "matched",
         "unmatched",
         "shape_mismatches",
+        "skipped",
+        "refused",
     }
     assert entry["base_family"] == "sdxl" and entry["matched"] == entry["modules"] == len(layers)
     assert entry["unmatched"] == [] and entry["shape_mismatches"] == []
+    assert entry["skipped"] == [] and entry["refused"] is None
     assert [(p.stat().st_size, p.stat().st_mtime_ns) for p in (base, lora)] == stamp
     assert sorted(p.name for p in tmp_path.iterdir()) == ["sdxl.safetensors", "xl_peft.safetensors"]
 
