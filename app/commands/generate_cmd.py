@@ -46,7 +46,7 @@ from core.queue.command import GridReport, cluster_pool, run_grid
 from core.queue.grid import AXES, parse_axis
 from core.queue.store import Totals
 from core.sampling import SAMPLERS, SCHEDULERS
-from core.values import BATCH, CFG, DENOISE, GUIDANCE, REFINER_SWITCH, SEED, STEPS
+from core.values import BATCH, CFG, CLIP_SKIP, DENOISE, GUIDANCE, REFINER_SWITCH, SEED, STEPS
 
 
 def register(sub: Any) -> None:
@@ -75,6 +75,15 @@ def _add_models(p: argparse.ArgumentParser) -> None:
     p.add_argument("--prompt", required=True)
     p.add_argument("--negative", default="")
     p.add_argument("--lora", action="append", default=[], metavar="FILE[:MODEL[:CLIP]]")
+    p.add_argument(
+        "--embeddings", action="append", default=[], metavar="DIR",
+        help="a folder of textual-inversion embeddings (repeatable; searched before the models' "
+        "install's embeddings folder): use them as embedding:NAME or by bare name",
+    )  # fmt: skip
+    p.add_argument(
+        "--clip-skip", type=int_type(CLIP_SKIP), default=None, metavar="N",
+        help="A1111's clip skip: 1 the last CLIP layer, 2 the penultimate (default: the model's own)",
+    )  # fmt: skip
 
 
 def _add_sampling(p: argparse.ArgumentParser) -> None:
@@ -176,6 +185,7 @@ def _request(args: argparse.Namespace) -> GenerateRequest:
         controlnets=tuple(parse_controlnet(t) for t in args.controlnet),
         mask_image=Path(args.mask) if args.mask else None,
         refiner=RefinerUse(Path(args.refiner), args.refiner_switch) if args.refiner else None,
+        clip_skip=args.clip_skip,
     )
     return GenerateRequest(
         models=models,
@@ -190,6 +200,7 @@ def _request(args: argparse.Namespace) -> GenerateRequest:
         sweep=parse_strengths(args.sweep) if args.sweep else (),
         strict=args.strict,
         force=args.force,
+        embeddings=tuple(Path(p) for p in args.embeddings),
     )
 
 

@@ -11,7 +11,7 @@ from core.errors import LoadoutError
 from core.generate.hires_settings import HiresFix
 from core.generate.workflow_request import ControlNetUse, RefinerUse
 from core.patching.merge import LoraArg
-from core.values import BATCH, CFG, DENOISE, GUIDANCE, SEED, STEPS, NumberRange, check_size
+from core.values import BATCH, CFG, CLIP_SKIP, DENOISE, GUIDANCE, SEED, STEPS, NumberRange, check_size
 
 #: The largest seed ComfyUI's seed widget allows (0xffffffffffffffff).
 MAX_SEED = int(SEED.hi)
@@ -80,6 +80,9 @@ class ImageSettings:
     controlnets: tuple[ControlNetUse, ...] = ()  # applied in order (core/generate/controlnet.py)
     mask_image: Path | None = None  # inpainting: white = repaint (with init_image)
     refiner: RefinerUse | None = None  # the SDXL refiner hand-off (core/generate/refiner.py)
+    #: A1111's clip skip (1 last layer, 2 penultimate: ComfyUI's CLIPSetLastLayer -N on every CLIP
+    #: tower); None: the family's own layer (SD1 last, SD2/SDXL penultimate)
+    clip_skip: int | None = None
 
     def __post_init__(self) -> None:
         problems = self.sampling.problems()
@@ -89,6 +92,8 @@ class ImageSettings:
             problems.append(exc.what)
         if (why := BATCH.problem(self.batch)) is not None:
             problems.append(f"{why}: {BATCH.name} must be {BATCH.describe()}")
+        if self.clip_skip is not None and (why := CLIP_SKIP.problem(self.clip_skip)) is not None:
+            problems.append(f"{why}: {CLIP_SKIP.name} must be {CLIP_SKIP.describe()}")
         if self.init_image is None and self.sampling.denoise < 1.0:
             problems.append("denoise below 1 needs a starting image")
         if self.hires is not None:
@@ -141,3 +146,6 @@ class GenerateRequest:
     strict: bool = False
     #: apply a LoRA made for another model family anyway (what fits of it)
     force: bool = False
+    #: folders searched first for the prompts' textual-inversion embeddings (then the installs'
+    #: embeddings folders beside the model files)
+    embeddings: tuple[Path, ...] = ()

@@ -42,6 +42,7 @@ from core.session.slots import SlotId
 from core.session.words import kind_word
 from core.text.cache import ConditioningCache
 from core.text.clip_tokenizer import ClipTokenizer
+from core.text.embeddings import NO_EMBEDDINGS, EmbeddingFolders
 from core.text.t5_tokenizer import T5Tokenizer
 from core.upscale.model import UpscaleModel
 
@@ -93,6 +94,8 @@ class GenerateState:
     clip_tokenizer: ClipTokenizer | None = None
     upscalers: dict[Path, UpscaleModel] = field(default_factory=dict)  # the hires fix's upscale models
     workflows: WorkflowState = field(default_factory=WorkflowState)  # loaded ControlNets...
+    #: where prompts find ``embedding:NAME`` and bare embedding names (the library's folders)
+    embeddings: EmbeddingFolders = NO_EMBEDDINGS
 
 
 @dataclass
@@ -283,7 +286,7 @@ def _pipeline(session: Session, parts: _Parts, state: GenerateState, dtype: torc
         state.clip_tokenizer = ClipTokenizer()
     return Pipeline(
         parts.nets, compute, clip_tokenizer=state.clip_tokenizer, t5_tokenizer=state.t5_tokenizer,
-        cache=state.conditioning,
+        cache=state.conditioning, embeddings=state.embeddings,
     )  # fmt: skip
 
 
@@ -327,7 +330,9 @@ def generate(
     made = Made(
         cfg=pipeline.cfg(settings), model_path=parts.model_path, img2img=init is not None, guidance=guidance,
         loras=tuple((e.path, e.model_strength, e.clip_strength) for e in entries if e.enabled),
+        embeddings=tuple((name, Path(path)) for name, path in pipeline.used_embeddings.items()),
     )  # fmt: skip
+    notes = (*notes, *pipeline.text_notes)
     size = (pixels.shape[3], pixels.shape[2])
     if settings.hires is not None:  # A1111's Size is the first pass's (before the hires fix)
         size = (settings.width, settings.height) if init is None else _cropped(init)

@@ -97,7 +97,9 @@ class Worker:
             family = load_models(self.session, request.models, check)
             loads = len(request.models.paths)
             self._models = request.models
-            self._generator = generator_for(self.session, request.models, family)
+            self._generator = generator_for(
+                self.session, request.models, family, embeddings=request.embeddings
+            )
             self._generator.state.hashes = self.index.hashes
         wanted = tuple((a.path, a.model, a.clip) for a in request.loras)
         if wanted != self._loras:
