@@ -169,6 +169,8 @@ class GeneratePanel(QWidget):
         self.guidance_label = form.labelForField(self.guidance)
         form.addRow("Sampler", self.sampler)
         form.addRow("Scheduler", self.scheduler)
+        self.clip_skip = generate_fields.clip_skip_box()
+        form.addRow("Clip skip", self.clip_skip)
         self.sizes = SizeControls()  # the family's presets; width × height below
         self.size, self.width_, self.height_ = self.sizes.presets, self.sizes.width_, self.sizes.height_
         form.addRow("Size", self.sizes)
@@ -237,6 +239,7 @@ class GeneratePanel(QWidget):
                 height=self.height_.value() // 8 * 8,
                 batch=self.batch.value(),
                 hires=self.hires.hires(),
+                clip_skip=generate_fields.clip_skip(self),
             )
         )
 
