@@ -35,6 +35,7 @@ from app.commands.hires_args import add_hires_arguments, hires_from_arguments
 from app.commands.stopping import guarded_inputs, report_stop, stop_signals
 from app.demo import with_demo_note
 from app.terminal import for_terminal
+from core.detect.prediction import PREDICTIONS
 from core.errors import InterruptedByUser, LoadoutError
 from core.generate.command import generate_files
 from core.generate.events import GenerateProgress
@@ -79,6 +80,11 @@ def _add_models(p: argparse.ArgumentParser) -> None:
         "--embeddings", action="append", default=[], metavar="DIR",
         help="a folder of textual-inversion embeddings (repeatable; searched before the models' "
         "install's embeddings folder): use them as embedding:NAME or by bare name",
+    )  # fmt: skip
+    p.add_argument(
+        "--prediction", choices=list(PREDICTIONS), default=None,
+        help="what an SD1/SD2/SDXL model predicts when its file does not say: eps, v (v-prediction), "
+        "v-ztsnr (v-prediction with zero terminal SNR)",
     )  # fmt: skip
     p.add_argument(
         "--clip-skip", type=int_type(CLIP_SKIP), default=None, metavar="N",
@@ -201,6 +207,7 @@ def _request(args: argparse.Namespace) -> GenerateRequest:
         strict=args.strict,
         force=args.force,
         embeddings=tuple(Path(p) for p in args.embeddings),
+        prediction=args.prediction,
     )
 
 

@@ -134,6 +134,7 @@ def generate_files(
     if request.strict:
         refuse_partial(matches)
     generator = generator_for(session, request.models, family, t5_search, request.embeddings)
+    generator.state.prediction = request.prediction
     init = read_picture(request.image.init_image) if request.image.init_image is not None else None
     output = Output(request.output, request.output_is_folder)
     check = placement.manager.check

@@ -136,7 +136,7 @@ class Generator:
         for slot, loaded in list(session.loaded.items()):
             if loaded.path.resolve() in changed:
                 names.append(loaded.path)
-                self.state.variants.pop(loaded.path, None)
+                self.state.predictions.pop(loaded.path, None)
                 session.unload(slot, reason)
         stack = session.loras.stack
         for lora_id, entry in list(stack.entries.items()) if stack is not None else []:

@@ -71,6 +71,7 @@ class Networks:
     text: TextEncoders
     vae: nn.Module  # a module of the family's latent codec (an AutoencoderKL for the KL-VAE)
     v_prediction: bool = False
+    zero_terminal_snr: bool = False  # the ztsnr noise table (with v-prediction)
 
 
 @dataclass(frozen=True)
@@ -175,7 +176,9 @@ class Pipeline:
         self.text_family: str = spec.text
         self.text_convention = TEXTS[spec.text]
         self.adapter = NetworkAdapter(nets.diffusion, convention=spec.network)
-        self.sampling = from_spec(spec.sampling, nets.family, v_prediction=nets.v_prediction)
+        self.sampling = from_spec(
+            spec.sampling, nets.family, v_prediction=nets.v_prediction, zsnr=nets.zero_terminal_snr
+        )
         self.latent_format = latent_format_for(nets.family)
         self.cache = cache if cache is not None else ConditioningCache()
         self._encoders: dict[int | None, PromptEncoder] = {}

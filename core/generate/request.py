@@ -7,6 +7,7 @@ from pathlib import Path
 
 import torch
 
+from core.detect.prediction import PREDICTIONS
 from core.errors import LoadoutError
 from core.generate.hires_settings import HiresFix
 from core.generate.workflow_request import ControlNetUse, RefinerUse
@@ -149,3 +150,13 @@ class GenerateRequest:
     #: folders searched first for the prompts' textual-inversion embeddings (then the installs'
     #: embeddings folders beside the model files)
     embeddings: tuple[Path, ...] = ()
+    #: what the model predicts ("eps", "v", "v-ztsnr"), over what its file says (None: the file's)
+    prediction: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.prediction is not None and self.prediction not in PREDICTIONS:
+            raise LoadoutError(
+                f"{self.prediction!r} is not a prediction type",
+                fix=f"Give one of {', '.join(PREDICTIONS)}",
+                code="bad_argument",
+            )

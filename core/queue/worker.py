@@ -101,6 +101,7 @@ class Worker:
                 self.session, request.models, family, embeddings=request.embeddings
             )
             self._generator.state.hashes = self.index.hashes
+        self._generator.state.prediction = request.prediction
         wanted = tuple((a.path, a.model, a.clip) for a in request.loras)
         if wanted != self._loras:
             stack = self.session.loras.stack
