@@ -51,6 +51,10 @@ class Generator:
         index = self.session.library.index
         origins = [r.origin for r in index.roots] if index is not None else []
         folders = [r.path for r in index.roots if r.kind_hint == "embeddings"] if index is not None else []
+        # and the folders where the scan found embedding files (a plain folder the user added)
+        folders += (
+            [e.path.parent for e in index.entries() if e.kind == "embedding"] if index is not None else []
+        )
         embeddings = EmbeddingFolders.of([*folders, *self.embedding_folders])
         if embeddings.folders != self.state.embeddings.folders:  # kept (with the files read) otherwise
             self.state.embeddings = embeddings

@@ -117,6 +117,13 @@ def read_embedding(path: Path) -> TextualInversion:
     return TextualInversion(path.stem, path, MappingProxyType(kept), found.family if found else None)
 
 
+def _mtime(folder: Path) -> int:
+    try:
+        return folder.stat().st_mtime_ns
+    except OSError:
+        return 0
+
+
 def _inside(folder: Path, candidate: Path) -> bool:
     try:
         return os.path.commonpath((folder, candidate)) == str(folder)
@@ -133,6 +140,7 @@ class EmbeddingFolders:
         self._read: dict[Path, tuple[tuple[int, int], TextualInversion]] = {}
         self._names: dict[str, Path] | None = None
         self._pattern: re.Pattern[str] | None = None
+        self._stamp: tuple[tuple[str, int], ...] = ()
         self._lock = threading.Lock()
 
     def __repr__(self) -> str:
@@ -144,9 +152,15 @@ class EmbeddingFolders:
         return cls(tuple(dict.fromkeys(f for f in found if f.is_dir())))
 
     @property
-    def key(self) -> tuple[str, ...]:
-        """What identifies these folders in a conditioning cache key."""
-        return tuple(str(f) for f in self.folders)
+    def key(self) -> tuple[tuple[str, int], ...]:
+        """What identifies these folders and their listing in a conditioning cache key: each folder
+        with its modification time, so an embedding added or removed since is seen (the names
+        are listed again) and prompts encoded before are encoded again."""
+        stamp = tuple((str(f), _mtime(f)) for f in self.folders)
+        with self._lock:
+            if stamp != self._stamp:
+                self._stamp, self._names, self._pattern = stamp, None, None
+        return stamp
 
     def find(self, name: str) -> Path | None:
         """The file ``name`` means, by ComfyUI's rule (see the module notes)."""

@@ -6,6 +6,7 @@ bare names; the width check; files read without running code."""
 from __future__ import annotations
 
 import json
+import os
 import pickle
 from pathlib import Path
 from typing import Any, ClassVar
@@ -213,3 +214,14 @@ def test_names_stay_inside_the_folder(tmp_path: Path) -> None:
     assert folders.find("../outside") is None
     assert folders.find("sub/inner") == tmp_path / "emb" / "sub" / "inner.pt"
     assert folders.path_for_bare("INNER") == tmp_path / "emb" / "sub" / "inner.pt"
+
+
+def test_a_file_added_later_is_seen_once_the_key_is_taken(tmp_path: Path) -> None:
+    """The pipeline takes ``key`` for every prompt's cache key: a folder changed since lists again."""
+    folders = EmbeddingFolders.of([tmp_path])
+    before = folders.key
+    assert folders.path_for_bare("later") is None
+    write_a1111_pt(tmp_path / "later.pt", torch.ones(1, 32))
+    os.utime(tmp_path, ns=(1, 1))  # a coarse-clock filesystem may keep the folder's time
+    assert folders.key != before
+    assert folders.path_for_bare("later") == tmp_path / "later.pt"
