@@ -236,7 +236,8 @@ class TowerEmbeddings:
         return FoundVectors(name, path, embedding.vectors_for(self.key))
 
     def bare_pattern(self) -> re.Pattern[str] | None:
-        return self.folders.bare_pattern()
+        """Bare names, for a tower that takes embeddings (a T5 prompt keeps such a word as text)."""
+        return self.folders.bare_pattern() if self.width is not None else None
 
 
 def width_note(name: str, made_width: int, tower: str, width: int | None) -> str:

@@ -225,3 +225,18 @@ def test_a_file_added_later_is_seen_once_the_key_is_taken(tmp_path: Path) -> Non
     os.utime(tmp_path, ns=(1, 1))  # a coarse-clock filesystem may keep the folder's time
     assert folders.key != before
     assert folders.path_for_bare("later") == tmp_path / "later.pt"
+
+
+def test_a_t5_prompt_keeps_a_bare_name_as_text_and_leaves_embedding_names_out(
+    tmp_path: Path, tok: ClipTokenizer
+) -> None:
+    """T5 takes no vectors: ``embedding:NAME`` is left out (the sequence padded at its end, as
+    ComfyUI's T5 tokenizer does) with a note; a bare word stays the word."""
+    write_a1111_pt(tmp_path / "EasyNeg.pt", torch.ones(2, 32))
+    t5 = TowerEmbeddings(EmbeddingFolders.of([tmp_path]), "t5xxl", None)
+    spec = ChunkSpec.t5(min_length=4)
+    bare = tokenize_weighted("cat easyneg", tok.encode, spec, embeddings=t5, tower="T5")
+    assert bare.ids() == tokenize_weighted("cat easyneg", tok.encode, spec).ids() and not bare.notes
+    named = tokenize_weighted("cat embedding:EasyNeg", tok.encode, spec, embeddings=t5, tower="T5")
+    assert named.ids() == [[*tok.encode("cat"), 1, 0, 0]]  # the 2 vectors' places padded at the end
+    assert named.notes == ("embedding 'EasyNeg' was left out of the T5 prompt (it takes no embeddings)",)
