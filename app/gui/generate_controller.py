@@ -91,7 +91,7 @@ class GenerateController(QObject):
 
     def _entries(self, entries: list[Entry]) -> None:
         """The library's ControlNets (listed or filled in) offered in the ControlNet rows; its
-        embeddings, LoRAs and trigger words offered as the prompts are typed."""
+        embeddings and LoRA trigger words offered as the prompts are typed."""
         self.panel.model.add_entries(entries)
         for e in entries:
             self.words[e.path] = e

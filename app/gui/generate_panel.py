@@ -135,7 +135,7 @@ class GeneratePanel(QWidget):
         self.prompt.setMaximumHeight(8 * lines)
         self.negative.setMinimumHeight(2 * lines + 12)
         self.negative.setMaximumHeight(4 * lines)
-        # the library's embeddings, LoRA tags and trigger words, offered as a word is typed
+        # the library's embeddings and LoRA trigger words, offered as a word is typed
         self.completers = (PromptCompleter(self.prompt), PromptCompleter(self.negative))
 
     def _build_sampling(self) -> None:

@@ -1,5 +1,6 @@
-"""Completion in the prompt fields: the library's embeddings (``embedding:NAME``), LoRA tags
-(``<lora:NAME:1>``) and the LoRAs' trigger words, offered as the word being typed matches them.
+"""Completion in the prompt fields: the library's embeddings (``embedding:NAME``) and the LoRAs'
+trigger words, offered as the word being typed matches them. LoRA tags (``<lora:NAME:1>``) are not
+offered: a tag in the prompt loads nothing in Loadout (the LoRA stack does), it would only be text.
 
 A view helper: the words come from the library entries the window already has
 (:func:`completion_words`); nothing is read here."""
@@ -22,7 +23,7 @@ MIN_PREFIX = 2
 
 
 def completion_words(entries: Iterable[Entry]) -> list[str]:
-    """``embedding:NAME`` per embedding, ``<lora:NAME:1>`` per LoRA and each LoRA's trigger words."""
+    """``embedding:NAME`` per embedding and each LoRA's trigger words."""
     words: dict[str, None] = {}
     for e in entries:
         if e.status != "ok":
@@ -30,7 +31,6 @@ def completion_words(entries: Iterable[Entry]) -> list[str]:
         if e.kind == "embedding":
             words[f"embedding:{e.path.stem}"] = None
         elif e.kind == "lora":
-            words[f"<lora:{e.path.stem}:1>"] = None
             words.update(dict.fromkeys(w for w in e.trigger_words if w.strip()))
     return sorted(words, key=str.lower)
 
