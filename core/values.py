@@ -135,6 +135,8 @@ PROMPT_WEIGHT = NumberRange(
 SIDE = NumberRange("a picture side", 64, 16384, integer=True)
 MAX_AREA = 4096 * 4096
 BATCH = NumberRange("the batch size", 1, 64, integer=True)
+#: A1111's "Clip skip" (1: the last layer, 2: the penultimate; ComfyUI's CLIPSetLastLayer -N)
+CLIP_SKIP = NumberRange("clip skip", 1, 24, integer=True, hint="1 is the last layer, 2 the penultimate")
 VRAM_LIMIT = NumberRange(
     "a VRAM limit", MiB, 1 << 42, integer=True, in_bytes=True,
     hint="Give the card size to simulate, like 4GiB, 512MiB or 4294967296; leave it out for no limit",

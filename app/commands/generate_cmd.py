@@ -36,6 +36,7 @@ from app.commands.stopping import guarded_inputs, report_stop, stop_signals
 from app.commands.words import cli_words
 from app.demo import with_demo_note
 from app.terminal import for_terminal
+from core.detect.prediction import PREDICTIONS
 from core.errors import InterruptedByUser, LoadoutError
 from core.generate.command import generate_files
 from core.generate.events import GenerateProgress
@@ -47,7 +48,7 @@ from core.queue.command import GridReport, cluster_pool, run_grid
 from core.queue.grid import AXES, parse_axis
 from core.queue.store import Totals
 from core.sampling import SAMPLERS, SCHEDULERS
-from core.values import BATCH, CFG, DENOISE, GUIDANCE, REFINER_SWITCH, SEED, STEPS
+from core.values import BATCH, CFG, CLIP_SKIP, DENOISE, GUIDANCE, REFINER_SWITCH, SEED, STEPS
 
 
 def register(sub: Any) -> None:
@@ -76,6 +77,20 @@ def _add_models(p: argparse.ArgumentParser) -> None:
     p.add_argument("--prompt", required=True)
     p.add_argument("--negative", default="")
     p.add_argument("--lora", action="append", default=[], metavar="FILE[:MODEL[:CLIP]]")
+    p.add_argument(
+        "--embeddings", action="append", default=[], metavar="DIR",
+        help="a folder of textual-inversion embeddings (repeatable; searched before the models' "
+        "install's embeddings folder): use them as embedding:NAME or by bare name",
+    )  # fmt: skip
+    p.add_argument(
+        "--prediction", choices=list(PREDICTIONS), default=None,
+        help="what an SD1/SD2/SDXL model predicts when its file does not say: eps, v (v-prediction), "
+        "v-ztsnr (v-prediction with zero terminal SNR)",
+    )  # fmt: skip
+    p.add_argument(
+        "--clip-skip", type=int_type(CLIP_SKIP), default=None, metavar="N",
+        help="A1111's clip skip: 1 the last CLIP layer, 2 the penultimate (default: the model's own)",
+    )  # fmt: skip
 
 
 def _add_sampling(p: argparse.ArgumentParser) -> None:
@@ -182,6 +197,7 @@ def _request(args: argparse.Namespace) -> GenerateRequest:
         controlnets=tuple(parse_controlnet(t) for t in args.controlnet),
         mask_image=Path(args.mask) if args.mask else None,
         refiner=RefinerUse(Path(args.refiner), args.refiner_switch) if args.refiner else None,
+        clip_skip=args.clip_skip,
     )
     return GenerateRequest(
         models=models,
@@ -197,6 +213,8 @@ def _request(args: argparse.Namespace) -> GenerateRequest:
         strict=args.strict,
         force=args.force,
         family_defaults=tuple(k for k, v in given.items() if v is None),
+        embeddings=tuple(Path(p) for p in args.embeddings),
+        prediction=args.prediction,
     )
 
 

@@ -43,14 +43,18 @@ def apply_parameters(self: GeneratePanel, p: GenerationParameters) -> None:
     if "Size" not in skip:
         self.width_.setValue(p.width)
         self.height_.setValue(p.height)
+    if "Clip skip" not in skip:
+        self.clip_skip.setValue(p.clip_skip or 0)
     self.hires.apply(p.hires)
     self.workflows.apply_parameters(p)
     loras = ", ".join(f"{lo.name} {lo.model_strength:g}" for lo in p.loras)
+    embeddings = ", ".join(e.name for e in p.embeddings)
     ignored = "; ".join(
         f"{key} cut ({why})" if key in ("Prompt", "Negative prompt") else f"{key} ignored ({why.rstrip('.')})"
         for key, why in skip.items()
     )
     self.status.setText(
         f"Settings read from a picture{f' (model {p.model})' if p.model else ''}"
-        f"{f'; it used LoRAs: {loras}' if loras else ''}.{f' {ignored}.' if ignored else ''}"
+        f"{f'; it used LoRAs: {loras}' if loras else ''}"
+        f"{f'; embeddings: {embeddings}' if embeddings else ''}.{f' {ignored}.' if ignored else ''}"
     )

@@ -14,6 +14,7 @@ from app.backend.backend import Backend
 from app.backend.messages import TaskError
 from app.demo import with_demo_note
 from app.gui.generate_panel import NO_MODEL, GeneratePanel
+from app.gui.prompt_completion import completion_words
 from core.detect.spec import NO_MODEL_DEFAULTS
 from core.errors import LoadoutError
 from core.generate.request import ImageSettings
@@ -66,6 +67,7 @@ class GenerateController(QObject):
         self.controlnet_files: dict[Path, bool] = {}  # the library's files: is it a ControlNet
         self.controlnet_family: dict[Path, str | None] = {}  # the family each ControlNet is for
         self._seen: set[Path] = set()  # listed by the running scan: the others are gone after it
+        self.words: dict[Path, Entry] = {}  # the library's entries the prompt completion offers from
         backend.entries_found.connect(self._entries)
         backend.started.connect(lambda task: self._seen.clear() if task == "scan" else None)
         backend.scan_done.connect(lambda _problems: self._scan_done())
@@ -88,9 +90,11 @@ class GenerateController(QObject):
             self.panel.restore_fields(fields)
 
     def _entries(self, entries: list[Entry]) -> None:
-        """The library's ControlNets (listed or filled in) offered in the ControlNet rows."""
+        """The library's ControlNets (listed or filled in) offered in the ControlNet rows; its
+        embeddings and LoRA trigger words offered as the prompts are typed."""
         self.panel.model.add_entries(entries)
         for e in entries:
+            self.words[e.path] = e
             self._seen.add(e.path)
             self.controlnet_files[e.path] = e.kind == "controlnet" and e.status == "ok"
             self.controlnet_family[e.path] = e.family
@@ -99,12 +103,15 @@ class GenerateController(QObject):
     def _scan_done(self) -> None:
         """Files a rescan no longer lists (moved, deleted, a folder removed) are no longer offered."""
         self.panel.model.keep_only(self._seen)
+        for path in set(self.words) - self._seen:
+            del self.words[path]
         for path in set(self.controlnet_files) - self._seen:
             del self.controlnet_files[path]
             self.controlnet_family.pop(path, None)
         self._offer()
 
     def _offer(self) -> None:
+        self.panel.set_completions(completion_words(self.words.values()))
         found = (p for p, yes in self.controlnet_files.items() if yes)
         now = tuple(sorted(found, key=lambda p: p.name.lower()))
         families = {p: self.controlnet_family.get(p) for p in now}

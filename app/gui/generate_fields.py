@@ -6,10 +6,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from PySide6.QtWidgets import QCheckBox, QHBoxLayout, QLineEdit, QToolButton
+from PySide6.QtWidgets import QCheckBox, QHBoxLayout, QLineEdit, QSpinBox, QToolButton
 
 from app.gui.theme import set_icon
 from core.generate.request import MAX_SEED
+from core.values import CLIP_SKIP
 
 if TYPE_CHECKING:
     from app.gui.generate_panel import GeneratePanel
@@ -22,6 +23,7 @@ def fields(panel: GeneratePanel) -> dict[str, object]:
         "steps": panel.steps.value(), "cfg": panel.cfg.value(), "guidance": panel.guidance.value(),
         "sampler": panel.sampler.currentData(), "scheduler": panel.scheduler.currentData(),
         "width": panel.width_.value(), "height": panel.height_.value(), "family": panel.family,
+        "clip_skip": panel.clip_skip.value(),
     }  # fmt: skip
 
 
@@ -41,7 +43,7 @@ def restore(panel: GeneratePanel, saved: dict[str, object]) -> dict[str, object]
 
 def apply_settings(panel: GeneratePanel, saved: dict[str, object]) -> None:
     for box, key in ((panel.batch, "batch"), (panel.steps, "steps"), (panel.width_, "width"),
-                     (panel.height_, "height")):  # fmt: skip
+                     (panel.height_, "height"), (panel.clip_skip, "clip_skip")):  # fmt: skip
         value = saved.get(key)
         if isinstance(value, int) and box.minimum() <= value <= box.maximum():
             box.setValue(value)
@@ -53,6 +55,22 @@ def apply_settings(panel: GeneratePanel, saved: dict[str, object]) -> None:
         i = combo.findData(saved.get(key))
         if i >= 0:
             combo.setCurrentIndex(i)
+
+
+def clip_skip_box() -> QSpinBox:
+    """A1111's clip skip; 0 shows "model's own" (the family's layer: SD1 last, SD2/SDXL penultimate)."""
+    box = QSpinBox(minimum=0, maximum=int(CLIP_SKIP.hi), value=0)
+    box.setSpecialValueText("model's own")
+    box.setToolTip(
+        "Clip skip as A1111 counts it: 1 the last CLIP layer, 2 the penultimate (anime and Pony "
+        "models expect 2). SDXL already takes the penultimate layer."
+    )
+    return box
+
+
+def clip_skip(panel: GeneratePanel) -> int | None:
+    value = panel.clip_skip.value()
+    return value if value > 0 else None
 
 
 def seed_row(panel: GeneratePanel) -> QHBoxLayout:

@@ -36,6 +36,7 @@ from PySide6.QtWidgets import (
 from app.backend.progress_words import PHASE_WORDS
 from app.gui import generate_apply, generate_fields
 from app.gui.model_picker import ModelPicker
+from app.gui.prompt_completion import PromptCompleter
 from app.gui.size_controls import SizeControls
 from app.gui.sweep_controls import SweepControls
 from app.gui.theme import icon, set_icon
@@ -134,6 +135,8 @@ class GeneratePanel(QWidget):
         self.prompt.setMaximumHeight(8 * lines)
         self.negative.setMinimumHeight(2 * lines + 12)
         self.negative.setMaximumHeight(4 * lines)
+        # the library's embeddings and LoRA trigger words, offered as a word is typed
+        self.completers = (PromptCompleter(self.prompt), PromptCompleter(self.negative))
 
     def _build_sampling(self) -> None:
         """Steps, CFG, Flux's guidance, sampler and scheduler."""
@@ -169,6 +172,8 @@ class GeneratePanel(QWidget):
         self.guidance_label = form.labelForField(self.guidance)
         form.addRow("Sampler", self.sampler)
         form.addRow("Scheduler", self.scheduler)
+        self.clip_skip = generate_fields.clip_skip_box()
+        form.addRow("Clip skip", self.clip_skip)
         self.sizes = SizeControls()  # the family's presets; width × height below
         self.size, self.width_, self.height_ = self.sizes.presets, self.sizes.width_, self.sizes.height_
         form.addRow("Size", self.sizes)
@@ -237,6 +242,7 @@ class GeneratePanel(QWidget):
                 height=self.height_.value() // 8 * 8,
                 batch=self.batch.value(),
                 hires=self.hires.hires(),
+                clip_skip=generate_fields.clip_skip(self),
             )
         )
 
@@ -308,6 +314,10 @@ class GeneratePanel(QWidget):
             self.sweep_requested.emit(settings, sweep)
         else:
             self.generate_requested.emit(settings)
+
+    def set_completions(self, words: list[str]) -> None:
+        for completer in self.completers:
+            completer.set_words(words)
 
     def set_loras(self, loras: tuple[tuple[str, str], ...]) -> None:
         """(id, name) of the stack's LoRAs, offered for a strength sweep (off by default)."""

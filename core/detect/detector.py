@@ -30,6 +30,7 @@ from core.detect.lora import analyze_lora
 from core.detect.lora_alpha import scale_metadata
 from core.detect.metadata import family_hints
 from core.detect.notes import note
+from core.detect.prediction import stated_prediction, variant_word
 from core.detect.registry import Match
 from core.detect.types import Component, Detection, Kind, Role
 from core.files.dtypes import DTYPES
@@ -197,9 +198,29 @@ def detect(
         )
 
     checkpoint = _detect_checkpoint(m, view, filename, meta)
-    if checkpoint is not None:
-        return checkpoint
-    return _detect_standalone(m, view, filename, meta)
+    found = checkpoint if checkpoint is not None else _detect_standalone(m, view, filename, meta)
+    return _with_prediction(found, view, meta)
+
+
+def _with_prediction(det: Detection, view: KeyView, meta: Mapping[str, str]) -> Detection:
+    """A discrete-schedule model's prediction as its file states it (``core.detect.prediction``):
+    ``fields["prediction"]`` ("eps", "v", "v-ztsnr") and ``fields["prediction_source"]``."""
+    fam = REGISTRY.get(det.family) if det.family else None
+    if det.kind not in ("checkpoint", "diffusion_model") or fam is None or fam.diffusion is None:
+        return det
+    if fam.diffusion.sampling.schedule != "discrete":
+        return det
+    fact = stated_prediction(view, meta)
+    if fact is None:
+        return det
+    fields = {**det.fields, "prediction": fact.prediction, "prediction_source": fact.source}
+    fields.pop("ambiguous_variants", None)
+    variant = variant_word(fact.prediction) or (None if det.variant == "v-prediction" else det.variant)
+    if det.variant not in (None, "v-prediction") and fact.v_prediction:
+        variant = det.variant  # "inpaint" and the like stay the variant; the fields say v
+    said = f"{fact.prediction}: {fact.source}"
+    warnings = (*(w for w in det.warnings if "v-prediction" not in w), note(f"prediction {said}"))
+    return replace(det, variant=variant, fields=fields, warnings=warnings)
 
 
 def _detect_checkpoint(

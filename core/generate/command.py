@@ -70,14 +70,35 @@ def load_models(session: Session, models: ModelFiles, check: Callable[[], None])
     return det.family
 
 
+def embedding_folders_beside(paths: Iterable[Path]) -> tuple[Path, ...]:
+    """The embeddings folders of the installs that hold ``paths``: ComfyUI's ``models/embeddings``
+    (``models/<kind>/file``) and A1111's ``embeddings`` (``models/Stable-diffusion/file``)."""
+    found: dict[Path, None] = {}
+    for path in paths:
+        models = Path(path).resolve().parent.parent
+        found[models / "embeddings"] = None
+        found[models.parent / "embeddings"] = None
+    return tuple(f for f in found if f.is_dir())
+
+
 def generator_for(
-    session: Session, models: ModelFiles, family: str | None, t5_search: T5TokenizerSearch | None = None
+    session: Session,
+    models: ModelFiles,
+    family: str | None,
+    t5_search: T5TokenizerSearch | None = None,
+    embeddings: tuple[Path, ...] = (),
 ) -> Generator:
-    """A generator for models loaded from these files: TAESD decoders and the T5 tokenizer are looked
-    for beside them (their ComfyUI install's models/vae_approx, its T5 tokenizer)."""
+    """A generator for models loaded from these files: TAESD decoders, embeddings and the T5
+    tokenizer are looked for beside them (their ComfyUI install's models/vae_approx and
+    models/embeddings, an A1111 install's embeddings, its T5 tokenizer); ``embeddings``: folders
+    searched first."""
     installs = comfyui_installs(models.paths)
     beside = [p.resolve().parent.parent / "vae_approx" for p in models.paths]  # models/<kind>/f
-    generator = Generator(session, taesd_folders=(*(r / "models" / "vae_approx" for r in installs), *beside))
+    generator = Generator(
+        session,
+        taesd_folders=(*(r / "models" / "vae_approx" for r in installs), *beside),
+        embedding_folders=(*embeddings, *embedding_folders_beside(models.paths)),
+    )
     if needs_t5(family):
         search = t5_search or T5TokenizerSearch(comfyui_installs=installs)
         generator.state.t5_tokenizer = T5Tokenizer.find(search)
@@ -114,7 +135,8 @@ def generate_files(
     matches = lora_matches(session)
     if request.strict:
         refuse_partial(matches)
-    generator = generator_for(session, request.models, family, t5_search)
+    generator = generator_for(session, request.models, family, t5_search, request.embeddings)
+    generator.state.prediction = request.prediction
     init = read_picture(image.init_image) if image.init_image is not None else None
     output = Output(request.output, request.output_is_folder)
     check = placement.manager.check

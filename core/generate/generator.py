@@ -22,6 +22,7 @@ from core.generate.sweep import Sweep, run_sweep
 from core.session.session import Session
 from core.session.slots import SlotId
 from core.text.cache import ConditioningCache
+from core.text.embeddings import EmbeddingFolders
 from core.text.t5_tokenizer import T5Tokenizer, T5TokenizerSearch, installs_from_origins
 
 
@@ -33,17 +34,31 @@ def needs_t5(family: str | None) -> bool:
 
 class Generator:
     def __init__(
-        self, session: Session, *, t5_tokenizer: Path | None = None, taesd_folders: tuple[Path, ...] = ()
+        self,
+        session: Session,
+        *,
+        t5_tokenizer: Path | None = None,
+        taesd_folders: tuple[Path, ...] = (),
+        embedding_folders: tuple[Path, ...] = (),
     ) -> None:
         self.session = session
         # picture hashes come from the library's store: the sqlite cache, else one read kept there
         self.state = GenerateState(hashes=FileHashes(session.library.hashes))
         self.t5_path = t5_tokenizer  # Settings: an explicit tokenizer file or folder
         self.taesd_folders = taesd_folders  # besides the library's ComfyUI installs
+        self.embedding_folders = embedding_folders  # after the library's embeddings folders
 
     def _search(self) -> T5TokenizerSearch:
         index = self.session.library.index
         origins = [r.origin for r in index.roots] if index is not None else []
+        folders = [r.path for r in index.roots if r.kind_hint == "embeddings"] if index is not None else []
+        # and the folders where the scan found embedding files (a plain folder the user added)
+        folders += (
+            [e.path.parent for e in index.entries() if e.kind == "embedding"] if index is not None else []
+        )
+        embeddings = EmbeddingFolders.of([*folders, *self.embedding_folders])
+        if embeddings.folders != self.state.embeddings.folders:  # kept (with the files read) otherwise
+            self.state.embeddings = embeddings
         comfy, forge = installs_from_origins(origins)
         found = (root / "models" / "vae_approx" for root in comfy)
         self.state.taesd_folders = tuple(dict.fromkeys((*self.taesd_folders, *found)))
@@ -126,7 +141,7 @@ class Generator:
         for slot, loaded in list(session.loaded.items()):
             if loaded.path.resolve() in changed:
                 names.append(loaded.path)
-                self.state.variants.pop(loaded.path, None)
+                self.state.predictions.pop(loaded.path, None)
                 session.unload(slot, reason)
         stack = session.loras.stack
         for lora_id, entry in list(stack.entries.items()) if stack is not None else []:

@@ -11,6 +11,9 @@
 back into ComfyUI's names, which Loadout uses everywhere else. LoRAs are written as A1111 prompt tags
 (``<lora:name:strength>``, or ``<lora:name:text:model>`` when the two strengths differ, A1111's
 positional order) so that A1111 and Civitai find them; reading strips the tags from the prompt again.
+Textual-inversion embeddings the prompts used are ``TI hashes: "name: hash12, ..."`` (A1111: the
+first 12 hex digits of the file's SHA-256, the name without ``:`` and ``,``); clip skip is
+``Clip skip: N`` (A1111's meaning: 1 the last layer, 2 the penultimate).
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from core.errors import LoadoutError
 from core.generate.hires_settings import HiresFix
 from core.values import (
     CFG,
+    CLIP_SKIP,
     DENOISE,
     GUIDANCE,
     LORA_STRENGTH,
@@ -80,6 +84,12 @@ class LoraUse:
 
 
 @dataclass(frozen=True)
+class EmbeddingUse:
+    name: str  # the embedding's file name without extension
+    hash: str  # first 12 hex digits of the file's sha256 (A1111's ``shorthash``)
+
+
+@dataclass(frozen=True)
 class GenerationParameters:
     prompt: str
     negative: str = ""
@@ -98,6 +108,8 @@ class GenerationParameters:
     #: the hires fix ("Hires upscale", "Hires steps", "Hires upscaler"; its denoise is "Denoising
     #: strength"); None: none. ``model`` keeps only the name A1111 writes.
     hires: HiresFix | None = None
+    clip_skip: int | None = None  # A1111's "Clip skip" (None: the family's own layer)
+    embeddings: tuple[EmbeddingUse, ...] = ()  # "TI hashes"
     extra: dict[str, str] = field(default_factory=dict)  # other keys read from an image, kept as text
     #: values read from a picture that were not used, by infotext key, with the reason (out of range,
     #: not a number...): the field keeps its default and the reader says so
@@ -140,6 +152,8 @@ def format_parameters(p: GenerationParameters, *, version: str = "") -> str:
         items.append(("Model hash", p.model_hash))
     if p.model:
         items.append(("Model", p.model))
+    if p.clip_skip is not None:
+        items.append(("Clip skip", str(p.clip_skip)))
     if p.hires is not None:
         items.append(("Denoising strength", _num(p.hires.denoise)))
         items.append(("Hires upscale", _num(p.hires.scale)))
@@ -151,6 +165,9 @@ def format_parameters(p: GenerationParameters, *, version: str = "") -> str:
     hashes = [f"{lo.name}: {lo.hash}" for lo in p.loras if lo.hash]
     if hashes:
         items.append(("Lora hashes", ", ".join(hashes)))
+    ti = [f"{ti_name(e.name)}: {e.hash}" for e in p.embeddings if e.hash]
+    if ti:
+        items.append(("TI hashes", ", ".join(ti)))
     items += list(p.extra.items())  # in the order given (A1111: "Batch size", then "Batch pos")
     if version:
         items.append(("Version", version))
@@ -160,6 +177,21 @@ def format_parameters(p: GenerationParameters, *, version: str = "") -> str:
 
 _ITEM = re.compile(r'\s*([\w][\w \-/+().]*?):\s*("(?:\\.|[^\\"])*"|[^,]*)(?:,|$)')
 _TAG = re.compile(r"<lora:([^:>]+)((?::[^:>]*)*)>")
+
+
+def ti_name(name: str) -> str:
+    """An embedding's name as A1111 writes it in ``TI hashes`` (no ``:`` or ``,``)."""
+    return name.replace(":", "").replace(",", "")
+
+
+def _name_hashes(text: str) -> dict[str, str]:
+    """``"a: 0123, b: 4567"`` -> {name: hash} (``Lora hashes``, ``TI hashes``)."""
+    out = {}
+    for part in text.split(","):
+        if ":" in part:
+            name, h = part.rsplit(":", 1)
+            out[name.strip()] = h.strip()
+    return out
 
 
 def _bad(why: str) -> LoadoutError:
@@ -266,6 +298,8 @@ _KNOWN = {
     "Hires upscale",
     "Hires steps",
     "Hires upscaler",
+    "Clip skip",
+    "TI hashes",
 }
 
 
@@ -307,11 +341,7 @@ def parse_parameters(text: str) -> GenerationParameters:
     neg_at = next((i for i, ln in enumerate(body) if ln.startswith("Negative prompt:")), len(body))
     prompt = "\n".join(body[:neg_at]).strip()
     negative = "\n".join(body[neg_at:])[len("Negative prompt:") :].strip() if neg_at < len(body) else ""
-    hashes = {}
-    for part in items.get("Lora hashes", "").split(","):
-        if ":" in part:
-            name, h = part.rsplit(":", 1)
-            hashes[name.strip()] = h.strip()
+    hashes = _name_hashes(items.get("Lora hashes", ""))
     ignored: dict[str, str] = {}
     prompt, loras = _loras_from_prompt(prompt, hashes, ignored)
     width, height = _size(items, ignored)
@@ -320,6 +350,8 @@ def parse_parameters(text: str) -> GenerationParameters:
     seed = _number(items, "Seed", SEED, ignored)
     cfg = _number(items, "CFG scale", CFG, ignored)
     hires = _hires(items, ignored)
+    clip_skip = _number(items, "Clip skip", CLIP_SKIP, ignored)
+    embeddings = tuple(EmbeddingUse(n, h) for n, h in _name_hashes(items.get("TI hashes", "")).items())
     return GenerationParameters(
         prompt=prompt,
         negative=negative,
@@ -336,6 +368,8 @@ def parse_parameters(text: str) -> GenerationParameters:
         denoise=None if hires is not None else _number(items, "Denoising strength", DENOISE, ignored),
         guidance=_number(items, "Distilled CFG Scale", GUIDANCE, ignored),
         hires=hires,
+        clip_skip=None if clip_skip is None else int(clip_skip),
+        embeddings=embeddings,
         extra={k: v for k, v in items.items() if k not in _KNOWN},
         ignored=ignored,
     )

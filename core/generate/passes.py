@@ -205,7 +205,10 @@ def run_plan(
     pixels = pipeline.decode(latent.samples, hooks, run.timings)
     run.timings.decode = time.perf_counter() - t0
     names = dict.fromkeys(run.missing)
-    notes = [f"embedding {name!r} was not found and was left out of the prompt" for name in names]
+    notes = [
+        f"embedding {name!r} was not found in the embeddings folders and was left out of the prompt"
+        for name in names
+    ]
     if run.timings.tiled_decode:
         notes.append("the picture was decoded in tiles (the device had no room for a whole decode)")
     return pixels, run.timings, tuple(notes)

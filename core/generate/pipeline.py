@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Hashable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -42,6 +42,7 @@ from core.sampling.samplers import get_sampler
 from core.text.cache import CacheKey, ConditioningCache
 from core.text.clip_tokenizer import ClipTokenizer
 from core.text.conditioning import EncodeOptions, PromptConditioning, PromptEncoder, TextEncoders, encoder_ids
+from core.text.embeddings import NO_EMBEDDINGS, EmbeddingFolders
 from core.text.t5_tokenizer import T5Tokenizer
 
 if TYPE_CHECKING:
@@ -71,6 +72,7 @@ class Networks:
     text: TextEncoders
     vae: nn.Module  # a module of the family's latent codec (an AutoencoderKL for the KL-VAE)
     v_prediction: bool = False
+    zero_terminal_snr: bool = False  # the ztsnr noise table (with v-prediction)
 
 
 @dataclass(frozen=True)
@@ -151,6 +153,7 @@ class Pipeline:
         t5_tokenizer: T5Tokenizer | None = None,
         cache: ConditioningCache | None = None,
         text_files: Mapping[str, Path] | None = None,
+        embeddings: EmbeddingFolders = NO_EMBEDDINGS,
     ) -> None:
         """``text_files``: the file each text encoder was loaded from, by encoder family (a decoder
         LLM's tokenizer is read from or beside it)."""
@@ -177,31 +180,42 @@ class Pipeline:
         self.text_family: str = spec.text
         self.text_convention = TEXTS[spec.text]
         self.adapter = NetworkAdapter(nets.diffusion, convention=spec.network)
-        self.sampling = from_spec(spec.sampling, nets.family, v_prediction=nets.v_prediction)
+        self.sampling = from_spec(
+            spec.sampling, nets.family, v_prediction=nets.v_prediction, zsnr=nets.zero_terminal_snr
+        )
         self.latent_format = latent_format_for(nets.family)
         self.cache = cache if cache is not None else ConditioningCache()
-        self._encoder: PromptEncoder | None = None
+        self._encoders: dict[int | None, PromptEncoder] = {}
         self.text_options = EncodeOptions(compute_dtype=compute.text_dtype, device=compute.device)
         self._clip_tok = clip_tokenizer
         self._t5_tok = t5_tokenizer
         self._text_files = dict(text_files or {})
+        self.embeddings = embeddings
+        #: the embedding files the prompts used (name as written -> file) and why any was left out
+        self.used_embeddings: dict[str, str] = {}
+        self.text_notes: dict[str, None] = {}
 
     # -- text -------------------------------------------------------------------------------------
-    def _prompt_encoder(self) -> PromptEncoder:
-        if self._encoder is None:
-            options = self.text_options
-            self._encoder = PromptEncoder(
+    def _options(self, clip_skip: int | None) -> EncodeOptions:
+        """A1111's clip skip N is ComfyUI's CLIPSetLastLayer -N."""
+        return replace(self.text_options, clip_skip=None if clip_skip is None else -clip_skip)
+
+    def _prompt_encoder(self, clip_skip: int | None) -> PromptEncoder:
+        if clip_skip not in self._encoders:
+            self._encoders[clip_skip] = PromptEncoder(
                 self.text_family,
                 self.nets.text,
                 clip_tokenizer=self._clip_tok,
                 t5_tokenizer=self._t5_tok,
-                options=options,
+                options=self._options(clip_skip),
                 encoder_files=self._text_files,
+                embeddings=self.embeddings,
             )
-        return self._encoder
+        return self._encoders[clip_skip]
 
-    def _encode(self, prompt: str, hooks: Hooks) -> PromptConditioning:
-        key = CacheKey(hooks.text_key, self.text_family, self.text_options, prompt)
+    def _encode(self, prompt: str, hooks: Hooks, clip_skip: int | None = None) -> PromptConditioning:
+        text_key = (hooks.text_key, self.embeddings.key)
+        key = CacheKey(text_key, self.text_family, self._options(clip_skip), prompt)
         placed = False
 
         def encode(text: str) -> PromptConditioning:
@@ -210,10 +224,12 @@ class Pipeline:
                 hooks.place("text_encode")
                 placed = True
             hooks.check()
-            return self._prompt_encoder().encode(text)
+            return self._prompt_encoder(clip_skip).encode(text)
 
         found = self.cache.get_or_encode(key, encode)
         require_finite("text encoder", found.context, found.pooled)  # float32 on the CPU: no device wait
+        self.used_embeddings.update(dict(found.embeddings))
+        self.text_notes.update(dict.fromkeys(found.notes))
         return found
 
     def _to_sampling(
@@ -229,11 +245,11 @@ class Pipeline:
     ) -> tuple[SamplingConditioning, SamplingConditioning | None, tuple[str, ...]]:
         if announce:
             hooks.progress(GenerateProgress("text_encode", 0, 0, "", None, hooks.image, hooks.images))
-        positive = self._encode(settings.prompt, hooks)
+        positive = self._encode(settings.prompt, hooks, settings.clip_skip)
         cfg = self.cfg(settings)
         # CFG 1 runs no negative pass, except for the CFG++ samplers, which step along it
         needs_negative = cfg != 1.0 or get_sampler(settings.sampling.sampler).needs_uncond
-        negative = self._encode(settings.negative, hooks) if needs_negative else None
+        negative = self._encode(settings.negative, hooks, settings.clip_skip) if needs_negative else None
         missing = positive.missing_embeddings + (negative.missing_embeddings if negative else ())
         pos = self._to_sampling(positive, settings, negative=False)
         neg = None if negative is None else self._to_sampling(negative, settings, negative=True)

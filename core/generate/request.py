@@ -8,11 +8,12 @@ from pathlib import Path
 
 import torch
 
+from core.detect.prediction import PREDICTIONS
 from core.errors import LoadoutError
 from core.generate.hires_settings import HiresFix
 from core.generate.workflow_request import ControlNetUse, RefinerUse
 from core.patching.merge import LoraArg
-from core.values import BATCH, CFG, DENOISE, GUIDANCE, SEED, STEPS, NumberRange, check_size
+from core.values import BATCH, CFG, CLIP_SKIP, DENOISE, GUIDANCE, SEED, STEPS, NumberRange, check_size
 
 #: The largest seed ComfyUI's seed widget allows (0xffffffffffffffff).
 MAX_SEED = int(SEED.hi)
@@ -81,6 +82,9 @@ class ImageSettings:
     controlnets: tuple[ControlNetUse, ...] = ()  # applied in order (core/generate/controlnet.py)
     mask_image: Path | None = None  # inpainting: white = repaint (with init_image)
     refiner: RefinerUse | None = None  # the SDXL refiner hand-off (core/generate/refiner.py)
+    #: A1111's clip skip (1 last layer, 2 penultimate: ComfyUI's CLIPSetLastLayer -N on every CLIP
+    #: tower); None: the family's own layer (SD1 last, SD2/SDXL penultimate)
+    clip_skip: int | None = None
 
     def __post_init__(self) -> None:
         problems = self.sampling.problems()
@@ -90,6 +94,8 @@ class ImageSettings:
             problems.append(exc.what)
         if (why := BATCH.problem(self.batch)) is not None:
             problems.append(f"{why}: {BATCH.name} must be {BATCH.describe()}")
+        if self.clip_skip is not None and (why := CLIP_SKIP.problem(self.clip_skip)) is not None:
+            problems.append(f"{why}: {CLIP_SKIP.name} must be {CLIP_SKIP.describe()}")
         if self.init_image is None and self.sampling.denoise < 1.0:
             problems.append("denoise below 1 needs a starting image")
         if self.hires is not None:
@@ -146,6 +152,19 @@ class GenerateRequest:
     #: "scheduler"): taken from its record's usual values once the model is known (Z-Image Turbo:
     #: 8 steps, res_multistep, simple), the ``image``'s own where the record has none
     family_defaults: tuple[str, ...] = ()
+    #: folders searched first for the prompts' textual-inversion embeddings (then the installs'
+    #: embeddings folders beside the model files)
+    embeddings: tuple[Path, ...] = ()
+    #: what the model predicts ("eps", "v", "v-ztsnr"), over what its file says (None: the file's)
+    prediction: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.prediction is not None and self.prediction not in PREDICTIONS:
+            raise LoadoutError(
+                f"{self.prediction!r} is not a prediction type",
+                fix=f"Give one of {', '.join(PREDICTIONS)}",
+                code="bad_argument",
+            )
 
 
 #: the :class:`Sampling` fields a family's record may give (``GenerationDefaults``' names)

@@ -12,7 +12,7 @@ from core.files.atomic import AtomicBatch
 from core.generate.events import GeneratedImage, GenerateProgress
 from core.generate.hashes import FileHashes
 from core.generate.naming import next_free
-from core.generate.parameters import GenerationParameters, LoraUse, format_parameters
+from core.generate.parameters import EmbeddingUse, GenerationParameters, LoraUse, format_parameters
 from core.generate.png import png_bytes, to_uint8_rgb
 from core.generate.request import ImageSettings
 from core.version import engine_version
@@ -27,6 +27,8 @@ class Made:
     model_path: Path
     loras: tuple[tuple[Path, float, float], ...]  # (file, model strength, clip strength), enabled only
     img2img: bool
+    #: the embedding files the prompts used (name as written, file)
+    embeddings: tuple[tuple[str, Path], ...] = ()
 
 
 def parameters_for(
@@ -39,11 +41,14 @@ def parameters_for(
     """The A1111 parameters of a picture of ``size`` (width, height)."""
     s = settings.sampling
     loras = tuple(LoraUse(p.stem, m, c, hashes.lora_hash(p, check)) for p, m, c in made.loras)
+    files = dict.fromkeys(path for _, path in made.embeddings)  # one entry per file, as A1111
+    embeddings = tuple(EmbeddingUse(p.stem, hashes.sha256(p, check)[:12]) for p in files)
     return GenerationParameters(
         prompt=settings.prompt, negative=settings.negative, steps=s.steps, sampler=s.sampler,
         scheduler=s.scheduler, cfg=made.cfg, seed=s.seed, width=size[0], height=size[1],
         model=made.model_path.stem, model_hash=hashes.model_hash(made.model_path, check), loras=loras,
-        denoise=s.denoise if made.img2img else None, guidance=made.guidance,
+        denoise=s.denoise if made.img2img else None, guidance=made.guidance, clip_skip=settings.clip_skip,
+        embeddings=embeddings,
     )  # fmt: skip
 
 

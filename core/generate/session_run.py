@@ -19,6 +19,8 @@ import numpy as np
 import torch
 
 from core.archs.catalog import codec_for, codec_of
+from core.detect.prediction import PREDICTIONS
+from core.detect.types import Detection
 from core.errors import ModelMismatchError
 from core.generate.events import GeneratedImage, GenerateProgress, GenerateResult, Phase
 from core.generate.hashes import FileHashes
@@ -42,6 +44,7 @@ from core.session.slots import SlotId
 from core.session.words import kind_word
 from core.text.cache import ConditioningCache
 from core.text.clip_tokenizer import ClipTokenizer
+from core.text.embeddings import NO_EMBEDDINGS, EmbeddingFolders
 from core.text.t5_tokenizer import T5Tokenizer
 from core.upscale.model import UpscaleModel
 
@@ -88,11 +91,16 @@ class GenerateState:
     previews: dict[int, Previewer] = field(default_factory=dict)  # the VAE's load generation -> previewer
     #: folders where TAESD decoders may be (ComfyUI's models/vae_approx); found ones are used
     taesd_folders: tuple[Path, ...] = ()
-    variants: dict[Path, str | None] = field(default_factory=dict)  # detection variant per file
+    #: what each model file says it predicts ("eps", "v", "v-ztsnr"; None: nothing)
+    predictions: dict[Path, str | None] = field(default_factory=dict)
+    #: the prediction the user gave, over what the file says (None: the file's, else epsilon)
+    prediction: str | None = None
     t5_tokenizer: T5Tokenizer | None = None
     clip_tokenizer: ClipTokenizer | None = None
     upscalers: dict[Path, UpscaleModel] = field(default_factory=dict)  # the hires fix's upscale models
     workflows: WorkflowState = field(default_factory=WorkflowState)  # loaded ControlNets...
+    #: where prompts find ``embedding:NAME`` and bare embedding names (the library's folders)
+    embeddings: EmbeddingFolders = NO_EMBEDDINGS
 
 
 @dataclass
@@ -109,7 +117,16 @@ class _Parts:
     text_files: dict[str, Path] = field(default_factory=dict)
 
 
-def _gather(session: Session, variants: dict[Path, str | None]) -> _Parts:
+def file_prediction(det: Detection) -> str | None:
+    """What a model file says it predicts: its marker keys or metadata (``fields["prediction"]``),
+    else a v-prediction variant named by its metadata or file name (SD2-768-v); None: nothing."""
+    stated = det.fields.get("prediction")
+    if stated in PREDICTIONS:
+        return str(stated)
+    return "v" if det.variant == "v-prediction" else None
+
+
+def _gather(session: Session, predictions: dict[Path, str | None], override: str | None = None) -> _Parts:
     diffusion, d_obj = session.component("diffusion_model")
     family = diffusion.family
     main = session.model(SlotId.MAIN)
@@ -137,9 +154,9 @@ def _gather(session: Session, variants: dict[Path, str | None]) -> _Parts:
             fix="Load a VAE file (ComfyUI's models/vae) as well",
             code="missing_vae",
         )
-    if main.path not in variants:  # SD2-768-v and v-pred finetunes: named in metadata or the file name
-        variants[main.path] = inspect_for_loading(main.path)[1].variant
-    variant = variants[main.path]
+    if main.path not in predictions:  # the file's v_pred/ztsnr keys, its metadata or its name
+        predictions[main.path] = file_prediction(inspect_for_loading(main.path)[1])
+    prediction = override or predictions[main.path] or "eps"
     names = {f"{main.path.stem} {kind_word('diffusion_model', family)}": "diffusion_model"}
     for comp, _, path in [*text.values(), vae]:
         names[f"{path.stem} {kind_word(comp.role, comp.family)}"] = comp.role
@@ -148,7 +165,8 @@ def _gather(session: Session, variants: dict[Path, str | None]) -> _Parts:
         diffusion=diffusion.module,
         text=text_encoders([(c.family, c.module) for c, _, _ in text.values()]),
         vae=vae[0].module,
-        v_prediction=variant == "v-prediction",
+        v_prediction=prediction != "eps",
+        zero_terminal_snr=prediction == "v-ztsnr",
     )
     objects: dict[Phase, list[object]] = {
         "text_encode": [obj for _, obj, _ in text.values()],
@@ -286,7 +304,7 @@ def _pipeline(session: Session, parts: _Parts, state: GenerateState, dtype: torc
         state.clip_tokenizer = ClipTokenizer()
     return Pipeline(
         parts.nets, compute, clip_tokenizer=state.clip_tokenizer, t5_tokenizer=state.t5_tokenizer,
-        cache=state.conditioning, text_files=parts.text_files,
+        cache=state.conditioning, text_files=parts.text_files, embeddings=state.embeddings,
     )  # fmt: skip
 
 
@@ -302,7 +320,7 @@ def generate(
     dtype: torch.dtype | None = None,
 ) -> GenerateResult:
     """Make ``settings.batch`` pictures with the loaded models and save them (see the module notes)."""
-    parts = _gather(session, state.variants)
+    parts = _gather(session, state.predictions, state.prediction)
     pipeline = _pipeline(session, parts, state, dtype)
     placement = session.placement
     started = placement.events.clock()
@@ -330,7 +348,9 @@ def generate(
     made = Made(
         cfg=pipeline.cfg(settings), model_path=parts.model_path, img2img=init is not None, guidance=guidance,
         loras=tuple((e.path, e.model_strength, e.clip_strength) for e in entries if e.enabled),
+        embeddings=tuple((name, Path(path)) for name, path in pipeline.used_embeddings.items()),
     )  # fmt: skip
+    notes = (*notes, *pipeline.text_notes)
     size = (pixels.shape[3], pixels.shape[2])
     if settings.hires is not None:  # A1111's Size is the first pass's (before the hires fix)
         size = (settings.width, settings.height) if init is None else _cropped(init)

@@ -208,7 +208,12 @@ def _refiner(
             )
 
     nets = refiner_networks(refiner, pipeline.nets)
-    rpipe = Pipeline(nets, pipeline.compute, clip_tokenizer=pipeline._clip_tok, cache=pipeline.cache)
+    rpipe = Pipeline(
+        nets, pipeline.compute, clip_tokenizer=pipeline._clip_tok, cache=pipeline.cache,
+        embeddings=pipeline.embeddings,
+    )  # fmt: skip
+    # the refiner's prompts name the same embeddings: one picture's parameters and notes
+    rpipe.used_embeddings, rpipe.text_notes = pipeline.used_embeddings, pipeline.text_notes
     rhooks = refiner_hooks(hooks, place, ("refiner", refiner.generation))
     made = RefinerPass(rpipe, rhooks, use)
     made.contribution.files = (refiner.path,)

@@ -261,8 +261,12 @@ class CLIPTextModel(nn.Module):
         attention_mask: torch.Tensor | None = None,
         output_layer: int | None = None,
         dtype: torch.dtype | None = None,
+        vectors: Sequence[tuple[int, int, torch.Tensor]] = (),
     ) -> CLIPOutput:
         """Encode token ids (B, L).
+
+        ``vectors``: (row, position, vector of the tower's width) that replace those positions'
+        token embeddings (textual-inversion embeddings; the ids there only fill the place).
 
         ``attention_mask`` (B, L), 1 = real token, 0 = padding, combined with the causal mask (SD
         families pass none). ``output_layer`` indexes the hidden states as transformers does:
@@ -283,9 +287,10 @@ class CLIPTextModel(nn.Module):
         emb = self.text_model.embeddings
         dt = _compute_dtype(emb.token_embedding.weight, dtype)
         positions = torch.arange(length, device=input_ids.device)
-        x: torch.Tensor = emb.token_embedding(input_ids, out_dtype=dt) + emb.position_embedding(
-            positions, out_dtype=dt
-        )
+        tokens: torch.Tensor = emb.token_embedding(input_ids, out_dtype=dt)
+        if vectors:
+            tokens = _place_vectors(tokens, vectors)
+        x = tokens + emb.position_embedding(positions, out_dtype=dt)
         mask = _causal_mask(attention_mask, length, dt, input_ids.device)
         hidden = x if wanted == 0 else None
         for i, layer in enumerate(layers, start=1):
@@ -300,6 +305,15 @@ class CLIPTextModel(nn.Module):
         pooled = last[torch.arange(batch, device=last.device), eos_at.to(last.device)]
         embeds: torch.Tensor | None = None if self.text_projection is None else self.text_projection(pooled)
         return CLIPOutput(last_hidden_state=last, hidden_state=hidden, pooled=pooled, text_embeds=embeds)
+
+
+def _place_vectors(tokens: torch.Tensor, vectors: Sequence[tuple[int, int, torch.Tensor]]) -> torch.Tensor:
+    out = tokens.clone()
+    for row, pos, vector in vectors:
+        if vector.shape != (tokens.shape[-1],):
+            raise ValueError(f"a {tuple(vector.shape)} vector cannot replace a {tokens.shape[-1]}-wide token")
+        out[row, pos] = vector.to(device=out.device, dtype=out.dtype)
+    return out
 
 
 def _layer_index(output_layer: int, num_layers: int) -> int:

@@ -15,12 +15,13 @@ from pathlib import Path
 from core.errors import LoadoutError
 from core.generate.request import MAX_SEED, GenerateRequest
 from core.sampling import SAMPLERS, SCHEDULERS
+from core.values import CLIP_SKIP
 
 AXES = (
     "seed", "steps", "cfg", "sampler", "scheduler", "lora-strength", "lora-model-strength",
-    "lora-clip-strength", "checkpoint", "prompt-sr",
+    "lora-clip-strength", "checkpoint", "prompt-sr", "clip-skip",
 )  # fmt: skip
-_SHORT = {"seed": "seed", "steps": "steps", "cfg": "cfg", "lora-strength": "lora",
+_SHORT = {"seed": "seed", "steps": "steps", "cfg": "cfg", "lora-strength": "lora", "clip-skip": "clip skip",
           "lora-model-strength": "lora model", "lora-clip-strength": "lora clip"}  # fmt: skip
 _LORA_AXES = ("lora-strength", "lora-model-strength", "lora-clip-strength")
 Value = int | float | str
@@ -68,9 +69,11 @@ def parse_axis(text: str) -> Axis:
             "Give 1 to 64 values (prompt-sr: the searched text, then each replacement)",
         )
     values: list[Value]
-    if name in ("seed", "steps"):
+    if name in ("seed", "steps", "clip-skip"):
         values = [_number(name, v, int) for v in raw]
-        low, high = (0, MAX_SEED) if name == "seed" else (1, 10_000)
+        low, high = {"seed": (0, MAX_SEED), "steps": (1, 10_000)}.get(
+            name, (int(CLIP_SKIP.lo), int(CLIP_SKIP.hi))
+        )
         if any(not low <= int(v) <= high for v in values):
             raise _bad(f"a {name} value is outside {low}..{high}", f"Give {name} values in that range")
     elif name == "cfg" or name in _LORA_AXES:
@@ -121,6 +124,8 @@ def _apply(
         image = replace(image, sampling=replace(s, sampler=str(v)))
     elif axis.name == "scheduler":
         image = replace(image, sampling=replace(s, scheduler=str(v)))
+    elif axis.name == "clip-skip":
+        image = replace(image, clip_skip=int(v))
     elif axis.name == "prompt-sr":
         image = replace(image, prompt=image.prompt.replace(search, str(v)))
     elif axis.name == "checkpoint":

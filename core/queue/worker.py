@@ -99,8 +99,11 @@ class Worker:
             family = load_models(self.session, request.models, check)
             loads = len(request.models.paths)
             self._models = request.models
-            self._generator = generator_for(self.session, request.models, family)
+            self._generator = generator_for(
+                self.session, request.models, family, embeddings=request.embeddings
+            )
             self._generator.state.hashes = self.index.hashes
+        self._generator.state.prediction = request.prediction
         wanted = tuple((a.path, a.model, a.clip) for a in request.loras)
         if wanted != self._loras:
             stack = self.session.loras.stack

@@ -8,7 +8,10 @@ Noise tables (facts from ComfyUI's ``comfy/model_sampling.py`` and ``supported_m
   PixArt, "linear" betas (``linspace(0.0001, 0.02, 1000)``; ComfyUI's "sqrt_linear"),
   ``alphas_cumprod`` their running product, ``sigma = sqrt((1 - a) / a)``, kept as float32 with
   log-sigmas taken in float64. A sigma's timestep is the index of the nearest log-sigma (an
-  integer); a fractional timestep interpolates log-sigma linearly.
+  integer); a fractional timestep interpolates log-sigma linearly. Zero-terminal-SNR files (the
+  ``ztsnr`` key; ComfyUI's ``zsnr``) rescale the table first: ``sqrt(alphas_cumprod)`` shifted so
+  its last value is 0 and scaled so its first is unchanged, then the last ``alphas_cumprod`` set
+  to 4.8973451890853435e-08 (sigma_max about 4518 instead of 14.6), in float64.
 - :class:`FlowSchedule` (SD3, Flux-schnell, Chroma, AuraFlow): ``sigma(t) = shift * t /
   (1 + (shift - 1) * t)`` for t in (0, 1], tabulated at 1000 points; the network's timestep is
   ``sigma * multiplier`` (1000 for SD3, 1 for Flux-schnell and Chroma). SD3 uses shift 3.0.
@@ -60,17 +63,34 @@ def scaled_linear_sigmas(
     return ((1 - alphas_cumprod) / alphas_cumprod) ** 0.5
 
 
+#: the last ``alphas_cumprod`` of a zero-terminal-SNR table (ComfyUI's; 0 would be an infinite sigma)
+ZTSNR_LAST_ALPHA_BAR = 4.8973451890853435e-08
+
+
+def rescale_zero_terminal_snr(sigmas: Tensor) -> Tensor:
+    """A sigma table rescaled to zero terminal SNR (see the module notes); float64 in and out."""
+    root = (1 / (sigmas * sigmas + 1)).sqrt()
+    first, last = root[0].clone(), root[-1].clone()
+    root = (root - last) * (first / (first - last))
+    alphas_bar = root**2
+    alphas_bar[-1] = ZTSNR_LAST_ALPHA_BAR
+    return ((1 - alphas_bar) / alphas_bar) ** 0.5
+
+
 @dataclass(frozen=True)
 class DiscreteSchedule:
     steps: int = 1000
     beta_start: float = 0.00085
     beta_end: float = 0.012
     beta_schedule: BetaSchedule = "scaled_linear"
+    zsnr: bool = False  # zero terminal SNR (the file's ``ztsnr`` key)
     sigmas: Tensor = field(init=False, repr=False, compare=False)
     log_sigmas: Tensor = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         table = scaled_linear_sigmas(self.steps, self.beta_start, self.beta_end, self.beta_schedule)
+        if self.zsnr:
+            table = rescale_zero_terminal_snr(table)
         object.__setattr__(self, "sigmas", table.float())
         object.__setattr__(self, "log_sigmas", table.log().float())
 
@@ -221,18 +241,25 @@ def flux_shift(shift: float = 1.15) -> ModelSampling:
     return ModelSampling(FluxSchedule(shift=shift), FlowPrediction())
 
 
-def for_family(family: str, *, v_prediction: bool = False, shift: float | None = None) -> ModelSampling:
+def for_family(
+    family: str, *, v_prediction: bool = False, shift: float | None = None, zsnr: bool = False
+) -> ModelSampling:
     """The model sampling ComfyUI uses for a diffusion family id (read from its record's spec).
 
     ``v_prediction`` selects v-prediction for the discrete families (SD2-768-v and v-pred SDXL
-    finetunes); ``shift`` overrides the flow families' default shift (ComfyUI's
-    ``ModelSamplingSD3`` / ``ModelSamplingFlux`` nodes).
+    finetunes); ``zsnr`` their zero-terminal-SNR table; ``shift`` overrides the flow families'
+    default shift (ComfyUI's ``ModelSamplingSD3`` / ``ModelSamplingFlux`` nodes).
     """
-    return from_spec(sampling_spec(family), family, v_prediction=v_prediction, shift=shift)
+    return from_spec(sampling_spec(family), family, v_prediction=v_prediction, shift=shift, zsnr=zsnr)
 
 
 def from_spec(
-    spec: SamplingSpec, name: str, *, v_prediction: bool = False, shift: float | None = None
+    spec: SamplingSpec,
+    name: str,
+    *,
+    v_prediction: bool = False,
+    shift: float | None = None,
+    zsnr: bool = False,
 ) -> ModelSampling:
     """The model sampling a :class:`SamplingSpec` names (``name``: the family, for messages)."""
     if spec.schedule == "discrete":
@@ -244,12 +271,12 @@ def from_spec(
                 code="bad_argument",
             )
         table = DiscreteSchedule(
-            beta_start=spec.beta_start, beta_end=spec.beta_end, beta_schedule=spec.beta_schedule
+            beta_start=spec.beta_start, beta_end=spec.beta_end, beta_schedule=spec.beta_schedule, zsnr=zsnr
         )
         return ModelSampling(table, VPrediction() if v_prediction else EpsPrediction())
-    if v_prediction:
+    if v_prediction or zsnr:
         raise LoadoutError(
-            f"v-prediction was asked for {name}",
+            f"{'v-prediction' if v_prediction else 'zero terminal SNR'} was asked for {name}",
             why="only discrete-schedule families (SD1/SD2/SDXL) have a v-prediction variant",
             fix="leave v-prediction off for this model",
             code="bad_argument",

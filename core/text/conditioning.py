@@ -24,6 +24,7 @@ from core.archs.catalog import TEXTS, find_in_packages
 from core.archs.protocols import TextConvention, TowerOutput, TowerSpec
 from core.errors import ModelMismatchError
 from core.text.clip_tokenizer import ClipTokenizer
+from core.text.embeddings import NO_EMBEDDINGS, EmbeddingFolders
 from core.text.encode import TextTower, encode_weighted, tokenize
 from core.text.llm.encode import LlmTower
 from core.text.llm.tokenizers import LlmTokenizer
@@ -50,8 +51,10 @@ class PromptConditioning:
 
     ``context``: (1, tokens, width) cross-attention input. ``pooled``: (1, P) or None.
     ``guidance``: the convention's distilled guidance (Flux's 3.5; None for others).
-    ``missing_embeddings``: ``embedding:NAME`` references that were left out (textual inversion is
-    not supported yet). ``mask``: (1, tokens) text mask, or None (CLIP and T5 conventions).
+    ``missing_embeddings``: ``embedding:NAME`` references no embedding file has (left out).
+    ``mask``: (1, tokens) text mask, or None (CLIP and T5 conventions). ``embeddings``: the
+    embedding files the prompt used, (name as written, file). ``notes``: embeddings a tower left
+    out (made for another text encoder's width).
     """
 
     context: torch.Tensor
@@ -59,6 +62,8 @@ class PromptConditioning:
     guidance: float | None = None
     missing_embeddings: tuple[str, ...] = field(default=())
     mask: torch.Tensor | None = None
+    embeddings: tuple[tuple[str, str], ...] = field(default=())
+    notes: tuple[str, ...] = field(default=())
 
 
 class TextEncoders:
@@ -123,10 +128,12 @@ class PromptEncoder:
         options: EncodeOptions | None = None,
         llm_tokenizers: Mapping[str, LlmTokenizer] | None = None,
         encoder_files: Mapping[str, Path] | None = None,
+        embeddings: EmbeddingFolders = NO_EMBEDDINGS,
     ) -> None:
         """``llm_tokenizers``: by encoder family, the decoder-LLM tokenizers read from their files
         (``core.text.llm.tokenizer_for(spec, path)``: Gemma's; Qwen's needs none); else read from
-        ``encoder_files`` (by encoder family, the file each encoder was loaded from)."""
+        ``encoder_files`` (by encoder family, the file each encoder was loaded from). ``embeddings``:
+        the folders ``embedding:NAME`` and bare names are found in."""
         if family not in TEXTS:
             raise ValueError(f"unknown text family {family!r}; use one of {FAMILIES}")
         self.family = family
@@ -142,6 +149,7 @@ class PromptEncoder:
             o.device,
             dict(llm_tokenizers or {}),
             dict(encoder_files or {}),
+            embeddings,
         )
         self.towers = self._build(encoders, ctx)
 
@@ -159,6 +167,8 @@ class PromptEncoder:
     def encode(self, prompt: str) -> PromptConditioning:
         outputs: dict[str, TowerOutput] = {}
         missing: dict[str, None] = {}
+        used: dict[tuple[str, str], None] = {}
+        notes: dict[str, None] = {}
         for name, tower in self.towers.items():
             if isinstance(tower, LlmTower):  # template, weights and mask are the tower's own
                 llm_tokens = tower.tokenize(prompt)
@@ -167,12 +177,15 @@ class PromptEncoder:
                 continue
             tokens = tokenize(tower, prompt)
             missing.update(dict.fromkeys(tokens.missing_embeddings))
+            used.update(dict.fromkeys(tokens.used_embeddings))
+            notes.update(dict.fromkeys(tokens.notes))
             hidden, pooled = encode_weighted(tower, tokens)
             outputs[name] = TowerOutput(hidden, pooled)
         text = self.convention.combine(outputs)
         return PromptConditioning(
-            text.context, text.pooled, self.convention.guidance, tuple(missing), text.mask
-        )
+            text.context, text.pooled, self.convention.guidance, tuple(missing), text.mask, tuple(used),
+            tuple(notes),
+        )  # fmt: skip
 
 
 def encoder_ids() -> frozenset[str]:

@@ -19,7 +19,7 @@ ComfyUI facts followed (``ClipTokenWeightEncoder.encode_token_weights``, ``SDCli
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -28,6 +28,10 @@ import torch
 from core.models.clip import CLIPTextModel
 from core.models.t5 import T5Encoder
 from core.text.chunking import ChunkSpec, TokenizedPrompt, tokenize_weighted
+from core.text.embeddings import TowerEmbeddings
+
+#: embedding vectors placed in a batch of windows: (row, position, vector)
+Vectors = Sequence[tuple[int, int, torch.Tensor]]
 
 
 class TextTower(Protocol):
@@ -41,8 +45,15 @@ class TextTower(Protocol):
 
     def empty_window(self, length: int) -> list[int]: ...
 
-    def run(self, ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """(B, L) ids -> float32 hidden states (B, L, D) and pooled vectors (B, P) or None."""
+    @property
+    def embeddings(self) -> TowerEmbeddings | None: ...
+
+    @property
+    def title(self) -> str: ...
+
+    def run(self, ids: torch.Tensor, vectors: Vectors = ()) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """(B, L) ids -> float32 hidden states (B, L, D) and pooled vectors (B, P) or None;
+        ``vectors``: (row, position, vector) that replace those positions' token embeddings."""
         ...
 
 
@@ -77,16 +88,18 @@ class ClipTower:
     compute_dtype: torch.dtype = torch.float32
     #: where the tower computes (the memory manager's device); None: where its first weight is
     device: torch.device | None = None
+    embeddings: TowerEmbeddings | None = None
+    title: str = "CLIP"
 
     def empty_window(self, length: int) -> list[int]:
         return _empty_window(self.spec, length)
 
-    def run(self, ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+    def run(self, ids: torch.Tensor, vectors: Vectors = ()) -> tuple[torch.Tensor, torch.Tensor | None]:
         layers = self.model.config.num_layers
         chosen = self.layer.layer if self.layer.layer is not None and -self.layer.layer <= layers else None
         with torch.inference_mode():
             ids = ids.to(self.device or _device(self.model))
-            out = self.model(ids, output_layer=chosen, dtype=self.compute_dtype)
+            out = self.model(ids, output_layer=chosen, dtype=self.compute_dtype, vectors=vectors)
             if chosen is None:
                 hidden = out.last_hidden_state
             else:
@@ -109,20 +122,37 @@ class T5Tower:
     #: PixArt/Chroma: the empty window for weights is all padding (no end token)
     empty_is_padding: bool = False
     device: torch.device | None = None
+    #: T5 takes no embedding vectors: these folders only let a name be found and left out
+    embeddings: TowerEmbeddings | None = None
+    title: str = "T5"
 
     def empty_window(self, length: int) -> list[int]:
         if self.empty_is_padding:
             return [self.spec.pad] * length
         return _empty_window(self.spec, length)
 
-    def run(self, ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+    def run(self, ids: torch.Tensor, vectors: Vectors = ()) -> tuple[torch.Tensor, torch.Tensor | None]:
+        if vectors:
+            raise ValueError("a T5 tower takes no embedding vectors")
         with torch.inference_mode():
             hidden = self.model(ids.to(self.device or _device(self.model)), dtype=self.compute_dtype)
         return hidden.float(), None
 
 
 def tokenize(tower: TextTower, prompt: str) -> TokenizedPrompt:
-    return tokenize_weighted(prompt, tower.encode_text, tower.spec)
+    return tokenize_weighted(
+        prompt, tower.encode_text, tower.spec, embeddings=tower.embeddings, tower=tower.title
+    )
+
+
+def placed_vectors(tokens: TokenizedPrompt) -> list[tuple[int, int, torch.Tensor]]:
+    """Where the prompt's embedding vectors go: (window, position, vector)."""
+    return [
+        (row, pos, t.vector)
+        for row, chunk in enumerate(tokens.chunks)
+        for pos, t in enumerate(chunk)
+        if t.vector is not None
+    ]
 
 
 def encode_weighted(tower: TextTower, tokens: TokenizedPrompt) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -133,7 +163,7 @@ def encode_weighted(tower: TextTower, tokens: TokenizedPrompt) -> tuple[torch.Te
     weighted = tokens.has_weights
     if weighted:
         batch.append(tower.empty_window(max(len(w) for w in batch)))
-    hidden, pooled = tower.run(torch.tensor(batch, dtype=torch.long))
+    hidden, pooled = tower.run(torch.tensor(batch, dtype=torch.long), placed_vectors(tokens))
     z = hidden[:sections]
     if weighted:
         w = torch.tensor(tokens.weights(), dtype=z.dtype, device=z.device)[..., None]

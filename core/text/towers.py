@@ -20,6 +20,7 @@ from core.models.llm import LlmTextModel
 from core.models.t5 import T5Encoder
 from core.text.chunking import ChunkSpec
 from core.text.clip_tokenizer import ClipTokenizer
+from core.text.embeddings import NO_EMBEDDINGS, EmbeddingFolders, TowerEmbeddings, tower_key
 from core.text.encode import ClipLayer, ClipTower, T5Tower, TextTower
 from core.text.llm.encode import LlmTower
 from core.text.llm.families import LlmTowerSpec
@@ -44,6 +45,8 @@ class TowerContext:
     #: the files the text encoders were loaded from, by encoder family id: where a decoder LLM's
     #: tokenizer is read when none was given (Gemma's spiece_model, Tekken, tokenizer.json beside)
     encoder_files: Mapping[str, Path] = field(default_factory=dict)
+    #: where ``embedding:NAME`` and bare names are found (none: every name is left out)
+    embeddings: EmbeddingFolders = NO_EMBEDDINGS
 
     def clip_tok(self) -> ClipTokenizer:
         if self.clip_tokenizer is None:
@@ -68,7 +71,10 @@ def _clip(spec: TowerSpec, module: nn.Module, ctx: TowerContext) -> TextTower:
     if ctx.clip_skip is not None:
         layer = ClipLayer(ctx.clip_skip, layer.norm_hidden, layer.projected_pooled)
     chunks = ChunkSpec.clip(pad_with_end=opts.pad_with_end)
-    return ClipTower(module, ctx.clip_tok().encode, chunks, layer, ctx.compute_dtype, ctx.device)
+    found = TowerEmbeddings(ctx.embeddings, tower_key(spec.encoder), module.config.hidden_size)
+    return ClipTower(
+        module, ctx.clip_tok().encode, chunks, layer, ctx.compute_dtype, ctx.device, found, spec.title
+    )
 
 
 def _t5(spec: TowerSpec, module: nn.Module, ctx: TowerContext) -> TextTower:
@@ -83,9 +89,11 @@ def _t5(spec: TowerSpec, module: nn.Module, ctx: TowerContext) -> TextTower:
             code="tokenizer_missing",
         )
     chunks = ChunkSpec.t5(min_length=opts.min_length)
+    found = TowerEmbeddings(ctx.embeddings, tower_key(spec.encoder), None)
     return T5Tower(
-        module, ctx.t5_tokenizer.encode, chunks, ctx.compute_dtype, opts.empty_is_padding, ctx.device
-    )
+        module, ctx.t5_tokenizer.encode, chunks, ctx.compute_dtype, opts.empty_is_padding, ctx.device,
+        found, spec.title,
+    )  # fmt: skip
 
 
 def _llm(spec: TowerSpec, module: nn.Module, ctx: TowerContext) -> LlmTower:

@@ -14,7 +14,7 @@ from app.gui.generate_panel import GeneratePanel
 from core.detect.catalog import generation_defaults
 from core.errors import LoadoutError
 from core.generate.events import GeneratedImage, GenerateProgress, GenerateResult
-from core.generate.parameters import GenerationParameters, LoraUse, format_parameters
+from core.generate.parameters import EmbeddingUse, GenerationParameters, LoraUse, format_parameters
 from core.generate.png import save_png
 from core.generate.request import ImageSettings
 from core.sampling import SAMPLERS, SCHEDULERS
@@ -39,6 +39,8 @@ def test_generate_emits_the_typed_settings(panel: GeneratePanel, qtbot: QtBot) -
     panel.steps.setValue(12)
     panel.sampler.setCurrentIndex(panel.sampler.findData("dpmpp_2m"))
     panel.scheduler.setCurrentIndex(panel.scheduler.findData("karras"))
+    assert panel.settings().clip_skip is None  # "model's own" layer until one is chosen
+    panel.clip_skip.setValue(2)
     with qtbot.waitSignal(panel.generate_requested) as sent:
         qtbot.keyClick(panel.prompt, Qt.Key.Key_Return, Qt.KeyboardModifier.ControlModifier)
     s: ImageSettings = sent.args[0]
@@ -46,7 +48,7 @@ def test_generate_emits_the_typed_settings(panel: GeneratePanel, qtbot: QtBot) -
     assert (s.sampling.seed, s.sampling.steps, s.sampling.sampler, s.sampling.scheduler) == (
         2**64 - 1, 12, "dpmpp_2m", "karras",
     )  # fmt: skip
-    assert (s.width, s.height, s.sampling.guidance) == (1024, 1024, None)
+    assert (s.width, s.height, s.sampling.guidance, s.clip_skip) == (1024, 1024, None, 2)
 
 
 def test_the_sampler_and_scheduler_lists_are_the_engines(panel: GeneratePanel) -> None:
@@ -103,6 +105,7 @@ def test_a_dropped_png_fills_the_fields(panel: GeneratePanel, tmp_path: Path) ->
     params = GenerationParameters(
         prompt="castle", negative="fog", steps=31, sampler="euler_ancestral", scheduler="karras", cfg=5.5,
         seed=4242, width=640, height=448, model="dreamshaper", loras=(LoraUse("style", 0.7, 0.7),),
+        clip_skip=2, embeddings=(EmbeddingUse("EasyNegative", "0123456789ab"),),
     )  # fmt: skip
     path = save_png(tmp_path / "in.png", np.zeros((4, 4, 3), np.uint8), format_parameters(params))
     mime = QMimeData()
@@ -120,7 +123,8 @@ def test_a_dropped_png_fills_the_fields(panel: GeneratePanel, tmp_path: Path) ->
         "castle", "fog", 31, "euler_ancestral", "karras",
     )  # fmt: skip
     assert (s.sampling.cfg, s.sampling.seed, s.width, s.height) == (5.5, 4242, 640, 448)
-    assert "style 0.7" in panel.status.text()
+    assert "style 0.7" in panel.status.text() and "embeddings: EasyNegative" in panel.status.text()
+    assert s.clip_skip == 2
 
 
 def test_a_dropped_file_without_parameters_is_reported(

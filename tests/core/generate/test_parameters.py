@@ -12,7 +12,13 @@ from PIL import Image
 
 from core.errors import FileAccessError, FileFormatError, LoadoutError
 from core.generate.hashes import FileHashes
-from core.generate.parameters import GenerationParameters, LoraUse, format_parameters, parse_parameters
+from core.generate.parameters import (
+    EmbeddingUse,
+    GenerationParameters,
+    LoraUse,
+    format_parameters,
+    parse_parameters,
+)
 from core.generate.png import read_png_parameters, save_png, to_uint8_rgb
 
 
@@ -78,7 +84,26 @@ def test_reads_old_a1111_text_with_the_schedule_folded_into_the_sampler() -> Non
     )
     assert p.prompt == "masterpiece, 1girl"
     assert p.loras == (LoraUse("add_detail", 0.6, 0.6, ""),)
-    assert p.extra == {"Clip skip": "2", "ENSD": "31337"}
+    assert p.extra == {"ENSD": "31337"} and p.clip_skip == 2
+
+
+def test_ti_hashes_and_clip_skip_round_trip_in_a1111s_form() -> None:
+    p = GenerationParameters(
+        prompt="embedding:EasyNegative castle", clip_skip=2,
+        embeddings=(
+            EmbeddingUse("EasyNegative", "c74b4e810b03"), EmbeddingUse("bad:hands,5", "0123456789ab"),
+        ),
+    )  # fmt: skip
+    text = format_parameters(p)
+    assert ", Clip skip: 2," in text
+    assert 'TI hashes: "EasyNegative: c74b4e810b03, badhands5: 0123456789ab"' in text  # A1111 drops : and ,
+    back = parse_parameters(text)
+    assert back.clip_skip == 2 and back.extra == {}
+    assert back.embeddings == (
+        EmbeddingUse("EasyNegative", "c74b4e810b03"),
+        EmbeddingUse("badhands5", "0123456789ab"),
+    )
+    assert parse_parameters(text.replace("Clip skip: 2", "Clip skip: 99")).ignored.keys() == {"Clip skip"}
 
 
 @pytest.mark.parametrize(
