@@ -22,6 +22,7 @@ from pathlib import Path
 
 from core.errors import LoadoutError
 from core.generate.hires_settings import HiresFix
+from core.guidance import GuidancePatch, describe_all, read_patches
 from core.values import (
     CFG,
     DENOISE,
@@ -98,6 +99,8 @@ class GenerationParameters:
     #: the hires fix ("Hires upscale", "Hires steps", "Hires upscaler"; its denoise is "Denoising
     #: strength"); None: none. ``model`` keeps only the name A1111 writes.
     hires: HiresFix | None = None
+    #: guidance patches ("Guidance patches: pag(scale=3), freeu_v2(b1=1.3,...)"; Loadout's own key)
+    patches: tuple[GuidancePatch, ...] = ()
     extra: dict[str, str] = field(default_factory=dict)  # other keys read from an image, kept as text
     #: values read from a picture that were not used, by infotext key, with the reason (out of range,
     #: not a number...): the field keeps its default and the reader says so
@@ -148,6 +151,8 @@ def format_parameters(p: GenerationParameters, *, version: str = "") -> str:
         items.append(("Hires upscaler", p.hires.label))
     elif p.denoise is not None:
         items.append(("Denoising strength", _num(p.denoise)))
+    if p.patches:
+        items.append(("Guidance patches", describe_all(p.patches)))
     hashes = [f"{lo.name}: {lo.hash}" for lo in p.loras if lo.hash]
     if hashes:
         items.append(("Lora hashes", ", ".join(hashes)))
@@ -266,6 +271,7 @@ _KNOWN = {
     "Hires upscale",
     "Hires steps",
     "Hires upscaler",
+    "Guidance patches",
 }
 
 
@@ -297,6 +303,14 @@ def _hires(items: dict[str, str], ignored: dict[str, str]) -> HiresFix | None:
     return HiresFix(scale, 0.7 if denoise is None else denoise, steps, method, model)
 
 
+def _patches(items: dict[str, str], ignored: dict[str, str]) -> tuple[GuidancePatch, ...]:
+    try:
+        return read_patches(items.get("Guidance patches", ""))
+    except LoadoutError as exc:
+        ignored["Guidance patches"] = f"{exc.what} ({exc.why})" if exc.why else exc.what
+        return ()
+
+
 def parse_parameters(text: str) -> GenerationParameters:
     """Read an infotext (A1111, Forge, Loadout) back into parameters; unknown keys go to ``extra``."""
     lines = text.strip("\n").split("\n")
@@ -320,6 +334,7 @@ def parse_parameters(text: str) -> GenerationParameters:
     seed = _number(items, "Seed", SEED, ignored)
     cfg = _number(items, "CFG scale", CFG, ignored)
     hires = _hires(items, ignored)
+    patches = _patches(items, ignored)
     return GenerationParameters(
         prompt=prompt,
         negative=negative,
@@ -336,6 +351,7 @@ def parse_parameters(text: str) -> GenerationParameters:
         denoise=None if hires is not None else _number(items, "Denoising strength", DENOISE, ignored),
         guidance=_number(items, "Distilled CFG Scale", GUIDANCE, ignored),
         hires=hires,
+        patches=patches,
         extra={k: v for k, v in items.items() if k not in _KNOWN},
         ignored=ignored,
     )

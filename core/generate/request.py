@@ -10,6 +10,7 @@ import torch
 from core.errors import LoadoutError
 from core.generate.hires_settings import HiresFix
 from core.generate.workflow_request import ControlNetUse, RefinerUse
+from core.guidance import GuidancePatch
 from core.patching.merge import LoraArg
 from core.values import BATCH, CFG, DENOISE, GUIDANCE, SEED, STEPS, NumberRange, check_size
 
@@ -80,6 +81,8 @@ class ImageSettings:
     controlnets: tuple[ControlNetUse, ...] = ()  # applied in order (core/generate/controlnet.py)
     mask_image: Path | None = None  # inpainting: white = repaint (with init_image)
     refiner: RefinerUse | None = None  # the SDXL refiner hand-off (core/generate/refiner.py)
+    #: guidance patches (PAG, FreeU ...: core/guidance), applied in order to the base model
+    guidance_patches: tuple[GuidancePatch, ...] = ()
 
     def __post_init__(self) -> None:
         problems = self.sampling.problems()
