@@ -45,6 +45,7 @@ def apply_parameters(self: GeneratePanel, p: GenerationParameters) -> None:
         self.height_.setValue(p.height)
     self.hires.apply(p.hires)
     self.workflows.apply_parameters(p)
+    self.guidance_patches.apply_parameters(p)
     loras = ", ".join(f"{lo.name} {lo.model_strength:g}" for lo in p.loras)
     ignored = "; ".join(
         f"{key} cut ({why})" if key in ("Prompt", "Negative prompt") else f"{key} ignored ({why.rstrip('.')})"
