@@ -6,7 +6,7 @@ frozen record of its parameters that gives the sampler's typed patches
   (:mod:`core.guidance.cfg_level`);
 * on the UNet's forward: FreeU, FreeU_V2, Deep Shrink (:mod:`core.guidance.unet_level`);
 * a second run of the network, perturbed: PAG (UNet), Skip Layer Guidance (SD3, Flux)
-  (:mod:`core.guidance.perturbed`).
+  (:mod:`core.guidance.perturbed`), SAG (UNet, :mod:`core.guidance.sag`).
 
 A patch that needs a point the loaded network lacks refuses in words. Names, text and
 parameters: :mod:`core.guidance.spec`.

@@ -49,7 +49,7 @@ class Pag:
         def post(call: CfgCall, denoised: Tensor) -> Tensor:
             if scale == 0:
                 return denoised
-            return perturbed_guidance(denoised, call.cond, call.predict(perturb), scale)
+            return perturbed_guidance(denoised, call.cond, call.predict_positive(perturb), scale)
 
         return ModelPatches(post_cfg=(post,))
 
@@ -102,7 +102,7 @@ class Slg:
             sigma = float(call.sigma[0])
             if not (scale > 0 and end <= sigma <= start):
                 return denoised
-            out = perturbed_guidance(denoised, call.cond, call.predict(skip), scale)
+            out = perturbed_guidance(denoised, call.cond, call.predict_positive(skip), scale)
             if rescaling != 0:
                 factor = call.cond.std() / out.std()
                 out = out * (rescaling * factor + (1 - rescaling))

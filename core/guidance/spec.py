@@ -18,11 +18,12 @@ from core.errors import LoadoutError
 from core.guidance.base import Choice, GuidancePatch, Layers, limits_of, parameters
 from core.guidance.cfg_level import Apg, CfgZeroStar, EpsilonScaling, RescaleCfg
 from core.guidance.perturbed import Pag, Slg
+from core.guidance.sag import Sag
 from core.guidance.unet_level import DeepShrink, FreeU, FreeUV2
 from core.values import BadValueError, NumberRange
 
 _ALL: tuple[type[Any], ...] = (
-    Pag, FreeU, FreeUV2, RescaleCfg, CfgZeroStar, Apg, EpsilonScaling, Slg, DeepShrink,
+    Pag, Sag, FreeU, FreeUV2, RescaleCfg, CfgZeroStar, Apg, EpsilonScaling, Slg, DeepShrink,
 )  # fmt: skip
 #: every patch by its name
 PATCHES: Mapping[str, type[Any]] = MappingProxyType({p.name: p for p in _ALL})

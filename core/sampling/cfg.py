@@ -26,7 +26,7 @@ from core.errors import LoadoutError
 from core.models.patches import NetworkPatches
 from core.sampling.conditioning import Conditioning, can_concat, concat
 from core.sampling.denoiser import Denoiser
-from core.sampling.patches import NO_MODEL_PATCHES, CfgCall, ModelPatches
+from core.sampling.patches import NO_MODEL_PATCHES, CfgCall, ModelPatches, Predict
 
 
 @dataclass(frozen=True)
@@ -86,8 +86,13 @@ class CfgDenoiser:
             out = post(call, out)
         return out
 
-    def _predictor(self, x: Tensor, sigma: Tensor) -> Callable[[NetworkPatches], Tensor]:
-        def predict(more: NetworkPatches) -> Tensor:
+    def _predictor(self, latent: Tensor, sigma: Tensor) -> Predict:
+        def predict(
+            patches: NetworkPatches, *, x: Tensor | None = None, negative: bool = False
+        ) -> Tensor | None:
+            cond = self.negative if negative else self.positive
+            if cond is None:
+                return None
             if self.patched is None:
                 raise LoadoutError(
                     "this guidance feature needs the network run once more, which this sampler cannot",
@@ -95,6 +100,7 @@ class CfgDenoiser:
                     fix="Leave the feature out for this run",
                     code="bad_argument",
                 )
-            return self.patched(more)(x, sigma, self.positive.repeat_to(x.shape[0]))
+            at = latent if x is None else x
+            return self.patched(patches)(at, sigma, cond.repeat_to(at.shape[0]))
 
         return predict

@@ -13,7 +13,7 @@
   scale in a :class:`CfgCall`: **pre-CFG** functions change the two predictions before they are
   combined (APG), one **guidance** function replaces CFG's combination (RescaleCFG), **post-CFG**
   functions change the combined result (CFG-Zero*, PAG, SLG, Epsilon Scaling) and may run the
-  network once more on the positive prompt with more network patches (:meth:`CfgCall.predict`);
+  network once more, on either prompt, with more network patches (:class:`Predict`);
 * **step callbacks** are told every finished step.
 
 Wrappers run outermost first; every other field adds up in order (``+``).
@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Protocol
 
 import torch
 from torch import Tensor
@@ -52,20 +53,35 @@ ModelWrapper = Callable[[ModelCall, Apply], Tensor]
 ExtraInputs = Callable[[Tensor], Tensor]
 
 
+class Predict(Protocol):
+    """The network run once more at this sigma: on the positive prompt (the negative with
+    ``negative``), at the sampler's latent (or ``x``), with ``patches`` added; its estimate of the
+    clean latent. On the negative where the run has no negative prompt: None."""
+
+    def __call__(
+        self, patches: NetworkPatches, *, x: Tensor | None = None, negative: bool = False
+    ) -> Tensor | None: ...
+
+
 @dataclass(frozen=True)
 class CfgCall:
     """One combination of the two predictions: ``x`` the sampler's latent (ComfyUI's ``input``),
     ``sigma`` [B], ``cond`` and ``uncond`` the positive's and the negative's estimates of the clean
     latent (``uncond`` zeros where the negative was not run, as ComfyUI at CFG 1), the CFG
-    ``scale``; ``predict(patches)`` runs the network on the positive prompt at ``x`` with these
-    network patches added and gives its estimate."""
+    ``scale``; ``predict`` runs the network once more (:class:`Predict`)."""
 
     x: Tensor
     sigma: Tensor
     cond: Tensor
     uncond: Tensor
     scale: float
-    predict: Callable[[NetworkPatches], Tensor]
+    predict: Predict
+
+    def predict_positive(self, patches: NetworkPatches) -> Tensor:
+        """The positive prompt's estimate at ``x`` with ``patches`` added."""
+        out = self.predict(patches)
+        assert out is not None  # the positive prompt is always there
+        return out
 
     def with_predictions(self, cond: Tensor, uncond: Tensor) -> CfgCall:
         return CfgCall(self.x, self.sigma, cond, uncond, self.scale, self.predict)

@@ -14,8 +14,9 @@ from core.generate.latent_upscale import resize
 from core.guidance.base import GuidanceContext
 from core.guidance.cfg_level import Apg, CfgZeroStar, EpsilonScaling, RescaleCfg
 from core.guidance.perturbed import Pag, Slg
+from core.guidance.sag import Sag, attention_scores, degraded
 from core.guidance.unet_level import downscaled, freeu, freeu_v2
-from core.models.patches import NetworkPatches, PatchPoints
+from core.models.patches import AttentionCall, NetworkPatches, PatchPoints, Site
 from core.sampling import for_family
 from core.sampling.patches import CfgCall, ModelPatches
 
@@ -32,6 +33,10 @@ GOLDEN = {
     "deep_shrink_up": (22.09751904429868, 106.29202499473467, 0.4264540374279022),
     "pag": (112.65696472293583, 1225.8877853281858, 8.71693555749559),
     "slg_rescaled": (61.071843491308265, 664.5592409452449, 4.725489679226265),
+    "sag_scores": (144.00000055518274, 144.00000055518274, 0.0003082523762714118),
+    "sag_degraded": (39.46361170336604, 604.0152214397676, 0.6399109959602356),
+    "sag_noised": (47.39869824051857, 1080.5355148017406, 0.9617354273796082),
+    "sag_out": (43.187832713127136, 1075.2908677309752, 0.946679949760437),
 }
 SCALE = 7.0
 UNET = PatchPoints({"middle": 1, "input": 12, "input_after_skip": 12}, joins=12, attention=("self", "cross"))
@@ -52,7 +57,7 @@ def _inputs(seed: int) -> list[Tensor]:
 def _call(seed: int = 1, sigma: float = 2.5, predict: Tensor | None = None) -> CfgCall:
     x, cond, uncond = _inputs(seed)
 
-    def again(more: NetworkPatches) -> Tensor:
+    def again(patches: NetworkPatches, *, x: Tensor | None = None, negative: bool = False) -> Tensor | None:
         assert predict is not None
         return predict
 
@@ -116,3 +121,36 @@ def test_pag_and_slg_steer_away_from_the_perturbed_prediction_as_comfyui() -> No
     late = Slg(start_percent=0.5, end_percent=0.6).model_patches(_context(DIT))
     call = _call(sigma=14.0, predict=perturbed)  # before the start: SLG stays out
     assert torch.equal(_combined(late, call), call.cfg())
+
+
+def test_sags_attention_map_blur_and_guidance_are_comfyuis() -> None:
+    g = torch.Generator().manual_seed(7)
+    q, k = torch.randn(2, 36, 16, generator=g) * 2, torch.randn(2, 36, 16, generator=g) * 2
+    x0, x, sag = (torch.randn(2, 4, 12, 12, generator=g) for _ in range(3))
+    scores = attention_scores(q, k, 2)
+    _check("sag_scores", scores, 1e-6)
+    _check("sag_degraded", degraded(x0, scores, 2.0), 1e-6)
+    seen: list[Tensor] = []
+
+    def network(patches: NetworkPatches, *, x: Tensor | None = None, negative: bool = False) -> Tensor | None:
+        """The negative prompt's runs as the UNet makes them: the middle block's first
+        self-attention reaches the patch (the recording run), then the degraded latent comes in."""
+        assert negative
+        if x is None:
+            assert patches.replace_attention is not None
+            patches.replace_attention(AttentionCall(q, k, k, 2, Site("middle", 0), 0, "self"))
+            return x0
+        seen.append(x)
+        return sag
+
+    call = CfgCall(x, torch.tensor([3.0, 3.0]), x0 * 0.5, x0, SCALE, network)
+    out = _combined(Sag(scale=0.5, blur_sigma=2.0).model_patches(_context()), call)
+    _check("sag_noised", seen[0], 1e-6)
+    torch.testing.assert_close(out - call.cfg() + x, _golden_sag_out(x, seen[0], x0, sag), rtol=0, atol=1e-5)
+
+
+def _golden_sag_out(x: Tensor, noised: Tensor, x0: Tensor, sag: Tensor) -> Tensor:
+    """ComfyUI's ``cfg_result + (degraded - sag) * scale`` with ``x`` as the CFG result."""
+    out = x + (noised - x + x0 - sag) * 0.5
+    _check("sag_out", out, 1e-6)
+    return out

@@ -15,6 +15,7 @@ from core.errors import LoadoutError
 from core.generate.latent_upscale import resize
 from core.guidance import GuidanceContext, GuidancePatch, parse_patch
 from core.guidance.perturbed import Pag, Slg
+from core.guidance.sag import Sag
 from core.guidance.unet_level import DeepShrink, FreeU, FreeUV2
 from core.sampling import Conditioning, SamplingRequest, empty_latent, for_family, latent_format_for, sample
 from core.sampling.model_sampling import ModelSampling
@@ -69,11 +70,12 @@ def _picture(setup: Setup, *patches: GuidancePatch) -> Tensor:
     ("patch", "neutral", "exact"),
     [
         (Pag(), Pag(scale=0.0), True),
+        (Sag(scale=2.0), Sag(scale=0.0), True),
         (FreeU(), FreeU(b1=1.0, b2=1.0, s1=1.0, s2=1.0), False),
         (FreeUV2(), FreeUV2(b1=1.0, b2=1.0, s1=1.0, s2=1.0), False),
         (DeepShrink(end_percent=1.0), DeepShrink(downscale_factor=1.0, end_percent=1.0), False),
     ],
-    ids=["pag", "freeu", "freeu_v2", "deep_shrink"],
+    ids=["pag", "sag", "freeu", "freeu_v2", "deep_shrink"],
 )
 def test_a_patch_changes_the_picture_and_is_no_patch_at_its_neutral_values(
     unet: tuple[Setup, Tensor],
@@ -105,7 +107,7 @@ def test_skip_layer_guidance_on_the_mmdit_and_pag_freeu_refused_there() -> None:
     everywhere = Slg(double_layers=(1,), single_layers=(), start_percent=0.0, end_percent=1.0)
     assert (_picture(setup, everywhere) - plain).abs().max() > 0.05
     assert torch.equal(_picture(setup, Slg(double_layers=(1,), scale=0.0)), plain)
-    for refused in (Pag(), FreeU(), DeepShrink()):
+    for refused in (Pag(), Sag(), FreeU(), DeepShrink()):
         with pytest.raises(LoadoutError, match="does not fit this diffusion model"):
             _picture(setup, refused)
     with pytest.raises(LoadoutError, match="no block joint 7"):

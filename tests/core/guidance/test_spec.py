@@ -22,14 +22,14 @@ def test_names_defaults_and_values() -> None:
     assert parse_patch("apg:momentum=0.5").momentum == 0.5 and Apg().norm_threshold == 5.0
     shrink = parse_patch("deep_shrink:downscale_after_skip=false,upscale_method=bislerp")
     assert shrink == DeepShrink(downscale_after_skip=False, upscale_method="bislerp")
-    names = "pag freeu freeu_v2 rescale_cfg cfg_zero_star apg epsilon_scaling slg deep_shrink"
+    names = "pag sag freeu freeu_v2 rescale_cfg cfg_zero_star apg epsilon_scaling slg deep_shrink"
     assert set(PATCHES) == set(names.split())
 
 
 @pytest.mark.parametrize(
     ("text", "words"),
     [
-        ("sag", "no guidance patch named 'sag'"),
+        ("pga", "no guidance patch named 'pga'"),
         ("pag:strength=2", "has no parameter 'strength'"),
         ("pag:scale=200", "must be a number from 0 to 100"),
         ("freeu:b1=x", "cannot be 'x'"),

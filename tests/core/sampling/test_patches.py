@@ -94,7 +94,7 @@ def test_cfg_stages_run_pre_then_guidance_then_post_and_post_can_run_the_network
 
     def post(call: CfgCall, denoised: Tensor) -> Tensor:
         order.append("post")
-        again = call.predict(NetworkPatches(blocks=(lambda h, site: h,)))
+        again = call.predict_positive(NetworkPatches(blocks=(lambda h, site: h,)))
         assert again.shape == denoised.shape
         return denoised
 
