@@ -115,6 +115,10 @@ def check_record(record: object) -> None:
         )
 
 
+#: what to do when a UNet patch meets another network
+LEAVE = "Leave the patch out for this model (it is made for the SD1, SD2 and SDXL UNets)"
+
+
 def refuse(feature: str, why: str) -> LoadoutError:
     """A patch that does not fit the loaded model, in words."""
     return LoadoutError(

@@ -11,7 +11,7 @@ from typing import ClassVar
 
 from torch import Tensor
 
-from core.guidance.base import GuidanceContext, check_record, layers, number, refuse
+from core.guidance.base import LEAVE, GuidanceContext, check_record, layers, number, refuse
 from core.models.attention import attention
 from core.models.patches import AttentionCall, NetworkPatches, Site
 from core.sampling.patches import CfgCall, ModelPatches
@@ -41,9 +41,9 @@ class Pag:
         check_record(self)
 
     def model_patches(self, context: GuidanceContext) -> ModelPatches:
-        points = context.points
-        if "middle" not in points.blocks or "self" not in points.attention:
-            raise refuse(self.title, "it replaces the self-attention of a UNet's middle block")
+        context.points.require(
+            self.title, "unsupported_family", blocks=("middle",), attention=("self",), fix=LEAVE
+        )
         scale, perturb = self.scale, NetworkPatches(replace_attention=identity_self_attention)
 
         def post(call: CfgCall, denoised: Tensor) -> Tensor:

@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from core.guidance.base import GuidanceContext, check_record, number, refuse
+from core.guidance.base import LEAVE, GuidanceContext, check_record, number
 from core.models.attention import attention
 from core.models.patches import AttentionCall, NetworkPatches, Site
 from core.sampling.patches import CfgCall, ModelPatches
@@ -86,9 +86,9 @@ class Sag:
         check_record(self)
 
     def model_patches(self, context: GuidanceContext) -> ModelPatches:
-        points = context.points
-        if "middle" not in points.blocks or "self" not in points.attention:
-            raise refuse(self.title, "it reads the self-attention of a UNet's middle block")
+        context.points.require(
+            self.title, "unsupported_family", blocks=("middle",), attention=("self",), fix=LEAVE
+        )
         scale, blur = self.scale, self.blur_sigma
 
         def post(call: CfgCall, denoised: Tensor) -> Tensor:

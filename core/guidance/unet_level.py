@@ -17,6 +17,7 @@ import torch
 from torch import Tensor
 
 from core.guidance.base import (
+    LEAVE,
     RESIZE_METHODS,
     GuidanceContext,
     Resize,
@@ -72,8 +73,9 @@ def _adding(more: NetworkPatches) -> ModelPatches:
 
 
 def _unet_channels(context: GuidanceContext, feature: str) -> int:
-    if context.model_channels is None or not context.points.joins:
-        raise refuse(feature, "it scales the features where a UNet's output side joins its skip connections")
+    context.points.require(feature, "unsupported_family", joins=0, fix=LEAVE)
+    if context.model_channels is None:
+        raise refuse(feature, "it scales a UNet's features by their number of channels")
     return context.model_channels
 
 
@@ -142,8 +144,7 @@ class DeepShrink:
 
     def model_patches(self, context: GuidanceContext) -> ModelPatches:
         stage = "input_after_skip" if self.downscale_after_skip else "input"
-        if stage not in context.points.blocks or not context.points.joins:
-            raise refuse(self.title, "it downscales a UNet's features after one of its input blocks")
+        context.points.require(self.title, "unsupported_family", blocks=(stage,), joins=0, fix=LEAVE)
         if self.block_number >= context.points.blocks[stage]:
             count = context.points.blocks[stage]
             raise refuse(self.title, f"block {self.block_number} is past this UNet's {count} input blocks")
