@@ -22,6 +22,7 @@ def fields(panel: GeneratePanel) -> dict[str, object]:
         "steps": panel.steps.value(), "cfg": panel.cfg.value(), "guidance": panel.guidance.value(),
         "sampler": panel.sampler.currentData(), "scheduler": panel.scheduler.currentData(),
         "width": panel.width_.value(), "height": panel.height_.value(), "family": panel.family,
+        "guidance_patches": panel.guidance_patches.saved(),
     }  # fmt: skip
 
 
@@ -35,6 +36,7 @@ def restore(panel: GeneratePanel, saved: dict[str, object]) -> dict[str, object]
     if text.get("seed", "").isdigit():
         panel.seed.setText(text["seed"])
     panel.random_seed.setChecked(saved.get("random") is True)
+    panel.guidance_patches.restore(text.get("guidance_patches", ""))
     apply_settings(panel, saved)
     return saved if isinstance(saved.get("family"), str) else None
 

@@ -20,9 +20,10 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from core.errors import LoadoutError
 from core.generate.parameters import GenerationParameters
 from core.generate.request import ImageSettings
-from core.guidance import PATCHES, GuidancePatch
+from core.guidance import PATCHES, GuidancePatch, describe_all, read_patches
 from core.guidance.base import Choice, Layers, limits_of, parameters
 from core.values import NumberRange
 
@@ -134,10 +135,26 @@ class GuidanceControls(QGroupBox):
 
     def apply_parameters(self, p: GenerationParameters) -> None:
         """Switch on the patches a picture was made with, with its values; the others off."""
+        self.show_patches(p.patches)
+
+    def show_patches(self, patches: tuple[GuidancePatch, ...]) -> None:
         for row in self.rows.values():
             row.on.setChecked(False)
-        for patch in p.patches:
+        for patch in patches:
             self.rows[patch.name].show_patch(patch)
-        given = [patch.name for patch in p.patches]
+        given = [patch.name for patch in patches]
         self.order = given + [name for name in self.rows if name not in given]
-        self.setChecked(bool(p.patches))
+        self.setChecked(bool(patches))
+
+    def saved(self) -> str:
+        """The patches switched on as text (kept across a relaunch); "" when one has a bad value."""
+        try:
+            return describe_all(self.patches())
+        except LoadoutError:
+            return ""
+
+    def restore(self, text: str) -> None:
+        try:
+            self.show_patches(read_patches(text))
+        except LoadoutError:
+            self.show_patches(())

@@ -68,3 +68,17 @@ def test_a_dropped_picture_switches_its_patches_on_in_its_order(panel: GenerateP
     plain = GenerationParameters("castle", steps=20, seed=1)
     _drop(panel, save_png(tmp_path / "p.png", np.zeros((4, 4, 3), np.uint8), format_parameters(plain)))
     assert panel.settings().guidance_patches == ()
+
+
+def test_the_patches_switched_on_are_kept_across_a_relaunch(qtbot: QtBot, panel: GeneratePanel) -> None:
+    box = panel.guidance_patches
+    box.setChecked(True)
+    box.rows["apg"].on.setChecked(True)
+    box.rows["apg"].editors["momentum"].setValue(0.25)  # type: ignore[attr-defined]
+    box.rows["pag"].on.setChecked(True)
+    saved = panel.fields()
+    again = GeneratePanel()
+    qtbot.addWidget(again)
+    again.restore_fields(saved)
+    assert again.settings().guidance_patches == panel.settings().guidance_patches
+    assert [p.name for p in again.settings().guidance_patches] == ["pag", "apg"]
