@@ -15,6 +15,7 @@ from pathlib import Path
 
 from core.errors import LoadoutError
 from core.generate.workflow_request import ControlNetUse
+from core.guidance import GuidancePatch, parse_patch
 from core.patching.merge import LoraArg
 from core.values import (
     CONTROLNET_PERCENT,
@@ -135,6 +136,19 @@ def parse_controlnet(text: str) -> ControlNetUse:
     strength = nums[0] if nums else 1.0
     start, end = (nums[1], nums[2]) if len(nums) == 3 else (0.0, 1.0)
     return ControlNetUse(Path(parts[0]), Path(parts[1]), strength, start, end)
+
+
+def parse_patch_argument(text: str) -> GuidancePatch:
+    """``NAME[:ARG=VALUE,...]`` (``--patch``): a guidance patch with its parameters."""
+    try:
+        return parse_patch(text)
+    except LoadoutError as exc:
+        raise LoadoutError(
+            f"--patch {text!r}: {exc.what}",
+            why=exc.why,
+            fix=f"{exc.fix} (e.g. --patch pag:scale=3 --patch freeu_v2)",
+            code=exc.code,
+        ) from None
 
 
 def _split_paths(text: str) -> list[str]:

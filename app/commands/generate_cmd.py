@@ -3,8 +3,10 @@
 [--scheduler NAME] [--size WxH] [--batch B] [--init IMAGE [--mask MASK] --denoise D]
 [--controlnet FILE:HINT[:STRENGTH[:START:END]]]... [--refiner FILE [--refiner-switch F]]
 [--hires-scale S --hires-denoise D [--hires-steps N] [--hires-upscaler METHOD_OR_FILE]]
+[--patch NAME[:ARG=VALUE,...]]...
 [--device D] [--dtype D] [--vram-limit BYTES] -o OUT.png [--json]``: text to image (img2img with
---init, inpainting with --mask), with ControlNets, the hires fix and the SDXL refiner.
+--init, inpainting with --mask), with ControlNets, the hires fix, the SDXL refiner and guidance
+patches (PAG, FreeU ...).
 
 With ``--x AXIS:V1,V2,... [--y ...] [--z ...] [--ray ADDRESS|local:N] -o DIR`` a grid: one picture per
 cell and a labelled grid per Z value in DIR, in-process or on a Ray cluster (core/queue)."""
@@ -29,6 +31,7 @@ from app.commands.args import (
     parse_bytes,
     parse_controlnet,
     parse_lora,
+    parse_patch_argument,
     parse_size,
 )
 from app.commands.hires_args import add_hires_arguments, hires_from_arguments
@@ -43,6 +46,7 @@ from core.generate.events import GenerateProgress
 from core.generate.request import GenerateRequest, ImageSettings, ModelFiles, Sampling
 from core.generate.sweep import parse_strengths
 from core.generate.workflow_request import RefinerUse
+from core.guidance import PATCHES
 from core.loading.convert_file import DTYPES, parse_dtype
 from core.queue.command import GridReport, cluster_pool, run_grid
 from core.queue.grid import AXES, parse_axis
@@ -140,6 +144,11 @@ def _add_workflows(p: argparse.ArgumentParser) -> None:
         "--controlnet", action="append", default=[], metavar="FILE:HINT[:STRENGTH[:START:END]]",
         help="a ControlNet and its hint picture (repeatable; ComfyUI's ControlNetApplyAdvanced)",
     )  # fmt: skip
+    p.add_argument(
+        "--patch", action="append", default=[], metavar="NAME[:ARG=VALUE,...]",
+        help="a guidance patch, repeatable, applied in order: " + ", ".join(PATCHES)
+        + " (e.g. pag:scale=3, freeu_v2, deep_shrink:downscale_factor=1.5)",
+    )  # fmt: skip
     p.add_argument("--mask", metavar="MASK", help="inpainting: white = repaint (with --init and --denoise)")
     p.add_argument("--refiner", metavar="FILE", help="the SDXL refiner checkpoint to finish the picture")
     p.add_argument(
@@ -198,6 +207,7 @@ def _request(args: argparse.Namespace) -> GenerateRequest:
         mask_image=Path(args.mask) if args.mask else None,
         refiner=RefinerUse(Path(args.refiner), args.refiner_switch) if args.refiner else None,
         clip_skip=args.clip_skip,
+        guidance_patches=tuple(parse_patch_argument(t) for t in args.patch),
     )
     return GenerateRequest(
         models=models,

@@ -35,6 +35,7 @@ from PySide6.QtWidgets import (
 
 from app.backend.progress_words import PHASE_WORDS
 from app.gui import generate_apply, generate_fields
+from app.gui.guidance_controls import GuidanceControls
 from app.gui.model_picker import ModelPicker
 from app.gui.prompt_completion import PromptCompleter
 from app.gui.size_controls import SizeControls
@@ -93,12 +94,14 @@ class GeneratePanel(QWidget):
         out_row = self._build_actions()
         self.model = ModelPicker()
         self.workflows = WorkflowControls()
+        self.guidance_patches = GuidanceControls()
         # the settings scroll; the model, prompts and the Generate row above and below them never do
         inner = QWidget()
         inner_layout = QVBoxLayout(inner)
         inner_layout.setContentsMargins(0, 0, 4, 0)
         inner_layout.addLayout(form)
         inner_layout.addWidget(self.workflows)
+        inner_layout.addWidget(self.guidance_patches)
         inner_layout.addLayout(out_row)
         inner_layout.addStretch(1)
         self.settings_area = QScrollArea()
@@ -233,7 +236,7 @@ class GeneratePanel(QWidget):
             scheduler=str(self.scheduler.currentData()),
             guidance=self.guidance.value() if flux_guidance else None,
         )
-        return self.workflows.apply(
+        made = self.workflows.apply(
             ImageSettings(
                 prompt=self.prompt.toPlainText(),
                 negative=self.negative.toPlainText(),
@@ -245,6 +248,7 @@ class GeneratePanel(QWidget):
                 clip_skip=generate_fields.clip_skip(self),
             )
         )
+        return self.guidance_patches.apply(made)
 
     def apply_parameters(self, p: GenerationParameters) -> None:
         """Fill the fields from a picture's parameters (``generate_apply``)."""

@@ -25,6 +25,7 @@ from pathlib import Path
 
 from core.errors import LoadoutError
 from core.generate.hires_settings import HiresFix
+from core.guidance import GuidancePatch, describe_all, read_patches
 from core.values import (
     CFG,
     CLIP_SKIP,
@@ -110,6 +111,8 @@ class GenerationParameters:
     hires: HiresFix | None = None
     clip_skip: int | None = None  # A1111's "Clip skip" (None: the family's own layer)
     embeddings: tuple[EmbeddingUse, ...] = ()  # "TI hashes"
+    #: guidance patches ("Guidance patches: pag(scale=3), freeu_v2(b1=1.3,...)"; Loadout's own key)
+    patches: tuple[GuidancePatch, ...] = ()
     extra: dict[str, str] = field(default_factory=dict)  # other keys read from an image, kept as text
     #: values read from a picture that were not used, by infotext key, with the reason (out of range,
     #: not a number...): the field keeps its default and the reader says so
@@ -162,6 +165,8 @@ def format_parameters(p: GenerationParameters, *, version: str = "") -> str:
         items.append(("Hires upscaler", p.hires.label))
     elif p.denoise is not None:
         items.append(("Denoising strength", _num(p.denoise)))
+    if p.patches:
+        items.append(("Guidance patches", describe_all(p.patches)))
     hashes = [f"{lo.name}: {lo.hash}" for lo in p.loras if lo.hash]
     if hashes:
         items.append(("Lora hashes", ", ".join(hashes)))
@@ -300,6 +305,7 @@ _KNOWN = {
     "Hires upscaler",
     "Clip skip",
     "TI hashes",
+    "Guidance patches",
 }
 
 
@@ -331,6 +337,14 @@ def _hires(items: dict[str, str], ignored: dict[str, str]) -> HiresFix | None:
     return HiresFix(scale, 0.7 if denoise is None else denoise, steps, method, model)
 
 
+def _patches(items: dict[str, str], ignored: dict[str, str]) -> tuple[GuidancePatch, ...]:
+    try:
+        return read_patches(items.get("Guidance patches", ""))
+    except LoadoutError as exc:
+        ignored["Guidance patches"] = f"{exc.what} ({exc.why})" if exc.why else exc.what
+        return ()
+
+
 def parse_parameters(text: str) -> GenerationParameters:
     """Read an infotext (A1111, Forge, Loadout) back into parameters; unknown keys go to ``extra``."""
     lines = text.strip("\n").split("\n")
@@ -352,6 +366,7 @@ def parse_parameters(text: str) -> GenerationParameters:
     hires = _hires(items, ignored)
     clip_skip = _number(items, "Clip skip", CLIP_SKIP, ignored)
     embeddings = tuple(EmbeddingUse(n, h) for n, h in _name_hashes(items.get("TI hashes", "")).items())
+    patches = _patches(items, ignored)
     return GenerationParameters(
         prompt=prompt,
         negative=negative,
@@ -370,6 +385,7 @@ def parse_parameters(text: str) -> GenerationParameters:
         hires=hires,
         clip_skip=None if clip_skip is None else int(clip_skip),
         embeddings=embeddings,
+        patches=patches,
         extra={k: v for k, v in items.items() if k not in _KNOWN},
         ignored=ignored,
     )

@@ -12,6 +12,7 @@ from core.detect.prediction import PREDICTIONS
 from core.errors import LoadoutError
 from core.generate.hires_settings import HiresFix
 from core.generate.workflow_request import ControlNetUse, RefinerUse
+from core.guidance import GuidancePatch
 from core.patching.merge import LoraArg
 from core.values import BATCH, CFG, CLIP_SKIP, DENOISE, GUIDANCE, SEED, STEPS, NumberRange, check_size
 
@@ -85,6 +86,8 @@ class ImageSettings:
     #: A1111's clip skip (1 last layer, 2 penultimate: ComfyUI's CLIPSetLastLayer -N on every CLIP
     #: tower); None: the family's own layer (SD1 last, SD2/SDXL penultimate)
     clip_skip: int | None = None
+    #: guidance patches (PAG, FreeU ...: core/guidance), applied in order to the base model
+    guidance_patches: tuple[GuidancePatch, ...] = ()
 
     def __post_init__(self) -> None:
         problems = self.sampling.problems()

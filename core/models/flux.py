@@ -151,8 +151,10 @@ class Flux(nn.Module):
         )
 
     def patch_points(self) -> PatchPoints:
-        """After each double block (the picture's tokens) and each single block (text + picture)."""
-        return PatchPoints({"double": len(self.double_blocks), "single": len(self.single_blocks)})
+        """After each double block (the picture's tokens) and each single block (text + picture);
+        any double or single block can be left out (ComfyUI's ``double_block``/``single_block``)."""
+        stages = {"double": len(self.double_blocks), "single": len(self.single_blocks)}
+        return PatchPoints(stages, skips=("double", "single"))
 
     def forward(
         self,
@@ -184,11 +186,13 @@ class Flux(nn.Module):
         pe = rope(joint_ids(txt_ids, img_ids, img.shape[0]), self.config.axes_dim, self.config.theta)
 
         for i, double in enumerate(cast(Sequence[DoubleStreamBlock], self.double_blocks)):
-            x, ctx = double(x, ctx, pe, double.modulations(vec))
+            if Site("double", i) not in patches.skip:
+                x, ctx = double(x, ctx, pe, double.modulations(vec))
             x = patches.block(x, Site("double", i))
         tokens = torch.cat((ctx, x), dim=1)
         for i, single in enumerate(cast(Sequence[SingleStreamBlock], self.single_blocks)):
-            tokens = single(tokens, pe, single.modulations(vec))
+            if Site("single", i) not in patches.skip:
+                tokens = single(tokens, pe, single.modulations(vec))
             tokens = patches.block(tokens, Site("single", i))
         x = tokens[:, ctx.shape[1] :]
         shift, scale = self.final_layer.shift_scale(vec)

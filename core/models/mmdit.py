@@ -181,8 +181,9 @@ class MMDiT(nn.Module):
         return grid.reshape(1, h * w, -1).to(device=like.device, dtype=like.dtype)
 
     def patch_points(self) -> PatchPoints:
-        """After each joint block (the picture's tokens)."""
-        return PatchPoints({"joint": len(self.joint_blocks)})
+        """After each joint block (the picture's tokens); any joint block can be left out (its
+        text and picture tokens passed on unchanged, ComfyUI's ``("double_block", i)``)."""
+        return PatchPoints({"joint": len(self.joint_blocks)}, skips=("joint",))
 
     def forward(
         self,
@@ -192,7 +193,8 @@ class MMDiT(nn.Module):
         y: torch.Tensor | None = None,
         patches: NetworkPatches = NO_PATCHES,
     ) -> torch.Tensor:
-        """``patches``: block patches on the picture's tokens after each joint block."""
+        """``patches``: block patches on the picture's tokens after each joint block; the joint
+        blocks whose sites it skips are left out."""
         cfg = self.config
         p = cfg.patch_size
         batch, _, height, width = x.shape
@@ -222,7 +224,8 @@ class MMDiT(nn.Module):
 
         for i, block in enumerate(self.joint_blocks):
             assert ctx is not None
-            ctx, tokens = block(ctx, tokens, c)
+            if Site("joint", i) not in patches.skip:
+                ctx, tokens = block(ctx, tokens, c)
             tokens = patches.block(tokens, Site("joint", i))
 
         out = self.final_layer(tokens, c)

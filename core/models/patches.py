@@ -14,7 +14,10 @@ Each point is named by a :class:`Site`: a stage the network declares (the UNet's
   ``("skip", i)``, the skip of input block ``i``;
 * **attention patches** ``(call) -> call``: the query, keys, values and mask of one attention
   before it runs (extra keys/values for image prompts, masks for regions);
-* **attention replacement** ``(call) -> out``: the attention itself (PAG/SAG).
+* **attention replacement** ``(call) -> out``: the attention itself (PAG/SAG);
+* **skipped blocks**: sites whose block the forward leaves out, its input passed on unchanged
+  (ComfyUI's ``"dit"`` block replacement by a function that returns its arguments: Skip Layer
+  Guidance), at the stages a network declares skippable.
 
 With no patches a forward computes exactly what it computes without this module.
 """
@@ -84,6 +87,7 @@ class NetworkPatches:
     joins: tuple[JoinPatch, ...] = ()
     attention: tuple[AttentionPatch, ...] = ()
     replace_attention: AttentionReplace | None = None
+    skip: frozenset[Site] = frozenset()
 
     def __add__(self, other: NetworkPatches) -> NetworkPatches:
         if other.replace_attention is not None and self.replace_attention is not None:
@@ -98,6 +102,7 @@ class NetworkPatches:
             self.joins + other.joins,
             self.attention + other.attention,
             self.replace_attention or other.replace_attention,
+            self.skip | other.skip,
         )
 
     @property
@@ -144,23 +149,38 @@ class AttentionRoute:
 @dataclass(frozen=True)
 class PatchPoints:
     """The points a network has: ``blocks`` stage -> number of sites, ``joins`` the skip
-    connections (UNet), ``attention`` the attention kinds its layers route through patches."""
+    connections (UNet), ``attention`` the attention kinds its layers route through patches,
+    ``skips`` the stages whose blocks a forward can leave out."""
 
     blocks: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))
     joins: int = 0
     attention: tuple[AttentionKind, ...] = ()
+    skips: tuple[str, ...] = ()
 
     def require(
-        self, feature: str, code: str, *, blocks: tuple[str, ...] = (), joins: int | None = None
+        self,
+        feature: str,
+        code: str,
+        *,
+        blocks: tuple[str, ...] = (),
+        joins: int | None = None,
+        attention: tuple[AttentionKind, ...] = (),
+        skips: tuple[str, ...] = (),
+        fix: str = "",
     ) -> None:
-        """Refuse a feature whose patches need points this network lacks, in words."""
+        """Refuse a feature whose patches need points this network lacks, in words. ``joins``
+        0 asks for some skip connections, whatever their number."""
         missing = [f"its {stage} blocks" for stage in blocks if stage not in self.blocks]
-        if joins is not None and joins != self.joins:
+        if joins == 0 and not self.joins:
+            missing.append("skip connections")
+        elif joins and joins != self.joins:
             missing.append(f"{joins} skip connections (it has {self.joins})")
+        missing += [f"patchable {kind}-attention" for kind in attention if kind not in self.attention]
+        missing += [f"{stage} blocks that can be left out" for stage in skips if stage not in self.skips]
         if missing:
             raise ModelMismatchError(
                 f"{feature} does not fit this diffusion model",
                 why="it changes " + ", ".join(missing) + ", which this network does not have",
-                fix=f"Use {feature} made for the loaded model's family",
+                fix=fix or f"Use {feature} made for the loaded model's family",
                 code=code,
             )

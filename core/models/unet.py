@@ -96,9 +96,12 @@ class UNetModel(nn.Module):
         self.out = nn.Sequential(f.group_norm(mc), nn.SiLU(), f.conv(mc, config.out_channels, 3, padding=1))
 
     def patch_points(self) -> PatchPoints:
-        """After each input, middle and output block; the skip connections where the output side
-        takes them; self- and cross-attention of every transformer block."""
-        blocks = {"input": len(self.input_blocks), "middle": 1, "output": len(self.output_blocks)}
+        """After each input, middle and output block; after each input block's skip connection was
+        taken (``input_after_skip``: ComfyUI's ``input_block_patch_after_skip``, what the next block
+        gets without changing the skip); the skip connections where the output side takes them;
+        self- and cross-attention of every transformer block."""
+        n = len(self.input_blocks)
+        blocks = {"input": n, "input_after_skip": n, "middle": 1, "output": len(self.output_blocks)}
         return PatchPoints(blocks, joins=len(self.input_blocks), attention=("self", "cross"))
 
     def forward(
@@ -140,6 +143,7 @@ class UNetModel(nn.Module):
             h = block(h, emb, context, None, route("input", i))
             h = patches.block(h, Site("input", i))
             skips.append(h)
+            h = patches.block(h, Site("input_after_skip", i))
         h = self.middle_block(h, emb, context, None, route("middle", 0))
         h = patches.block(h, Site("middle", 0))
         for j, block in enumerate(self.output_blocks):

@@ -1,6 +1,7 @@
 """Requests as JSON for the queue file: frozen dataclasses of paths, numbers, strings, tuples and
 torch dtypes, written field by field and read back by their type hints (no pickle: a queue file
-is data, never code). New request fields of these kinds need no change here."""
+is data, never code). New request fields of these kinds need no change here. A guidance patch
+(:mod:`core.guidance`) is stored as its text, ``pag(scale=3)``."""
 
 from __future__ import annotations
 
@@ -14,11 +15,14 @@ import torch
 
 from core.errors import LoadoutError
 from core.files.dtypes import short_name, torch_dtype_by_short
+from core.guidance import PATCHES, GuidancePatch, describe, read_patches
 
 T = TypeVar("T")
 
 
 def to_jsonable(value: object) -> Any:
+    if type(value) in PATCHES.values():
+        return describe(value)  # type: ignore[arg-type]
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return {f.name: to_jsonable(getattr(value, f.name)) for f in dataclasses.fields(value)}
     if isinstance(value, Path):
@@ -56,6 +60,9 @@ def _read(hint: Any, data: Any) -> Any:
     if origin is dict:
         _key, val = typing.get_args(hint)
         return {k: _read(val, v) for k, v in data.items()}
+    if hint is GuidancePatch:
+        (patch,) = read_patches(str(data))
+        return patch
     if hint is Path:
         return Path(data)
     if hint is torch.dtype:

@@ -6,6 +6,11 @@ not evaluated at all; otherwise both run as one batch, negative items first, and
 estimate (:meth:`CfgDenoiser.with_uncond`), for which the negative runs even at CFG 1.
 Conditionings that cannot be concatenated (see :mod:`core.sampling.conditioning`) run as two
 passes with the same result.
+
+The run's CFG stages (:mod:`core.sampling.patches`) change the combination as ComfyUI's
+``cfg_function`` does: pre-CFG functions in order, then the one guidance function (or plain CFG),
+then post-CFG functions in order. Where the negative was not run, its estimate is zeros for them
+(ComfyUI's empty ``calc_cond_batch`` output).
 """
 
 from __future__ import annotations
@@ -17,8 +22,11 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from core.errors import LoadoutError
+from core.models.patches import NetworkPatches
 from core.sampling.conditioning import Conditioning, can_concat, concat
 from core.sampling.denoiser import Denoiser
+from core.sampling.patches import NO_MODEL_PATCHES, CfgCall, ModelPatches, Predict
 
 
 @dataclass(frozen=True)
@@ -29,8 +37,10 @@ class CfgDenoiser:
     positive: Conditioning
     negative: Conditioning | None
     scale: float
-    #: replaces ``uncond + (cond - uncond) * scale`` (a CFG variant's feature; None: plain CFG)
-    guidance: Callable[[Tensor, Tensor, float], Tensor] | None = None
+    #: the run's patches, of which the CFG stages (pre-CFG, guidance, post-CFG) are used here
+    stages: ModelPatches = NO_MODEL_PATCHES
+    #: the denoiser with more network patches (post-CFG functions that run the network again)
+    patched: Callable[[NetworkPatches], Denoiser] | None = None
 
     @property
     def uses_negative(self) -> bool:
@@ -38,7 +48,10 @@ class CfgDenoiser:
 
     def __call__(self, x: Tensor, sigma: Tensor) -> Tensor:
         if self.negative is None or not self.uses_negative:
-            return self.denoiser(x, sigma, self.positive.repeat_to(x.shape[0]))
+            cond = self.denoiser(x, sigma, self.positive.repeat_to(x.shape[0]))
+            if not self.stages.changes_cfg:
+                return cond
+            return self.combine(x, sigma, cond, torch.zeros_like(cond))
         return self.with_uncond(x, sigma)[0]
 
     def with_uncond(self, x: Tensor, sigma: Tensor) -> tuple[Tensor, Tensor]:
@@ -49,7 +62,9 @@ class CfgDenoiser:
         positive = self.positive.repeat_to(batch)
         if self.negative is None:
             cond = self.denoiser(x, sigma, positive)
-            return cond, cond
+            if not self.stages.changes_cfg:
+                return cond, cond
+            return self.combine(x, sigma, cond, torch.zeros_like(cond)), cond
         negative = self.negative.repeat_to(batch)
         if can_concat(negative, positive):
             both = self.denoiser(torch.cat([x, x]), torch.cat([sigma, sigma]), concat([negative, positive]))
@@ -57,6 +72,35 @@ class CfgDenoiser:
         else:
             uncond = self.denoiser(x, sigma, negative)
             cond = self.denoiser(x, sigma, positive)
-        if self.guidance is not None:
-            return self.guidance(uncond, cond, self.scale), uncond
-        return uncond + (cond - uncond) * self.scale, uncond
+        return self.combine(x, sigma, cond, uncond), uncond
+
+    def combine(self, x: Tensor, sigma: Tensor, cond: Tensor, uncond: Tensor) -> Tensor:
+        """The two estimates through the pre-CFG functions, the guidance (or plain CFG) and the
+        post-CFG functions, in order."""
+        stages = self.stages
+        call = CfgCall(x, sigma, cond, uncond, self.scale, self._predictor(x, sigma))
+        for pre in stages.pre_cfg:
+            call = pre(call)
+        out = call.cfg() if stages.guidance is None else stages.guidance(call)
+        for post in stages.post_cfg:
+            out = post(call, out)
+        return out
+
+    def _predictor(self, latent: Tensor, sigma: Tensor) -> Predict:
+        def predict(
+            patches: NetworkPatches, *, x: Tensor | None = None, negative: bool = False
+        ) -> Tensor | None:
+            cond = self.negative if negative else self.positive
+            if cond is None:
+                return None
+            if self.patched is None:
+                raise LoadoutError(
+                    "this guidance feature needs the network run once more, which this sampler cannot",
+                    why="the denoiser was given without a way to add network patches",
+                    fix="Leave the feature out for this run",
+                    code="bad_argument",
+                )
+            at = latent if x is None else x
+            return self.patched(patches)(at, sigma, cond.repeat_to(at.shape[0]))
+
+        return predict

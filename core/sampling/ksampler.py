@@ -20,13 +20,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import torch
 from torch import Tensor
 
 from core.detect.spec import LatentFormat
 from core.errors import LoadoutError
+from core.models.patches import NetworkPatches
 from core.sampling.cfg import CfgDenoiser
 from core.sampling.conditioning import Conditioning
 from core.sampling.denoiser import DiffusionModel, ModelDenoiser
@@ -153,7 +154,8 @@ def sample(
     x = sampling.noise_scaling(sigmas[0], noise, start, is_max_denoise(sampling, sigmas[0]))
 
     denoiser = ModelDenoiser(model, sampling, compute_dtype, _before(check, before_forward), patches)
-    guided: ModelFn = CfgDenoiser(denoiser, positive, negative, request.cfg, patches.guidance)
+
+    guided: ModelFn = CfgDenoiser(denoiser, positive, negative, request.cfg, patches, _with_more(denoiser))
     if denoise_mask is not None:
         mask = latent_mask(denoise_mask, latent.shape).to(dev)
         guided = MaskedDenoiser(guided, sampling, mask, noise, start)
@@ -170,6 +172,15 @@ def sample(
         out = spec.fn(guided, x, sigmas, ctx)
         out = sampling.inverse_noise_scaling(_final_sigma(spec, sigmas), out)
     return latent_format.process_out(out.to(torch.float32))
+
+
+def _with_more(denoiser: ModelDenoiser) -> Callable[[NetworkPatches], ModelDenoiser]:
+    """The denoiser with more network patches (a post-CFG function's second run)."""
+
+    def patched(more: NetworkPatches) -> ModelDenoiser:
+        return replace(denoiser, patches=denoiser.patches + ModelPatches(network=more))
+
+    return patched
 
 
 def _before(

@@ -8,7 +8,12 @@
   its residuals from the call and hands them on as the UNet's block and join patches);
 * **extra inputs** ``(x) -> channels`` are appended to the network's input after every wrapper ran
   (an inpainting model's mask and masked-picture latent);
-* a **guidance** function ``(uncond, cond, scale) -> denoised`` replaces CFG's combination;
+* the **CFG stages** (ComfyUI's ``sampler_pre_cfg_function``, ``sampler_cfg_function`` and
+  ``sampler_post_cfg_function``), each told the sampler's latent, sigma, both predictions and the
+  scale in a :class:`CfgCall`: **pre-CFG** functions change the two predictions before they are
+  combined (APG), one **guidance** function replaces CFG's combination (RescaleCFG), **post-CFG**
+  functions change the combined result (CFG-Zero*, PAG, SLG, Epsilon Scaling) and may run the
+  network once more, on either prompt, with more network patches (:class:`Predict`);
 * **step callbacks** are told every finished step.
 
 Wrappers run outermost first; every other field adds up in order (``+``).
@@ -18,6 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Protocol
 
 import torch
 from torch import Tensor
@@ -45,7 +51,49 @@ class ModelCall:
 Apply = Callable[[ModelCall], Tensor]
 ModelWrapper = Callable[[ModelCall, Apply], Tensor]
 ExtraInputs = Callable[[Tensor], Tensor]
-Guidance = Callable[[Tensor, Tensor, float], Tensor]
+
+
+class Predict(Protocol):
+    """The network run once more at this sigma: on the positive prompt (the negative with
+    ``negative``), at the sampler's latent (or ``x``), with ``patches`` added; its estimate of the
+    clean latent. On the negative where the run has no negative prompt: None."""
+
+    def __call__(
+        self, patches: NetworkPatches, *, x: Tensor | None = None, negative: bool = False
+    ) -> Tensor | None: ...
+
+
+@dataclass(frozen=True)
+class CfgCall:
+    """One combination of the two predictions: ``x`` the sampler's latent (ComfyUI's ``input``),
+    ``sigma`` [B], ``cond`` and ``uncond`` the positive's and the negative's estimates of the clean
+    latent (``uncond`` zeros where the negative was not run, as ComfyUI at CFG 1), the CFG
+    ``scale``; ``predict`` runs the network once more (:class:`Predict`)."""
+
+    x: Tensor
+    sigma: Tensor
+    cond: Tensor
+    uncond: Tensor
+    scale: float
+    predict: Predict
+
+    def predict_positive(self, patches: NetworkPatches) -> Tensor:
+        """The positive prompt's estimate at ``x`` with ``patches`` added."""
+        out = self.predict(patches)
+        assert out is not None  # the positive prompt is always there
+        return out
+
+    def with_predictions(self, cond: Tensor, uncond: Tensor) -> CfgCall:
+        return CfgCall(self.x, self.sigma, cond, uncond, self.scale, self.predict)
+
+    def cfg(self) -> Tensor:
+        """Plain CFG: ``uncond + (cond - uncond) * scale``."""
+        return self.uncond + (self.cond - self.uncond) * self.scale
+
+
+PreCfg = Callable[[CfgCall], CfgCall]
+Guidance = Callable[[CfgCall], Tensor]
+PostCfg = Callable[[CfgCall, Tensor], Tensor]
 
 
 @dataclass(frozen=True)
@@ -68,6 +116,8 @@ class ModelPatches:
     extra_inputs: tuple[ExtraInputs, ...] = ()
     guidance: Guidance | None = None
     steps: tuple[StepCallback, ...] = ()
+    pre_cfg: tuple[PreCfg, ...] = ()
+    post_cfg: tuple[PostCfg, ...] = ()
 
     def __add__(self, other: ModelPatches) -> ModelPatches:
         if self.guidance is not None and other.guidance is not None:
@@ -83,7 +133,13 @@ class ModelPatches:
             self.extra_inputs + other.extra_inputs,
             self.guidance or other.guidance,
             self.steps + other.steps,
+            self.pre_cfg + other.pre_cfg,
+            self.post_cfg + other.post_cfg,
         )
+
+    @property
+    def changes_cfg(self) -> bool:
+        return self.guidance is not None or bool(self.pre_cfg) or bool(self.post_cfg)
 
     def run(self, call: ModelCall, network: Apply) -> Tensor:
         """The call through every wrapper (outermost first), the extra inputs, then ``network``."""

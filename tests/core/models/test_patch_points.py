@@ -163,3 +163,36 @@ def test_a_feature_needing_points_a_network_lacks_is_refused_in_words() -> None:
     unet.require("this ControlNet", "wrong_controlnet", blocks=("middle",), joins=unet.joins)
     with pytest.raises(ModelMismatchError, match="skip connections"):
         unet.require("this ControlNet", "wrong_controlnet", blocks=("middle",), joins=unet.joins + 3)
+
+
+@pytest.mark.parametrize("tiny", NETWORKS, ids=lambda t: t.name)
+def test_a_skipped_block_is_left_out_where_the_network_declares_it_can_be(tiny: Tiny) -> None:
+    """SD3's joint blocks and Flux's double/single blocks can be left out (Skip Layer Guidance):
+    the forward then equals one where that block hands its input on unchanged; an empty skip set
+    changes nothing."""
+    module = tiny.reference()
+    points = module.patch_points()
+    plain = _forward(tiny, module)
+    assert torch.equal(_forward(tiny, module, NetworkPatches(skip=frozenset())), plain)
+    for stage in points.skips:
+        skipped = _forward(tiny, module, NetworkPatches(skip=frozenset({Site(stage, 0)})))
+        assert not torch.allclose(skipped, plain, atol=1e-4), stage
+    if tiny is TINY_MMDIT:
+        blocks = module.joint_blocks
+        first = blocks[0]
+        blocks[0] = _Identity()
+        try:
+            by_hand = _forward(tiny, module)
+        finally:
+            blocks[0] = first
+        skip_first = NetworkPatches(skip=frozenset({Site("joint", 0)}))
+        assert torch.equal(_forward(tiny, module, skip_first), by_hand)
+
+
+class _Identity(torch.nn.Module):
+    """A joint block that hands its text and picture tokens on unchanged (ComfyUI's ``skip``)."""
+
+    def forward(
+        self, ctx: torch.Tensor, tokens: torch.Tensor, c: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        return ctx, tokens

@@ -91,3 +91,18 @@ def test_a_damaged_queue_file_is_a_clear_error(tmp_path: Path) -> None:
     bad.write_bytes(b"this is not a database" * 100)
     with pytest.raises(LoadoutError, match="cannot open the queue file"):
         JobStore(bad)
+
+
+def test_guidance_patches_round_trip_through_the_queue_file(tmp_path: Path) -> None:
+    import dataclasses
+
+    from core.guidance import parse_patch
+
+    job = _job(4, tmp_path)
+    patches = (parse_patch("pag:2.5"), parse_patch("slg:double_layers=3,4"), parse_patch("deep_shrink"))
+    image = dataclasses.replace(job.request.image, guidance_patches=patches)
+    patched = dataclasses.replace(job, request=dataclasses.replace(job.request, image=image))
+    store = JobStore(tmp_path / "queue.sqlite")
+    (jid,) = store.add([patched])
+    store.close()
+    assert JobStore(tmp_path / "queue.sqlite").get(jid).job.request.image.guidance_patches == patches

@@ -13,7 +13,7 @@ from core.errors import LoadoutError
 from core.models.patches import NO_PATCHES, NetworkPatches
 from core.sampling import SamplingRequest, empty_latent, for_family, latent_format_for, sample
 from core.sampling.conditioning import Conditioning
-from core.sampling.patches import NO_MODEL_PATCHES, Apply, ModelCall, ModelPatches, StepInfo
+from core.sampling.patches import NO_MODEL_PATCHES, Apply, CfgCall, ModelCall, ModelPatches, StepInfo
 from tests.core.sampling.toy import ToyNet, toy_conditioning
 
 REQUEST = SamplingRequest(seed=2, steps=4, cfg=6.0, sampler="euler")
@@ -66,15 +66,45 @@ def test_extra_inputs_are_appended_after_the_wrappers() -> None:
 
 
 def test_a_guidance_function_replaces_cfg_and_step_callbacks_hear_every_step() -> None:
-    def cfg(uncond: Tensor, cond: Tensor, scale: float) -> Tensor:
-        return uncond + (cond - uncond) * scale
+    def cfg(call: CfgCall) -> Tensor:
+        return call.uncond + (call.cond - call.uncond) * call.scale
 
     steps: list[StepInfo] = []
     plain = _run(ToyNet(1 / 1000, 4))
     same = _run(ToyNet(1 / 1000, 4), ModelPatches(guidance=cfg, steps=(steps.append,)))
     assert torch.equal(same, plain)
     assert [s.step for s in steps] == [1, 2, 3, 4] and float(steps[-1].sigma) > 0
-    positive_only = _run(ToyNet(1 / 1000, 4), ModelPatches(guidance=lambda u, c, s: c))
+    positive_only = _run(ToyNet(1 / 1000, 4), ModelPatches(guidance=lambda call: call.cond))
     assert not torch.allclose(positive_only, plain)
     with pytest.raises(LoadoutError, match="replace classifier-free guidance"):
         _ = ModelPatches(guidance=cfg) + ModelPatches(guidance=cfg)
+
+
+def test_cfg_stages_run_pre_then_guidance_then_post_and_post_can_run_the_network_again() -> None:
+    order: list[str] = []
+    seen: list[NetworkPatches] = []
+
+    def net(x: Tensor, t: Tensor, cond: Conditioning, patches: NetworkPatches = NO_PATCHES) -> Tensor:
+        seen.append(patches)
+        return x * 0.5
+
+    def pre(call: CfgCall) -> CfgCall:
+        order.append("pre")
+        return call
+
+    def post(call: CfgCall, denoised: Tensor) -> Tensor:
+        order.append("post")
+        again = call.predict_positive(NetworkPatches(blocks=(lambda h, site: h,)))
+        assert again.shape == denoised.shape
+        return denoised
+
+    def guidance(call: CfgCall) -> Tensor:
+        order.append("cfg")
+        return call.cfg()
+
+    plain = _run(net)
+    seen.clear()
+    same = _run(net, ModelPatches(pre_cfg=(pre,), guidance=guidance, post_cfg=(post,)))
+    assert torch.equal(same, plain)
+    assert order == ["pre", "cfg", "post"] * 4
+    assert [len(p.blocks) for p in seen] == [0, 1] * 4  # each step: the batch, then the re-run
