@@ -293,10 +293,10 @@ class BrowserPanel(QWidget):
         self.hash_status.setVisible(running)
         self.hash_stop.setVisible(running)
         if running:
-            name = f" ({p.current.name})" if p.current is not None else ""
-            self.hash_status.setText(f"Hashing {p.done + 1}/{p.total}{name}")
+            name = f"{p.current.name}\n\n" if p.current is not None else ""  # short: narrow docks
+            self.hash_status.setText(f"Hashing {p.done + 1}/{p.total}")
             self.hash_status.setToolTip(
-                "SHA-256 of every file, once (kept in the library cache): duplicates and the "
+                f"{name}SHA-256 of every file, once (kept in the library cache): duplicates and the "
                 "hashes pictures name"
             )
         else:

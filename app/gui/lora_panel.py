@@ -27,7 +27,7 @@ from PySide6.QtWidgets import (
 
 from app.backend.backend import Backend
 from app.backend.messages import LoraInfo, StackInfo
-from app.gui.strength_control import StrengthControl
+from app.gui.strength_control import BARE_NUMBER, StrengthControl
 from app.gui.theme import set_icon
 from app.gui.widgets import ElidedLabel
 from app.lora_words import trained_scale_text, trained_strengths
@@ -219,6 +219,7 @@ class LoraStackPanel(QWidget):
     def _range_spin(self, value: float) -> QDoubleSpinBox:
         spin = QDoubleSpinBox()
         spin.setButtonSymbols(QDoubleSpinBox.ButtonSymbols.NoButtons)  # typed or arrow keys: narrow
+        spin.setStyleSheet(BARE_NUMBER)
         spin.setFixedWidth(spin.fontMetrics().horizontalAdvance("-10.0") + 16)
         spin.setRange(-10.0, 10.0)
         spin.setSingleStep(0.5)

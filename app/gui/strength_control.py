@@ -17,6 +17,12 @@ from PySide6.QtWidgets import (
 )
 
 SCALE = 100  # slider steps per 1.0 of strength
+#: a number box without arrows whose text has the whole box (the themes' padding and arrow room off)
+BARE_NUMBER = (
+    "QDoubleSpinBox { padding: 0px 2px; }"
+    " QDoubleSpinBox::up-button, QDoubleSpinBox::down-button"
+    " { subcontrol-origin: border; width: 0px; height: 0px; border: none; image: none; }"
+)
 
 
 class _Slider(QSlider):
@@ -60,6 +66,7 @@ class StrengthControl(QWidget):
         self.spin.setSingleStep(0.01)
         self.spin.setKeyboardTracking(False)
         self.spin.setToolTip(f"{title} strength: type a value (Enter), or use the arrow keys")
+        self.spin.setStyleSheet(BARE_NUMBER)
         self.set_range(lo, hi)
         self.slider.valueChanged.connect(self._slider_changed)
         self.slider.rangeChanged.connect(lambda _lo, _hi: self._place())
@@ -69,7 +76,7 @@ class StrengthControl(QWidget):
 
     def _value_width(self) -> int:
         metrics = self.spin.fontMetrics()
-        return metrics.horizontalAdvance(" -10.00 ") + 12
+        return metrics.horizontalAdvance("-10.00") + 16
 
     def sizeHint(self) -> QSize:
         top = max(self.spin.sizeHint().height(), self.title.sizeHint().height())

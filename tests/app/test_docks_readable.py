@@ -6,11 +6,12 @@ view, and a LoRA strength's value sits over the slider's handle, following it, a
 from __future__ import annotations
 
 from PySide6.QtCore import QPoint, Qt
-from PySide6.QtWidgets import QScrollArea, QStyle, QStyleOptionSlider
+from PySide6.QtWidgets import QApplication, QDoubleSpinBox, QScrollArea, QStyle, QStyleOptionSlider
 
 from app.demo import DemoLibrary
 from app.gui.dock_layout import initial_size_for
 from app.gui.lora_panel import StrengthControl
+from app.gui.theme import apply_theme
 from tests.app.test_first_launch import SCREENS, inside
 from tests.app.test_generate_window import _load
 from tests.app.util import strict
@@ -35,7 +36,16 @@ def _value_span(control: StrengthControl) -> tuple[int, int]:
     return left, left + control.spin.width()
 
 
+def _text_fits(spin: QDoubleSpinBox) -> bool:
+    """The number is shown whole in its box (not eaten by the theme's padding and arrow room)."""
+    edit = spin.lineEdit()
+    return edit.isVisible() and edit.width() >= edit.fontMetrics().horizontalAdvance(spin.text()) + 2
+
+
 def test_the_strength_value_follows_the_handle_and_can_be_typed(qtbot) -> None:
+    app = QApplication.instance()
+    assert isinstance(app, QApplication)
+    apply_theme(app, True)  # the window's stylesheet: the value must still show whole
     control = StrengthControl(-1.0, 2.0, "Model")
     qtbot.addWidget(control)
     control.resize(280, control.sizeHint().height())
@@ -47,7 +57,7 @@ def test_the_strength_value_follows_the_handle_and_can_be_typed(qtbot) -> None:
         left, right = _value_span(control)
         handle = _handle_x(control)
         assert left <= handle <= right, (value, left, handle, right)  # the value is over the handle
-        assert control.spin.text() == f"{value:.2f}"
+        assert control.spin.text() == f"{value:.2f}" and _text_fits(control.spin)
         title = control.title.geometry() if hasattr(control, "title") else None
         assert title is None or not title.intersects(control.spin.geometry())
         spans[value] = left
@@ -88,8 +98,17 @@ def test_every_dock_is_readable_on_a_laptop_screen(qtbot, make_window, demo_libr
         (card,) = window.lora_panel.cards.values()
         for strength in (card.model, card.clip):  # both strengths whole, without scrolling
             assert inside(strength.slider, window) and inside(strength.spin, window), name
+            assert _text_fits(strength.spin), name
+        for spin in (window.lora_panel.lo_spin, window.lora_panel.hi_spin):
+            assert _text_fits(spin), name
         # the library lists more than a handful of files in the Create workspace
         tree = window.browser.tree
         rows = tree.viewport().height() // max(1, tree.sizeHintForRow(0))
         assert rows >= 5, (name, rows)
+        # and a file's name whole in its column (".safetensors" left off in this narrow list)
+        index = window.browser.model.index_of(str(demo_library.checkpoint))
+        text = window.browser.model.data(index)
+        room = tree.visualRect(index).width() - tree.iconSize().width() - 8
+        assert demo_library.checkpoint.stem in text, name
+        assert tree.fontMetrics().horizontalAdvance(text) <= room, (name, text, room)
         assert inside(window.generate_panel.generate_button, window), name
