@@ -13,17 +13,14 @@ from __future__ import annotations
 from pathlib import Path
 
 from PySide6.QtCore import QByteArray, QEvent, QItemSelectionModel, QModelIndex, QObject, Qt, Signal
-from PySide6.QtGui import QKeySequence, QShortcut
+from PySide6.QtGui import QKeySequence, QResizeEvent, QShortcut
 from PySide6.QtWidgets import (
     QAbstractItemView,
-    QCheckBox,
-    QComboBox,
     QHBoxLayout,
     QHeaderView,
     QLabel,
     QLineEdit,
     QProgressBar,
-    QPushButton,
     QSizePolicy,
     QToolButton,
     QTreeView,
@@ -33,29 +30,24 @@ from PySide6.QtWidgets import (
 
 from app.backend.backend import Backend
 from app.backend.messages import TaskProgress
+from app.gui.library_cards import LibraryCardModel, LibraryCards
 from app.gui.library_columns import fit_columns
-from app.gui.library_model import KIND_TITLES, LibraryTreeModel
+from app.gui.library_filters import LibraryFilters, empty_library
+from app.gui.library_model import LibraryTreeModel
 from app.gui.library_summary import summary_parts, usage_text
-from app.gui.theme import icon, kind_text, set_icon
+from app.gui.theme import icon, set_icon
 from core.library import Entry
 from core.library.hasher import HashProgress
-from core.library.query import KIND_ORDER
 from core.session import ModelInfo
 
-SORTS = (
-    ("Name", "name"),
-    ("Date", "date"),
-    ("Size", "size"),
-    ("Family", "family"),
-    ("Last used", "last_used"),
-    ("Kind", "kind"),
-)
+FILTERS_FROM = 420  # px of panel height: below it the filter rows fold away until asked for
 
 
 class BrowserPanel(QWidget):
     entry_selected = Signal(object)  # Entry | None
     entry_activated = Signal(object)  # Entry
     demo_requested = Signal()
+    view_changed = Signal(str)  # "list" or "cards": the window remembers it
 
     def __init__(self, backend: Backend, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -78,18 +70,24 @@ class BrowserPanel(QWidget):
 
     def _build(self) -> None:
         self._build_search()
-        controls = self._build_toolbar()
         filters = self._build_filters()
         self._build_tree()
+        self._build_cards()
         self._build_empty()
         bottom = self._build_status()
+        top = QHBoxLayout()
+        top.setSpacing(2)
+        top.addWidget(self.search, 1)
+        top.addWidget(self.filters_button)
+        top.addWidget(self.list_button)
+        top.addWidget(self.cards_button)
         layout = QVBoxLayout(self)
         layout.setContentsMargins(8, 8, 8, 6)
         layout.setSpacing(6)
-        layout.addWidget(self.search)
-        layout.addLayout(controls)
-        layout.addLayout(filters)
+        layout.addLayout(top)
+        layout.addWidget(filters)
         layout.addWidget(self.tree, 1)
+        layout.addWidget(self.cards, 1)
         layout.addWidget(self.empty, 1)
         layout.addLayout(bottom)
 
@@ -100,62 +98,22 @@ class BrowserPanel(QWidget):
         set_icon(self.search.addAction(icon("search"), QLineEdit.ActionPosition.LeadingPosition), "search")
         self.search.textChanged.connect(lambda t: self.model.set_view(search_text=t))
 
-    def _build_toolbar(self) -> QHBoxLayout:
-        """Grouping, kind and family filters, sort order."""
-        self.grouping = QComboBox()
-        self.grouping.addItem("By folder", "folder")
-        self.grouping.addItem("By kind", "kind")
-        self.grouping.currentIndexChanged.connect(
-            lambda: self.model.set_view(grouping=self.grouping.currentData())
-        )
-        self.kind_filter = QComboBox()
-        self.kind_filter.addItem("All kinds", None)
-        for kind in KIND_ORDER:
-            self.kind_filter.addItem(KIND_TITLES.get(kind, kind_text(kind)), kind)
-        self.kind_filter.currentIndexChanged.connect(
-            lambda: self.model.set_view(kind=self.kind_filter.currentData())
-        )
-        self.family_filter = QComboBox()
-        self.family_filter.addItem("All families", None)
-        self.family_filter.setMinimumContentsLength(10)
-        self.family_filter.currentIndexChanged.connect(
-            lambda: self.model.set_view(family=self.family_filter.currentData())
-        )
-        self.sort = QComboBox()
-        for label, key in SORTS:
-            self.sort.addItem(f"Sort: {label}", key)
-        self.sort.currentIndexChanged.connect(lambda: self.model.set_view(sort_key=self.sort.currentData()))
-        self.descending = QToolButton(checkable=True, toolTip="Reverse the order")
-        set_icon(self.descending, "down")
-        self.descending.toggled.connect(lambda on: self.model.set_view(descending=on))
-
-        for combo in (self.grouping, self.kind_filter, self.family_filter, self.sort):  # a narrow dock
-            combo.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
-            combo.setMinimumContentsLength(6)
-        controls = QHBoxLayout()
-        controls.setSpacing(6)
-        for widget in (self.grouping, self.kind_filter, self.family_filter, self.sort, self.descending):
-            controls.addWidget(widget)
-        controls.addStretch(1)
-        return controls
-
-    def _build_filters(self) -> QHBoxLayout:
-        """The check boxes: fits the loaded model, duplicates only."""
-        self.fits = QCheckBox("Fits the loaded model")
-        self.fits.setEnabled(False)
-        self.fits.setToolTip("Load a model to list only the LoRAs made for its family")
-        self.fits.toggled.connect(self._apply_fits)
-        self.only_duplicates = QCheckBox("Duplicates")
-        self.only_duplicates.setToolTip(
-            "Only files whose data is also under another name or folder (×: same SHA-256; "
-            "?: same size, not hashed yet)"
-        )
-        self.only_duplicates.toggled.connect(lambda on: self.model.set_view(only_duplicates=on))
-        filters = QHBoxLayout()
-        filters.setSpacing(12)
-        filters.addWidget(self.fits)
-        filters.addWidget(self.only_duplicates)
-        filters.addStretch(1)
+    def _build_filters(self) -> LibraryFilters:
+        """Kind, family, fits; grouping, sort, duplicates (library_filters.py)."""
+        filters = LibraryFilters(self.model, self._apply_fits)
+        # on a short dock (a laptop's Create workspace) the two filter rows fold away, so the list
+        # keeps its rows; the button shows them (and says when a filter is on)
+        self.filters = filters
+        self.filters_button = QToolButton(checkable=True, autoRaise=True, toolTip="Filters and sort order")
+        set_icon(self.filters_button, "filter")
+        self.filters_button.toggled.connect(filters.setVisible)
+        self.filters_button.clicked.connect(lambda: setattr(self, "_filters_chosen", True))
+        self._filters_chosen = False
+        self.grouping, self.kind_filter, self.family_filter = (
+            filters.grouping, filters.kind_filter, filters.family_filter,
+        )  # fmt: skip
+        self.sort, self.descending = filters.sort, filters.descending
+        self.fits, self.only_duplicates = filters.fits, filters.only_duplicates
         return filters
 
     def _build_tree(self) -> None:
@@ -185,23 +143,42 @@ class BrowserPanel(QWidget):
             enter.setContext(Qt.ShortcutContext.WidgetShortcut)
             enter.activated.connect(lambda: self._on_activated(self.tree.currentIndex()))
 
+    def _build_cards(self) -> None:
+        """The grid of cards (library_cards.py) and the two buttons that choose list or cards."""
+        self.cards = LibraryCards(LibraryCardModel(self.model, self))
+        self.cards.hide()
+        self.cards.selectionModel().currentChanged.connect(
+            lambda current, _previous: self._on_entry(self.cards.cards().entry(current))
+        )
+        self.cards.doubleClicked.connect(lambda index: self._activate(self.cards.cards().entry(index)))
+        self.list_button = QToolButton(checkable=True, checked=True, autoRaise=True, toolTip="List")
+        self.cards_button = QToolButton(
+            checkable=True, autoRaise=True, toolTip="Cards: previews, badges and whole names"
+        )
+        set_icon(self.list_button, "list")
+        set_icon(self.cards_button, "grid")
+        self.list_button.clicked.connect(lambda: self.set_view_mode("list"))
+        self.cards_button.clicked.connect(lambda: self.set_view_mode("cards"))
+        self.view_mode = "list"
+
+    def set_view_mode(self, mode: str) -> None:
+        """``list`` (the tree) or ``cards`` (the grid); the selection follows."""
+        mode = "cards" if mode == "cards" else "list"
+        self.list_button.setChecked(mode == "list")
+        self.cards_button.setChecked(mode == "cards")
+        if mode == self.view_mode:
+            return
+        self.view_mode = mode
+        if not self.empty.isVisible():
+            self.tree.setVisible(mode == "list")
+            self.cards.setVisible(mode == "cards")
+        if self._selected_path is not None:
+            self.select_path(self._selected_path)
+        self.view_changed.emit(mode)
+
     def _build_empty(self) -> None:
         """What shows instead of the tree before any model is found."""
-        self.empty = QWidget()
-        empty_layout = QVBoxLayout(self.empty)
-        hint = QLabel(
-            "No models found yet.\nAdd your ComfyUI or A1111 folder (Ctrl+O), or try the demo library."
-        )
-        hint.setAlignment(Qt.AlignmentFlag.AlignCenter)
-        hint.setObjectName("muted")
-        hint.setWordWrap(True)  # a narrow dock wraps it instead of cutting it
-        demo = QPushButton("Open the demo library")
-        demo.setObjectName("primary")
-        demo.clicked.connect(self.demo_requested)
-        empty_layout.addStretch(1)
-        empty_layout.addWidget(hint)
-        empty_layout.addWidget(demo, 0, Qt.AlignmentFlag.AlignHCenter)
-        empty_layout.addStretch(2)
+        self.empty = empty_library(self.demo_requested.emit)
         self.empty.hide()
 
     def _build_status(self) -> QHBoxLayout:
@@ -232,7 +209,8 @@ class BrowserPanel(QWidget):
     # -- feeding ---------------------------------------------------------------------------------
     def set_empty(self, empty: bool) -> None:
         self.empty.setVisible(empty)
-        self.tree.setVisible(not empty)
+        self.tree.setVisible(not empty and self.view_mode == "list")
+        self.cards.setVisible(not empty and self.view_mode == "cards")
 
     def add_entries(self, entries: list[Entry]) -> None:
         self._seen.update(str(e.path) for e in entries)
@@ -297,7 +275,7 @@ class BrowserPanel(QWidget):
         self.loaded_family = family
         self.fits.blockSignals(True)
         self.fits.setEnabled(family is not None)
-        self.fits.setText(f"Fits {family}" if family else "Fits the loaded model")  # short: narrow docks
+        self.fits.setText(f"Fits {family}" if family else "Fits model")  # short: narrow docks
         self.fits.setToolTip(
             f"Only LoRAs made for {family} or a family that takes its LoRAs (other files stay)"
             if family
@@ -315,10 +293,10 @@ class BrowserPanel(QWidget):
         self.hash_status.setVisible(running)
         self.hash_stop.setVisible(running)
         if running:
-            name = f" ({p.current.name})" if p.current is not None else ""
-            self.hash_status.setText(f"Hashing {p.done + 1}/{p.total}{name}")
+            name = f"{p.current.name}\n\n" if p.current is not None else ""  # short: narrow docks
+            self.hash_status.setText(f"Hashing {p.done + 1}/{p.total}")
             self.hash_status.setToolTip(
-                "SHA-256 of every file, once (kept in the library cache): duplicates and the "
+                f"{name}SHA-256 of every file, once (kept in the library cache): duplicates and the "
                 "hashes pictures name"
             )
         else:
@@ -330,21 +308,12 @@ class BrowserPanel(QWidget):
         self.hash_stop.hide()
 
     def _update_families(self) -> None:
-        current = self.family_filter.currentData()
-        known = [self.family_filter.itemData(i) for i in range(1, self.family_filter.count())]
-        families = self.model.families()
-        if families == known:
-            return
-        self.family_filter.blockSignals(True)
-        self.family_filter.clear()
-        self.family_filter.addItem("All families", None)
-        for fam in families:
-            self.family_filter.addItem(fam, fam)
-        self.family_filter.setCurrentIndex(max(0, self.family_filter.findData(current)))
-        self.family_filter.blockSignals(False)
+        self.filters.set_families(self.model.families())
 
     # -- selection -------------------------------------------------------------------------------
     def current_entry(self) -> Entry | None:
+        if self.view_mode == "cards":
+            return self.cards.cards().entry(self.cards.currentIndex())
         return self.model.entry(self.tree.currentIndex())
 
     def select_path(self, path: Path | str) -> bool:
@@ -356,13 +325,21 @@ class BrowserPanel(QWidget):
             index, QItemSelectionModel.SelectionFlag.ClearAndSelect | QItemSelectionModel.SelectionFlag.Rows
         )
         self.tree.scrollTo(index)
+        card = self.cards.cards().index_of(str(path))
+        if card.isValid():
+            self.cards.selectionModel().blockSignals(True)  # the tree's selection said it already
+            self.cards.setCurrentIndex(card)
+            self.cards.selectionModel().blockSignals(False)
+            self.cards.scrollTo(card)
         return True
 
     def header_state(self) -> bytes:
         """The columns' widths and order (remembered between runs by the window)."""
         return bytes(self.tree.header().saveState().data())
 
-    def restore_header(self, state: object) -> None:
+    def restore_header(self, state: object, view: object = None) -> None:
+        """The columns' widths and order, and list or cards, as the window remembered them."""
+        self.set_view_mode(str(view or "list"))
         if isinstance(state, QByteArray | bytes) and state:
             self.tree.header().restoreState(QByteArray(state))
             fit_columns(self.tree)
@@ -372,14 +349,24 @@ class BrowserPanel(QWidget):
         self.search.selectAll()
 
     def _on_current(self, current: QModelIndex, _previous: QModelIndex) -> None:
-        entry = self.model.entry(current)
+        self._on_entry(self.model.entry(current))
+
+    def _on_entry(self, entry: Entry | None) -> None:
         self._selected_path = str(entry.path) if entry is not None else None
         self.entry_selected.emit(entry)
 
     def _on_activated(self, index: QModelIndex) -> None:
-        entry = self.model.entry(index)
+        self._activate(self.model.entry(index))
+
+    def _activate(self, entry: Entry | None) -> None:
         if entry is not None:
             self.entry_activated.emit(entry)
+
+    def resizeEvent(self, event: QResizeEvent) -> None:
+        super().resizeEvent(event)
+        if not self._filters_chosen:  # until the artist chooses: shown where there is room
+            self.filters_button.setChecked(event.size().height() >= FILTERS_FROM)
+            self.filters.setVisible(self.filters_button.isChecked())
 
     def eventFilter(self, watched: QObject, event: QEvent) -> bool:
         if watched is self.tree.viewport() and event.type() == QEvent.Type.Resize:

@@ -208,8 +208,17 @@ class DockLayout:
             w.resize(size)
         side = max(280, min(460, width // 4))
         w.resizeDocks([d["library"], d["generate"]], [side, side + 80], Qt.Orientation.Horizontal)
-        half = height * 9 // 20
-        w.resizeDocks([d["library"], d["lora"]], [half, half], Qt.Orientation.Vertical)
+        # the LoRA stack as tall as one card's two strengths needs, the library the rest (the
+        # more files listed the better; the stack scrolls when it holds several)
+        stack = d["lora"].widget()
+        need = panel_of(stack).minimumSizeHint().height() if isinstance(stack, QScrollArea) else height // 2
+        layout = w.layout()
+        if layout is not None:
+            layout.activate()  # the docks' heights as laid out now
+        column = d["library"].height() + d["lora"].height()
+        column = column if column > 200 else height - 120
+        lora = min(column // 2, need + 70)  # its title and the tabs under it too
+        w.resizeDocks([d["library"], d["lora"]], [column - lora, lora], Qt.Orientation.Vertical)
         w.resizeDocks([d["gallery"]], [max(170, height // 4)], Qt.Orientation.Vertical)
         center = max(400, width - 2 * side - 80)
         if roomy:

@@ -15,6 +15,7 @@ from app.backend.messages import TaskError
 from app.demo import with_demo_note
 from app.gui.generate_panel import NO_MODEL, GeneratePanel
 from app.gui.prompt_completion import completion_words
+from core.detect.catalog import missing_parts
 from core.detect.spec import NO_MODEL_DEFAULTS
 from core.errors import LoadoutError
 from core.generate.request import ImageSettings
@@ -131,6 +132,8 @@ class GenerateController(QObject):
         can = main is not None and any(c.role == "diffusion_model" for c in main.components)
         self.panel.set_available(can, NO_MODEL)
         self.panel.model.set_loaded(self.main_path)
+        parts = {(c.role, c.family) for m in models for c in m.components}
+        self.panel.model.set_missing(missing_parts(family, parts) if main is not None else ())
         if can and main is not None and main.name.startswith("loadout-demo"):
             self.panel.status.setText(
                 "The demo's tiny models have random weights: they make noise-like pictures. "

@@ -273,8 +273,9 @@ class GeneratePanel(QWidget):
             self.guidance_label.setVisible(guided)
         if family is not None:
             self.cfg.setValue(defaults.cfg)
-        if defaults.scheduler is not None:
-            self.scheduler.setCurrentIndex(max(0, self.scheduler.findData(defaults.scheduler)))
+        for combo, usual in ((self.sampler, defaults.sampler), (self.scheduler, defaults.scheduler)):
+            if usual is not None and combo.findData(usual) >= 0:  # Z-Image, Lumina 2: res_multistep
+                combo.setCurrentIndex(combo.findData(usual))
         if defaults.steps is not None:
             self.steps.setValue(defaults.steps)
         pending = self._pending

@@ -74,6 +74,9 @@ class LibraryTreeModel(QAbstractItemModel):
         self.descending = False
         self.fits: str | None = None  # a model family: LoRAs for other models are hidden
         self.only_duplicates = False
+        #: a narrow list: ".safetensors" left off the names (nearly every file has it; the
+        #: tooltip, the details and the wide list keep it), so the names themselves have the room
+        self.short_names = False
         self.duplicates: dict[str, Duplicate] = {}
         self._timer = QTimer(self)
         self._timer.setSingleShot(True)
@@ -283,7 +286,14 @@ class LibraryTreeModel(QAbstractItemModel):
             preview = self.thumbs.get(entry.preview)  # its own picture, once decoded
             if preview is not None:
                 return preview
+        if role == Qt.ItemDataRole.DisplayRole and index.column() == 0 and self.short_names:
+            return short_name(entry.name)
         return _entry_data(entry, index.column(), role)
+
+    def set_short_names(self, short: bool) -> None:
+        if short != self.short_names:
+            self.short_names = short
+            self.layoutChanged.emit()
 
     def _group_data(self, group: _Group, column: int, role: int) -> Any:
         if column != 0:
@@ -299,6 +309,11 @@ class LibraryTreeModel(QAbstractItemModel):
             font.setBold(True)
             return font
         return None
+
+
+def short_name(name: str) -> str:
+    """``name`` without its ``.safetensors`` (other extensions kept: they say something)."""
+    return name[: -len(".safetensors")] if name.lower().endswith(".safetensors") else name
 
 
 _MUTED = QBrush(QColor("#8a94a6"))

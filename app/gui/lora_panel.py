@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from PySide6.QtCore import QEvent, QObject, QPoint, Qt, Signal
+from PySide6.QtCore import QPoint, Qt, Signal
 from PySide6.QtGui import QDragEnterEvent, QDropEvent
 from PySide6.QtWidgets import (
     QCheckBox,
@@ -20,8 +20,6 @@ from PySide6.QtWidgets import (
     QLabel,
     QMenu,
     QScrollArea,
-    QSizePolicy,
-    QSlider,
     QToolButton,
     QVBoxLayout,
     QWidget,
@@ -29,98 +27,11 @@ from PySide6.QtWidgets import (
 
 from app.backend.backend import Backend
 from app.backend.messages import LoraInfo, StackInfo
+from app.gui.strength_control import BARE_NUMBER, StrengthControl
 from app.gui.theme import set_icon
-from app.gui.widgets import ElidedLabel, StatusText
+from app.gui.widgets import ElidedLabel
 from app.lora_words import trained_scale_text, trained_strengths
 from core.detect.types import TrainedScale
-
-SCALE = 100  # slider steps per 1.0 of strength
-
-
-class StrengthControl(QWidget):
-    """A number to type (0.01 steps) above a slider as wide as the card (1 px is about 0.01 in a
-    side panel, not 0.03); double-click the slider for 1.0. ``moved`` while dragging, ``committed``
-    when the value is final (slider released, arrow keys, a typed number, the reset)."""
-
-    moved = Signal(float)
-    committed = Signal(float)
-    MIN_SLIDER = 200
-
-    def __init__(self, lo: float, hi: float, title: str = "", parent: QWidget | None = None) -> None:
-        super().__init__(parent)
-        self.slider = QSlider(Qt.Orientation.Horizontal)
-        self.slider.setPageStep(5)
-        self.slider.setMinimumWidth(self.MIN_SLIDER)
-        self.slider.setToolTip(
-            "Drag, or use the arrow keys (0.01) and Page Up/Down (0.05); double-click for 1.0"
-        )
-        self.slider.installEventFilter(self)
-        self.spin = QDoubleSpinBox()
-        self.spin.setDecimals(2)
-        self.spin.setSingleStep(0.01)
-        self.spin.setKeyboardTracking(False)
-        self.spin.setFixedWidth(76)
-        self.set_range(lo, hi)
-        self.slider.valueChanged.connect(self._slider_changed)
-        self.slider.sliderReleased.connect(lambda: self.committed.emit(self.value()))
-        self.spin.valueChanged.connect(self._spin_changed)
-        reset = QToolButton(text="1.0", toolTip="Back to 1.0", autoRaise=True)
-        reset.clicked.connect(lambda: self.spin.setValue(1.0))
-        head = QHBoxLayout()
-        head.addWidget(QLabel(title))
-        head.addStretch(1)
-        head.addWidget(reset)
-        head.addWidget(self.spin)
-        layout = QVBoxLayout(self)
-        layout.setContentsMargins(0, 0, 0, 0)
-        layout.setSpacing(0)
-        layout.addLayout(head)
-        layout.addWidget(self.slider)
-
-    def eventFilter(self, watched: QObject, event: QEvent) -> bool:
-        if watched is self.slider and event.type() == QEvent.Type.MouseButtonDblClick:
-            self.spin.setValue(1.0)
-            return True
-        return False
-
-    def value(self) -> float:
-        return round(self.spin.value(), 2)
-
-    def set_range(self, lo: float, hi: float) -> None:
-        value = self.spin.value()
-        lo, hi = min(lo, value), max(hi, value)  # never clip a strength the engine holds
-        self.slider.blockSignals(True)
-        self.spin.blockSignals(True)
-        self.slider.setRange(round(lo * SCALE), round(hi * SCALE))
-        self.spin.setRange(lo, hi)
-        self.slider.setValue(round(value * SCALE))
-        self.slider.blockSignals(False)
-        self.spin.blockSignals(False)
-
-    def set_value(self, value: float) -> None:
-        if self.slider.isSliderDown():
-            return  # the user's hand wins over an echo from the worker
-        if not self.spin.minimum() <= value <= self.spin.maximum():
-            self.set_range(min(value, self.spin.minimum()), max(value, self.spin.maximum()))
-        self.spin.blockSignals(True)
-        self.slider.blockSignals(True)
-        self.spin.setValue(value)
-        self.slider.setValue(round(value * SCALE))
-        self.spin.blockSignals(False)
-        self.slider.blockSignals(False)
-
-    def _slider_changed(self, steps: int) -> None:
-        value = steps / SCALE
-        self.spin.blockSignals(True)
-        self.spin.setValue(value)
-        self.spin.blockSignals(False)
-        (self.moved if self.slider.isSliderDown() else self.committed).emit(value)
-
-    def _spin_changed(self, value: float) -> None:
-        self.slider.blockSignals(True)
-        self.slider.setValue(round(value * SCALE))
-        self.slider.blockSignals(False)
-        self.committed.emit(round(value, 2))
 
 
 class LoraCard(QFrame):
@@ -135,9 +46,8 @@ class LoraCard(QFrame):
         self.name.setToolTip(f"{info.name}\n{info.path}")
         self.name.setStyleSheet("font-weight: 600;")
         self.enabled.toggled.connect(lambda on: panel.backend.set_enabled(self.lora_id, on))
-        self.counts = QLabel()
+        self.counts = ElidedLabel()  # one line: the strengths keep the room (all of it in the tooltip)
         self.counts.setObjectName("muted")
-        self.counts.setWordWrap(True)
         self.warning = QLabel()
         self.warning.setObjectName("warning")
         self.warning.setWordWrap(True)
@@ -170,8 +80,8 @@ class LoraCard(QFrame):
         grid.addWidget(self.model)
         grid.addWidget(self.clip)
         layout = QVBoxLayout(self)
-        layout.setContentsMargins(10, 8, 10, 8)
-        layout.setSpacing(4)
+        layout.setContentsMargins(10, 6, 10, 6)
+        layout.setSpacing(2)
         layout.addLayout(head)
         layout.addWidget(self.counts)
         layout.addWidget(self.warning)
@@ -260,19 +170,28 @@ class LoraStackPanel(QWidget):
         self.info = StackInfo(None)
         self.cards: dict[str, LoraCard] = {}
         self.setAcceptDrops(True)
-        self.heading = QLabel()
+        # one line above the cards: what the stack is on, and the sliders' range (it says the rest
+        # in its tooltip); the hint before anything is on the stack sits where the cards go
+        self.heading = ElidedLabel()
         self.heading.setObjectName("muted")
-        self.heading.setWordWrap(True)
         self.lo_spin = self._range_spin(lo)
         self.hi_spin = self._range_spin(hi)
         ranges = QHBoxLayout()
-        ranges.addWidget(QLabel("Slider range"))
+        ranges.setSpacing(4)
+        ranges.addWidget(self.heading, 1)
+        range_label = QLabel("Range")
+        range_label.setToolTip("The sliders' range (typed strengths may go past it)")
+        ranges.addWidget(range_label)
         ranges.addWidget(self.lo_spin)
         ranges.addWidget(QLabel("to"))
         ranges.addWidget(self.hi_spin)
-        ranges.addStretch(1)
+        self.hint = QLabel()
+        self.hint.setObjectName("muted")
+        self.hint.setWordWrap(True)
+        self.hint.setAlignment(Qt.AlignmentFlag.AlignTop | Qt.AlignmentFlag.AlignLeft)
         self.list = QVBoxLayout()
         self.list.setSpacing(8)
+        self.list.addWidget(self.hint)
         self.list.addStretch(1)
         inner = QWidget()
         inner.setLayout(self.list)
@@ -281,17 +200,16 @@ class LoraStackPanel(QWidget):
         scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         scroll.setFrameShape(QFrame.Shape.NoFrame)
         scroll.setWidget(inner)
-        # where the stack applies, in two lines at most (the whole sentence in the tooltip): the
-        # cards and their sliders keep the room
-        self.status = StatusText()
+        # where the stack applies, one line (the whole sentence in the tooltip): the cards and
+        # their sliders keep the room
+        self.status = ElidedLabel()
         self.status.setObjectName("muted")
-        self.status.setWordWrap(True)
-        self.status.setFixedHeight(2 * self.status.fontMetrics().lineSpacing() + 4)
-        self.status.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Fixed)
-        scroll.setMinimumHeight(150)  # one card's strengths whole, never an 80 px strip
+        self.status.hide()
+        scroll.setMinimumHeight(self.card_height())  # one card's strengths whole, never an 80 px strip
+        self.scroll = scroll
         layout = QVBoxLayout(self)
         layout.setContentsMargins(8, 8, 8, 8)
-        layout.addWidget(self.heading)
+        layout.setSpacing(6)
         layout.addLayout(ranges)
         layout.addWidget(scroll, 1)
         layout.addWidget(self.status)
@@ -300,6 +218,9 @@ class LoraStackPanel(QWidget):
 
     def _range_spin(self, value: float) -> QDoubleSpinBox:
         spin = QDoubleSpinBox()
+        spin.setButtonSymbols(QDoubleSpinBox.ButtonSymbols.NoButtons)  # typed or arrow keys: narrow
+        spin.setStyleSheet(BARE_NUMBER)
+        spin.setFixedWidth(spin.fontMetrics().horizontalAdvance("-10.0") + 16)
         spin.setRange(-10.0, 10.0)
         spin.setSingleStep(0.5)
         spin.setDecimals(1)
@@ -341,15 +262,23 @@ class LoraStackPanel(QWidget):
             for lora in info.loras:
                 self.cards[lora.id].update_info(lora)
         if info.model_family is None:
-            self.heading.setText(
-                "Load a checkpoint, then add LoRAs from the browser (button or drag them here)."
+            self.heading.setText("No model loaded")
+            self.hint.setText(
+                "Load a checkpoint, then add LoRAs from the library (double-click, or drag them here)."
             )
         elif not info.loras:
-            self.heading.setText(f"No LoRAs on the {info.model_family} model yet: add one from the browser.")
-        else:
-            self.heading.setText(
-                f"{len(info.loras)} LoRA(s) on the {info.model_family} model, applied top to bottom."
+            self.heading.setText(f"No LoRAs on {info.model_family}")
+            self.hint.setText(
+                f"Add LoRAs for the {info.model_family} model from the library (double-click, or "
+                "drag them here)."
             )
+        else:
+            count = len(info.loras)
+            self.heading.setText(f"{count} LoRA{'s' if count != 1 else ''} on {info.model_family}")
+            self.heading.setToolTip(
+                f"{count} LoRA(s) on the {info.model_family} model, applied top to bottom."
+            )
+        self.hint.setVisible(not info.loras)
         if info.loras:
             state = "previewing (bakes when you release the slider)" if not info.baked else info.applied
             extra = (
@@ -358,6 +287,15 @@ class LoraStackPanel(QWidget):
             self.status.setText(state + extra)
         else:
             self.status.setText("")
+        self.status.setVisible(bool(info.loras))
+
+    def card_height(self) -> int:
+        """A card's height with its two strengths (what the stack's scroll area always shows)."""
+        probe = StrengthControl(self.lo, self.hi, "Model")
+        line = self.fontMetrics().lineSpacing()
+        height = 2 * probe.sizeHint().height() + 2 * line + 8 + 16 + 3 * 4
+        probe.deleteLater()
+        return height
 
     def move(self, lora_id: str, delta: int) -> None:
         order = [lora.id for lora in self.info.loras]

@@ -48,7 +48,7 @@ from app.gui.widgets import MessageBar, StatusLine
 from app.gui.workspaces import Workspaces
 from core.library import Entry
 
-_HEADER = "library/header"
+_HEADER, _VIEW = "library/header", "library/view"  # its columns; list or cards
 
 
 def own_models_folder() -> Path:
@@ -103,7 +103,8 @@ class MainWindow(PlacementControls, QMainWindow):
         self.generate_panel.stop_requested.connect(self.interrupt)
         self.last_session = LastSession(backend, store, self._offer, self.load_path, parent=self)
         build_menus(self)
-        self.browser.restore_header(store.value(_HEADER))
+        self.browser.restore_header(store.value(_HEADER), store.value(_VIEW))
+        self.browser.view_changed.connect(lambda mode: store.setValue(_VIEW, mode))
         self.folder_watch = FolderWatch(self.backend, self.browser.model.entries, self.rescan, parent=self)
         self._arrange_on_show = not self.layout_.restore(store)  # a first run: the default layout
         if self._arrange_on_show:
@@ -142,8 +143,8 @@ class MainWindow(PlacementControls, QMainWindow):
         self.generate_panel.preview_ready.connect(self.pictures.on_preview)
         self.generate_panel.pictures_ready.connect(self.pictures.on_result)
         self.status = StatusLine(self.statusBar(), self._device_text())
-        self.task_label, self.task_progress = self.status.label, self.status.progress
-        self.device_label = self.status.device
+        self.task_label, self.task_progress, self.device_label = (self.status.label, self.status.progress,
+                                                                  self.status.device)  # fmt: skip
 
         self.browser.entry_selected.connect(self.details.show_entry)
         self.browser.entry_activated.connect(self.load_entry)

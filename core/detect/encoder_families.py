@@ -92,7 +92,7 @@ KL_SPECS = (
         "vae-flux",
         "16-channel VAE",
         latent_channels=16,
-        used_by=("flux-dev", "flux-schnell", "flux-fill", "chroma", "lumina2", "hidream", "sd3"),
+        used_by=("flux-dev", "flux-schnell", "flux-fill", "chroma", "lumina2", "z-image", "hidream", "sd3"),
         ambiguous_with=("vae-sd3",),
     ),
 )

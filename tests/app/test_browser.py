@@ -50,8 +50,9 @@ def test_browser_indexes_a_comfyui_folder_live_and_shows_each_file(
 
     m = real_layout_folder / "models"
     sdxl, flux = m / "checkpoints/sd_xl_base_1.0.safetensors", m / "diffusion_models/flux1-dev.safetensors"
+    narrow = window.browser.model.short_names  # the Create dock leaves ".safetensors" off
     assert _column_texts(window, sdxl) == [
-        "sd_xl_base_1.0.safetensors",
+        "sd_xl_base_1.0" if narrow else "sd_xl_base_1.0.safetensors",
         "sdxl",
         "checkpoint",
         "6.9 GB",

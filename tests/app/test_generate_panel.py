@@ -135,3 +135,19 @@ def test_a_dropped_file_without_parameters_is_reported(
     with qtbot.waitSignal(panel.error) as err:
         panel.read_picture(junk)
     assert "not an image" in err.args[0].message
+
+
+@pytest.mark.parametrize("family", ["z-image", "lumina2"])
+def test_a_new_familys_usual_settings_come_from_its_record(panel: GeneratePanel, family: str) -> None:
+    """Z-Image and Lumina 2 load with their record's sampler, scheduler, steps, CFG and sizes (the
+    sampler was left as it was: euler where ComfyUI's templates use res_multistep)."""
+    defaults = generation_defaults(family)
+    assert defaults.sampler is not None and defaults.steps is not None  # the record has them
+    panel.sampler.setCurrentIndex(panel.sampler.findData("euler"))
+    panel.set_family(family, defaults)
+    assert panel.sampler.currentData() == defaults.sampler
+    assert panel.scheduler.currentData() == defaults.scheduler
+    assert panel.steps.value() == defaults.steps and panel.cfg.value() == defaults.cfg
+    assert (panel.width_.value(), panel.height_.value()) == defaults.sizes[0]
+    panel.set_family("sd1", generation_defaults("sd1"))  # a family with no usual sampler keeps it
+    assert panel.sampler.currentData() == defaults.sampler
