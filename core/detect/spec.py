@@ -83,9 +83,14 @@ SD1_LATENT = LatentFormat("sd1", 4, 0.18215)
 SDXL_LATENT = LatentFormat("sdxl", 4, 0.13025)
 SD3_LATENT = LatentFormat("sd3", 16, 1.5305, 0.0609)
 FLUX_LATENT = LatentFormat("flux", 16, 0.3611, 0.1159)
+#: FLUX.2: the VAE's 32 channels packed 2x2 into 128 and normalised by the VAE's own batch-norm
+#: statistics (ComfyUI's ``latent_formats.Flux2``: no scale or shift of its own)
+FLUX2_LATENT = LatentFormat("flux2", 128, 1.0, downscale=16, patch=2)
 
 #: Latent format name (``Family.latent_format``) -> the format (read-only).
-LATENT_FORMATS = MappingProxyType({f.name: f for f in (SD1_LATENT, SDXL_LATENT, SD3_LATENT, FLUX_LATENT)})
+LATENT_FORMATS = MappingProxyType(
+    {f.name: f for f in (SD1_LATENT, SDXL_LATENT, SD3_LATENT, FLUX_LATENT, FLUX2_LATENT)}
+)
 
 
 @dataclass(frozen=True, kw_only=True)
