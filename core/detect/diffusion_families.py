@@ -216,8 +216,7 @@ FLUX2_DEV = DiffusionSpec(
 
 def _flux2(fid: str, title: str, spec: DiffusionSpec, notes: str = "") -> Family:
     return diffusion(
-        fid, title, classify_flux2, 128, notes=notes, latent_format="flux2", lora_group="flux2", spec=spec,
-        fp16_unsafe=True,
+        fid, title, classify_flux2, 128, notes=notes, latent_format="flux2", spec=spec, fp16_unsafe=True,
     )  # fmt: skip
 
 
