@@ -127,3 +127,24 @@ def test_full_size_shapes_are_the_released_ones(
     params = sum(v.numel() for v in ours.state_dict().values())
     print(f"{preset}: {params / 1e9:.2f}B parameters")
     assert round(params / 1e9, 2) == billions
+
+
+def test_a_gguf_file_loads_quantized_and_runs(tmp_path: Path, pair: dict[str, tuple[Any, Flux2]]) -> None:
+    """ComfyUI-GGUF's layout (the original keys, ``general.architecture`` flux2, Q8_0): detected,
+    kept quantized, and computing what the same network computes with the dequantized weights."""
+    from core.quant.tensor import QuantizedWeight
+    from tests.fixtures.gguf_quant import write_comfy_gguf
+
+    _, ours = pair["klein"]
+    path, reference, _ = write_comfy_gguf(
+        tmp_path / "flux-2-klein-4b-Q8_0.gguf", "flux2", ours.state_dict(), "Q8_0"
+    )
+    loaded = load_diffusion_model(path)
+    assert isinstance(loaded.module, Flux2) and loaded.family == "flux2-klein-4b"
+    state = loaded.module.state_dict(keep_vars=True)
+    assert any(isinstance(v, QuantizedWeight) and v.qtype == "Q8_0" for v in state.values())
+    baked = Flux2(ours.config, device="meta")
+    baked.load_state_dict({k: v.float() for k, v in reference.items()}, assign=True, strict=True)
+    x, ctx, t, _ = _inputs(1, 3, 4, 5, seed=9)
+    got, want = _ours(loaded.module, x, ctx, t, None), _ours(baked.eval(), x, ctx, t, None)
+    assert torch.allclose(got, want, atol=1e-5, rtol=1e-5)
