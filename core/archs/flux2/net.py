@@ -37,23 +37,23 @@ ARCHITECTURE = Architecture(
 )
 
 
-def flux2_coefficients(hidden: int, mlp: int, heads: int) -> Coefficients:
-    """Derived from the shapes like FLUX.1's (tests/core/memory): the peak is a single block's
-    fused projection, per token of the joint sequence (text + image): the input, the residual, the
-    normed and modulated input (3 D), ``linear1``'s output (3 D + 2 F), SwiGLU's output (F) and the
-    concatenation fed to ``linear2`` (D + F); the rotary angles and the attention's log-sum-exp
-    counted twice (2-byte elements). The 512 text tokens are the constant."""
-    per_token = 7 * hidden + 4 * mlp + 2 * (hidden // heads + heads)
+def flux2_coefficients(hidden: int, heads: int) -> Coefficients:
+    """Measured by the tracker (tests/core/memory/test_flux2_memory.py) on narrower networks of
+    the released ratios (128-wide heads, MLP ratio 3; 512 and 1024 wide): 21.25 numbers of the
+    width per token of the joint sequence (text + image), the peak in a block's fused projections,
+    plus the rotary angles and the attention's log-sum-exp counted twice (2-byte elements); 1-2 %
+    above what the tracker sees. The 512 text tokens are the constant."""
+    per_token = 21.25 * hidden + 2 * (hidden // heads + heads)
     return Coefficients(
-        float(per_token),
-        float(per_token * TEXT_TOKENS),
-        measured=CPU_MEASURED.format("derived from the shapes, as FLUX.1's fit (not measured yet)"),
+        per_token,
+        per_token * TEXT_TOKENS,
+        measured=CPU_MEASURED.format("64 and 256 px, 512- and 1024-wide networks of FLUX.2's ratios"),
     )
 
 
 def _model(name: str, cfg: Flux2Config) -> MemoryModel:
     profile = Profile(name, 16, 16, TEXT_TOKENS, cfg.num_heads, 1024, cfg.hidden_size)
-    return fitted_on_cpu(profile, flux2_coefficients(cfg.hidden_size, cfg.mlp_hidden, cfg.num_heads))
+    return fitted_on_cpu(profile, flux2_coefficients(cfg.hidden_size, cfg.num_heads))
 
 
 MEMORY: Mapping[str, MemoryModel] = MappingProxyType(
@@ -68,7 +68,7 @@ MEMORY: Mapping[str, MemoryModel] = MappingProxyType(
 class Flux2Net:
     id = "flux2"
     architecture = ARCHITECTURE
-    calling = CallingConvention(name="flux2", text_tokens=TEXT_TOKENS, unit_timestep=1.0)
+    calling = CallingConvention(name="flux2", text_tokens=TEXT_TOKENS, unit_timestep=1.0, latent_stride=16)
     memory = MEMORY
 
     def owns(self, module: nn.Module) -> bool:
