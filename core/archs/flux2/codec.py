@@ -54,8 +54,7 @@ def _from_diffusers(t: Tensors, family: str) -> Tensors:
 
 def _config(shapes: Shapes, family: str) -> VAEConfig:
     base = int(shapes["encoder.conv_in.weight"][0]) if "encoder.conv_in.weight" in shapes else 128
-    cfg = VAEConfig.from_shapes(shapes, norm_groups=min(32, base))
-    return cfg
+    return VAEConfig.from_shapes(shapes, norm_groups=min(32, base))
 
 
 ARCHITECTURE = Architecture(
