@@ -45,7 +45,9 @@ def diffusers_config(tensors: Mapping[str, Tensor]) -> VAEConfig:
     )
 
 
-def _from_diffusers(t: Tensors, family: str) -> Tensors:
+def from_diffusers(t: Tensors, family: str) -> Tensors:
+    """A diffusers-layout FLUX.2 VAE (``AutoencoderKLFlux2``) in the module's keys (the batch-norm
+    statistics as they are)."""
     vae = {k: v for k, v in t.items() if k not in BN_KEYS}
     out = vae_diffusers_to_original(vae, diffusers_config(vae))
     out.update({k: t[k] for k in BN_KEYS if k in t})
@@ -63,7 +65,7 @@ ARCHITECTURE = Architecture(
     ("vae-flux2",),
     configure=_config,
     build=lambda cfg, device, dtype: Flux2VAE(cfg, device=device, dtype=dtype),
-    to_module={"diffusers": _from_diffusers},
+    to_module={"diffusers": from_diffusers},
     optional=frozenset({"bn.num_batches_tracked"}),
 )
 

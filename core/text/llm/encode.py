@@ -29,7 +29,11 @@ from core.text.llm.tokenizers import LlmTokenizer, tokenizer_for
 
 def chunk_spec(spec: LlmTowerSpec) -> ChunkSpec:
     return ChunkSpec(
-        start=spec.start, end=None, pad=spec.pad, max_length=None, pad_to_max_length=False,
+        start=spec.start,
+        end=None,
+        pad=spec.pad,
+        max_length=None,
+        pad_to_max_length=False,
         min_length=spec.min_length,
     )
 

@@ -8,7 +8,7 @@ from typing import Any
 
 import torch
 
-from core.archs.flux2.codec import _from_diffusers, diffusers_config
+from core.archs.flux2.codec import diffusers_config, from_diffusers
 from core.archs.flux2.keys import diffusers_to_original
 from core.models.flux2 import Flux2, Flux2Config
 from core.models.flux2_vae import Flux2VAE
@@ -69,7 +69,7 @@ def flux2_vae_reference(*, base: int = 128, seed: int = 0) -> Any:
 
 
 def vae_from(hf: Any) -> Flux2VAE:
-    state = _from_diffusers(hf.state_dict(), "vae-flux2")
+    state = from_diffusers(hf.state_dict(), "vae-flux2")
     ours = Flux2VAE(diffusers_config(hf.state_dict()), device="meta")
     ours.load_state_dict(dict(state), assign=True, strict=True)
     return ours.eval()
