@@ -35,8 +35,6 @@ from core.ops.layers import OpSet, default_ops
 CHECKPOINT_PREFIX = "model.diffusion_model."
 TIME_EMBEDDING_SIZE = 256
 HEAD_DIM = 128
-#: how far apart reference pictures sit on the index axis (ComfyUI's ``ref_index_scale``)
-REF_INDEX_SCALE = 10
 
 Device = torch.device | None
 DType = torch.dtype | None
