@@ -47,6 +47,7 @@ class CallingConvention:
     packed: bool = False  # takes 2x2-patch tokens: its config counts the latent's channels x4
     text_tokens: int  # tokens its real text encoders produce (the test run's stand-in context)
     unit_timestep: float  # the timestep it takes at sigma 1: discrete index 999, flow x1000, Flux's sigma
+    latent_stride: int = 8  # pixels per element of the latent it takes (FLUX.2's VAE: 16)
 
 
 @dataclass(frozen=True)

@@ -21,6 +21,7 @@ from core.detect.diffusion_dit import (
     classify_pixart,
     classify_qwen_image,
 )
+from core.detect.diffusion_flux2 import classify_flux2
 from core.detect.diffusion_mmdit import classify_auraflow, classify_flux, classify_sd3
 from core.detect.diffusion_unet import classify_unet
 from core.detect.diffusion_video import classify_hunyuan_video, classify_ltxv, classify_wan
@@ -184,6 +185,47 @@ FLUX_FAMILIES = (
     _flux("chroma", "Chroma", "chroma", CHROMA),
 )  # fmt: skip
 
+# -- FLUX.2 klein 4B / 9B and dev (core/archs/flux2) ------------------------------------------------
+#: ComfyUI's ``Flux2`` model config: flow sampling as Flux's (``ModelSamplingFlux``: shift 2.02 used
+#: as the exponential time shift, timestep = sigma), the FLUX.2 VAE's 128-channel latent (its latent
+#: format scales nothing: the VAE normalises), the text encoder's stacked layers. klein (distilled):
+#: ComfyUI's klein templates (4 steps, CFG 1: no negative pass, ``euler``); they schedule with the
+#: Flux2Scheduler node (an empirical shift from the picture's size and the step count, as diffusers'
+#: ``Flux2KleinPipeline``); Loadout's default is the ``simple`` schedule on the model's own shift
+#: 2.02, what ComfyUI's KSampler gives (docs/families.md). klein's base checkpoints want ~50 steps
+#: and CFG 4.
+_FLUX2_SAMPLING = SamplingSpec(schedule="flux", shift=2.02)
+_KLEIN_DEFAULTS = GenerationDefaults(cfg=1.0, steps=4, sampler="euler", scheduler="simple", sizes=XL_SIZES)
+FLUX2_KLEIN_4B = DiffusionSpec(
+    network="flux2", sampling=_FLUX2_SAMPLING, text="flux2_klein_4b", text_encoders=("qwen3-4b",),
+    codec="flux2-vae", vae="vae-flux2", memory_profile="flux2-klein-4b", defaults=_KLEIN_DEFAULTS,
+)  # fmt: skip
+FLUX2_KLEIN_9B = DiffusionSpec(
+    network="flux2", sampling=_FLUX2_SAMPLING, text="flux2_klein_9b", text_encoders=("qwen3-8b",),
+    codec="flux2-vae", vae="vae-flux2", memory_profile="flux2-klein-9b", defaults=_KLEIN_DEFAULTS,
+)  # fmt: skip
+#: FLUX.2 dev: the network runs; its prompt encoding (Mistral-Small-3 24B, layers 10/20/30, through
+#: the Tekken tokenizer Loadout does not carry yet) is not implemented: it is detected, not generated.
+FLUX2_DEV = DiffusionSpec(
+    network="flux2", sampling=_FLUX2_SAMPLING, text=None, text_encoders=("mistral3-24b",),
+    codec="flux2-vae", vae="vae-flux2", memory_profile="flux2-dev",
+    defaults=GenerationDefaults(cfg=1.0, steps=20, sampler="euler", scheduler="simple", guidance=4.0,
+                                sizes=XL_SIZES),
+)  # fmt: skip
+
+
+def _flux2(fid: str, title: str, spec: DiffusionSpec, notes: str = "") -> Family:
+    return diffusion(
+        fid, title, classify_flux2, 128, notes=notes, latent_format="flux2", spec=spec, fp16_unsafe=True,
+    )  # fmt: skip
+
+
+FLUX2_FAMILIES = (
+    _flux2("flux2-klein-4b", "FLUX.2 [klein] 4B", FLUX2_KLEIN_4B, "klein base 4B has the same shapes"),
+    _flux2("flux2-klein-9b", "FLUX.2 [klein] 9B", FLUX2_KLEIN_9B, "klein base 9B has the same shapes"),
+    _flux2("flux2-dev", "FLUX.2 [dev]", FLUX2_DEV, "detected; its Mistral prompt encoding is not built yet"),
+)
+
 # -- detected, not generated yet -------------------------------------------------------------------
 #: AuraFlow's schedule is known; its network and prompt encoding are not implemented yet.
 AURAFLOW = DiffusionSpec(
@@ -286,7 +328,8 @@ NEXTDIT_FAMILIES = (
 
 #: in the order detection has always tried them (ties between equal scores go to the earlier)
 DIFFUSION_FAMILIES: tuple[Family, ...] = (
-    *UNET_FAMILIES, *MMDIT_FAMILIES, *FLUX_FAMILIES, *DETECTED_FAMILIES[:2], *PIXART_FAMILIES,
+    *UNET_FAMILIES, *MMDIT_FAMILIES, *FLUX_FAMILIES, *FLUX2_FAMILIES, *DETECTED_FAMILIES[:2],
+    *PIXART_FAMILIES,
     *DETECTED_FAMILIES[2:4], *NEXTDIT_FAMILIES, *DETECTED_FAMILIES[4:],
 )  # fmt: skip
 

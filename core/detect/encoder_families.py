@@ -95,7 +95,15 @@ KL_SPECS = (
         used_by=("flux-dev", "flux-schnell", "flux-fill", "chroma", "lumina2", "z-image", "hidream", "sd3"),
         ambiguous_with=("vae-sd3",),
     ),
+    KlSpec(
+        "vae-flux2",
+        "FLUX.2 32-channel VAE",
+        latent_channels=32,
+        used_by=("flux2-klein-4b", "flux2-klein-9b", "flux2-dev"),
+    ),
 )
+#: the latent format each KL VAE family carries (vae-sd: SD1 or SDXL, by the model it serves)
+_KL_FORMATS = {"vae-flux": "flux", "vae-flux2": "flux2"}
 
 
 def _text_encoder(spec: ClipSpec | T5Spec) -> Family:
@@ -123,7 +131,7 @@ def _kl_vae(spec: KlSpec) -> Family:
         prefixes=("first_stage_model.", "vae."),
         latent_channels=spec.latent_channels,
         default_dtype="fp32" if spec.id == "vae-sd" else "bf16",
-        latent_format="flux" if spec.id == "vae-flux" else "",  # vae-sd: SD1 or SDXL, by its model
+        latent_format=_KL_FORMATS.get(spec.id, ""),
     )
 
 

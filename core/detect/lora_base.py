@@ -16,7 +16,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
-from core.detect import lora_nextdit
+from core.detect import lora_flux2, lora_nextdit
 from core.detect.lora_modules import LoraModule
 
 FLUX_LINE = ("flux-dev", "flux-schnell", "chroma")
@@ -338,19 +338,22 @@ def _text_only(te: Sequence[LoraModule]) -> BaseGuess | None:
     return BaseGuess(family, f"text encoders only, {sorted(widths)} wide", alts)
 
 
-def _next_dit(dm: Sequence[LoraModule]) -> BaseGuess | None:
-    found = lora_nextdit.guess(dm)
-    return None if found is None else BaseGuess(found[0], found[1], (), found[2])
+def _package_rule(
+    guess: Callable[[Sequence[LoraModule]], tuple[str | None, str, tuple[str, ...]] | None],
+) -> Callable[[Sequence[LoraModule]], BaseGuess | None]:
+    """A rule from a family module's ``guess`` (family, evidence, warnings)."""
+    return lambda dm: None if (found := guess(dm)) is None else BaseGuess(found[0], found[1], (), found[2])
 
 
 _RULES: tuple[Callable[[Sequence[LoraModule]], BaseGuess | None], ...] = (
     _sd3_original,
+    _package_rule(lora_flux2.guess),
     _flux_like,
     _dit_diffusers,
     _pixart_original,
     _wan,
     _auraflow,
-    _next_dit,
+    _package_rule(lora_nextdit.guess),
 )
 
 

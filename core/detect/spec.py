@@ -97,9 +97,13 @@ WAN21_LATENT = LatentFormat(
          3.2687, 2.1526, 2.8652, 1.5579, 1.6382, 1.1253, 2.8251, 1.9160),
 )  # fmt: skip
 
+#: FLUX.2: the VAE's 32 channels packed 2x2 into 128 and normalised by the VAE's own batch-norm
+#: statistics (ComfyUI's ``latent_formats.Flux2``: no scale or shift of its own)
+FLUX2_LATENT = LatentFormat("flux2", 128, 1.0, downscale=16, patch=2)
+
 #: Latent format name (``Family.latent_format``) -> the format (read-only).
 LATENT_FORMATS = MappingProxyType(
-    {f.name: f for f in (SD1_LATENT, SDXL_LATENT, SD3_LATENT, FLUX_LATENT, WAN21_LATENT)}
+    {f.name: f for f in (SD1_LATENT, SDXL_LATENT, SD3_LATENT, FLUX_LATENT, FLUX2_LATENT, WAN21_LATENT)}
 )
 
 

@@ -166,11 +166,11 @@ class Pipeline:
                 fix="Load the VAE made for this model",
                 code="wrong_vae",
             )
-        f = self.codec.downscale(nets.vae)
-        if f != 8:
+        f, want = self.codec.downscale(nets.vae), latent_format_for(nets.family).downscale
+        if f != want:
             raise ModelMismatchError(
-                f"this VAE maps {f}x{f} pixels to one latent, not 8x8",
-                why="Stable Diffusion-family models work on latents of 1/8 the picture's size",
+                f"this VAE maps {f}x{f} pixels to one latent, not {want}x{want}",
+                why=f"{nets.family} models work on latents of 1/{want} the picture's size",
                 fix="Load the VAE made for this model",
                 code="wrong_vae",
             )

@@ -118,7 +118,8 @@ def _per_pixel(name: str) -> float:
 
 
 #: The profile assumed for a family without a measured model: the largest activations measured
-#: per pixel (an upper bound rather than a guess low enough to run out of memory; Flux's today).
+#: per pixel (an upper bound rather than a guess low enough to run out of memory; FLUX.2 dev's today,
+#: twice FLUX.1's).
 FALLBACK_PROFILE = max((n for n in PROFILES if (n, "cpu_flash") in COEFFICIENTS), key=_per_pixel)
 
 

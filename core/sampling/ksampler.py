@@ -98,15 +98,17 @@ class StepProgress:
 
 
 def empty_latent(batch: int, width: int, height: int, latent_format: LatentFormat) -> Tensor:
-    """ComfyUI's Empty Latent Image: zeros ``[B, C, H/8, W/8]`` (float32, CPU)."""
-    if batch < 1 or width < 8 or height < 8 or width % 8 or height % 8:
+    """ComfyUI's Empty Latent Image: zeros ``[B, C, H/f, W/f]`` (float32, CPU), ``f`` the format's
+    pixels per latent (8; FLUX.2's 16, as its ``EmptyFlux2LatentImage``)."""
+    f = latent_format.downscale
+    if batch < 1 or width < f or height < f or width % f or height % f:
         raise LoadoutError(
             f"an empty latent of {batch} x {width}x{height} cannot be made",
-            why="the size must be a positive multiple of 8 and the batch at least 1",
+            why=f"the size must be a positive multiple of {f} and the batch at least 1",
             fix="pick a size such as 1024x1024",
             code="bad_argument",
         )
-    return torch.zeros(batch, latent_format.channels, height // 8, width // 8)
+    return torch.zeros(batch, latent_format.channels, height // f, width // f)
 
 
 def is_max_denoise(ms: ModelSampling, first_sigma: Tensor) -> bool:

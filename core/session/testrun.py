@@ -84,7 +84,8 @@ class _Inputs:
         self.kind = self.net.id
         self.convention = self.net.calling
         g = torch.Generator().manual_seed(cfg.seed)
-        b, h, w = cfg.batch, cfg.height // 8, cfg.width // 8
+        f = self.convention.latent_stride
+        b, h, w = cfg.batch, cfg.height // f, cfg.width // f
         c: Any = getattr(model, "config")  # noqa: B009 - every network keeps its config
         stand_in = self.net.stand_in(c, b, g)
         self.state_channels = stand_in.state_channels

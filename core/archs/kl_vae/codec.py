@@ -87,7 +87,7 @@ class KLCodec:
     architecture = ARCHITECTURE
 
     def owns(self, module: nn.Module) -> bool:
-        return isinstance(module, AutoencoderKL)
+        return type(module) is AutoencoderKL  # subclasses (FLUX.2's VAE) have codecs of their own
 
     def downscale(self, module: nn.Module) -> int:
         return _vae(module).config.downscale

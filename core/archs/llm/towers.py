@@ -53,7 +53,9 @@ class LlmTowerSpec:
     ``stack``: several hidden states side by side instead of ``layer`` (FLUX.2's 3 layers).
     ``drop``: the template tokens dropped from the output (Qwen-Image's), or None. ``own_template``:
     a prompt that starts with one of these is read as it is, its own template (ComfyUI's Qwen-Image
-    tokenizer)."""
+    tokenizer). ``min_length``: rows shorter than this are padded with ``pad`` to it
+    (FLUX.2 klein's 512); ``stack`` is in transformers' ``hidden_states`` numbering (ComfyUI's list
+    of layers counts the same way)."""
 
     template: str = "{}"
     layer: int = -2
@@ -65,6 +67,7 @@ class LlmTowerSpec:
     stack: tuple[int, ...] = ()
     drop: TemplateDrop | None = None
     own_template: tuple[str, ...] = ()
+    min_length: int = 1
     kind: str = "llm"
 
     def __post_init__(self) -> None:
@@ -139,3 +142,20 @@ LUMINA2_GEMMA2: Final = lumina2_gemma2()
 Z_IMAGE_TOWER: Final = TowerSpec("qwen3-4b", "qwen3_4b", "Qwen3 4B", Z_IMAGE_QWEN3)
 LUMINA2_TOWER: Final = TowerSpec("gemma2-2b", "gemma2_2b", "Gemma 2 2B", LUMINA2_GEMMA2)
 QWEN_IMAGE_TOWER: Final = TowerSpec("qwen2.5-vl-7b", "qwen25_7b", "Qwen2.5-VL 7B", QWEN_IMAGE_QWEN25VL)
+
+#: FLUX.2 klein's chat template (ComfyUI ``KleinTokenizer.llama_template``: the assistant turn opened
+#: with an empty thinking block, as transformers' template with ``enable_thinking=False``)
+KLEIN_TEMPLATE: Final = "<|im_start|>user\n{}<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n"
+#: the hidden states FLUX.2 klein stacks (ComfyUI ``Qwen3_4BModel(layer=[9, 18, 27])``, diffusers
+#: ``hidden_states_layers=(9, 18, 27)``): the streams after 9, 18 and 27 layers
+KLEIN_LAYERS: Final = (9, 18, 27)
+#: ComfyUI's klein tokenizers pad every prompt to 512 tokens with ``<|endoftext|>`` (masked)
+KLEIN_MIN_LENGTH: Final = 512
+
+KLEIN_QWEN3: Final = LlmTowerSpec(
+    KLEIN_TEMPLATE, weighted=False, pad=QWEN_PAD, tokenizer="qwen", stack=KLEIN_LAYERS,
+    min_length=KLEIN_MIN_LENGTH,
+)  # fmt: skip
+#: FLUX.2 klein 4B reads Qwen3-4B, klein 9B Qwen3-8B (the same template and layers)
+KLEIN_4B_TOWER: Final = TowerSpec("qwen3-4b", "qwen3_4b", "Qwen3 4B", KLEIN_QWEN3)
+KLEIN_9B_TOWER: Final = TowerSpec("qwen3-8b", "qwen3_8b", "Qwen3 8B", KLEIN_QWEN3)

@@ -1,7 +1,8 @@
 """Running a decoder-LLM tower on a prompt, as ComfyUI does (``SDClipModel`` with an LLM inside).
 
 - The prompt is put into the family's template, tokenized (weights read unless the family turns
-  them off), the start token (if any) first, no end token, no padding (``min_length`` 1).
+  them off), the start token (if any) first, no end token, padded to the family's ``min_length``
+  (1 for most: no padding; FLUX.2 klein's 512).
 - The attention mask is 1 up to the first padding token of a row (ComfyUI's rule: with no end
   token the padding token itself is masked; a prompt that contains the padding token's text is cut
   there, as in ComfyUI).
@@ -29,7 +30,12 @@ from core.text.llm.tokenizers import LlmTokenizer, tokenizer_for
 
 def chunk_spec(spec: LlmTowerSpec) -> ChunkSpec:
     return ChunkSpec(
-        start=spec.start, end=None, pad=spec.pad, max_length=None, pad_to_max_length=False, min_length=1
+        start=spec.start,
+        end=None,
+        pad=spec.pad,
+        max_length=None,
+        pad_to_max_length=False,
+        min_length=spec.min_length,
     )
 
 

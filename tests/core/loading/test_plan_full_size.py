@@ -26,6 +26,7 @@ from core.loading.plan import ComponentPlan, plan_component
 from core.models.chroma import ChromaConfig
 from core.models.clip import CLIPTextConfig
 from core.models.flux import FluxConfig
+from core.models.flux2 import Flux2Config
 from core.models.llm import LlmConfig, LlmTextModel
 from core.models.mmdit import MMDiTConfig
 from core.models.nextdit import NextDiTConfig
@@ -35,6 +36,7 @@ from core.models.t5 import T5Config
 from core.models.unet import UNetConfig
 from core.models.vae import VAEConfig
 from tests.fixtures import layouts_encoders as enc
+from tests.fixtures.diffusion_layouts_flux2 import flux2, flux2_vae
 from tests.fixtures.layouts_diffusion import (
     DIFFUSERS_LAYOUTS,
     DIFFUSION_LAYOUTS,
@@ -210,6 +212,34 @@ STANDALONE: dict[str, tuple[Callable[[], Layout], str, str, str, Any]] = {
         "diffusion_model",
         "qwen-image",
         QwenImageConfig(),
+    ),
+    "flux2-klein-4b": (
+        partial(flux2, "flux2-klein-4b"),
+        "flux-2-klein-4b.safetensors",
+        "diffusion_model",
+        "flux2-klein-4b",
+        Flux2Config.klein_4b(),
+    ),
+    "flux2-klein-9b": (
+        partial(flux2, "flux2-klein-9b"),
+        "flux-2-klein-9b.safetensors",
+        "diffusion_model",
+        "flux2-klein-9b",
+        Flux2Config.klein_9b(),
+    ),
+    "flux2-dev": (
+        partial(flux2, "flux2-dev"),
+        "flux2_dev_bf16.safetensors",
+        "diffusion_model",
+        "flux2-dev",
+        Flux2Config.dev(),
+    ),
+    "vae-flux2": (
+        flux2_vae,
+        "flux2-vae.safetensors",
+        "vae",
+        "vae-flux2",
+        VAEConfig(latent_channels=32, scaling_factor=1.0),
     ),
     "vae-sd": (lambda: enc.vae_kl(4), "vae-ft-mse.safetensors", "vae", "vae-sd", VAEConfig.sd()),
     "vae-flux": (
