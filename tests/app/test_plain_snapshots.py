@@ -19,6 +19,8 @@ import torch
 from app.backend.backend import Backend
 from app.backend.messages import TaskError, TaskProgress
 from app.backend.placement import Placement, PlacementConfig
+from core.guidance import GuidancePatch
+from core.guidance.spec import PATCHES
 from core.memory.policy import MemorySettings, VramState
 from core.session import Session
 
@@ -47,6 +49,9 @@ def _problems(root: type) -> list[str]:
             for arg in typing.get_args(tp):
                 if arg is not Ellipsis:
                     walk(arg, where)
+        elif tp is GuidancePatch:  # a protocol: every registered patch record must be plain
+            for record in PATCHES.values():
+                walk(record, f"{where}<{record.name}>")
         elif isinstance(tp, type) and dataclasses.is_dataclass(tp):
             if tp not in seen:
                 seen.add(tp)

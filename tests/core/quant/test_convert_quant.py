@@ -24,7 +24,7 @@ def test_gguf_converts_to_safetensors_at_a_dtype(tmp_path: Path) -> None:
     path, reference, _ = write_comfy_gguf(tmp_path / "m.gguf", "sd1", TINY_UNET_SD1.file_state(), "Q4_K")
     with pytest.raises(LoadoutError) as err:
         convert_file(path, tmp_path / "out.safetensors")
-    assert "--dtype" in err.value.fix and not (tmp_path / "out.safetensors").exists()
+    assert "output dtype" in err.value.fix and not (tmp_path / "out.safetensors").exists()
     out = convert_file(path, tmp_path / "out.safetensors", torch.float16)
     f = SafetensorsFile(out)
     assert set(read_tensor_index(out).tensors) == set(reference)

@@ -204,7 +204,7 @@ def test_saving_quantized_weights_needs_a_dtype_and_writes_a_dequantized_copy(
     bundle = ModelBundle(path, det, {}, diffusion_model=loaded)
     with pytest.raises(LoadoutError) as err:
         save_checkpoint(bundle, tmp_path / "out.safetensors")
-    assert err.value.code == "quantized_source" and "--dtype" in err.value.fix
+    assert err.value.code == "quantized_source" and "output dtype" in err.value.fix
     assert not (tmp_path / "out.safetensors").exists()
     out = save_checkpoint(bundle, tmp_path / "out.safetensors", dtype=torch.float32)
     f = SafetensorsFile(out)
