@@ -26,6 +26,7 @@ FLAGS = {
     "check report in JSON": "loadout check --json",
     "cluster's head node": "ray start --head",
     "without its dependencies": "pip install --no-deps",
+    "at batch 1 fits": "--size WxH and --batch 1",
 }
 
 

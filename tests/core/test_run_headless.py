@@ -156,4 +156,4 @@ def test_a_tiny_card_keeps_what_fits_with_room_for_predicted_activations_and_rep
     assert predicted > 0 and measured > 0
     with pytest.raises(NotEnoughMemoryError) as err:  # too small even for the modules in flight
         run_model(RunRequest(ckpt, config=RunConfig(steps=1, width=512, height=512), vram_limit=size // 4))
-    assert "--size" in err.value.fix and "x" in err.value.fix
+    assert "at batch 1 fits" in err.value.fix and "x" in err.value.fix
