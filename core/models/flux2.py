@@ -28,7 +28,7 @@ from torch import nn
 
 from core.errors import LoadoutError, ModelMismatchError
 from core.models.attention import timestep_embedding
-from core.models.flux_blocks import Mod, QKNorm, rope, rope_attention, split_qkv
+from core.models.flux_blocks import MLPEmbedder, Mod, Modulation, QKNorm, rope, rope_attention, split_qkv
 from core.models.patches import NO_PATCHES, NetworkPatches, PatchPoints, Site
 from core.ops.layers import OpSet, default_ops
 
@@ -140,32 +140,6 @@ def swiglu_mlp(hidden: int, mlp_hidden: int, *, ops: OpSet, device: Device, dtyp
     )
 
 
-class SharedModulation(nn.Module):
-    """``lin`` of SiLU(vec), split into ``triples`` shift/scale/gate triples (shared by blocks)."""
-
-    def __init__(self, hidden: int, triples: int, *, ops: OpSet, device: Device, dtype: DType) -> None:
-        super().__init__()
-        self.triples = triples
-        self.lin = ops.Linear(hidden, 3 * triples * hidden, bias=False, device=device, dtype=dtype)
-
-    def forward(self, vec: torch.Tensor) -> list[Mod]:
-        chunks = self.lin(F.silu(vec))[:, None, :].chunk(3 * self.triples, dim=-1)
-        return [Mod(*chunks[3 * i : 3 * i + 3]) for i in range(self.triples)]
-
-
-class Embedder(nn.Module):
-    """``in_layer`` -> SiLU -> ``out_layer``, no biases (the timestep and guidance embedders)."""
-
-    def __init__(self, in_dim: int, hidden: int, *, ops: OpSet, device: Device, dtype: DType) -> None:
-        super().__init__()
-        self.in_layer = ops.Linear(in_dim, hidden, bias=False, device=device, dtype=dtype)
-        self.out_layer = ops.Linear(hidden, hidden, bias=False, device=device, dtype=dtype)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        out: torch.Tensor = self.out_layer(F.silu(self.in_layer(x)))
-        return out
-
-
 class Attention(nn.Module):
     """``qkv`` (fused), per-head RMS ``norm`` of queries and keys, ``proj``; no biases."""
 
@@ -271,13 +245,15 @@ class Flux2(nn.Module):
         h = config.hidden_size
         self.img_in = ops.Linear(config.in_channels, h, bias=False, device=dev, dtype=dtype)
         self.txt_in = ops.Linear(config.context_in_dim, h, bias=False, device=dev, dtype=dtype)
-        self.time_in = Embedder(TIME_EMBEDDING_SIZE, h, ops=ops, device=dev, dtype=dtype)
-        self.guidance_in: Embedder | None = None
+        self.time_in = MLPEmbedder(TIME_EMBEDDING_SIZE, h, ops=ops, device=dev, dtype=dtype, bias=False)
+        self.guidance_in: MLPEmbedder | None = None
         if config.guidance_embed:
-            self.guidance_in = Embedder(TIME_EMBEDDING_SIZE, h, ops=ops, device=dev, dtype=dtype)
-        self.double_stream_modulation_img = SharedModulation(h, 2, ops=ops, device=dev, dtype=dtype)
-        self.double_stream_modulation_txt = SharedModulation(h, 2, ops=ops, device=dev, dtype=dtype)
-        self.single_stream_modulation = SharedModulation(h, 1, ops=ops, device=dev, dtype=dtype)
+            self.guidance_in = MLPEmbedder(
+                TIME_EMBEDDING_SIZE, h, ops=ops, device=dev, dtype=dtype, bias=False
+            )
+        self.double_stream_modulation_img = Modulation(h, 2, ops=ops, device=dev, dtype=dtype, bias=False)
+        self.double_stream_modulation_txt = Modulation(h, 2, ops=ops, device=dev, dtype=dtype, bias=False)
+        self.single_stream_modulation = Modulation(h, 1, ops=ops, device=dev, dtype=dtype, bias=False)
         self.double_blocks = nn.ModuleList(
             DoubleBlock(config, ops=ops, device=dev, dtype=dtype) for _ in range(config.depth)
         )

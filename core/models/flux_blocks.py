@@ -96,12 +96,14 @@ class QKNorm(nn.Module):
 
 
 class MLPEmbedder(nn.Module):
-    """``in_layer`` -> SiLU -> ``out_layer``."""
+    """``in_layer`` -> SiLU -> ``out_layer`` (FLUX.2's without biases)."""
 
-    def __init__(self, in_dim: int, hidden: int, *, ops: OpSet, device: Device, dtype: DType) -> None:
+    def __init__(
+        self, in_dim: int, hidden: int, *, ops: OpSet, device: Device, dtype: DType, bias: bool = True
+    ) -> None:
         super().__init__()
-        self.in_layer = ops.Linear(in_dim, hidden, bias=True, device=device, dtype=dtype)
-        self.out_layer = ops.Linear(hidden, hidden, bias=True, device=device, dtype=dtype)
+        self.in_layer = ops.Linear(in_dim, hidden, bias=bias, device=device, dtype=dtype)
+        self.out_layer = ops.Linear(hidden, hidden, bias=bias, device=device, dtype=dtype)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         out: torch.Tensor = self.out_layer(F.silu(self.in_layer(x)))
@@ -109,12 +111,15 @@ class MLPEmbedder(nn.Module):
 
 
 class Modulation(nn.Module):
-    """``lin`` of SiLU(vec) split into ``triples`` shift/scale/gate triples."""
+    """``lin`` of SiLU(vec) split into ``triples`` shift/scale/gate triples (FLUX.2's without a bias,
+    one shared by all blocks of a kind)."""
 
-    def __init__(self, hidden: int, triples: int, *, ops: OpSet, device: Device, dtype: DType) -> None:
+    def __init__(
+        self, hidden: int, triples: int, *, ops: OpSet, device: Device, dtype: DType, bias: bool = True
+    ) -> None:
         super().__init__()
         self.triples = triples
-        self.lin = ops.Linear(hidden, 3 * triples * hidden, bias=True, device=device, dtype=dtype)
+        self.lin = ops.Linear(hidden, 3 * triples * hidden, bias=bias, device=device, dtype=dtype)
 
     def forward(self, vec: torch.Tensor) -> list[Mod]:
         chunks = self.lin(F.silu(vec))[:, None, :].chunk(3 * self.triples, dim=-1)
