@@ -14,11 +14,17 @@ are irrelevant to activation memory (shapes alone decide it).
 On CUDA it also reports ``torch.cuda.max_memory_allocated`` above what was allocated before the
 step (``cuda_peak_bytes``): that includes kernel workspaces (cuDNN, cuBLAS) the tracker cannot see.
 
+The decoder-LLM text encoders (``--kinds qwen3-4b,gemma2-2b``, any preset of
+``core.models.llm``) run at their real width with ``--llm-layers`` layers (the peak is per layer)
+over ``--tokens`` prompt tokens per row, against ``core.archs.llm.memory.activation_bytes``; the
+tracker's roots are the token ids and the mask, as the tower passes them.
+
 ``--fit`` prints least-squares coefficients (relative error) for a network's memory models (the
 ``MEMORY`` of its package, ``core/archs/<arch>/net.py``) from the rows measured. Usage::
 
     python -m bench.inference_memory [--device cpu] [--kinds sd1,sdxl,flux,pixart] [--sizes 256,384]
         [--batches 1] [--dtypes fp32] [--attention default,math] [--fit]
+    python -m bench.inference_memory --kinds qwen3-4b,gemma2-2b --tokens 64,256,1024 --batches 1,2
 """
 
 from __future__ import annotations
@@ -123,6 +129,48 @@ def measure(
     return row
 
 
+def is_llm(kind: str) -> bool:
+    from core.models.llm.config import PRESETS
+
+    return kind in PRESETS
+
+
+def llm_rows(kind: str, args: argparse.Namespace) -> list[dict[str, Any]]:
+    """The encoder at its real widths (``--llm-layers`` layers, stride-0 zero weights) over each
+    token count, batch and dtype: tracker peak against the encoder's memory profile."""
+    from dataclasses import replace
+
+    from core.archs.llm.memory import activation_bytes
+    from core.models.llm import LlmConfig, LlmTextModel
+
+    cfg = replace(LlmConfig.preset(kind), num_layers=args.llm_layers)
+    rows = []
+    for dname in args.dtypes.split(","):
+        dtype = DTYPES[dname]
+        model = zero_weights(
+            LlmTextModel(cfg, device="meta"), args.device, dtype, args.device.startswith("cuda")
+        )
+        for batch in (int(b) for b in args.batches.split(",")):
+            for tokens in (int(t) for t in args.tokens.split(",")):
+                ids = torch.zeros(batch, tokens, dtype=torch.long, device=args.device)
+                keep = torch.ones(batch, tokens, dtype=torch.long, device=args.device)
+                t0 = time.perf_counter()
+                with torch.inference_mode(), ActivationTracker([ids, keep]) as tracker:
+                    out = model(ids, keep, taps=(-2,), dtype=dtype)
+                    del out
+                predicted = activation_bytes(cfg, tokens, batch, dtype.itemsize)
+                row = {
+                    "kind": kind, "tokens": tokens, "batch": batch, "dtype": dname, "layers": cfg.num_layers,
+                    "measured_bytes": tracker.peak_bytes, "predicted_bytes": predicted,
+                    "ratio": round(predicted / tracker.peak_bytes, 4),
+                    "seconds": round(time.perf_counter() - t0, 2),
+                }  # fmt: skip
+                rows.append(row)
+                print(json.dumps(row), file=sys.stderr, flush=True)
+        del model
+    return rows
+
+
 def _attention_name(attn: str, device: str) -> str:
     if attn == "math":
         return "math"
@@ -132,6 +180,9 @@ def _attention_name(attn: str, device: str) -> str:
 def run(args: argparse.Namespace) -> dict[str, Any]:
     rows = []
     for kind in args.kinds.split(","):
+        if is_llm(kind):
+            rows += llm_rows(kind, args)
+            continue
         for dname in args.dtypes.split(","):
             model = zero_weights(build(kind), args.device, DTYPES[dname], args.device.startswith("cuda"))
             for attn in args.attention.split(","):
@@ -163,7 +214,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "rows": rows,
     }
     if args.fit:
-        report["fit"] = fit(rows)
+        report["fit"] = fit([r for r in rows if not is_llm(r["kind"])])
     return report
 
 
@@ -205,6 +256,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--batches", default="1")
     p.add_argument("--dtypes", default="fp32")
     p.add_argument("--attention", default="default", help="default (the device's SDPA) and/or math")
+    p.add_argument("--tokens", default="64,256,1024", help="LLM encoders: prompt tokens per row")
+    p.add_argument("--llm-layers", type=int, default=2, help="LLM encoders: layers built (real widths)")
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--fit", action="store_true")
     args = p.parse_args(argv)

@@ -23,15 +23,23 @@ load call (plus the touch) inside the subprocess, imports excluded (reported apa
 (``--threads``): see ``run_method``.
 
 The decoder-LLM text encoders (``--kinds qwen3-4b,gemma2-2b``: Comfy-Org's ``qwen_3_4b`` 8.0 GB
-and ``gemma_2_2b`` 5.2 GB layouts at full size) go through ``load_text_encoder`` instead.
+and ``gemma_2_2b`` 5.2 GB layouts at full size) go through ``load_text_encoder`` instead, in the
+``--formats`` asked: ``fp16`` (as above), ``bf16`` (the released files' dtype) and ``fp8`` (the
+``*_fp8_scaled`` layout: every linear matrix ``float8_e4m3fn`` with a float32 ``scale_weight``
+beside it and a ``scaled_fp8`` marker, the embeddings and norms bf16), each dtype's bytes real
+random values of that dtype. fp8 weights stay fp8 when loaded (``ScaledFp8Weight``); the touch
+reads every stored byte (fp8 values as bytes) on both sides. ``--remove-files`` deletes each file
+after it is measured (full-size files are large: measure a few at a time).
 
-Prints one JSON object. Usage: ``python -m bench.load [--kinds sd15,sdxl] [--repeat R]``.
+Prints one JSON object. Usage: ``python -m bench.load [--kinds sd15,sdxl] [--formats fp16]
+[--repeat R] [--cache DIR] [--methods m1,m2] [--remove-files]``.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import platform
 import resource
@@ -73,6 +81,30 @@ def _llm_layout(family: str) -> Mapping[str, Any]:
     return {k: tuple(v.shape) for k, v in model.state_dict().items()}
 
 
+#: linear matrices of an LLM (what the ``*_fp8_scaled`` files store in fp8): 2-D, not the embeddings
+def _fp8_scaled(key: str, shape: tuple[int, ...]) -> bool:
+    return key.endswith(".weight") and len(shape) == 2 and "embed" not in key
+
+
+def formatted(layout: Mapping[str, Any], fmt: str) -> dict[str, Any]:
+    """``layout`` (name -> shape) with each tensor's stored dtype for ``fmt``: fp16, bf16, or fp8
+    (ComfyUI's ``scaled_fp8`` layout: marker, fp8 matrices each with a float32 ``scale_weight``)."""
+    if fmt == "fp16":
+        return {k: ("F16", tuple(v)) for k, v in layout.items()}
+    if fmt == "bf16":
+        return {k: ("BF16", tuple(v)) for k, v in layout.items()}
+    if fmt != "fp8":
+        raise SystemExit(f"unknown format {fmt!r}: fp16, bf16 or fp8")
+    out: dict[str, Any] = {"scaled_fp8": ("F8_E4M3", (0,))}
+    for k, v in layout.items():
+        if _fp8_scaled(k, tuple(v)):
+            out[k] = ("F8_E4M3", tuple(v))
+            out[k[: -len(".weight")] + ".scale_weight"] = ("F32", ())
+        else:
+            out[k] = ("BF16", tuple(v))
+    return out
+
+
 def _layouts() -> dict[str, Callable[[], Mapping[str, Any]]]:
     from tests.fixtures import layouts_diffusion as ld
 
@@ -83,22 +115,34 @@ def _layouts() -> dict[str, Callable[[], Mapping[str, Any]]]:
 # --- the files ------------------------------------------------------------------------------------
 
 
-def random_block(nbytes: int = BLOCK_BYTES, seed: int = 0) -> bytes:
-    """``nbytes`` of random, finite fp16 values (standard normal)."""
+def random_block(nbytes: int = BLOCK_BYTES, seed: int = 0, dtype: str = "F16") -> bytes:
+    """``nbytes`` of random, finite values of ``dtype``: standard normal (F16, BF16, F8_E4M3), or
+    small positive numbers (F32: the fp8 files' scales)."""
     import torch
 
     g = torch.Generator().manual_seed(seed)
-    block = torch.randn(nbytes // 2, generator=g).half()
-    assert bool(torch.isfinite(block).all())
-    return block.numpy().tobytes()
+    torch_dtype = {
+        "F16": torch.half,
+        "BF16": torch.bfloat16,
+        "F8_E4M3": torch.float8_e4m3fn,
+        "F32": torch.float,
+    }
+    size = torch.empty((), dtype=torch_dtype[dtype]).element_size()
+    values = torch.randn(nbytes // size, generator=g)
+    if dtype == "F32":
+        values = values.abs() * 0.01 + 1e-3
+    block = values.to(torch_dtype[dtype])
+    assert bool(torch.isfinite(block.float()).all())
+    return block.view(torch.uint8).numpy().tobytes()
 
 
 def ensure_file(
     path: Path, layout: Mapping[str, Any], *, block_bytes: int = BLOCK_BYTES, seed: int = 0
 ) -> Path:
-    """A real fp16 safetensors file for ``layout`` filled with random data; kept when it exists
-    with the same header and size (written to a temporary name first, so never half-written)."""
-    from tests.fixtures.st_files import header_bytes
+    """A real safetensors file for ``layout`` (name -> shape, F16, or -> (dtype, shape)) filled
+    with random data of each tensor's dtype; kept when it exists with the same header and size
+    (written to a temporary name first, so never half-written)."""
+    from tests.fixtures.st_files import BITS, header_bytes
 
     head, data_size = header_bytes(layout, dtype="F16", metadata={"modelspec.title": path.stem})
     if path.exists() and path.stat().st_size == len(head) + data_size:
@@ -106,15 +150,22 @@ def ensure_file(
             if fh.read(len(head)) == head:
                 return path
     path.parent.mkdir(parents=True, exist_ok=True)
-    block = memoryview(random_block(block_bytes, seed))
+    blocks: dict[str, memoryview] = {}
+    at: dict[str, int] = {}  # where each dtype's block is read next (it cycles)
     tmp = path.with_name(path.name + ".partial")
     with open(tmp, "wb") as fh:
         fh.write(head)
-        left = data_size
-        while left:
-            n = min(left, len(block))
-            fh.write(block[:n])
-            left -= n
+        for spec in layout.values():
+            dt, shape = spec if spec and isinstance(spec[0], str) else ("F16", spec)
+            if dt not in blocks:
+                blocks[dt], at[dt] = memoryview(random_block(block_bytes, seed, dt)), 0
+            left = (math.prod(shape) * BITS[dt] + 7) // 8
+            block = blocks[dt]
+            while left:
+                n = min(left, len(block) - at[dt])
+                fh.write(block[at[dt] : at[dt] + n])
+                at[dt] = (at[dt] + n) % len(block)
+                left -= n
     os.replace(tmp, path)
     return path
 
@@ -159,11 +210,18 @@ def _usage() -> tuple[float, int, int]:
 
 def _touch(tensors: Iterable[Any]) -> tuple[int, int]:
     """Sum every tensor (reads every byte); (tensor count, bytes read)."""
+    import torch
+
     count = nbytes = 0
     for t in tensors:
         if t.is_meta:
             raise AssertionError("a tensor is still on the meta device after loading")
-        t.sum()
+        plain = t.as_subclass(torch.Tensor)  # a ScaledFp8Weight's stored values, not its dequantized ones
+        if plain.dtype.itemsize == 1 and plain.is_floating_point():
+            if plain.numel():  # fp8: max over the bytes (a byte sum is 60x slower than a 16-bit sum)
+                plain.view(torch.uint8).max()
+        else:
+            plain.sum()
         count += 1
         nbytes += t.numel() * t.element_size()
     return count, nbytes
@@ -376,6 +434,11 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--kinds", default="sd15,sdxl", help="comma-separated: sd15, sdxl, qwen3-4b, gemma2-2b")
     ap.add_argument("--repeat", type=int, default=7)
     ap.add_argument("--cache", type=Path, default=ROOT / ".bench-cache" / "load")
+    ap.add_argument(
+        "--formats", default="fp16", help="comma-separated: fp16, bf16, fp8 (text encoders: all three)"
+    )
+    ap.add_argument("--methods", default=",".join(METHODS), help="comma-separated, of: " + ", ".join(METHODS))
+    ap.add_argument("--remove-files", action="store_true", help="delete each file after measuring it")
     ap.add_argument("--threads", type=int, default=1, help="torch threads in each run (0: torch's default)")
     ap.add_argument("--worker", nargs=2, metavar=("METHOD", "PATH"), help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
@@ -385,10 +448,23 @@ def main(argv: list[str] | None = None) -> None:
     layouts = _layouts()
     files: dict[str, Any] = {}
     torch_version = None
+    methods = args.methods.split(",")
     for kind in args.kinds.split(","):
-        path = ensure_file(args.cache / f"{kind}_fp16_random.safetensors", layouts[kind]())
-        files[kind] = bench_file(path, args.repeat, threads=args.threads)
-        torch_version = torch_version or _torch_version()
+        for fmt in args.formats.split(","):
+            if fmt != "fp16" and kind not in TEXT_ENCODERS:
+                raise SystemExit(f"{kind} is written in fp16 only")
+            name = f"{kind}_{'fp8_scaled' if fmt == 'fp8' else fmt}_random.safetensors"
+            t0 = time.perf_counter()
+            path = ensure_file(args.cache / name, formatted(layouts[kind](), fmt))
+            write_s = time.perf_counter() - t0
+            key = kind if fmt == "fp16" else f"{kind}/{fmt}"
+            files[key] = {
+                "write_seconds": round(write_s, 1),
+                **bench_file(path, args.repeat, methods, threads=args.threads),
+            }
+            if args.remove_files:
+                path.unlink()
+            torch_version = torch_version or _torch_version()
     out = {
         "bench": "load",
         "command": " ".join(["python -m bench.load", *(argv if argv is not None else sys.argv[1:])]),

@@ -40,3 +40,35 @@ def test_loadout_and_subprocess_driver_on_sparse_sd15(tmp_path):
     t = out["targets"]["loadout_ready"]
     assert math.isfinite(t["time_vs_baseline"]) and t["peak_rss_over_file"] > 0
     assert bl.machine("x")["cpus"]
+
+
+def test_text_encoder_files_in_bf16_and_fp8_scaled_load_as_loadout_reads_them(tmp_path):
+    import dataclasses
+
+    import torch
+
+    from core.models.llm import LlmConfig, LlmTextModel
+
+    cfg = dataclasses.replace(LlmConfig.preset("qwen3-4b"), num_layers=1, vocab_size=64)
+    shapes = {k: tuple(v.shape) for k, v in LlmTextModel(cfg, device="meta").state_dict().items()}
+    fp8 = bl.formatted(shapes, "fp8")
+    assert fp8["scaled_fp8"] == ("F8_E4M3", (0,))
+    assert fp8["model.layers.0.mlp.up_proj.weight"][0] == "F8_E4M3"
+    assert fp8["model.layers.0.mlp.up_proj.scale_weight"] == ("F32", ())
+    assert fp8["model.embed_tokens.weight"][0] == "BF16" and fp8["model.norm.weight"][0] == "BF16"
+    for fmt in ("bf16", "fp8"):
+        path = bl.ensure_file(
+            tmp_path / f"qwen3-4b_{fmt}.safetensors", bl.formatted(shapes, fmt), block_bytes=4096
+        )
+        stored = load_file(str(path))
+        assert all(bool(v.float().isfinite().all()) for v in stored.values())
+        assert all(float(v) > 0 for k, v in stored.items() if k.endswith("scale_weight"))
+        base = bl.run_method("baseline_load_file_touched", path)
+        ours = bl.run_method("loadout_ready_touched", path)
+        assert ours["components"] == ["text_encoder:qwen3-4b"]
+        scales = sum(4 for k in stored if k.endswith("scale_weight"))  # folded into the weights
+        assert ours["bytes_touched"] == base["bytes_touched"] - scales
+        dtypes = {v.dtype for v in stored.values()}
+        assert dtypes == (
+            {torch.bfloat16} if fmt == "bf16" else {torch.bfloat16, torch.float8_e4m3fn, torch.float32}
+        )
