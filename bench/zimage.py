@@ -16,8 +16,19 @@ profile (``core.archs.nextdit``). On this project's 2-core CPU machine a 6 B for
 takes minutes: run it on a GPU (``--device cuda``), or ``--layers 2`` for a CPU rehearsal of the
 code path (figures then say nothing about the real model).
 
+``--picture DIR`` makes a whole picture instead, the way an artist does (``loadout generate
+--diffusion-model ... --text-encoder ... --vae ...`` in a child process): real-size random-weight
+files written into DIR once (``bench.zimage_files``: Z-Image Turbo 6.15 B and Qwen3-4B fp8-scaled,
+the Flux VAE), run inside a RAM limit: the kernel's ``RLIMIT_DATA`` (``--data-limit``: every
+private writable mapping, heap and anonymous memory counted by size, so the process cannot hold
+more private memory than that, whatever it touches) and ``--vram-limit`` (the card the manager
+sees; on the CPU, RAM is the device: what does not fit is streamed from the memory-mapped files).
+The file-backed pages it maps are the page cache's, shared and reclaimable: counted in RSS,
+reported apart (``/proc/PID/status`` sampled every 50 ms: peak VmRSS, RssAnon, RssFile).
+
 ``python -m bench.zimage --device cuda --random [--size 1024] [--steps 4] [--dtype bf16]``
 ``python -m bench.zimage z_image_turbo_bf16.safetensors --device cuda``
+``python -m bench.zimage --picture /tmp/h29 --size 256 --steps 2 --data-limit 3GiB --vram-limit 2GiB``
 Prints one JSON object.
 """
 
@@ -26,6 +37,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import statistics
 import sys
 import time
@@ -121,6 +133,94 @@ def run(
     }
 
 
+def _status(pid: int) -> dict[str, int]:
+    out: dict[str, int] = {}
+    try:
+        with open(f"/proc/{pid}/status") as fh:
+            for line in fh:
+                key, _, rest = line.partition(":")
+                if key in ("VmRSS", "RssAnon", "RssFile", "VmData"):
+                    out[key] = int(rest.split()[0]) * 1024
+    except OSError:
+        pass
+    return out
+
+
+def picture(args: argparse.Namespace) -> dict:
+    """A whole Z-Image picture through the command line, inside the RAM limit (see the notes)."""
+    import resource
+    import subprocess
+    import threading
+
+    from app.commands.args import parse_bytes
+    from bench.zimage_files import picture_files
+
+    folder = Path(args.picture)
+    t0 = time.perf_counter()
+    dit, text, vae = picture_files(folder)
+    written = time.perf_counter() - t0
+    limit = parse_bytes(args.data_limit)
+    out_png = folder / "zimage_picture.png"
+    cmd = [
+        sys.executable, "-m", "app.cli", "generate", "--diffusion-model", str(dit),
+        "--text-encoder", str(text), "--vae", str(vae),
+        "--prompt", "a lighthouse on a cliff at dawn, film photograph",
+        "--size", f"{args.size}x{args.size}", "--steps", str(args.steps), "--seed", str(args.seed),
+        "--vram-limit", args.vram_limit, "-o", str(out_png), "--json", "--quiet",
+    ]  # fmt: skip
+
+    def cap() -> None:
+        resource.setrlimit(resource.RLIMIT_DATA, (limit, limit))
+
+    peaks: dict[str, int] = {}
+    proc = subprocess.Popen(
+        cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=cap
+    )
+    done = threading.Event()
+
+    def sample() -> None:
+        while not done.is_set():
+            for k, v in _status(proc.pid).items():
+                peaks[k] = max(peaks.get(k, 0), v)
+            done.wait(0.05)
+
+    watcher = threading.Thread(target=sample, daemon=True)
+    watcher.start()
+    t1 = time.perf_counter()
+    stdout, stderr = proc.communicate()
+    wall = time.perf_counter() - t1
+    done.set()
+    watcher.join()
+    report = json.loads(stdout) if proc.returncode == 0 else {"error": stderr[-3000:]}
+    files = {p.name: p.stat().st_size for p in (dit, text, vae)}
+    return {
+        "bench": "zimage_picture",
+        "command": " ".join(cmd),
+        "returncode": proc.returncode,
+        "files_bytes": files,
+        "files_total_bytes": sum(files.values()),
+        "files_written_seconds": round(written, 1),
+        "data_limit_bytes": limit,
+        "vram_limit": args.vram_limit,
+        "size": args.size,
+        "steps": args.steps,
+        "wall_seconds": round(wall, 1),
+        "seconds_per_step": report.get("seconds_per_step"),
+        "seconds": report.get("seconds"),
+        "peak_rss_bytes": peaks.get("VmRSS"),
+        "peak_rss_anon_bytes": peaks.get("RssAnon"),
+        "peak_rss_file_bytes": peaks.get("RssFile"),
+        "peak_vm_data_bytes": peaks.get("VmData"),
+        "placement": [
+            {k: e.get(k) for k in ("kind", "model", "role", "message")} for e in report.get("events", [])
+        ],
+        "notes": report.get("notes"),
+        "error": report.get("error"),
+        "threads": torch.get_num_threads(),
+        "cpus": os.cpu_count(),
+    }
+
+
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("file", nargs="?", help="a Z-Image / Lumina 2 diffusion-model file (or use --random)")
@@ -132,7 +232,15 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--size", type=int, default=1024)
     p.add_argument("--steps", type=int, default=4)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--picture", metavar="DIR", help="a whole picture from real-size files written into DIR")
+    p.add_argument(
+        "--data-limit", default="3GiB", help="with --picture: RLIMIT_DATA of the generating process"
+    )
+    p.add_argument("--vram-limit", default="2GiB", help="with --picture: the card the manager sees")
     args = p.parse_args(argv)
+    if args.picture:
+        print(json.dumps(picture(args)))
+        return
     if bool(args.file) == bool(args.random):
         p.error("give a FILE or --random")
     device, dtype = torch.device(args.device), DTYPES[args.dtype]

@@ -43,8 +43,8 @@ def upscale_latent_with_model(
     """Decode, upscale with the model (``hooks.upscale``), resize to the target scale, encode."""
     if hooks.upscale is None:
         raise RuntimeError("an upscale model was asked for but the caller gave no way to run it")
-    h, w = latent.shape[-2:]
-    width, height = hires.target_size(w * 8, h * 8)
+    h, w, f = latent.shape[-2], latent.shape[-1], pipe.latent_format.downscale
+    width, height = hires.target_size(w * f, h * f, f)
     pixels = pipe.decode(latent, hooks, timings)
     image = ((pixels + 1.0) / 2.0).clamp(0.0, 1.0)  # VAEDecode's [0, 1] picture
     hooks.progress(GenerateProgress("upscale", 0, 0, hires.label, None, hooks.image, hooks.images))

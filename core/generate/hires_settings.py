@@ -35,11 +35,11 @@ class HiresFix:
             out.append(f"hires upscaler {self.upscaler!r} is not one of " + ", ".join(LATENT_METHODS))
         return out
 
-    def target_size(self, width: int, height: int) -> tuple[int, int]:
-        """The picture's size after the fix: the latent (1/8 of the picture) scaled and rounded as
-        LatentUpscaleBy rounds it, times 8."""
-        w, h = scaled_size(width // 8, height // 8, self.scale)
-        return w * 8, h * 8
+    def target_size(self, width: int, height: int, stride: int = 8) -> tuple[int, int]:
+        """The picture's size after the fix: the latent (1/``stride`` of the picture: 8, FLUX.2's
+        16) scaled and rounded as LatentUpscaleBy rounds it, times ``stride``."""
+        w, h = scaled_size(width // stride, height // stride, self.scale)
+        return w * stride, h * stride
 
     @property
     def label(self) -> str:

@@ -82,8 +82,9 @@ class KSample:
     def sized(self, latent: Latent | None, run: Run) -> ImageSettings:
         if self.size is not None:
             w, h = self.size
-        elif latent is not None:
-            h, w = latent.samples.shape[-2] * 8, latent.samples.shape[-1] * 8
+        elif latent is not None:  # pixels per latent element: 8, FLUX.2's 16
+            f = (self.pipeline or run.pipeline).latent_format.downscale
+            h, w = latent.samples.shape[-2] * f, latent.samples.shape[-1] * f
         else:
             w, h = run.settings.width, run.settings.height
         return replace(run.settings, width=w, height=h, hires=None)

@@ -266,7 +266,13 @@ class PhasePlacer:
 def _placer(session: Session, parts: _Parts, settings: ImageSettings, pipeline: Pipeline) -> PhasePlacer:
     plan = session.placement.manager.settings
     # the largest picture of the generation sizes the activations (the hires pass's, when there is one)
-    width, height = settings.final_size
+    stride = pipeline.latent_format.downscale
+    hires = settings.hires
+    width, height = (
+        (settings.width, settings.height)
+        if hires is None
+        else hires.target_size(settings.width, settings.height, stride)
+    )
     sized = replace(settings, width=width, height=height, hires=None)
     need = (
         {}
@@ -353,7 +359,11 @@ def generate(
     notes = (*notes, *pipeline.text_notes)
     size = (pixels.shape[3], pixels.shape[2])
     if settings.hires is not None:  # A1111's Size is the first pass's (before the hires fix)
-        size = (settings.width, settings.height) if init is None else _cropped(init)
+        size = (
+            (settings.width, settings.height)
+            if init is None
+            else _cropped(init, pipeline.latent_format.downscale)
+        )
     params = replace(parameters_for(settings, made, size, state.hashes, check), hires=settings.hires)
     params = replace(params, extra=dict(workflow.parameters))  # ControlNet, refiner (A1111's items)
     images = output.save(pixels, params, settings.sampling.seed, check, progress)
@@ -368,9 +378,10 @@ def generate(
     )  # fmt: skip
 
 
-def _cropped(picture: np.ndarray) -> tuple[int, int]:
-    """(width, height) of a starting picture once cropped to multiples of 8 (VAEEncode)."""
-    return picture.shape[1] // 8 * 8, picture.shape[0] // 8 * 8
+def _cropped(picture: np.ndarray, stride: int) -> tuple[int, int]:
+    """(width, height) of a starting picture once cropped to multiples of the VAE's ``stride`` (8,
+    FLUX.2's 16), as VAEEncode crops it."""
+    return picture.shape[1] // stride * stride, picture.shape[0] // stride * stride
 
 
 def _guidance(chosen: float | None, usual: float | None) -> float | None:

@@ -47,12 +47,16 @@ class Pool(Protocol):
     def stats(self) -> dict[str, dict[str, int]]: ...
 
 
+#: where each phase of a job starts (sampling is most of it; the hires fix's upscale sits between
+#: its two sampling passes, each of which reports "sample" from 0 again)
+_PHASE_AT = {"load": 0.0, "text_encode": 0.05, "sample": 0.1, "upscale": 0.5, "decode": 0.9, "save": 0.98}
+
+
 def fraction(p: GenerateProgress) -> float:
-    """How far one job is: sampling is most of it."""
+    """How far one job is (a phase not listed counts as sampling's start)."""
     within = p.step / p.steps if p.steps else 0.0
-    return {"load": 0.0, "text_encode": 0.05, "sample": 0.1 + 0.8 * within, "decode": 0.9, "save": 0.98}[
-        p.phase
-    ]
+    at = _PHASE_AT.get(p.phase, 0.1)
+    return at + 0.8 * within if p.phase == "sample" else at
 
 
 class LocalPool:

@@ -72,7 +72,7 @@ MEMORY: Mapping[str, MemoryModel] = MappingProxyType(
 class QwenImageNet:
     id = "qwen_image"
     architecture = ARCHITECTURE
-    calling = CallingConvention(name="qwen_image", text_tokens=TEXT_TOKENS, unit_timestep=1.0)
+    calling = CallingConvention(name="qwen_image", packed=True, text_tokens=TEXT_TOKENS, unit_timestep=1.0)
     memory = MEMORY
 
     def owns(self, module: nn.Module) -> bool:
