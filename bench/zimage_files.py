@@ -94,7 +94,7 @@ def picture_files(folder: Path) -> tuple[Path, Path, Path]:
         seed=1,
     )
     text = write_random(
-        folder / "qwen_3_4b_fp8_scaled_random.safetensors",
+        folder / "qwen3-4b_fp8_scaled_random.safetensors",  # the name bench.load measures
         formatted(shapes(LlmTextModel(LlmConfig.preset("qwen3-4b"), device="meta")), "fp8"),
         seed=2,
     )

@@ -10,8 +10,9 @@ one layer (the stack keeps only the residual stream between layers) at the large
   output at the query heads' width (4 Q), the keys and values as projected (2.5 K), and with
   q/k norms and grouped heads one more Q (an upper bound there: measured 10-15 % lower);
 
-plus the RoPE tables (2 d) and the positions (2), and once per forward the additive causal mask
-(``T x T``, one per row). Elements times the compute dtype's bytes. Measured exactly by
+plus, once per forward whatever the rows, the RoPE tables (2 d) and the positions (2) per token,
+and the additive causal mask (``T x T``, one per row: the padding mask is added to it). Elements
+times the compute dtype's bytes. Measured exactly by
 ``core.memory.tracking.ActivationTracker`` on small shapes (the MLP and attention regimes apart);
 checked at Qwen3-4B's and Gemma-2-2B's real widths in tests/core/memory/test_llm_activations.py.
 For every released encoder the MLP term is the peak (F is 3-4 x D).
@@ -23,15 +24,22 @@ from core.models.llm import LlmConfig
 
 
 def per_token_elements(c: LlmConfig) -> float:
+    """Live elements per token of one prompt row at the layer's peak (the RoPE tables excluded)."""
     q, k = c.num_heads * c.head_dim, c.num_kv_heads * c.head_dim
     mlp = 4 * c.hidden_size + 4 * c.intermediate_size
     attention = 3 * c.hidden_size + 4 * q + 2.5 * k + (q if c.qk_norm and k < q else 0)
-    return max(mlp, attention) + 2 * c.head_dim + 2
+    return max(mlp, attention)
+
+
+def shared_token_elements(c: LlmConfig) -> int:
+    """Elements per token made once per forward for every row: RoPE's cos and sin, the positions."""
+    return 2 * c.head_dim + 2
 
 
 def activation_bytes(c: LlmConfig, tokens: int, batch: int = 1, dtype_bytes: int = 4) -> int:
     """Peak activation bytes of one forward over ``batch`` rows of ``tokens`` (weights excluded)."""
     if min(tokens, batch, dtype_bytes) < 1:
         raise ValueError(f"tokens, batch and dtype bytes must be positive: {tokens}, {batch}, {dtype_bytes}")
-    elements = batch * tokens * per_token_elements(c) + batch * tokens * tokens
+    rows = batch * tokens * (per_token_elements(c) + tokens)
+    elements = rows + tokens * shared_token_elements(c)
     return int(dtype_bytes * elements)
