@@ -359,11 +359,7 @@ def generate(
     notes = (*notes, *pipeline.text_notes)
     size = (pixels.shape[3], pixels.shape[2])
     if settings.hires is not None:  # A1111's Size is the first pass's (before the hires fix)
-        size = (
-            (settings.width, settings.height)
-            if init is None
-            else _cropped(init, pipeline.latent_format.downscale)
-        )
+        size = _first_pass_size(settings, init, pipeline.latent_format.downscale)
     params = replace(parameters_for(settings, made, size, state.hashes, check), hires=settings.hires)
     params = replace(params, extra=dict(workflow.parameters))  # ControlNet, refiner (A1111's items)
     images = output.save(pixels, params, settings.sampling.seed, check, progress)
@@ -378,10 +374,12 @@ def generate(
     )  # fmt: skip
 
 
-def _cropped(picture: np.ndarray, stride: int) -> tuple[int, int]:
-    """(width, height) of a starting picture once cropped to multiples of the VAE's ``stride`` (8,
-    FLUX.2's 16), as VAEEncode crops it."""
-    return picture.shape[1] // stride * stride, picture.shape[0] // stride * stride
+def _first_pass_size(settings: ImageSettings, init: np.ndarray | None, stride: int) -> tuple[int, int]:
+    """(width, height) of the first pass: the settings', or a starting picture's once cropped to
+    multiples of the VAE's ``stride`` (8, FLUX.2's 16), as VAEEncode crops it."""
+    if init is None:
+        return settings.width, settings.height
+    return init.shape[1] // stride * stride, init.shape[0] // stride * stride
 
 
 def _guidance(chosen: float | None, usual: float | None) -> float | None:
