@@ -48,6 +48,7 @@ class CallingConvention:
     text_tokens: int  # tokens its real text encoders produce (the test run's stand-in context)
     unit_timestep: float  # the timestep it takes at sigma 1: discrete index 999, flow x1000, Flux's sigma
     latent_stride: int = 8  # pixels per element of the latent it takes (FLUX.2's VAE: 16)
+    references: bool = False  # takes reference latents (Conditioning.references: Kontext, FLUX.2, Qwen edit)
 
 
 @dataclass(frozen=True)
