@@ -3,7 +3,7 @@
 [--scheduler NAME] [--size WxH] [--batch B] [--init IMAGE [--mask MASK] --denoise D]
 [--controlnet FILE:HINT[:STRENGTH[:START:END]]]... [--refiner FILE [--refiner-switch F]]
 [--hires-scale S --hires-denoise D [--hires-steps N] [--hires-upscaler METHOD_OR_FILE]]
-[--patch NAME[:ARG=VALUE,...]]...
+[--patch NAME[:ARG=VALUE,...]]... [--lora-schedule NAME=MULT@START,...]...
 [--device D] [--dtype D] [--vram-limit BYTES] -o OUT.png [--json]``: text to image (img2img with
 --init, inpainting with --mask), with ControlNets, the hires fix, the SDXL refiner and guidance
 patches (PAG, FreeU ...).
@@ -48,6 +48,7 @@ from core.generate.sweep import parse_strengths
 from core.generate.workflow_request import RefinerUse
 from core.guidance import PATCHES
 from core.loading.convert_file import DTYPES, parse_dtype
+from core.patching.schedule import parse_schedule
 from core.queue.command import GridReport, cluster_pool, run_grid
 from core.queue.grid import AXES, parse_axis
 from core.queue.store import Totals
@@ -149,6 +150,11 @@ def _add_workflows(p: argparse.ArgumentParser) -> None:
         help="a guidance patch, repeatable, applied in order: " + ", ".join(PATCHES)
         + " (e.g. pag:scale=3, freeu_v2, deep_shrink:downscale_factor=1.5)",
     )  # fmt: skip
+    p.add_argument(
+        "--lora-schedule", action="append", default=[], metavar="NAME=MULT@START,...",
+        help="a LoRA's strength over the steps (repeatable): its strength times MULT from START (0..1 "
+        "of the sampling) on, as ComfyUI's hook keyframes (e.g. detail=1@0,0.5@0.4,0@0.8)",
+    )  # fmt: skip
     p.add_argument("--mask", metavar="MASK", help="inpainting: white = repaint (with --init and --denoise)")
     p.add_argument("--refiner", metavar="FILE", help="the SDXL refiner checkpoint to finish the picture")
     p.add_argument(
@@ -208,6 +214,7 @@ def _request(args: argparse.Namespace) -> GenerateRequest:
         refiner=RefinerUse(Path(args.refiner), args.refiner_switch) if args.refiner else None,
         clip_skip=args.clip_skip,
         guidance_patches=tuple(parse_patch_argument(t) for t in args.patch),
+        lora_schedules=tuple(parse_schedule(t) for t in args.lora_schedule),
     )
     return GenerateRequest(
         models=models,

@@ -10,8 +10,10 @@ The passes, always in this order (:func:`ordered`):
    changes the prompts' conditioning, which every base KSampler takes);
 4. **guidance** patches (:mod:`core.guidance`): their model patches on every stage the base model
    samples, after the ControlNets' (ComfyUI applies the control before an output block patch);
-5. **hires** (latent or model upscale): an upscale stage and a second KSampler stage;
-6. **refiner**: the last KSampler stage cut at the switch step into two KSamplerAdvanced stages,
+5. **schedules**: LoRA strengths over the steps (:mod:`core.generate.lora_schedule`), a model
+   wrapper on every stage the base model samples;
+6. **hires** (latent or model upscale): an upscale stage and a second KSampler stage;
+7. **refiner**: the last KSampler stage cut at the switch step into two KSamplerAdvanced stages,
    the base's (leftover noise returned) and the refiner's (no noise added).
 
 Then the base's VAE decodes. A pass contributes its stages and the base model's patches here; the
@@ -162,7 +164,7 @@ class Pass(Protocol):
 
 
 #: the passes' order in every plan
-ORDER = ("start", "mask", "controlnets", "guidance", "hires", "refiner")
+ORDER = ("start", "mask", "controlnets", "guidance", "schedules", "hires", "refiner")
 
 
 @dataclass

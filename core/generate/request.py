@@ -14,6 +14,7 @@ from core.generate.hires_settings import HiresFix
 from core.generate.workflow_request import ControlNetUse, RefinerUse
 from core.guidance import GuidancePatch
 from core.patching.merge import LoraArg
+from core.patching.schedule import LoraSchedule
 from core.values import BATCH, CFG, CLIP_SKIP, DENOISE, GUIDANCE, SEED, STEPS, NumberRange, check_size
 
 #: The largest seed ComfyUI's seed widget allows (0xffffffffffffffff).
@@ -88,6 +89,8 @@ class ImageSettings:
     clip_skip: int | None = None
     #: guidance patches (PAG, FreeU ...: core/guidance), applied in order to the base model
     guidance_patches: tuple[GuidancePatch, ...] = ()
+    #: LoRA strengths over the steps, by the LoRA's name in the stack (core/patching/schedule.py)
+    lora_schedules: tuple[LoraSchedule, ...] = ()
 
     def __post_init__(self) -> None:
         problems = self.sampling.problems()

@@ -341,6 +341,7 @@ def generate(
     try:
         pixels, timings, notes = pipeline.run(settings, hooks, init, workflow.passes)
     finally:
+        workflow.finish()  # scheduled LoRAs back at their own strengths (also after a stop)
         placement.settle()  # copies fetched ahead for a next step are freed (also on a stop)
         session.note("phase_end", "done", "the generation's phases are over")
     progress(GenerateProgress("save", 0, len(pixels)))

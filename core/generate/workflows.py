@@ -24,6 +24,7 @@ from core.errors import ModelMismatchError
 from core.generate import controlnet as cn
 from core.generate.events import Phase
 from core.generate.hashes import FileHashes
+from core.generate.lora_schedule import LoraSchedulePass
 from core.generate.passes import Pass
 from core.generate.pipeline import Hooks, Pipeline
 from core.generate.refiner import (
@@ -61,6 +62,12 @@ class Prepared:
     parameters: dict[str, str] = field(default_factory=dict)  # A1111 infotext items
     #: activation room the "sample" phase needs beyond the UNet's (the ControlNets' residuals)
     sample_bytes: int = 0
+
+    def finish(self) -> None:
+        """After the run (also after a stop): what the passes changed in the session put back."""
+        for p in self.passes:
+            if isinstance(p, LoraSchedulePass):
+                p.finish()
 
 
 def _num(v: float) -> str:
@@ -134,6 +141,8 @@ def prepare(
     refiner = _refiner(session, state, settings, parts, pipeline, hooks)
     if control is not None:
         passes.append(control)
+    if settings.lora_schedules:
+        passes.append(_schedules(session, settings))
     if refiner is not None:
         refiner.contribution.parameters = {
             "Refiner": named(refiner.use.path, 10),  # A1111: the AutoV2 short hash
@@ -152,6 +161,16 @@ def prepare(
                 if model not in placed:  # the same ControlNet twice is placed once
                     placed.append(model)
     return out
+
+
+def _schedules(session: Session, settings: ImageSettings) -> LoraSchedulePass:
+    stack = session.loras.stack
+    strengths = {e.id: e.model_strength for e in stack.entries.values() if e.enabled} if stack else {}
+
+    def set_strength(lora: str, strength: float) -> None:
+        session.loras.set_strength(lora, strength, None, bake=True)
+
+    return LoraSchedulePass(settings.lora_schedules, strengths, set_strength)
 
 
 def _refine_activations(
