@@ -189,13 +189,13 @@ FLUX_FAMILIES = (
 #: ComfyUI's ``Flux2`` model config: flow sampling as Flux's (``ModelSamplingFlux``: shift 2.02 used
 #: as the exponential time shift, timestep = sigma), the FLUX.2 VAE's 128-channel latent (its latent
 #: format scales nothing: the VAE normalises), the text encoder's stacked layers. klein (distilled):
-#: ComfyUI's klein templates (4 steps, CFG 1: no negative pass, ``euler``); they schedule with the
-#: Flux2Scheduler node (an empirical shift from the picture's size and the step count, as diffusers'
-#: ``Flux2KleinPipeline``); Loadout's default is the ``simple`` schedule on the model's own shift
-#: 2.02, what ComfyUI's KSampler gives (docs/families.md). klein's base checkpoints want ~50 steps
+#: ComfyUI's klein templates (4 steps, CFG 1: no negative pass, ``euler``), scheduled as they are
+#: with the Flux2Scheduler node (``flux2``: an empirical shift from the picture's size and the step
+#: count, as diffusers' ``Flux2KleinPipeline``; core/sampling/sized_schedules.py). The model's own
+#: shift 2.02 is what a KSampler's ``simple`` schedule uses. klein's base checkpoints want ~50 steps
 #: and CFG 4.
 _FLUX2_SAMPLING = SamplingSpec(schedule="flux", shift=2.02)
-_KLEIN_DEFAULTS = GenerationDefaults(cfg=1.0, steps=4, sampler="euler", scheduler="simple", sizes=XL_SIZES)
+_KLEIN_DEFAULTS = GenerationDefaults(cfg=1.0, steps=4, sampler="euler", scheduler="flux2", sizes=XL_SIZES)
 FLUX2_KLEIN_4B = DiffusionSpec(
     network="flux2", sampling=_FLUX2_SAMPLING, text="flux2_klein_4b", text_encoders=("qwen3-4b",),
     codec="flux2-vae", vae="vae-flux2", memory_profile="flux2-klein-4b", defaults=_KLEIN_DEFAULTS,
@@ -209,7 +209,7 @@ FLUX2_KLEIN_9B = DiffusionSpec(
 FLUX2_DEV = DiffusionSpec(
     network="flux2", sampling=_FLUX2_SAMPLING, text=None, text_encoders=("mistral3-24b",),
     codec="flux2-vae", vae="vae-flux2", memory_profile="flux2-dev",
-    defaults=GenerationDefaults(cfg=1.0, steps=20, sampler="euler", scheduler="simple", guidance=4.0,
+    defaults=GenerationDefaults(cfg=1.0, steps=20, sampler="euler", scheduler="flux2", guidance=4.0,
                                 sizes=XL_SIZES),
 )  # fmt: skip
 

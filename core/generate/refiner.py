@@ -82,7 +82,8 @@ class RefinerPass:
         last = plan.stages[at]
         assert isinstance(last, KSample)
         s = last.sampling
-        sigmas = ksampler_sigmas(plan.pipeline.sampling, s.scheduler, s.sampler, s.steps, s.denoise)
+        size = last.size or (settings.width, settings.height)  # for the schedules that take it
+        sigmas = ksampler_sigmas(plan.pipeline.sampling, s.scheduler, s.sampler, s.steps, s.denoise, size)
         switch = self.use.switch_step(s.steps)
         base = replace(last, sigmas=sigmas[: switch + 1])
         refine = replace(

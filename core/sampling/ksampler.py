@@ -146,7 +146,11 @@ def sample(
     spec = get_sampler(request.sampler)
     dev = torch.device(device)
     if sigmas is None:
-        sigmas = ksampler_sigmas(sampling, request.scheduler, request.sampler, request.steps, request.denoise)
+        down = latent_format.downscale  # the picture's size, for the schedules that take it
+        size = (latent.shape[-1] * down, latent.shape[-2] * down)
+        sigmas = ksampler_sigmas(
+            sampling, request.scheduler, request.sampler, request.steps, request.denoise, size
+        )
     if len(sigmas) == 0:
         return latent.to(dev, copy=True)
     if check is not None:
