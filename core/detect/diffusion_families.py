@@ -204,10 +204,10 @@ FLUX2_KLEIN_9B = DiffusionSpec(
     network="flux2", sampling=_FLUX2_SAMPLING, text="flux2_klein_9b", text_encoders=("qwen3-8b",),
     codec="flux2-vae", vae="vae-flux2", memory_profile="flux2-klein-9b", defaults=_KLEIN_DEFAULTS,
 )  # fmt: skip
-#: FLUX.2 dev: the network runs; its prompt encoding (Mistral-Small-3 24B, layers 10/20/30, through
-#: the Tekken tokenizer Loadout does not carry yet) is not implemented: it is detected, not generated.
+#: FLUX.2 dev: Mistral-Small-3 24B (layers 10/20/30, Tekken), guidance-distilled: ComfyUI's template
+#: (FluxGuidance 4, CFG 1: no negative pass, ``euler``, Flux2Scheduler, 20 steps).
 FLUX2_DEV = DiffusionSpec(
-    network="flux2", sampling=_FLUX2_SAMPLING, text=None, text_encoders=("mistral3-24b",),
+    network="flux2", sampling=_FLUX2_SAMPLING, text="flux2_dev", text_encoders=("mistral3-24b",),
     codec="flux2-vae", vae="vae-flux2", memory_profile="flux2-dev",
     defaults=GenerationDefaults(cfg=1.0, steps=20, sampler="euler", scheduler="flux2", guidance=4.0,
                                 sizes=XL_SIZES),
@@ -223,7 +223,7 @@ def _flux2(fid: str, title: str, spec: DiffusionSpec, notes: str = "") -> Family
 FLUX2_FAMILIES = (
     _flux2("flux2-klein-4b", "FLUX.2 [klein] 4B", FLUX2_KLEIN_4B, "klein base 4B has the same shapes"),
     _flux2("flux2-klein-9b", "FLUX.2 [klein] 9B", FLUX2_KLEIN_9B, "klein base 9B has the same shapes"),
-    _flux2("flux2-dev", "FLUX.2 [dev]", FLUX2_DEV, "detected; its Mistral prompt encoding is not built yet"),
+    _flux2("flux2-dev", "FLUX.2 [dev]", FLUX2_DEV),
 )
 
 # -- detected, not generated yet -------------------------------------------------------------------

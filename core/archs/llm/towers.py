@@ -159,3 +159,21 @@ KLEIN_QWEN3: Final = LlmTowerSpec(
 #: FLUX.2 klein 4B reads Qwen3-4B, klein 9B Qwen3-8B (the same template and layers)
 KLEIN_4B_TOWER: Final = TowerSpec("qwen3-4b", "qwen3_4b", "Qwen3 4B", KLEIN_QWEN3)
 KLEIN_9B_TOWER: Final = TowerSpec("qwen3-8b", "qwen3_8b", "Qwen3 8B", KLEIN_QWEN3)
+
+#: FLUX.2 dev's prompt (ComfyUI ``Flux2Tokenizer.llama_template``: Mistral's system prompt and
+#: instruction markers around the prompt; the markers are Tekken special tokens)
+FLUX2_DEV_TEMPLATE: Final = (
+    "[SYSTEM_PROMPT]You are an AI that reasons about image descriptions. You give structured responses "
+    "focusing on object relationships, object\nattribution and actions without speculation."
+    "[/SYSTEM_PROMPT][INST]{}[/INST]"
+)
+#: the hidden states FLUX.2 dev stacks (ComfyUI ``Mistral3_24BModel``: layers 10, 20, 30)
+FLUX2_DEV_LAYERS: Final = (10, 20, 30)
+TEKKEN_BOS, TEKKEN_PAD = 1, 11  # <s>, <pad>
+#: Mistral-Small-3 24B for FLUX.2 dev: BOS, the template, no weights (ComfyUI tokenizes with them
+#: off), no padding (one prompt: nothing to pad to), three layers side by side (15360 wide)
+FLUX2_DEV_MISTRAL: Final = LlmTowerSpec(
+    FLUX2_DEV_TEMPLATE, weighted=False, start=TEKKEN_BOS, pad=TEKKEN_PAD, tokenizer="tekken",
+    stack=FLUX2_DEV_LAYERS,
+)  # fmt: skip
+FLUX2_DEV_TOWER: Final = TowerSpec("mistral3-24b", "mistral3_24b", "Mistral Small 3 24B", FLUX2_DEV_MISTRAL)
