@@ -45,7 +45,10 @@ def workspace(manager: MemoryManager | None, largest: int) -> Workspace:
     if manager is None:
         return Workspace("cpu", HOST_CHUNK_BYTES)
     reserve = manager.settings.reserve_bytes
-    if manager.free_bytes() < largest + reserve:
-        manager.free_memory(largest + reserve)  # what it cannot free is a "refuse" event, not an error
+    free = manager.free_bytes()
+    capacity = free + sum(info.device_bytes for info in manager.loaded())
+    want = min(largest + reserve, capacity)  # a card smaller than the largest tensor: all of it
+    if free < want:
+        manager.free_memory(want)
     room = manager.free_bytes() - reserve
     return Workspace(manager.device, max(MIN_CHUNK_BYTES, min(room, largest)))
