@@ -120,6 +120,27 @@ def parse_lora(text: str) -> LoraArg:
     return LoraArg(path, numbers[0], numbers[1] if len(numbers) > 1 else None)
 
 
+def parse_blocks(text: str, limits: NumberRange) -> tuple[tuple[str, float], ...]:
+    """``PREFIX=R,PREFIX=R`` (``--blocks``): per-block merge ratios, each block named by the start
+    of its keys as ComfyUI's ModelMergeBlocks names it (``input_blocks.4.``, ``in``, ``out``)."""
+    pairs: list[tuple[str, float]] = []
+    for item in (part.strip() for part in text.split(",")):
+        if not item:
+            continue
+        name, eq, value = item.rpartition("=")
+        if not eq or not name.strip():
+            raise LoadoutError(
+                f"--blocks {text}: {item!r} is not BLOCK=RATIO",
+                fix="Write blocks like in=0.2,middle_block.=0.5,out=1",
+                code="bad_argument",
+            )
+        pairs.append((name.strip(), limits.parse(value)))
+    if not pairs:
+        raise LoadoutError(f"--blocks {text!r} names no block", fix="Write blocks like in=0.2,out=1",
+                           code="bad_argument")  # fmt: skip
+    return tuple(pairs)
+
+
 def parse_controlnet(text: str) -> ControlNetUse:
     """``FILE:HINT[:STRENGTH[:START:END]]`` (``--controlnet``). Windows drive letters (``C:\\...``)
     stay part of the paths."""
