@@ -17,11 +17,12 @@ from app.commands.words import cli_words
 from app.terminal import for_terminal
 from core.errors import InterruptedByUser, LoadoutError
 from core.loading.convert_file import DTYPES, parse_dtype
-from core.merging.command import run_merge
+from core.merging.merge import merge_models
 from core.merging.recipe import MergeMethod, MergeRecipe
 from core.merging.report import dry_run as models_dry_run
 from core.merging.report import refusals
 from core.patching.merge import dry_run, merge, refused
+from core.session.compose import headless_placement
 
 
 def register(sub: Any) -> None:
@@ -141,18 +142,17 @@ def _merge_models(args: argparse.Namespace) -> int:
                 if interrupt.is_set():
                     raise InterruptedByUser("the merge was stopped")
 
-            done = run_merge(
-                args.models, recipe, args.output, dtype=dtype, device=args.device or default_device(),
-                vram_limit=parse_bytes(args.vram_limit) if args.vram_limit else None, interrupt=interrupt,
-                check=check,
-            )  # fmt: skip
+            limit = parse_bytes(args.vram_limit) if args.vram_limit else None
+            placement = headless_placement(args.device or default_device(), limit, interrupt)
+            manager = placement.manager if placement is not None else None
+            r = merge_models(args.models, recipe, args.output, dtype=dtype, manager=manager, check=check)
     except InterruptedByUser as exc:
         return report_stop(exc, "model")
-    r = done.result
     if args.json:
+        events = placement.events.events() if placement is not None else ()
         out = {
             "output": str(r.path), "device": r.device, "chunk_bytes": r.chunk_bytes, "merged": r.merged,
-            "copied": r.copied, "slices": r.slices, "events": [e.to_json() for e in done.events],
+            "copied": r.copied, "slices": r.slices, "events": [e.to_json() for e in events],
         }  # fmt: skip
         _print(out, True, "")
     print(f"wrote {r.path} ({r.merged} tensors merged, {r.copied} kept from A)", file=sys.stderr)

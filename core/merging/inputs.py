@@ -83,7 +83,7 @@ def _refuse_format(name: str, path: Path, index: TensorIndex) -> None:
         )
 
 
-def open_input(name: str, path: str | os.PathLike[str]) -> MergeInput:
+def open_model(name: str, path: str | os.PathLike[str]) -> MergeInput:
     """Read and check one model's header (no tensor data)."""
     p = Path(path)
     index = read_tensor_index(p)

@@ -8,6 +8,7 @@ tensor) -- through the one atomic writer, with the recipe in the file's metadata
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from collections.abc import Callable, Sequence
@@ -21,17 +22,19 @@ from core.archs.catalog import blocks_for
 from core.errors import LoadoutError
 from core.files.destination import check_output_file
 from core.files.dtypes import DTYPES as DTYPE_INFO
+from core.files.leases import open_input
 from core.files.writer import WriteProgress, refuse_same_file, write_safetensors
-from core.library.hashes import HashStore
 from core.loading.convert_file import cast_tensor
 from core.memory.manager import MemoryManager
-from core.merging.inputs import NAMES, TEXT_KEPT, MergeInput, check_same_model, open_input
+from core.merging.inputs import NAMES, TEXT_KEPT, MergeInput, check_same_model, open_model
 from core.merging.recipe import RECIPE_KEY, MergeRecipe
 from core.merging.stream import KeyPlan, MergedTensors, Source
 from core.merging.workspace import bytes_per_element, workspace
 from core.version import engine_version
 
 DIFFUSION = "diffusion_model"
+#: a file's SHA-256 in hex (``core.library.hashes.HashStore`` answers it from its cache)
+Sha256 = Callable[[Path, Callable[[], None] | None], str]
 
 
 @dataclass(frozen=True)
@@ -116,7 +119,7 @@ def plan_merge(
 ) -> MergePlan:
     """Everything the merge will do, and every refusal, from the models' headers alone."""
     _refuse_count(recipe, paths)
-    models = tuple(open_input(name, p) for name, p in zip(NAMES, paths, strict=False))
+    models = tuple(open_model(name, p) for name, p in zip(NAMES, paths, strict=False))
     parts = [DIFFUSION]
     if recipe.text_encoders is not None:
         parts += [p for p in models[0].parts if p != DIFFUSION]
@@ -146,14 +149,24 @@ def _largest_need(plan: MergePlan) -> int:
     return need
 
 
+def file_sha256(path: Path, check: Callable[[], None] | None = None) -> str:
+    """The file's SHA-256, read in 4 MiB pieces (``check`` between them)."""
+    digest = hashlib.sha256()
+    with open_input(path) as fh:
+        while piece := fh.read(4 << 20):
+            digest.update(piece)
+            if check is not None:
+                check()
+    return digest.hexdigest()
+
+
 def _record(
-    plan: MergePlan, hashes: HashStore, dtype: torch.dtype | None, check: Callable[[], None] | None
+    plan: MergePlan, sha256: Sha256, dtype: torch.dtype | None, check: Callable[[], None] | None
 ) -> str:
     inputs = [
-        {"model": m.name, "file": m.path.name, "sha256": hashes.digest(m.path, check=check).sha256[:12],
-         "family": m.family}
+        {"model": m.name, "file": m.path.name, "sha256": sha256(m.path, check)[:12], "family": m.family}
         for m in plan.models
-    ]  # fmt: skip
+    ]
     record: dict[str, Any] = plan.recipe.to_json()
     record.update(
         inputs=inputs,
@@ -170,20 +183,21 @@ def merge_models(
     *,
     dtype: torch.dtype | None = None,
     manager: MemoryManager | None = None,
-    hashes: HashStore | None = None,
+    sha256: Sha256 | None = None,
     progress: Callable[[WriteProgress], None] | None = None,
     check: Callable[[], None] | None = None,
 ) -> MergeResult:
     """Merge the models at ``paths`` (A, B[, C]) by ``recipe`` into ``out`` (safetensors, atomic).
     ``dtype``: the output's floating-point dtype (default: A's, tensor by tensor). ``manager``:
-    compute on its device, in slices that fit its free memory (default: the CPU)."""
+    compute on its device, in slices that fit its free memory (default: the CPU). ``sha256``: the
+    inputs' digests for the recipe (the library's cache where there is one; default: read now)."""
     check_output_file(out)  # as given: "newdir/" names a folder
     out_path = Path(out)
     refuse_same_file(out_path, *(Path(p) for p in paths))
     plan = plan_merge(paths, recipe, dtype)
     space = workspace(manager, _largest_need(plan))
     meta = {k: v for k, v in plan.models[0].index.metadata.items() if isinstance(v, str)}
-    meta[RECIPE_KEY] = _record(plan, hashes or HashStore(), dtype, check)
+    meta[RECIPE_KEY] = _record(plan, sha256 or file_sha256, dtype, check)
     sources = [Source(m.index) for m in plan.models]
     tensors = MergedTensors(recipe.method, plan.keys, sources, plan.dtypes, space, check)
     specs = {p.key: (plan.dtypes[p.key], plan.models[0].info(p.key).shape) for p in plan.keys}
