@@ -151,3 +151,18 @@ def test_the_lora_argument_takes_block_weights() -> None:
     assert parse_lora("style.safetensors:lbw=outall").block_weights == BlockWeights(preset="OUTALL")
     with pytest.raises(LoadoutError, match="out of range"):
         parse_lora("style.safetensors:1:lbw=1,500")
+
+
+def test_block_weights_are_written_in_the_lora_tag_and_read_back() -> None:
+    """A1111's lora-block-weight tag: ``<lora:name:S:lbw=...>`` (also after two strengths)."""
+    from core.generate.parameters import GenerationParameters, LoraUse, format_parameters, parse_parameters
+
+    loras = (
+        LoraUse("style", 0.8, 0.8, block_weights="1,0,0.5"),
+        LoraUse("detail", 0.6, 0.4, block_weights="INS"),
+    )
+    text = format_parameters(GenerationParameters(prompt="a castle", loras=loras))
+    assert text.startswith("a castle <lora:style:0.8:lbw=1,0,0.5> <lora:detail:0.4:0.6:lbw=INS>")
+    back = parse_parameters(text)
+    assert back.prompt == "a castle" and back.loras == loras
+    assert parse_parameters("x <lora:a:1>\nSteps: 4").loras == (LoraUse("a", 1.0, 1.0),)
