@@ -22,6 +22,7 @@ from core.merging.merge import merge_models, plan_merge
 from core.merging.recipe import MergeMethod, MergeRecipe
 from core.session.placement import Placement, PlacementConfig
 from tests.core.merging.util import checkpoints, varied
+from tests.fixtures.fp8_scaled import write_scaled_fp8
 from tests.fixtures.gguf_files import write_gguf
 from tests.fixtures.st_files import write_tensors
 from tests.fixtures.tiny_models import TINY_UNET_SD1, TINY_UNET_SDXL
@@ -82,6 +83,12 @@ def test_files_that_are_not_plain_models_are_refused(tmp_path: Path, sd1: list[P
     with pytest.raises(FileFormatError, match="quantized GGUF file") as f:
         plan_merge([gguf, sd1[0]], W)
     assert f.value.code == "quantized_source"
+    fp8 = tmp_path / "unet_fp8_scaled.safetensors"
+    write_scaled_fp8(fp8, TINY_UNET_SD1.file_state(), style="comfy_quant")
+    bad = r"model B, unet_fp8_scaled\.safetensors, holds scaled fp8"
+    with pytest.raises(FileFormatError, match=bad) as g:
+        plan_merge([sd1[0], fp8], W)
+    assert g.value.code == "quantized_source"
 
 
 def test_counts_ratios_blocks_and_text_encoders_are_checked(sd1: list[Path]) -> None:
