@@ -129,6 +129,12 @@ REFINER_SWITCH = NumberRange(
     "the refiner switch", 0.0, 0.99, lo_open=True, hint="Give a fraction between 0 and 1, e.g. 0.8"
 )
 LORA_STRENGTH = NumberRange("a LoRA strength", -100.0, 100.0)
+#: ComfyUI's ModelMergeSimple / ModelMergeBlocks ratio (model A's share) and its
+#: ModelMergeSubtract multiplier
+MERGE_RATIO = NumberRange("a merge ratio", 0.0, 1.0, hint="1 keeps model A, 0 takes model B")
+MERGE_MULTIPLIER = NumberRange(
+    "a merge multiplier", -10.0, 10.0, hint="ComfyUI's range; 1 adds the whole difference"
+)
 PROMPT_WEIGHT = NumberRange(
     "a prompt weight", -100.0, 100.0, hint="Write weights like (word:1.2)", code="bad_prompt_weight"
 )

@@ -35,6 +35,7 @@ from app.backend.progress_words import generate_words, load_progress, scan_progr
 from app.backend.worker import Job, Reporter, TaskRunner
 from app.demo import ensure_demo_library
 from core.files.destination import check_output_folder
+from core.files.writer import WriteProgress
 from core.generate.events import GenerateProgress, GenerateResult
 from core.generate.generator import Generator
 from core.generate.request import ImageSettings
@@ -42,6 +43,8 @@ from core.generate.session_run import Output
 from core.generate.sweep import Sweep
 from core.library import Entry
 from core.library.hasher import HashProgress
+from core.merging.merge import MergeResult, merge_models
+from core.merging.recipe import MergeRecipe
 from core.session import ModelInfo, PlacementConfig, RunReport, Session, SessionEvent, SlotId, StackInfo
 from core.session.testrun import RunConfig, StepDone
 
@@ -66,6 +69,7 @@ class Backend(QObject):
     memory_changed = Signal(object)  # MemoryFigures, after each memory decision and task
     finished = Signal(str)
     hash_progress = Signal(object)  # HashProgress of the background hash pass (its own thread)
+    merged = Signal(object)  # MergeResult: a merged model file was written
 
     _submit = Signal(object)  # Job, queued to the runner's thread
 
@@ -100,6 +104,7 @@ class Backend(QObject):
             DemoReady: lambda d: self.demo_ready.emit(d.folder),  # type: ignore[attr-defined]
             HashProgress: self.hash_progress.emit,
             FilesReleased: self.leases.released,
+            MergeResult: self.merged.emit,
         }
         # Full-file hashes on a thread of their own (never behind a load), paused while a task runs;
         # what it finds is relayed like the scan's entries.
@@ -224,6 +229,26 @@ class Backend(QObject):
             self._used(r, [Path(path)])
 
         self.submit("lora", work, Path(path))
+
+    def merge_models(self, paths: list[Path], recipe: MergeRecipe, out: Path) -> None:
+        """Merge models into ``out`` through the session's placement (core.merging)."""
+
+        def work(r: Reporter) -> None:
+            placement = self.session.placement
+            hashes = self.session.library.hashes  # the inputs' SHA-256 from the library's cache
+
+            def show(p: WriteProgress) -> None:
+                text = f"Merging {p.tensors_done}/{p.tensors_total} tensors"
+                r.progress(TaskProgress("merge", p.bytes_done, p.bytes_total, text))
+
+            result = merge_models(
+                paths, recipe, out, manager=placement.manager if placement.active else None,
+                sha256=lambda p, check: hashes.digest(p, check=check).sha256, check=r.check, progress=show,
+            )  # fmt: skip
+            r.post(result)
+            r.post(placement.memory_figures())
+
+        self.submit("merge", work, maps=tuple(paths))
 
     def preview_strength(self, lora_id: str, model: float, clip: float) -> None:
         """A slider moving: shown at once through the session's fast path (low-rank side paths),

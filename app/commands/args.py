@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 from core.errors import LoadoutError
 from core.generate.workflow_request import ControlNetUse
 from core.guidance import GuidancePatch, parse_patch
+from core.patching.block_weights import BlockWeights
 from core.patching.merge import LoraArg
 from core.values import (
     CONTROLNET_PERCENT,
@@ -86,9 +88,15 @@ def parse_size(text: str) -> tuple[int, int]:
 
 
 def parse_lora(text: str) -> LoraArg:
-    """``FILE[:MODEL[:CLIP]]``. Numbers are taken from the right so paths may hold colons; a last
-    part that is not a number is part of the path only when that path exists (``F:abc`` with no
-    file ``F:abc`` says the strength is not a number, not that ``F:abc`` does not exist)."""
+    """``FILE[:MODEL[:CLIP]][:lbw=WEIGHTS]`` (``lbw=``: LoRA block weights, numbers or a preset
+    name, as A1111's lora-block-weight tag). Numbers are taken from the right so paths may hold
+    colons; a last part that is not a number is part of the path only when that path exists
+    (``F:abc`` with no file ``F:abc`` says the strength is not a number, not that ``F:abc`` does
+    not exist)."""
+    head, sep, tail = text.rpartition(":")
+    if sep and tail.strip().lower().startswith("lbw=") and not Path(text).exists():
+        plain = parse_lora(head)
+        return replace(plain, block_weights=BlockWeights.parse(tail.strip()[4:]))
     parts = text.split(":")
     numbers: list[float] = []
     while len(parts) > 1 and len(numbers) < 2:
@@ -118,6 +126,27 @@ def parse_lora(text: str) -> LoraArg:
     if not numbers:
         return LoraArg(path)
     return LoraArg(path, numbers[0], numbers[1] if len(numbers) > 1 else None)
+
+
+def parse_blocks(text: str, limits: NumberRange) -> tuple[tuple[str, float], ...]:
+    """``PREFIX=R,PREFIX=R`` (``--blocks``): per-block merge ratios, each block named by the start
+    of its keys as ComfyUI's ModelMergeBlocks names it (``input_blocks.4.``, ``in``, ``out``)."""
+    pairs: list[tuple[str, float]] = []
+    for item in (part.strip() for part in text.split(",")):
+        if not item:
+            continue
+        name, eq, value = item.rpartition("=")
+        if not eq or not name.strip():
+            raise LoadoutError(
+                f"--blocks {text}: {item!r} is not BLOCK=RATIO",
+                fix="Write blocks like in=0.2,middle_block.=0.5,out=1",
+                code="bad_argument",
+            )
+        pairs.append((name.strip(), limits.parse(value)))
+    if not pairs:
+        raise LoadoutError(f"--blocks {text!r} names no block", fix="Write blocks like in=0.2,out=1",
+                           code="bad_argument")  # fmt: skip
+    return tuple(pairs)
 
 
 def parse_controlnet(text: str) -> ControlNetUse:

@@ -9,6 +9,8 @@ from typing import TYPE_CHECKING
 from PySide6.QtGui import QAction, QKeySequence
 from PySide6.QtWidgets import QMenuBar, QMessageBox
 
+from app.gui.merge_dialog import open_merge_dialog
+
 if TYPE_CHECKING:
     from app.gui.main_window import MainWindow
 
@@ -40,6 +42,10 @@ def build_menus(window: MainWindow) -> QMenuBar:
     file.addAction(window.add_folder_action)
     file.addAction(window.rescan_action)
     file.addAction("Output folder…", window.generate.choose_output_folder)
+    merge = file.addAction(
+        "Merge models…", lambda: open_merge_dialog(window, window.backend, window.browser.model.entries())
+    )
+    merge.setObjectName("merge_models")
     file.addSeparator()
     file.addAction(window.settings_action)
     file.addSeparator()

@@ -17,6 +17,7 @@ from typing import Any
 from torch import nn
 
 import core.archs
+from core.archs.blocks import BlockTable
 from core.archs.layouts import Architecture
 from core.archs.protocols import DiffusionNet, LatentCodec, TextConvention
 from core.archs.registry import Registry
@@ -42,6 +43,8 @@ def _parts(name: str) -> Iterator[Any]:
 NETS: Registry[DiffusionNet] = Registry("diffusion network", _parts("NET"))
 TEXTS: Registry[TextConvention] = Registry("text convention", _parts("CONVENTIONS"))
 CODECS: Registry[LatentCodec] = Registry("latent codec", _parts("CODEC"))
+#: the networks' block tables (per-block merges, LoRA block weights), named by family records
+BLOCKS: Registry[BlockTable] = Registry("block table", _parts("BLOCKS"))
 #: the loading records (file layouts) of text encoders that live in packages (the decoder LLMs)
 ENCODER_ARCHITECTURES: tuple[Architecture, ...] = tuple(_parts("ENCODER_ARCHITECTURES"))
 
@@ -70,6 +73,14 @@ def text_for(family: str) -> TextConvention:
     spec = diffusion_spec(family)
     assert spec.text is not None
     return TEXTS[spec.text]
+
+
+def blocks_for(family: str | None) -> BlockTable | None:
+    """The block table ``family``'s record names (None: a family merged as one block)."""
+    fam = REGISTRY.get(family) if family is not None else None
+    if fam is None or fam.diffusion is None or fam.diffusion.blocks is None:
+        return None
+    return BLOCKS[fam.diffusion.blocks]
 
 
 def codec_for(family: str) -> LatentCodec:

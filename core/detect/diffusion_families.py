@@ -96,19 +96,19 @@ _DISCRETE = SamplingSpec(schedule="discrete")
 # -- SD1.x, SD2.x, SDXL and the UNets built like them (core/archs/unet) ----------------------------
 SD1 = DiffusionSpec(
     network="unet", sampling=_DISCRETE, text="sd1", text_encoders=("clip-l",), memory_profile="sd1",
-    preview_decoder="taesd_decoder",
+    preview_decoder="taesd_decoder", blocks="sd1-unet",
 )  # fmt: skip
 SD2 = DiffusionSpec(
     network="unet", sampling=_DISCRETE, text="sd2", text_encoders=("clip-h",),
     defaults=GenerationDefaults(sizes=SD2_SIZES),
     memory_profile="sd1",  # the SD1 UNet with 64-channel heads: the same maps, fewer heads
-    preview_decoder="taesd_decoder",
+    preview_decoder="taesd_decoder", blocks="sd1-unet",  # ComfyUI's ModelMergeSD2 is its SD1 node
 )  # fmt: skip
 SDXL = DiffusionSpec(
     network="unet", sampling=_DISCRETE, text="sdxl", text_encoders=("clip-l", "clip-g"),
     defaults=GenerationDefaults(sizes=XL_SIZES),
     memory_profile="sdxl",  # SSD-1B and Vega: fewer blocks, the same widths (an upper bound)
-    preview_decoder="taesdxl_decoder",
+    preview_decoder="taesdxl_decoder", blocks="sdxl-unet",
 )  # fmt: skip
 SDXL_REFINER = DiffusionSpec(
     network="unet", sampling=_DISCRETE, text="sdxl_refiner", text_encoders=("clip-g",),
@@ -155,16 +155,17 @@ MMDIT_FAMILIES = (
 _FLUX_TEXT = ("clip-l", "t5-xxl")
 FLUX_DEV = DiffusionSpec(
     network="flux", sampling=SamplingSpec(schedule="flux", shift=1.15), text="flux", text_encoders=_FLUX_TEXT,
-    vae="vae-flux", memory_profile="flux",
+    vae="vae-flux", memory_profile="flux", blocks="flux1",
     defaults=GenerationDefaults(cfg=1.0, scheduler="simple", guidance=3.5, sizes=XL_SIZES),
 )  # fmt: skip
 FLUX_FILL = DiffusionSpec(
     network="flux", sampling=SamplingSpec(schedule="flux", shift=1.15), text="flux", text_encoders=_FLUX_TEXT,
     vae="vae-flux", memory_profile="flux", defaults=GenerationDefaults(cfg=1.0, sizes=XL_SIZES),
+    blocks="flux1",
 )  # fmt: skip
 FLUX_SCHNELL = DiffusionSpec(
     network="flux", sampling=SamplingSpec(schedule="flow", shift=1.0, multiplier=1.0), text="flux",
-    text_encoders=_FLUX_TEXT, vae="vae-flux", memory_profile="flux",
+    text_encoders=_FLUX_TEXT, vae="vae-flux", memory_profile="flux", blocks="flux1",
     defaults=GenerationDefaults(cfg=1.0, steps=4, scheduler="simple", sizes=XL_SIZES),
 )  # fmt: skip
 CHROMA = DiffusionSpec(
@@ -302,7 +303,7 @@ PIXART_FAMILIES = (
 #: (8 steps, CFG 1 so no negative pass, ``res_multistep``, ``simple``); Base wants more steps and CFG.
 Z_IMAGE = DiffusionSpec(
     network="nextdit", sampling=SamplingSpec(schedule="flow", shift=3.0, multiplier=1.0), text="z_image",
-    text_encoders=("qwen3-4b",), vae="vae-flux", memory_profile="z-image",
+    text_encoders=("qwen3-4b",), vae="vae-flux", memory_profile="z-image", blocks="next-dit",
     defaults=GenerationDefaults(
         cfg=1.0, steps=8, sampler="res_multistep", scheduler="simple", sizes=XL_SIZES
     ),
@@ -312,7 +313,7 @@ Z_IMAGE = DiffusionSpec(
 #: Defaults: ComfyUI's Lumina 2 template (25 steps, CFG 4, ``res_multistep``, ``simple``).
 LUMINA2 = DiffusionSpec(
     network="nextdit", sampling=SamplingSpec(schedule="flow", shift=6.0, multiplier=1.0), text="lumina2",
-    text_encoders=("gemma2-2b",), vae="vae-flux", memory_profile="lumina2",
+    text_encoders=("gemma2-2b",), vae="vae-flux", memory_profile="lumina2", blocks="next-dit",
     defaults=GenerationDefaults(
         cfg=4.0, steps=25, sampler="res_multistep", scheduler="simple", sizes=XL_SIZES
     ),

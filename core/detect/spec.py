@@ -157,6 +157,9 @@ class DiffusionSpec:
     defaults: GenerationDefaults = field(default_factory=GenerationDefaults)
     memory_profile: str | None = None  # core.memory.inference profile; None: the fallback bound
     preview_decoder: str | None = None  # TAESD decoder file stem, where one exists
+    #: the network's block table (``core.archs.catalog.BLOCKS``): per-block merge ratios and LoRA
+    #: block weights; None: merged as one block
+    blocks: str | None = None
 
     @property
     def needs_t5(self) -> bool:

@@ -131,7 +131,7 @@ def generate_files(
     family = load_models(session, request.models, check)
     image = with_family_defaults(request.image, generation_defaults(family), request.family_defaults)
     for arg in request.loras:
-        session.loras.add(arg.path, arg.model, arg.clip, force=request.force)
+        session.loras.add(arg.path, arg.model, arg.clip, force=request.force, block_weights=arg.block_weights)
     matches = lora_matches(session)
     if request.strict:
         refuse_partial(matches)

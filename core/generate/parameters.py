@@ -82,6 +82,7 @@ class LoraUse:
     model_strength: float
     clip_strength: float
     hash: str = ""  # first 12 hex digits of the file's sha256 (A1111's short hash)
+    block_weights: str = ""  # LoRA block weights as the tag's ``lbw=`` writes them ("" when none)
 
 
 @dataclass(frozen=True)
@@ -128,9 +129,10 @@ def _quote(value: str) -> str:
 
 
 def _lora_tag(lora: LoraUse) -> str:
+    lbw = f":lbw={lora.block_weights}" if lora.block_weights else ""  # the lora-block-weight syntax
     if lora.model_strength == lora.clip_strength:
-        return f"<lora:{lora.name}:{_num(lora.model_strength)}>"
-    return f"<lora:{lora.name}:{_num(lora.clip_strength)}:{_num(lora.model_strength)}>"
+        return f"<lora:{lora.name}:{_num(lora.model_strength)}{lbw}>"
+    return f"<lora:{lora.name}:{_num(lora.clip_strength)}:{_num(lora.model_strength)}{lbw}>"
 
 
 def format_parameters(p: GenerationParameters, *, version: str = "") -> str:
@@ -246,7 +248,8 @@ def _loras_from_prompt(
                 ignored[f"<lora:{name}>"] = exc.message
             continue
         clip, model = (nums[0], nums[1]) if len(nums) > 1 else (nums[0], nums[0])
-        found.append(LoraUse(name, model, clip, hashes.get(name, "")))
+        lbw = next((v[4:] for v in m.group(2).split(":") if v.lower().startswith("lbw=")), "")
+        found.append(LoraUse(name, model, clip, hashes.get(name, ""), lbw))
     if not found:
         return prompt, ()
     lines = (re.sub(r"[ \t]+", " ", line).strip() for line in _TAG.sub("", prompt).split("\n"))

@@ -39,6 +39,7 @@ from core.memory.dtypes import DtypePolicy
 from core.memory.inference import Workload, activation_bytes, network_profile
 from core.memory.manager import NotEnoughMemoryError
 from core.memory.peak import peak_bytes, reset_peak
+from core.patching.lora_stack import LoraEntry
 from core.session.session import Session
 from core.session.slots import SlotId
 from core.session.words import kind_word
@@ -326,7 +327,7 @@ def generate(
     started = placement.events.clock()
     placer = _placer(session, parts, settings, pipeline)
     entries = list(session.loras.stack.entries.values()) if session.loras.stack else []
-    clip_state = tuple((str(e.path), e.clip_strength, e.enabled) for e in entries)
+    clip_state = tuple((str(e.path), e.clip_strength, e.enabled, _lbw(e)) for e in entries)
     text_key = (parts.text_generations, clip_state)
     hooks = Hooks(place=placer, check=check, progress=progress, text_key=text_key, free_bytes=placer.free,
                   preview=_preview(state, parts))  # fmt: skip
@@ -348,7 +349,7 @@ def generate(
     guidance = _guidance(settings.sampling.guidance, pipeline.spec.defaults.guidance)
     made = Made(
         cfg=pipeline.cfg(settings), model_path=parts.model_path, img2img=init is not None, guidance=guidance,
-        loras=tuple((e.path, e.model_strength, e.clip_strength) for e in entries if e.enabled),
+        loras=tuple((e.path, e.model_strength, e.clip_strength, _lbw(e)) for e in entries if e.enabled),
         embeddings=tuple((name, Path(path)) for name, path in pipeline.used_embeddings.items()),
     )  # fmt: skip
     notes = (*notes, *pipeline.text_notes)
@@ -379,3 +380,8 @@ def _guidance(chosen: float | None, usual: float | None) -> float | None:
     if usual is None:
         return None
     return chosen if chosen is not None else usual
+
+
+def _lbw(entry: LoraEntry) -> str:
+    """A stack entry's block weights as a LoRA tag writes them ("" when none)."""
+    return entry.block_weights.text() if entry.block_weights is not None else ""

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from core.patching.block_weights import BlockWeights
 from core.patching.lora_stack import LoraStack, compatible
 from core.session.placement import Placement
 from core.session.snapshots import LoraInfo, StackInfo
@@ -52,9 +53,16 @@ class LoraControl:
             self.stack.apply()  # computed on the CPU from now on: bake the stack into the weights
 
     # -- operations -------------------------------------------------------------------------------
-    def add(self, path: Path, model: float, clip: float | None = None, force: bool = False) -> StackInfo:
+    def add(
+        self,
+        path: Path,
+        model: float,
+        clip: float | None = None,
+        force: bool = False,
+        block_weights: BlockWeights | None = None,
+    ) -> StackInfo:
         stack = self._require()
-        entry = stack.add(path, model, clip, force=force)
+        entry = stack.add(path, model, clip, force=force, block_weights=block_weights)
         try:
             n = self.sync()
         except Exception:
