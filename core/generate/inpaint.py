@@ -116,9 +116,13 @@ class InpaintInputs:
         return concat.to(device=x.device, dtype=x.dtype).expand(x.shape[0], -1, -1, -1)
 
 
-def inpainting(pipeline: Pipeline, mask_path: Path, rgb: np.ndarray, hooks: Hooks) -> Inpainting:
-    """The noise mask (and an inpainting model's inputs) that repaint the white part of the mask."""
-    mask = torch.from_numpy(read_mask(mask_path))
+def inpainting(
+    pipeline: Pipeline, mask_source: Path | np.ndarray, rgb: np.ndarray, hooks: Hooks
+) -> Inpainting:
+    """The noise mask (and an inpainting model's inputs) that repaint the white part of the mask
+    (a mask file, or a float mask in [0, 1] made here: outpainting's)."""
+    found = read_mask(mask_source) if isinstance(mask_source, Path) else mask_source
+    mask = torch.from_numpy(np.ascontiguousarray(found, dtype=np.float32))
     channels = pipeline.latent_format.channels
     extra = pipeline.adapter.in_channels - channels
     if extra == 0:
@@ -138,9 +142,10 @@ def inpainting(pipeline: Pipeline, mask_path: Path, rgb: np.ndarray, hooks: Hook
 @dataclass(frozen=True)
 class SetNoiseMask:
     """SetLatentNoiseMask on the start latent (InpaintModelConditioning for an inpainting model:
-    its extra inputs become the base model's patches for every stage it samples)."""
+    its extra inputs become the base model's patches for every stage it samples). ``mask``: a
+    mask file or a float mask (H, W) in [0, 1]."""
 
-    mask: Path
+    mask: Path | np.ndarray
 
     def __call__(self, latent: Latent | None, run: Run) -> Latent:
         if latent is None or run.init is None:

@@ -24,6 +24,7 @@ from core.errors import ModelMismatchError
 from core.generate import controlnet as cn
 from core.generate.events import Phase
 from core.generate.hashes import FileHashes
+from core.generate.outpaint_settings import outpaint_parameters
 from core.generate.passes import Pass
 from core.generate.pipeline import Hooks, Pipeline
 from core.generate.refiner import (
@@ -141,6 +142,8 @@ def prepare(
         }
         passes.append(refiner)
     out = Prepared(passes)
+    if settings.outpaint is not None:  # its pass needs no model: only its PNG items come from here
+        out.parameters |= outpaint_parameters(settings.outpaint)
     for p in passes:
         out.parameters |= p.contribution.parameters
         out.sample_bytes += p.contribution.sample_bytes
