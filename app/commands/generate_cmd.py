@@ -143,8 +143,10 @@ def _add_workflows(p: argparse.ArgumentParser) -> None:
     p.add_argument("--denoise", type=number_type(DENOISE), default=1.0, help="img2img strength (with --init)")
     add_hires_arguments(p)
     p.add_argument(
-        "--controlnet", action="append", default=[], metavar="FILE:HINT[:STRENGTH[:START:END]]",
-        help="a ControlNet and its hint picture (repeatable; ComfyUI's ControlNetApplyAdvanced)",
+        "--controlnet", action="append", default=[],
+        metavar="FILE:HINT[:PREPROCESSOR][:STRENGTH[:START:END]]",
+        help="a ControlNet and its hint picture (repeatable; ComfyUI's ControlNetApplyAdvanced); with a "
+        "preprocessor (canny, lineart, softedge) the hint is made from that picture",
     )  # fmt: skip
     p.add_argument(
         "--patch", action="append", default=[], metavar="NAME[:ARG=VALUE,...]",
