@@ -19,6 +19,7 @@ from core.generate.workflow_request import ControlNetUse
 from core.guidance import GuidancePatch, parse_patch
 from core.patching.block_weights import BlockWeights
 from core.patching.merge import LoraArg
+from core.preprocess import PREPROCESSORS
 from core.values import (
     CONTROLNET_PERCENT,
     CONTROLNET_STRENGTH,
@@ -150,21 +151,26 @@ def parse_blocks(text: str, limits: NumberRange) -> tuple[tuple[str, float], ...
 
 
 def parse_controlnet(text: str) -> ControlNetUse:
-    """``FILE:HINT[:STRENGTH[:START:END]]`` (``--controlnet``). Windows drive letters (``C:\\...``)
-    stay part of the paths."""
+    """``FILE:HINT[:STRENGTH[:START:END]]`` (``--controlnet``), or ``FILE:PICTURE:PREPROCESSOR[...]``
+    (the hint made from PICTURE when the generation runs). Windows drive letters (``C:\\...``) stay
+    part of the paths."""
     parts = _split_paths(text)
+    preprocessor = None
+    if len(parts) >= 3 and parts[2].strip().lower() in PREPROCESSORS:
+        preprocessor = parts.pop(2).strip().lower()
     if len(parts) not in (2, 3, 5):
         raise LoadoutError(
-            f"--controlnet {text!r} is not FILE:HINT[:STRENGTH[:START:END]]",
-            why=f"it has {len(parts)} parts",
-            fix="Give e.g. --controlnet canny.safetensors:edges.png:0.8:0:1",
+            f"--controlnet {text!r} is not FILE:HINT[:PREPROCESSOR][:STRENGTH[:START:END]]",
+            why=f"it has {len(parts)} parts besides a preprocessor",
+            fix="Give e.g. --controlnet canny.safetensors:edges.png:0.8:0:1 or "
+            "--controlnet canny.safetensors:photo.png:canny:0.8",
             code="bad_argument",
         )
     ranges = (CONTROLNET_STRENGTH, CONTROLNET_PERCENT, CONTROLNET_PERCENT)
     nums = [r.parse(v) for r, v in zip(ranges, parts[2:], strict=False)]
     strength = nums[0] if nums else 1.0
     start, end = (nums[1], nums[2]) if len(nums) == 3 else (0.0, 1.0)
-    return ControlNetUse(Path(parts[0]), Path(parts[1]), strength, start, end)
+    return ControlNetUse(Path(parts[0]), Path(parts[1]), strength, start, end, preprocessor)
 
 
 def parse_patch_argument(text: str) -> GuidancePatch:

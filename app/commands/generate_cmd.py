@@ -1,12 +1,13 @@
 """``loadout generate [CHECKPOINT] [--diffusion-model F] [--text-encoder F]... [--vae F] --prompt P
 [--negative N] [--lora FILE[:MODEL[:CLIP]]]... [--seed S] [--steps N] [--cfg X] [--sampler NAME]
 [--scheduler NAME] [--size WxH] [--batch B] [--init IMAGE [--mask MASK] --denoise D]
+[--init IMAGE --outpaint LEFT,TOP,RIGHT,BOTTOM [--feather N]]
 [--controlnet FILE:HINT[:STRENGTH[:START:END]]]... [--refiner FILE [--refiner-switch F]]
 [--hires-scale S --hires-denoise D [--hires-steps N] [--hires-upscaler METHOD_OR_FILE]]
 [--patch NAME[:ARG=VALUE,...]]... [--lora-schedule NAME=MULT@START,...]...
 [--device D] [--dtype D] [--vram-limit BYTES] -o OUT.png [--json]``: text to image (img2img with
---init, inpainting with --mask), with ControlNets, the hires fix, the SDXL refiner and guidance
-patches (PAG, FreeU ...).
+--init, inpainting with --mask, outpainting with --outpaint), with ControlNets, the hires fix, the
+SDXL refiner and guidance patches (PAG, FreeU ...).
 
 With ``--x AXIS:V1,V2,... [--y ...] [--z ...] [--ray ADDRESS|local:N] -o DIR`` a grid: one picture per
 cell and a labelled grid per Z value in DIR, in-process or on a Ray cluster (core/queue)."""
@@ -43,6 +44,7 @@ from core.detect.prediction import PREDICTIONS
 from core.errors import InterruptedByUser, LoadoutError
 from core.generate.command import generate_files
 from core.generate.events import GenerateProgress
+from core.generate.outpaint_settings import DEFAULT_FEATHERING, FEATHERING, parse_sides
 from core.generate.request import GenerateRequest, ImageSettings, ModelFiles, Sampling
 from core.generate.sweep import parse_strengths
 from core.generate.workflow_request import RefinerUse
@@ -142,8 +144,10 @@ def _add_workflows(p: argparse.ArgumentParser) -> None:
     p.add_argument("--denoise", type=number_type(DENOISE), default=1.0, help="img2img strength (with --init)")
     add_hires_arguments(p)
     p.add_argument(
-        "--controlnet", action="append", default=[], metavar="FILE:HINT[:STRENGTH[:START:END]]",
-        help="a ControlNet and its hint picture (repeatable; ComfyUI's ControlNetApplyAdvanced)",
+        "--controlnet", action="append", default=[],
+        metavar="FILE:HINT[:PREPROCESSOR][:STRENGTH[:START:END]]",
+        help="a ControlNet and its hint picture (repeatable; ComfyUI's ControlNetApplyAdvanced); with a "
+        "preprocessor (canny, lineart, softedge) the hint is made from that picture",
     )  # fmt: skip
     p.add_argument(
         "--patch", action="append", default=[], metavar="NAME[:ARG=VALUE,...]",
@@ -156,6 +160,15 @@ def _add_workflows(p: argparse.ArgumentParser) -> None:
         "of the sampling) on, as ComfyUI's hook keyframes (e.g. detail=1@0,0.5@0.4,0@0.8)",
     )  # fmt: skip
     p.add_argument("--mask", metavar="MASK", help="inpainting: white = repaint (with --init and --denoise)")
+    p.add_argument(
+        "--outpaint", metavar="LEFT,TOP,RIGHT,BOTTOM",
+        help="outpainting: grow the --init picture by these pixels (ComfyUI's ImagePadForOutpaint), then "
+        "paint the new border",
+    )  # fmt: skip
+    p.add_argument(
+        "--feather", type=int_type(FEATHERING), default=DEFAULT_FEATHERING, metavar="PIXELS",
+        help=f"outpainting: how far the mask fades into the picture (default {DEFAULT_FEATHERING})",
+    )  # fmt: skip
     p.add_argument("--refiner", metavar="FILE", help="the SDXL refiner checkpoint to finish the picture")
     p.add_argument(
         "--refiner-switch", type=number_type(REFINER_SWITCH), default=0.8,
@@ -211,6 +224,7 @@ def _request(args: argparse.Namespace) -> GenerateRequest:
         hires=hires_from_arguments(args),
         controlnets=tuple(parse_controlnet(t) for t in args.controlnet),
         mask_image=Path(args.mask) if args.mask else None,
+        outpaint=parse_sides(args.outpaint, args.feather) if args.outpaint else None,
         refiner=RefinerUse(Path(args.refiner), args.refiner_switch) if args.refiner else None,
         clip_skip=args.clip_skip,
         guidance_patches=tuple(parse_patch_argument(t) for t in args.patch),

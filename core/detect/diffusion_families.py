@@ -160,7 +160,9 @@ FLUX_DEV = DiffusionSpec(
 )  # fmt: skip
 FLUX_FILL = DiffusionSpec(
     network="flux", sampling=SamplingSpec(schedule="flux", shift=1.15), text="flux", text_encoders=_FLUX_TEXT,
-    vae="vae-flux", memory_profile="flux", defaults=GenerationDefaults(cfg=1.0, sizes=XL_SIZES),
+    vae="vae-flux", memory_profile="flux",
+    # ComfyUI's Fill template: FluxGuidance 30, KSampler euler / normal at CFG 1
+    defaults=GenerationDefaults(cfg=1.0, guidance=30.0, sizes=XL_SIZES),
     blocks="flux1",
 )  # fmt: skip
 FLUX_SCHNELL = DiffusionSpec(

@@ -85,7 +85,8 @@ class KSample:
         if self.size is not None:
             w, h = self.size
         elif latent is not None:
-            h, w = latent.samples.shape[-2] * 8, latent.samples.shape[-1] * 8
+            f = (self.pipeline or run.pipeline).latent_format.downscale  # 8; FLUX.2's 16
+            h, w = latent.samples.shape[-2] * f, latent.samples.shape[-1] * f
         else:
             w, h = run.settings.width, run.settings.height
         return replace(run.settings, width=w, height=h, hires=None)

@@ -236,7 +236,9 @@ class Pipeline:
         self, cond: PromptConditioning, settings: ImageSettings, *, negative: bool
     ) -> SamplingConditioning:
         adm = getattr(self.adapter.config, "adm_in_channels", None)
-        extra = ExtraInputs(settings.width, settings.height, negative, settings.sampling.guidance, adm)
+        guidance = settings.sampling.guidance  # none given: the family's usual (Fill: its template's 30)
+        guidance = self.spec.defaults.guidance if guidance is None else guidance
+        extra = ExtraInputs(settings.width, settings.height, negative, guidance, adm)
         text = TextOutput(cond.context, cond.pooled, cond.mask)
         return self.text_convention.network_inputs(text, extra)
 

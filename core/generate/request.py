@@ -11,6 +11,7 @@ import torch
 from core.detect.prediction import PREDICTIONS
 from core.errors import LoadoutError
 from core.generate.hires_settings import HiresFix
+from core.generate.outpaint_settings import Outpaint
 from core.generate.workflow_request import ControlNetUse, RefinerUse
 from core.guidance import GuidancePatch
 from core.patching.merge import LoraArg
@@ -83,6 +84,7 @@ class ImageSettings:
     hires: HiresFix | None = None  # a second pass at a larger size (core.generate.hires)
     controlnets: tuple[ControlNetUse, ...] = ()  # applied in order (core/generate/controlnet.py)
     mask_image: Path | None = None  # inpainting: white = repaint (with init_image)
+    outpaint: Outpaint | None = None  # outpainting: init_image grown on its sides (core.generate.outpaint)
     refiner: RefinerUse | None = None  # the SDXL refiner hand-off (core/generate/refiner.py)
     #: A1111's clip skip (1 last layer, 2 penultimate: ComfyUI's CLIPSetLastLayer -N on every CLIP
     #: tower); None: the family's own layer (SD1 last, SD2/SDXL penultimate)
@@ -111,6 +113,12 @@ class ImageSettings:
                 problems.append(f"the hires fix's size {w}x{h} must be between 64x64 and 4096x4096 in area")
         if self.mask_image is not None and self.init_image is None:
             problems.append("a mask needs the picture it masks (a starting image)")
+        if self.outpaint is not None:
+            problems += self.outpaint.problems()
+            if self.init_image is None:
+                problems.append("outpainting needs the picture it grows (a starting image)")
+            if self.mask_image is not None:
+                problems.append("outpainting makes its own mask: give a mask or sides to grow, not both")
         if problems:
             raise LoadoutError(
                 "these generation settings cannot be used",

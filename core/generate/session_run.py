@@ -355,7 +355,7 @@ def generate(
     notes = (*notes, *pipeline.text_notes)
     size = (pixels.shape[3], pixels.shape[2])
     if settings.hires is not None:  # A1111's Size is the first pass's (before the hires fix)
-        size = (settings.width, settings.height) if init is None else _cropped(init)
+        size = (settings.width, settings.height) if init is None else _cropped(init, settings)
     params = replace(parameters_for(settings, made, size, state.hashes, check), hires=settings.hires)
     params = replace(params, extra=dict(workflow.parameters))  # ControlNet, refiner (A1111's items)
     images = output.save(pixels, params, settings.sampling.seed, check, progress)
@@ -370,9 +370,13 @@ def generate(
     )  # fmt: skip
 
 
-def _cropped(picture: np.ndarray) -> tuple[int, int]:
-    """(width, height) of a starting picture once cropped to multiples of 8 (VAEEncode)."""
-    return picture.shape[1] // 8 * 8, picture.shape[0] // 8 * 8
+def _cropped(picture: np.ndarray, settings: ImageSettings) -> tuple[int, int]:
+    """(width, height) of a starting picture (grown when outpainting) once cropped to multiples of 8
+    (VAEEncode)."""
+    w, h = picture.shape[1], picture.shape[0]
+    if settings.outpaint is not None:
+        w, h = settings.outpaint.grown(w, h)
+    return w // 8 * 8, h // 8 * 8
 
 
 def _guidance(chosen: float | None, usual: float | None) -> float | None:

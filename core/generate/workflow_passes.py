@@ -10,6 +10,7 @@ import numpy as np
 from core.generate.guidance_pass import GuidancePass
 from core.generate.hires import HiresPass
 from core.generate.inpaint import MaskPass
+from core.generate.outpaint import OutpaintPass
 from core.generate.passes import Pass
 from core.generate.request import ImageSettings
 
@@ -18,6 +19,8 @@ def passes_for(settings: ImageSettings, init: np.ndarray | None) -> list[Pass]:
     passes: list[Pass] = []
     if settings.mask_image is not None and init is not None:
         passes.append(MaskPass(settings.mask_image))
+    if settings.outpaint is not None and init is not None:
+        passes.append(OutpaintPass(settings.outpaint))
     if settings.guidance_patches:
         passes.append(GuidancePass(settings.guidance_patches))
     if settings.hires is not None:

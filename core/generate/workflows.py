@@ -25,6 +25,7 @@ from core.generate import controlnet as cn
 from core.generate.events import Phase
 from core.generate.hashes import FileHashes
 from core.generate.lora_schedule import LoraSchedulePass
+from core.generate.outpaint_settings import outpaint_parameters
 from core.generate.passes import Pass
 from core.generate.pipeline import Hooks, Pipeline
 from core.generate.refiner import (
@@ -75,12 +76,13 @@ def _num(v: float) -> str:
 
 
 def controlnet_parameter(
-    index: int, name: str, use_strength: float, start: float, end: float
+    index: int, name: str, use_strength: float, start: float, end: float, module: str | None = None
 ) -> tuple[str, str]:
-    """A1111's sd-webui-controlnet infotext item: ``ControlNet 0: "Module: none, Model: ..., ..."``."""
+    """A1111's sd-webui-controlnet infotext item: ``ControlNet 0: "Module: canny, Model: ..., ..."``
+    (``Module: none``: the hint was given ready-made)."""
     text = (
-        f"Module: none, Model: {name}, Weight: {_num(use_strength)}, Resize Mode: Crop and Resize, "
-        f"Guidance Start: {_num(start)}, Guidance End: {_num(end)}"
+        f"Module: {module or 'none'}, Model: {name}, Weight: {_num(use_strength)}, "
+        f"Resize Mode: Crop and Resize, Guidance Start: {_num(start)}, Guidance End: {_num(end)}"
     )
     return f"ControlNet {index}", text
 
@@ -108,7 +110,7 @@ def _controlnets(
     made.contribution.files = tuple(net.path for net in loaded)
     made.contribution.parameters = dict(
         # sd-webui-controlnet names a model with the first 8 hex digits of its sha256
-        controlnet_parameter(i, named(Path(u.path), 8), u.strength, u.start, u.end)
+        controlnet_parameter(i, named(Path(u.path), 8), u.strength, u.start, u.end, u.preprocessor)
         for i, u in enumerate(uses)
     )
     stack = made.stack.nets
@@ -150,6 +152,8 @@ def prepare(
         }
         passes.append(refiner)
     out = Prepared(passes)
+    if settings.outpaint is not None:  # its pass needs no model: only its PNG items come from here
+        out.parameters |= outpaint_parameters(settings.outpaint)
     for p in passes:
         out.parameters |= p.contribution.parameters
         out.sample_bytes += p.contribution.sample_bytes
@@ -281,6 +285,7 @@ class ControlNetParameters:
     weight: float
     start: float
     end: float
+    module: str = "none"  # the preprocessor that made the hint ("none": given ready-made)
 
 
 def controlnets_in(extra: dict[str, str]) -> tuple[ControlNetParameters, ...]:
@@ -298,6 +303,7 @@ def controlnets_in(extra: dict[str, str]) -> tuple[ControlNetParameters, ...]:
                 float(fields.get("Weight", "1")),
                 float(fields.get("Guidance Start", "0")),
                 float(fields.get("Guidance End", "1")),
+                fields.get("Module", "none") or "none",
             )
         except (KeyError, ValueError):
             continue

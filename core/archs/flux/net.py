@@ -16,7 +16,7 @@ from core.archs.flux.keys import flux_diffusers_to_original, flux_key_map
 from core.archs.keymaps import KeyMapping
 from core.archs.layouts import Architecture
 from core.archs.memory import CPU_MEASURED, Coefficients, MemoryModel, Profile, fitted_on_cpu
-from core.archs.protocols import CallingConvention, StandIn
+from core.archs.protocols import CallingConvention, InpaintChannels, StandIn
 from core.detect.catalog import REGISTRY
 from core.errors import ModelMismatchError
 from core.models.flux import Flux, FluxConfig, make_img_ids, make_txt_ids, pack_latents, unpack_latents
@@ -78,7 +78,9 @@ def packed_stand_in(
 class FluxNet:
     id = "flux"
     architecture = ARCHITECTURE
-    calling = CallingConvention(name="flux", packed=True, text_tokens=512, unit_timestep=1.0)
+    calling = CallingConvention(
+        name="flux", packed=True, text_tokens=512, unit_timestep=1.0, inpaint=InpaintChannels(mask_cell=8)
+    )
     memory = MEMORY
 
     def owns(self, module: nn.Module) -> bool:

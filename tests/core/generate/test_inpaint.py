@@ -44,7 +44,7 @@ def test_inpaint_model_channels_are_the_rounded_mask_and_the_grey_masked_latent(
     Image.fromarray(mask).save(tmp_path / "m.png")
     found = inpainting(pipeline, tmp_path / "m.png", rgb, Hooks())
     assert found.extra is not None
-    concat = found.extra.concat
+    concat = found.extra.concat(8, 8)
     assert concat.shape == (1, 5, 8, 8)
 
     m = F.interpolate(torch.from_numpy(mask / 255.0).float()[None, None], size=(66, 69), mode="bilinear")
