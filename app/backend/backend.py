@@ -43,6 +43,7 @@ from core.generate.sweep import Sweep
 from core.library import Entry
 from core.library.hasher import HashProgress
 from core.session import ModelInfo, PlacementConfig, RunReport, Session, SessionEvent, SlotId, StackInfo
+from core.session.loras import StackChange
 from core.session.testrun import RunConfig, StepDone
 
 
@@ -224,6 +225,16 @@ class Backend(QObject):
             self._used(r, [Path(path)])
 
         self.submit("lora", work, Path(path))
+
+    def change_stack(self, change: StackChange) -> None:
+        """Several stack changes as one task (a picture's settings): the weights follow once."""
+
+        def work(r: Reporter) -> None:
+            r.post(self.session.loras.change(change))
+            r.post(Models(self.session.models()))
+            self._used(r, [path for path, _m, _c in change.add])
+
+        self.submit("lora", work, maps=tuple(Path(path) for path, _m, _c in change.add))
 
     def preview_strength(self, lora_id: str, model: float, clip: float) -> None:
         """A slider moving: shown at once through the session's fast path (low-rank side paths),

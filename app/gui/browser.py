@@ -10,6 +10,7 @@ waste, and how far the background hash pass is (with a button to stop it).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 from PySide6.QtCore import QByteArray, QEvent, QItemSelectionModel, QModelIndex, QObject, Qt, Signal
@@ -32,7 +33,7 @@ from app.backend.backend import Backend
 from app.backend.messages import TaskProgress
 from app.gui.library_cards import LibraryCardModel, LibraryCards
 from app.gui.library_columns import fit_columns
-from app.gui.library_filters import LibraryFilters, empty_library
+from app.gui.library_filters import EmptyLibrary, LibraryFilters
 from app.gui.library_model import LibraryTreeModel
 from app.gui.library_summary import summary_parts, usage_text
 from app.gui.theme import icon, set_icon
@@ -47,6 +48,7 @@ class BrowserPanel(QWidget):
     entry_selected = Signal(object)  # Entry | None
     entry_activated = Signal(object)  # Entry
     demo_requested = Signal()
+    folder_requested = Signal(str)  # an install found in the usual places, to add
     view_changed = Signal(str)  # "list" or "cards": the window remembers it
 
     def __init__(self, backend: Backend, parent: QWidget | None = None) -> None:
@@ -178,7 +180,7 @@ class BrowserPanel(QWidget):
 
     def _build_empty(self) -> None:
         """What shows instead of the tree before any model is found."""
-        self.empty = empty_library(self.demo_requested.emit)
+        self.empty = EmptyLibrary(self.demo_requested.emit, self.folder_requested.emit)
         self.empty.hide()
 
     def _build_status(self) -> QHBoxLayout:
@@ -207,7 +209,10 @@ class BrowserPanel(QWidget):
         return bottom
 
     # -- feeding ---------------------------------------------------------------------------------
-    def set_empty(self, empty: bool) -> None:
+    def set_empty(self, empty: bool, installs: Sequence[Path] = ()) -> None:
+        """Show the empty library's hint (with ``installs`` offered) instead of the files."""
+        if empty:
+            self.empty.offer(installs)
         self.empty.setVisible(empty)
         self.tree.setVisible(not empty and self.view_mode == "list")
         self.cards.setVisible(not empty and self.view_mode == "cards")

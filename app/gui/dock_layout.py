@@ -172,6 +172,11 @@ class DockLayout:
         self.extra.append((key, area, tab_with))
         return dock
 
+    def bring(self, key: str) -> None:
+        """Show the ``key`` dock (closed or tabbed behind another) in front."""
+        self.docks[key].show()
+        self.docks[key].raise_()
+
     def arrange(self) -> None:
         """The default layout (also View ▸ Reset layout): every panel docked and shown."""
         w, d = self.window, self.docks
