@@ -5,9 +5,9 @@ launch opens at (the screen's available area less the window manager's frame).""
 
 from __future__ import annotations
 
-import pytest
 from pathlib import Path
 
+import pytest
 from PySide6.QtCore import QPoint, QRect, QSize
 from PySide6.QtGui import QImage
 
