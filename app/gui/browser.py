@@ -37,6 +37,7 @@ from app.gui.library_filters import EmptyLibrary, LibraryFilters
 from app.gui.library_model import LibraryTreeModel
 from app.gui.library_summary import summary_parts, usage_text
 from app.gui.theme import icon, set_icon
+from app.gui.widgets import WrappedLabel
 from core.library import Entry
 from core.library.hasher import HashProgress
 from core.session import ModelInfo
@@ -183,16 +184,15 @@ class BrowserPanel(QWidget):
         self.empty = EmptyLibrary(self.demo_requested.emit, self.folder_requested.emit)
         self.empty.hide()
 
-    def _build_status(self) -> QHBoxLayout:
+    def _build_status(self) -> QVBoxLayout:
         """The bottom row: the summary, the scan's progress, the hash pass and its stop."""
         self.progress = QProgressBar()
         self.progress.setMaximumHeight(14)
         self.progress.setTextVisible(False)
         self.progress.hide()
-        self.summary = QLabel("")
+        # a long summary wraps onto a second line, never widens the window (and is never cut)
+        self.summary = WrappedLabel("")
         self.summary.setObjectName("muted")
-        # a long summary is cut, never widens the window (the full text is in the tooltip)
-        self.summary.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
         self.hash_status = QLabel("")
         self.hash_status.setObjectName("muted")
         self.hash_status.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
@@ -201,11 +201,16 @@ class BrowserPanel(QWidget):
         self.hash_stop.clicked.connect(self._stop_hashing)
         self.hash_status.hide()
         self.hash_stop.hide()
-        bottom = QHBoxLayout()
-        bottom.addWidget(self.summary, 2)
-        bottom.addWidget(self.progress, 1)
-        bottom.addWidget(self.hash_status, 1)
-        bottom.addWidget(self.hash_stop)
+        bottom = QVBoxLayout()  # the summary, then the hash pass on a line of its own while it runs
+        bottom.setSpacing(2)
+        row = QHBoxLayout()
+        row.addWidget(self.summary, 2)
+        row.addWidget(self.progress, 1)
+        hashing = QHBoxLayout()
+        hashing.addWidget(self.hash_status, 1)
+        hashing.addWidget(self.hash_stop)
+        bottom.addLayout(row)
+        bottom.addLayout(hashing)
         return bottom
 
     # -- feeding ---------------------------------------------------------------------------------
