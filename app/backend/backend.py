@@ -20,6 +20,7 @@ from PySide6.QtCore import QObject, Qt, QThread, Signal
 
 from app.backend.hash_relay import SCAN_BATCH_INTERVAL, HashRelay
 from app.backend.leases import WindowLeases
+from app.backend.merge_task import merge_work
 from app.backend.messages import (
     DemoReady,
     FilesReleased,
@@ -35,7 +36,6 @@ from app.backend.progress_words import generate_words, load_progress, scan_progr
 from app.backend.worker import Job, Reporter, TaskRunner
 from app.demo import ensure_demo_library
 from core.files.destination import check_output_folder
-from core.files.writer import WriteProgress
 from core.generate.events import GenerateProgress, GenerateResult
 from core.generate.generator import Generator
 from core.generate.request import ImageSettings
@@ -43,9 +43,10 @@ from core.generate.session_run import Output
 from core.generate.sweep import Sweep
 from core.library import Entry
 from core.library.hasher import HashProgress
-from core.merging.merge import MergeResult, merge_models
+from core.merging.merge import MergeResult
 from core.merging.recipe import MergeRecipe
 from core.session import ModelInfo, PlacementConfig, RunReport, Session, SessionEvent, SlotId, StackInfo
+from core.session.loras import StackChange
 from core.session.testrun import RunConfig, StepDone
 
 
@@ -232,23 +233,17 @@ class Backend(QObject):
 
     def merge_models(self, paths: list[Path], recipe: MergeRecipe, out: Path) -> None:
         """Merge models into ``out`` through the session's placement (core.merging)."""
+        self.submit("merge", merge_work(self.session, paths, recipe, out), maps=tuple(paths))
+
+    def change_stack(self, change: StackChange) -> None:
+        """Several stack changes as one task (a picture's settings): the weights follow once."""
 
         def work(r: Reporter) -> None:
-            placement = self.session.placement
-            hashes = self.session.library.hashes  # the inputs' SHA-256 from the library's cache
+            r.post(self.session.loras.change(change))
+            r.post(Models(self.session.models()))
+            self._used(r, [path for path, _m, _c in change.add])
 
-            def show(p: WriteProgress) -> None:
-                text = f"Merging {p.tensors_done}/{p.tensors_total} tensors"
-                r.progress(TaskProgress("merge", p.bytes_done, p.bytes_total, text))
-
-            result = merge_models(
-                paths, recipe, out, manager=placement.manager if placement.active else None,
-                sha256=lambda p, check: hashes.digest(p, check=check).sha256, check=r.check, progress=show,
-            )  # fmt: skip
-            r.post(result)
-            r.post(placement.memory_figures())
-
-        self.submit("merge", work, maps=tuple(paths))
+        self.submit("lora", work, maps=tuple(Path(path) for path, _m, _c in change.add))
 
     def preview_strength(self, lora_id: str, model: float, clip: float) -> None:
         """A slider moving: shown at once through the session's fast path (low-rank side paths),

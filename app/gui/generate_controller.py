@@ -15,7 +15,7 @@ from app.backend.messages import TaskError
 from app.demo import with_demo_note
 from app.gui.generate_panel import NO_MODEL, GeneratePanel
 from app.gui.prompt_completion import completion_words
-from core.detect.catalog import missing_parts
+from core.archs.catalog import missing_parts
 from core.detect.spec import NO_MODEL_DEFAULTS
 from core.errors import LoadoutError
 from core.generate.request import ImageSettings

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from types import ModuleType
 from typing import Any
 
@@ -104,3 +104,34 @@ def net_of(module: nn.Module, *, action: str = "generate with") -> DiffusionNet:
 def codec_of(module: nn.Module) -> LatentCodec | None:
     """The codec that works ``module`` (a loaded VAE), or None."""
     return next((c for c in CODECS if c.owns(module)), None)
+
+
+def missing_parts(family: str | None, loaded: Iterable[tuple[str, str]]) -> tuple[tuple[str, str], ...]:
+    """What a loaded diffusion model of ``family`` still lacks to generate, as (role, family) pairs:
+    the text encoders its prompt encoding takes (its record's, in order) and a VAE (its record's
+    family named; any loaded VAE serves), less the ``loaded`` (role, family) components, a
+    checkpoint's own or separate files. An encoder stands in for another where its convention's
+    tower says so (``TowerSpec.also``: a T5-XXL file read as t5-base); a tower the convention can
+    do without (``required=False``: SD3's T5 or either CLIP) is not asked for once another of its
+    towers is loaded. Empty for a family Loadout cannot generate with."""
+    fam = REGISTRY.get(family) if family else None
+    spec = fam.diffusion if fam is not None else None
+    if spec is None or spec.text is None or spec.network is None:
+        return ()
+    have = set(loaded)
+    encoders = {f for role, f in have if role == "text_encoder"}
+    towers = {t.encoder: t for t in TEXTS[spec.text].towers}
+
+    def present(encoder: str) -> bool:
+        tower = towers.get(encoder)
+        return bool({encoder, *(tower.also if tower is not None else ())} & encoders)
+
+    some = any(present(e) for e in spec.text_encoders)
+    missing = [
+        ("text_encoder", e)
+        for e in spec.text_encoders
+        if not present(e) and not (some and e in towers and not towers[e].required)
+    ]
+    if not any(role == "vae" for role, _family in have):
+        missing.append(("vae", spec.vae))
+    return tuple(missing)
