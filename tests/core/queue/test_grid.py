@@ -45,7 +45,7 @@ def test_cells_apply_each_axis_value(tmp_path: Path) -> None:
     assert c.request.image.prompt == "a blue fox" and c.request.image.sampling.cfg == 9.0
     assert c.lora_strengths == (1.0, 0.5)  # the text-encoder strength stays the LoRA's
     assert c.request.loras == (lora,)  # the stack itself is unchanged: strengths are set live
-    assert c.labels == ("blue", "lora model 1", "cfg 9")
+    assert c.labels == ("blue", "l model 1", "cfg 9")  # the LoRA by its name
     both = cells(base, parse_axis("lora-strength:0.3,0.6"))
     assert [c.lora_strengths for c in both] == [(0.3, 0.3), (0.6, 0.6)]
 
