@@ -147,10 +147,10 @@ def run_session_grid(
     finally:
         if moved and original is not None:
             loras.set_strength(lora_id, *original, bake=True)  # the stack as it was, baked
-    return _result(grid, cells, results)
+    return grid_result(grid, cells, results)
 
 
-def _result(
+def grid_result(
     grid: SessionGrid, cells: Sequence[ImageCell], results: Sequence[GenerateResult]
 ) -> GenerateResult:
     """The grid pictures first, then each cell's picture (the rest of a batch after them), with the
