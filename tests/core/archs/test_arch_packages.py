@@ -34,6 +34,7 @@ PART_CLASSES = {
 DIRECT_IMPORTS: dict[str, str] = {
     "loading/convert/unet_diffusers.py": "the UNet key map's older import path (the parity tests use it)",
     "loading/convert/vae_diffusers.py": "the KL-VAE key map's older import path (the parity tests use it)",
+    "loading/convert/open_clip.py": "the CLIP key map's older import path (the fixtures use it)",
 }
 
 
