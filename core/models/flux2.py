@@ -193,8 +193,14 @@ class DoubleBlock(nn.Module):
         img1, img2, txt1, txt2 = mods
         iq, ik, iv = self.img_attn.qkv_heads(img1.apply(self.img_norm1(img)))
         tq, tk, tv = self.txt_attn.qkv_heads(txt1.apply(self.txt_norm1(txt)))
-        q, k, v = torch.cat((tq, iq), dim=2), torch.cat((tk, ik), dim=2), torch.cat((tv, iv), dim=2)
-        attn = rope_attention(q, k, v, pe, None, route)
+        attn = rope_attention(
+            torch.cat((tq, iq), dim=2),
+            torch.cat((tk, ik), dim=2),
+            torch.cat((tv, iv), dim=2),
+            pe,
+            None,
+            route,
+        )  # the joined q, k, v are temporaries: freed before the MLPs
         n_txt = txt.shape[1]
         img = img + img1.gate * self.img_attn.proj(attn[:, n_txt:])
         img = img + img2.gate * self.img_mlp(img2.apply(self.img_norm2(img)))

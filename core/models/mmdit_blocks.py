@@ -196,8 +196,14 @@ class JointBlock(nn.Module):
         x_normed = self.x_block.norm1(x)
         cq, ck, cv = self.context_block.attn.qkv_heads(modulate(ctx_normed, ctx_mods[0], ctx_mods[1]))
         xq, xk, xv = self.x_block.attn.qkv_heads(modulate(x_normed, x_mods[0], x_mods[1]))
-        q, k, v = torch.cat((cq, xq), dim=2), torch.cat((ck, xk), dim=2), torch.cat((cv, xv), dim=2)
-        joint = attend_heads(route, q, k, v, 0, "joint")
+        joint = attend_heads(
+            route,
+            torch.cat((cq, xq), dim=2),
+            torch.cat((ck, xk), dim=2),
+            torch.cat((cv, xv), dim=2),
+            0,
+            "joint",
+        )  # the joined q, k, v are temporaries: freed before the MLPs
         n_ctx = context.shape[1]
         x = self.x_block.post_attention(x, x_normed, joint[:, n_ctx:], x_mods, route)
         if self.context_block.pre_only:

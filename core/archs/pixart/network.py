@@ -156,12 +156,11 @@ class CrossAttention(nn.Module):
     def forward(self, x: torch.Tensor, y: torch.Tensor, route: AttentionRoute | None = None) -> torch.Tensor:
         b, m, dim = y.shape
         k, v = self.kv_linear(y).view(b, m, 2, dim).unbind(2)
-        q = self.q_linear(x)
-        attn = (
-            attention(q, k, v, self.heads) if route is None else route.attend(q, k, v, self.heads, 0, "cross")
-        )
-        out: torch.Tensor = self.proj(attn)
-        return out
+        if route is None:  # q a temporary, as before the patch points: freed before ``proj``
+            out: torch.Tensor = self.proj(attention(self.q_linear(x), k, v, self.heads))
+            return out
+        patched: torch.Tensor = self.proj(route.attend(self.q_linear(x), k, v, self.heads, 0, "cross"))
+        return patched
 
 
 class PixArtBlock(nn.Module):
