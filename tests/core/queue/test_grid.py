@@ -29,6 +29,7 @@ def test_axes_are_typed_and_checked(tmp_path: Path) -> None:
         ("colour:1,2", "not an axis"), ("seed", "not an axis"), ("steps:0,4", "outside"),
         ("cfg:high", "not a number"), ("sampler:euler,warp", "unknown sampler"),
         ("checkpoint:/nope.safetensors", "does not exist"), ("prompt-sr:red", "values"),
+        ("lora-strength:0.5,200", "LoRA strength"), ("lora-model-strength:nan", "LoRA strength"),
     ]:  # fmt: skip
         with pytest.raises(LoadoutError, match=words):
             parse_axis(bad)
