@@ -40,11 +40,11 @@ from core.generate.events import GenerateProgress, GenerateResult
 from core.generate.generator import Generator
 from core.generate.request import ImageSettings
 from core.generate.session_run import Output
-from core.generate.sweep import Sweep
 from core.library import Entry
 from core.library.hasher import HashProgress
 from core.merging.merge import MergeResult
 from core.merging.recipe import MergeRecipe
+from core.queue.session_grid import SessionGrid, run_session_grid
 from core.session import ModelInfo, PlacementConfig, RunReport, Session, SessionEvent, SlotId, StackInfo
 from core.session.loras import StackChange
 from core.session.testrun import RunConfig, StepDone
@@ -302,9 +302,10 @@ class Backend(QObject):
 
         self.submit("run", work)
 
-    def generate(self, settings: ImageSettings, folder: Path | str, sweep: Sweep | None = None) -> None:
+    def generate(self, settings: ImageSettings, folder: Path | str, sweep: SessionGrid | None = None) -> None:
         """Make pictures with the loaded model and its LoRA stack, saved as numbered PNGs in
-        ``folder``; each step posts its progress and live preview."""
+        ``folder``; each step posts its progress and live preview. ``sweep``: a grid made on the
+        loaded models, cell after cell (a LoRA strength sweep), and its grid picture."""
         output = Output(Path(folder), is_folder=True)
 
         def work(r: Reporter) -> None:
@@ -315,7 +316,7 @@ class Backend(QObject):
             check_output_folder(output.path)  # before any work: an unwritable folder is said at once
             try:
                 if sweep is not None:
-                    r.post(self.generator.sweep(settings, sweep, output, step, r.check))
+                    r.post(run_session_grid(self.generator, settings, sweep, output, step, r.check))
                 else:
                     r.post(self.generator.generate(settings, output, step, r.check))
                 used = [m.path for m in self.session.models()]

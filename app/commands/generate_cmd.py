@@ -46,13 +46,13 @@ from core.generate.command import generate_files
 from core.generate.events import GenerateProgress
 from core.generate.outpaint_settings import DEFAULT_FEATHERING, FEATHERING, parse_sides
 from core.generate.request import GenerateRequest, ImageSettings, ModelFiles, Sampling
-from core.generate.sweep import parse_strengths
 from core.generate.workflow_request import RefinerUse
 from core.guidance import PATCHES
 from core.loading.convert_file import DTYPES, parse_dtype
 from core.patching.schedule import parse_schedule
 from core.queue.command import GridReport, cluster_pool, run_grid
-from core.queue.grid import AXES, parse_axis
+from core.queue.grid import AXES, axis_of, parse_axis
+from core.queue.session_grid import SessionGrid, grid_files
 from core.queue.store import Totals
 from core.sampling import SAMPLERS, SCHEDULERS
 from core.values import BATCH, CFG, CLIP_SKIP, DENOISE, GUIDANCE, REFINER_SWITCH, SEED, STEPS
@@ -130,8 +130,10 @@ def _add_picture(p: argparse.ArgumentParser) -> None:
 def _add_grid(p: argparse.ArgumentParser) -> None:
     """A LoRA strength sweep or a grid of up to three axes."""
     p.add_argument(
-        "--sweep", metavar="S1,S2,...", help="the first LoRA at each strength: one picture each and a grid"
-    )
+        "--sweep", metavar="S1,S2,...",
+        help="the first LoRA at each strength (model and text encoder): one picture each and a grid, "
+        "made in this process on the loaded models (a grid with one lora-strength axis)",
+    )  # fmt: skip
     for axis in ("x", "y", "z"):
         p.add_argument(
             f"--{axis}", metavar="AXIS:V1,V2,...", help=f"a grid's {axis.upper()} axis: " + ", ".join(AXES)
@@ -240,7 +242,6 @@ def _request(args: argparse.Namespace) -> GenerateRequest:
         device=args.device or default_device(),
         dtype=parse_dtype(args.dtype) if args.dtype else None,
         vram_limit=parse_bytes(args.vram_limit) if args.vram_limit else None,
-        sweep=parse_strengths(args.sweep) if args.sweep else (),
         strict=args.strict,
         force=args.force,
         family_defaults=tuple(k for k, v in given.items() if v is None),
@@ -303,7 +304,7 @@ def _data_stdout(separate: bool) -> Iterator[TextIO]:
 
 
 def run_grid_command(args: argparse.Namespace, request: GenerateRequest, interrupt: threading.Event) -> int:
-    if args.sweep:
+    if args.sweep is not None:
         raise LoadoutError(
             "--sweep and --x cannot be combined", fix="Use --x lora-strength:... instead", code="bad_argument"
         )
@@ -354,7 +355,12 @@ def run(args: argparse.Namespace) -> int:
         with stop_signals(interrupt), guarded_inputs(inputs, interrupt):  # checked between layers and steps
             if args.x:
                 return run_grid_command(args, request, interrupt)
-            result = generate_files(request, progress=_printer(args.quiet or args.json), interrupt=interrupt)
+            show = _printer(args.quiet or args.json)
+            if args.sweep is not None:  # a grid of one strength axis, on this process's session
+                grid = SessionGrid(axis_of("lora-strength", args.sweep))
+                result = grid_files(request, grid, progress=show, interrupt=interrupt)
+            else:
+                result = generate_files(request, progress=show, interrupt=interrupt)
     except InterruptedByUser as exc:
         return report_stop(exc)
     result = with_demo_note(result, request.models.checkpoint or request.models.diffusion_model)

@@ -67,7 +67,7 @@ class GeneratePanel(QWidget):
     generate_requested = Signal(object)  # ImageSettings
     error = Signal(object)  # LoadoutError from a dropped file the panel could not read
     output_folder_requested = Signal()
-    sweep_requested = Signal(object, object)  # ImageSettings, Sweep
+    sweep_requested = Signal(object, object)  # ImageSettings, SessionGrid (one strength axis)
     preview_ready = Signal(object)  # np.ndarray (h, w, 3): the viewer shows it
     pictures_ready = Signal(object)  # GenerateResult: the viewer and the gallery show it
     stop_requested = Signal()

@@ -156,8 +156,6 @@ class GenerateRequest:
     device: str = "cpu"
     dtype: torch.dtype | None = None  # compute dtype of the diffusion model; None: the policy decides
     vram_limit: int | None = None
-    #: a strength sweep of the first LoRA: one picture per strength and their grid (empty: none)
-    sweep: tuple[float, ...] = ()
     #: refuse a LoRA of which some modules fit nothing in the model (default: apply what fits, say so)
     strict: bool = False
     #: apply a LoRA made for another model family anyway (what fits of it)

@@ -17,7 +17,7 @@ from torch import nn
 from core.errors import LoadoutError, ModelMismatchError
 from core.models.attention import timestep_embedding
 from core.models.flux_blocks import DoubleStreamBlock, MLPEmbedder, SingleStreamBlock, rope, stream_blocks
-from core.models.patches import NO_PATCHES, NetworkPatches, PatchPoints, Site
+from core.models.patches import NO_PATCHES, NetworkPatches, PatchPoints, Site, attention_route
 from core.ops.layers import OpSet, default_ops
 
 CHECKPOINT_PREFIX = "model.diffusion_model."
@@ -152,9 +152,11 @@ class Flux(nn.Module):
 
     def patch_points(self) -> PatchPoints:
         """After each double block (the picture's tokens) and each single block (text + picture);
-        any double or single block can be left out (ComfyUI's ``double_block``/``single_block``)."""
+        any double or single block can be left out (ComfyUI's ``double_block``/``single_block``);
+        each block's joint attention over [text, picture] tokens (layer 0 of its site, q and k
+        after the rotary embedding)."""
         stages = {"double": len(self.double_blocks), "single": len(self.single_blocks)}
-        return PatchPoints(stages, skips=("double", "single"))
+        return PatchPoints(stages, attention=("joint",), skips=("double", "single"))
 
     def forward(
         self,
@@ -168,7 +170,7 @@ class Flux(nn.Module):
         patches: NetworkPatches = NO_PATCHES,
     ) -> torch.Tensor:
         """``patches``: block patches on the picture's tokens after each double block and on the
-        joint stream after each single block."""
+        joint stream after each single block; attention patches on each block's joint attention."""
         dtype = img.dtype
         x = self.img_in(img)
         vec = self.time_in(timestep_embedding(timesteps, TIME_EMBEDDING_SIZE, time_factor=1000.0).to(dtype))
@@ -187,12 +189,14 @@ class Flux(nn.Module):
 
         for i, double in enumerate(cast(Sequence[DoubleStreamBlock], self.double_blocks)):
             if Site("double", i) not in patches.skip:
-                x, ctx = double(x, ctx, pe, double.modulations(vec))
+                route = attention_route(patches, "double", i)
+                x, ctx = double(x, ctx, pe, double.modulations(vec), None, route)
             x = patches.block(x, Site("double", i))
         tokens = torch.cat((ctx, x), dim=1)
         for i, single in enumerate(cast(Sequence[SingleStreamBlock], self.single_blocks)):
             if Site("single", i) not in patches.skip:
-                tokens = single(tokens, pe, single.modulations(vec))
+                route = attention_route(patches, "single", i)
+                tokens = single(tokens, pe, single.modulations(vec), None, route)
             tokens = patches.block(tokens, Site("single", i))
         x = tokens[:, ctx.shape[1] :]
         shift, scale = self.final_layer.shift_scale(vec)

@@ -27,9 +27,17 @@ import torch.nn.functional as F
 from torch import nn
 
 from core.errors import LoadoutError, ModelMismatchError
-from core.models.attention import attention_heads_first, timestep_embedding
+from core.models.attention import timestep_embedding
 from core.models.flux_blocks import rope
-from core.models.patches import NO_PATCHES, NetworkPatches, PatchPoints, Site
+from core.models.patches import (
+    NO_PATCHES,
+    AttentionRoute,
+    NetworkPatches,
+    PatchPoints,
+    Site,
+    attend_heads,
+    attention_route,
+)
 from core.models.qwen_image.config import AXES_DIMS, ROPE_THETA, QwenImageConfig
 from core.ops.layers import OpSet, default_ops
 
@@ -106,14 +114,16 @@ class JointAttention(nn.Module):
         return out
 
     def forward(
-        self, img: torch.Tensor, txt: torch.Tensor, pe: torch.Tensor
+        self, img: torch.Tensor, txt: torch.Tensor, pe: torch.Tensor, route: AttentionRoute | None = None
     ) -> tuple[torch.Tensor, torch.Tensor]:
+        """``route``: the attention patches of this block's site (the joint attention over [text,
+        picture] tokens, layer 0; q and k rotated)."""
         q = torch.cat([self._heads(txt, "add_q_proj", "norm_added_q"), self._heads(img, "to_q", "norm_q")], 1)
         k = torch.cat([self._heads(txt, "add_k_proj", "norm_added_k"), self._heads(img, "to_k", "norm_k")], 1)
         v = torch.cat([self.add_v_proj(txt), self.to_v(img)], 1)
         v = v.view(*v.shape[:-1], self.heads, -1)
         q, k = rotate(q, pe), rotate(k, pe)
-        out = attention_heads_first(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2))
+        out = attend_heads(route, q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), 0, "joint")
         n_txt = txt.shape[1]
         return self.to_out[0](out[:, n_txt:]), self.to_add_out(out[:, :n_txt])
 
@@ -143,13 +153,18 @@ class DualStreamBlock(nn.Module):
         self.txt_mlp = FeedForward(cfg, **kw)  # type: ignore[arg-type]
 
     def forward(
-        self, img: torch.Tensor, txt: torch.Tensor, temb: torch.Tensor, pe: torch.Tensor
+        self,
+        img: torch.Tensor,
+        txt: torch.Tensor,
+        temb: torch.Tensor,
+        pe: torch.Tensor,
+        route: AttentionRoute | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         img1, img2 = self.img_mod(temb).chunk(2, dim=-1)
         txt1, txt2 = self.txt_mod(temb).chunk(2, dim=-1)
         img_in, img_gate = _modulate(img, img1)
         txt_in, txt_gate = _modulate(txt, txt1)
-        img_attn, txt_attn = self.attn(img_in, txt_in, pe)
+        img_attn, txt_attn = self.attn(img_in, txt_in, pe, route)
         del img_in, txt_in
         img = img + img_gate * img_attn
         txt = txt + txt_gate * txt_attn
@@ -260,8 +275,9 @@ class QwenImageDiT(nn.Module):
         self.proj_out = ops.Linear(cfg.dim, out, bias=True, device=dev, dtype=dtype)
 
     def patch_points(self) -> PatchPoints:
-        """After each block (the picture's tokens), as ComfyUI's ``double_block`` patches."""
-        return PatchPoints({"double": len(self.transformer_blocks)})
+        """After each block (the picture's tokens), as ComfyUI's ``double_block`` patches; each
+        block's joint attention over [text, picture (and reference)] tokens."""
+        return PatchPoints({"double": len(self.transformer_blocks)}, attention=("joint",))
 
     def _check(self, x: torch.Tensor, context: torch.Tensor, patches: NetworkPatches) -> None:
         cfg = self.config
@@ -279,10 +295,10 @@ class QwenImageDiT(nn.Module):
                 fix="generate one picture per latent",
                 code="bad_input",
             )
-        if patches.joins or patches.patches_attention:
+        if patches.joins:
             raise ModelMismatchError(
                 "this control feature cannot be applied to the Qwen-Image network",
-                why="it patches skip connections or attention, which this network does not route",
+                why="it patches skip connections, which this network does not have",
                 fix="Leave that control feature out for this model",
                 code="wrong_controlnet",
             )
@@ -295,7 +311,8 @@ class QwenImageDiT(nn.Module):
         patches: NetworkPatches = NO_PATCHES,
         references: Sequence[torch.Tensor] = (),
     ) -> torch.Tensor:
-        """``patches``: block patches on the picture's tokens after each block. ``references``:
+        """``patches``: block patches on the picture's tokens after each block, attention patches on
+        each block's joint attention. ``references``:
         latents of reference pictures (Qwen-Image-Edit's, each (B, C, h, w) or one frame), attended
         as extra picture tokens; the output is the picture's alone."""
         self._check(x, context, patches)
@@ -313,7 +330,7 @@ class QwenImageDiT(nn.Module):
         grids = [(rh, rw) for _, rh, rw in refs]
         pe = positions(h, w, txt.shape[1], x.device, grids).squeeze(1).unsqueeze(2)
         for i, block in enumerate(cast(Sequence[DualStreamBlock], self.transformer_blocks)):
-            img, txt = block(img, txt, temb, pe)
+            img, txt = block(img, txt, temb, pe, attention_route(patches, "double", i))
             img = patches.block(img, Site("double", i))
         del txt
         out: torch.Tensor = self.proj_out(self.norm_out(img[:, :n_img], temb))

@@ -34,6 +34,7 @@ PART_CLASSES = {
 DIRECT_IMPORTS: dict[str, str] = {
     "loading/convert/unet_diffusers.py": "the UNet key map's older import path (the parity tests use it)",
     "loading/convert/vae_diffusers.py": "the KL-VAE key map's older import path (the parity tests use it)",
+    "loading/convert/open_clip.py": "the CLIP key map's older import path (the fixtures use it)",
 }
 
 
@@ -103,7 +104,7 @@ def test_a_module_finds_its_network_and_codec_and_a_stranger_is_refused() -> Non
 
 
 def _pixart_meta_state() -> dict[str, torch.Tensor]:
-    from core.models.pixart import PixArt, PixArtConfig
+    from core.archs.pixart.network import PixArt, PixArtConfig
 
     return PixArt(PixArtConfig(hidden_size=32, depth=1, context_dim=16), device="meta").state_dict()
 
