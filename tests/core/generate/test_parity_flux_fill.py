@@ -78,9 +78,10 @@ def mask(path: Path) -> np.ndarray:
     return m
 
 
-def fill_pair(seed: int) -> tuple[Any, dict[str, torch.Tensor]]:
-    """diffusers' FluxTransformer2DModel as FLUX.1 Fill at the real width (1 + 1 blocks), weights
-    rounded to bf16 values (so the bf16 file holds them exactly), and its BFL-layout state dict."""
+def fill_pair(seed: int, path: Path) -> Any:
+    """diffusers' FluxTransformer2DModel as FLUX.1 Fill at the real width (1 + 1 blocks), its weights
+    rounded to bf16 values, and the same weights written to ``path`` in BFL's layout (bf16: exact).
+    One copy of the network at a time (the fp32 one is dropped while the file is written)."""
     with torch.device("meta"):  # no init: every weight is drawn below
         hf = diffusers.FluxTransformer2DModel(
             patch_size=1, in_channels=384, out_channels=64, num_layers=1, num_single_layers=1,
@@ -90,15 +91,20 @@ def fill_pair(seed: int) -> tuple[Any, dict[str, torch.Tensor]]:
     assert not list(hf.buffers())
     randomize(hf.to_empty(device="cpu"), seed)
     tame_output(hf.proj_out)
-    with torch.no_grad():
-        for p in hf.parameters():
-            p.copy_(p.to(torch.bfloat16).float())
+    half = {k: v.to(torch.bfloat16) for k, v in hf.state_dict().items()}
+    hf.to_empty(device="meta")
     config = FluxConfig(
         in_channels=384, out_channels=64, vec_in_dim=L_WIDTH, context_in_dim=T5_WIDTH, depth=1,
         depth_single_blocks=1,
     )  # fmt: skip
-    half = {k: v.to(torch.bfloat16) for k, v in hf.state_dict().items()}
-    return hf, {k: v.contiguous() for k, v in flux_diffusers_to_original(half, config).items()}
+    ours = {k: v.contiguous() for k, v in flux_diffusers_to_original(half, config).items()}
+    save_file(ours, str(path))
+    del ours
+    hf.to_empty(device="cpu")
+    with torch.no_grad():
+        for name, p in hf.named_parameters():
+            p.copy_(half.pop(name).float())
+    return hf
 
 
 def encode_to_mean(vae: Any) -> Any:
@@ -157,10 +163,8 @@ def test_flux_fill_inpainting_equals_diffusers_fill_pipeline_set_up_as_comfyui(t
     hf_l, clip_l = clip_pair(L_WIDTH, act="quick_gelu", projection=None, seed=31)
     hf_t5, t5 = t5_pair(T5_WIDTH, vocab=len(hf_t5_tok), seed=32)
     hf_vae, vae = vae_pair(16, FLUX_LATENT, seed=34)
-    hf_fill, state = fill_pair(33)
     model = tmp_path / "flux1-fill-dev.safetensors"
-    save_file(state, str(model))
-    del state
+    hf_fill = fill_pair(33, model)
     assert inspect_for_loading(model)[1].family == "flux-fill"
 
     rgb, m = picture(tmp_path / "init.png"), mask(tmp_path / "mask.png")
