@@ -11,7 +11,7 @@ from transformers.models.qwen2_5_vl.configuration_qwen2_5_vl import Qwen2_5_VLVi
 from transformers.models.qwen2_5_vl.modeling_qwen2_5_vl import Qwen2_5_VisionTransformerPretrainedModel
 
 from core.errors import LoadoutError
-from core.models.qwen_vl_vision import QwenVisionTower, VisionConfig, picture_patches, picture_size
+from core.models.llm.vision import QwenVisionTower, VisionConfig, picture_patches, picture_size
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -29,7 +29,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from core.errors import LoadoutError, ModelMismatchError
-from core.models.llm.network import rms_norm
+from core.models.llm.norm import rms_norm
 from core.ops.layers import OpSet, default_ops
 
 EPS = 1e-6
