@@ -11,7 +11,7 @@ shifts, latent formats, text encoders) and the usual settings its example workfl
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from core.detect.diffusion_dit import (
     classify_cascade,
@@ -251,6 +251,20 @@ QWEN_IMAGE = DiffusionSpec(
         cfg=2.5, steps=20, sampler="euler", scheduler="simple", sizes=QWEN_IMAGE_SIZES
     ),
 )  # fmt: skip
+#: Qwen-Image-Edit 2509 (``qwen_image_edit``: ComfyUI's ``TextEncodeQwenImageEditPlus``, the edit
+#: template with up to three pictures read by Qwen2.5-VL's vision tower, their latents the
+#: references): ComfyUI's 2509 template's ``ModelSamplingAuraFlow`` shift 3; 20 steps at CFG 2.5
+#: without the Lightning LoRA (the template's own run: 4 steps at CFG 1 with it).
+QWEN_IMAGE_EDIT = replace(
+    QWEN_IMAGE, text="qwen_image_edit", sampling=SamplingSpec(schedule="flow", shift=3.0, multiplier=1.0)
+)
+#: Qwen-Image-Edit 2511: the references modulated as at timestep 0 (the network's, from the family);
+#: ComfyUI's 2511 template's shift 3.1; the model card's 40 steps at CFG 4.
+QWEN_IMAGE_EDIT_2511 = replace(
+    QWEN_IMAGE_EDIT,
+    sampling=SamplingSpec(schedule="flow", shift=3.1, multiplier=1.0),
+    defaults=replace(QWEN_IMAGE.defaults, steps=40, cfg=4.0),
+)
 _CLF, _PATCH = ("clf.1.weight",), ("patch_embedding.weight",)
 DETECTED_FAMILIES = (
     diffusion("auraflow", "AuraFlow", classify_auraflow, 4, prefixes=("model.",), spec=AURAFLOW),
@@ -267,6 +281,19 @@ DETECTED_FAMILIES = (
         "qwen-image", "Qwen-Image", classify_qwen_image, 16, signature=("txt_norm.weight", "img_in.weight"),
         notes="Qwen-Image, 2512 and Edit 2509/2511 have the same shapes", latent_format="wan21",
         spec=QWEN_IMAGE, lora_group="qwen-image", fp16_unsafe=True,
+    ),
+    diffusion(
+        "qwen-image-edit", "Qwen-Image-Edit 2509", classify_qwen_image, 16,
+        signature=("txt_norm.weight", "img_in.weight"), latent_format="wan21",
+        notes="the same shapes as Qwen-Image: told apart by the file name (qwen_image_edit_2509...)",
+        spec=QWEN_IMAGE_EDIT, lora_group="qwen-image", fp16_unsafe=True,
+    ),
+    diffusion(
+        "qwen-image-edit-2511", "Qwen-Image-Edit 2511", classify_qwen_image, 16,
+        signature=("txt_norm.weight", "img_in.weight"), latent_format="wan21",
+        notes="Comfy-Org's files carry the __index_timestep_zero__ marker; GGUFs are told by the file name",
+        spec=QWEN_IMAGE_EDIT_2511, lora_group="qwen-image", fp16_unsafe=True,
+        network_preset="index_timestep_zero",  # its references modulated as at timestep 0
     ),
     diffusion("wan2.1", "Wan 2.1", classify_wan, 16, signature=_PATCH),
     diffusion(

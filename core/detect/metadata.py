@@ -257,6 +257,8 @@ _FAMILY_PATTERNS: tuple[tuple[re.Pattern[str], str | None], ...] = tuple(
         (r"wan(video)?22", "wan2.2"),
         (r"wan(video)?21", "wan2.1"),
         (r"wan(video|\d)", "wan2.1?"),
+        (r"qwen.*edit.*2511", "qwen-image-edit-2511"),
+        (r"qwen.*edit", "qwen-image-edit"),
         (r"qwen", "qwen-image"),
         (r"lumina", "lumina2"),
         (r"hidream", "hidream"),
