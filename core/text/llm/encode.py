@@ -21,6 +21,7 @@ from dataclasses import dataclass
 import torch
 
 from core.archs.protocols import TowerOutput
+from core.archs.references import NO_PICTURES, PromptPictures
 from core.errors import ModelMismatchError
 from core.models.llm import LlmTextModel
 from core.text.chunking import ChunkSpec, TokenizedPrompt, tokenize_weighted
@@ -69,7 +70,15 @@ class LlmTower:
         """The tower with the tokenizer ``spec`` names (Gemma's read from the file at ``path``)."""
         return cls(model, tokenizer_for(spec, path), spec, compute_dtype, device)
 
-    def tokenize(self, prompt: str) -> TokenizedPrompt:
+    def tokenize(self, prompt: str, pictures: PromptPictures = NO_PICTURES) -> TokenizedPrompt:
+        """The prompt in the family's template; ``pictures`` (an edit's reference pictures) need a
+        vision part, which this tower does not have: refused in words."""
+        if pictures:
+            raise ModelMismatchError(
+                "this text encoder reads no pictures",
+                why=f"the {self.spec.tokenizer} tower encodes text only",
+                fix="Leave the reference pictures out, or use an editing model's text encoder",
+            )
         text = self.spec.text(prompt)
         return tokenize_weighted(
             text, self.tokenizer.encode, chunk_spec(self.spec), weighted=self.spec.weighted
