@@ -1,12 +1,12 @@
 """``loadout generate [CHECKPOINT] [--diffusion-model F] [--text-encoder F]... [--vae F] --prompt P
 [--negative N] [--lora FILE[:MODEL[:CLIP]]]... [--seed S] [--steps N] [--cfg X] [--sampler NAME]
-[--scheduler NAME] [--size WxH] [--batch B] [--init IMAGE [--mask MASK] --denoise D]
+[--scheduler NAME] [--size WxH] [--batch B] [--init IMAGE [--mask MASK] --denoise D] [--reference PICTURE]...
 [--controlnet FILE:HINT[:STRENGTH[:START:END]]]... [--refiner FILE [--refiner-switch F]]
 [--hires-scale S --hires-denoise D [--hires-steps N] [--hires-upscaler METHOD_OR_FILE]]
 [--patch NAME[:ARG=VALUE,...]]...
 [--device D] [--dtype D] [--vram-limit BYTES] -o OUT.png [--json]``: text to image (img2img with
---init, inpainting with --mask), with ControlNets, the hires fix, the SDXL refiner and guidance
-patches (PAG, FreeU ...).
+--init, inpainting with --mask, editing with --reference), with ControlNets, the hires fix, the
+SDXL refiner and guidance patches (PAG, FreeU ...).
 
 With ``--x AXIS:V1,V2,... [--y ...] [--z ...] [--ray ADDRESS|local:N] -o DIR`` a grid: one picture per
 cell and a labelled grid per Z value in DIR, in-process or on a Ray cluster (core/queue)."""
@@ -150,6 +150,10 @@ def _add_workflows(p: argparse.ArgumentParser) -> None:
         + " (e.g. pag:scale=3, freeu_v2, deep_shrink:downscale_factor=1.5)",
     )  # fmt: skip
     p.add_argument("--mask", metavar="MASK", help="inpainting: white = repaint (with --init and --denoise)")
+    p.add_argument(
+        "--reference", action="append", default=[], metavar="PICTURE",
+        help="editing: a reference picture (repeatable; FLUX.1 Kontext, FLUX.2, Qwen-Image-Edit)",
+    )  # fmt: skip
     p.add_argument("--refiner", metavar="FILE", help="the SDXL refiner checkpoint to finish the picture")
     p.add_argument(
         "--refiner-switch", type=number_type(REFINER_SWITCH), default=0.8,
@@ -208,6 +212,7 @@ def _request(args: argparse.Namespace) -> GenerateRequest:
         refiner=RefinerUse(Path(args.refiner), args.refiner_switch) if args.refiner else None,
         clip_skip=args.clip_skip,
         guidance_patches=tuple(parse_patch_argument(t) for t in args.patch),
+        references=tuple(Path(t) for t in args.reference),
     )
     return GenerateRequest(
         models=models,
@@ -329,7 +334,10 @@ def run(args: argparse.Namespace) -> int:
     request = _request(args)
     interrupt = threading.Event()
     try:
-        inputs = (*request.models.paths, *(a.path for a in request.loras), request.image.init_image)
+        inputs = (
+            *request.models.paths, *(a.path for a in request.loras), request.image.init_image,
+            *request.image.references,
+        )  # fmt: skip
         with stop_signals(interrupt), guarded_inputs(inputs, interrupt):  # checked between layers and steps
             if args.x:
                 return run_grid_command(args, request, interrupt)

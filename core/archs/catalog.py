@@ -1,6 +1,7 @@
 """The three registries, built from the architecture packages found in ``core/archs`` (each package
-exports ``NET`` and ``CONVENTIONS``, or ``CODEC``; nothing registers itself on import: the catalog
-reads them once, in name order), and how the rest of the engine finds a family's parts.
+exports ``NET`` and ``CONVENTIONS``, or ``CODEC``, and may export ``REFERENCES``; nothing registers
+itself on import: the catalog reads them once, in name order), and how the rest of the engine
+finds a family's parts.
 
 Adding an architecture is adding its package; a family record (``core/detect/diffusion_families.py``)
 names the ids (docs/architecture.md, "Adding a family").
@@ -19,6 +20,7 @@ from torch import nn
 import core.archs
 from core.archs.layouts import Architecture
 from core.archs.protocols import DiffusionNet, LatentCodec, TextConvention
+from core.archs.references import ReferenceConvention
 from core.archs.registry import Registry
 from core.detect.catalog import REGISTRY, diffusion_spec
 from core.errors import ModelMismatchError
@@ -42,6 +44,8 @@ def _parts(name: str) -> Iterator[Any]:
 NETS: Registry[DiffusionNet] = Registry("diffusion network", _parts("NET"))
 TEXTS: Registry[TextConvention] = Registry("text convention", _parts("CONVENTIONS"))
 CODECS: Registry[LatentCodec] = Registry("latent codec", _parts("CODEC"))
+#: how families take reference pictures (a package's ``REFERENCES``; ``DiffusionSpec.references``)
+REFERENCES: Registry[ReferenceConvention] = Registry("reference convention", _parts("REFERENCES"))
 #: the loading records (file layouts) of text encoders that live in packages (the decoder LLMs)
 ENCODER_ARCHITECTURES: tuple[Architecture, ...] = tuple(_parts("ENCODER_ARCHITECTURES"))
 
@@ -74,6 +78,11 @@ def text_for(family: str) -> TextConvention:
 
 def codec_for(family: str) -> LatentCodec:
     return CODECS[diffusion_spec(family).codec]
+
+
+def references_for(family: str) -> ReferenceConvention | None:
+    """How a generating family takes reference pictures (None: it takes none)."""
+    return REFERENCES.get(diffusion_spec(family).references)
 
 
 def net_of(module: nn.Module, *, action: str = "generate with") -> DiffusionNet:

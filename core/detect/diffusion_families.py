@@ -198,17 +198,19 @@ _FLUX2_SAMPLING = SamplingSpec(schedule="flux", shift=2.02)
 _KLEIN_DEFAULTS = GenerationDefaults(cfg=1.0, steps=4, sampler="euler", scheduler="simple", sizes=XL_SIZES)
 FLUX2_KLEIN_4B = DiffusionSpec(
     network="flux2", sampling=_FLUX2_SAMPLING, text="flux2_klein_4b", text_encoders=("qwen3-4b",),
-    codec="flux2-vae", vae="vae-flux2", memory_profile="flux2-klein-4b", defaults=_KLEIN_DEFAULTS,
+    codec="flux2-vae", vae="vae-flux2", references="flux2", memory_profile="flux2-klein-4b",
+    defaults=_KLEIN_DEFAULTS,
 )  # fmt: skip
 FLUX2_KLEIN_9B = DiffusionSpec(
     network="flux2", sampling=_FLUX2_SAMPLING, text="flux2_klein_9b", text_encoders=("qwen3-8b",),
-    codec="flux2-vae", vae="vae-flux2", memory_profile="flux2-klein-9b", defaults=_KLEIN_DEFAULTS,
+    codec="flux2-vae", vae="vae-flux2", references="flux2", memory_profile="flux2-klein-9b",
+    defaults=_KLEIN_DEFAULTS,
 )  # fmt: skip
 #: FLUX.2 dev: the network runs; its prompt encoding (Mistral-Small-3 24B, layers 10/20/30, through
 #: the Tekken tokenizer Loadout does not carry yet) is not implemented: it is detected, not generated.
 FLUX2_DEV = DiffusionSpec(
     network="flux2", sampling=_FLUX2_SAMPLING, text=None, text_encoders=("mistral3-24b",),
-    codec="flux2-vae", vae="vae-flux2", memory_profile="flux2-dev",
+    codec="flux2-vae", vae="vae-flux2", references="flux2", memory_profile="flux2-dev",
     defaults=GenerationDefaults(cfg=1.0, steps=20, sampler="euler", scheduler="simple", guidance=4.0,
                                 sizes=XL_SIZES),
 )  # fmt: skip
@@ -256,7 +258,10 @@ QWEN_IMAGE = DiffusionSpec(
 #: references): ComfyUI's 2509 template's ``ModelSamplingAuraFlow`` shift 3; 20 steps at CFG 2.5
 #: without the Lightning LoRA (the template's own run: 4 steps at CFG 1 with it).
 QWEN_IMAGE_EDIT = replace(
-    QWEN_IMAGE, text="qwen_image_edit", sampling=SamplingSpec(schedule="flow", shift=3.0, multiplier=1.0)
+    QWEN_IMAGE,
+    text="qwen_image_edit",
+    references="qwen_image_edit",
+    sampling=SamplingSpec(schedule="flow", shift=3.0, multiplier=1.0),
 )
 #: Qwen-Image-Edit 2511: the references modulated as at timestep 0 (the network's, from the family);
 #: ComfyUI's 2511 template's shift 3.1; the model card's 40 steps at CFG 4.

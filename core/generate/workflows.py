@@ -1,4 +1,5 @@
-"""The passes that need models beyond the base's, made through a session: the ControlNets (loaded
+"""The passes that need models beyond the base's, or files read for the picture's parameters, made
+through a session: an edit's reference pictures (read and hashed), the ControlNets (loaded
 once per session, placed with the diffusion model for the "sample" phase) and the SDXL refiner
 (loaded once per session, its text encoder and UNet placed for their own phases), with the PNG
 parameters that name what was used.
@@ -26,6 +27,7 @@ from core.generate.events import Phase
 from core.generate.hashes import FileHashes
 from core.generate.passes import Pass
 from core.generate.pipeline import Hooks, Pipeline
+from core.generate.references import ReferencePass, read_references
 from core.generate.refiner import (
     LoadedRefiner,
     RefinerPass,
@@ -123,13 +125,15 @@ def prepare(
     hooks: Hooks,
     hashes: FileHashes | None = None,
 ) -> Prepared:
-    """This generation's ControlNet and refiner passes, their models registered in ``parts`` (see
+    """This generation's reference, ControlNet and refiner passes, their models registered in ``parts`` (see
     the module notes); ``hashes`` gives the short hashes A1111 writes beside their names."""
 
     def named(path: Path, digits: int) -> str:
         return f"{path.stem} [{hashes.model_hash(path)[:digits]}]" if hashes is not None else path.stem
 
     passes: list[Pass] = []
+    if settings.references:  # read and checked before any model is placed
+        passes.append(ReferencePass(read_references(settings.references, parts.family)))
     control = _controlnets(session, state, settings, parts, pipeline, hooks.check, named)
     refiner = _refiner(session, state, settings, parts, pipeline, hooks)
     if control is not None:

@@ -2,6 +2,7 @@
 prompt encoding (:mod:`.text`)."""
 
 from core.archs.flux.net import NET
+from core.archs.flux.references import REFERENCES
 from core.archs.flux.text import CONVENTIONS
 
-__all__ = ["CONVENTIONS", "NET"]
+__all__ = ["CONVENTIONS", "NET", "REFERENCES"]

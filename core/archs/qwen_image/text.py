@@ -22,5 +22,5 @@ def _llm(outputs: Mapping[str, TowerOutput]) -> TextOutput:
 QWEN_IMAGE = Convention("qwen_image", (QWEN_IMAGE_TOWER,), combine_outputs=_llm)
 #: Qwen-Image-Edit's (ComfyUI's ``TextEncodeQwenImageEditPlus``): the edit template, up to three
 #: pictures before the prompt, read by the encoder's vision tower (``QWEN_IMAGE_EDIT_TOWER``)
-QWEN_IMAGE_EDIT = Convention("qwen_image_edit", (QWEN_IMAGE_EDIT_TOWER,), combine_outputs=_llm)
+QWEN_IMAGE_EDIT = Convention("qwen_image_edit", (QWEN_IMAGE_EDIT_TOWER,), combine_outputs=_llm, pictures=True)
 CONVENTIONS: tuple[TextConvention, ...] = (QWEN_IMAGE, QWEN_IMAGE_EDIT)

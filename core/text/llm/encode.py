@@ -24,6 +24,7 @@ from typing import Any
 import torch
 
 from core.archs.protocols import TowerOutput
+from core.archs.references import NO_PICTURES, PromptPictures
 from core.errors import LoadoutError, ModelMismatchError
 from core.models.llm import LlmTextModel
 from core.models.llm.vision import QwenVisionTower
@@ -75,11 +76,13 @@ class LlmTower:
         """The tower with the tokenizer ``spec`` names (Gemma's read from the file at ``path``)."""
         return cls(model, tokenizer_for(spec, path), spec, compute_dtype, device)
 
-    def tokenize(self, prompt: str, pictures: int = 0) -> TokenizedPrompt:
+    def tokenize(self, prompt: str, pictures: PromptPictures | int = NO_PICTURES) -> TokenizedPrompt:
         """The prompt in the family's template, after one picture prefix per picture (the family's
-        :class:`~core.archs.llm.towers.PictureSpec`) where ``pictures`` are given."""
-        if pictures:
-            prompt = self._picture_spec(pictures).text(pictures) + prompt
+        :class:`~core.archs.llm.towers.PictureSpec`) where ``pictures`` (an edit's reference
+        pictures, or their number) are given; a tower whose family takes none refuses them."""
+        count = pictures if isinstance(pictures, int) else len(pictures.images)
+        if count:
+            prompt = self._picture_spec(count).text(count) + prompt
         text = self.spec.text(prompt)
         return tokenize_weighted(
             text, self.tokenizer.encode, chunk_spec(self.spec), weighted=self.spec.weighted

@@ -50,11 +50,14 @@ def scaled(picture: torch.Tensor, area: int) -> torch.Tensor:
 def picture_tokens(
     visual: QwenVisionTower, pictures: Sequence[torch.Tensor], area: int, dtype: torch.dtype
 ) -> list[tuple[torch.Tensor, int, int]]:
-    """Each picture's tokens (rows x cols, width) from the vision tower, with rows and cols."""
+    """Each picture's tokens (rows x cols, width) from the vision tower, with rows and cols;
+    ``pictures``: RGB in 0..1, [3, H, W] or [1, 3, H, W]."""
     device = visual.patch_embed.proj.weight.device
     m = visual.config.merge_size
     out = []
     for picture in pictures:
+        if picture.ndim == 4 and picture.shape[0] == 1:  # [1, 3, H, W] as the workflow reads it
+            picture = picture[0]
         patches, (_, gh, gw) = picture_patches(scaled(picture, area), visual.config)
         with torch.inference_mode():
             out.append((visual(patches.to(device), (1, gh, gw), dtype=dtype), gh // m, gw // m))
