@@ -199,7 +199,7 @@ def classify_qwen_image(view: KeyView) -> list[Match]:
     if not view.has_all(needed) or "transformer_blocks.0.img_mlp.w1.weight" in view:
         return []
     img_in = view.shape("img_in.weight") or (0, 0)
-    fields = {
+    fields: dict[str, Any] = {
         "hidden_size": img_in[0],
         "in_channels": img_in[1],
         "num_layers": count_numbered(view, "transformer_blocks.", ("img_mod.1.weight",)),

@@ -152,7 +152,7 @@ class LlmTower:
         places = None
         if pictures:
             spec = self._picture_spec(len(pictures))
-            read = picture_tokens(self._visual(), pictures, spec.area, self.compute_dtype)
+            read = picture_tokens(self._visual(), pictures, spec.area, self.compute_dtype, self.device)
             ids, starts = expand(ids, spec.token, [r * c for _, r, c in read])
             inserts = [(s, t) for s, (t, _, _) in zip(starts, read, strict=True)]
             spans = [PictureSpan(s, r, c) for s, (_, r, c) in zip(starts, read, strict=True)]

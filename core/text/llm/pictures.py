@@ -48,11 +48,16 @@ def scaled(picture: torch.Tensor, area: int) -> torch.Tensor:
 
 
 def picture_tokens(
-    visual: QwenVisionTower, pictures: Sequence[torch.Tensor], area: int, dtype: torch.dtype
+    visual: QwenVisionTower,
+    pictures: Sequence[torch.Tensor],
+    area: int,
+    dtype: torch.dtype,
+    device: torch.device | None = None,
 ) -> list[tuple[torch.Tensor, int, int]]:
     """Each picture's tokens (rows x cols, width) from the vision tower, with rows and cols;
     ``pictures``: RGB in 0..1, [3, H, W] or [1, 3, H, W]."""
-    device = visual.patch_embed.proj.weight.device
+    if device is None:  # where the manager computes; else where the tower's weights are
+        device = visual.patch_embed.proj.weight.device
     m = visual.config.merge_size
     out = []
     for picture in pictures:

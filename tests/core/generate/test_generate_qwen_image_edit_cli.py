@@ -129,7 +129,7 @@ def test_loadout_generate_edits_a_picture_with_qwen_image_edit(
     assert report["images"] == [str(out)]
     image = Image.open(out)
     assert "Model: qwen_image_edit_2509_bf16" in image.text["parameters"]
-    assert "References: fox.png: " in image.text["parameters"]
+    assert 'References: "fox.png: ' in image.text["parameters"]
     got = np.asarray(image.convert("RGB")).astype(np.int32)
     want = _by_hand(model, text, ae, picture).astype(np.int32)
     assert got.std() > 5 and np.abs(got - want).max() <= 1
