@@ -90,7 +90,7 @@ def _by_hand(model: Path, text: Path, ae: Path, picture: Path) -> np.ndarray:
     spec = diffusion_spec(FAMILY)
     assert spec.text == "qwen_image_edit"
     convention = TEXTS[spec.text]
-    pixels = torch.from_numpy(np.asarray(Image.open(picture).convert("RGB"))).permute(2, 0, 1).float() / 255
+    pixels = torch.from_numpy(np.array(Image.open(picture).convert("RGB"))).permute(2, 0, 1).float() / 255
     encoder = load_text_encoder(text)
     tower = LlmTower.from_file(encoder.module, QWEN_IMAGE_EDIT_QWEN25VL, text)  # type: ignore[arg-type]
     base = convention.network_inputs(

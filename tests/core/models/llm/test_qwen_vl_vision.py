@@ -5,13 +5,18 @@ sizes."""
 
 from __future__ import annotations
 
+import dataclasses
+from pathlib import Path
+
 import pytest
 import torch
 from transformers.models.qwen2_5_vl.configuration_qwen2_5_vl import Qwen2_5_VLVisionConfig
 from transformers.models.qwen2_5_vl.modeling_qwen2_5_vl import Qwen2_5_VisionTransformerPretrainedModel
 
 from core.errors import LoadoutError
+from core.loading.loader import load_text_encoder
 from core.models.llm.vision import QwenVisionTower, VisionConfig, picture_patches, picture_size
+from tests.fixtures.llm_files import random_state, small_config, write_comfy
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -83,3 +88,28 @@ def test_pictures_are_sized_as_comfyui_sizes_them() -> None:
     assert picture_size(4000, 4000, cfg) == (3584, 3584)  # over 12845056 px: scaled down
     with pytest.raises(LoadoutError, match="RGB picture"):
         picture_patches(torch.rand(4, 28, 28), cfg)
+
+
+@pytest.mark.parametrize("visual, base", [("visual.", "model."), ("model.visual.", "model.language_model.")])
+def test_a_qwen25_vl_file_loads_its_vision_tower_with_the_language_model(
+    tmp_path: Path, visual: str, base: str
+) -> None:
+    """Comfy-Org's (and the original Hugging Face) layout and transformers 4.50+'s: the tower is the
+    module's ``visual`` part, its config read from the file's shapes."""
+    llm = small_config("qwen2.5-vl-7b", layers=1)
+    vision = VisionConfig(
+        hidden_size=160, num_heads=2, intermediate_size=64, depth=2, out_hidden_size=llm.hidden_size
+    )
+    state = random_state(dataclasses.replace(llm, vision=vision), seed=4)
+    text = {k: v for k, v in state.items() if k.startswith("model.")}
+    tower = {
+        visual + k.removeprefix("visual."): v.to(torch.bfloat16)
+        for k, v in state.items()
+        if k.startswith("visual.")
+    }
+    path = write_comfy(tmp_path / "qwen_2.5_vl_7b.safetensors", text, base=base, extra=tower)
+    loaded = load_text_encoder(path)
+    assert loaded.family == "qwen2.5-vl-7b" and loaded.config.vision == vision
+    got = {k: v for k, v in loaded.module.state_dict().items() if k.startswith("visual.")}
+    assert set(got) == {k for k in state if k.startswith("visual.")}
+    assert all(torch.equal(got[k].float(), state[k].to(torch.bfloat16).float()) for k in got)
