@@ -66,7 +66,8 @@ def cfg_norm(call: CfgCall, denoised: Tensor, strength: float) -> Tensor:
     """CFGNorm (its post-CFG form): the combined estimate scaled, per position, down to the
     positive estimate's norm over the channels (never up), times ``strength``."""
     scale = call.cond.norm(dim=1, keepdim=True) / (denoised.norm(dim=1, keepdim=True) + 1e-8)
-    return denoised * scale.clamp(min=0.0, max=1.0) * strength
+    out: Tensor = denoised * scale.clamp(min=0.0, max=1.0) * strength
+    return out
 
 
 def epsilon_scaling(call: CfgCall, denoised: Tensor, factor: float) -> Tensor:
