@@ -142,13 +142,14 @@ def scaled_reference(picture: ReferencePicture, rule: ReferenceConvention, multi
 
 @dataclass(frozen=True)
 class EncodeReferences:
-    """Before the prompts: each picture scaled and VAE-encoded into the model's latent space."""
+    """Before the prompts: each picture scaled by ``rule`` and VAE-encoded into the model's latent
+    space."""
 
     pictures: tuple[ReferencePicture, ...]
+    rule: ReferenceConvention
 
     def __call__(self, run: Run) -> None:
-        pipe = run.pipeline
-        rule = convention_for(pipe.nets.family, len(self.pictures))
+        pipe, rule = run.pipeline, self.rule
         multiple = pipe.codec.downscale(pipe.nets.vae)
         latents = []
         for picture in self.pictures:
@@ -184,10 +185,12 @@ def references_in(extra: dict[str, str]) -> tuple[ReferenceUse, ...]:
 
 @dataclass
 class ReferencePass:
-    """Editing: the reference pictures encoded before the prompts, their latents in every base
-    sampler's conditioning (:meth:`References.attach`)."""
+    """Editing: the reference pictures encoded before the prompts by the family's ``rule``
+    (:func:`convention_for`), their latents in every base sampler's conditioning
+    (:meth:`References.attach`)."""
 
     pictures: tuple[ReferencePicture, ...]
+    rule: ReferenceConvention
     kind: str = "references"
     contribution: Contribution = field(default_factory=Contribution)
 
@@ -195,4 +198,4 @@ class ReferencePass:
         self.contribution.parameters = {PARAMETER: parameter_text(self.pictures)}
 
     def plan(self, plan: Plan, settings: ImageSettings) -> None:
-        plan.prepare.append(EncodeReferences(self.pictures))
+        plan.prepare.append(EncodeReferences(self.pictures, self.rule))

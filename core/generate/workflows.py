@@ -27,7 +27,7 @@ from core.generate.events import Phase
 from core.generate.hashes import FileHashes
 from core.generate.passes import Pass
 from core.generate.pipeline import Hooks, Pipeline
-from core.generate.references import ReferencePass, read_references
+from core.generate.references import ReferencePass, convention_for, read_references
 from core.generate.refiner import (
     LoadedRefiner,
     RefinerPass,
@@ -133,7 +133,8 @@ def prepare(
 
     passes: list[Pass] = []
     if settings.references:  # read and checked before any model is placed
-        passes.append(ReferencePass(read_references(settings.references, parts.family)))
+        pictures = read_references(settings.references, parts.family)
+        passes.append(ReferencePass(pictures, convention_for(parts.family, len(pictures))))
     control = _controlnets(session, state, settings, parts, pipeline, hooks.check, named)
     refiner = _refiner(session, state, settings, parts, pipeline, hooks)
     if control is not None:

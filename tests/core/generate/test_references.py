@@ -101,7 +101,7 @@ def test_a_family_without_references_too_many_and_unreadable_pictures_are_refuse
 def test_the_png_parameters_name_each_reference_and_read_back(tmp_path: Path) -> None:
     a, b = _picture(tmp_path / "cat, sitting.png", 64, 64, 1), _picture(tmp_path / "dog.png", 64, 48, 2)
     found = read_references((a, b), KLEIN)
-    made = ReferencePass(found)
+    made = ReferencePass(found, convention_for(KLEIN, 2))
     text = format_parameters(GenerationParameters("edit", extra=dict(made.contribution.parameters)))
     back = references_in(parse_parameters(text).extra)
     assert back == (
