@@ -34,6 +34,7 @@ class Pictures(QObject):
         self.menu = PictureMenu(
             window, self.use_settings, self.deleted, self.viewer.open,
             say=lambda title, text: window.show_message(Friendly(title, text, "warning")),
+            edit=self.edit_picture,
         )  # fmt: skip
         self.viewer.menu_requested.connect(self.menu.popup)
         self.gallery.menu_requested.connect(self.menu.popup)
@@ -58,6 +59,14 @@ class Pictures(QObject):
             self.viewer.show_sweep(images[1:])
         else:
             self.viewer.show_image(images[0].path, images[0].infotext)
+
+    def edit_picture(self, path: Path) -> bool:
+        """ "Edit this picture": into the first reference slot, the Generate dock raised."""
+        if not self.window.generate_panel.references.edit_picture(path):
+            return False
+        self.window.docks["generate"].show()
+        self.window.docks["generate"].raise_()
+        return True
 
     def deleted(self, path: Path) -> None:
         self.gallery.remove(path)

@@ -91,8 +91,13 @@ def test_the_picture_menu_copies_parameters_and_deletes_after_asking(
         "Show in folder",
         "Copy parameters",
         "Use these settings",
+        "Edit this picture",
         "Delete…",
     ]
+    # "Edit this picture": the first reference slot, once the loaded family takes references
+    assert not window.pictures.edit_picture(path)
+    window.generate_panel.references.set_limit(3)
+    assert window.pictures.edit_picture(path) and window.generate_panel.references.paths() == (path,)
     copy = next(a for a in menu.menu(path).actions() if a.text() == "Copy parameters")
     copy.trigger()
     assert "Seed: 42" in QGuiApplication.clipboard().text()

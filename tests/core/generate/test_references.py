@@ -43,7 +43,7 @@ def _picture(path: Path, w: int, h: int, seed: int = 0) -> Path:
 def test_kontext_picks_diffusers_and_comfyuis_preferred_size() -> None:
     from diffusers.pipelines.flux.pipeline_flux_kontext import PREFERRED_KONTEXT_RESOLUTIONS
 
-    kontext = REFERENCES["flux-kontext"]
+    kontext = REFERENCES["kontext"]
     assert kontext.sizes == tuple(PREFERRED_KONTEXT_RESOLUTIONS)  # type: ignore[attr-defined]
     for w, h in ((640, 480), (480, 640), (1000, 1000), (1920, 1080), (300, 1200), (813, 611)):
         aspect = w / h
@@ -52,12 +52,12 @@ def test_kontext_picks_diffusers_and_comfyuis_preferred_size() -> None:
 
 
 def test_total_area_rules_are_comfyuis_arithmetic() -> None:
-    qwen, flux2 = REFERENCES["qwen-image-edit"], REFERENCES["flux2"]
+    qwen, flux2 = REFERENCES["qwen-edit"], REFERENCES["flux2"]
     for w, h in ((640, 480), (813, 611), (2000, 500), (1024, 1024)):
         by = math.sqrt(1024 * 1024 / (w * h))
         assert qwen.scale(w, h) == ReferenceScale(round(w * by / 8.0) * 8, round(h * by / 8.0) * 8, "area")
         assert flux2.scale(w, h) == ReferenceScale(round(w * by), round(h * by), "lanczos")
-    assert (qwen.most, flux2.most, REFERENCES["flux-kontext"].most) == (3, 10, 3)
+    assert (qwen.most, flux2.most, REFERENCES["kontext"].most) == (3, 10, 3)
 
 
 def test_lanczos_scaling_is_pillows_on_the_8_bit_picture() -> None:
