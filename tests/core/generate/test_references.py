@@ -122,3 +122,25 @@ def test_the_cli_refuses_references_for_a_model_that_takes_none(
     assert code != 0 and not out.exists()
     err = capsys.readouterr().err
     assert "takes no reference pictures" in err and "Traceback" not in err
+
+
+def test_the_cli_flag_is_repeatable_and_becomes_the_requests_references(tmp_path: Path) -> None:
+    from app.cli import build_parser
+    from app.commands.generate_cmd import _request
+
+    a, b = tmp_path / "a.png", tmp_path / "b.png"
+    args = build_parser().parse_args(
+        [
+            "generate",
+            "m.safetensors",
+            "--prompt",
+            "x",
+            "--reference",
+            str(a),
+            "--reference",
+            str(b),
+            "-o",
+            "o.png",
+        ]
+    )
+    assert _request(args).image.references == (a, b)
