@@ -14,7 +14,7 @@ picture by file name and the first 12 hex digits of its SHA-256 (``References: "
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -31,6 +31,7 @@ from core.files.leases import open_input
 from core.generate.passes import Contribution, Plan, References, Run
 from core.generate.pictures import read_picture
 from core.generate.request import ImageSettings
+from core.memory.inference import Workload, activation_bytes
 
 #: the PNG parameters' key
 PARAMETER = "References"
@@ -158,6 +159,19 @@ class EncodeReferences:
             latents.append(pipe.latent_format.process_in(pipe.encode_pixels(scaled * 2.0 - 1.0, run.hooks)))
         shown = PromptPictures(tuple(p.unit() for p in self.pictures), tuple(p.sha256 for p in self.pictures))
         run.references = References(tuple(latents), shown, rule.negative)
+
+
+def activation_room(
+    profile: str | None, width: int | None, work: Workload, pictures: tuple[ReferencePicture, ...],
+    rule: ReferenceConvention,
+) -> int:  # fmt: skip
+    """The activation bytes a step needs beyond the picture's for the reference tokens: the
+    measured model at the picture's area plus the scaled references' (the same width, taller)
+    less the model at the picture's own."""
+    sizes = [rule.scale(p.rgb.shape[1], p.rgb.shape[0]) for p in pictures]
+    extra = sum(s.width * s.height for s in sizes)
+    taller = replace(work, height=work.height + -(-extra // work.width))
+    return max(activation_bytes(profile, taller, width) - activation_bytes(profile, work, width), 0)
 
 
 def parameter_text(pictures: tuple[ReferencePicture, ...]) -> str:

@@ -144,3 +144,16 @@ def test_the_cli_flag_is_repeatable_and_becomes_the_requests_references(tmp_path
         ]
     )
     assert _request(args).image.references == (a, b)
+
+
+def test_the_reference_tokens_get_activation_room(tmp_path: Path) -> None:
+    """A 1 MP reference beside a 1024 x 1024 picture: a step's activations as for a 1024 x 2048
+    picture (the measured model of the family), less the picture's own."""
+    from core.generate.references import activation_room
+    from core.memory.inference import Workload, activation_bytes
+
+    (picture,) = read_references((_picture(tmp_path / "r.png", 256, 256),), KLEIN)
+    rule, work = REFERENCES["flux2"], Workload(1024, 1024)
+    room = activation_room(KLEIN, None, work, (picture,), rule)
+    want = activation_bytes(KLEIN, Workload(1024, 2048), None) - activation_bytes(KLEIN, work, None)
+    assert room == want > 0 and activation_room(KLEIN, None, work, (), rule) == 0
