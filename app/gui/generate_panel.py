@@ -38,6 +38,7 @@ from app.gui import generate_apply, generate_fields
 from app.gui.guidance_controls import GuidanceControls
 from app.gui.model_picker import ModelPicker
 from app.gui.prompt_completion import PromptCompleter
+from app.gui.reference_slots import ReferenceSlots
 from app.gui.size_controls import SizeControls
 from app.gui.sweep_controls import SweepControls
 from app.gui.theme import icon, set_icon
@@ -94,12 +95,14 @@ class GeneratePanel(QWidget):
         out_row = self._build_actions()
         self.model = ModelPicker()
         self.workflows = WorkflowControls()
+        self.references = ReferenceSlots()  # shown while the loaded family takes references
         self.guidance_patches = GuidanceControls()
         # the settings scroll; the model, prompts and the Generate row above and below them never do
         inner = QWidget()
         inner_layout = QVBoxLayout(inner)
         inner_layout.setContentsMargins(0, 0, 4, 0)
         inner_layout.addLayout(form)
+        inner_layout.addWidget(self.references)
         inner_layout.addWidget(self.workflows)
         inner_layout.addWidget(self.guidance_patches)
         inner_layout.addLayout(out_row)
@@ -248,7 +251,7 @@ class GeneratePanel(QWidget):
                 clip_skip=generate_fields.clip_skip(self),
             )
         )
-        return self.guidance_patches.apply(made)
+        return self.references.apply(self.guidance_patches.apply(made))
 
     def apply_parameters(self, p: GenerationParameters) -> None:
         """Fill the fields from a picture's parameters (``generate_apply``)."""

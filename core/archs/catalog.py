@@ -85,6 +85,14 @@ def references_for(family: str) -> ReferenceConvention | None:
     return REFERENCES.get(diffusion_spec(family).references)
 
 
+def reference_limit(family: str | None) -> int:
+    """The most reference pictures a family takes (0: none, or no such family)."""
+    fam = REGISTRY.get(family) if family else None
+    spec = fam.diffusion if fam is not None else None
+    rule = REFERENCES.get(spec.references) if spec is not None else None
+    return rule.most if rule is not None else 0
+
+
 def net_of(module: nn.Module, *, action: str = "generate with") -> DiffusionNet:
     """The network ``module`` is (a loaded diffusion model), or a refusal naming what it is."""
     for net in NETS:

@@ -158,6 +158,13 @@ FLUX_DEV = DiffusionSpec(
     vae="vae-flux", memory_profile="flux",
     defaults=GenerationDefaults(cfg=1.0, scheduler="simple", guidance=3.5, sizes=XL_SIZES),
 )  # fmt: skip
+#: FLUX.1 Kontext [dev]: Flux dev's network and shapes, reference pictures (ComfyUI's Kontext
+#: template: FluxKontextImageScale -> VAEEncode -> ReferenceLatent, FluxGuidance 2.5, 20 steps)
+FLUX_KONTEXT = DiffusionSpec(
+    network="flux", sampling=SamplingSpec(schedule="flux", shift=1.15), text="flux", text_encoders=_FLUX_TEXT,
+    vae="vae-flux", memory_profile="flux", references="kontext",
+    defaults=GenerationDefaults(cfg=1.0, scheduler="simple", guidance=2.5, sizes=XL_SIZES),
+)  # fmt: skip
 FLUX_FILL = DiffusionSpec(
     network="flux", sampling=SamplingSpec(schedule="flux", shift=1.15), text="flux", text_encoders=_FLUX_TEXT,
     vae="vae-flux", memory_profile="flux", defaults=GenerationDefaults(cfg=1.0, sizes=XL_SIZES),
@@ -175,6 +182,10 @@ CHROMA = DiffusionSpec(
 FLUX_FAMILIES = (
     _flux(
         "flux-dev", "FLUX.1 [dev]", "flux-1-dev", FLUX_DEV, "dev", notes="Kontext [dev] has the same shapes"
+    ),
+    _flux(
+        "flux-kontext", "FLUX.1 Kontext [dev]", "flux-1-kontext-dev", FLUX_KONTEXT, "dev",
+        notes="Flux dev's shapes: told apart by the file name or metadata",
     ),
     _flux("flux-schnell", "FLUX.1 [schnell]", "flux-1-schnell", FLUX_SCHNELL, "schnell"),
     diffusion(
@@ -260,7 +271,7 @@ QWEN_IMAGE = DiffusionSpec(
 QWEN_IMAGE_EDIT = replace(
     QWEN_IMAGE,
     text="qwen_image_edit",
-    references="qwen_image_edit",
+    references="qwen-edit",
     sampling=SamplingSpec(schedule="flow", shift=3.0, multiplier=1.0),
 )
 #: Qwen-Image-Edit 2511: the references modulated as at timestep 0 (the network's, from the family);

@@ -24,7 +24,7 @@ NetworkId = str
 TextConventionId = str
 #: A latent codec's id in ``core.archs.catalog.CODECS`` ("kl-vae").
 CodecId = str
-#: A reference-picture convention's id in ``core.archs.catalog.REFERENCES`` ("flux-kontext").
+#: A reference-picture convention's id in ``core.archs.catalog.REFERENCES`` ("kontext", "flux2").
 ReferenceId = str
 #: The noise schedule (``core.sampling.model_sampling`` resolves the name).
 Schedule = Literal["discrete", "flow", "flux"]

@@ -14,7 +14,7 @@ picture by file name and the first 12 hex digits of its SHA-256 (``References: "
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -31,6 +31,7 @@ from core.files.leases import open_input
 from core.generate.passes import Contribution, Plan, References, Run
 from core.generate.pictures import read_picture
 from core.generate.request import ImageSettings
+from core.memory.inference import Workload, activation_bytes
 
 #: the PNG parameters' key
 PARAMETER = "References"
@@ -142,13 +143,14 @@ def scaled_reference(picture: ReferencePicture, rule: ReferenceConvention, multi
 
 @dataclass(frozen=True)
 class EncodeReferences:
-    """Before the prompts: each picture scaled and VAE-encoded into the model's latent space."""
+    """Before the prompts: each picture scaled by ``rule`` and VAE-encoded into the model's latent
+    space."""
 
     pictures: tuple[ReferencePicture, ...]
+    rule: ReferenceConvention
 
     def __call__(self, run: Run) -> None:
-        pipe = run.pipeline
-        rule = convention_for(pipe.nets.family, len(self.pictures))
+        pipe, rule = run.pipeline, self.rule
         multiple = pipe.codec.downscale(pipe.nets.vae)
         latents = []
         for picture in self.pictures:
@@ -157,6 +159,19 @@ class EncodeReferences:
             latents.append(pipe.latent_format.process_in(pipe.encode_pixels(scaled * 2.0 - 1.0, run.hooks)))
         shown = PromptPictures(tuple(p.unit() for p in self.pictures), tuple(p.sha256 for p in self.pictures))
         run.references = References(tuple(latents), shown, rule.negative)
+
+
+def activation_room(
+    profile: str | None, width: int | None, work: Workload, pictures: tuple[ReferencePicture, ...],
+    rule: ReferenceConvention,
+) -> int:  # fmt: skip
+    """The activation bytes a step needs beyond the picture's for the reference tokens: the
+    measured model at the picture's area plus the scaled references' (the same width, taller)
+    less the model at the picture's own."""
+    sizes = [rule.scale(p.rgb.shape[1], p.rgb.shape[0]) for p in pictures]
+    extra = sum(s.width * s.height for s in sizes)
+    taller = replace(work, height=work.height + -(-extra // work.width))
+    return max(activation_bytes(profile, taller, width) - activation_bytes(profile, work, width), 0)
 
 
 def parameter_text(pictures: tuple[ReferencePicture, ...]) -> str:
@@ -184,10 +199,12 @@ def references_in(extra: dict[str, str]) -> tuple[ReferenceUse, ...]:
 
 @dataclass
 class ReferencePass:
-    """Editing: the reference pictures encoded before the prompts, their latents in every base
-    sampler's conditioning (:meth:`References.attach`)."""
+    """Editing: the reference pictures encoded before the prompts by the family's ``rule``
+    (:func:`convention_for`), their latents in every base sampler's conditioning
+    (:meth:`References.attach`)."""
 
     pictures: tuple[ReferencePicture, ...]
+    rule: ReferenceConvention
     kind: str = "references"
     contribution: Contribution = field(default_factory=Contribution)
 
@@ -195,4 +212,4 @@ class ReferencePass:
         self.contribution.parameters = {PARAMETER: parameter_text(self.pictures)}
 
     def plan(self, plan: Plan, settings: ImageSettings) -> None:
-        plan.prepare.append(EncodeReferences(self.pictures))
+        plan.prepare.append(EncodeReferences(self.pictures, self.rule))

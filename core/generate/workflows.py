@@ -27,7 +27,7 @@ from core.generate.events import Phase
 from core.generate.hashes import FileHashes
 from core.generate.passes import Pass
 from core.generate.pipeline import Hooks, Pipeline
-from core.generate.references import ReferencePass, read_references
+from core.generate.references import ReferencePass, activation_room, convention_for, read_references
 from core.generate.refiner import (
     LoadedRefiner,
     RefinerPass,
@@ -133,7 +133,10 @@ def prepare(
 
     passes: list[Pass] = []
     if settings.references:  # read and checked before any model is placed
-        passes.append(ReferencePass(read_references(settings.references, parts.family)))
+        pictures = read_references(settings.references, parts.family)
+        made = ReferencePass(pictures, convention_for(parts.family, len(pictures)))
+        made.contribution.sample_bytes = _reference_room(session, settings, pipeline, made)
+        passes.append(made)
     control = _controlnets(session, state, settings, parts, pipeline, hooks.check, named)
     refiner = _refiner(session, state, settings, parts, pipeline, hooks)
     if control is not None:
@@ -156,6 +159,26 @@ def prepare(
                 if model not in placed:  # the same ControlNet twice is placed once
                     placed.append(model)
     return out
+
+
+def _workload(settings: ImageSettings, pipeline: Pipeline) -> Workload:
+    """The last sampler's step shape (the hires pass's size), as the session plans the base's."""
+    compute = pipeline.compute
+    batch = settings.batch * (1 if pipeline.cfg(settings) == 1.0 else 2)
+    attention = "cuda_flash" if compute.device.type == "cuda" else "cpu_flash"
+    size = torch.empty((), dtype=compute.diffusion_dtype).element_size()
+    w, h = settings.final_size
+    return Workload(w, h, batch, size, attention)
+
+
+def _reference_room(
+    session: Session, settings: ImageSettings, pipeline: Pipeline, made: ReferencePass
+) -> int:
+    """Room for the reference tokens in each step (0 when the user fixed the headroom)."""
+    if session.placement.manager.settings.headroom_fixed:
+        return 0
+    profile, width = network_profile(pipeline.nets.family, pipeline.nets.diffusion)
+    return activation_room(profile, width, _workload(settings, pipeline), made.pictures, made.rule)
 
 
 def _refine_activations(

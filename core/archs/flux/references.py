@@ -14,5 +14,5 @@ KONTEXT_SIZES: tuple[tuple[int, int], ...] = (
 )  # fmt: skip
 
 #: ComfyUI chains ReferenceLatent nodes for several pictures (its "offset" method); BFL trained on one
-KONTEXT = PreferredSizes("flux-kontext", KONTEXT_SIZES, most=3)
+KONTEXT = PreferredSizes("kontext", KONTEXT_SIZES, most=3)
 REFERENCES = (KONTEXT,)

@@ -7,5 +7,5 @@ from __future__ import annotations
 
 from core.archs.references import TotalArea
 
-QWEN_EDIT_REFERENCES = TotalArea("qwen_image_edit", area=1024 * 1024, most=3, step=8, method="area")
+QWEN_EDIT_REFERENCES = TotalArea("qwen-edit", area=1024 * 1024, most=3, step=8, method="area")
 REFERENCES = (QWEN_EDIT_REFERENCES,)

@@ -43,7 +43,7 @@ def _picture(path: Path, w: int, h: int, seed: int = 0) -> Path:
 def test_kontext_picks_diffusers_and_comfyuis_preferred_size() -> None:
     from diffusers.pipelines.flux.pipeline_flux_kontext import PREFERRED_KONTEXT_RESOLUTIONS
 
-    kontext = REFERENCES["flux-kontext"]
+    kontext = REFERENCES["kontext"]
     assert kontext.sizes == tuple(PREFERRED_KONTEXT_RESOLUTIONS)  # type: ignore[attr-defined]
     for w, h in ((640, 480), (480, 640), (1000, 1000), (1920, 1080), (300, 1200), (813, 611)):
         aspect = w / h
@@ -52,12 +52,12 @@ def test_kontext_picks_diffusers_and_comfyuis_preferred_size() -> None:
 
 
 def test_total_area_rules_are_comfyuis_arithmetic() -> None:
-    qwen, flux2 = REFERENCES["qwen_image_edit"], REFERENCES["flux2"]
+    qwen, flux2 = REFERENCES["qwen-edit"], REFERENCES["flux2"]
     for w, h in ((640, 480), (813, 611), (2000, 500), (1024, 1024)):
         by = math.sqrt(1024 * 1024 / (w * h))
         assert qwen.scale(w, h) == ReferenceScale(round(w * by / 8.0) * 8, round(h * by / 8.0) * 8, "area")
         assert flux2.scale(w, h) == ReferenceScale(round(w * by), round(h * by), "lanczos")
-    assert (qwen.most, flux2.most, REFERENCES["flux-kontext"].most) == (3, 10, 3)
+    assert (qwen.most, flux2.most, REFERENCES["kontext"].most) == (3, 10, 3)
 
 
 def test_lanczos_scaling_is_pillows_on_the_8_bit_picture() -> None:
@@ -101,7 +101,7 @@ def test_a_family_without_references_too_many_and_unreadable_pictures_are_refuse
 def test_the_png_parameters_name_each_reference_and_read_back(tmp_path: Path) -> None:
     a, b = _picture(tmp_path / "cat, sitting.png", 64, 64, 1), _picture(tmp_path / "dog.png", 64, 48, 2)
     found = read_references((a, b), KLEIN)
-    made = ReferencePass(found)
+    made = ReferencePass(found, convention_for(KLEIN, 2))
     text = format_parameters(GenerationParameters("edit", extra=dict(made.contribution.parameters)))
     back = references_in(parse_parameters(text).extra)
     assert back == (
@@ -122,3 +122,38 @@ def test_the_cli_refuses_references_for_a_model_that_takes_none(
     assert code != 0 and not out.exists()
     err = capsys.readouterr().err
     assert "takes no reference pictures" in err and "Traceback" not in err
+
+
+def test_the_cli_flag_is_repeatable_and_becomes_the_requests_references(tmp_path: Path) -> None:
+    from app.cli import build_parser
+    from app.commands.generate_cmd import _request
+
+    a, b = tmp_path / "a.png", tmp_path / "b.png"
+    args = build_parser().parse_args(
+        [
+            "generate",
+            "m.safetensors",
+            "--prompt",
+            "x",
+            "--reference",
+            str(a),
+            "--reference",
+            str(b),
+            "-o",
+            "o.png",
+        ]
+    )
+    assert _request(args).image.references == (a, b)
+
+
+def test_the_reference_tokens_get_activation_room(tmp_path: Path) -> None:
+    """A 1 MP reference beside a 1024 x 1024 picture: a step's activations as for a 1024 x 2048
+    picture (the measured model of the family), less the picture's own."""
+    from core.generate.references import activation_room
+    from core.memory.inference import Workload, activation_bytes
+
+    (picture,) = read_references((_picture(tmp_path / "r.png", 256, 256),), KLEIN)
+    rule, work = REFERENCES["flux2"], Workload(1024, 1024)
+    room = activation_room(KLEIN, None, work, (picture,), rule)
+    want = activation_bytes(KLEIN, Workload(1024, 2048), None) - activation_bytes(KLEIN, work, None)
+    assert room == want > 0 and activation_room(KLEIN, None, work, (), rule) == 0
