@@ -1,12 +1,13 @@
 """``loadout generate [CHECKPOINT] [--diffusion-model F] [--text-encoder F]... [--vae F] --prompt P
 [--negative N] [--lora FILE[:MODEL[:CLIP]]]... [--seed S] [--steps N] [--cfg X] [--sampler NAME]
 [--scheduler NAME] [--size WxH] [--batch B] [--init IMAGE [--mask MASK] --denoise D]
-[--init IMAGE --outpaint LEFT,TOP,RIGHT,BOTTOM [--feather N]]
+[--init IMAGE --outpaint LEFT,TOP,RIGHT,BOTTOM [--feather N]] [--reference PICTURE]...
 [--controlnet FILE:HINT[:STRENGTH[:START:END]]]... [--refiner FILE [--refiner-switch F]]
 [--hires-scale S --hires-denoise D [--hires-steps N] [--hires-upscaler METHOD_OR_FILE]]
 [--patch NAME[:ARG=VALUE,...]]... [--lora-schedule NAME=MULT@START,...]...
 [--device D] [--dtype D] [--vram-limit BYTES] -o OUT.png [--json]``: text to image (img2img with
---init, inpainting with --mask, outpainting with --outpaint), with ControlNets, the hires fix, the
+--init, inpainting with --mask, outpainting with --outpaint, editing with --reference), with
+ControlNets, the hires fix, the
 SDXL refiner and guidance patches (PAG, FreeU ...).
 
 With ``--x AXIS:V1,V2,... [--y ...] [--z ...] [--ray ADDRESS|local:N] -o DIR`` a grid: one picture per
@@ -171,6 +172,10 @@ def _add_workflows(p: argparse.ArgumentParser) -> None:
         "--feather", type=int_type(FEATHERING), default=DEFAULT_FEATHERING, metavar="PIXELS",
         help=f"outpainting: how far the mask fades into the picture (default {DEFAULT_FEATHERING})",
     )  # fmt: skip
+    p.add_argument(
+        "--reference", action="append", default=[], metavar="PICTURE",
+        help="editing: a reference picture (repeatable; FLUX.1 Kontext, FLUX.2, Qwen-Image-Edit)",
+    )  # fmt: skip
     p.add_argument("--refiner", metavar="FILE", help="the SDXL refiner checkpoint to finish the picture")
     p.add_argument(
         "--refiner-switch", type=number_type(REFINER_SWITCH), default=0.8,
@@ -231,6 +236,7 @@ def _request(args: argparse.Namespace) -> GenerateRequest:
         clip_skip=args.clip_skip,
         guidance_patches=tuple(parse_patch_argument(t) for t in args.patch),
         lora_schedules=tuple(parse_schedule(t) for t in args.lora_schedule),
+        references=tuple(Path(t) for t in args.reference),
     )
     return GenerateRequest(
         models=models,
@@ -351,7 +357,10 @@ def run(args: argparse.Namespace) -> int:
     request = _request(args)
     interrupt = threading.Event()
     try:
-        inputs = (*request.models.paths, *(a.path for a in request.loras), request.image.init_image)
+        inputs = (
+            *request.models.paths, *(a.path for a in request.loras), request.image.init_image,
+            *request.image.references,
+        )  # fmt: skip
         with stop_signals(interrupt), guarded_inputs(inputs, interrupt):  # checked between layers and steps
             if args.x:
                 return run_grid_command(args, request, interrupt)

@@ -38,6 +38,7 @@ from app.gui import generate_apply, generate_fields
 from app.gui.guidance_controls import GuidanceControls
 from app.gui.model_picker import ModelPicker
 from app.gui.prompt_completion import PromptCompleter
+from app.gui.reference_slots import ReferenceSlots
 from app.gui.schedule_controls import ScheduleControls
 from app.gui.size_controls import SizeControls
 from app.gui.sweep_controls import SweepControls
@@ -95,6 +96,7 @@ class GeneratePanel(QWidget):
         out_row = self._build_actions()
         self.model = ModelPicker()
         self.workflows = WorkflowControls()
+        self.references = ReferenceSlots()  # shown while the loaded family takes references
         self.guidance_patches = GuidanceControls()
         self.lora_schedules = ScheduleControls()
         # the settings scroll; the model, prompts and the Generate row above and below them never do
@@ -102,6 +104,7 @@ class GeneratePanel(QWidget):
         inner_layout = QVBoxLayout(inner)
         inner_layout.setContentsMargins(0, 0, 4, 0)
         inner_layout.addLayout(form)
+        inner_layout.addWidget(self.references)
         inner_layout.addWidget(self.workflows)
         inner_layout.addWidget(self.guidance_patches)
         inner_layout.addWidget(self.lora_schedules)
@@ -251,7 +254,7 @@ class GeneratePanel(QWidget):
                 clip_skip=generate_fields.clip_skip(self),
             )
         )
-        return self.lora_schedules.apply(self.guidance_patches.apply(made))
+        return self.references.apply(self.lora_schedules.apply(self.guidance_patches.apply(made)))
 
     def apply_parameters(self, p: GenerationParameters) -> None:
         """Fill the fields from a picture's parameters (``generate_apply``)."""

@@ -1,6 +1,7 @@
 """Wires the pictures of the window together: the central viewer, the gallery dock, the sweep grid
 and the picture menu; "Use these settings" fills the Generate panel and applies the picture's
-LoRAs and strengths to the stack (reading the PNG like a dropped picture is read).
+LoRAs and strengths to the stack (reading the PNG like a dropped picture is read); "Edit this
+picture" fills the first reference slot, and an edit's result is shown beside its originals.
 
 It is handed what it needs (:class:`PictureHost`: a few callables), never the window: what the
 session has loaded is read through them, and the stack is changed by one session operation
@@ -9,7 +10,7 @@ session has loaded is read through them, and the stack is changed by one session
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -23,10 +24,11 @@ from app.gui.generate_panel import GeneratePanel
 from app.gui.picture_menu import PictureMenu
 from app.gui.viewer import PicturePanel
 from core.errors import LoadoutError
-from core.generate.events import GenerateResult
-from core.generate.parameters import parse_parameters
+from core.generate.events import GeneratedImage, GenerateResult
+from core.generate.parameters import GenerationParameters, parse_parameters
 from core.generate.picture_settings import PicturePlan, plan_picture_settings
 from core.generate.png import read_png_parameters
+from core.generate.references import references_in
 from core.library import Entry
 from core.session.loras import StackChange
 from core.session.snapshots import LoraInfo
@@ -58,6 +60,7 @@ class Pictures(QObject):
         self.menu = PictureMenu(
             parent, self.use_settings, self.deleted, self.viewer.open,
             say=lambda title, text: host.say(Friendly(title, text, "warning"), None),
+            edit=self.edit_picture,
         )  # fmt: skip
         self.viewer.menu_requested.connect(self.menu.popup)
         self.gallery.menu_requested.connect(self.menu.popup)
@@ -92,6 +95,26 @@ class Pictures(QObject):
             self.viewer.show_sweep(images[1:])
         else:
             self.viewer.show_image(images[0].path, images[0].infotext)
+            self.beside_originals(images[0])
+
+    def beside_originals(self, image: GeneratedImage) -> bool:
+        """An edit's result beside the pictures it was made from (the sweep view), found among the
+        reference slots by the names its parameters give."""
+        named = {r.name for r in references_in(image.parameters.extra)}
+        slots = self.host.panel.references.paths()
+        originals = [p for p in slots if p.name.replace(",", "") in named]
+        if not originals:
+            return False
+        cells = [GeneratedImage(p, GenerationParameters(""), "", "original") for p in originals]
+        self.viewer.show_sweep((*cells, replace(image, label="edited")))
+        return True
+
+    def edit_picture(self, path: Path) -> bool:
+        """ "Edit this picture": into the first reference slot, the Generate dock raised."""
+        if not self.host.panel.references.edit_picture(path):
+            return False
+        self.host.show_panel()
+        return True
 
     def deleted(self, path: Path) -> None:
         self.gallery.remove(path)

@@ -1,6 +1,7 @@
 """The three registries, built from the architecture packages found in ``core/archs`` (each package
-exports ``NET`` and ``CONVENTIONS``, or ``CODEC``; nothing registers itself on import: the catalog
-reads them once, in name order), and how the rest of the engine finds a family's parts.
+exports ``NET`` and ``CONVENTIONS``, or ``CODEC``, and may export ``REFERENCES``; nothing registers
+itself on import: the catalog reads them once, in name order), and how the rest of the engine
+finds a family's parts.
 
 Adding an architecture is adding its package; a family record (``core/detect/diffusion_families.py``)
 names the ids (docs/architecture.md, "Adding a family").
@@ -20,6 +21,7 @@ import core.archs
 from core.archs.blocks import BlockTable
 from core.archs.layouts import Architecture
 from core.archs.protocols import DiffusionNet, LatentCodec, TextConvention
+from core.archs.references import ReferenceConvention
 from core.archs.registry import Registry
 from core.detect.catalog import REGISTRY, diffusion_spec
 from core.errors import ModelMismatchError
@@ -45,6 +47,8 @@ TEXTS: Registry[TextConvention] = Registry("text convention", _parts("CONVENTION
 CODECS: Registry[LatentCodec] = Registry("latent codec", _parts("CODEC"))
 #: the networks' block tables (per-block merges, LoRA block weights), named by family records
 BLOCKS: Registry[BlockTable] = Registry("block table", _parts("BLOCKS"))
+#: how families take reference pictures (a package's ``REFERENCES``; ``DiffusionSpec.references``)
+REFERENCES: Registry[ReferenceConvention] = Registry("reference convention", _parts("REFERENCES"))
 #: the loading records (file layouts) of text encoders that live in packages (the decoder LLMs)
 ENCODER_ARCHITECTURES: tuple[Architecture, ...] = tuple(_parts("ENCODER_ARCHITECTURES"))
 
@@ -85,6 +89,19 @@ def blocks_for(family: str | None) -> BlockTable | None:
 
 def codec_for(family: str) -> LatentCodec:
     return CODECS[diffusion_spec(family).codec]
+
+
+def references_for(family: str) -> ReferenceConvention | None:
+    """How a generating family takes reference pictures (None: it takes none)."""
+    return REFERENCES.get(diffusion_spec(family).references)
+
+
+def reference_limit(family: str | None) -> int:
+    """The most reference pictures a family takes (0: none, or no such family)."""
+    fam = REGISTRY.get(family) if family else None
+    spec = fam.diffusion if fam is not None else None
+    rule = REFERENCES.get(spec.references) if spec is not None else None
+    return rule.most if rule is not None else 0
 
 
 def net_of(module: nn.Module, *, action: str = "generate with") -> DiffusionNet:

@@ -217,6 +217,13 @@ class TextConvention(Protocol):
         """The distilled guidance the network takes when the user sets none (None: it takes none)."""
         ...
 
+    @property
+    def pictures(self) -> bool:
+        """Whether its prompt encoding reads the reference pictures (Qwen-Image-Edit's vision
+        tower): the prompt encoder then hands its towers the
+        :class:`~core.archs.references.PromptPictures` of the generation."""
+        ...
+
     def combine(self, outputs: Mapping[str, TowerOutput]) -> TextOutput:
         """The towers' outputs (by :attr:`TowerSpec.name`; a missing optional one is absent)
         combined into the convention's context, pooled vector and mask."""

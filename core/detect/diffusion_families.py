@@ -11,7 +11,7 @@ shifts, latent formats, text encoders) and the usual settings its example workfl
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from core.detect.diffusion_dit import (
     classify_cascade,
@@ -158,6 +158,13 @@ FLUX_DEV = DiffusionSpec(
     vae="vae-flux", memory_profile="flux", blocks="flux1",
     defaults=GenerationDefaults(cfg=1.0, scheduler="simple", guidance=3.5, sizes=XL_SIZES),
 )  # fmt: skip
+#: FLUX.1 Kontext [dev]: Flux dev's network and shapes, reference pictures (ComfyUI's Kontext
+#: template: FluxKontextImageScale -> VAEEncode -> ReferenceLatent, FluxGuidance 2.5, 20 steps)
+FLUX_KONTEXT = DiffusionSpec(
+    network="flux", sampling=SamplingSpec(schedule="flux", shift=1.15), text="flux", text_encoders=_FLUX_TEXT,
+    vae="vae-flux", memory_profile="flux", references="kontext",
+    defaults=GenerationDefaults(cfg=1.0, scheduler="simple", guidance=2.5, sizes=XL_SIZES),
+)  # fmt: skip
 FLUX_FILL = DiffusionSpec(
     network="flux", sampling=SamplingSpec(schedule="flux", shift=1.15), text="flux", text_encoders=_FLUX_TEXT,
     vae="vae-flux", memory_profile="flux",
@@ -178,6 +185,10 @@ CHROMA = DiffusionSpec(
 FLUX_FAMILIES = (
     _flux(
         "flux-dev", "FLUX.1 [dev]", "flux-1-dev", FLUX_DEV, "dev", notes="Kontext [dev] has the same shapes"
+    ),
+    _flux(
+        "flux-kontext", "FLUX.1 Kontext [dev]", "flux-1-kontext-dev", FLUX_KONTEXT, "dev",
+        notes="Flux dev's shapes: told apart by the file name or metadata",
     ),
     _flux("flux-schnell", "FLUX.1 [schnell]", "flux-1-schnell", FLUX_SCHNELL, "schnell"),
     diffusion(
@@ -201,17 +212,19 @@ _FLUX2_SAMPLING = SamplingSpec(schedule="flux", shift=2.02)
 _KLEIN_DEFAULTS = GenerationDefaults(cfg=1.0, steps=4, sampler="euler", scheduler="flux2", sizes=XL_SIZES)
 FLUX2_KLEIN_4B = DiffusionSpec(
     network="flux2", sampling=_FLUX2_SAMPLING, text="flux2_klein_4b", text_encoders=("qwen3-4b",),
-    codec="flux2-vae", vae="vae-flux2", memory_profile="flux2-klein-4b", defaults=_KLEIN_DEFAULTS,
+    codec="flux2-vae", vae="vae-flux2", references="flux2", memory_profile="flux2-klein-4b",
+    defaults=_KLEIN_DEFAULTS,
 )  # fmt: skip
 FLUX2_KLEIN_9B = DiffusionSpec(
     network="flux2", sampling=_FLUX2_SAMPLING, text="flux2_klein_9b", text_encoders=("qwen3-8b",),
-    codec="flux2-vae", vae="vae-flux2", memory_profile="flux2-klein-9b", defaults=_KLEIN_DEFAULTS,
+    codec="flux2-vae", vae="vae-flux2", references="flux2", memory_profile="flux2-klein-9b",
+    defaults=_KLEIN_DEFAULTS,
 )  # fmt: skip
 #: FLUX.2 dev: Mistral-Small-3 24B (layers 10/20/30, Tekken), guidance-distilled: ComfyUI's template
 #: (FluxGuidance 4, CFG 1: no negative pass, ``euler``, Flux2Scheduler, 20 steps).
 FLUX2_DEV = DiffusionSpec(
     network="flux2", sampling=_FLUX2_SAMPLING, text="flux2_dev", text_encoders=("mistral3-24b",),
-    codec="flux2-vae", vae="vae-flux2", memory_profile="flux2-dev",
+    codec="flux2-vae", vae="vae-flux2", references="flux2", memory_profile="flux2-dev",
     defaults=GenerationDefaults(cfg=1.0, steps=20, sampler="euler", scheduler="flux2", guidance=4.0,
                                 sizes=XL_SIZES),
 )  # fmt: skip
@@ -254,6 +267,23 @@ QWEN_IMAGE = DiffusionSpec(
         cfg=2.5, steps=20, sampler="euler", scheduler="simple", sizes=QWEN_IMAGE_SIZES
     ),
 )  # fmt: skip
+#: Qwen-Image-Edit 2509 (``qwen_image_edit``: ComfyUI's ``TextEncodeQwenImageEditPlus``, the edit
+#: template with up to three pictures read by Qwen2.5-VL's vision tower, their latents the
+#: references): ComfyUI's 2509 template's ``ModelSamplingAuraFlow`` shift 3; 20 steps at CFG 2.5
+#: without the Lightning LoRA (the template's own run: 4 steps at CFG 1 with it).
+QWEN_IMAGE_EDIT = replace(
+    QWEN_IMAGE,
+    text="qwen_image_edit",
+    references="qwen-edit",
+    sampling=SamplingSpec(schedule="flow", shift=3.0, multiplier=1.0),
+)
+#: Qwen-Image-Edit 2511: the references modulated as at timestep 0 (the network's, from the family);
+#: ComfyUI's 2511 template's shift 3.1; the model card's 40 steps at CFG 4.
+QWEN_IMAGE_EDIT_2511 = replace(
+    QWEN_IMAGE_EDIT,
+    sampling=SamplingSpec(schedule="flow", shift=3.1, multiplier=1.0),
+    defaults=replace(QWEN_IMAGE.defaults, steps=40, cfg=4.0),
+)
 _CLF, _PATCH = ("clf.1.weight",), ("patch_embedding.weight",)
 DETECTED_FAMILIES = (
     diffusion("auraflow", "AuraFlow", classify_auraflow, 4, prefixes=("model.",), spec=AURAFLOW),
@@ -270,6 +300,19 @@ DETECTED_FAMILIES = (
         "qwen-image", "Qwen-Image", classify_qwen_image, 16, signature=("txt_norm.weight", "img_in.weight"),
         notes="Qwen-Image, 2512 and Edit 2509/2511 have the same shapes", latent_format="wan21",
         spec=QWEN_IMAGE, lora_group="qwen-image", fp16_unsafe=True,
+    ),
+    diffusion(
+        "qwen-image-edit", "Qwen-Image-Edit 2509", classify_qwen_image, 16,
+        signature=("txt_norm.weight", "img_in.weight"), latent_format="wan21",
+        notes="the same shapes as Qwen-Image: told apart by the file name (qwen_image_edit_2509...)",
+        spec=QWEN_IMAGE_EDIT, lora_group="qwen-image", fp16_unsafe=True,
+    ),
+    diffusion(
+        "qwen-image-edit-2511", "Qwen-Image-Edit 2511", classify_qwen_image, 16,
+        signature=("txt_norm.weight", "img_in.weight"), latent_format="wan21",
+        notes="Comfy-Org's files carry the __index_timestep_zero__ marker; GGUFs are told by the file name",
+        spec=QWEN_IMAGE_EDIT_2511, lora_group="qwen-image", fp16_unsafe=True,
+        network_preset="index_timestep_zero",  # its references modulated as at timestep 0
     ),
     diffusion("wan2.1", "Wan 2.1", classify_wan, 16, signature=_PATCH),
     diffusion(

@@ -3,6 +3,9 @@ workflow's pass adds to or changes before anything runs, then runs in order.
 
 The passes, always in this order (:func:`ordered`):
 
+0. **references** (editing): the reference pictures VAE-encoded before the prompts (a plan's
+   ``prepare`` steps), their latents in every base sampler's conditioning
+   (:mod:`core.generate.references`);
 1. **start** (txt2img / img2img): Empty Latent Image or VAEEncode, then a KSampler stage;
 2. **mask** (inpainting): SetLatentNoiseMask on the start latent (carried by every later stage, as
    ComfyUI's LATENT carries ``noise_mask``), and an inpainting model's extra input channels;
@@ -25,7 +28,7 @@ cannot be made are refused by the pass that cannot follow, in words.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
@@ -33,6 +36,7 @@ from typing import TYPE_CHECKING, Protocol
 import numpy as np
 from torch import Tensor
 
+from core.archs.references import NO_PICTURES, PromptPictures
 from core.generate.request import ImageSettings, Sampling
 from core.sampling.conditioning import Conditioning
 from core.sampling.patches import NO_MODEL_PATCHES, ModelPatches
@@ -50,6 +54,31 @@ class Latent:
     noise_mask: Tensor | None = None
 
 
+@dataclass(frozen=True)
+class References:
+    """The reference pictures of an edit: their latents in the model's space (``[1, C, h, w]``
+    each), the pictures as read for a prompt encoding that reads them, and whether the negative
+    prompt's conditioning carries the latents too (the family's ComfyUI template)."""
+
+    latents: tuple[Tensor, ...] = ()
+    pictures: PromptPictures = NO_PICTURES
+    negative: bool = True
+
+    def attach(
+        self, positive: Conditioning, negative: Conditioning | None
+    ) -> tuple[Conditioning, Conditioning | None]:
+        """ComfyUI's ReferenceLatent on the positive (and negative) conditioning."""
+        if not self.latents:
+            return positive, negative
+        positive = replace(positive, references=positive.references + self.latents)
+        if negative is not None and self.negative:
+            negative = replace(negative, references=negative.references + self.latents)
+        return positive, negative
+
+
+NO_REFERENCES = References()
+
+
 @dataclass
 class Run:
     """What every stage of one generation shares."""
@@ -62,6 +91,8 @@ class Run:
     #: the base model's patches for every stage it samples (ControlNets, inpainting inputs)
     patches: ModelPatches = NO_MODEL_PATCHES
     missing: list[str] = field(default_factory=list)  # embeddings the prompts named, not found
+    #: the reference pictures the base model's samplers take (an edit's; filled by its pass)
+    references: References = NO_REFERENCES
 
 
 class Stage(Protocol):
@@ -96,11 +127,14 @@ class KSample:
     ) -> tuple[Conditioning, Conditioning | None]:
         """The prompts' conditioning at this stage's size, encoded (or taken from the cache) and timed."""
         pipe, hooks = self.pipeline or run.pipeline, self.hooks or run.hooks
+        refs = run.references if self.pipeline is None else NO_REFERENCES  # the base model's only
         t0 = time.perf_counter()
-        positive, negative, missing = pipe.encode_prompts(self.sized(latent, run), hooks, announce=announce)
+        positive, negative, missing = pipe.encode_prompts(
+            self.sized(latent, run), hooks, announce=announce, pictures=refs.pictures
+        )
         run.timings.text_encode += time.perf_counter() - t0
         run.missing += missing
-        return positive, negative
+        return refs.attach(positive, negative)
 
     def __call__(self, latent: Latent | None, run: Run) -> Latent:
         pipe, hooks = self.pipeline or run.pipeline, self.hooks or run.hooks
@@ -134,6 +168,8 @@ class Plan:
     pipeline: Pipeline  # the base model's
     stages: list[Stage] = field(default_factory=list)
     patches: ModelPatches = NO_MODEL_PATCHES
+    #: steps run before the prompts are encoded (an edit's reference pictures)
+    prepare: list[Callable[[Run], None]] = field(default_factory=list)
 
     def samplers(self) -> list[KSample]:
         return [s for s in self.stages if isinstance(s, KSample)]
@@ -165,7 +201,7 @@ class Pass(Protocol):
 
 
 #: the passes' order in every plan
-ORDER = ("start", "mask", "controlnets", "guidance", "schedules", "hires", "refiner")
+ORDER = ("references", "start", "mask", "controlnets", "guidance", "schedules", "hires", "refiner")
 
 
 @dataclass
@@ -201,6 +237,8 @@ def run_plan(
     for p in ordered(passes):
         p.plan(plan, settings)
     run = Run(pipeline, settings, hooks, Timings(), init, plan.patches)
+    for step in plan.prepare:
+        step(run)
     plan.samplers()[0].encode(None, run, announce=True)  # the prompts first, as the graph's encoders
     latent: Latent | None = None
     for stage in plan.stages:

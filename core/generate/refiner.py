@@ -25,11 +25,12 @@ from pathlib import Path
 from core.detect.catalog import REFINER_FAMILY
 from core.errors import ModelMismatchError
 from core.generate.passes import Contribution, KSample, Plan
-from core.generate.pipeline import Hooks, Networks, Pipeline, text_encoders
+from core.generate.pipeline import Hooks, Networks, Pipeline
 from core.generate.request import ImageSettings
 from core.generate.workflow_request import RefinerUse
 from core.loading.loader import LoadOptions, ModelBundle, load_checkpoint
 from core.sampling import ksampler_sigmas
+from core.text.conditioning import text_encoders
 
 
 @dataclass

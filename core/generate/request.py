@@ -20,6 +20,8 @@ from core.values import BATCH, CFG, CLIP_SKIP, DENOISE, GUIDANCE, SEED, STEPS, N
 
 #: The largest seed ComfyUI's seed widget allows (0xffffffffffffffff).
 MAX_SEED = int(SEED.hi)
+#: the most reference pictures any family takes (FLUX.2's ten; each family's own limit is its record's)
+MAX_REFERENCES = 10
 
 
 @dataclass(frozen=True)
@@ -93,6 +95,9 @@ class ImageSettings:
     guidance_patches: tuple[GuidancePatch, ...] = ()
     #: LoRA strengths over the steps, by the LoRA's name in the stack (core/patching/schedule.py)
     lora_schedules: tuple[LoraSchedule, ...] = ()
+    #: editing: reference pictures (FLUX.1 Kontext, FLUX.2, Qwen-Image-Edit: core/generate/references.py),
+    #: at most as many as the model's family takes
+    references: tuple[Path, ...] = ()
 
     def __post_init__(self) -> None:
         problems = self.sampling.problems()
@@ -119,6 +124,9 @@ class ImageSettings:
                 problems.append("outpainting needs the picture it grows (a starting image)")
             if self.mask_image is not None:
                 problems.append("outpainting makes its own mask: give a mask or sides to grow, not both")
+        if len(self.references) > MAX_REFERENCES:
+            many = len(self.references)
+            problems.append(f"{many} reference pictures: no family takes more than {MAX_REFERENCES}")
         if problems:
             raise LoadoutError(
                 "these generation settings cannot be used",
@@ -130,7 +138,8 @@ class ImageSettings:
     @property
     def mapped_files(self) -> tuple[Path, ...]:
         """The model files this generation maps beyond the loaded ones: its ControlNets, the hires
-        fix's upscale model and the refiner (the hint, init and mask pictures are read, not mapped)."""
+        fix's upscale model and the refiner (the hint, init, mask and reference pictures are read,
+        not mapped)."""
         paths = [use.path for use in self.controlnets]
         if self.hires is not None and self.hires.model is not None:
             paths.append(self.hires.model)

@@ -27,7 +27,7 @@ from core.generate.hashes import FileHashes
 from core.generate.hires import upscaler_hook
 from core.generate.naming import file_paths, numbered_paths
 from core.generate.parameters import GenerationParameters
-from core.generate.pipeline import Compute, Hooks, Networks, Pipeline, text_encoders, vae_decode_bytes
+from core.generate.pipeline import Compute, Hooks, Networks, Pipeline, vae_decode_bytes
 from core.generate.preview import Previewer
 from core.generate.request import ImageSettings
 from core.generate.saving import Made, parameters_for, save_pictures
@@ -45,6 +45,7 @@ from core.session.slots import SlotId
 from core.session.words import kind_word
 from core.text.cache import ConditioningCache
 from core.text.clip_tokenizer import ClipTokenizer
+from core.text.conditioning import text_encoders
 from core.text.embeddings import NO_EMBEDDINGS, EmbeddingFolders
 from core.text.t5_tokenizer import T5Tokenizer
 from core.upscale.model import UpscaleModel

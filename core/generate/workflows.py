@@ -1,4 +1,5 @@
-"""The passes that need models beyond the base's, made through a session: the ControlNets (loaded
+"""The passes that need models beyond the base's, or files read for the picture's parameters, made
+through a session: an edit's reference pictures (read and hashed), the ControlNets (loaded
 once per session, placed with the diffusion model for the "sample" phase) and the SDXL refiner
 (loaded once per session, its text encoder and UNet placed for their own phases), with the PNG
 parameters that name what was used.
@@ -28,6 +29,7 @@ from core.generate.lora_schedule import LoraSchedulePass
 from core.generate.outpaint_settings import outpaint_parameters
 from core.generate.passes import Pass
 from core.generate.pipeline import Hooks, Pipeline
+from core.generate.references import ReferencePass, activation_room, convention_for, read_references
 from core.generate.refiner import (
     LoadedRefiner,
     RefinerPass,
@@ -132,13 +134,18 @@ def prepare(
     hooks: Hooks,
     hashes: FileHashes | None = None,
 ) -> Prepared:
-    """This generation's ControlNet and refiner passes, their models registered in ``parts`` (see
+    """This generation's reference, ControlNet and refiner passes, their models registered in ``parts`` (see
     the module notes); ``hashes`` gives the short hashes A1111 writes beside their names."""
 
     def named(path: Path, digits: int) -> str:
         return f"{path.stem} [{hashes.model_hash(path)[:digits]}]" if hashes is not None else path.stem
 
     passes: list[Pass] = []
+    if settings.references:  # read and checked before any model is placed
+        pictures = read_references(settings.references, parts.family)
+        made = ReferencePass(pictures, convention_for(parts.family, len(pictures)))
+        made.contribution.sample_bytes = _reference_room(session, settings, pipeline, made)
+        passes.append(made)
     control = _controlnets(session, state, settings, parts, pipeline, hooks.check, named)
     refiner = _refiner(session, state, settings, parts, pipeline, hooks)
     if control is not None:
@@ -175,6 +182,26 @@ def _schedules(session: Session, settings: ImageSettings) -> LoraSchedulePass:
         session.loras.set_strength(lora, strength, None, bake=True)
 
     return LoraSchedulePass(settings.lora_schedules, strengths, set_strength)
+
+
+def _workload(settings: ImageSettings, pipeline: Pipeline) -> Workload:
+    """The last sampler's step shape (the hires pass's size), as the session plans the base's."""
+    compute = pipeline.compute
+    batch = settings.batch * (1 if pipeline.cfg(settings) == 1.0 else 2)
+    attention = "cuda_flash" if compute.device.type == "cuda" else "cpu_flash"
+    size = torch.empty((), dtype=compute.diffusion_dtype).element_size()
+    w, h = settings.final_size
+    return Workload(w, h, batch, size, attention)
+
+
+def _reference_room(
+    session: Session, settings: ImageSettings, pipeline: Pipeline, made: ReferencePass
+) -> int:
+    """Room for the reference tokens in each step (0 when the user fixed the headroom)."""
+    if session.placement.manager.settings.headroom_fixed:
+        return 0
+    profile, width = network_profile(pipeline.nets.family, pipeline.nets.diffusion)
+    return activation_room(profile, width, _workload(settings, pipeline), made.pictures, made.rule)
 
 
 def _refine_activations(

@@ -242,14 +242,16 @@ def make_img_ids(
     width: int,
     *,
     index: int = 0,
+    offset: tuple[int, int] = (0, 0),
     device: torch.device | str | None = None,
     dtype: torch.dtype = torch.float32,
 ) -> torch.Tensor:
     """Position ids (B, ceil(H/2) * ceil(W/2), 3) = (index, row, column) of each packed token of a
-    ``height`` x ``width`` latent; ``index`` tells reference images (Kontext) apart."""
+    ``height`` x ``width`` latent; ``index`` tells reference images (Kontext) apart and ``offset``
+    (rows, columns, in tokens) places one beside another."""
     hp, wp = -(-height // PATCH), -(-width // PATCH)
-    rows = torch.arange(hp, device=device, dtype=dtype)[:, None].expand(hp, wp)
-    cols = torch.arange(wp, device=device, dtype=dtype)[None, :].expand(hp, wp)
+    rows = offset[0] + torch.arange(hp, device=device, dtype=dtype)[:, None].expand(hp, wp)
+    cols = offset[1] + torch.arange(wp, device=device, dtype=dtype)[None, :].expand(hp, wp)
     ids = torch.stack((torch.full_like(rows, index), rows, cols), dim=-1).reshape(1, hp * wp, 3)
     return ids.expand(batch, -1, -1).clone()
 
@@ -259,3 +261,26 @@ def make_txt_ids(
 ) -> torch.Tensor:
     """Text tokens all sit at position (0, 0, 0)."""
     return torch.zeros(batch, length, 3, device=device, dtype=dtype)
+
+
+def reference_tokens(
+    references: Sequence[torch.Tensor], batch: int, dtype: torch.dtype
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Reference latents (Kontext) as more tokens and their ids, ComfyUI's default "offset" method:
+    every reference at index 1, each placed after the ones before it along the side that keeps the
+    whole arrangement squarer (a reference taller than wide goes to the right, else below), the
+    offsets counted in latent pixels and rounded to tokens as ComfyUI's ``process_img`` does."""
+    tokens, ids = [], []
+    h = w = 0
+    for ref in references:
+        rh, rw = ref.shape[-2], ref.shape[-1]
+        row = col = 0
+        if rh + h > rw + w:
+            col = w
+        else:
+            row = h
+        h, w = max(h, rh + row), max(w, rw + col)
+        tokens.append(pack_latents(ref.to(dtype)))
+        place = ((row + PATCH // 2) // PATCH, (col + PATCH // 2) // PATCH)
+        ids.append(make_img_ids(batch, rh, rw, index=1, offset=place, device=ref.device))
+    return torch.cat(tokens, dim=1), torch.cat(ids, dim=1)

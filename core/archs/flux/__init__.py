@@ -3,6 +3,7 @@ prompt encoding (:mod:`.text`)."""
 
 from core.archs.flux.blocks import BLOCKS
 from core.archs.flux.net import NET
+from core.archs.flux.references import REFERENCES
 from core.archs.flux.text import CONVENTIONS
 
-__all__ = ["BLOCKS", "CONVENTIONS", "NET"]
+__all__ = ["BLOCKS", "CONVENTIONS", "NET", "REFERENCES"]

@@ -135,6 +135,20 @@ def _modulate(x: torch.Tensor, mod: torch.Tensor) -> tuple[torch.Tensor, torch.T
     return torch.addcmul(shift, normed, 1 + scale), gate
 
 
+def _modulate_split(
+    x: torch.Tensor, mod: torch.Tensor, zero: tuple[torch.Tensor, int] | None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`_modulate`, the tokens from ``zero[1]`` on (reference pictures) by ``zero[0]``'s
+    modulation (the zero timestep's: Qwen-Image-Edit 2511's ``index_timestep_zero``)."""
+    if zero is None:
+        return _modulate(x, mod)
+    mod0, at = zero
+    a, gate_a = _modulate(x[:, :at], mod)
+    b, gate_b = _modulate(x[:, at:], mod0)
+    gate = torch.cat([gate_a.expand(-1, at, -1), gate_b.expand(-1, x.shape[1] - at, -1)], dim=1)
+    return torch.cat([a, b], dim=1), gate
+
+
 class DualStreamBlock(nn.Module):
     """One block: each stream modulated by the timestep (``img_mod`` / ``txt_mod``: SiLU, Linear to
     6 D), the joint attention, then each stream's own MLP."""
@@ -159,17 +173,25 @@ class DualStreamBlock(nn.Module):
         temb: torch.Tensor,
         pe: torch.Tensor,
         route: AttentionRoute | None = None,
+        zero: tuple[torch.Tensor, int] | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
+        """``route``: this block's attention patches. ``zero``: the zero timestep's embedding and the
+        first reference token, where the reference pictures are modulated as at timestep 0 (Edit
+        2511); None: all as ``temb``."""
         img1, img2 = self.img_mod(temb).chunk(2, dim=-1)
         txt1, txt2 = self.txt_mod(temb).chunk(2, dim=-1)
-        img_in, img_gate = _modulate(img, img1)
+        zero1 = zero2 = None
+        if zero is not None:
+            z1, z2 = self.img_mod(zero[0]).chunk(2, dim=-1)
+            zero1, zero2 = (z1, zero[1]), (z2, zero[1])
+        img_in, img_gate = _modulate_split(img, img1, zero1)
         txt_in, txt_gate = _modulate(txt, txt1)
         img_attn, txt_attn = self.attn(img_in, txt_in, pe, route)
         del img_in, txt_in
         img = img + img_gate * img_attn
         txt = txt + txt_gate * txt_attn
         del img_attn, txt_attn
-        img_in, img_gate = _modulate(img, img2)
+        img_in, img_gate = _modulate_split(img, img2, zero2)
         img = torch.addcmul(img, img_gate, self.img_mlp(img_in))
         del img_in
         txt_in, txt_gate = _modulate(txt, txt2)
@@ -314,7 +336,8 @@ class QwenImageDiT(nn.Module):
         """``patches``: block patches on the picture's tokens after each block, attention patches on
         each block's joint attention. ``references``:
         latents of reference pictures (Qwen-Image-Edit's, each (B, C, h, w) or one frame), attended
-        as extra picture tokens; the output is the picture's alone."""
+        as extra picture tokens (modulated as at timestep 0 where the config says so: Edit
+        2511); the output is the picture's alone."""
         self._check(x, context, patches)
         frames = x.ndim == 5
         if frames:
@@ -327,10 +350,13 @@ class QwenImageDiT(nn.Module):
         img = self.img_in(torch.cat([img, *(r[0].to(img.dtype) for r in refs)], dim=1))
         txt = self.txt_in(self.txt_norm(context.to(img.dtype)))
         temb = self.time_text_embed(timesteps.float(), img.dtype)
+        zero = None
+        if refs and self.config.zero_timestep_references:
+            zero = (self.time_text_embed(torch.zeros_like(timesteps.float()), img.dtype), n_img)
         grids = [(rh, rw) for _, rh, rw in refs]
         pe = positions(h, w, txt.shape[1], x.device, grids).squeeze(1).unsqueeze(2)
         for i, block in enumerate(cast(Sequence[DualStreamBlock], self.transformer_blocks)):
-            img, txt = block(img, txt, temb, pe, attention_route(patches, "double", i))
+            img, txt = block(img, txt, temb, pe, attention_route(patches, "double", i), zero)
             img = patches.block(img, Site("double", i))
         del txt
         out: torch.Tensor = self.proj_out(self.norm_out(img[:, :n_img], temb))
