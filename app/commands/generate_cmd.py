@@ -3,10 +3,10 @@
 [--scheduler NAME] [--size WxH] [--batch B] [--init IMAGE [--mask MASK] --denoise D]
 [--controlnet FILE:HINT[:STRENGTH[:START:END]]]... [--refiner FILE [--refiner-switch F]]
 [--hires-scale S --hires-denoise D [--hires-steps N] [--hires-upscaler METHOD_OR_FILE]]
-[--patch NAME[:ARG=VALUE,...]]...
+[--patch NAME[:ARG=VALUE,...]]... [--region X,Y,W,H[:STRENGTH][@START-END]=PROMPT]... [--regions FILE]
 [--device D] [--dtype D] [--vram-limit BYTES] -o OUT.png [--json]``: text to image (img2img with
---init, inpainting with --mask), with ControlNets, the hires fix, the SDXL refiner and guidance
-patches (PAG, FreeU ...).
+--init, inpainting with --mask), with ControlNets, the hires fix, the SDXL refiner, guidance
+patches (PAG, FreeU ...) and regions (parts of the picture with their own prompts).
 
 With ``--x AXIS:V1,V2,... [--y ...] [--z ...] [--ray ADDRESS|local:N] -o DIR`` a grid: one picture per
 cell and a labelled grid per Z value in DIR, in-process or on a Ray cluster (core/queue)."""
@@ -32,7 +32,9 @@ from app.commands.args import (
     parse_controlnet,
     parse_lora,
     parse_patch_argument,
+    parse_region_argument,
     parse_size,
+    read_regions_file,
 )
 from app.commands.hires_args import add_hires_arguments, hires_from_arguments
 from app.commands.stopping import guarded_inputs, report_stop, stop_signals
@@ -149,6 +151,12 @@ def _add_workflows(p: argparse.ArgumentParser) -> None:
         help="a guidance patch, repeatable, applied in order: " + ", ".join(PATCHES)
         + " (e.g. pag:scale=3, freeu_v2, deep_shrink:downscale_factor=1.5)",
     )  # fmt: skip
+    p.add_argument(
+        "--region", action="append", default=[], metavar="X,Y,W,H[:STRENGTH][@START-END]=PROMPT",
+        help="a part of the picture drawn from its own prompt (repeatable; ComfyUI's ConditioningSetArea, "
+        "SetTimestepRange and Combine): the box in pixels, or in fractions with a decimal point",
+    )  # fmt: skip
+    p.add_argument("--regions", metavar="FILE", help="regions from a JSON file (boxes, masks: docs/cli.md)")
     p.add_argument("--mask", metavar="MASK", help="inpainting: white = repaint (with --init and --denoise)")
     p.add_argument("--refiner", metavar="FILE", help="the SDXL refiner checkpoint to finish the picture")
     p.add_argument(
@@ -208,6 +216,10 @@ def _request(args: argparse.Namespace) -> GenerateRequest:
         refiner=RefinerUse(Path(args.refiner), args.refiner_switch) if args.refiner else None,
         clip_skip=args.clip_skip,
         guidance_patches=tuple(parse_patch_argument(t) for t in args.patch),
+        regions=(
+            *(read_regions_file(Path(args.regions)) if args.regions else ()),
+            *(parse_region_argument(t) for t in args.region),
+        ),
     )
     return GenerateRequest(
         models=models,

@@ -10,8 +10,10 @@ The passes, always in this order (:func:`ordered`):
    changes the prompts' conditioning, which every base KSampler takes);
 4. **guidance** patches (:mod:`core.guidance`): their model patches on every stage the base model
    samples, after the ControlNets' (ComfyUI applies the control before an output block patch);
-5. **hires** (latent or model upscale): an upscale stage and a second KSampler stage;
-6. **refiner**: the last KSampler stage cut at the switch step into two KSamplerAdvanced stages,
+5. **regions** (:mod:`core.regions`): the prompt's regions, encoded and resolved for each stage the
+   base model samples at that stage's size (a :class:`StagePatches`);
+6. **hires** (latent or model upscale): an upscale stage and a second KSampler stage;
+7. **refiner**: the last KSampler stage cut at the switch step into two KSamplerAdvanced stages,
    the base's (leftover noise returned) and the refiner's (no noise added).
 
 Then the base's VAE decodes. A pass contributes its stages and the base model's patches here; the
@@ -60,6 +62,15 @@ class Run:
     #: the base model's patches for every stage it samples (ControlNets, inpainting inputs)
     patches: ModelPatches = NO_MODEL_PATCHES
     missing: list[str] = field(default_factory=list)  # embeddings the prompts named, not found
+    #: more patches of every base stage, made for its size (regions)
+    stage_patches: tuple[StagePatches, ...] = ()
+
+
+class StagePatches(Protocol):
+    """Model patches a base-model KSampler stage gets for its own size: ``settings`` at that size,
+    its latent's ``(height, width)`` in cells."""
+
+    def __call__(self, settings: ImageSettings, latent: tuple[int, int], run: Run) -> ModelPatches: ...
 
 
 class Stage(Protocol):
@@ -101,9 +112,13 @@ class KSample:
 
     def __call__(self, latent: Latent | None, run: Run) -> Latent:
         pipe, hooks = self.pipeline or run.pipeline, self.hooks or run.hooks
-        patches = run.patches if self.pipeline is None else NO_MODEL_PATCHES
         sized = self.sized(latent, run)
         positive, negative = self.encode(latent, run)
+        patches = NO_MODEL_PATCHES
+        if self.pipeline is None:
+            patches, f = run.patches, pipe.latent_format.downscale
+            for more in run.stage_patches:
+                patches += more(sized, (sized.height // f, sized.width // f), run)
         t0 = time.perf_counter()
         out = pipe.sample(
             sized, positive, negative, hooks, run.timings, None if latent is None else latent.samples,
@@ -131,6 +146,7 @@ class Plan:
     pipeline: Pipeline  # the base model's
     stages: list[Stage] = field(default_factory=list)
     patches: ModelPatches = NO_MODEL_PATCHES
+    stage_patches: list[StagePatches] = field(default_factory=list)
 
     def samplers(self) -> list[KSample]:
         return [s for s in self.stages if isinstance(s, KSample)]
@@ -162,7 +178,7 @@ class Pass(Protocol):
 
 
 #: the passes' order in every plan
-ORDER = ("start", "mask", "controlnets", "guidance", "hires", "refiner")
+ORDER = ("start", "mask", "controlnets", "guidance", "regions", "hires", "refiner")
 
 
 @dataclass
@@ -197,7 +213,9 @@ def run_plan(
     plan = Plan(pipeline)
     for p in ordered(passes):
         p.plan(plan, settings)
-    run = Run(pipeline, settings, hooks, Timings(), init, plan.patches)
+    run = Run(
+        pipeline, settings, hooks, Timings(), init, plan.patches, stage_patches=tuple(plan.stage_patches)
+    )
     plan.samplers()[0].encode(None, run, announce=True)  # the prompts first, as the graph's encoders
     latent: Latent | None = None
     for stage in plan.stages:

@@ -49,7 +49,7 @@ class Box:
                     "must be at most 1 (the whole picture)",
                     "Give a box inside the picture",
                 )
-        elif any(isinstance(v, bool) or not isinstance(v, int) or v < 0 for v in values):
+        elif any(isinstance(v, bool) or not float(v).is_integer() or v < 0 for v in values):
             raise _bad(
                 f"a region's box {self.describe()} is not in whole pixels",
                 "a box in pixels is four whole numbers, none below 0",

@@ -22,6 +22,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from core.errors import LoadoutError
 from core.regions.region import Box, Region
 from core.sampling.cond_entry import CondEntry, LatentArea
 from core.sampling.conditioning import Conditioning
@@ -77,7 +78,15 @@ def region_entry(
 ) -> CondEntry:
     """One region's entry for a latent of ``latent`` (height, width) cells; ``mask`` the region's
     mask picture read (None without one), ``picture`` the settings' (width, height)."""
-    area = None if region.box is None else box_area(region.box, picture, latent)
+    box = region.box
+    area = None if box is None else box_area(box, picture, latent)
+    if box is not None and area is not None and (area.height < 1 or area.width < 1):
+        raise LoadoutError(
+            f"the region box {box.describe()} of {region.prompt!r} is smaller than one latent cell",
+            why=f"the model works on a {latent[1]}x{latent[0]} latent of a {picture[0]}x{picture[1]} picture",
+            fix="Make the box larger",
+            code="bad_argument",
+        )
     resized = None if mask is None else latent_mask(mask, latent)
     if resized is not None and region.mask_bounds:
         area = mask_bounds(resized)
