@@ -38,6 +38,7 @@ from app.gui import generate_apply, generate_fields
 from app.gui.guidance_controls import GuidanceControls
 from app.gui.model_picker import ModelPicker
 from app.gui.prompt_completion import PromptCompleter
+from app.gui.region_controls import RegionControls
 from app.gui.size_controls import SizeControls
 from app.gui.sweep_controls import SweepControls
 from app.gui.theme import icon, set_icon
@@ -95,6 +96,7 @@ class GeneratePanel(QWidget):
         self.model = ModelPicker()
         self.workflows = WorkflowControls()
         self.guidance_patches = GuidanceControls()
+        self.regions = RegionControls()
         # the settings scroll; the model, prompts and the Generate row above and below them never do
         inner = QWidget()
         inner_layout = QVBoxLayout(inner)
@@ -102,6 +104,7 @@ class GeneratePanel(QWidget):
         inner_layout.addLayout(form)
         inner_layout.addWidget(self.workflows)
         inner_layout.addWidget(self.guidance_patches)
+        inner_layout.addWidget(self.regions)
         inner_layout.addLayout(out_row)
         inner_layout.addStretch(1)
         self.settings_area = QScrollArea()
@@ -248,7 +251,7 @@ class GeneratePanel(QWidget):
                 clip_skip=generate_fields.clip_skip(self),
             )
         )
-        return self.guidance_patches.apply(made)
+        return self.regions.apply(self.guidance_patches.apply(made))
 
     def apply_parameters(self, p: GenerationParameters) -> None:
         """Fill the fields from a picture's parameters (``generate_apply``)."""

@@ -1,0 +1,160 @@
+"""The Generate panel's regions: a collapsible list of parts of the picture, each drawn from its own
+prompt (ComfyUI's ConditioningSetArea / SetAreaPercentage with SetTimestepRange, combined with the
+prompt). A row is a box (x, y, width, height in pixels, or fractions of the picture), a strength,
+the part of the steps it acts on and its prompt; rows are added and removed with their buttons. A
+region read from a picture or kept from the last session that has a mask keeps it (shown by name).
+A view: the records and their checks are :mod:`core.regions`'."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+from PySide6.QtWidgets import (
+    QComboBox,
+    QDoubleSpinBox,
+    QGridLayout,
+    QGroupBox,
+    QHBoxLayout,
+    QLabel,
+    QLineEdit,
+    QPushButton,
+    QVBoxLayout,
+    QWidget,
+)
+
+from core.errors import LoadoutError
+from core.generate.parameters import GenerationParameters
+from core.generate.request import ImageSettings
+from core.regions import Box, Region
+from core.regions.text import regions_from_json, regions_to_json
+from core.values import REGION_PERCENT, REGION_STRENGTH
+
+PIXELS, FRACTIONS = "px", "fraction"
+
+
+def _spin(lo: float, hi: float, value: float, decimals: int, tip: str) -> QDoubleSpinBox:
+    box = QDoubleSpinBox(minimum=lo, maximum=hi, decimals=decimals, value=value)
+    box.setToolTip(tip)
+    return box
+
+
+class RegionRow(QWidget):
+    """One region: box, unit, strength, start/end and prompt; a remove button."""
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        tips = ("left edge", "top edge", "width", "height")
+        self.box = [_spin(0, 16384, v, 3, t) for v, t in zip((0, 0, 256, 256), tips, strict=True)]
+        self.unit = QComboBox()
+        self.unit.addItems([PIXELS, FRACTIONS])
+        self.unit.setToolTip("pixels, or fractions of the picture's width and height")
+        self.strength = _spin(REGION_STRENGTH.lo, REGION_STRENGTH.hi, 1.0, 2, "the region's strength")
+        self.start = _spin(REGION_PERCENT.lo, REGION_PERCENT.hi, 0.0, 2, "the first step it acts on (0)")
+        self.end = _spin(REGION_PERCENT.lo, REGION_PERCENT.hi, 1.0, 2, "the last step it acts on (1)")
+        self.prompt = QLineEdit(placeholderText="the region's prompt")
+        self.remove = QPushButton("Remove")
+        self.mask: Path | None = None
+        self.mask_bounds = False
+        self.mask_label = QLabel()
+        grid = QGridLayout(self)
+        grid.setContentsMargins(0, 0, 0, 4)
+        for col, w in enumerate([*self.box, self.unit, self.strength, self.start, self.end]):
+            grid.addWidget(w, 0, col)
+        grid.addWidget(self.prompt, 1, 0, 1, 6)
+        grid.addWidget(self.mask_label, 1, 6)
+        grid.addWidget(self.remove, 1, 7, 1, 2)
+
+    def region(self) -> Region:
+        """The row's record (its checks raise LoadoutError on a bad value)."""
+        x, y, w, h = (b.value() for b in self.box)
+        if self.unit.currentText() == PIXELS:
+            x, y, w, h = (round(v) for v in (x, y, w, h))
+        box = Box(x, y, w, h, fractions=self.unit.currentText() == FRACTIONS)
+        keep_box = not self.mask_bounds  # mask bounds make the mask's bounding box the region's box
+        return Region(
+            self.prompt.text(), box if keep_box else None, self.mask, self.strength.value(),
+            self.mask_bounds, self.start.value(), self.end.value(),
+        )  # fmt: skip
+
+    def show_region(self, region: Region) -> None:
+        if region.box is not None:
+            b = region.box
+            self.unit.setCurrentText(FRACTIONS if b.fractions else PIXELS)
+            for spin, v in zip(self.box, (b.x, b.y, b.width, b.height), strict=True):
+                spin.setValue(float(v))
+        self.strength.setValue(region.strength)
+        self.start.setValue(region.start)
+        self.end.setValue(region.end)
+        self.prompt.setText(region.prompt)
+        self.mask, self.mask_bounds = region.mask, region.mask_bounds
+        self.mask_label.setText("" if region.mask is None else f"mask: {region.mask.name}")
+        self.mask_label.setToolTip("" if region.mask is None else str(region.mask))
+
+
+class RegionControls(QGroupBox):
+    """The list, collapsed while its box is off; "Add region" adds a row."""
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__("Regions", parent)
+        self.setCheckable(True)
+        self.setChecked(False)
+        self.setToolTip("Parts of the picture drawn from their own prompts, beside the prompt")
+        self.list = QWidget()
+        self.rows_layout = QVBoxLayout(self.list)
+        self.rows_layout.setContentsMargins(0, 0, 0, 0)
+        self.rows: list[RegionRow] = []
+        self.add = QPushButton("Add region")
+        self.add.clicked.connect(lambda: self.add_row())
+        buttons = QHBoxLayout()
+        buttons.addWidget(self.add)
+        buttons.addStretch(1)
+        self.rows_layout.addLayout(buttons)
+        layout = QVBoxLayout(self)
+        layout.addWidget(self.list)
+        self.list.setVisible(False)
+        self.toggled.connect(self.list.setVisible)
+
+    def add_row(self, region: Region | None = None) -> RegionRow:
+        row = RegionRow()
+        if region is not None:
+            row.show_region(region)
+        row.remove.clicked.connect(lambda: self.remove_row(row))
+        self.rows.append(row)
+        self.rows_layout.insertWidget(len(self.rows) - 1, row)
+        return row
+
+    def remove_row(self, row: RegionRow) -> None:
+        self.rows.remove(row)
+        row.setParent(None)
+        row.deleteLater()
+
+    def regions(self) -> tuple[Region, ...]:
+        return tuple(row.region() for row in self.rows) if self.isChecked() else ()
+
+    def apply(self, settings: ImageSettings) -> ImageSettings:
+        return replace(settings, regions=self.regions())
+
+    def apply_parameters(self, p: GenerationParameters) -> None:
+        """The regions a picture was made with (none: the list is emptied and switched off)."""
+        self.show_regions(p.regions)
+
+    def show_regions(self, regions: tuple[Region, ...]) -> None:
+        for row in list(self.rows):
+            self.remove_row(row)
+        for region in regions:
+            self.add_row(region)
+        self.setChecked(bool(regions))
+
+    def saved(self) -> str:
+        """The regions as JSON text (kept across a relaunch); "" when one has a bad value."""
+        try:
+            return regions_to_json(self.regions()) if self.isChecked() and self.rows else ""
+        except LoadoutError:
+            return ""
+
+    def restore(self, text: str) -> None:
+        try:
+            self.show_regions(regions_from_json(text) if text else ())
+        except LoadoutError:
+            self.show_regions(())
