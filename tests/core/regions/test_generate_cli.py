@@ -119,3 +119,18 @@ def test_a_bad_regions_file_is_refused_in_words(
     assert "unknown region keys ['colour']" in capsys.readouterr().err
     assert _generate(demo, tmp_path / "bad.png", "--regions", str(tmp_path / "missing.json")) != 0
     assert "the regions file" in capsys.readouterr().err
+
+
+def test_regions_follow_the_hires_pass(
+    demo: DemoLibrary, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    hires = ["--hires-scale", "2", "--hires-denoise", "0.5", "--hires-steps", "2"]
+    assert _generate(demo, tmp_path / "plain.png", *hires) == 0
+    assert _generate(demo, tmp_path / "r.png", *hires, "--region", "0,0,48,64=a red boat") == 0, (
+        capsys.readouterr().err
+    )
+    got = _pixels(tmp_path / "r.png")
+    assert got.shape == (128, 192, 3) and not np.array_equal(got, _pixels(tmp_path / "plain.png"))
+    assert parse_parameters(read_png_parameters(tmp_path / "r.png")).regions == (
+        Region("a red boat", Box(0, 0, 48, 64)),
+    )
