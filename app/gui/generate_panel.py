@@ -96,7 +96,7 @@ class GeneratePanel(QWidget):
         self.model = ModelPicker()
         self.workflows = WorkflowControls()
         self.guidance_patches = GuidanceControls()
-        self.regions = RegionControls()
+        self.regions = RegionControls(lambda: (self.width_.value() // 8 * 8, self.height_.value() // 8 * 8))
         # the settings scroll; the model, prompts and the Generate row above and below them never do
         inner = QWidget()
         inner_layout = QVBoxLayout(inner)

@@ -1,12 +1,14 @@
 """The Generate panel's regions: a collapsible list of parts of the picture, each drawn from its own
 prompt (ComfyUI's ConditioningSetArea / SetAreaPercentage with SetTimestepRange, combined with the
 prompt). A row is a box (x, y, width, height in pixels, or fractions of the picture), a strength,
-the part of the steps it acts on and its prompt; rows are added and removed with their buttons. A
+the part of the steps it acts on and its prompt; rows are added and removed with their buttons,
+and a row's box can be drawn on the picture's area ("Draw…", :mod:`app.gui.region_canvas`). A
 region read from a picture or kept from the last session that has a mask keeps it (shown by name).
 A view: the records and their checks are :mod:`core.regions`'."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
@@ -23,6 +25,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.gui.region_canvas import BoxDialog, PixelBox
 from core.errors import LoadoutError
 from core.generate.parameters import GenerationParameters
 from core.generate.request import ImageSettings
@@ -53,6 +56,8 @@ class RegionRow(QWidget):
         self.start = _spin(REGION_PERCENT.lo, REGION_PERCENT.hi, 0.0, 2, "the first step it acts on (0)")
         self.end = _spin(REGION_PERCENT.lo, REGION_PERCENT.hi, 1.0, 2, "the last step it acts on (1)")
         self.prompt = QLineEdit(placeholderText="the region's prompt")
+        self.draw = QPushButton("Draw…")
+        self.draw.setToolTip("Draw the box on the picture's area")
         self.remove = QPushButton("Remove")
         self.mask: Path | None = None
         self.mask_bounds = False
@@ -61,8 +66,9 @@ class RegionRow(QWidget):
         grid.setContentsMargins(0, 0, 0, 4)
         for col, w in enumerate([*self.box, self.unit, self.strength, self.start, self.end]):
             grid.addWidget(w, 0, col)
-        grid.addWidget(self.prompt, 1, 0, 1, 6)
-        grid.addWidget(self.mask_label, 1, 6)
+        grid.addWidget(self.prompt, 1, 0, 1, 5)
+        grid.addWidget(self.mask_label, 1, 5)
+        grid.addWidget(self.draw, 1, 6)
         grid.addWidget(self.remove, 1, 7, 1, 2)
 
     def region(self) -> Region:
@@ -76,6 +82,21 @@ class RegionRow(QWidget):
             self.prompt.text(), box if keep_box else None, self.mask, self.strength.value(),
             self.mask_bounds, self.start.value(), self.end.value(),
         )  # fmt: skip
+
+    def pixel_box(self, size: tuple[int, int]) -> PixelBox | None:
+        """The row's box in pixels of a ``size`` picture (None for mask bounds)."""
+        if self.mask_bounds:
+            return None
+        x, y, w, h = (b.value() for b in self.box)
+        if self.unit.currentText() == FRACTIONS:
+            x, w = x * size[0], w * size[0]
+            y, h = y * size[1], h * size[1]
+        return round(x), round(y), round(w), round(h)
+
+    def set_pixel_box(self, box: PixelBox) -> None:
+        self.unit.setCurrentText(PIXELS)
+        for spin, v in zip(self.box, box, strict=True):
+            spin.setValue(v)
 
     def show_region(self, region: Region) -> None:
         if region.box is not None:
@@ -95,8 +116,10 @@ class RegionRow(QWidget):
 class RegionControls(QGroupBox):
     """The list, collapsed while its box is off; "Add region" adds a row."""
 
-    def __init__(self, parent: QWidget | None = None) -> None:
+    def __init__(self, picture_size: Callable[[], tuple[int, int]], parent: QWidget | None = None) -> None:
+        """``picture_size``: the panel's (width, height), which boxes are drawn on."""
         super().__init__("Regions", parent)
+        self.picture_size = picture_size
         self.setCheckable(True)
         self.setChecked(False)
         self.setToolTip("Parts of the picture drawn from their own prompts, beside the prompt")
@@ -120,6 +143,7 @@ class RegionControls(QGroupBox):
         if region is not None:
             row.show_region(region)
         row.remove.clicked.connect(lambda: self.remove_row(row))
+        row.draw.clicked.connect(lambda: self.draw_box(row))
         self.rows.append(row)
         self.rows_layout.insertWidget(len(self.rows) - 1, row)
         return row
@@ -128,6 +152,15 @@ class RegionControls(QGroupBox):
         self.rows.remove(row)
         row.setParent(None)
         row.deleteLater()
+
+    def box_dialog(self, row: RegionRow) -> BoxDialog:
+        size = self.picture_size()
+        return BoxDialog(size, [r.pixel_box(size) for r in self.rows], self.rows.index(row), self)
+
+    def draw_box(self, row: RegionRow) -> None:
+        dialog = self.box_dialog(row)
+        if dialog.exec() and (box := dialog.canvas.box()) is not None:
+            row.set_pixel_box(box)
 
     def regions(self) -> tuple[Region, ...]:
         return tuple(row.region() for row in self.rows) if self.isChecked() else ()

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from PySide6.QtCore import QPoint, Qt
 from pytestqt.qtbot import QtBot
 
 from app.gui.generate_panel import GeneratePanel
@@ -96,3 +97,27 @@ def test_the_rows_are_kept_across_a_relaunch(qtbot: QtBot, panel: GeneratePanel)
         == panel.settings().regions
         == (Region("a lighthouse", Box(0, 0, 256, 256), start=0.2),)
     )
+
+
+def test_a_box_drawn_on_the_picture_becomes_the_rows_box(qtbot: QtBot, panel: GeneratePanel) -> None:
+    panel.width_.setValue(768)
+    panel.height_.setValue(512)
+    panel.regions.setChecked(True)
+    first = panel.regions.add_row()
+    second = panel.regions.add_row()
+    second.unit.setCurrentText("fraction")
+    for spin, v in zip(second.box, (0.5, 0.5, 0.5, 0.5), strict=True):
+        spin.setValue(v)
+    dialog = panel.regions.box_dialog(first)
+    canvas = dialog.canvas
+    assert canvas.boxes == [(0, 0, 256, 256), (384, 256, 384, 256)] and canvas.scale == 512 / 768
+    qtbot.addWidget(dialog)
+    at = lambda x, y: QPoint(round(x * canvas.scale), round(y * canvas.scale))  # noqa: E731
+    qtbot.mousePress(canvas, Qt.MouseButton.LeftButton, pos=at(600, 40))
+    qtbot.mouseMove(canvas, at(300, 300))
+    qtbot.mouseRelease(canvas, Qt.MouseButton.LeftButton, pos=at(100, 600))  # dragged down-left, past the edge
+    assert canvas.box() == (104, 40, 496, 472)  # snapped to 8-pixel cells, inside the picture
+    first.set_pixel_box(canvas.box())  # what OK does
+    first.prompt.setText("a red boat")
+    second.prompt.setText("sea")
+    assert panel.settings().regions[0] == Region("a red boat", Box(104, 40, 496, 472))
