@@ -115,7 +115,7 @@ def test_a_box_drawn_on_the_picture_becomes_the_rows_box(qtbot: QtBot, panel: Ge
     at = lambda x, y: QPoint(round(x * canvas.scale), round(y * canvas.scale))  # noqa: E731
     qtbot.mousePress(canvas, Qt.MouseButton.LeftButton, pos=at(600, 40))
     qtbot.mouseMove(canvas, at(300, 300))
-    qtbot.mouseRelease(canvas, Qt.MouseButton.LeftButton, pos=at(100, 600))  # dragged down-left, past the edge
+    qtbot.mouseRelease(canvas, Qt.MouseButton.LeftButton, pos=at(100, 600))  # down-left, past the edge
     assert canvas.box() == (104, 40, 496, 472)  # snapped to 8-pixel cells, inside the picture
     first.set_pixel_box(canvas.box())  # what OK does
     first.prompt.setText("a red boat")
