@@ -3,15 +3,19 @@ prompt (ComfyUI's ConditioningSetArea / SetAreaPercentage with SetTimestepRange,
 prompt). A row is a box (x, y, width, height in pixels, or fractions of the picture), a strength,
 the part of the steps it acts on and its prompt; rows are added and removed with their buttons,
 and a row's box can be drawn on the picture's area ("Draw…", :mod:`app.gui.region_canvas`). A
-region read from a picture or kept from the last session that has a mask keeps it (shown by name).
+region's mask can be painted ("Mask…", the inpainting brush editor over the picture's area); the row
+then has no box ("mask only"; a box chosen again cuts the mask to it). A region read from a picture
+or kept from the last session keeps its mask (shown by name).
 A view: the records and their checks are :mod:`core.regions`'."""
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
+from PySide6.QtGui import QColor, QImage
 from PySide6.QtWidgets import (
     QComboBox,
     QDoubleSpinBox,
@@ -25,6 +29,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.gui.mask_editor import MaskEditor, mask_folder
 from app.gui.region_canvas import BoxDialog, PixelBox
 from core.errors import LoadoutError
 from core.generate.parameters import GenerationParameters
@@ -33,7 +38,7 @@ from core.regions import Box, Region
 from core.regions.text import regions_from_json, regions_to_json
 from core.values import REGION_PERCENT, REGION_STRENGTH
 
-PIXELS, FRACTIONS = "px", "fraction"
+PIXELS, FRACTIONS, NO_BOX = "px", "fraction", "mask only"
 
 
 def _spin(lo: float, hi: float, value: float, decimals: int, tip: str) -> QDoubleSpinBox:
@@ -50,12 +55,16 @@ class RegionRow(QWidget):
         tips = ("left edge", "top edge", "width", "height")
         self.box = [_spin(0, 16384, v, 3, t) for v, t in zip((0, 0, 256, 256), tips, strict=True)]
         self.unit = QComboBox()
-        self.unit.addItems([PIXELS, FRACTIONS])
-        self.unit.setToolTip("pixels, or fractions of the picture's width and height")
+        self.unit.addItems([PIXELS, FRACTIONS, NO_BOX])
+        self.unit.setToolTip(
+            "pixels, fractions of the picture's width and height, or no box (its mask alone)"
+        )
         self.strength = _spin(REGION_STRENGTH.lo, REGION_STRENGTH.hi, 1.0, 2, "the region's strength")
         self.start = _spin(REGION_PERCENT.lo, REGION_PERCENT.hi, 0.0, 2, "the first step it acts on (0)")
         self.end = _spin(REGION_PERCENT.lo, REGION_PERCENT.hi, 1.0, 2, "the last step it acts on (1)")
         self.prompt = QLineEdit(placeholderText="the region's prompt")
+        self.paint = QPushButton("Mask…")
+        self.paint.setToolTip("Paint the region's mask (white = the region) on the picture's area")
         self.draw = QPushButton("Draw…")
         self.draw.setToolTip("Draw the box on the picture's area")
         self.remove = QPushButton("Remove")
@@ -66,26 +75,27 @@ class RegionRow(QWidget):
         grid.setContentsMargins(0, 0, 0, 4)
         for col, w in enumerate([*self.box, self.unit, self.strength, self.start, self.end]):
             grid.addWidget(w, 0, col)
-        grid.addWidget(self.prompt, 1, 0, 1, 5)
-        grid.addWidget(self.mask_label, 1, 5)
+        grid.addWidget(self.prompt, 1, 0, 1, 4)
+        grid.addWidget(self.mask_label, 1, 4)
+        grid.addWidget(self.paint, 1, 5)
         grid.addWidget(self.draw, 1, 6)
         grid.addWidget(self.remove, 1, 7, 1, 2)
 
     def region(self) -> Region:
         """The row's record (its checks raise LoadoutError on a bad value)."""
+        unit = self.unit.currentText()
         x, y, w, h = (b.value() for b in self.box)
-        if self.unit.currentText() == PIXELS:
+        if unit == PIXELS:
             x, y, w, h = (round(v) for v in (x, y, w, h))
-        box = Box(x, y, w, h, fractions=self.unit.currentText() == FRACTIONS)
-        keep_box = not self.mask_bounds  # mask bounds make the mask's bounding box the region's box
+        box = None if unit == NO_BOX else Box(x, y, w, h, fractions=unit == FRACTIONS)
         return Region(
-            self.prompt.text(), box if keep_box else None, self.mask, self.strength.value(),
-            self.mask_bounds, self.start.value(), self.end.value(),
+            self.prompt.text(), box, self.mask, self.strength.value(), self.mask_bounds,
+            self.start.value(), self.end.value(),
         )  # fmt: skip
 
     def pixel_box(self, size: tuple[int, int]) -> PixelBox | None:
-        """The row's box in pixels of a ``size`` picture (None for mask bounds)."""
-        if self.mask_bounds:
+        """The row's box in pixels of a ``size`` picture (None without one)."""
+        if self.unit.currentText() == NO_BOX:
             return None
         x, y, w, h = (b.value() for b in self.box)
         if self.unit.currentText() == FRACTIONS:
@@ -98,7 +108,13 @@ class RegionRow(QWidget):
         for spin, v in zip(self.box, box, strict=True):
             spin.setValue(v)
 
+    def set_mask(self, mask: Path | None) -> None:
+        self.mask = mask
+        self.mask_label.setText("" if mask is None else f"mask: {mask.name}")
+        self.mask_label.setToolTip("" if mask is None else str(mask))
+
     def show_region(self, region: Region) -> None:
+        self.unit.setCurrentText(NO_BOX)
         if region.box is not None:
             b = region.box
             self.unit.setCurrentText(FRACTIONS if b.fractions else PIXELS)
@@ -108,9 +124,8 @@ class RegionRow(QWidget):
         self.start.setValue(region.start)
         self.end.setValue(region.end)
         self.prompt.setText(region.prompt)
-        self.mask, self.mask_bounds = region.mask, region.mask_bounds
-        self.mask_label.setText("" if region.mask is None else f"mask: {region.mask.name}")
-        self.mask_label.setToolTip("" if region.mask is None else str(region.mask))
+        self.mask_bounds = region.mask_bounds
+        self.set_mask(region.mask)
 
 
 class RegionControls(QGroupBox):
@@ -144,6 +159,7 @@ class RegionControls(QGroupBox):
             row.show_region(region)
         row.remove.clicked.connect(lambda: self.remove_row(row))
         row.draw.clicked.connect(lambda: self.draw_box(row))
+        row.paint.clicked.connect(lambda: self.paint_mask(row))
         self.rows.append(row)
         self.rows_layout.insertWidget(len(self.rows) - 1, row)
         return row
@@ -161,6 +177,19 @@ class RegionControls(QGroupBox):
         dialog = self.box_dialog(row)
         if dialog.exec() and (box := dialog.canvas.box()) is not None:
             row.set_pixel_box(box)
+
+    def mask_editor(self) -> MaskEditor:
+        """The brush editor over a blank area of the picture's size."""
+        blank = QImage(*self.picture_size(), QImage.Format.Format_RGB32)
+        blank.fill(QColor(60, 60, 66))
+        return MaskEditor(blank, self, what="for this region")
+
+    def paint_mask(self, row: RegionRow) -> None:
+        """Paint the row's mask; it is kept in Loadout's data folder, with the inpainting masks."""
+        editor = self.mask_editor()
+        if editor.exec():
+            row.set_mask(editor.save(mask_folder() / f"region-{uuid.uuid4().hex[:12]}.png"))
+            row.unit.setCurrentText(NO_BOX)  # ConditioningSetMask alone: the mask is the region
 
     def regions(self) -> tuple[Region, ...]:
         return tuple(row.region() for row in self.rows) if self.isChecked() else ()

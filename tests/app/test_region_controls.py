@@ -9,12 +9,15 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from PySide6.QtCore import QPoint, Qt
+from PySide6.QtCore import QEvent, QPoint, QPointF, Qt
+from PySide6.QtGui import QMouseEvent
+from PySide6.QtWidgets import QApplication
 from pytestqt.qtbot import QtBot
 
 from app.gui.generate_panel import GeneratePanel
 from core.errors import LoadoutError
 from core.generate.parameters import GenerationParameters, format_parameters
+from core.generate.pictures import read_mask
 from core.generate.png import save_png
 from core.regions import Box, Region
 from tests.app.test_workflow_hires import _drop
@@ -121,3 +124,27 @@ def test_a_box_drawn_on_the_picture_becomes_the_rows_box(qtbot: QtBot, panel: Ge
     first.prompt.setText("a red boat")
     second.prompt.setText("sea")
     assert panel.settings().regions[0] == Region("a red boat", Box(104, 40, 496, 472))
+
+
+def test_a_painted_mask_becomes_the_rows_region(qtbot: QtBot, panel: GeneratePanel, tmp_path: Path) -> None:
+    panel.width_.setValue(256)
+    panel.height_.setValue(192)
+    panel.regions.setChecked(True)
+    row = panel.regions.add_row()
+    row.prompt.setText("a lake")
+    editor = panel.regions.mask_editor()  # what "Mask…" opens
+    qtbot.addWidget(editor)
+    assert (editor.canvas.width(), editor.canvas.height()) == (256, 192)
+    left = Qt.MouseButton.LeftButton
+    for kind, at in ((QEvent.Type.MouseButtonPress, 90), (QEvent.Type.MouseMove, 110)):  # a short stroke
+        point = QPointF(at, 100)
+        QApplication.sendEvent(
+            editor.canvas, QMouseEvent(kind, point, point, left, left, Qt.KeyboardModifier.NoModifier)
+        )
+    saved = editor.save(tmp_path / "lake.png")  # what Save does, into the masks folder
+    row.set_mask(saved)
+    row.unit.setCurrentText("mask only")
+    assert panel.settings().regions == (Region("a lake", mask=saved),)
+    assert row.mask_label.text() == "mask: lake.png"
+    painted = read_mask(saved)
+    assert painted.shape == (192, 256) and painted[100, 100] == 1.0 and painted[0, 0] == 0.0
