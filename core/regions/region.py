@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from core.errors import LoadoutError
-from core.values import REGION_FRACTION, REGION_PERCENT, REGION_STRENGTH
+from core.values import REGION_FRACTION, REGION_PERCENT, REGION_PIXELS, REGION_STRENGTH
 
 
 def _bad(what: str, why: str, fix: str) -> LoadoutError:
@@ -49,10 +49,10 @@ class Box:
                     "must be at most 1 (the whole picture)",
                     "Give a box inside the picture",
                 )
-        elif any(isinstance(v, bool) or not float(v).is_integer() or v < 0 for v in values):
+        elif any(REGION_PIXELS.problem(v) for v in values):
             raise _bad(
                 f"a region's box {self.describe()} is not in whole pixels",
-                "a box in pixels is four whole numbers, none below 0",
+                f"a box in pixels is four whole numbers from 0 to {REGION_PIXELS.hi:g}",
                 "Give x, y, width and height in pixels, or fractions of the picture",
             )
         if self.width <= 0 or self.height <= 0:
@@ -63,7 +63,9 @@ class Box:
             )
 
     def describe(self) -> str:
-        return ",".join(f"{v:g}" for v in (self.x, self.y, self.width, self.height))
+        return ",".join(
+            f"{v:g}" if abs(v) < 1e15 else "(too large)" for v in (self.x, self.y, self.width, self.height)
+        )
 
     def problem_in(self, width: int, height: int) -> str | None:
         """Why this box does not fit a ``width`` x ``height`` picture (None when it does)."""

@@ -130,6 +130,10 @@ def regions_from_json(text: str, folder: Path | None = None) -> tuple[Region, ..
         data = json.loads(text)
     except json.JSONDecodeError as exc:
         raise _bad("the regions are not JSON", str(exc), "Write a JSON list of regions") from None
+    except RecursionError:
+        raise _bad(
+            "the regions are nested too deeply", "a regions list is flat", "Write a JSON list"
+        ) from None
     if not isinstance(data, list):
         raise _bad(
             "the regions are not a JSON list", "the file holds [region, ...]", "Put the regions in a list"

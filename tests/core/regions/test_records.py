@@ -85,3 +85,38 @@ def test_regions_outside_the_picture_are_refused_by_the_settings() -> None:
         Region("a", Box(0, 0, 8, 8), mask=Path("m.png"), mask_bounds=True)
     with pytest.raises(LoadoutError, match="neither a box nor a mask"):
         Region("a")
+
+
+def test_region_texts_are_read_in_range_or_refused_in_words() -> None:
+    """Seeded random lines, JSON and picture items: a region in range, or a LoadoutError."""
+    import contextlib
+    import json
+    import random
+
+    from core.generate.parameters import parse_parameters
+    from core.values import REGION_PERCENT, REGION_STRENGTH
+
+    rng = random.Random(32)
+    atoms = ["0", "8", "64", "0.5", "1.0", "-1", "1e999", "nan", "9" * 400, "", "x", ",", ":", "@", "-", "="]
+    numbers: list[object] = [0, 8, 64, 0.5, 1.0, -1, 10**400, 1e308, True, None, "8", [], {}]
+    for _ in range(400):
+        line = "".join(rng.choice(atoms) for _ in range(rng.randrange(1, 14))) + rng.choice(["", "=a boat"])
+        try:
+            r = parse_region(line)
+        except LoadoutError:
+            continue
+        assert r.prompt.strip() and REGION_STRENGTH.problem(r.strength) is None
+        assert REGION_PERCENT.problem(r.start) is None and REGION_PERCENT.problem(r.end) is None
+    keys = ["prompt", "box", "fractions", "mask", "strength", "mask_bounds", "start", "end", "colour"]
+    texts = ["[" * 5000 + "]" * 5000, "{}", "[1]", "nan"]
+    for _ in range(300):
+        item = {
+            rng.choice(keys): rng.choice([*numbers, [rng.choice(numbers) for _ in range(4)], "a"])
+            for _ in range(5)
+        }
+        texts.append(json.dumps([item]))
+    for text in texts:
+        with contextlib.suppress(LoadoutError):
+            regions_from_json(text)
+        p = parse_parameters(f"a\nSteps: 20, Regions: {json.dumps(text)}")  # never raises: ignored with why
+        assert p.regions or "Regions" in p.ignored or text in ("[]",)
