@@ -10,7 +10,7 @@ strength. An area without a mask is feathered at each edge that is not the laten
 ``1e-37`` (a cell no entry covers is 0).
 
 Entries are batched as ComfyUI batches them when the device has room (ComfyUI halves a batch on a
-card without room; Loadout always runs it whole, which changes no result): the first entry left
+card without room; Loadout always runs it whole, the same up to rounding): the first entry left
 and every later one whose cut latent has the same shape and whose conditioning concatenates
 (:func:`core.sampling.conditioning.can_concat`) run as one call, in reverse order of the list
 (positive entries first, then negative: the negative's come first in the batch); the outputs are
