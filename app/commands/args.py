@@ -20,6 +20,8 @@ from core.guidance import GuidancePatch, parse_patch
 from core.patching.block_weights import BlockWeights
 from core.patching.merge import LoraArg
 from core.preprocess import PREPROCESSORS
+from core.regions import Region
+from core.regions.text import parse_region, regions_from_json
 from core.values import (
     CONTROLNET_PERCENT,
     CONTROLNET_STRENGTH,
@@ -184,6 +186,49 @@ def parse_patch_argument(text: str) -> GuidancePatch:
             fix=f"{exc.fix} (e.g. --patch pag:scale=3 --patch freeu_v2)",
             code=exc.code,
         ) from None
+
+
+def parse_region_argument(text: str) -> Region:
+    """``X,Y,W,H[:STRENGTH][@START-END]=PROMPT`` (``--region``): one region of the picture."""
+    try:
+        return parse_region(text)
+    except LoadoutError as exc:
+        raise LoadoutError(
+            f"--region {text[:60]!r}: {exc.what}",
+            why=exc.why,
+            fix=f"{exc.fix} (e.g. --region 0,0,256,512:0.8@0-0.6=a red hat)",
+            code=exc.code,
+        ) from None
+
+
+#: the largest regions file read (a real one is a few hundred bytes)
+REGIONS_FILE_BYTES = 1 << 20
+
+
+def read_regions_file(path: Path) -> tuple[Region, ...]:
+    """``--regions FILE``: a JSON list of regions; mask paths are taken from the file's folder."""
+    try:
+        with path.open("rb") as f:
+            data = f.read(REGIONS_FILE_BYTES + 1)
+    except OSError as exc:
+        raise LoadoutError(
+            f"the regions file {path} cannot be read", why=exc.strerror or str(exc),
+            fix="Give the path of a JSON file of regions", code="bad_argument",
+        ) from None  # fmt: skip
+    if len(data) > REGIONS_FILE_BYTES:
+        raise LoadoutError(
+            f"the regions file {path} is over 1 MiB", why="a regions file is a short JSON list",
+            fix="Give the JSON file of regions", code="bad_argument",
+        )  # fmt: skip
+    try:
+        return regions_from_json(data.decode("utf-8"), path.parent)
+    except UnicodeDecodeError:
+        raise LoadoutError(
+            f"the regions file {path} is not text", why="it must be a JSON list in UTF-8",
+            fix="Give the JSON file of regions", code="bad_argument",
+        ) from None  # fmt: skip
+    except LoadoutError as exc:
+        raise LoadoutError(f"{path}: {exc.what}", why=exc.why, fix=exc.fix, code=exc.code) from None
 
 
 def _split_paths(text: str) -> list[str]:

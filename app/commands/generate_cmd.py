@@ -5,10 +5,11 @@
 [--controlnet FILE:HINT[:STRENGTH[:START:END]]]... [--refiner FILE [--refiner-switch F]]
 [--hires-scale S --hires-denoise D [--hires-steps N] [--hires-upscaler METHOD_OR_FILE]]
 [--patch NAME[:ARG=VALUE,...]]... [--lora-schedule NAME=MULT@START,...]...
+[--region X,Y,W,H[:STRENGTH][@START-END]=PROMPT]... [--regions FILE]
 [--device D] [--dtype D] [--vram-limit BYTES] -o OUT.png [--json]``: text to image (img2img with
 --init, inpainting with --mask, outpainting with --outpaint, editing with --reference), with
-ControlNets, the hires fix, the
-SDXL refiner and guidance patches (PAG, FreeU ...).
+ControlNets, the hires fix, the SDXL refiner, guidance patches (PAG, FreeU ...) and regions (parts
+of the picture with their own prompts).
 
 With ``--x AXIS:V1,V2,... [--y ...] [--z ...] [--ray ADDRESS|local:N] -o DIR`` a grid: one picture per
 cell and a labelled grid per Z value in DIR, in-process or on a Ray cluster (core/queue)."""
@@ -34,7 +35,9 @@ from app.commands.args import (
     parse_controlnet,
     parse_lora,
     parse_patch_argument,
+    parse_region_argument,
     parse_size,
+    read_regions_file,
 )
 from app.commands.hires_args import add_hires_arguments, hires_from_arguments
 from app.commands.stopping import guarded_inputs, report_stop, stop_signals
@@ -162,6 +165,12 @@ def _add_workflows(p: argparse.ArgumentParser) -> None:
         help="a LoRA's strength over the steps (repeatable): its strength times MULT from START (0..1 "
         "of the sampling) on, as ComfyUI's hook keyframes (e.g. detail=1@0,0.5@0.4,0@0.8)",
     )  # fmt: skip
+    p.add_argument(
+        "--region", action="append", default=[], metavar="X,Y,W,H[:STRENGTH][@START-END]=PROMPT",
+        help="a part of the picture drawn from its own prompt (repeatable; ComfyUI's ConditioningSetArea, "
+        "SetTimestepRange and Combine): the box in pixels, or in fractions with a decimal point",
+    )  # fmt: skip
+    p.add_argument("--regions", metavar="FILE", help="regions from a JSON file (boxes, masks: docs/cli.md)")
     p.add_argument("--mask", metavar="MASK", help="inpainting: white = repaint (with --init and --denoise)")
     p.add_argument(
         "--outpaint", metavar="LEFT,TOP,RIGHT,BOTTOM",
@@ -237,6 +246,10 @@ def _request(args: argparse.Namespace) -> GenerateRequest:
         guidance_patches=tuple(parse_patch_argument(t) for t in args.patch),
         lora_schedules=tuple(parse_schedule(t) for t in args.lora_schedule),
         references=tuple(Path(t) for t in args.reference),
+        regions=(
+            *(read_regions_file(Path(args.regions)) if args.regions else ()),
+            *(parse_region_argument(t) for t in args.region),
+        ),
     )
     return GenerateRequest(
         models=models,

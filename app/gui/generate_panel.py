@@ -39,6 +39,7 @@ from app.gui.guidance_controls import GuidanceControls
 from app.gui.model_picker import ModelPicker
 from app.gui.prompt_completion import PromptCompleter
 from app.gui.reference_slots import ReferenceSlots
+from app.gui.region_controls import RegionControls
 from app.gui.schedule_controls import ScheduleControls
 from app.gui.size_controls import SizeControls
 from app.gui.sweep_controls import SweepControls
@@ -99,15 +100,14 @@ class GeneratePanel(QWidget):
         self.references = ReferenceSlots()  # shown while the loaded family takes references
         self.guidance_patches = GuidanceControls()
         self.lora_schedules = ScheduleControls()
+        self.regions = RegionControls(lambda: (self.width_.value() // 8 * 8, self.height_.value() // 8 * 8))
         # the settings scroll; the model, prompts and the Generate row above and below them never do
         inner = QWidget()
         inner_layout = QVBoxLayout(inner)
         inner_layout.setContentsMargins(0, 0, 4, 0)
         inner_layout.addLayout(form)
-        inner_layout.addWidget(self.references)
-        inner_layout.addWidget(self.workflows)
-        inner_layout.addWidget(self.guidance_patches)
-        inner_layout.addWidget(self.lora_schedules)
+        for box in (self.references, self.workflows, self.guidance_patches, self.lora_schedules, self.regions):
+            inner_layout.addWidget(box)
         inner_layout.addLayout(out_row)
         inner_layout.addStretch(1)
         self.settings_area = QScrollArea()
@@ -254,7 +254,8 @@ class GeneratePanel(QWidget):
                 clip_skip=generate_fields.clip_skip(self),
             )
         )
-        return self.references.apply(self.lora_schedules.apply(self.guidance_patches.apply(made)))
+        made = self.regions.apply(self.lora_schedules.apply(self.guidance_patches.apply(made)))
+        return self.references.apply(made)
 
     def apply_parameters(self, p: GenerationParameters) -> None:
         """Fill the fields from a picture's parameters (``generate_apply``)."""

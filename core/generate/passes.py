@@ -13,10 +13,12 @@ The passes, always in this order (:func:`ordered`):
    changes the prompts' conditioning, which every base KSampler takes);
 4. **guidance** patches (:mod:`core.guidance`): their model patches on every stage the base model
    samples, after the ControlNets' (ComfyUI applies the control before an output block patch);
-5. **schedules**: LoRA strengths over the steps (:mod:`core.generate.lora_schedule`), a model
+5. **regions** (:mod:`core.regions`): the prompt's regions, encoded and resolved for each stage the
+   base model samples at that stage's size (a :class:`StagePatches`);
+6. **schedules**: LoRA strengths over the steps (:mod:`core.generate.lora_schedule`), a model
    wrapper on every stage the base model samples;
-6. **hires** (latent or model upscale): an upscale stage and a second KSampler stage;
-7. **refiner**: the last KSampler stage cut at the switch step into two KSamplerAdvanced stages,
+7. **hires** (latent or model upscale): an upscale stage and a second KSampler stage;
+8. **refiner**: the last KSampler stage cut at the switch step into two KSamplerAdvanced stages,
    the base's (leftover noise returned) and the refiner's (no noise added).
 
 Then the base's VAE decodes. A pass contributes its stages and the base model's patches here; the
@@ -93,6 +95,15 @@ class Run:
     missing: list[str] = field(default_factory=list)  # embeddings the prompts named, not found
     #: the reference pictures the base model's samplers take (an edit's; filled by its pass)
     references: References = NO_REFERENCES
+    #: more patches of every base stage, made for its size (regions)
+    stage_patches: tuple[StagePatches, ...] = ()
+
+
+class StagePatches(Protocol):
+    """Model patches a base-model KSampler stage gets for its own size: ``settings`` at that size,
+    its latent's ``(height, width)`` in cells."""
+
+    def __call__(self, settings: ImageSettings, latent: tuple[int, int], run: Run) -> ModelPatches: ...
 
 
 class Stage(Protocol):
@@ -138,9 +149,13 @@ class KSample:
 
     def __call__(self, latent: Latent | None, run: Run) -> Latent:
         pipe, hooks = self.pipeline or run.pipeline, self.hooks or run.hooks
-        patches = run.patches if self.pipeline is None else NO_MODEL_PATCHES
         sized = self.sized(latent, run)
         positive, negative = self.encode(latent, run)
+        patches = NO_MODEL_PATCHES
+        if self.pipeline is None:
+            patches, f = run.patches, pipe.latent_format.downscale
+            for more in run.stage_patches:
+                patches += more(sized, (sized.height // f, sized.width // f), run)
         t0 = time.perf_counter()
         out = pipe.sample(
             sized, positive, negative, hooks, run.timings, None if latent is None else latent.samples,
@@ -170,6 +185,7 @@ class Plan:
     patches: ModelPatches = NO_MODEL_PATCHES
     #: steps run before the prompts are encoded (an edit's reference pictures)
     prepare: list[Callable[[Run], None]] = field(default_factory=list)
+    stage_patches: list[StagePatches] = field(default_factory=list)
 
     def samplers(self) -> list[KSample]:
         return [s for s in self.stages if isinstance(s, KSample)]
@@ -201,7 +217,7 @@ class Pass(Protocol):
 
 
 #: the passes' order in every plan
-ORDER = ("references", "start", "mask", "controlnets", "guidance", "schedules", "hires", "refiner")
+ORDER = ("references", "start", "mask", "controlnets", "guidance", "regions", "schedules", "hires", "refiner")
 
 
 @dataclass
@@ -236,7 +252,9 @@ def run_plan(
     plan = Plan(pipeline)
     for p in ordered(passes):
         p.plan(plan, settings)
-    run = Run(pipeline, settings, hooks, Timings(), init, plan.patches)
+    run = Run(
+        pipeline, settings, hooks, Timings(), init, plan.patches, stage_patches=tuple(plan.stage_patches)
+    )
     for step in plan.prepare:
         step(run)
     plan.samplers()[0].encode(None, run, announce=True)  # the prompts first, as the graph's encoders

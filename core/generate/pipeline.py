@@ -234,6 +234,15 @@ class Pipeline:
         text = TextOutput(cond.context, cond.pooled, cond.mask)
         return self.text_convention.network_inputs(text, extra)
 
+    def encode_prompt(
+        self, text: str, settings: ImageSettings, hooks: Hooks, *, negative: bool = False,
+        pictures: PromptPictures = NO_PICTURES,
+    ) -> tuple[SamplingConditioning, tuple[str, ...]]:  # fmt: skip
+        """One prompt's sampling conditioning at ``settings``' size, and the embeddings it named
+        that were not found (a region's prompt is encoded as the positive prompt is)."""
+        found = self._encode(text, hooks, settings.clip_skip, pictures)
+        return self._to_sampling(found, settings, negative=negative), found.missing_embeddings
+
     def encode_prompts(
         self, settings: ImageSettings, hooks: Hooks, *, announce: bool = True,
         pictures: PromptPictures = NO_PICTURES,
@@ -242,24 +251,12 @@ class Pipeline:
         encoding that reads them (its convention's ``pictures``)."""
         if announce:
             hooks.progress(GenerateProgress("text_encode", 0, 0, "", None, hooks.image, hooks.images))
-        positive = self._encode(settings.prompt, hooks, settings.clip_skip, pictures)
-        cfg = self.cfg(settings)
+        pos, missing = self.encode_prompt(settings.prompt, settings, hooks, pictures=pictures)
         # CFG 1 runs no negative pass, except for the CFG++ samplers, which step along it
-        needs_negative = cfg != 1.0 or get_sampler(settings.sampling.sampler).needs_uncond
-        negative = None
-        if needs_negative:
-            negative = self._encode(settings.negative, hooks, settings.clip_skip, pictures)
-        missing = positive.missing_embeddings + (negative.missing_embeddings if negative else ())
-        pos = self._to_sampling(positive, settings, negative=False)
-        neg = None if negative is None else self._to_sampling(negative, settings, negative=True)
-        return pos, neg, tuple(dict.fromkeys(missing))
-
-    def conditioning(
-        self, settings: ImageSettings, hooks: Hooks
-    ) -> tuple[SamplingConditioning, SamplingConditioning | None]:
-        """The prompts' sampling conditioning at ``settings``' size (from the cache when encoded)."""
-        pos, neg, _ = self.encode_prompts(settings, hooks, announce=False)
-        return pos, neg
+        if self.cfg(settings) == 1.0 and not get_sampler(settings.sampling.sampler).needs_uncond:
+            return pos, None, tuple(dict.fromkeys(missing))
+        neg, more = self.encode_prompt(settings.negative, settings, hooks, negative=True, pictures=pictures)
+        return pos, neg, tuple(dict.fromkeys(missing + more))
 
     def cfg(self, settings: ImageSettings) -> float:
         c = settings.sampling.cfg

@@ -16,6 +16,7 @@ from core.generate.workflow_request import ControlNetUse, RefinerUse
 from core.guidance import GuidancePatch
 from core.patching.merge import LoraArg
 from core.patching.schedule import LoraSchedule
+from core.regions import Region
 from core.values import BATCH, CFG, CLIP_SKIP, DENOISE, GUIDANCE, SEED, STEPS, NumberRange, check_size
 
 #: The largest seed ComfyUI's seed widget allows (0xffffffffffffffff).
@@ -98,6 +99,8 @@ class ImageSettings:
     #: editing: reference pictures (FLUX.1 Kontext, FLUX.2, Qwen-Image-Edit: core/generate/references.py),
     #: at most as many as the model's family takes
     references: tuple[Path, ...] = ()
+    #: parts of the picture drawn from their own prompts (core/regions), beside the prompt
+    regions: tuple[Region, ...] = ()
 
     def __post_init__(self) -> None:
         problems = self.sampling.problems()
@@ -116,6 +119,8 @@ class ImageSettings:
             w, h = self.final_size
             if w * h > 4096 * 4096 or w < 64 or h < 64:
                 problems.append(f"the hires fix's size {w}x{h} must be between 64x64 and 4096x4096 in area")
+        boxes = [r.box for r in self.regions if r.box is not None]
+        problems += [why for b in boxes if (why := b.problem_in(self.width, self.height))]
         if self.mask_image is not None and self.init_image is None:
             problems.append("a mask needs the picture it masks (a starting image)")
         if self.outpaint is not None:

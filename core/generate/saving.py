@@ -49,7 +49,7 @@ def parameters_for(
         scheduler=s.scheduler, cfg=made.cfg, seed=s.seed, width=size[0], height=size[1],
         model=made.model_path.stem, model_hash=hashes.model_hash(made.model_path, check), loras=loras,
         denoise=s.denoise if made.img2img else None, guidance=made.guidance, clip_skip=settings.clip_skip,
-        embeddings=embeddings, patches=settings.guidance_patches,
+        embeddings=embeddings, patches=settings.guidance_patches, regions=settings.regions,
     )  # fmt: skip
 
 
