@@ -106,7 +106,8 @@ class GeneratePanel(QWidget):
         inner_layout = QVBoxLayout(inner)
         inner_layout.setContentsMargins(0, 0, 4, 0)
         inner_layout.addLayout(form)
-        for box in (self.references, self.workflows, self.guidance_patches, self.lora_schedules, self.regions):
+        boxes = (self.references, self.workflows, self.guidance_patches, self.lora_schedules, self.regions)
+        for box in boxes:
             inner_layout.addWidget(box)
         inner_layout.addLayout(out_row)
         inner_layout.addStretch(1)
