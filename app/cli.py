@@ -36,6 +36,7 @@ def build_parser() -> argparse.ArgumentParser:
         generate_cmd,
         inspect_cmd,
         merge_cmd,
+        preprocess_cmd,
         run_cmd,
         upscale_cmd,
     )
@@ -47,6 +48,7 @@ def build_parser() -> argparse.ArgumentParser:
     run_cmd.register(sub)
     generate_cmd.register(sub)
     upscale_cmd.register(sub)
+    preprocess_cmd.register(sub)
     return parser
 
 

@@ -46,10 +46,10 @@ if str(ROOT) not in sys.path:
 import torch  # noqa: E402
 from torch import nn  # noqa: E402
 
+from core.archs.pixart.network import PixArt, PixArtConfig  # noqa: E402
 from core.memory import inference  # noqa: E402
 from core.memory.tracking import ActivationTracker  # noqa: E402
 from core.models.flux import Flux, FluxConfig  # noqa: E402
-from core.models.pixart import PixArt, PixArtConfig  # noqa: E402
 from core.models.unet import UNetModel  # noqa: E402
 from core.models.unet_config import UNetConfig  # noqa: E402
 from core.session.testrun import RunConfig, _Inputs  # noqa: E402

@@ -18,6 +18,7 @@ from core.detect.sidecars import find_preview, read_sidecar_info
 from core.detect.types import Detection
 from core.errors import LoadoutError
 from core.files.model_file import MODEL_EXTENSIONS, TensorIndex, read_tensor_index
+from core.merging.recipe import read_recipe
 from core.quant.summary import summarize
 
 #: Derived facts are added to ``metadata`` under this prefix, beside the file's own keys.
@@ -136,6 +137,9 @@ def _derived(p: Path, index: TensorIndex, det: Detection) -> dict[str, Any]:
         derived["quantization"] = {
             (c.prefix or c.role): summarize(index.tensors, c.prefix).to_json() for c in det.components
         } or {"": summarize(index.tensors).to_json()}
+    recipe = read_recipe(str_meta)
+    if recipe is not None:  # a Loadout merge: its recipe, parsed (the file holds it as JSON text)
+        derived["merge_recipe"] = recipe
     if det.fields:
         derived["fields"] = {k: v for k, v in det.fields.items() if _jsonable(v)}
     return derived

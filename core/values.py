@@ -129,6 +129,19 @@ REFINER_SWITCH = NumberRange(
     "the refiner switch", 0.0, 0.99, lo_open=True, hint="Give a fraction between 0 and 1, e.g. 0.8"
 )
 LORA_STRENGTH = NumberRange("a LoRA strength", -100.0, 100.0)
+#: ComfyUI's ModelMergeSimple / ModelMergeBlocks ratio (model A's share) and its
+#: ModelMergeSubtract multiplier
+MERGE_RATIO = NumberRange("a merge ratio", 0.0, 1.0, hint="1 keeps model A, 0 takes model B")
+MERGE_MULTIPLIER = NumberRange(
+    "a merge multiplier", -10.0, 10.0, hint="ComfyUI's range; 1 adds the whole difference"
+)
+#: ComfyUI's ConditioningSetArea / SetMask strength and SetTimestepRange / SetAreaPercentage values
+REGION_STRENGTH = NumberRange("a region's strength", 0.0, 10.0, hint="Give e.g. 1 (0 switches it off)")
+REGION_PERCENT = NumberRange(
+    "a region's start/end", 0.0, 1.0, hint="0 is the first step, 1 the last: e.g. 0-0.6"
+)
+REGION_PIXELS = NumberRange("a region's box value in pixels", 0, 16384, integer=True)
+REGION_FRACTION = NumberRange("a region's fraction of the picture", 0.0, 1.0, hint="Give e.g. 0.5 for half")
 PROMPT_WEIGHT = NumberRange(
     "a prompt weight", -100.0, 100.0, hint="Write weights like (word:1.2)", code="bad_prompt_weight"
 )

@@ -16,6 +16,7 @@ DISTRIBUTION = {
     "PySide6": "PySide6-Essentials",
     "yaml": "pyyaml",
     "pynvml": "nvidia-ml-py",
+    "cv2": "opencv-python-headless",
 }
 
 

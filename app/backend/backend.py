@@ -20,6 +20,7 @@ from PySide6.QtCore import QObject, Qt, QThread, Signal
 
 from app.backend.hash_relay import SCAN_BATCH_INTERVAL, HashRelay
 from app.backend.leases import WindowLeases
+from app.backend.merge_task import merge_work
 from app.backend.messages import (
     DemoReady,
     FilesReleased,
@@ -39,10 +40,13 @@ from core.generate.events import GenerateProgress, GenerateResult
 from core.generate.generator import Generator
 from core.generate.request import ImageSettings
 from core.generate.session_run import Output
-from core.generate.sweep import Sweep
 from core.library import Entry
 from core.library.hasher import HashProgress
+from core.merging.merge import MergeResult
+from core.merging.recipe import MergeRecipe
+from core.queue.session_grid import SessionGrid, run_session_grid
 from core.session import ModelInfo, PlacementConfig, RunReport, Session, SessionEvent, SlotId, StackInfo
+from core.session.loras import StackChange
 from core.session.testrun import RunConfig, StepDone
 
 
@@ -66,6 +70,7 @@ class Backend(QObject):
     memory_changed = Signal(object)  # MemoryFigures, after each memory decision and task
     finished = Signal(str)
     hash_progress = Signal(object)  # HashProgress of the background hash pass (its own thread)
+    merged = Signal(object)  # MergeResult: a merged model file was written
 
     _submit = Signal(object)  # Job, queued to the runner's thread
 
@@ -100,6 +105,7 @@ class Backend(QObject):
             DemoReady: lambda d: self.demo_ready.emit(d.folder),  # type: ignore[attr-defined]
             HashProgress: self.hash_progress.emit,
             FilesReleased: self.leases.released,
+            MergeResult: self.merged.emit,
         }
         # Full-file hashes on a thread of their own (never behind a load), paused while a task runs;
         # what it finds is relayed like the scan's entries.
@@ -225,6 +231,20 @@ class Backend(QObject):
 
         self.submit("lora", work, Path(path))
 
+    def merge_models(self, paths: list[Path], recipe: MergeRecipe, out: Path) -> None:
+        """Merge models into ``out`` through the session's placement (core.merging)."""
+        self.submit("merge", merge_work(self.session, paths, recipe, out), maps=tuple(paths))
+
+    def change_stack(self, change: StackChange) -> None:
+        """Several stack changes as one task (a picture's settings): the weights follow once."""
+
+        def work(r: Reporter) -> None:
+            r.post(self.session.loras.change(change))
+            r.post(Models(self.session.models()))
+            self._used(r, [path for path, _m, _c in change.add])
+
+        self.submit("lora", work, maps=tuple(Path(path) for path, _m, _c in change.add))
+
     def preview_strength(self, lora_id: str, model: float, clip: float) -> None:
         """A slider moving: shown at once through the session's fast path (low-rank side paths),
         coalesced: however many moves arrive while one preview runs, only the newest is applied.
@@ -282,9 +302,10 @@ class Backend(QObject):
 
         self.submit("run", work)
 
-    def generate(self, settings: ImageSettings, folder: Path | str, sweep: Sweep | None = None) -> None:
+    def generate(self, settings: ImageSettings, folder: Path | str, sweep: SessionGrid | None = None) -> None:
         """Make pictures with the loaded model and its LoRA stack, saved as numbered PNGs in
-        ``folder``; each step posts its progress and live preview."""
+        ``folder``; each step posts its progress and live preview. ``sweep``: a grid made on the
+        loaded models, cell after cell (a LoRA strength sweep), and its grid picture."""
         output = Output(Path(folder), is_folder=True)
 
         def work(r: Reporter) -> None:
@@ -295,7 +316,7 @@ class Backend(QObject):
             check_output_folder(output.path)  # before any work: an unwritable folder is said at once
             try:
                 if sweep is not None:
-                    r.post(self.generator.sweep(settings, sweep, output, step, r.check))
+                    r.post(run_session_grid(self.generator, settings, sweep, output, step, r.check))
                 else:
                     r.post(self.generator.generate(settings, output, step, r.check))
                 used = [m.path for m in self.session.models()]

@@ -46,7 +46,9 @@ __all__ = [
     "TaskProgress",
 ]
 
-Task = Literal["scan", "load", "unload", "lora", "strength", "run", "demo", "memory", "generate", "queue"]
+Task = Literal[
+    "scan", "load", "unload", "lora", "strength", "run", "demo", "memory", "generate", "queue", "merge"
+]
 
 
 @dataclass(frozen=True)

@@ -11,12 +11,17 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 from core.errors import LoadoutError
 from core.generate.workflow_request import ControlNetUse
 from core.guidance import GuidancePatch, parse_patch
+from core.patching.block_weights import BlockWeights
 from core.patching.merge import LoraArg
+from core.preprocess import PREPROCESSORS
+from core.regions import Region
+from core.regions.text import parse_region, regions_from_json
 from core.values import (
     CONTROLNET_PERCENT,
     CONTROLNET_STRENGTH,
@@ -86,9 +91,15 @@ def parse_size(text: str) -> tuple[int, int]:
 
 
 def parse_lora(text: str) -> LoraArg:
-    """``FILE[:MODEL[:CLIP]]``. Numbers are taken from the right so paths may hold colons; a last
-    part that is not a number is part of the path only when that path exists (``F:abc`` with no
-    file ``F:abc`` says the strength is not a number, not that ``F:abc`` does not exist)."""
+    """``FILE[:MODEL[:CLIP]][:lbw=WEIGHTS]`` (``lbw=``: LoRA block weights, numbers or a preset
+    name, as A1111's lora-block-weight tag). Numbers are taken from the right so paths may hold
+    colons; a last part that is not a number is part of the path only when that path exists
+    (``F:abc`` with no file ``F:abc`` says the strength is not a number, not that ``F:abc`` does
+    not exist)."""
+    head, sep, tail = text.rpartition(":")
+    if sep and tail.strip().lower().startswith("lbw=") and not Path(text).exists():
+        plain = parse_lora(head)
+        return replace(plain, block_weights=BlockWeights.parse(tail.strip()[4:]))
     parts = text.split(":")
     numbers: list[float] = []
     while len(parts) > 1 and len(numbers) < 2:
@@ -120,22 +131,48 @@ def parse_lora(text: str) -> LoraArg:
     return LoraArg(path, numbers[0], numbers[1] if len(numbers) > 1 else None)
 
 
+def parse_blocks(text: str, limits: NumberRange) -> tuple[tuple[str, float], ...]:
+    """``PREFIX=R,PREFIX=R`` (``--blocks``): per-block merge ratios, each block named by the start
+    of its keys as ComfyUI's ModelMergeBlocks names it (``input_blocks.4.``, ``in``, ``out``)."""
+    pairs: list[tuple[str, float]] = []
+    for item in (part.strip() for part in text.split(",")):
+        if not item:
+            continue
+        name, eq, value = item.rpartition("=")
+        if not eq or not name.strip():
+            raise LoadoutError(
+                f"--blocks {text}: {item!r} is not BLOCK=RATIO",
+                fix="Write blocks like in=0.2,middle_block.=0.5,out=1",
+                code="bad_argument",
+            )
+        pairs.append((name.strip(), limits.parse(value)))
+    if not pairs:
+        raise LoadoutError(f"--blocks {text!r} names no block", fix="Write blocks like in=0.2,out=1",
+                           code="bad_argument")  # fmt: skip
+    return tuple(pairs)
+
+
 def parse_controlnet(text: str) -> ControlNetUse:
-    """``FILE:HINT[:STRENGTH[:START:END]]`` (``--controlnet``). Windows drive letters (``C:\\...``)
-    stay part of the paths."""
+    """``FILE:HINT[:STRENGTH[:START:END]]`` (``--controlnet``), or ``FILE:PICTURE:PREPROCESSOR[...]``
+    (the hint made from PICTURE when the generation runs). Windows drive letters (``C:\\...``) stay
+    part of the paths."""
     parts = _split_paths(text)
+    preprocessor = None
+    if len(parts) >= 3 and parts[2].strip().lower() in PREPROCESSORS:
+        preprocessor = parts.pop(2).strip().lower()
     if len(parts) not in (2, 3, 5):
         raise LoadoutError(
-            f"--controlnet {text!r} is not FILE:HINT[:STRENGTH[:START:END]]",
-            why=f"it has {len(parts)} parts",
-            fix="Give e.g. --controlnet canny.safetensors:edges.png:0.8:0:1",
+            f"--controlnet {text!r} is not FILE:HINT[:PREPROCESSOR][:STRENGTH[:START:END]]",
+            why=f"it has {len(parts)} parts besides a preprocessor",
+            fix="Give e.g. --controlnet canny.safetensors:edges.png:0.8:0:1 or "
+            "--controlnet canny.safetensors:photo.png:canny:0.8",
             code="bad_argument",
         )
     ranges = (CONTROLNET_STRENGTH, CONTROLNET_PERCENT, CONTROLNET_PERCENT)
     nums = [r.parse(v) for r, v in zip(ranges, parts[2:], strict=False)]
     strength = nums[0] if nums else 1.0
     start, end = (nums[1], nums[2]) if len(nums) == 3 else (0.0, 1.0)
-    return ControlNetUse(Path(parts[0]), Path(parts[1]), strength, start, end)
+    return ControlNetUse(Path(parts[0]), Path(parts[1]), strength, start, end, preprocessor)
 
 
 def parse_patch_argument(text: str) -> GuidancePatch:
@@ -149,6 +186,49 @@ def parse_patch_argument(text: str) -> GuidancePatch:
             fix=f"{exc.fix} (e.g. --patch pag:scale=3 --patch freeu_v2)",
             code=exc.code,
         ) from None
+
+
+def parse_region_argument(text: str) -> Region:
+    """``X,Y,W,H[:STRENGTH][@START-END]=PROMPT`` (``--region``): one region of the picture."""
+    try:
+        return parse_region(text)
+    except LoadoutError as exc:
+        raise LoadoutError(
+            f"--region {text[:60]!r}: {exc.what}",
+            why=exc.why,
+            fix=f"{exc.fix} (e.g. --region 0,0,256,512:0.8@0-0.6=a red hat)",
+            code=exc.code,
+        ) from None
+
+
+#: the largest regions file read (a real one is a few hundred bytes)
+REGIONS_FILE_BYTES = 1 << 20
+
+
+def read_regions_file(path: Path) -> tuple[Region, ...]:
+    """``--regions FILE``: a JSON list of regions; mask paths are taken from the file's folder."""
+    try:
+        with path.open("rb") as f:
+            data = f.read(REGIONS_FILE_BYTES + 1)
+    except OSError as exc:
+        raise LoadoutError(
+            f"the regions file {path} cannot be read", why=exc.strerror or str(exc),
+            fix="Give the path of a JSON file of regions", code="bad_argument",
+        ) from None  # fmt: skip
+    if len(data) > REGIONS_FILE_BYTES:
+        raise LoadoutError(
+            f"the regions file {path} is over 1 MiB", why="a regions file is a short JSON list",
+            fix="Give the JSON file of regions", code="bad_argument",
+        )  # fmt: skip
+    try:
+        return regions_from_json(data.decode("utf-8"), path.parent)
+    except UnicodeDecodeError:
+        raise LoadoutError(
+            f"the regions file {path} is not text", why="it must be a JSON list in UTF-8",
+            fix="Give the JSON file of regions", code="bad_argument",
+        ) from None  # fmt: skip
+    except LoadoutError as exc:
+        raise LoadoutError(f"{path}: {exc.what}", why=exc.why, fix=exc.fix, code=exc.code) from None
 
 
 def _split_paths(text: str) -> list[str]:

@@ -1,12 +1,15 @@
 """``loadout generate [CHECKPOINT] [--diffusion-model F] [--text-encoder F]... [--vae F] --prompt P
 [--negative N] [--lora FILE[:MODEL[:CLIP]]]... [--seed S] [--steps N] [--cfg X] [--sampler NAME]
 [--scheduler NAME] [--size WxH] [--batch B] [--init IMAGE [--mask MASK] --denoise D]
+[--init IMAGE --outpaint LEFT,TOP,RIGHT,BOTTOM [--feather N]] [--reference PICTURE]...
 [--controlnet FILE:HINT[:STRENGTH[:START:END]]]... [--refiner FILE [--refiner-switch F]]
 [--hires-scale S --hires-denoise D [--hires-steps N] [--hires-upscaler METHOD_OR_FILE]]
-[--patch NAME[:ARG=VALUE,...]]...
+[--patch NAME[:ARG=VALUE,...]]... [--lora-schedule NAME=MULT@START,...]...
+[--region X,Y,W,H[:STRENGTH][@START-END]=PROMPT]... [--regions FILE]
 [--device D] [--dtype D] [--vram-limit BYTES] -o OUT.png [--json]``: text to image (img2img with
---init, inpainting with --mask), with ControlNets, the hires fix, the SDXL refiner and guidance
-patches (PAG, FreeU ...).
+--init, inpainting with --mask, outpainting with --outpaint, editing with --reference), with
+ControlNets, the hires fix, the SDXL refiner, guidance patches (PAG, FreeU ...) and regions (parts
+of the picture with their own prompts).
 
 With ``--x AXIS:V1,V2,... [--y ...] [--z ...] [--ray ADDRESS|local:N] -o DIR`` a grid: one picture per
 cell and a labelled grid per Z value in DIR, in-process or on a Ray cluster (core/queue)."""
@@ -32,7 +35,9 @@ from app.commands.args import (
     parse_controlnet,
     parse_lora,
     parse_patch_argument,
+    parse_region_argument,
     parse_size,
+    read_regions_file,
 )
 from app.commands.hires_args import add_hires_arguments, hires_from_arguments
 from app.commands.stopping import guarded_inputs, report_stop, stop_signals
@@ -43,13 +48,15 @@ from core.detect.prediction import PREDICTIONS
 from core.errors import InterruptedByUser, LoadoutError
 from core.generate.command import generate_files
 from core.generate.events import GenerateProgress
+from core.generate.outpaint_settings import DEFAULT_FEATHERING, FEATHERING, parse_sides
 from core.generate.request import GenerateRequest, ImageSettings, ModelFiles, Sampling
-from core.generate.sweep import parse_strengths
 from core.generate.workflow_request import RefinerUse
 from core.guidance import PATCHES
 from core.loading.convert_file import DTYPES, parse_dtype
+from core.patching.schedule import parse_schedule
 from core.queue.command import GridReport, cluster_pool, run_grid
-from core.queue.grid import AXES, parse_axis
+from core.queue.grid import AXES, axis_of, parse_axis
+from core.queue.session_grid import SessionGrid, grid_files
 from core.queue.store import Totals
 from core.sampling import SAMPLERS, SCHEDULERS
 from core.values import BATCH, CFG, CLIP_SKIP, DENOISE, GUIDANCE, REFINER_SWITCH, SEED, STEPS
@@ -127,8 +134,10 @@ def _add_picture(p: argparse.ArgumentParser) -> None:
 def _add_grid(p: argparse.ArgumentParser) -> None:
     """A LoRA strength sweep or a grid of up to three axes."""
     p.add_argument(
-        "--sweep", metavar="S1,S2,...", help="the first LoRA at each strength: one picture each and a grid"
-    )
+        "--sweep", metavar="S1,S2,...",
+        help="the first LoRA at each strength (model and text encoder): one picture each and a grid, "
+        "made in this process on the loaded models (a grid with one lora-strength axis)",
+    )  # fmt: skip
     for axis in ("x", "y", "z"):
         p.add_argument(
             f"--{axis}", metavar="AXIS:V1,V2,...", help=f"a grid's {axis.upper()} axis: " + ", ".join(AXES)
@@ -141,15 +150,41 @@ def _add_workflows(p: argparse.ArgumentParser) -> None:
     p.add_argument("--denoise", type=number_type(DENOISE), default=1.0, help="img2img strength (with --init)")
     add_hires_arguments(p)
     p.add_argument(
-        "--controlnet", action="append", default=[], metavar="FILE:HINT[:STRENGTH[:START:END]]",
-        help="a ControlNet and its hint picture (repeatable; ComfyUI's ControlNetApplyAdvanced)",
+        "--controlnet", action="append", default=[],
+        metavar="FILE:HINT[:PREPROCESSOR][:STRENGTH[:START:END]]",
+        help="a ControlNet and its hint picture (repeatable; ComfyUI's ControlNetApplyAdvanced); with a "
+        "preprocessor (canny, lineart, softedge) the hint is made from that picture",
     )  # fmt: skip
     p.add_argument(
         "--patch", action="append", default=[], metavar="NAME[:ARG=VALUE,...]",
         help="a guidance patch, repeatable, applied in order: " + ", ".join(PATCHES)
         + " (e.g. pag:scale=3, freeu_v2, deep_shrink:downscale_factor=1.5)",
     )  # fmt: skip
+    p.add_argument(
+        "--lora-schedule", action="append", default=[], metavar="NAME=MULT@START,...",
+        help="a LoRA's strength over the steps (repeatable): its strength times MULT from START (0..1 "
+        "of the sampling) on, as ComfyUI's hook keyframes (e.g. detail=1@0,0.5@0.4,0@0.8)",
+    )  # fmt: skip
+    p.add_argument(
+        "--region", action="append", default=[], metavar="X,Y,W,H[:STRENGTH][@START-END]=PROMPT",
+        help="a part of the picture drawn from its own prompt (repeatable; ComfyUI's ConditioningSetArea, "
+        "SetTimestepRange and Combine): the box in pixels, or in fractions with a decimal point",
+    )  # fmt: skip
+    p.add_argument("--regions", metavar="FILE", help="regions from a JSON file (boxes, masks: docs/cli.md)")
     p.add_argument("--mask", metavar="MASK", help="inpainting: white = repaint (with --init and --denoise)")
+    p.add_argument(
+        "--outpaint", metavar="LEFT,TOP,RIGHT,BOTTOM",
+        help="outpainting: grow the --init picture by these pixels (ComfyUI's ImagePadForOutpaint), then "
+        "paint the new border",
+    )  # fmt: skip
+    p.add_argument(
+        "--feather", type=int_type(FEATHERING), default=DEFAULT_FEATHERING, metavar="PIXELS",
+        help=f"outpainting: how far the mask fades into the picture (default {DEFAULT_FEATHERING})",
+    )  # fmt: skip
+    p.add_argument(
+        "--reference", action="append", default=[], metavar="PICTURE",
+        help="editing: a reference picture (repeatable; FLUX.1 Kontext, FLUX.2, Qwen-Image-Edit)",
+    )  # fmt: skip
     p.add_argument("--refiner", metavar="FILE", help="the SDXL refiner checkpoint to finish the picture")
     p.add_argument(
         "--refiner-switch", type=number_type(REFINER_SWITCH), default=0.8,
@@ -205,9 +240,16 @@ def _request(args: argparse.Namespace) -> GenerateRequest:
         hires=hires_from_arguments(args),
         controlnets=tuple(parse_controlnet(t) for t in args.controlnet),
         mask_image=Path(args.mask) if args.mask else None,
+        outpaint=parse_sides(args.outpaint, args.feather) if args.outpaint else None,
         refiner=RefinerUse(Path(args.refiner), args.refiner_switch) if args.refiner else None,
         clip_skip=args.clip_skip,
         guidance_patches=tuple(parse_patch_argument(t) for t in args.patch),
+        lora_schedules=tuple(parse_schedule(t) for t in args.lora_schedule),
+        references=tuple(Path(t) for t in args.reference),
+        regions=(
+            *(read_regions_file(Path(args.regions)) if args.regions else ()),
+            *(parse_region_argument(t) for t in args.region),
+        ),
     )
     return GenerateRequest(
         models=models,
@@ -219,7 +261,6 @@ def _request(args: argparse.Namespace) -> GenerateRequest:
         device=args.device or default_device(),
         dtype=parse_dtype(args.dtype) if args.dtype else None,
         vram_limit=parse_bytes(args.vram_limit) if args.vram_limit else None,
-        sweep=parse_strengths(args.sweep) if args.sweep else (),
         strict=args.strict,
         force=args.force,
         family_defaults=tuple(k for k, v in given.items() if v is None),
@@ -282,7 +323,7 @@ def _data_stdout(separate: bool) -> Iterator[TextIO]:
 
 
 def run_grid_command(args: argparse.Namespace, request: GenerateRequest, interrupt: threading.Event) -> int:
-    if args.sweep:
+    if args.sweep is not None:
         raise LoadoutError(
             "--sweep and --x cannot be combined", fix="Use --x lora-strength:... instead", code="bad_argument"
         )
@@ -329,11 +370,19 @@ def run(args: argparse.Namespace) -> int:
     request = _request(args)
     interrupt = threading.Event()
     try:
-        inputs = (*request.models.paths, *(a.path for a in request.loras), request.image.init_image)
+        inputs = (
+            *request.models.paths, *(a.path for a in request.loras), request.image.init_image,
+            *request.image.references,
+        )  # fmt: skip
         with stop_signals(interrupt), guarded_inputs(inputs, interrupt):  # checked between layers and steps
             if args.x:
                 return run_grid_command(args, request, interrupt)
-            result = generate_files(request, progress=_printer(args.quiet or args.json), interrupt=interrupt)
+            show = _printer(args.quiet or args.json)
+            if args.sweep is not None:  # a grid of one strength axis, on this process's session
+                grid = SessionGrid(axis_of("lora-strength", args.sweep))
+                result = grid_files(request, grid, progress=show, interrupt=interrupt)
+            else:
+                result = generate_files(request, progress=show, interrupt=interrupt)
     except InterruptedByUser as exc:
         return report_stop(exc)
     result = with_demo_note(result, request.models.checkpoint or request.models.diffusion_model)

@@ -41,6 +41,18 @@ def _params(n: int) -> str:
     return f"{n / 1e3:.1f}K"
 
 
+def merge_recipe_text(recipe: dict[str, Any]) -> str:
+    """``weighted 0.3 (in=0.2, out=0.9) of A: a.safetensors [86c0ad93d669], B: ...``"""
+    blocks = ", ".join(f"{k}={v:g}" for k, v in (recipe.get("blocks") or {}).items())
+    inputs = ", ".join(f"{i['model']}: {i['file']} [{i['sha256']}]" for i in recipe.get("inputs") or ())
+    te = recipe.get("text_encoders")
+    return (
+        f"{recipe['method']} {recipe['ratio']:g}" + (f" ({blocks})" if blocks else "")
+        + (f", text encoders {te:g}" if te is not None else "") + f" of {inputs}"
+        + f"; Loadout {recipe.get('loadout', '?')}"
+    )  # fmt: skip
+
+
 def format_table(results: list[InspectResult]) -> str:
     lines: list[str] = []
     for r in results:
@@ -77,6 +89,9 @@ def format_table(results: list[InspectResult]) -> str:
             scales = [TrainedScale.from_json(t) for t in lora.get("trained_scale") or ()]
             if scales:
                 lines.append(f"  alpha     {trained_scale_text(scales)}")
+        recipe = j["metadata"].get("loadout.merge_recipe")
+        if recipe:
+            lines.append(f"  merged    {merge_recipe_text(recipe)}")
         words = j["metadata"].get("loadout.trigger_words")
         if words:
             lines.append(f"  triggers  {', '.join(words)}")

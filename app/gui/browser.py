@@ -10,6 +10,7 @@ waste, and how far the background hash pass is (with a button to stop it).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 from PySide6.QtCore import QByteArray, QEvent, QItemSelectionModel, QModelIndex, QObject, Qt, Signal
@@ -32,10 +33,11 @@ from app.backend.backend import Backend
 from app.backend.messages import TaskProgress
 from app.gui.library_cards import LibraryCardModel, LibraryCards
 from app.gui.library_columns import fit_columns
-from app.gui.library_filters import LibraryFilters, empty_library
+from app.gui.library_filters import EmptyLibrary, LibraryFilters
 from app.gui.library_model import LibraryTreeModel
 from app.gui.library_summary import summary_parts, usage_text
 from app.gui.theme import icon, set_icon
+from app.gui.widgets import WrappedLabel
 from core.library import Entry
 from core.library.hasher import HashProgress
 from core.session import ModelInfo
@@ -47,6 +49,7 @@ class BrowserPanel(QWidget):
     entry_selected = Signal(object)  # Entry | None
     entry_activated = Signal(object)  # Entry
     demo_requested = Signal()
+    folder_requested = Signal(str)  # an install found in the usual places, to add
     view_changed = Signal(str)  # "list" or "cards": the window remembers it
 
     def __init__(self, backend: Backend, parent: QWidget | None = None) -> None:
@@ -178,19 +181,18 @@ class BrowserPanel(QWidget):
 
     def _build_empty(self) -> None:
         """What shows instead of the tree before any model is found."""
-        self.empty = empty_library(self.demo_requested.emit)
+        self.empty = EmptyLibrary(self.demo_requested.emit, self.folder_requested.emit)
         self.empty.hide()
 
-    def _build_status(self) -> QHBoxLayout:
+    def _build_status(self) -> QVBoxLayout:
         """The bottom row: the summary, the scan's progress, the hash pass and its stop."""
         self.progress = QProgressBar()
         self.progress.setMaximumHeight(14)
         self.progress.setTextVisible(False)
         self.progress.hide()
-        self.summary = QLabel("")
+        # a long summary wraps onto a second line, never widens the window (and is never cut)
+        self.summary = WrappedLabel("")
         self.summary.setObjectName("muted")
-        # a long summary is cut, never widens the window (the full text is in the tooltip)
-        self.summary.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
         self.hash_status = QLabel("")
         self.hash_status.setObjectName("muted")
         self.hash_status.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
@@ -199,15 +201,23 @@ class BrowserPanel(QWidget):
         self.hash_stop.clicked.connect(self._stop_hashing)
         self.hash_status.hide()
         self.hash_stop.hide()
-        bottom = QHBoxLayout()
-        bottom.addWidget(self.summary, 2)
-        bottom.addWidget(self.progress, 1)
-        bottom.addWidget(self.hash_status, 1)
-        bottom.addWidget(self.hash_stop)
+        bottom = QVBoxLayout()  # the summary, then the hash pass on a line of its own while it runs
+        bottom.setSpacing(2)
+        row = QHBoxLayout()
+        row.addWidget(self.summary, 2)
+        row.addWidget(self.progress, 1)
+        hashing = QHBoxLayout()
+        hashing.addWidget(self.hash_status, 1)
+        hashing.addWidget(self.hash_stop)
+        bottom.addLayout(row)
+        bottom.addLayout(hashing)
         return bottom
 
     # -- feeding ---------------------------------------------------------------------------------
-    def set_empty(self, empty: bool) -> None:
+    def set_empty(self, empty: bool, installs: Sequence[Path] = ()) -> None:
+        """Show the empty library's hint (with ``installs`` offered) instead of the files."""
+        if empty:
+            self.empty.offer(installs)
         self.empty.setVisible(empty)
         self.tree.setVisible(not empty and self.view_mode == "list")
         self.cards.setVisible(not empty and self.view_mode == "cards")

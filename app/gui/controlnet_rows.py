@@ -1,5 +1,7 @@
 """The Generate panel's ControlNets: a short list of rows, each a ControlNet file (one of the
-library's ControlNets, or any file browsed to), its hint picture, weight and start/end. Rows are
+library's ControlNets, or any file browsed to), its hint picture, the preprocessor that makes the
+hint from it (``app.gui.hint_preprocessor``: none, canny...; with the map's thumbnail and preview),
+weight and start/end. Rows are
 added with "+ ControlNet" and removed with their "−"; all of them go into the request, in order
 (ComfyUI chains one ControlNetApplyAdvanced per row; A1111 writes them as ``ControlNet 0``,
 ``ControlNet 1``...). A view: it turns its widgets into ``ControlNetUse`` records, nothing runs here.
@@ -34,10 +36,12 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.gui.hint_preprocessor import PreprocessorPick
 from app.gui.widgets import ElidedLabel
 from core.detect.catalog import controlnet_fits
 from core.generate.workflow_request import ControlNetUse
 from core.generate.workflows import ControlNetParameters
+from core.preprocess import PREPROCESSORS
 
 MODELS = "Models (*.safetensors *.sft *.ckpt *.pt *.pth *.bin)"
 PICTURES = "Pictures (*.png *.jpg *.jpeg *.webp)"
@@ -52,6 +56,7 @@ class FilePick(QWidget):
     or starting picture is recognised at a glance), cleared with ×."""
 
     THUMB = 28
+    changed = Signal(object)  # the new path or None
 
     def __init__(
         self, caption: str, filters: str, parent: QWidget | None = None, *, preview: bool = False
@@ -85,6 +90,7 @@ class FilePick(QWidget):
         self.path = path
         self.label.setText(path.name if path else NONE)
         self.label.setToolTip(str(path) if path else "")  # after setText: the full path
+        self.changed.emit(path)
         if self.preview:
             picture = QPixmap(str(path)) if path is not None else QPixmap()
             if not picture.isNull():
@@ -190,6 +196,8 @@ class ControlNetRow(QWidget):
         remove.clicked.connect(lambda: self.remove_requested.emit(self))
         self.remove_button = remove
         self.hint = FilePick("Pick the hint picture (edges, depth, pose...)", PICTURES, preview=True)
+        self.pre = PreprocessorPick()
+        self.hint.changed.connect(self.pre.set_picture)
         self.strength = _spin(1.0, 10.0)
         self.start, self.end = _spin(0.0), _spin(1.0)
         numbers = QHBoxLayout()
@@ -204,7 +212,9 @@ class ControlNetRow(QWidget):
         grid.addWidget(remove, 0, 2)
         grid.addWidget(QLabel("Hint", objectName="muted"), 1, 0)
         grid.addWidget(self.hint, 1, 1, 1, 2)
-        grid.addLayout(numbers, 2, 0, 1, 3)
+        grid.addWidget(QLabel("Make", objectName="muted"), 2, 0)
+        grid.addWidget(self.pre, 2, 1, 1, 2)
+        grid.addLayout(numbers, 3, 0, 1, 3)
         grid.setColumnStretch(1, 1)
 
     def use(self) -> ControlNetUse | None:
@@ -212,13 +222,15 @@ class ControlNetRow(QWidget):
         if self.controlnet.path is None or self.hint.path is None:
             return None
         return ControlNetUse(
-            self.controlnet.path, self.hint.path, self.strength.value(), self.start.value(), self.end.value()
-        )
+            self.controlnet.path, self.hint.path, self.strength.value(), self.start.value(), self.end.value(),
+            self.pre.name,
+        )  # fmt: skip
 
     def show_parameters(self, p: ControlNetParameters) -> None:
         """Weight, start and end as a picture says; its file when the library has one of that name
         (else the row's own file stays only if it is that one: a picture never runs another net)."""
         self.strength.setValue(p.weight)
+        self.pre.set_name(p.module if p.module in PREPROCESSORS else None)
         self.start.setValue(p.start)
         self.end.setValue(p.end)
         current = self.controlnet.path

@@ -27,8 +27,10 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.backend.messages import TaskError
 from app.backend.monitor import MemoryMonitor
 from app.demo import is_sparse_demo
+from app.gui.errors import Friendly
 from app.gui.theme import colors, human_bytes, human_count, icon, kind_icon, kind_text, set_icon
 from app.lora_words import trained_scale_text
 from core.detect.notes import NOTE_PREFIX, is_note
@@ -37,6 +39,26 @@ from core.library.query import Duplicate
 from core.memory.fit import FitEstimate, estimate_fit
 
 LOADABLE = ("checkpoint", "diffusion_model", "vae", "text_encoder")
+
+
+def refusal(entry: Entry) -> Friendly | TaskError | None:
+    """Why ``entry`` cannot be loaded (a LoRA: put on the stack) now, in the window's words; None
+    when it can."""
+    if entry.status == "pending":
+        return Friendly("Still reading", f"{entry.name} is being read; try again in a moment.", "info")
+    if entry.status == "error":
+        return TaskError("load", entry.error_code or "invalid_file", entry.error or "", path=entry.path)
+    if entry.kind == "lora":
+        return None
+    if entry.kind not in LOADABLE:
+        kind = entry.kind.replace("_", " ")
+        return TaskError("load", "not_loadable", f"{entry.name} is a {kind}.", path=entry.path)
+    if entry.record is not None and is_sparse_demo(entry.record.get("metadata")):
+        text = f"{entry.name}: load loadout-demo-sd15-tiny instead, which has real weights."
+        return TaskError("load", "sparse_demo", text, path=entry.path)
+    return None
+
+
 FIT_DTYPES = (
     ("as stored", None),
     ("fp16", "fp16"),

@@ -172,6 +172,11 @@ class DockLayout:
         self.extra.append((key, area, tab_with))
         return dock
 
+    def bring(self, key: str) -> None:
+        """Show the ``key`` dock (closed or tabbed behind another) in front."""
+        self.docks[key].show()
+        self.docks[key].raise_()
+
     def arrange(self) -> None:
         """The default layout (also View ▸ Reset layout): every panel docked and shown."""
         w, d = self.window, self.docks
@@ -219,7 +224,10 @@ class DockLayout:
         column = column if column > 200 else height - 120
         lora = min(column // 2, need + 70)  # its title and the tabs under it too
         w.resizeDocks([d["library"], d["lora"]], [column - lora, lora], Qt.Orientation.Vertical)
-        w.resizeDocks([d["gallery"]], [max(170, height // 4)], Qt.Orientation.Vertical)
+        # the gallery: at least one row of thumbnails with their names (and its title and tabs)
+        gallery = d["gallery"].widget()
+        row = gallery.widget().minimumSizeHint().height() if isinstance(gallery, QScrollArea) else 100
+        w.resizeDocks([d["gallery"]], [max(row + 70, height // 4)], Qt.Orientation.Vertical)
         center = max(400, width - 2 * side - 80)
         if roomy:
             w.resizeDocks(

@@ -83,6 +83,8 @@ class GalleryPanel(QWidget):
         self.strip.setIconSize(QSize(THUMB, THUMB))
         self.strip.setUniformItemSizes(True)
         self.strip.setGridSize(QSize(THUMB + 16, THUMB + 24))
+        # one row of thumbnails with their names whole, whatever the dock's default height
+        self.strip.setMinimumHeight(THUMB + 24 + 2 * max(self.strip.frameWidth(), 2) + 2)
         self.strip.setTextElideMode(Qt.TextElideMode.ElideMiddle)
         self.strip.setContextMenuPolicy(Qt.ContextMenuPolicy.CustomContextMenu)
         self.strip.customContextMenuRequested.connect(self._menu)
@@ -95,8 +97,10 @@ class GalleryPanel(QWidget):
         self.empty.setWordWrap(True)
         layout = QVBoxLayout(self)
         layout.setContentsMargins(4, 4, 4, 4)
-        layout.addWidget(self.empty)
+        layout.addWidget(self.empty, 0, Qt.AlignmentFlag.AlignTop)
         layout.addWidget(self.strip, 1)
+        # room for the strip's row from the start: the first picture does not push the dock
+        self.setMinimumHeight(self.strip.minimumHeight() + 8)
         self._pending: list[str] = []  # paths waiting for a thumbnail, in order
         self._running = 0
         self._placeholder = icon("image")
@@ -172,7 +176,9 @@ class GalleryPanel(QWidget):
         self._start_jobs()
 
     def _update_empty(self) -> None:
+        """The hint while there is no picture (no empty box), the strip once there is one."""
         self.empty.setVisible(self.strip.count() == 0)
+        self.strip.setVisible(self.strip.count() > 0)
 
     def _menu(self, pos: QPoint) -> None:
         item = self.strip.itemAt(pos)

@@ -48,6 +48,8 @@ def apply_parameters(self: GeneratePanel, p: GenerationParameters) -> None:
     self.hires.apply(p.hires)
     self.workflows.apply_parameters(p)
     self.guidance_patches.apply_parameters(p)
+    self.lora_schedules.apply_parameters(p)
+    self.regions.apply_parameters(p)
     loras = ", ".join(f"{lo.name} {lo.model_strength:g}" for lo in p.loras)
     embeddings = ", ".join(e.name for e in p.embeddings)
     ignored = "; ".join(

@@ -15,7 +15,7 @@ from app.backend.messages import TaskError
 from app.demo import with_demo_note
 from app.gui.generate_panel import NO_MODEL, GeneratePanel
 from app.gui.prompt_completion import completion_words
-from core.detect.catalog import missing_parts
+from core.archs.catalog import missing_parts
 from core.detect.spec import NO_MODEL_DEFAULTS
 from core.errors import LoadoutError
 from core.generate.request import ImageSettings
@@ -129,6 +129,7 @@ class GenerateController(QObject):
         self.main_path = main.path if main is not None else None
         if family != self.panel.family:
             self.panel.set_family(family, main.defaults if main is not None else NO_MODEL_DEFAULTS)
+        self.panel.references.set_limit(main.references if main is not None else 0)
         can = main is not None and any(c.role == "diffusion_model" for c in main.components)
         self.panel.set_available(can, NO_MODEL)
         self.panel.model.set_loaded(self.main_path)

@@ -24,7 +24,8 @@ def fields(panel: GeneratePanel) -> dict[str, object]:
         "sampler": panel.sampler.currentData(), "scheduler": panel.scheduler.currentData(),
         "width": panel.width_.value(), "height": panel.height_.value(), "family": panel.family,
         "clip_skip": panel.clip_skip.value(),
-        "guidance_patches": panel.guidance_patches.saved(),
+        "guidance_patches": panel.guidance_patches.saved(), "lora_schedules": panel.lora_schedules.saved(),
+        "regions": panel.regions.saved(),
     }  # fmt: skip
 
 
@@ -39,6 +40,8 @@ def restore(panel: GeneratePanel, saved: dict[str, object]) -> dict[str, object]
         panel.seed.setText(text["seed"])
     panel.random_seed.setChecked(saved.get("random") is True)
     panel.guidance_patches.restore(text.get("guidance_patches", ""))
+    panel.lora_schedules.restore(text.get("lora_schedules", ""))
+    panel.regions.restore(text.get("regions", ""))
     apply_settings(panel, saved)
     return saved if isinstance(saved.get("family"), str) else None
 

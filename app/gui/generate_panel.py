@@ -38,6 +38,9 @@ from app.gui import generate_apply, generate_fields
 from app.gui.guidance_controls import GuidanceControls
 from app.gui.model_picker import ModelPicker
 from app.gui.prompt_completion import PromptCompleter
+from app.gui.reference_slots import ReferenceSlots
+from app.gui.region_controls import RegionControls
+from app.gui.schedule_controls import ScheduleControls
 from app.gui.size_controls import SizeControls
 from app.gui.sweep_controls import SweepControls
 from app.gui.theme import icon, set_icon
@@ -66,7 +69,7 @@ class GeneratePanel(QWidget):
     generate_requested = Signal(object)  # ImageSettings
     error = Signal(object)  # LoadoutError from a dropped file the panel could not read
     output_folder_requested = Signal()
-    sweep_requested = Signal(object, object)  # ImageSettings, Sweep
+    sweep_requested = Signal(object, object)  # ImageSettings, SessionGrid (one strength axis)
     preview_ready = Signal(object)  # np.ndarray (h, w, 3): the viewer shows it
     pictures_ready = Signal(object)  # GenerateResult: the viewer and the gallery show it
     stop_requested = Signal()
@@ -94,14 +97,18 @@ class GeneratePanel(QWidget):
         out_row = self._build_actions()
         self.model = ModelPicker()
         self.workflows = WorkflowControls()
+        self.references = ReferenceSlots()  # shown while the loaded family takes references
         self.guidance_patches = GuidanceControls()
+        self.lora_schedules = ScheduleControls()
+        self.regions = RegionControls(lambda: (self.width_.value() // 8 * 8, self.height_.value() // 8 * 8))
         # the settings scroll; the model, prompts and the Generate row above and below them never do
         inner = QWidget()
         inner_layout = QVBoxLayout(inner)
         inner_layout.setContentsMargins(0, 0, 4, 0)
         inner_layout.addLayout(form)
-        inner_layout.addWidget(self.workflows)
-        inner_layout.addWidget(self.guidance_patches)
+        boxes = (self.references, self.workflows, self.guidance_patches, self.lora_schedules, self.regions)
+        for box in boxes:
+            inner_layout.addWidget(box)
         inner_layout.addLayout(out_row)
         inner_layout.addStretch(1)
         self.settings_area = QScrollArea()
@@ -248,7 +255,8 @@ class GeneratePanel(QWidget):
                 clip_skip=generate_fields.clip_skip(self),
             )
         )
-        return self.guidance_patches.apply(made)
+        made = self.regions.apply(self.lora_schedules.apply(self.guidance_patches.apply(made)))
+        return self.references.apply(made)
 
     def apply_parameters(self, p: GenerationParameters) -> None:
         """Fill the fields from a picture's parameters (``generate_apply``)."""

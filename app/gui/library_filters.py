@@ -1,10 +1,11 @@
 """The library's filters, in two rows that fit a narrow dock: kind, family and "fits the loaded
 model" above; grouping, sort order and "duplicates only" below. Also what the library shows
-before any model is found."""
+before any model is found (with the installs found in the usual places)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from pathlib import Path
 
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import (
@@ -101,19 +102,48 @@ class LibraryFilters(QWidget):
         combo.blockSignals(False)
 
 
-def empty_library(open_demo: Callable[[], None]) -> QWidget:
-    """What shows instead of the tree before any model is found: what to do, and the demo."""
-    empty = QWidget()
-    layout = QVBoxLayout(empty)
-    hint = QLabel("No models found yet.\nAdd your ComfyUI or A1111 folder (Ctrl+O), or try the demo library.")
-    hint.setAlignment(Qt.AlignmentFlag.AlignCenter)
-    hint.setObjectName("muted")
-    hint.setWordWrap(True)  # a narrow dock wraps it instead of cutting it
-    demo = QPushButton("Open the demo library")
-    demo.setObjectName("primary")
-    demo.clicked.connect(open_demo)
-    layout.addStretch(1)
-    layout.addWidget(hint)
-    layout.addWidget(demo, 0, Qt.AlignmentFlag.AlignHCenter)
-    layout.addStretch(2)
-    return empty
+class EmptyLibrary(QWidget):
+    """What shows instead of the tree before any model is found: what to do, an install found in
+    the usual places (one click adds it) and the demo."""
+
+    def __init__(self, open_demo: Callable[[], None], add_folder: Callable[[str], None]) -> None:
+        super().__init__()
+        self._add_folder = add_folder
+        layout = QVBoxLayout(self)
+        self.hint = QLabel()
+        self.hint.setAlignment(Qt.AlignmentFlag.AlignCenter)
+        self.hint.setObjectName("muted")
+        self.hint.setWordWrap(True)  # a narrow dock wraps it instead of cutting it
+        self.found = QVBoxLayout()
+        self.demo = QPushButton("Open the demo library")
+        self.demo.setObjectName("primary")
+        self.demo.clicked.connect(open_demo)
+        layout.addStretch(1)
+        layout.addWidget(self.hint)
+        layout.addLayout(self.found)
+        layout.addWidget(self.demo, 0, Qt.AlignmentFlag.AlignHCenter)
+        layout.addStretch(2)
+        self.buttons: list[QPushButton] = []
+        self.offer(())
+
+    def offer(self, installs: Sequence[Path]) -> None:
+        """A button per install found ("Add ~/ComfyUI"), the first one the primary action."""
+        for button in self.buttons:
+            button.deleteLater()
+        self.buttons = []
+        home = Path.home()
+        for path in installs:
+            shown = f"~/{path.relative_to(home)}" if path.is_relative_to(home) else str(path)
+            button = QPushButton(f"Add {shown}")
+            button.setToolTip(f"List the models of {path}")
+            button.clicked.connect(lambda _=False, p=str(path): self._add_folder(p))
+            self.found.addWidget(button, 0, Qt.AlignmentFlag.AlignHCenter)
+            self.buttons.append(button)
+        if self.buttons:
+            self.buttons[0].setObjectName("primary")
+        self.demo.setObjectName("" if self.buttons else "primary")
+        self.demo.style().unpolish(self.demo)
+        self.demo.style().polish(self.demo)
+        found = "Found on this computer: add it with one click, or another folder (Ctrl+O)."
+        none = "Add your ComfyUI or A1111 folder (Ctrl+O), or try the demo library."
+        self.hint.setText(f"No models found yet.\n{found if self.buttons else none}")

@@ -9,8 +9,8 @@ from dataclasses import replace
 from functools import partial
 from pathlib import Path
 
-from PySide6.QtCore import QByteArray, QSettings, QStandardPaths, QTimer
-from PySide6.QtGui import QAction, QCloseEvent, QDragEnterEvent, QDropEvent, QShowEvent
+from PySide6.QtCore import QByteArray, QDir, QSettings, QStandardPaths, QTimer
+from PySide6.QtGui import QAction, QCloseEvent, QShowEvent
 from PySide6.QtWidgets import (
     QApplication,
     QFileDialog,
@@ -24,10 +24,9 @@ from PySide6.QtWidgets import (
 from app.backend.backend import Backend
 from app.backend.messages import EngineEvent, ModelInfo, StackInfo, TaskError
 from app.backend.monitor import MemoryMonitor
-from app.demo import is_sparse_demo
 from app.gui.actions import main_toolbar, make_action
 from app.gui.browser import BrowserPanel
-from app.gui.details import LOADABLE, DetailsPanel
+from app.gui.details import DetailsPanel, refusal
 from app.gui.dock_layout import DockLayout, initial_size, keep_on_screen
 from app.gui.errors import Friendly, describe, describe_exception
 from app.gui.folder_watch import FolderWatch
@@ -38,15 +37,17 @@ from app.gui.loaded_panel import LoadedModelsPanel
 from app.gui.lora_panel import LoraStackPanel
 from app.gui.memory_panel import MemoryPanel
 from app.gui.menus import build_menus
-from app.gui.pictures import Pictures
+from app.gui.merge_dialog import open_merge_dialog
+from app.gui.pictures import PictureHost, Pictures
 from app.gui.placement_controls import PlacementControls
-from app.gui.queue_install import install_queue_panel
+from app.gui.queue_install import QueueHost, install_queue_panel
 from app.gui.settings import AppSettings, SettingsDialog
 from app.gui.testrun_panel import TestRunPanel
 from app.gui.theme import app_icon, apply_theme, refresh_icons
 from app.gui.widgets import MessageBar, StatusLine
 from app.gui.workspaces import Workspaces
 from core.library import Entry
+from core.library.sources import installs_in
 
 _HEADER, _VIEW = "library/header", "library/view"  # its columns; list or cards
 
@@ -83,7 +84,6 @@ class MainWindow(PlacementControls, QMainWindow):
         self.has_gpu = backend.placement.has_gpu
         self.setWindowTitle("Loadout")
         self.setWindowIcon(app_icon())
-        self.setAcceptDrops(True)
         self.confirm_quit: Callable[[str], bool] = self._ask_quit  # Quit while a queue job runs
         self._build_panels()
         if monitor.figures is not None:  # not a test's own monitor
@@ -95,14 +95,21 @@ class MainWindow(PlacementControls, QMainWindow):
         )
         self.generate.folder_changed.connect(self.gallery.set_folder)
         self.gallery.set_folder(self.generate.output_folder)
-        self.queue_panel = install_queue_panel(self)  # app/gui/queue_panel.py
+        self.queue_panel = install_queue_panel(self.layout_, backend, store, self.pictures, QueueHost(
+            self.generate_panel.settings, lambda: self.generate.output_folder,
+            lambda: self.settings.ray_address, self.show_message,
+        ))  # fmt: skip
         self.workspaces = Workspaces(self, self.pages, self.picture, self.docks)
         self.toolbar.insertWidget(self.toolbar_spacer, self.workspaces.tabs)
         self.generate_panel.model.library_requested.connect(lambda: self.workspaces.show("library"))
         self.generate_panel.model.load_requested.connect(self.load_path)
         self.generate_panel.stop_requested.connect(self.interrupt)
         self.last_session = LastSession(backend, store, self._offer, self.load_path, parent=self)
-        build_menus(self)
+        lib, output = self.browser.model.entries, self.generate.choose_output_folder
+        file = (self.add_folder_action, self.rescan_action, ("Output folder…", output),
+                ("Merge models…", lambda: open_merge_dialog(self, self.backend, lib())), None,
+                self.settings_action, None, self.quit_action)  # fmt: skip
+        build_menus(self, self.menuBar(), file, self.workspaces.actions, self.layout_, self.picture.view)
         self.browser.restore_header(store.value(_HEADER), store.value(_VIEW))
         self.browser.view_changed.connect(lambda mode: store.setValue(_VIEW, mode))
         self.folder_watch = FolderWatch(self.backend, self.browser.model.entries, self.rescan, parent=self)
@@ -117,7 +124,14 @@ class MainWindow(PlacementControls, QMainWindow):
         self.browser = BrowserPanel(self.backend)
         self.details = DetailsPanel(self.monitor)
         self.details.duplicate_of = self.browser.model.duplicate  # the other copies of a file's data
-        self.pictures = Pictures(self)
+        self.generate_panel = GeneratePanel()
+        self.pictures = Pictures(self, PictureHost(
+            say=self.show_message, panel=self.generate_panel,
+            show_panel=lambda: self.layout_.bring("generate"),
+            loaded=self._main_path, stack=lambda: self.stack.loras, library=self.browser.model.entries,
+            change_stack=self.backend.change_stack, load=self.load_path,
+            raise_picture=lambda: self.centralWidget().raise_(),
+        ))  # fmt: skip
         self.picture = self.pictures.viewer
         self.gallery = self.pictures.gallery
         central = QWidget()
@@ -133,7 +147,6 @@ class MainWindow(PlacementControls, QMainWindow):
         self.loaded_panel = LoadedModelsPanel(self.backend, self.placement)
         self.memory_panel = MemoryPanel(self.monitor, self.placement)
         self.testrun_panel = TestRunPanel(self.backend, self.placement.device)
-        self.generate_panel = GeneratePanel()
         self.layout_ = DockLayout(self, {
             "library": self.browser, "details": self.details, "generate": self.generate_panel,
             "lora": self.lora_panel, "loaded": self.loaded_panel, "gallery": self.gallery,
@@ -149,6 +162,7 @@ class MainWindow(PlacementControls, QMainWindow):
         self.browser.entry_selected.connect(self.details.show_entry)
         self.browser.entry_activated.connect(self.load_entry)
         self.browser.demo_requested.connect(self.open_demo)
+        self.browser.folder_requested.connect(self.add_folder)
         self.details.load_requested.connect(self.load_entry)
         self.details.add_lora_requested.connect(lambda e: self.add_lora(e.path))
         self.lora_panel.files_dropped.connect(lambda paths: [self.add_lora(p) for p in paths])
@@ -193,9 +207,7 @@ class MainWindow(PlacementControls, QMainWindow):
         w.event.connect(self._on_event)
         w.models_changed.connect(self._on_models)
         w.stack_changed.connect(self._on_stack)
-        w.model_loaded.connect(
-            lambda m: self.task_label.setText(f"Loaded {m.name} in {m.load_seconds:.2f} s")
-        )
+        w.model_loaded.connect(self._on_loaded)
         w.demo_ready.connect(self._on_demo_ready)
         w.placement_changed.connect(self._on_placement)
         w.memory_changed.connect(self.monitor.update)
@@ -218,11 +230,13 @@ class MainWindow(PlacementControls, QMainWindow):
         if folders:
             self.browser.set_empty(False)
             self.backend.scan(folders)
-        else:
-            self.browser.set_empty(True)
+        else:  # nothing to list yet: offer the installs found in the usual places
+            self.browser.set_empty(True, installs_in(Path.home()))
 
     def add_folder_dialog(self) -> None:
-        folder = QFileDialog.getExistingDirectory(self, "Add a model folder (ComfyUI, A1111 or any folder)")
+        folder = QFileDialog.getExistingDirectory(
+            self, "Add a model folder (ComfyUI, A1111 or any folder)", QDir.homePath()
+        )
         if folder:
             self.add_folder(folder)
 
@@ -281,22 +295,13 @@ class MainWindow(PlacementControls, QMainWindow):
         self.load_entry(entry)
 
     def load_entry(self, entry: Entry) -> None:
-        if entry.status == "pending":
-            self.show_message(
-                Friendly("Still reading", f"{entry.name} is being read; try again in a moment.", "info")
-            )
-        elif entry.status == "error":
-            self.show_error(
-                TaskError("load", entry.error_code or "invalid_file", entry.error or "", path=entry.path)
-            )
+        refused = refusal(entry)
+        if isinstance(refused, Friendly):
+            self.show_message(refused)
+        elif refused is not None:
+            self.show_error(refused)
         elif entry.kind == "lora":
             self.add_lora(entry.path)
-        elif entry.kind not in LOADABLE:
-            kind = entry.kind.replace("_", " ")
-            self.show_error(TaskError("load", "not_loadable", f"{entry.name} is a {kind}.", path=entry.path))
-        elif entry.record is not None and is_sparse_demo(entry.record.get("metadata")):
-            text = f"{entry.name}: load loadout-demo-sd15-tiny instead, which has real weights."
-            self.show_error(TaskError("load", "sparse_demo", text, path=entry.path))
         elif entry.path not in self._loading:  # a second double-click while it loads does nothing
             self._loading.append(entry.path)
             self.backend.load(entry.path, entry.kind)
@@ -308,9 +313,8 @@ class MainWindow(PlacementControls, QMainWindow):
         """Load a library file by its path (the model picker, the last session's model)."""
         entry = next((e for e in self.browser.model.entries() if e.path == path), None)
         if entry is None:
-            text = f"{path} is no longer listed; rescan (F5)."
-            self.show_message(Friendly("Not in the library", text, "info"))
-            return
+            msg = Friendly("Not in the library", f"{path} is no longer listed; rescan (F5).", "info")
+            return self.show_message(msg)
         self.load_entry(entry)
 
     def add_lora(self, path: Path | str, *, force: bool = False) -> None:
@@ -335,6 +339,13 @@ class MainWindow(PlacementControls, QMainWindow):
 
     def _on_event(self, event: EngineEvent) -> None:
         self.memory_panel.add_event(event)
+
+    def _on_loaded(self, model: ModelInfo) -> None:
+        self.task_label.setText(f"Loaded {model.name} in {model.load_seconds:.2f} s")
+        self.pictures.on_model_loaded()  # a picture's LoRAs waiting for its model
+
+    def _main_path(self) -> Path | None:
+        return next((m.path for m in self.models if m.is_main), None)
 
     def _on_models(self, models: tuple[ModelInfo, ...]) -> None:
         self.models = tuple(models)
@@ -365,13 +376,6 @@ class MainWindow(PlacementControls, QMainWindow):
         self.backend.interrupt()
         self.task_label.setText("Stopping…")
 
-    # -- a picture dropped anywhere on the window: its settings go to the Generate panel ----------
-    def dragEnterEvent(self, event: QDragEnterEvent) -> None:
-        self.pictures.drag_enter(event)
-
-    def dropEvent(self, event: QDropEvent) -> None:
-        self.pictures.drop(event)
-
     def showEvent(self, event: QShowEvent) -> None:
         super().showEvent(event)
         if self._arrange_on_show:  # sized for the window as it is shown
@@ -383,11 +387,7 @@ class MainWindow(PlacementControls, QMainWindow):
         return QMessageBox.question(self, "Quit Loadout?", text) == QMessageBox.StandardButton.Yes
 
     def closeEvent(self, event: QCloseEvent) -> None:
-        running = [j for j in self.queue_panel.store.jobs("running")]
-        if (running or self.queue_panel.runner is not None) and not self.confirm_quit(
-            "A queued job is running. Quit anyway? It is stopped now and stays in the queue: "
-            "Run continues it at the next start."
-        ):
+        if not self.queue_panel.may_quit(self.confirm_quit):
             event.ignore()
             return
         self.queue_panel.stop()

@@ -115,13 +115,18 @@ class MaskCanvas(QWidget):
 
 
 class MaskEditor(QDialog):
-    def __init__(self, picture: Path, parent: QWidget | None = None) -> None:
+    def __init__(
+        self, picture: Path | QImage, parent: QWidget | None = None, *, what: str = "to repaint"
+    ) -> None:
+        """``picture`` a file, or an image to paint over (a blank picture area); ``what`` the mask
+        is for, in the title."""
         super().__init__(parent)
-        self.setWindowTitle(f"Paint the part of {picture.name} to repaint")
-        image = QImage(str(picture))
+        image = picture if isinstance(picture, QImage) else QImage(str(picture))
+        name = "the picture" if isinstance(picture, QImage) else picture.name
+        self.setWindowTitle(f"Paint the part of {name} {what}")
         if image.isNull():
             raise FileFormatError(
-                f"{picture.name} is not a picture Loadout can read", fix="Pick a PNG, JPEG or WebP picture",
+                f"{name} is not a picture Loadout can read", fix="Pick a PNG, JPEG or WebP picture",
                 code="not_an_image",
             )  # fmt: skip
         self.canvas = MaskCanvas(image.convertToFormat(QImage.Format.Format_RGB32))

@@ -3,14 +3,14 @@ Help (keyboard shortcuts, About with the installed version)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from importlib import metadata
-from typing import TYPE_CHECKING
 
 from PySide6.QtGui import QAction, QKeySequence
-from PySide6.QtWidgets import QMenuBar, QMessageBox
+from PySide6.QtWidgets import QMenuBar, QMessageBox, QWidget
 
-if TYPE_CHECKING:
-    from app.gui.main_window import MainWindow
+from app.gui.dock_layout import DockLayout
+from app.gui.viewer import PictureView
 
 
 def app_version() -> str:
@@ -20,7 +20,7 @@ def app_version() -> str:
         return "development copy"
 
 
-def shortcuts_text(window: MainWindow) -> str:
+def shortcuts_text(window: QWidget) -> str:
     """Every action of the window that has a shortcut, as an HTML table."""
     rows = []
     for action in window.findChildren(QAction):
@@ -34,28 +34,36 @@ def shortcuts_text(window: MainWindow) -> str:
     return f"<table>{body}</table>"
 
 
-def build_menus(window: MainWindow) -> QMenuBar:
-    bar = window.menuBar()
-    file = bar.addMenu("&File")
-    file.addAction(window.add_folder_action)
-    file.addAction(window.rescan_action)
-    file.addAction("Output folder…", window.generate.choose_output_folder)
-    file.addSeparator()
-    file.addAction(window.settings_action)
-    file.addSeparator()
-    file.addAction(window.quit_action)
+def build_menus(
+    window: QWidget,
+    bar: QMenuBar,
+    file: Sequence[QAction | tuple[str, Callable[[], None]] | None],
+    workspaces: Sequence[QAction],
+    layout: DockLayout,
+    picture: PictureView,
+) -> QMenuBar:
+    """File (``file``: actions, (text, slot) pairs, None a separator), View (the ``workspaces``,
+    each of the ``layout``'s docks, Reset layout, the ``picture``'s zoom) and Help; ``window``
+    parents the Help dialogs and lists the shortcuts."""
+    menu = bar.addMenu("&File")
+    for item in file:
+        if item is None:
+            menu.addSeparator()
+        elif isinstance(item, QAction):
+            menu.addAction(item)
+        else:
+            menu.addAction(*item)
 
     view = bar.addMenu("&View")
-    for action in window.workspaces.actions:
+    for action in workspaces:
         view.addAction(action)
     view.addSeparator()
-    for dock in window.layout_.docks.values():
+    for dock in layout.docks.values():
         view.addAction(dock.toggleViewAction())
     view.addSeparator()
-    reset = view.addAction("Reset layout", window.layout_.arrange)
+    reset = view.addAction("Reset layout", layout.arrange)
     reset.setObjectName("reset_layout")
     view.addSeparator()
-    picture = window.picture.view
     for text, keys, slot in (
         ("Fit picture", "Ctrl+0", picture.fit),
         ("Actual size (100 %)", "Ctrl+1", picture.actual_size),

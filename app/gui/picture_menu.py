@@ -1,6 +1,7 @@
 """The right-click menu of every picture (viewer, gallery, sweep cells): open it in the system's
 viewer, reveal it in its folder, copy its parameters, use its settings (prompt, seed, sampler,
-LoRAs and their strengths), delete it (to the trash where the platform has one, after asking)."""
+LoRAs and their strengths), edit it (the first reference slot of Generate), delete it (to the
+trash where the platform has one, after asking)."""
 
 from __future__ import annotations
 
@@ -37,6 +38,10 @@ def delete_picture(path: Path) -> bool:
     return QFile.remove(str(path))
 
 
+_NO_EDIT = (
+    "Edit this picture",
+    "The loaded model takes no reference pictures. Load an editing model (FLUX.1 Kontext, FLUX.2) first.",
+)
 _NO_LAUNCHER = (
     "The system found no program to open {what} (on Linux: xdg-open, from xdg-utils, is missing). "
     "It is at {path}."
@@ -53,8 +58,12 @@ class PictureMenu:
         deleted: Callable[[Path], None],
         view: Callable[[Path], None],
         say: Callable[[str, str], None] = lambda title, text: None,
+        edit: Callable[[Path], bool] | None = None,
     ) -> None:
+        """``edit``: "Edit this picture" (the picture into the first reference slot; False when the
+        loaded model takes no reference pictures)."""
         self.parent = parent
+        self.edit = edit
         self.say = say  # (title, text): a failure the artist must hear about
         self.use_settings = use_settings
         self.deleted = deleted
@@ -74,6 +83,9 @@ class PictureMenu:
             action.setEnabled(bool(params))
             if not params:
                 action.setToolTip("This picture carries no generation parameters")
+        if self.edit is not None:
+            edit = self.edit
+            menu.addAction("Edit this picture", lambda: edit(path) or self.say(*_NO_EDIT))
         menu.addSeparator()
         menu.addAction("Delete…", lambda: self.delete(path))
         return menu

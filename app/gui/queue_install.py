@@ -3,21 +3,33 @@ folder), what the artist is told about that file on start, and the panel's conne
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from PySide6.QtCore import QSettings, QStandardPaths, Qt
 
-from app.gui.errors import describe_exception
+from app.backend.backend import Backend
+from app.gui.dock_layout import DockLayout
+from app.gui.errors import Friendly, describe_exception
+from app.gui.pictures import Pictures
 from app.gui.queue_panel import QueuePanel
 from core.errors import LoadoutError
 from core.generate.events import GeneratedImage
 from core.generate.parameters import parse_parameters
 from core.generate.png import read_png_parameters
+from core.generate.request import ImageSettings
 from core.queue.store import JobStore
 
-if TYPE_CHECKING:
-    from app.gui.main_window import MainWindow
+
+@dataclass(frozen=True)
+class QueueHost:
+    """What the Queue dock needs of the rest of the window."""
+
+    settings: Callable[[], ImageSettings]  # the Generate panel's fields as a request
+    output_folder: Callable[[], Path]
+    ray_address: Callable[[], str]
+    say: Callable[[Friendly], None]  # a message in the window's message bar
 
 
 def queue_file(store: QSettings) -> Path:
@@ -47,21 +59,23 @@ def store_notice(store: JobStore) -> LoadoutError | None:
     )
 
 
-def install_queue_panel(window: MainWindow) -> QueuePanel:
-    """The Queue dock, fed by the Generate panel's settings and output folder; a cell opens in the
-    picture view (with its parameters)."""
+def install_queue_panel(
+    layout: DockLayout, backend: Backend, store: QSettings, pictures: Pictures, host: QueueHost
+) -> QueuePanel:
+    """The Queue dock, tabbed with Generate, fed by the Generate panel's settings and output
+    folder; its cells and grids join the gallery, and a cell opens in the picture view (with its
+    parameters)."""
+
+    def say(exc: LoadoutError) -> None:
+        host.say(describe_exception("queue", exc))
+
     try:
-        store = JobStore(queue_file(window.store))
+        jobs = JobStore(queue_file(store))
     except LoadoutError as exc:
-        window.show_message(describe_exception("queue", exc))
-        store = JobStore()
+        say(exc)
+        jobs = JobStore()
     panel = QueuePanel(
-        window.backend,
-        store,
-        window.generate_panel.settings,
-        lambda: window.generate.output_folder,
-        lambda: window.settings.ray_address,
-        parent=window,
+        backend, jobs, host.settings, host.output_folder, host.ray_address, parent=layout.window
     )
 
     def show(path: str) -> None:
@@ -69,19 +83,19 @@ def install_queue_panel(window: MainWindow) -> QueuePanel:
             text = read_png_parameters(Path(path))
             image = GeneratedImage(Path(path), parse_parameters(text), text, Path(path).stem)
         except LoadoutError as exc:
-            window.show_message(describe_exception("queue", exc))
+            say(exc)
             return
-        window.gallery.add((image,))
-        window.pictures.show(Path(path))
+        pictures.gallery.add((image,))
+        pictures.show(Path(path))
 
     panel.open_image.connect(show)
     panel.finished_images.connect(
-        lambda found: window.gallery.add_files([(path, label) for path, label in found if path.is_file()])
+        lambda found: pictures.gallery.add_files([(path, label) for path, label in found if path.is_file()])
     )
-    panel.error.connect(lambda exc: window.show_message(describe_exception("queue", exc)))
-    notice = store_notice(store)
+    panel.error.connect(say)
+    notice = store_notice(jobs)
     if notice is not None:
-        window.show_message(describe_exception("queue", notice))
+        say(notice)
     # a dock like the others (closable, scrolls, in the View menu), tabbed with Generate
-    window.layout_.add("queue", "Queue", panel, Qt.DockWidgetArea.RightDockWidgetArea, "generate")
+    layout.add("queue", "Queue", panel, Qt.DockWidgetArea.RightDockWidgetArea, "generate")
     return panel

@@ -234,6 +234,15 @@ class QueuePanel(QWidget):
         if self.runner is not None:
             self.runner.stop()
 
+    def may_quit(self, ask: Callable[[str], bool]) -> bool:
+        """Whether the window may close: yes, unless a job runs and ``ask`` is answered no."""
+        if not list(self.store.jobs("running")) and self.runner is None:
+            return True
+        return ask(
+            "A queued job is running. Quit anyway? It is stopped now and stays in the queue: "
+            "Run continues it at the next start."
+        )
+
     def _pause(self, paused: bool) -> None:
         self.store.set_paused(paused)
         self.pause_button.setText("Resume" if paused else "Pause")

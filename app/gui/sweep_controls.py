@@ -1,12 +1,13 @@
 """The Generate panel's LoRA-sweep row: which LoRA of the stack, the strengths to compare, and what
-each cell's strength sets. A view: it turns its widgets into a :class:`~core.generate.sweep.Sweep`
-(or None when the sweep is off)."""
+each cell's strength sets. A view: it turns its widgets into a grid of one strength axis, made on
+the loaded models (a :class:`~core.queue.session_grid.SessionGrid`; None when the sweep is off)."""
 
 from __future__ import annotations
 
 from PySide6.QtWidgets import QComboBox, QHBoxLayout, QLineEdit, QVBoxLayout, QWidget
 
-from core.generate.sweep import Sweep, parse_strengths
+from core.queue.grid import axis_of
+from core.queue.session_grid import SessionGrid
 
 
 class SweepControls(QWidget):
@@ -49,9 +50,10 @@ class SweepControls(QWidget):
         self.values.setEnabled(bool(loras))
         self.target.setEnabled(bool(loras))
 
-    def sweep(self) -> Sweep | None:
+    def sweep(self) -> SessionGrid | None:
         """The sweep chosen, None when it is off (raises LoadoutError on strengths it cannot read)."""
         lora_id = self.lora.currentData()
-        strengths = parse_strengths(self.values.text())
-        follow = bool(self.target.currentData())
-        return Sweep(str(lora_id), strengths, text_encoder=follow) if lora_id else None
+        if not lora_id:
+            return None
+        axis = "lora-strength" if self.target.currentData() else "lora-model-strength"
+        return SessionGrid(axis_of(axis, self.values.text()), lora=str(lora_id))

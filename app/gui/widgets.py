@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from PySide6.QtCore import QSize, Qt
-from PySide6.QtGui import QPainter, QPaintEvent
+from PySide6.QtGui import QPainter, QPaintEvent, QResizeEvent
 from PySide6.QtWidgets import (
     QFrame,
     QHBoxLayout,
@@ -90,6 +90,29 @@ class StatusText(QLabel):
         # a wrapped label reports height-for-width, and then the scroll area around its panel lays
         # the panel out at its *preferred* height (scrolling its foot, the Generate button, away)
         return False
+
+
+class WrappedLabel(QLabel):
+    """A word-wrapped label as tall as its text needs at its width (one line, or more when it is
+    long): a layout inside a fixed-size panel does not ask a label for height-for-width."""
+
+    def __init__(self, text: str = "", parent: QWidget | None = None) -> None:
+        super().__init__(text, parent)
+        self.setWordWrap(True)
+        self.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Fixed)
+
+    def setText(self, text: str) -> None:  # type: ignore[override]
+        super().setText(text)
+        self._fit()
+
+    def resizeEvent(self, event: QResizeEvent) -> None:
+        super().resizeEvent(event)
+        self._fit()
+
+    def _fit(self) -> None:
+        height = max(self.heightForWidth(max(self.width(), 1)), self.fontMetrics().lineSpacing())
+        if height != self.height():
+            self.setFixedHeight(height)
 
 
 class ElidedLabel(QLabel):

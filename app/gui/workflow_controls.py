@@ -1,7 +1,7 @@
 """The Generate panel's workflow rows: ControlNets with their hints (a short list, see
-``app.gui.controlnet_rows``), a starting picture with an inpainting mask and denoise, and the SDXL
-refiner. A view: it reads files the user picks and turns them into the ``ImageSettings`` fields
-core's workflows take; nothing runs here."""
+``app.gui.controlnet_rows``), a starting picture with an inpainting mask or the sides to outpaint
+(``app.gui.outpaint_controls``) and denoise, and the SDXL refiner. A view: it reads files the user
+picks and turns them into the ``ImageSettings`` fields core's workflows take; nothing runs here."""
 
 from __future__ import annotations
 
@@ -11,6 +11,8 @@ from PySide6.QtWidgets import QDoubleSpinBox, QFormLayout, QGroupBox, QHBoxLayou
 
 from app.gui.controlnet_rows import MODELS, PICTURES, ControlNetList, ControlNetPick, FilePick
 from app.gui.mask_editor import MaskEditor, mask_folder
+from app.gui.outpaint_controls import OutpaintControls
+from core.generate.outpaint_settings import outpaint_in
 from core.generate.parameters import GenerationParameters
 from core.generate.request import ImageSettings
 from core.generate.workflow_request import RefinerUse
@@ -36,6 +38,7 @@ class WorkflowControls(QGroupBox):
         mask_row = QHBoxLayout()
         mask_row.addWidget(self.mask, 1)
         mask_row.addWidget(paint)
+        self.outpaint = OutpaintControls()
         self.denoise = _spin(0.75)
         self.refiner = FilePick("Pick the SDXL refiner checkpoint", MODELS)
         self.switch = _spin(0.8)
@@ -46,6 +49,7 @@ class WorkflowControls(QGroupBox):
         form.addRow(self.controlnets)  # its own labels: "ControlNet 1", "Hint", weight...
         form.addRow("Start from", self.init)
         form.addRow("Mask", mask_row)
+        form.addRow("Outpaint", self.outpaint)
         form.addRow("Denoise", self.denoise)
         form.addRow("Refiner", self.refiner)
         form.addRow("Switch at", self.switch)
@@ -90,8 +94,10 @@ class WorkflowControls(QGroupBox):
         init = self.init.path
         sampling = replace(settings.sampling, denoise=self.denoise.value()) if init else settings.sampling
         refiner = RefinerUse(self.refiner.path, self.switch.value()) if self.refiner.path else None
+        outpaint = self.outpaint.value() if init else None
+        mask = self.mask.path if init and outpaint is None else None  # outpainting makes its own mask
         return replace(
-            settings, controlnets=controlnets, init_image=init, mask_image=self.mask.path if init else None,
+            settings, controlnets=controlnets, init_image=init, mask_image=mask, outpaint=outpaint,
             refiner=refiner, sampling=sampling,
         )  # fmt: skip
 
@@ -101,6 +107,10 @@ class WorkflowControls(QGroupBox):
         if nets:
             self.setChecked(True)
             self.controlnets.show_parameters(nets)
+        outpaint = outpaint_in(p.extra)
+        if outpaint is not None:
+            self.setChecked(True)
+            self.outpaint.set_value(outpaint)
         if p.denoise is not None:
             self.denoise.setValue(p.denoise)
         switch = p.extra.get("Refiner switch at")

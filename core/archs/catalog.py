@@ -1,6 +1,7 @@
 """The three registries, built from the architecture packages found in ``core/archs`` (each package
-exports ``NET`` and ``CONVENTIONS``, or ``CODEC``; nothing registers itself on import: the catalog
-reads them once, in name order), and how the rest of the engine finds a family's parts.
+exports ``NET`` and ``CONVENTIONS``, or ``CODEC``, and may export ``REFERENCES``; nothing registers
+itself on import: the catalog reads them once, in name order), and how the rest of the engine
+finds a family's parts.
 
 Adding an architecture is adding its package; a family record (``core/detect/diffusion_families.py``)
 names the ids (docs/architecture.md, "Adding a family").
@@ -10,15 +11,17 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from types import ModuleType
 from typing import Any
 
 from torch import nn
 
 import core.archs
+from core.archs.blocks import BlockTable
 from core.archs.layouts import Architecture
 from core.archs.protocols import DiffusionNet, LatentCodec, TextConvention
+from core.archs.references import ReferenceConvention
 from core.archs.registry import Registry
 from core.detect.catalog import REGISTRY, diffusion_spec
 from core.errors import ModelMismatchError
@@ -42,6 +45,10 @@ def _parts(name: str) -> Iterator[Any]:
 NETS: Registry[DiffusionNet] = Registry("diffusion network", _parts("NET"))
 TEXTS: Registry[TextConvention] = Registry("text convention", _parts("CONVENTIONS"))
 CODECS: Registry[LatentCodec] = Registry("latent codec", _parts("CODEC"))
+#: the networks' block tables (per-block merges, LoRA block weights), named by family records
+BLOCKS: Registry[BlockTable] = Registry("block table", _parts("BLOCKS"))
+#: how families take reference pictures (a package's ``REFERENCES``; ``DiffusionSpec.references``)
+REFERENCES: Registry[ReferenceConvention] = Registry("reference convention", _parts("REFERENCES"))
 #: the loading records (file layouts) of text encoders that live in packages (the decoder LLMs)
 ENCODER_ARCHITECTURES: tuple[Architecture, ...] = tuple(_parts("ENCODER_ARCHITECTURES"))
 
@@ -72,8 +79,29 @@ def text_for(family: str) -> TextConvention:
     return TEXTS[spec.text]
 
 
+def blocks_for(family: str | None) -> BlockTable | None:
+    """The block table ``family``'s record names (None: a family merged as one block)."""
+    fam = REGISTRY.get(family) if family is not None else None
+    if fam is None or fam.diffusion is None or fam.diffusion.blocks is None:
+        return None
+    return BLOCKS[fam.diffusion.blocks]
+
+
 def codec_for(family: str) -> LatentCodec:
     return CODECS[diffusion_spec(family).codec]
+
+
+def references_for(family: str) -> ReferenceConvention | None:
+    """How a generating family takes reference pictures (None: it takes none)."""
+    return REFERENCES.get(diffusion_spec(family).references)
+
+
+def reference_limit(family: str | None) -> int:
+    """The most reference pictures a family takes (0: none, or no such family)."""
+    fam = REGISTRY.get(family) if family else None
+    spec = fam.diffusion if fam is not None else None
+    rule = REFERENCES.get(spec.references) if spec is not None else None
+    return rule.most if rule is not None else 0
 
 
 def net_of(module: nn.Module, *, action: str = "generate with") -> DiffusionNet:
@@ -93,3 +121,34 @@ def net_of(module: nn.Module, *, action: str = "generate with") -> DiffusionNet:
 def codec_of(module: nn.Module) -> LatentCodec | None:
     """The codec that works ``module`` (a loaded VAE), or None."""
     return next((c for c in CODECS if c.owns(module)), None)
+
+
+def missing_parts(family: str | None, loaded: Iterable[tuple[str, str]]) -> tuple[tuple[str, str], ...]:
+    """What a loaded diffusion model of ``family`` still lacks to generate, as (role, family) pairs:
+    the text encoders its prompt encoding takes (its record's, in order) and a VAE (its record's
+    family named; any loaded VAE serves), less the ``loaded`` (role, family) components, a
+    checkpoint's own or separate files. An encoder stands in for another where its convention's
+    tower says so (``TowerSpec.also``: a T5-XXL file read as t5-base); a tower the convention can
+    do without (``required=False``: SD3's T5 or either CLIP) is not asked for once another of its
+    towers is loaded. Empty for a family Loadout cannot generate with."""
+    fam = REGISTRY.get(family) if family else None
+    spec = fam.diffusion if fam is not None else None
+    if spec is None or spec.text is None or spec.network is None:
+        return ()
+    have = set(loaded)
+    encoders = {f for role, f in have if role == "text_encoder"}
+    towers = {t.encoder: t for t in TEXTS[spec.text].towers}
+
+    def present(encoder: str) -> bool:
+        tower = towers.get(encoder)
+        return bool({encoder, *(tower.also if tower is not None else ())} & encoders)
+
+    some = any(present(e) for e in spec.text_encoders)
+    missing = [
+        ("text_encoder", e)
+        for e in spec.text_encoders
+        if not present(e) and not (some and e in towers and not towers[e].required)
+    ]
+    if not any(role == "vae" for role, _family in have):
+        missing.append(("vae", spec.vae))
+    return tuple(missing)

@@ -5,6 +5,11 @@
 ``mask`` is the text mask a decoder-LLM encoder's tokens come with (1 = a real token, 0 =
 padding; ``[B, tokens]``); CLIP and T5 conventions give none (their networks attend to every
 token, as ComfyUI's do).
+
+``references`` are reference pictures already in the network's latent space (VAE-encoded, the
+latent format's scale and shift applied), each ``[B, C, h, w]``: what ComfyUI's ``ReferenceLatent``
+/ ``TextEncodeQwenImageEditPlus`` put in a conditioning's ``reference_latents`` for FLUX.1 Kontext,
+FLUX.2 and Qwen-Image-Edit. A network that takes none refuses them in words.
 """
 
 from __future__ import annotations
@@ -35,6 +40,7 @@ class Conditioning:
     pooled: Tensor | None = None
     guidance: Tensor | None = None
     mask: Tensor | None = None
+    references: tuple[Tensor, ...] = ()
 
     def __post_init__(self) -> None:
         if self.context.ndim != 3:
@@ -56,6 +62,14 @@ class Conditioning:
                 f"a {list(self.context.shape[:2])} mask is needed, got {list(self.mask.shape)}",
                 "give one mask value per context token",
             )
+        for ref in self.references:
+            batch = self.context.shape[0]
+            if ref.ndim != 4 or ref.shape[0] != batch:
+                raise _bad(
+                    "a reference picture's latent has the wrong shape",
+                    f"a [{batch}, channels, height, width] latent is needed, got {list(ref.shape)}",
+                    "encode each reference picture with the model's VAE, one per batch item",
+                )
 
     @property
     def batch(self) -> int:
@@ -76,6 +90,7 @@ class Conditioning:
             None if self.pooled is None else self.pooled.expand(batch, *self.pooled.shape[1:]),
             None if self.guidance is None else self.guidance.expand(batch),
             None if self.mask is None else self.mask.expand(batch, -1),
+            tuple(r.expand(batch, -1, -1, -1) for r in self.references),
         )
 
     def to(self, device: torch.device, dtype: torch.dtype) -> Conditioning:
@@ -89,4 +104,5 @@ class Conditioning:
             move(self.pooled),
             move(self.guidance),
             None if self.mask is None else self.mask.to(device=device),
+            tuple(r.to(device=device, dtype=dtype) for r in self.references),
         )

@@ -38,6 +38,22 @@ from core.models.patches import NetworkPatches
 # -- DiffusionNet -------------------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class InpaintChannels:
+    """An inpainting variant's extra input channels beside the latent (ComfyUI's ``c_concat``).
+
+    ``mask_cell`` 0: the mask resized to the latent and rounded, one channel, before the masked
+    picture's latent (ComfyUI's base model: the 9-channel UNets). ``mask_cell`` n: the mask at n
+    times the latent's size, unrounded, each n x n cell of pixels packed into n * n channels, after
+    the masked picture's latent (ComfyUI's Flux: FLUX.1 Fill, 16 + 64 channels)."""
+
+    mask_cell: int = 0
+
+    @property
+    def mask_channels(self) -> int:
+        return self.mask_cell * self.mask_cell if self.mask_cell else 1
+
+
 @dataclass(frozen=True, kw_only=True)
 class CallingConvention:
     """What callers know of a network's inputs besides the call itself (the test run builds
@@ -48,6 +64,9 @@ class CallingConvention:
     text_tokens: int  # tokens its real text encoders produce (the test run's stand-in context)
     unit_timestep: float  # the timestep it takes at sigma 1: discrete index 999, flow x1000, Flux's sigma
     latent_stride: int = 8  # pixels per element of the latent it takes (FLUX.2's VAE: 16)
+    references: bool = False  # takes reference latents (Conditioning.references: Kontext, FLUX.2, Qwen edit)
+    #: how an inpainting variant's extra input channels are laid out (ComfyUI's ``concat_cond``)
+    inpaint: InpaintChannels = InpaintChannels()
 
 
 @dataclass(frozen=True)
@@ -196,6 +215,13 @@ class TextConvention(Protocol):
     @property
     def guidance(self) -> float | None:
         """The distilled guidance the network takes when the user sets none (None: it takes none)."""
+        ...
+
+    @property
+    def pictures(self) -> bool:
+        """Whether its prompt encoding reads the reference pictures (Qwen-Image-Edit's vision
+        tower): the prompt encoder then hands its towers the
+        :class:`~core.archs.references.PromptPictures` of the generation."""
         ...
 
     def combine(self, outputs: Mapping[str, TowerOutput]) -> TextOutput:

@@ -40,13 +40,16 @@ def cat_channels(a: Tensor, b: Tensor) -> Tensor:
 @dataclass(frozen=True)
 class Convention:
     """A :class:`~core.archs.protocols.TextConvention` from parts. ``guidance``: the distilled
-    guidance the network takes when the user sets none (None: it takes none)."""
+    guidance the network takes when the user sets none (None: it takes none); ``pictures``: its
+    towers read the reference pictures."""
 
     id: str
     towers: tuple[TowerSpec, ...]
     combine_outputs: Combine = first_tower
     pooled: Pooled = no_pooled
     guidance: float | None = None
+    #: reads the reference pictures (a vision tower: :class:`~core.archs.references.PromptPictures`)
+    pictures: bool = False
 
     def combine(self, outputs: Mapping[str, TowerOutput]) -> TextOutput:
         return self.combine_outputs(outputs)

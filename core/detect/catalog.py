@@ -8,8 +8,6 @@ registered as a side effect of importing a table: code that needs the families i
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-
 from core.detect.diffusion_families import register_diffusion_families
 from core.detect.encoder_families import register as register_encoder_families
 from core.detect.registry import Registry
@@ -134,19 +132,3 @@ def controlnet_fits(controlnet_family: str | None, model_family: str) -> bool:
     engine's ``wrong_controlnet`` check and the window's ControlNet lists); an unknown family
     (None: not read yet) is never ruled out."""
     return controlnet_family is None or controlnet_family == controlnet_family_for(model_family)
-
-
-def missing_parts(family: str | None, loaded: Iterable[tuple[str, str]]) -> tuple[tuple[str, str], ...]:
-    """What a loaded diffusion model of ``family`` still lacks to generate, as (role, family) pairs:
-    the text encoders its prompt encoding takes (its record's, in order) and a VAE (its record's
-    family named; any loaded VAE serves), less the ``loaded`` (role, family) components, a
-    checkpoint's own or separate files. Empty for a family Loadout cannot generate with."""
-    fam = REGISTRY.get(family) if family else None
-    spec = fam.diffusion if fam is not None else None
-    if spec is None or spec.text is None or spec.network is None:
-        return ()
-    have = set(loaded)
-    missing = [("text_encoder", e) for e in spec.text_encoders if ("text_encoder", e) not in have]
-    if not any(role == "vae" for role, _family in have):
-        missing.append(("vae", spec.vae))
-    return tuple(missing)

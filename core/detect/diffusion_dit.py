@@ -199,7 +199,7 @@ def classify_qwen_image(view: KeyView) -> list[Match]:
     if not view.has_all(needed) or "transformer_blocks.0.img_mlp.w1.weight" in view:
         return []
     img_in = view.shape("img_in.weight") or (0, 0)
-    fields = {
+    fields: dict[str, Any] = {
         "hidden_size": img_in[0],
         "in_channels": img_in[1],
         "num_layers": count_numbered(view, "transformer_blocks.", ("img_mod.1.weight",)),
@@ -212,4 +212,9 @@ def classify_qwen_image(view: KeyView) -> list[Match]:
         else [f"text width {fields['context_dim']} is not Qwen2.5-VL's 3584"]
     )
     probes = ("transformer_blocks.0.attn.to_q.weight", "transformer_blocks.0.img_mlp.net.0.proj.weight")
-    return [finish(view, "qwen-image", layout="original", probes=probes, fields=fields, warnings=warnings)]
+    if "__index_timestep_zero__" in view:  # Comfy-Org's marker of Edit 2511 (ComfyUI's model_detection)
+        family = "qwen-image-edit-2511"
+    else:  # Qwen-Image, 2512 and Edit 2509 have the same keys: a file name may tell
+        family = "qwen-image"
+        fields["ambiguous_with"] = ["qwen-image-edit", "qwen-image-edit-2511"]
+    return [finish(view, family, layout="original", probes=probes, fields=fields, warnings=warnings)]

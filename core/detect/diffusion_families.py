@@ -11,7 +11,7 @@ shifts, latent formats, text encoders) and the usual settings its example workfl
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from core.detect.diffusion_dit import (
     classify_cascade,
@@ -96,19 +96,19 @@ _DISCRETE = SamplingSpec(schedule="discrete")
 # -- SD1.x, SD2.x, SDXL and the UNets built like them (core/archs/unet) ----------------------------
 SD1 = DiffusionSpec(
     network="unet", sampling=_DISCRETE, text="sd1", text_encoders=("clip-l",), memory_profile="sd1",
-    preview_decoder="taesd_decoder",
+    preview_decoder="taesd_decoder", blocks="sd1-unet",
 )  # fmt: skip
 SD2 = DiffusionSpec(
     network="unet", sampling=_DISCRETE, text="sd2", text_encoders=("clip-h",),
     defaults=GenerationDefaults(sizes=SD2_SIZES),
     memory_profile="sd1",  # the SD1 UNet with 64-channel heads: the same maps, fewer heads
-    preview_decoder="taesd_decoder",
+    preview_decoder="taesd_decoder", blocks="sd1-unet",  # ComfyUI's ModelMergeSD2 is its SD1 node
 )  # fmt: skip
 SDXL = DiffusionSpec(
     network="unet", sampling=_DISCRETE, text="sdxl", text_encoders=("clip-l", "clip-g"),
     defaults=GenerationDefaults(sizes=XL_SIZES),
     memory_profile="sdxl",  # SSD-1B and Vega: fewer blocks, the same widths (an upper bound)
-    preview_decoder="taesdxl_decoder",
+    preview_decoder="taesdxl_decoder", blocks="sdxl-unet",
 )  # fmt: skip
 SDXL_REFINER = DiffusionSpec(
     network="unet", sampling=_DISCRETE, text="sdxl_refiner", text_encoders=("clip-g",),
@@ -155,16 +155,26 @@ MMDIT_FAMILIES = (
 _FLUX_TEXT = ("clip-l", "t5-xxl")
 FLUX_DEV = DiffusionSpec(
     network="flux", sampling=SamplingSpec(schedule="flux", shift=1.15), text="flux", text_encoders=_FLUX_TEXT,
-    vae="vae-flux", memory_profile="flux",
+    vae="vae-flux", memory_profile="flux", blocks="flux1",
     defaults=GenerationDefaults(cfg=1.0, scheduler="simple", guidance=3.5, sizes=XL_SIZES),
+)  # fmt: skip
+#: FLUX.1 Kontext [dev]: Flux dev's network and shapes, reference pictures (ComfyUI's Kontext
+#: template: FluxKontextImageScale -> VAEEncode -> ReferenceLatent, FluxGuidance 2.5, 20 steps)
+FLUX_KONTEXT = DiffusionSpec(
+    network="flux", sampling=SamplingSpec(schedule="flux", shift=1.15), text="flux", text_encoders=_FLUX_TEXT,
+    vae="vae-flux", memory_profile="flux", references="kontext",
+    defaults=GenerationDefaults(cfg=1.0, scheduler="simple", guidance=2.5, sizes=XL_SIZES),
 )  # fmt: skip
 FLUX_FILL = DiffusionSpec(
     network="flux", sampling=SamplingSpec(schedule="flux", shift=1.15), text="flux", text_encoders=_FLUX_TEXT,
-    vae="vae-flux", memory_profile="flux", defaults=GenerationDefaults(cfg=1.0, sizes=XL_SIZES),
+    vae="vae-flux", memory_profile="flux",
+    # ComfyUI's Fill template: FluxGuidance 30, KSampler euler / normal at CFG 1
+    defaults=GenerationDefaults(cfg=1.0, guidance=30.0, sizes=XL_SIZES),
+    blocks="flux1",
 )  # fmt: skip
 FLUX_SCHNELL = DiffusionSpec(
     network="flux", sampling=SamplingSpec(schedule="flow", shift=1.0, multiplier=1.0), text="flux",
-    text_encoders=_FLUX_TEXT, vae="vae-flux", memory_profile="flux",
+    text_encoders=_FLUX_TEXT, vae="vae-flux", memory_profile="flux", blocks="flux1",
     defaults=GenerationDefaults(cfg=1.0, steps=4, scheduler="simple", sizes=XL_SIZES),
 )  # fmt: skip
 CHROMA = DiffusionSpec(
@@ -175,6 +185,10 @@ CHROMA = DiffusionSpec(
 FLUX_FAMILIES = (
     _flux(
         "flux-dev", "FLUX.1 [dev]", "flux-1-dev", FLUX_DEV, "dev", notes="Kontext [dev] has the same shapes"
+    ),
+    _flux(
+        "flux-kontext", "FLUX.1 Kontext [dev]", "flux-1-kontext-dev", FLUX_KONTEXT, "dev",
+        notes="Flux dev's shapes: told apart by the file name or metadata",
     ),
     _flux("flux-schnell", "FLUX.1 [schnell]", "flux-1-schnell", FLUX_SCHNELL, "schnell"),
     diffusion(
@@ -189,27 +203,29 @@ FLUX_FAMILIES = (
 #: ComfyUI's ``Flux2`` model config: flow sampling as Flux's (``ModelSamplingFlux``: shift 2.02 used
 #: as the exponential time shift, timestep = sigma), the FLUX.2 VAE's 128-channel latent (its latent
 #: format scales nothing: the VAE normalises), the text encoder's stacked layers. klein (distilled):
-#: ComfyUI's klein templates (4 steps, CFG 1: no negative pass, ``euler``); they schedule with the
-#: Flux2Scheduler node (an empirical shift from the picture's size and the step count, as diffusers'
-#: ``Flux2KleinPipeline``); Loadout's default is the ``simple`` schedule on the model's own shift
-#: 2.02, what ComfyUI's KSampler gives (docs/families.md). klein's base checkpoints want ~50 steps
+#: ComfyUI's klein templates (4 steps, CFG 1: no negative pass, ``euler``), scheduled as they are
+#: with the Flux2Scheduler node (``flux2``: an empirical shift from the picture's size and the step
+#: count, as diffusers' ``Flux2KleinPipeline``; core/sampling/sized_schedules.py). The model's own
+#: shift 2.02 is what a KSampler's ``simple`` schedule uses. klein's base checkpoints want ~50 steps
 #: and CFG 4.
 _FLUX2_SAMPLING = SamplingSpec(schedule="flux", shift=2.02)
-_KLEIN_DEFAULTS = GenerationDefaults(cfg=1.0, steps=4, sampler="euler", scheduler="simple", sizes=XL_SIZES)
+_KLEIN_DEFAULTS = GenerationDefaults(cfg=1.0, steps=4, sampler="euler", scheduler="flux2", sizes=XL_SIZES)
 FLUX2_KLEIN_4B = DiffusionSpec(
     network="flux2", sampling=_FLUX2_SAMPLING, text="flux2_klein_4b", text_encoders=("qwen3-4b",),
-    codec="flux2-vae", vae="vae-flux2", memory_profile="flux2-klein-4b", defaults=_KLEIN_DEFAULTS,
+    codec="flux2-vae", vae="vae-flux2", references="flux2", memory_profile="flux2-klein-4b",
+    defaults=_KLEIN_DEFAULTS,
 )  # fmt: skip
 FLUX2_KLEIN_9B = DiffusionSpec(
     network="flux2", sampling=_FLUX2_SAMPLING, text="flux2_klein_9b", text_encoders=("qwen3-8b",),
-    codec="flux2-vae", vae="vae-flux2", memory_profile="flux2-klein-9b", defaults=_KLEIN_DEFAULTS,
+    codec="flux2-vae", vae="vae-flux2", references="flux2", memory_profile="flux2-klein-9b",
+    defaults=_KLEIN_DEFAULTS,
 )  # fmt: skip
-#: FLUX.2 dev: the network runs; its prompt encoding (Mistral-Small-3 24B, layers 10/20/30, through
-#: the Tekken tokenizer Loadout does not carry yet) is not implemented: it is detected, not generated.
+#: FLUX.2 dev: Mistral-Small-3 24B (layers 10/20/30, Tekken), guidance-distilled: ComfyUI's template
+#: (FluxGuidance 4, CFG 1: no negative pass, ``euler``, Flux2Scheduler, 20 steps).
 FLUX2_DEV = DiffusionSpec(
-    network="flux2", sampling=_FLUX2_SAMPLING, text=None, text_encoders=("mistral3-24b",),
-    codec="flux2-vae", vae="vae-flux2", memory_profile="flux2-dev",
-    defaults=GenerationDefaults(cfg=1.0, steps=20, sampler="euler", scheduler="simple", guidance=4.0,
+    network="flux2", sampling=_FLUX2_SAMPLING, text="flux2_dev", text_encoders=("mistral3-24b",),
+    codec="flux2-vae", vae="vae-flux2", references="flux2", memory_profile="flux2-dev",
+    defaults=GenerationDefaults(cfg=1.0, steps=20, sampler="euler", scheduler="flux2", guidance=4.0,
                                 sizes=XL_SIZES),
 )  # fmt: skip
 
@@ -223,7 +239,7 @@ def _flux2(fid: str, title: str, spec: DiffusionSpec, notes: str = "") -> Family
 FLUX2_FAMILIES = (
     _flux2("flux2-klein-4b", "FLUX.2 [klein] 4B", FLUX2_KLEIN_4B, "klein base 4B has the same shapes"),
     _flux2("flux2-klein-9b", "FLUX.2 [klein] 9B", FLUX2_KLEIN_9B, "klein base 9B has the same shapes"),
-    _flux2("flux2-dev", "FLUX.2 [dev]", FLUX2_DEV, "detected; its Mistral prompt encoding is not built yet"),
+    _flux2("flux2-dev", "FLUX.2 [dev]", FLUX2_DEV),
 )
 
 # -- detected, not generated yet -------------------------------------------------------------------
@@ -251,6 +267,23 @@ QWEN_IMAGE = DiffusionSpec(
         cfg=2.5, steps=20, sampler="euler", scheduler="simple", sizes=QWEN_IMAGE_SIZES
     ),
 )  # fmt: skip
+#: Qwen-Image-Edit 2509 (``qwen_image_edit``: ComfyUI's ``TextEncodeQwenImageEditPlus``, the edit
+#: template with up to three pictures read by Qwen2.5-VL's vision tower, their latents the
+#: references): ComfyUI's 2509 template's ``ModelSamplingAuraFlow`` shift 3; 20 steps at CFG 2.5
+#: without the Lightning LoRA (the template's own run: 4 steps at CFG 1 with it).
+QWEN_IMAGE_EDIT = replace(
+    QWEN_IMAGE,
+    text="qwen_image_edit",
+    references="qwen-edit",
+    sampling=SamplingSpec(schedule="flow", shift=3.0, multiplier=1.0),
+)
+#: Qwen-Image-Edit 2511: the references modulated as at timestep 0 (the network's, from the family);
+#: ComfyUI's 2511 template's shift 3.1; the model card's 40 steps at CFG 4.
+QWEN_IMAGE_EDIT_2511 = replace(
+    QWEN_IMAGE_EDIT,
+    sampling=SamplingSpec(schedule="flow", shift=3.1, multiplier=1.0),
+    defaults=replace(QWEN_IMAGE.defaults, steps=40, cfg=4.0),
+)
 _CLF, _PATCH = ("clf.1.weight",), ("patch_embedding.weight",)
 DETECTED_FAMILIES = (
     diffusion("auraflow", "AuraFlow", classify_auraflow, 4, prefixes=("model.",), spec=AURAFLOW),
@@ -267,6 +300,19 @@ DETECTED_FAMILIES = (
         "qwen-image", "Qwen-Image", classify_qwen_image, 16, signature=("txt_norm.weight", "img_in.weight"),
         notes="Qwen-Image, 2512 and Edit 2509/2511 have the same shapes", latent_format="wan21",
         spec=QWEN_IMAGE, lora_group="qwen-image", fp16_unsafe=True,
+    ),
+    diffusion(
+        "qwen-image-edit", "Qwen-Image-Edit 2509", classify_qwen_image, 16,
+        signature=("txt_norm.weight", "img_in.weight"), latent_format="wan21",
+        notes="the same shapes as Qwen-Image: told apart by the file name (qwen_image_edit_2509...)",
+        spec=QWEN_IMAGE_EDIT, lora_group="qwen-image", fp16_unsafe=True,
+    ),
+    diffusion(
+        "qwen-image-edit-2511", "Qwen-Image-Edit 2511", classify_qwen_image, 16,
+        signature=("txt_norm.weight", "img_in.weight"), latent_format="wan21",
+        notes="Comfy-Org's files carry the __index_timestep_zero__ marker; GGUFs are told by the file name",
+        spec=QWEN_IMAGE_EDIT_2511, lora_group="qwen-image", fp16_unsafe=True,
+        network_preset="index_timestep_zero",  # its references modulated as at timestep 0
     ),
     diffusion("wan2.1", "Wan 2.1", classify_wan, 16, signature=_PATCH),
     diffusion(
@@ -302,7 +348,7 @@ PIXART_FAMILIES = (
 #: (8 steps, CFG 1 so no negative pass, ``res_multistep``, ``simple``); Base wants more steps and CFG.
 Z_IMAGE = DiffusionSpec(
     network="nextdit", sampling=SamplingSpec(schedule="flow", shift=3.0, multiplier=1.0), text="z_image",
-    text_encoders=("qwen3-4b",), vae="vae-flux", memory_profile="z-image",
+    text_encoders=("qwen3-4b",), vae="vae-flux", memory_profile="z-image", blocks="next-dit",
     defaults=GenerationDefaults(
         cfg=1.0, steps=8, sampler="res_multistep", scheduler="simple", sizes=XL_SIZES
     ),
@@ -312,7 +358,7 @@ Z_IMAGE = DiffusionSpec(
 #: Defaults: ComfyUI's Lumina 2 template (25 steps, CFG 4, ``res_multistep``, ``simple``).
 LUMINA2 = DiffusionSpec(
     network="nextdit", sampling=SamplingSpec(schedule="flow", shift=6.0, multiplier=1.0), text="lumina2",
-    text_encoders=("gemma2-2b",), vae="vae-flux", memory_profile="lumina2",
+    text_encoders=("gemma2-2b",), vae="vae-flux", memory_profile="lumina2", blocks="next-dit",
     defaults=GenerationDefaults(
         cfg=4.0, steps=25, sampler="res_multistep", scheduler="simple", sizes=XL_SIZES
     ),

@@ -169,6 +169,8 @@ def classify_flux(view: KeyView) -> list[Match]:
             warnings.append(f"unusual Flux input width {fields['img_in_features']}")
         family = "flux-fill" if kind == "fill" else "flux-dev" if fields["guidance_embed"] else "flux-schnell"
         variant = "depth" if kind == "depth" else None
+        if family == "flux-dev" and kind != "depth":
+            fields["ambiguous_with"] = ["flux-kontext"]  # the same shapes: a name or metadata decides
     return [
         finish(
             view, family, layout=layout, probes=FLUX_PROBES, fields=fields, variant=variant, warnings=warnings

@@ -245,6 +245,7 @@ _FAMILY_PATTERNS: tuple[tuple[re.Pattern[str], str | None], ...] = tuple(
         (r"(sd|stablediffusion|stablediffusionv)35medium", "sd3.5-medium"),
         (r"(sd|stablediffusion|stablediffusionv)35", None),  # 3.5 without a size: no guess
         (r"sd3|stablediffusion3|stablediffusionv3", "sd3"),
+        (r"kontext", "flux-kontext"),
         (r"flux.*schnell|flux1s$", "flux-schnell"),
         (r"flux.*fill", "flux-fill"),
         (r"flux.*chroma|^chroma", "chroma"),
@@ -257,6 +258,8 @@ _FAMILY_PATTERNS: tuple[tuple[re.Pattern[str], str | None], ...] = tuple(
         (r"wan(video)?22", "wan2.2"),
         (r"wan(video)?21", "wan2.1"),
         (r"wan(video|\d)", "wan2.1?"),
+        (r"qwen.*edit.*2511", "qwen-image-edit-2511"),
+        (r"qwen.*edit", "qwen-image-edit"),
         (r"qwen", "qwen-image"),
         (r"lumina", "lumina2"),
         (r"hidream", "hidream"),
@@ -320,7 +323,7 @@ def _vae_hint(stem: str, families: list[str | None]) -> str | None:
         return None
     if "sd3" in families or any(f and f.startswith("sd3") for f in families):
         return "vae-sd3"
-    if any(f in ("flux-dev", "flux-schnell", "flux-fill", "chroma") for f in families):
+    if any(f in ("flux-dev", "flux-kontext", "flux-schnell", "flux-fill", "chroma") for f in families):
         return "vae-flux"
     if any(f and f.startswith("wan") for f in families):
         return "vae-wan"

@@ -24,6 +24,8 @@ NetworkId = str
 TextConventionId = str
 #: A latent codec's id in ``core.archs.catalog.CODECS`` ("kl-vae").
 CodecId = str
+#: A reference-picture convention's id in ``core.archs.catalog.REFERENCES`` ("kontext", "flux2").
+ReferenceId = str
 #: The noise schedule (``core.sampling.model_sampling`` resolves the name).
 Schedule = Literal["discrete", "flow", "flux"]
 #: A discrete schedule's betas, in diffusers' words: "scaled_linear" (SD: linear in sqrt(beta); ComfyUI
@@ -157,6 +159,11 @@ class DiffusionSpec:
     defaults: GenerationDefaults = field(default_factory=GenerationDefaults)
     memory_profile: str | None = None  # core.memory.inference profile; None: the fallback bound
     preview_decoder: str | None = None  # TAESD decoder file stem, where one exists
+    #: the network's block table (``core.archs.catalog.BLOCKS``): per-block merge ratios and LoRA
+    #: block weights; None: merged as one block
+    blocks: str | None = None
+    #: how it takes reference pictures (editing: FLUX.1 Kontext, FLUX.2, Qwen-Image-Edit); None: none
+    references: ReferenceId | None = None
 
     @property
     def needs_t5(self) -> bool:

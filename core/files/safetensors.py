@@ -261,6 +261,19 @@ class SafetensorsFile:
                 flat = torch.frombuffer(self._mmap, dtype=tdt, count=info.numel, offset=start)
         return flat.view(info.shape)
 
+    def drop_pages(self, name: str) -> None:
+        """Give back the mapped pages of ``name``'s data (and of any page it shares with a
+        neighbour): they leave this process's resident memory and are read again from the file if
+        touched. For readers that stream a file once (a merge): a page changed in place would lose
+        its change, and Loadout never changes a mapped tensor in place."""
+        if self._mmap is None or not hasattr(mmap, "MADV_DONTNEED"):
+            return
+        _, _, start, count = self._locate(name)
+        begin = start - start % mmap.PAGESIZE
+        end = min(len(self._mmap), start + count)
+        if end > begin:
+            self._mmap.madvise(mmap.MADV_DONTNEED, begin, end - begin)
+
     def read_tensor(self, name: str) -> torch.Tensor:
         """The named tensor read into fresh memory with plain file reads, never through the mapping:
         a file truncated meanwhile gives a short read, which is :class:`FileChangedError` (a mapped

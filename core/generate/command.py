@@ -9,8 +9,11 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Iterable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
+
+import numpy as np
+import torch
 
 from core.detect.catalog import generation_defaults
 from core.errors import LoadoutError, ModelMismatchError
@@ -19,9 +22,8 @@ from core.generate.events import GenerateProgress, GenerateResult, LoraMatch
 from core.generate.generator import Generator, needs_t5
 from core.generate.naming import file_paths
 from core.generate.pictures import read_picture
-from core.generate.request import GenerateRequest, ModelFiles, with_family_defaults
+from core.generate.request import GenerateRequest, ImageSettings, ModelFiles, with_family_defaults
 from core.generate.session_run import Output
-from core.generate.sweep import Sweep
 from core.loading.assign import interrupt_check
 from core.session.compose import headless_session, load_main
 from core.session.dtype_choice import compute_override
@@ -35,6 +37,7 @@ __all__ = [
     "generator_for",
     "load_models",
     "lora_matches",
+    "open_request",
     "read_picture",
 ]
 
@@ -105,6 +108,65 @@ def generator_for(
     return generator
 
 
+@dataclass(frozen=True)
+class Opened:
+    """A request's models loaded on a session of their own, its LoRAs stacked, ready to generate."""
+
+    session: Session
+    generator: Generator
+    image: ImageSettings  # the request's settings with the family's usual values filled in
+    init: np.ndarray | None
+    dtype: torch.dtype | None
+    output: Output
+    matches: tuple[LoraMatch, ...]
+
+    def check(self) -> None:
+        self.session.placement.manager.check()
+
+    def finish(self, result: GenerateResult) -> GenerateResult:
+        """``result`` with how each LoRA matched and why the compute dtype is what it is."""
+        chosen = self.session.model(SlotId.MAIN).dtype_choice
+        decided = (chosen.reason,) if chosen is not None else ()  # why fp8 matmul runs, or why not
+        notes = (*result.notes, *decided, *(m.note() for m in self.matches if m.partial))
+        return replace(result, loras=self.matches, notes=notes)
+
+
+def open_request(
+    request: GenerateRequest,
+    report: Callable[[GenerateProgress], None],
+    *,
+    interrupt: threading.Event | None = None,
+    t5_search: T5TokenizerSearch | None = None,
+    outputs: Iterable[Path] = (),
+) -> Opened:
+    """Check where the pictures go (``outputs``: names beyond the request's own), then load the
+    request's models and LoRAs on a new session."""
+    if request.output_is_folder:  # before any work: a bad destination is refused in a second
+        check_output_folder(request.output)
+    else:
+        check_output_file(request.output)
+        for name in (*file_paths(request.output, request.image.batch), *outputs):  # the names written
+            check_output_file(name)
+    settings, dtype = compute_override(request.dtype)  # --dtype fp8_e4m3fn: fp8 matmul, decided at load
+    session, _ = headless_session(
+        request.device, settings=settings, vram_limit=request.vram_limit, interrupt=interrupt
+    )
+    check = interrupt_check(session.placement.interrupt.is_set)
+    report(GenerateProgress("load", 0, 0, "loading the models"))
+    family = load_models(session, request.models, check)
+    image = with_family_defaults(request.image, generation_defaults(family), request.family_defaults)
+    for arg in request.loras:
+        session.loras.add(arg.path, arg.model, arg.clip, force=request.force, block_weights=arg.block_weights)
+    matches = lora_matches(session)
+    if request.strict:
+        refuse_partial(matches)
+    generator = generator_for(session, request.models, family, t5_search, request.embeddings)
+    generator.state.prediction = request.prediction
+    init = read_picture(image.init_image) if image.init_image is not None else None
+    output = Output(request.output, request.output_is_folder)
+    return Opened(session, generator, image, init, dtype, output, matches)
+
+
 def generate_files(
     request: GenerateRequest,
     *,
@@ -114,46 +176,12 @@ def generate_files(
 ) -> GenerateResult:
     """Everything ``loadout generate`` does; ``interrupt`` (set from any thread) stops it within a
     tensor, a layer or a step, before any picture is written."""
-    if request.output_is_folder:  # before any work: a bad destination is refused in a second
-        check_output_folder(request.output)
-    else:
-        check_output_file(request.output)
-        for name in file_paths(request.output, request.image.batch):  # the names really written
-            check_output_file(name)
-    settings, dtype = compute_override(request.dtype)  # --dtype fp8_e4m3fn: fp8 matmul, decided at load
-    session, _ = headless_session(
-        request.device, settings=settings, vram_limit=request.vram_limit, interrupt=interrupt
-    )
-    placement = session.placement
-    check = interrupt_check(placement.interrupt.is_set)
     report = progress or (lambda p: None)
-    report(GenerateProgress("load", 0, 0, "loading the models"))
-    family = load_models(session, request.models, check)
-    image = with_family_defaults(request.image, generation_defaults(family), request.family_defaults)
-    for arg in request.loras:
-        session.loras.add(arg.path, arg.model, arg.clip, force=request.force)
-    matches = lora_matches(session)
-    if request.strict:
-        refuse_partial(matches)
-    generator = generator_for(session, request.models, family, t5_search, request.embeddings)
-    generator.state.prediction = request.prediction
-    init = read_picture(image.init_image) if image.init_image is not None else None
-    output = Output(request.output, request.output_is_folder)
-    check = placement.manager.check
-    if request.sweep:
-        stack = session.loras.stack
-        if stack is None or not stack.entries:
-            raise LoadoutError(
-                "a strength sweep needs a LoRA", fix="Add a LoRA file to the stack", code="bad_argument"
-            )
-        sweep = Sweep(next(iter(stack.entries)), request.sweep)
-        result = generator.sweep(image, sweep, output, report, check)
-    else:
-        result = generator.generate(image, output, report, check, init, dtype=dtype)
-    chosen = session.model(SlotId.MAIN).dtype_choice
-    decided = (chosen.reason,) if chosen is not None else ()  # why fp8 matmul runs, or why not
-    notes = (*result.notes, *decided, *(m.note() for m in matches if m.partial))
-    return replace(result, loras=matches, notes=notes)
+    opened = open_request(request, report, interrupt=interrupt, t5_search=t5_search)
+    result = opened.generator.generate(
+        opened.image, opened.output, report, opened.check, opened.init, dtype=opened.dtype
+    )
+    return opened.finish(result)
 
 
 def refuse_partial(matches: tuple[LoraMatch, ...]) -> None:

@@ -40,6 +40,7 @@ from core.loading.controlnet import LoadedControlNet, load_controlnet
 from core.loading.loader import LoadOptions
 from core.models.controlnet import ControlNetModel, ControlResiduals
 from core.models.unet import ResStage
+from core.preprocess import preprocess
 from core.sampling.conditioning import Conditioning
 from core.sampling.model_sampling import ModelSampling
 from core.sampling.patches import Apply, ModelCall, ModelPatches
@@ -172,7 +173,10 @@ def applied(
     for use, net in zip(uses, nets, strict=True):
         if use.strength == 0:
             continue
-        hint = hint_tensor(read_picture(use.hint, "ControlNet hint"))
+        picture = read_picture(use.hint, "ControlNet hint")
+        if use.preprocessor is not None:
+            picture = preprocess(use.preprocessor, picture)
+        hint = hint_tensor(picture)
         rng = (sampling.percent_to_sigma(use.start), sampling.percent_to_sigma(use.end))
         out.append(AppliedControlNet(net.module, hint, use.strength, rng))
     return ControlStack(tuple(out))

@@ -11,14 +11,12 @@ import numpy as np
 import torch
 
 from core.detect.catalog import REGISTRY
-from core.errors import LoadoutError
 from core.files.shards import expand_shards
 from core.generate.events import GenerateProgress, GenerateResult
 from core.generate.hashes import FileHashes
 from core.generate.pictures import read_picture
 from core.generate.request import ImageSettings
 from core.generate.session_run import GenerateState, Output, generate
-from core.generate.sweep import Sweep, run_sweep
 from core.session.session import Session
 from core.session.slots import SlotId
 from core.text.cache import ConditioningCache
@@ -83,41 +81,6 @@ class Generator:
             self.session, settings, output, state=self.state, progress=progress, check=check, init=init,
             dtype=dtype,
         )  # fmt: skip
-
-    def sweep(
-        self,
-        settings: ImageSettings,
-        sweep: Sweep,
-        output: Output,
-        progress: Callable[[GenerateProgress], None],
-        check: Callable[[], None],
-    ) -> GenerateResult:
-        """The same picture at each strength of one LoRA, and their grid (see core.generate.sweep)."""
-        stack = self.session.loras.stack
-        entry = stack.entries.get(sweep.lora_id) if stack is not None else None
-        if entry is None:
-            raise LoadoutError(
-                "that LoRA is not in the stack",
-                fix="Add the LoRA to the stack, then sweep its strength",
-                code="bad_argument",
-            )
-        loras = self.session.loras
-        original = (entry.model_strength, entry.clip_strength)
-
-        def set_strength(model: float, clip: float) -> None:
-            loras.set_strength(sweep.lora_id, model, clip, bake=False)
-
-        def cell(i: int, p: Callable[[GenerateProgress], None]) -> GenerateResult:
-            where = output
-            if not output.is_folder:  # OUT.png -> OUT-0.4.png, OUT-0.7.png, ...
-                path = output.path
-                where = Output(path.with_name(f"{path.stem}-{sweep.strengths[i]:g}{path.suffix or '.png'}"))
-            return self.generate(settings, where, p, check)
-
-        try:
-            return run_sweep(sweep, entry.path.stem, original, set_strength, cell, progress)
-        finally:
-            loras.set_strength(sweep.lora_id, *original, bake=True)  # the stack as it was, baked
 
     # -- the files kept mapped (the window's leases: core.files.leases) ---------------------------
     def mapped_files(self) -> set[Path]:

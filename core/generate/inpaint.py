@@ -3,11 +3,14 @@
 * A regular checkpoint: VAEEncode -> SetLatentNoiseMask -> KSampler. The mask is resized to the
   latent (bilinear, ``prepare_mask``) and the sampler keeps the unmasked latent at every step
   (:mod:`core.sampling.masked`).
-* An inpainting checkpoint (a UNet with 4 + 5 input channels, ``inspect`` variant "inpaint"):
-  InpaintModelConditioning. The mask is resized to the picture (bilinear) and cropped with it to a
-  multiple of 8; the masked pixels become grey (``(p - 0.5) * (1 - round(mask)) + 0.5``) and are
-  encoded; the UNet's extra channels are the mask at the latent's size (bilinear, centre, rounded)
-  and that latent in the model's space; the sampler keeps the unmasked latent as above.
+* An inpainting model (a UNet with 4 + 5 input channels, ``inspect`` variant "inpaint"; FLUX.1 Fill
+  with 16 + 80): InpaintModelConditioning. The mask is resized to the picture (bilinear) and
+  cropped with it to a multiple of 8; the masked pixels become grey
+  (``(p - 0.5) * (1 - round(mask)) + 0.5``) and are encoded; the network's extra channels are that
+  latent in the model's space and the mask, as the network's :class:`InpaintChannels` lays them
+  out (the UNet: the mask at the latent's size, rounded, first; Flux Fill: the mask at 8x the
+  latent's size, each 8x8 cell packed into 64 channels, after); the sampler keeps the unmasked
+  latent as above.
 
 The mask pass (:class:`MaskPass`) sets the noise mask on the start latent; every later stage
 carries it (the hires pass, the refiner's KSamplerAdvanced), as ComfyUI's LATENT does.
@@ -23,6 +26,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from core.archs.protocols import InpaintChannels
 from core.errors import LoadoutError, ModelMismatchError
 from core.generate.controlnet import center_resize
 from core.generate.passes import Contribution, Latent, Plan, Run, StartLatent
@@ -50,8 +54,8 @@ def encode_unit_pixels(pipeline: Pipeline, pixels: Tensor, hooks: Hooks) -> Tens
 
 def inpaint_model_concat(
     pipeline: Pipeline, rgb: np.ndarray, mask: Tensor, hooks: Hooks
-) -> tuple[Tensor, Tensor]:
-    """InpaintModelConditioning: (the UNet's extra channels, the noise mask at picture size)."""
+) -> tuple[InpaintInputs, Tensor]:
+    """InpaintModelConditioning: (the inpainting model's extra inputs, the noise mask at picture size)."""
     h, w = rgb.shape[0], rgb.shape[1]
     m = F.interpolate(mask.reshape(-1, 1, *mask.shape[-2:]), size=(h, w), mode="bilinear")
     top, left, ch, cw = _crop8(h, w)
@@ -61,9 +65,7 @@ def inpaint_model_concat(
     keep = 1.0 - m.round()
     grey = (pixels - 0.5) * keep + 0.5
     latent = pipeline.latent_format.process_in(encode_unit_pixels(pipeline, grey, hooks))
-    lh, lw = latent.shape[-2], latent.shape[-1]
-    small = center_resize(m, lw, lh, mode="bilinear").round()
-    return torch.cat([small, latent], dim=1), m
+    return InpaintInputs(latent, m, pipeline.adapter.convention.inpaint), m
 
 
 @dataclass(frozen=True)
@@ -75,49 +77,75 @@ class Inpainting:
     extra: InpaintInputs | None = None
 
 
+def pack_cells(mask: Tensor, cell: int) -> Tensor:
+    """(B, 1, h * cell, w * cell) -> (B, cell * cell, h, w): each cell's pixels as channels, row by
+    row (ComfyUI's Flux ``concat_mask``, diffusers' FluxFillPipeline ``prepare_mask_latents``)."""
+    b, _, hh, ww = mask.shape
+    h, w = hh // cell, ww // cell
+    cells = mask.reshape(b, h, cell, w, cell).permute(0, 2, 4, 1, 3)
+    return cells.reshape(b, cell * cell, h, w)
+
+
 @dataclass(frozen=True)
 class InpaintInputs:
-    """An inpainting model's extra input channels (ComfyUI's ``c_concat``): the rounded mask and
-    the grey-masked picture's latent, made at the first pass's latent size; for a larger latent
-    (the hires pass) both are resized as ComfyUI's ``concat_cond`` does (bilinear, centre; the
-    mask rounded again)."""
+    """An inpainting model's extra input channels (ComfyUI's ``concat_cond``), made for each call's
+    latent size as ComfyUI makes them for its noise (bilinear, centre): the grey-masked picture's
+    latent (model space) and the mask, laid out as the network takes them (:class:`InpaintChannels`:
+    the rounded mask at the latent's size first, or the unrounded mask at the pixels' size packed
+    by cells after the latent)."""
 
-    concat: Tensor  # (1, 1 + C, h, w): the mask at the latent's size, then the latent (model space)
-    picture_mask: Tensor  # (1, 1, H, W) at the picture's size
+    latent: Tensor  # (1, C, h, w) in the model's space, at the first pass's latent size
+    picture_mask: Tensor  # (1, 1, H, W) at the (cropped) picture's size
+    layout: InpaintChannels
+
+    def concat(self, h: int, w: int) -> Tensor:
+        """The extra channels for a (h, w) latent: (1, extra, h, w), float32."""
+        latent = self.latent
+        cell = self.layout.mask_cell
+        if cell:
+            image = center_resize(latent, w, h, mode="bilinear")
+            mask = pack_cells(center_resize(self.picture_mask, w * cell, h * cell, mode="bilinear"), cell)
+            return torch.cat([image, mask], dim=1)
+        if latent.shape[-2:] != (h, w):
+            latent = center_resize(latent, w, h, mode="bilinear")
+        small = center_resize(self.picture_mask, w, h, mode="bilinear").round()
+        return torch.cat([small, latent], dim=1)
 
     def __call__(self, x: Tensor) -> Tensor:
-        concat = self.concat
-        h, w = x.shape[-2], x.shape[-1]
-        if concat.shape[-2:] != (h, w):
-            small = center_resize(self.picture_mask, w, h, mode="bilinear").round()
-            concat = torch.cat([small, center_resize(concat[:, 1:], w, h, mode="bilinear")], dim=1)
+        concat = self.concat(x.shape[-2], x.shape[-1])
         return concat.to(device=x.device, dtype=x.dtype).expand(x.shape[0], -1, -1, -1)
 
 
-def inpainting(pipeline: Pipeline, mask_path: Path, rgb: np.ndarray, hooks: Hooks) -> Inpainting:
-    """The noise mask (and an inpainting model's inputs) that repaint the white part of the mask."""
-    mask = torch.from_numpy(read_mask(mask_path))
+def inpainting(
+    pipeline: Pipeline, mask_source: Path | np.ndarray, rgb: np.ndarray, hooks: Hooks
+) -> Inpainting:
+    """The noise mask (and an inpainting model's inputs) that repaint the white part of the mask
+    (a mask file, or a float mask in [0, 1] made here: outpainting's)."""
+    found = read_mask(mask_source) if isinstance(mask_source, Path) else mask_source
+    mask = torch.from_numpy(np.ascontiguousarray(found, dtype=np.float32))
     channels = pipeline.latent_format.channels
     extra = pipeline.adapter.in_channels - channels
     if extra == 0:
         return Inpainting(mask)
-    if extra != channels + 1:
+    wanted = channels + pipeline.adapter.convention.inpaint.mask_channels
+    if extra != wanted:
         raise ModelMismatchError(
             f"this model takes {extra} extra input channels, which Loadout cannot fill for inpainting",
-            why="inpainting models take the mask and the masked picture's latent (1 + 4 channels)",
-            fix="Use a regular or an inpainting checkpoint",
+            why=f"its family's inpainting models take the mask and the masked picture ({wanted} channels)",
+            fix="Use a regular or an inpainting model of this family",
             code="unsupported_variant",
         )
-    concat, noise_mask = inpaint_model_concat(pipeline, rgb, mask, hooks)
-    return Inpainting(noise_mask, InpaintInputs(concat, noise_mask))
+    inputs, noise_mask = inpaint_model_concat(pipeline, rgb, mask, hooks)
+    return Inpainting(noise_mask, inputs)
 
 
 @dataclass(frozen=True)
 class SetNoiseMask:
     """SetLatentNoiseMask on the start latent (InpaintModelConditioning for an inpainting model:
-    its extra inputs become the base model's patches for every stage it samples)."""
+    its extra inputs become the base model's patches for every stage it samples). ``mask``: a
+    mask file or a float mask (H, W) in [0, 1]."""
 
-    mask: Path
+    mask: Path | np.ndarray
 
     def __call__(self, latent: Latent | None, run: Run) -> Latent:
         if latent is None or run.init is None:

@@ -20,12 +20,23 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypeVar
 
 from core.errors import LoadoutError
+from core.generate.a1111_names import (
+    FOLDED_SCHEDULES,
+    SAMPLER_LABELS,
+    SAMPLER_NAMES,
+    SCHEDULER_LABELS,
+    SCHEDULER_NAMES,
+)
 from core.generate.hires_settings import HiresFix
 from core.guidance import GuidancePatch, describe_all, read_patches
+from core.regions import Region
+from core.regions.text import regions_from_json, regions_to_json
 from core.values import (
     CFG,
     CLIP_SKIP,
@@ -39,41 +50,7 @@ from core.values import (
     check_size,
 )
 
-#: ComfyUI sampler name -> A1111's display name.
-SAMPLER_LABELS: dict[str, str] = {
-    "euler": "Euler",
-    "euler_ancestral": "Euler a",
-    "heun": "Heun",
-    "dpm_2": "DPM2",
-    "dpm_2_ancestral": "DPM2 a",
-    "dpmpp_2m": "DPM++ 2M",
-    "dpmpp_2m_sde": "DPM++ 2M SDE",
-    "dpmpp_sde": "DPM++ SDE",
-    "dpmpp_2s_ancestral": "DPM++ 2S a",
-    "dpmpp_2m_sde_heun": "DPM++ 2M SDE Heun",
-    "dpmpp_3m_sde": "DPM++ 3M SDE",
-    "lms": "LMS",
-    "dpm_fast": "DPM fast",
-    "dpm_adaptive": "DPM adaptive",
-    "lcm": "LCM",
-    "ddim": "DDIM",
-    "uni_pc": "UniPC",
-}
-#: ComfyUI scheduler name -> A1111's "Schedule type".
-SCHEDULER_LABELS: dict[str, str] = {
-    "normal": "Normal",
-    "karras": "Karras",
-    "exponential": "Exponential",
-    "sgm_uniform": "SGM Uniform",
-    "simple": "Simple",
-    "beta": "Beta",
-    "ddim_uniform": "DDIM",
-    "kl_optimal": "KL Optimal",
-}
-_SAMPLER_NAMES = {v.lower(): k for k, v in SAMPLER_LABELS.items()}
-_SCHEDULER_NAMES = {v.lower(): k for k, v in SCHEDULER_LABELS.items()}
-# A1111 also folds the schedule into the sampler label ("DPM++ 2M Karras") in older images.
-_FOLDED = {"karras": "karras", "exponential": "exponential", "sgm uniform": "sgm_uniform"}
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -82,6 +59,7 @@ class LoraUse:
     model_strength: float
     clip_strength: float
     hash: str = ""  # first 12 hex digits of the file's sha256 (A1111's short hash)
+    block_weights: str = ""  # LoRA block weights as the tag's ``lbw=`` writes them ("" when none)
 
 
 @dataclass(frozen=True)
@@ -113,6 +91,7 @@ class GenerationParameters:
     embeddings: tuple[EmbeddingUse, ...] = ()  # "TI hashes"
     #: guidance patches ("Guidance patches: pag(scale=3), freeu_v2(b1=1.3,...)"; Loadout's own key)
     patches: tuple[GuidancePatch, ...] = ()
+    regions: tuple[Region, ...] = ()  # "Regions: [{...}]" (JSON; Loadout's own key)
     extra: dict[str, str] = field(default_factory=dict)  # other keys read from an image, kept as text
     #: values read from a picture that were not used, by infotext key, with the reason (out of range,
     #: not a number...): the field keeps its default and the reader says so
@@ -128,9 +107,10 @@ def _quote(value: str) -> str:
 
 
 def _lora_tag(lora: LoraUse) -> str:
+    lbw = f":lbw={lora.block_weights}" if lora.block_weights else ""  # the lora-block-weight syntax
     if lora.model_strength == lora.clip_strength:
-        return f"<lora:{lora.name}:{_num(lora.model_strength)}>"
-    return f"<lora:{lora.name}:{_num(lora.clip_strength)}:{_num(lora.model_strength)}>"
+        return f"<lora:{lora.name}:{_num(lora.model_strength)}{lbw}>"
+    return f"<lora:{lora.name}:{_num(lora.clip_strength)}:{_num(lora.model_strength)}{lbw}>"
 
 
 def format_parameters(p: GenerationParameters, *, version: str = "") -> str:
@@ -167,6 +147,8 @@ def format_parameters(p: GenerationParameters, *, version: str = "") -> str:
         items.append(("Denoising strength", _num(p.denoise)))
     if p.patches:
         items.append(("Guidance patches", describe_all(p.patches)))
+    if p.regions:
+        items.append(("Regions", regions_to_json(p.regions)))
     hashes = [f"{lo.name}: {lo.hash}" for lo in p.loras if lo.hash]
     if hashes:
         items.append(("Lora hashes", ", ".join(hashes)))
@@ -223,12 +205,12 @@ def _split_items(line: str) -> dict[str, str]:
 
 def _sampler_and_schedule(label: str, schedule: str | None) -> tuple[str, str]:
     low = label.strip().lower()
-    scheduler = _SCHEDULER_NAMES.get((schedule or "").strip().lower(), "")
-    if low in _SAMPLER_NAMES:
-        return _SAMPLER_NAMES[low], scheduler or "normal"
-    for suffix, sched in _FOLDED.items():
-        if low.endswith(" " + suffix) and low[: -len(suffix) - 1] in _SAMPLER_NAMES:
-            return _SAMPLER_NAMES[low[: -len(suffix) - 1]], scheduler or sched
+    scheduler = SCHEDULER_NAMES.get((schedule or "").strip().lower(), "")
+    if low in SAMPLER_NAMES:
+        return SAMPLER_NAMES[low], scheduler or "normal"
+    for suffix, sched in FOLDED_SCHEDULES.items():
+        if low.endswith(" " + suffix) and low[: -len(suffix) - 1] in SAMPLER_NAMES:
+            return SAMPLER_NAMES[low[: -len(suffix) - 1]], scheduler or sched
     return label.strip(), scheduler or "normal"
 
 
@@ -246,7 +228,8 @@ def _loras_from_prompt(
                 ignored[f"<lora:{name}>"] = exc.message
             continue
         clip, model = (nums[0], nums[1]) if len(nums) > 1 else (nums[0], nums[0])
-        found.append(LoraUse(name, model, clip, hashes.get(name, "")))
+        lbw = next((v[4:] for v in m.group(2).split(":") if v.lower().startswith("lbw=")), "")
+        found.append(LoraUse(name, model, clip, hashes.get(name, ""), lbw))
     if not found:
         return prompt, ()
     lines = (re.sub(r"[ \t]+", " ", line).strip() for line in _TAG.sub("", prompt).split("\n"))
@@ -306,6 +289,7 @@ _KNOWN = {
     "Clip skip",
     "TI hashes",
     "Guidance patches",
+    "Regions",
 }
 
 
@@ -337,11 +321,13 @@ def _hires(items: dict[str, str], ignored: dict[str, str]) -> HiresFix | None:
     return HiresFix(scale, 0.7 if denoise is None else denoise, steps, method, model)
 
 
-def _patches(items: dict[str, str], ignored: dict[str, str]) -> tuple[GuidancePatch, ...]:
+def _decoded(
+    items: dict[str, str], key: str, read: Callable[[str], tuple[T, ...]], ignored: dict[str, str]
+) -> tuple[T, ...]:
     try:
-        return read_patches(items.get("Guidance patches", ""))
+        return read(items.get(key, ""))
     except LoadoutError as exc:
-        ignored["Guidance patches"] = f"{exc.what} ({exc.why})" if exc.why else exc.what
+        ignored[key] = f"{exc.what} ({exc.why})" if exc.why else exc.what
         return ()
 
 
@@ -366,7 +352,8 @@ def parse_parameters(text: str) -> GenerationParameters:
     hires = _hires(items, ignored)
     clip_skip = _number(items, "Clip skip", CLIP_SKIP, ignored)
     embeddings = tuple(EmbeddingUse(n, h) for n, h in _name_hashes(items.get("TI hashes", "")).items())
-    patches = _patches(items, ignored)
+    patches = _decoded(items, "Guidance patches", read_patches, ignored)
+    regions = _decoded(items, "Regions", lambda t: regions_from_json(t) if t else (), ignored)
     return GenerationParameters(
         prompt=prompt,
         negative=negative,
@@ -386,6 +373,7 @@ def parse_parameters(text: str) -> GenerationParameters:
         clip_skip=None if clip_skip is None else int(clip_skip),
         embeddings=embeddings,
         patches=patches,
+        regions=regions,
         extra={k: v for k, v in items.items() if k not in _KNOWN},
         ignored=ignored,
     )

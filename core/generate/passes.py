@@ -3,6 +3,9 @@ workflow's pass adds to or changes before anything runs, then runs in order.
 
 The passes, always in this order (:func:`ordered`):
 
+0. **references** (editing): the reference pictures VAE-encoded before the prompts (a plan's
+   ``prepare`` steps), their latents in every base sampler's conditioning
+   (:mod:`core.generate.references`);
 1. **start** (txt2img / img2img): Empty Latent Image or VAEEncode, then a KSampler stage;
 2. **mask** (inpainting): SetLatentNoiseMask on the start latent (carried by every later stage, as
    ComfyUI's LATENT carries ``noise_mask``), and an inpainting model's extra input channels;
@@ -10,8 +13,12 @@ The passes, always in this order (:func:`ordered`):
    changes the prompts' conditioning, which every base KSampler takes);
 4. **guidance** patches (:mod:`core.guidance`): their model patches on every stage the base model
    samples, after the ControlNets' (ComfyUI applies the control before an output block patch);
-5. **hires** (latent or model upscale): an upscale stage and a second KSampler stage;
-6. **refiner**: the last KSampler stage cut at the switch step into two KSamplerAdvanced stages,
+5. **regions** (:mod:`core.regions`): the prompt's regions, encoded and resolved for each stage the
+   base model samples at that stage's size (a :class:`StagePatches`);
+6. **schedules**: LoRA strengths over the steps (:mod:`core.generate.lora_schedule`), a model
+   wrapper on every stage the base model samples;
+7. **hires** (latent or model upscale): an upscale stage and a second KSampler stage;
+8. **refiner**: the last KSampler stage cut at the switch step into two KSamplerAdvanced stages,
    the base's (leftover noise returned) and the refiner's (no noise added).
 
 Then the base's VAE decodes. A pass contributes its stages and the base model's patches here; the
@@ -23,7 +30,7 @@ cannot be made are refused by the pass that cannot follow, in words.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
@@ -31,6 +38,7 @@ from typing import TYPE_CHECKING, Protocol
 import numpy as np
 from torch import Tensor
 
+from core.archs.references import NO_PICTURES, PromptPictures
 from core.generate.request import ImageSettings, Sampling
 from core.sampling.conditioning import Conditioning
 from core.sampling.patches import NO_MODEL_PATCHES, ModelPatches
@@ -48,6 +56,31 @@ class Latent:
     noise_mask: Tensor | None = None
 
 
+@dataclass(frozen=True)
+class References:
+    """The reference pictures of an edit: their latents in the model's space (``[1, C, h, w]``
+    each), the pictures as read for a prompt encoding that reads them, and whether the negative
+    prompt's conditioning carries the latents too (the family's ComfyUI template)."""
+
+    latents: tuple[Tensor, ...] = ()
+    pictures: PromptPictures = NO_PICTURES
+    negative: bool = True
+
+    def attach(
+        self, positive: Conditioning, negative: Conditioning | None
+    ) -> tuple[Conditioning, Conditioning | None]:
+        """ComfyUI's ReferenceLatent on the positive (and negative) conditioning."""
+        if not self.latents:
+            return positive, negative
+        positive = replace(positive, references=positive.references + self.latents)
+        if negative is not None and self.negative:
+            negative = replace(negative, references=negative.references + self.latents)
+        return positive, negative
+
+
+NO_REFERENCES = References()
+
+
 @dataclass
 class Run:
     """What every stage of one generation shares."""
@@ -60,6 +93,17 @@ class Run:
     #: the base model's patches for every stage it samples (ControlNets, inpainting inputs)
     patches: ModelPatches = NO_MODEL_PATCHES
     missing: list[str] = field(default_factory=list)  # embeddings the prompts named, not found
+    #: the reference pictures the base model's samplers take (an edit's; filled by its pass)
+    references: References = NO_REFERENCES
+    #: more patches of every base stage, made for its size (regions)
+    stage_patches: tuple[StagePatches, ...] = ()
+
+
+class StagePatches(Protocol):
+    """Model patches a base-model KSampler stage gets for its own size: ``settings`` at that size,
+    its latent's ``(height, width)`` in cells."""
+
+    def __call__(self, settings: ImageSettings, latent: tuple[int, int], run: Run) -> ModelPatches: ...
 
 
 class Stage(Protocol):
@@ -82,8 +126,8 @@ class KSample:
     def sized(self, latent: Latent | None, run: Run) -> ImageSettings:
         if self.size is not None:
             w, h = self.size
-        elif latent is not None:  # pixels per latent element: 8, FLUX.2's 16
-            f = (self.pipeline or run.pipeline).latent_format.downscale
+        elif latent is not None:
+            f = (self.pipeline or run.pipeline).latent_format.downscale  # 8; FLUX.2's 16
             h, w = latent.samples.shape[-2] * f, latent.samples.shape[-1] * f
         else:
             w, h = run.settings.width, run.settings.height
@@ -94,17 +138,24 @@ class KSample:
     ) -> tuple[Conditioning, Conditioning | None]:
         """The prompts' conditioning at this stage's size, encoded (or taken from the cache) and timed."""
         pipe, hooks = self.pipeline or run.pipeline, self.hooks or run.hooks
+        refs = run.references if self.pipeline is None else NO_REFERENCES  # the base model's only
         t0 = time.perf_counter()
-        positive, negative, missing = pipe.encode_prompts(self.sized(latent, run), hooks, announce=announce)
+        positive, negative, missing = pipe.encode_prompts(
+            self.sized(latent, run), hooks, announce=announce, pictures=refs.pictures
+        )
         run.timings.text_encode += time.perf_counter() - t0
         run.missing += missing
-        return positive, negative
+        return refs.attach(positive, negative)
 
     def __call__(self, latent: Latent | None, run: Run) -> Latent:
         pipe, hooks = self.pipeline or run.pipeline, self.hooks or run.hooks
-        patches = run.patches if self.pipeline is None else NO_MODEL_PATCHES
         sized = self.sized(latent, run)
         positive, negative = self.encode(latent, run)
+        patches = NO_MODEL_PATCHES
+        if self.pipeline is None:
+            patches, f = run.patches, pipe.latent_format.downscale
+            for more in run.stage_patches:
+                patches += more(sized, (sized.height // f, sized.width // f), run)
         t0 = time.perf_counter()
         out = pipe.sample(
             sized, positive, negative, hooks, run.timings, None if latent is None else latent.samples,
@@ -132,6 +183,9 @@ class Plan:
     pipeline: Pipeline  # the base model's
     stages: list[Stage] = field(default_factory=list)
     patches: ModelPatches = NO_MODEL_PATCHES
+    #: steps run before the prompts are encoded (an edit's reference pictures)
+    prepare: list[Callable[[Run], None]] = field(default_factory=list)
+    stage_patches: list[StagePatches] = field(default_factory=list)
 
     def samplers(self) -> list[KSample]:
         return [s for s in self.stages if isinstance(s, KSample)]
@@ -163,7 +217,7 @@ class Pass(Protocol):
 
 
 #: the passes' order in every plan
-ORDER = ("start", "mask", "controlnets", "guidance", "hires", "refiner")
+ORDER = ("references", "start", "mask", "controlnets", "guidance", "regions", "schedules", "hires", "refiner")
 
 
 @dataclass
@@ -198,7 +252,11 @@ def run_plan(
     plan = Plan(pipeline)
     for p in ordered(passes):
         p.plan(plan, settings)
-    run = Run(pipeline, settings, hooks, Timings(), init, plan.patches)
+    run = Run(
+        pipeline, settings, hooks, Timings(), init, plan.patches, stage_patches=tuple(plan.stage_patches)
+    )
+    for step in plan.prepare:
+        step(run)
     plan.samplers()[0].encode(None, run, announce=True)  # the prompts first, as the graph's encoders
     latent: Latent | None = None
     for stage in plan.stages:

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from core.generate.parameters import GenerationParameters
 from core.library import Entry
+from core.session.loras import StackChange
 from core.session.snapshots import LoraInfo
 
 MAIN_KINDS = ("checkpoint", "diffusion_model")
@@ -35,6 +36,10 @@ class PicturePlan:
     #: LoRAs to add from the library (path, model, clip): once a model is loaded
     add: tuple[tuple[Path, float, float], ...] = ()
     missing: tuple[str, ...] = ()  # LoRA names the library does not have
+
+    def stack_change(self) -> StackChange:
+        """What the loaded model's stack does, as one session operation (``LoraControl.change``)."""
+        return StackChange(self.enable, self.disable, self.strengths, self.add)
 
 
 def _key(name: str) -> str:

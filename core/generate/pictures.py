@@ -38,7 +38,15 @@ def read_picture(path: Path, what: str = "starting image") -> np.ndarray:
     """An image file as (H, W, 3) uint8 RGB (a writable array). Its size is read from the header
     and checked against the size limit of ``--size`` before a pixel is decoded."""
     if Path(path).exists():
-        header = read_picture_header(path)
+        try:
+            header = read_picture_header(path)
+        except FileFormatError as exc:  # its words are for a picture read for its parameters
+            raise FileFormatError(
+                f"{Path(path).name} is not a picture Loadout can read",
+                why=exc.why or exc.what,
+                fix=f"Use a PNG, JPEG or WebP picture as the {what}",
+                code="not_an_image",
+            ) from None
         w, h = header.width, header.height
         if w * h > MAX_AREA or max(w, h) > SIDE.hi:
             raise BadValueError(

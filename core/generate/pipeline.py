@@ -26,6 +26,7 @@ from torch import Tensor, nn
 
 from core.archs.catalog import CODECS, TEXTS
 from core.archs.protocols import ExtraInputs, LatentCodec, TextOutput
+from core.archs.references import NO_PICTURES, PromptPictures
 from core.detect.catalog import diffusion_spec
 from core.errors import LoadoutError, ModelMismatchError
 from core.finite import require_finite
@@ -41,26 +42,12 @@ from core.sampling.patches import NO_MODEL_PATCHES, ModelPatches
 from core.sampling.samplers import get_sampler
 from core.text.cache import CacheKey, ConditioningCache
 from core.text.clip_tokenizer import ClipTokenizer
-from core.text.conditioning import EncodeOptions, PromptConditioning, PromptEncoder, TextEncoders, encoder_ids
+from core.text.conditioning import EncodeOptions, PromptConditioning, PromptEncoder, TextEncoders
 from core.text.embeddings import NO_EMBEDDINGS, EmbeddingFolders
 from core.text.t5_tokenizer import T5Tokenizer
 
 if TYPE_CHECKING:
     from core.generate.passes import Pass
-
-
-def text_encoders(modules: list[tuple[str, nn.Module]]) -> TextEncoders:
-    """(family id, module) pairs of loaded text encoders -> the towers a prompt encoder takes (an
-    encoder no prompt encoding takes is refused)."""
-    known = encoder_ids()
-    for family, _ in modules:
-        if family not in known:
-            raise ModelMismatchError(
-                f"a {family} text encoder cannot condition these models",
-                fix="Use the text encoders the model was made with",
-                code="wrong_kind",
-            )
-    return TextEncoders(dict(modules))
 
 
 @dataclass
@@ -213,9 +200,14 @@ class Pipeline:
             )
         return self._encoders[clip_skip]
 
-    def _encode(self, prompt: str, hooks: Hooks, clip_skip: int | None = None) -> PromptConditioning:
+    def _encode(
+        self, prompt: str, hooks: Hooks, clip_skip: int | None = None, pictures: PromptPictures = NO_PICTURES
+    ) -> PromptConditioning:
+        """``pictures`` reach the towers only of a convention that reads them (and key the cache)."""
+        if not self.text_convention.pictures:
+            pictures = NO_PICTURES
         text_key = (hooks.text_key, self.embeddings.key)
-        key = CacheKey(text_key, self.text_family, self._options(clip_skip), prompt)
+        key = CacheKey(text_key, self.text_family, self._options(clip_skip), prompt, pictures.digests)
         placed = False
 
         def encode(text: str) -> PromptConditioning:
@@ -224,7 +216,7 @@ class Pipeline:
                 hooks.place("text_encode")
                 placed = True
             hooks.check()
-            return self._prompt_encoder(clip_skip).encode(text)
+            return self._prompt_encoder(clip_skip).encode(text, pictures)
 
         found = self.cache.get_or_encode(key, encode)
         require_finite("text encoder", found.context, found.pooled)  # float32 on the CPU: no device wait
@@ -236,31 +228,35 @@ class Pipeline:
         self, cond: PromptConditioning, settings: ImageSettings, *, negative: bool
     ) -> SamplingConditioning:
         adm = getattr(self.adapter.config, "adm_in_channels", None)
-        extra = ExtraInputs(settings.width, settings.height, negative, settings.sampling.guidance, adm)
+        guidance = settings.sampling.guidance  # none given: the family's usual (Fill: its template's 30)
+        guidance = self.spec.defaults.guidance if guidance is None else guidance
+        extra = ExtraInputs(settings.width, settings.height, negative, guidance, adm)
         text = TextOutput(cond.context, cond.pooled, cond.mask)
         return self.text_convention.network_inputs(text, extra)
 
+    def encode_prompt(
+        self, text: str, settings: ImageSettings, hooks: Hooks, *, negative: bool = False,
+        pictures: PromptPictures = NO_PICTURES,
+    ) -> tuple[SamplingConditioning, tuple[str, ...]]:  # fmt: skip
+        """One prompt's sampling conditioning at ``settings``' size, and the embeddings it named
+        that were not found (a region's prompt is encoded as the positive prompt is)."""
+        found = self._encode(text, hooks, settings.clip_skip, pictures)
+        return self._to_sampling(found, settings, negative=negative), found.missing_embeddings
+
     def encode_prompts(
-        self, settings: ImageSettings, hooks: Hooks, *, announce: bool = True
-    ) -> tuple[SamplingConditioning, SamplingConditioning | None, tuple[str, ...]]:
+        self, settings: ImageSettings, hooks: Hooks, *, announce: bool = True,
+        pictures: PromptPictures = NO_PICTURES,
+    ) -> tuple[SamplingConditioning, SamplingConditioning | None, tuple[str, ...]]:  # fmt: skip
+        """Both prompts' conditioning; ``pictures``: an edit's reference pictures, for a prompt
+        encoding that reads them (its convention's ``pictures``)."""
         if announce:
             hooks.progress(GenerateProgress("text_encode", 0, 0, "", None, hooks.image, hooks.images))
-        positive = self._encode(settings.prompt, hooks, settings.clip_skip)
-        cfg = self.cfg(settings)
+        pos, missing = self.encode_prompt(settings.prompt, settings, hooks, pictures=pictures)
         # CFG 1 runs no negative pass, except for the CFG++ samplers, which step along it
-        needs_negative = cfg != 1.0 or get_sampler(settings.sampling.sampler).needs_uncond
-        negative = self._encode(settings.negative, hooks, settings.clip_skip) if needs_negative else None
-        missing = positive.missing_embeddings + (negative.missing_embeddings if negative else ())
-        pos = self._to_sampling(positive, settings, negative=False)
-        neg = None if negative is None else self._to_sampling(negative, settings, negative=True)
-        return pos, neg, tuple(dict.fromkeys(missing))
-
-    def conditioning(
-        self, settings: ImageSettings, hooks: Hooks
-    ) -> tuple[SamplingConditioning, SamplingConditioning | None]:
-        """The prompts' sampling conditioning at ``settings``' size (from the cache when encoded)."""
-        pos, neg, _ = self.encode_prompts(settings, hooks, announce=False)
-        return pos, neg
+        if self.cfg(settings) == 1.0 and not get_sampler(settings.sampling.sampler).needs_uncond:
+            return pos, None, tuple(dict.fromkeys(missing))
+        neg, more = self.encode_prompt(settings.negative, settings, hooks, negative=True, pictures=pictures)
+        return pos, neg, tuple(dict.fromkeys(missing + more))
 
     def cfg(self, settings: ImageSettings) -> float:
         c = settings.sampling.cfg

@@ -25,11 +25,12 @@ from pathlib import Path
 from core.detect.catalog import REFINER_FAMILY
 from core.errors import ModelMismatchError
 from core.generate.passes import Contribution, KSample, Plan
-from core.generate.pipeline import Hooks, Networks, Pipeline, text_encoders
+from core.generate.pipeline import Hooks, Networks, Pipeline
 from core.generate.request import ImageSettings
 from core.generate.workflow_request import RefinerUse
 from core.loading.loader import LoadOptions, ModelBundle, load_checkpoint
 from core.sampling import ksampler_sigmas
+from core.text.conditioning import text_encoders
 
 
 @dataclass
@@ -82,7 +83,8 @@ class RefinerPass:
         last = plan.stages[at]
         assert isinstance(last, KSample)
         s = last.sampling
-        sigmas = ksampler_sigmas(plan.pipeline.sampling, s.scheduler, s.sampler, s.steps, s.denoise)
+        size = last.size or (settings.width, settings.height)  # for the schedules that take it
+        sigmas = ksampler_sigmas(plan.pipeline.sampling, s.scheduler, s.sampler, s.steps, s.denoise, size)
         switch = self.use.switch_step(s.steps)
         base = replace(last, sigmas=sigmas[: switch + 1])
         refine = replace(

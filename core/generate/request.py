@@ -11,13 +11,18 @@ import torch
 from core.detect.prediction import PREDICTIONS
 from core.errors import LoadoutError
 from core.generate.hires_settings import HiresFix
+from core.generate.outpaint_settings import Outpaint
 from core.generate.workflow_request import ControlNetUse, RefinerUse
 from core.guidance import GuidancePatch
 from core.patching.merge import LoraArg
+from core.patching.schedule import LoraSchedule
+from core.regions import Region
 from core.values import BATCH, CFG, CLIP_SKIP, DENOISE, GUIDANCE, SEED, STEPS, NumberRange, check_size
 
 #: The largest seed ComfyUI's seed widget allows (0xffffffffffffffff).
 MAX_SEED = int(SEED.hi)
+#: the most reference pictures any family takes (FLUX.2's ten; each family's own limit is its record's)
+MAX_REFERENCES = 10
 
 
 @dataclass(frozen=True)
@@ -82,12 +87,20 @@ class ImageSettings:
     hires: HiresFix | None = None  # a second pass at a larger size (core.generate.hires)
     controlnets: tuple[ControlNetUse, ...] = ()  # applied in order (core/generate/controlnet.py)
     mask_image: Path | None = None  # inpainting: white = repaint (with init_image)
+    outpaint: Outpaint | None = None  # outpainting: init_image grown on its sides (core.generate.outpaint)
     refiner: RefinerUse | None = None  # the SDXL refiner hand-off (core/generate/refiner.py)
     #: A1111's clip skip (1 last layer, 2 penultimate: ComfyUI's CLIPSetLastLayer -N on every CLIP
     #: tower); None: the family's own layer (SD1 last, SD2/SDXL penultimate)
     clip_skip: int | None = None
     #: guidance patches (PAG, FreeU ...: core/guidance), applied in order to the base model
     guidance_patches: tuple[GuidancePatch, ...] = ()
+    #: LoRA strengths over the steps, by the LoRA's name in the stack (core/patching/schedule.py)
+    lora_schedules: tuple[LoraSchedule, ...] = ()
+    #: editing: reference pictures (FLUX.1 Kontext, FLUX.2, Qwen-Image-Edit: core/generate/references.py),
+    #: at most as many as the model's family takes
+    references: tuple[Path, ...] = ()
+    #: parts of the picture drawn from their own prompts (core/regions), beside the prompt
+    regions: tuple[Region, ...] = ()
 
     def __post_init__(self) -> None:
         problems = self.sampling.problems()
@@ -106,8 +119,19 @@ class ImageSettings:
             w, h = self.final_size
             if w * h > 4096 * 4096 or w < 64 or h < 64:
                 problems.append(f"the hires fix's size {w}x{h} must be between 64x64 and 4096x4096 in area")
+        boxes = [r.box for r in self.regions if r.box is not None]
+        problems += [why for b in boxes if (why := b.problem_in(self.width, self.height))]
         if self.mask_image is not None and self.init_image is None:
             problems.append("a mask needs the picture it masks (a starting image)")
+        if self.outpaint is not None:
+            problems += self.outpaint.problems()
+            if self.init_image is None:
+                problems.append("outpainting needs the picture it grows (a starting image)")
+            if self.mask_image is not None:
+                problems.append("outpainting makes its own mask: give a mask or sides to grow, not both")
+        if len(self.references) > MAX_REFERENCES:
+            many = len(self.references)
+            problems.append(f"{many} reference pictures: no family takes more than {MAX_REFERENCES}")
         if problems:
             raise LoadoutError(
                 "these generation settings cannot be used",
@@ -119,7 +143,8 @@ class ImageSettings:
     @property
     def mapped_files(self) -> tuple[Path, ...]:
         """The model files this generation maps beyond the loaded ones: its ControlNets, the hires
-        fix's upscale model and the refiner (the hint, init and mask pictures are read, not mapped)."""
+        fix's upscale model and the refiner (the hint, init, mask and reference pictures are read,
+        not mapped)."""
         paths = [use.path for use in self.controlnets]
         if self.hires is not None and self.hires.model is not None:
             paths.append(self.hires.model)
@@ -145,8 +170,6 @@ class GenerateRequest:
     device: str = "cpu"
     dtype: torch.dtype | None = None  # compute dtype of the diffusion model; None: the policy decides
     vram_limit: int | None = None
-    #: a strength sweep of the first LoRA: one picture per strength and their grid (empty: none)
-    sweep: tuple[float, ...] = ()
     #: refuse a LoRA of which some modules fit nothing in the model (default: apply what fits, say so)
     strict: bool = False
     #: apply a LoRA made for another model family anyway (what fits of it)

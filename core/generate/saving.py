@@ -25,7 +25,8 @@ class Made:
     cfg: float  # the CFG used (the family's usual one when the request left it unset)
     guidance: float | None  # the distilled guidance used (None: the family takes none)
     model_path: Path
-    loras: tuple[tuple[Path, float, float], ...]  # (file, model strength, clip strength), enabled only
+    #: (file, model strength, clip strength, block weights as written or ""), enabled only
+    loras: tuple[tuple[Path, float, float, str], ...]
     img2img: bool
     #: the embedding files the prompts used (name as written, file)
     embeddings: tuple[tuple[str, Path], ...] = ()
@@ -40,7 +41,7 @@ def parameters_for(
 ) -> GenerationParameters:
     """The A1111 parameters of a picture of ``size`` (width, height)."""
     s = settings.sampling
-    loras = tuple(LoraUse(p.stem, m, c, hashes.lora_hash(p, check)) for p, m, c in made.loras)
+    loras = tuple(LoraUse(p.stem, m, c, hashes.lora_hash(p, check), w) for p, m, c, w in made.loras)
     files = dict.fromkeys(path for _, path in made.embeddings)  # one entry per file, as A1111
     embeddings = tuple(EmbeddingUse(p.stem, hashes.sha256(p, check)[:12]) for p in files)
     return GenerationParameters(
@@ -48,7 +49,7 @@ def parameters_for(
         scheduler=s.scheduler, cfg=made.cfg, seed=s.seed, width=size[0], height=size[1],
         model=made.model_path.stem, model_hash=hashes.model_hash(made.model_path, check), loras=loras,
         denoise=s.denoise if made.img2img else None, guidance=made.guidance, clip_skip=settings.clip_skip,
-        embeddings=embeddings, patches=settings.guidance_patches,
+        embeddings=embeddings, patches=settings.guidance_patches, regions=settings.regions,
     )  # fmt: skip
 
 

@@ -27,7 +27,7 @@ from core.generate.hashes import FileHashes
 from core.generate.hires import upscaler_hook
 from core.generate.naming import file_paths, numbered_paths
 from core.generate.parameters import GenerationParameters
-from core.generate.pipeline import Compute, Hooks, Networks, Pipeline, text_encoders, vae_decode_bytes
+from core.generate.pipeline import Compute, Hooks, Networks, Pipeline, vae_decode_bytes
 from core.generate.preview import Previewer
 from core.generate.request import ImageSettings
 from core.generate.saving import Made, parameters_for, save_pictures
@@ -39,11 +39,13 @@ from core.memory.dtypes import DtypePolicy
 from core.memory.inference import Workload, activation_bytes, network_profile
 from core.memory.manager import NotEnoughMemoryError
 from core.memory.peak import peak_bytes, reset_peak
+from core.patching.lora_stack import LoraEntry
 from core.session.session import Session
 from core.session.slots import SlotId
 from core.session.words import kind_word
 from core.text.cache import ConditioningCache
 from core.text.clip_tokenizer import ClipTokenizer
+from core.text.conditioning import text_encoders
 from core.text.embeddings import NO_EMBEDDINGS, EmbeddingFolders
 from core.text.t5_tokenizer import T5Tokenizer
 from core.upscale.model import UpscaleModel
@@ -332,7 +334,7 @@ def generate(
     started = placement.events.clock()
     placer = _placer(session, parts, settings, pipeline)
     entries = list(session.loras.stack.entries.values()) if session.loras.stack else []
-    clip_state = tuple((str(e.path), e.clip_strength, e.enabled) for e in entries)
+    clip_state = tuple((str(e.path), e.clip_strength, e.enabled, _lbw(e)) for e in entries)
     text_key = (parts.text_generations, clip_state)
     hooks = Hooks(place=placer, check=check, progress=progress, text_key=text_key, free_bytes=placer.free,
                   preview=_preview(state, parts))  # fmt: skip
@@ -347,13 +349,14 @@ def generate(
     try:
         pixels, timings, notes = pipeline.run(settings, hooks, init, workflow.passes)
     finally:
+        workflow.finish()  # scheduled LoRAs back at their own strengths (also after a stop)
         placement.settle()  # copies fetched ahead for a next step are freed (also on a stop)
         session.note("phase_end", "done", "the generation's phases are over")
     progress(GenerateProgress("save", 0, len(pixels)))
     guidance = _guidance(settings.sampling.guidance, pipeline.spec.defaults.guidance)
     made = Made(
         cfg=pipeline.cfg(settings), model_path=parts.model_path, img2img=init is not None, guidance=guidance,
-        loras=tuple((e.path, e.model_strength, e.clip_strength) for e in entries if e.enabled),
+        loras=tuple((e.path, e.model_strength, e.clip_strength, _lbw(e)) for e in entries if e.enabled),
         embeddings=tuple((name, Path(path)) for name, path in pipeline.used_embeddings.items()),
     )  # fmt: skip
     notes = (*notes, *pipeline.text_notes)
@@ -375,11 +378,14 @@ def generate(
 
 
 def _first_pass_size(settings: ImageSettings, init: np.ndarray | None, stride: int) -> tuple[int, int]:
-    """(width, height) of the first pass: the settings', or a starting picture's once cropped to
-    multiples of the VAE's ``stride`` (8, FLUX.2's 16), as VAEEncode crops it."""
+    """(width, height) of the first pass: the settings', or a starting picture's (grown when
+    outpainting) cropped to multiples of the VAE's ``stride`` (8, FLUX.2's 16) as VAEEncode does."""
     if init is None:
         return settings.width, settings.height
-    return init.shape[1] // stride * stride, init.shape[0] // stride * stride
+    w, h = init.shape[1], init.shape[0]
+    if settings.outpaint is not None:
+        w, h = settings.outpaint.grown(w, h)
+    return w // stride * stride, h // stride * stride
 
 
 def _guidance(chosen: float | None, usual: float | None) -> float | None:
@@ -387,3 +393,8 @@ def _guidance(chosen: float | None, usual: float | None) -> float | None:
     if usual is None:
         return None
     return chosen if chosen is not None else usual
+
+
+def _lbw(entry: LoraEntry) -> str:
+    """A stack entry's block weights as a LoRA tag writes them ("" when none)."""
+    return entry.block_weights.text() if entry.block_weights is not None else ""

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from core.errors import LoadoutError
+from core.preprocess import find_preprocessor
 from core.values import CONTROLNET_PERCENT, CONTROLNET_STRENGTH, REFINER_SWITCH
 
 
@@ -19,15 +20,19 @@ def _bad(what: str, why: str, fix: str) -> LoadoutError:
 @dataclass(frozen=True)
 class ControlNetUse:
     """One ControlNet: its file, the hint picture, strength and the part of the schedule it acts on
-    (ComfyUI's start/end percent: 0 is the first, noisiest step)."""
+    (ComfyUI's start/end percent: 0 is the first, noisiest step). ``preprocessor``: the hint is made
+    from the picture ``hint`` by that preprocessor (:mod:`core.preprocess`) when the generation runs."""
 
     path: Path
     hint: Path
     strength: float = 1.0
     start: float = 0.0
     end: float = 1.0
+    preprocessor: str | None = None
 
     def __post_init__(self) -> None:
+        if self.preprocessor is not None:
+            find_preprocessor(self.preprocessor)
         CONTROLNET_STRENGTH.check(self.strength)
         CONTROLNET_PERCENT.check(self.start)
         CONTROLNET_PERCENT.check(self.end)

@@ -1,4 +1,5 @@
-"""The passes that need models beyond the base's, made through a session: the ControlNets (loaded
+"""The passes that need models beyond the base's, or files read for the picture's parameters, made
+through a session: an edit's reference pictures (read and hashed), the ControlNets (loaded
 once per session, placed with the diffusion model for the "sample" phase) and the SDXL refiner
 (loaded once per session, its text encoder and UNet placed for their own phases), with the PNG
 parameters that name what was used.
@@ -24,8 +25,11 @@ from core.errors import ModelMismatchError
 from core.generate import controlnet as cn
 from core.generate.events import Phase
 from core.generate.hashes import FileHashes
+from core.generate.lora_schedule import LoraSchedulePass
+from core.generate.outpaint_settings import outpaint_parameters
 from core.generate.passes import Pass
 from core.generate.pipeline import Hooks, Pipeline
+from core.generate.references import ReferencePass, activation_room, convention_for, read_references
 from core.generate.refiner import (
     LoadedRefiner,
     RefinerPass,
@@ -62,18 +66,25 @@ class Prepared:
     #: activation room the "sample" phase needs beyond the UNet's (the ControlNets' residuals)
     sample_bytes: int = 0
 
+    def finish(self) -> None:
+        """After the run (also after a stop): what the passes changed in the session put back."""
+        for p in self.passes:
+            if isinstance(p, LoraSchedulePass):
+                p.finish()
+
 
 def _num(v: float) -> str:
     return f"{v:g}"
 
 
 def controlnet_parameter(
-    index: int, name: str, use_strength: float, start: float, end: float
+    index: int, name: str, use_strength: float, start: float, end: float, module: str | None = None
 ) -> tuple[str, str]:
-    """A1111's sd-webui-controlnet infotext item: ``ControlNet 0: "Module: none, Model: ..., ..."``."""
+    """A1111's sd-webui-controlnet infotext item: ``ControlNet 0: "Module: canny, Model: ..., ..."``
+    (``Module: none``: the hint was given ready-made)."""
     text = (
-        f"Module: none, Model: {name}, Weight: {_num(use_strength)}, Resize Mode: Crop and Resize, "
-        f"Guidance Start: {_num(start)}, Guidance End: {_num(end)}"
+        f"Module: {module or 'none'}, Model: {name}, Weight: {_num(use_strength)}, "
+        f"Resize Mode: Crop and Resize, Guidance Start: {_num(start)}, Guidance End: {_num(end)}"
     )
     return f"ControlNet {index}", text
 
@@ -101,7 +112,7 @@ def _controlnets(
     made.contribution.files = tuple(net.path for net in loaded)
     made.contribution.parameters = dict(
         # sd-webui-controlnet names a model with the first 8 hex digits of its sha256
-        controlnet_parameter(i, named(Path(u.path), 8), u.strength, u.start, u.end)
+        controlnet_parameter(i, named(Path(u.path), 8), u.strength, u.start, u.end, u.preprocessor)
         for i, u in enumerate(uses)
     )
     stack = made.stack.nets
@@ -123,17 +134,24 @@ def prepare(
     hooks: Hooks,
     hashes: FileHashes | None = None,
 ) -> Prepared:
-    """This generation's ControlNet and refiner passes, their models registered in ``parts`` (see
+    """This generation's reference, ControlNet and refiner passes, their models registered in ``parts`` (see
     the module notes); ``hashes`` gives the short hashes A1111 writes beside their names."""
 
     def named(path: Path, digits: int) -> str:
         return f"{path.stem} [{hashes.model_hash(path)[:digits]}]" if hashes is not None else path.stem
 
     passes: list[Pass] = []
+    if settings.references:  # read and checked before any model is placed
+        pictures = read_references(settings.references, parts.family)
+        made = ReferencePass(pictures, convention_for(parts.family, len(pictures)))
+        made.contribution.sample_bytes = _reference_room(session, settings, pipeline, made)
+        passes.append(made)
     control = _controlnets(session, state, settings, parts, pipeline, hooks.check, named)
     refiner = _refiner(session, state, settings, parts, pipeline, hooks)
     if control is not None:
         passes.append(control)
+    if settings.lora_schedules:
+        passes.append(_schedules(session, settings))
     if refiner is not None:
         refiner.contribution.parameters = {
             "Refiner": named(refiner.use.path, 10),  # A1111: the AutoV2 short hash
@@ -141,6 +159,8 @@ def prepare(
         }
         passes.append(refiner)
     out = Prepared(passes)
+    if settings.outpaint is not None:  # its pass needs no model: only its PNG items come from here
+        out.parameters |= outpaint_parameters(settings.outpaint)
     for p in passes:
         out.parameters |= p.contribution.parameters
         out.sample_bytes += p.contribution.sample_bytes
@@ -152,6 +172,36 @@ def prepare(
                 if model not in placed:  # the same ControlNet twice is placed once
                     placed.append(model)
     return out
+
+
+def _schedules(session: Session, settings: ImageSettings) -> LoraSchedulePass:
+    stack = session.loras.stack
+    strengths = {e.id: e.model_strength for e in stack.entries.values() if e.enabled} if stack else {}
+
+    def set_strength(lora: str, strength: float) -> None:
+        session.loras.set_strength(lora, strength, None, bake=True)
+
+    return LoraSchedulePass(settings.lora_schedules, strengths, set_strength)
+
+
+def _workload(settings: ImageSettings, pipeline: Pipeline) -> Workload:
+    """The last sampler's step shape (the hires pass's size), as the session plans the base's."""
+    compute = pipeline.compute
+    batch = settings.batch * (1 if pipeline.cfg(settings) == 1.0 else 2)
+    attention = "cuda_flash" if compute.device.type == "cuda" else "cpu_flash"
+    size = torch.empty((), dtype=compute.diffusion_dtype).element_size()
+    w, h = settings.final_size
+    return Workload(w, h, batch, size, attention)
+
+
+def _reference_room(
+    session: Session, settings: ImageSettings, pipeline: Pipeline, made: ReferencePass
+) -> int:
+    """Room for the reference tokens in each step (0 when the user fixed the headroom)."""
+    if session.placement.manager.settings.headroom_fixed:
+        return 0
+    profile, width = network_profile(pipeline.nets.family, pipeline.nets.diffusion)
+    return activation_room(profile, width, _workload(settings, pipeline), made.pictures, made.rule)
 
 
 def _refine_activations(
@@ -262,6 +312,7 @@ class ControlNetParameters:
     weight: float
     start: float
     end: float
+    module: str = "none"  # the preprocessor that made the hint ("none": given ready-made)
 
 
 def controlnets_in(extra: dict[str, str]) -> tuple[ControlNetParameters, ...]:
@@ -279,6 +330,7 @@ def controlnets_in(extra: dict[str, str]) -> tuple[ControlNetParameters, ...]:
                 float(fields.get("Weight", "1")),
                 float(fields.get("Guidance Start", "0")),
                 float(fields.get("Guidance End", "1")),
+                fields.get("Module", "none") or "none",
             )
         except (KeyError, ValueError):
             continue

@@ -1,6 +1,6 @@
 """The patches that change how the positive and negative predictions combine, as ComfyUI's nodes
-compute them: RescaleCFG (``nodes_model_advanced.py``), CFG-Zero* (``nodes_cfg.py``), APG
-(``nodes_apg.py``) and Epsilon Scaling (``nodes_eps.py``). The math is pure functions of tensors;
+compute them: RescaleCFG (``nodes_model_advanced.py``), CFG-Zero* and CFGNorm (``nodes_cfg.py``),
+APG (``nodes_apg.py``) and Epsilon Scaling (``nodes_eps.py``). The math is pure functions of tensors;
 the records say where they go (pre-CFG, the guidance function, post-CFG)."""
 
 from __future__ import annotations
@@ -60,6 +60,14 @@ def apg(call: CfgCall, guidance: Tensor, eta: float, norm_threshold: float) -> C
     modified = orthogonal + eta * parallel
     cond = (call.uncond + modified) + (call.cond - call.uncond) / call.scale
     return call.with_predictions(cond, call.uncond)
+
+
+def cfg_norm(call: CfgCall, denoised: Tensor, strength: float) -> Tensor:
+    """CFGNorm (its post-CFG form): the combined estimate scaled, per position, down to the
+    positive estimate's norm over the channels (never up), times ``strength``."""
+    scale = call.cond.norm(dim=1, keepdim=True) / (denoised.norm(dim=1, keepdim=True) + 1e-8)
+    out: Tensor = denoised * scale.clamp(min=0.0, max=1.0) * strength
+    return out
 
 
 def epsilon_scaling(call: CfgCall, denoised: Tensor, factor: float) -> Tensor:
@@ -162,3 +170,20 @@ class EpsilonScaling:
     def model_patches(self, context: GuidanceContext) -> ModelPatches:
         factor = self.scaling_factor
         return ModelPatches(post_cfg=(lambda call, denoised: epsilon_scaling(call, denoised, factor),))
+
+
+@dataclass(frozen=True)
+class CfgNorm:
+    """ComfyUI's CFGNorm (post-CFG, its default form), which its Qwen-Image-Edit templates put on
+    the model at strength 1. Above 1 it would amplify the estimate every step: limited to 1."""
+
+    name: ClassVar[str] = "cfg_norm"
+    title: ClassVar[str] = "CFGNorm"
+    strength: float = number(1.0, 0.0, 1.0, "the strength")
+
+    def __post_init__(self) -> None:
+        check_record(self)
+
+    def model_patches(self, context: GuidanceContext) -> ModelPatches:
+        strength = self.strength
+        return ModelPatches(post_cfg=(lambda call, denoised: cfg_norm(call, denoised, strength),))

@@ -16,14 +16,14 @@ from typing import Any
 
 from core.errors import LoadoutError
 from core.guidance.base import Choice, GuidancePatch, Layers, limits_of, parameters
-from core.guidance.cfg_level import Apg, CfgZeroStar, EpsilonScaling, RescaleCfg
+from core.guidance.cfg_level import Apg, CfgNorm, CfgZeroStar, EpsilonScaling, RescaleCfg
 from core.guidance.perturbed import Pag, Slg
 from core.guidance.sag import Sag
 from core.guidance.unet_level import DeepShrink, FreeU, FreeUV2
 from core.values import BadValueError, NumberRange
 
 _ALL: tuple[type[Any], ...] = (
-    Pag, Sag, FreeU, FreeUV2, RescaleCfg, CfgZeroStar, Apg, EpsilonScaling, Slg, DeepShrink,
+    Pag, Sag, FreeU, FreeUV2, RescaleCfg, CfgZeroStar, Apg, EpsilonScaling, Slg, DeepShrink, CfgNorm,
 )  # fmt: skip
 #: every patch by its name
 PATCHES: Mapping[str, type[Any]] = MappingProxyType({p.name: p for p in _ALL})

@@ -294,6 +294,29 @@ def _portable(path: Path) -> Path | None:
     return inner if detect_install(inner) == "comfyui" else None
 
 
+#: Where installs are usually put, relative to the home folder: ComfyUI (a clone, the Windows
+#: portable folder, ComfyUI Desktop's base folder under Documents), A1111, Forge and reForge.
+INSTALL_PLACES = (
+    "ComfyUI",
+    "ComfyUI_windows_portable",
+    "Documents/ComfyUI",
+    "stable-diffusion-webui",
+    "stable-diffusion-webui-forge",
+    "stable-diffusion-webui-reForge",
+)
+
+
+def installs_in(home: Path) -> list[Path]:
+    """The ComfyUI and A1111-style installs in the usual places under ``home`` (a few ``stat``
+    calls; nothing is walked), to offer before the artist has added a folder."""
+    found = []
+    for rel in INSTALL_PLACES:
+        path = Path(home) / rel
+        if detect_install(path) is not None or _portable(path) is not None:
+            found.append(path)
+    return found
+
+
 def roots_for(
     paths: Iterable[Path | str],
     problems: list[LoadoutError] | None = None,

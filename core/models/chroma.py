@@ -27,7 +27,7 @@ from core.models.flux_blocks import (
     rope,
     stream_blocks,
 )
-from core.models.patches import NO_PATCHES, NetworkPatches, PatchPoints, Site
+from core.models.patches import NO_PATCHES, NetworkPatches, PatchPoints, Site, attention_route
 from core.ops.layers import OpSet, default_ops
 
 
@@ -167,8 +167,10 @@ class Chroma(nn.Module):
         return out
 
     def patch_points(self) -> PatchPoints:
-        """After each double block (the picture's tokens) and each single block (text + picture)."""
-        return PatchPoints({"double": len(self.double_blocks), "single": len(self.single_blocks)})
+        """After each double block (the picture's tokens) and each single block (text + picture);
+        each block's joint attention (layer 0 of its site, masked by the text mask when given)."""
+        stages = {"double": len(self.double_blocks), "single": len(self.single_blocks)}
+        return PatchPoints(stages, attention=("joint",))
 
     def forward(
         self,
@@ -205,11 +207,12 @@ class Chroma(nn.Module):
         txt_base = img_base + 6 * cfg.depth
         for i, double in enumerate(cast(Sequence[DoubleStreamBlock], self.double_blocks)):
             o_img, o_txt = img_base + 6 * i, txt_base + 6 * i
-            x, ctx = double(x, ctx, pe, (slot(o_img), slot(o_img + 3), slot(o_txt), slot(o_txt + 3)), mask)
+            block_mods = (slot(o_img), slot(o_img + 3), slot(o_txt), slot(o_txt + 3))
+            x, ctx = double(x, ctx, pe, block_mods, mask, attention_route(patches, "double", i))
             x = patches.block(x, Site("double", i))
         tokens = torch.cat((ctx, x), dim=1)
         for i, single in enumerate(cast(Sequence[SingleStreamBlock], self.single_blocks)):
-            tokens = single(tokens, pe, slot(3 * i), mask)
+            tokens = single(tokens, pe, slot(3 * i), mask, attention_route(patches, "single", i))
             tokens = patches.block(tokens, Site("single", i))
         out: torch.Tensor = self.final_layer(tokens[:, ctx.shape[1] :], mods[:, -2:-1], mods[:, -1:])
         return out

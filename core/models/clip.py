@@ -4,7 +4,7 @@ The module's state-dict keys are exactly the Hugging Face ``CLIPTextModel`` /
 ``CLIPTextModelWithProjection`` layout (``text_model.encoder.layers.N.self_attn.q_proj.weight``, ...,
 ``text_projection.weight``), which is what SD1 checkpoints hold under ``cond_stage_model.transformer.``
 and ComfyUI files under ``text_encoders.clip_l.transformer.``. Files in the open_clip layout (SD2, the
-SDXL CLIP-G) are converted by :mod:`core.loading.convert.open_clip`.
+SDXL CLIP-G) are converted by :mod:`core.archs.clip_text.keys`.
 
 Pre-norm transformer, causal self-attention, pooled output = the final-normed hidden state of the
 end-of-text token, optional bias-free text projection of that pooled vector.
@@ -115,7 +115,7 @@ class CLIPTextConfig:
             raise ModelMismatchError(
                 "These tensors are not a CLIP text encoder in the transformers layout",
                 why=f"a key or shape is missing or wrong: {exc}",
-                fix="convert open_clip files with core.loading.convert.open_clip first",
+                fix="convert open_clip files with core.archs.clip_text.keys first",
             ) from exc
         layers = 1 + max((int(m.group(1)) for k in shapes if (m := _LAYER_KEY.match(k))), default=-1)
         known_heads, known_act = _KNOWN_WIDTHS.get(width, (max(1, width // 64), "gelu"))

@@ -17,7 +17,7 @@ from torch import nn
 from core.errors import LoadoutError, ModelMismatchError
 from core.models.attention import timestep_embedding
 from core.models.flux_blocks import DoubleStreamBlock, MLPEmbedder, SingleStreamBlock, rope, stream_blocks
-from core.models.patches import NO_PATCHES, NetworkPatches, PatchPoints, Site
+from core.models.patches import NO_PATCHES, NetworkPatches, PatchPoints, Site, attention_route
 from core.ops.layers import OpSet, default_ops
 
 CHECKPOINT_PREFIX = "model.diffusion_model."
@@ -152,9 +152,11 @@ class Flux(nn.Module):
 
     def patch_points(self) -> PatchPoints:
         """After each double block (the picture's tokens) and each single block (text + picture);
-        any double or single block can be left out (ComfyUI's ``double_block``/``single_block``)."""
+        any double or single block can be left out (ComfyUI's ``double_block``/``single_block``);
+        each block's joint attention over [text, picture] tokens (layer 0 of its site, q and k
+        after the rotary embedding)."""
         stages = {"double": len(self.double_blocks), "single": len(self.single_blocks)}
-        return PatchPoints(stages, skips=("double", "single"))
+        return PatchPoints(stages, attention=("joint",), skips=("double", "single"))
 
     def forward(
         self,
@@ -168,7 +170,7 @@ class Flux(nn.Module):
         patches: NetworkPatches = NO_PATCHES,
     ) -> torch.Tensor:
         """``patches``: block patches on the picture's tokens after each double block and on the
-        joint stream after each single block."""
+        joint stream after each single block; attention patches on each block's joint attention."""
         dtype = img.dtype
         x = self.img_in(img)
         vec = self.time_in(timestep_embedding(timesteps, TIME_EMBEDDING_SIZE, time_factor=1000.0).to(dtype))
@@ -187,12 +189,14 @@ class Flux(nn.Module):
 
         for i, double in enumerate(cast(Sequence[DoubleStreamBlock], self.double_blocks)):
             if Site("double", i) not in patches.skip:
-                x, ctx = double(x, ctx, pe, double.modulations(vec))
+                route = attention_route(patches, "double", i)
+                x, ctx = double(x, ctx, pe, double.modulations(vec), None, route)
             x = patches.block(x, Site("double", i))
         tokens = torch.cat((ctx, x), dim=1)
         for i, single in enumerate(cast(Sequence[SingleStreamBlock], self.single_blocks)):
             if Site("single", i) not in patches.skip:
-                tokens = single(tokens, pe, single.modulations(vec))
+                route = attention_route(patches, "single", i)
+                tokens = single(tokens, pe, single.modulations(vec), None, route)
             tokens = patches.block(tokens, Site("single", i))
         x = tokens[:, ctx.shape[1] :]
         shift, scale = self.final_layer.shift_scale(vec)
@@ -238,14 +242,16 @@ def make_img_ids(
     width: int,
     *,
     index: int = 0,
+    offset: tuple[int, int] = (0, 0),
     device: torch.device | str | None = None,
     dtype: torch.dtype = torch.float32,
 ) -> torch.Tensor:
     """Position ids (B, ceil(H/2) * ceil(W/2), 3) = (index, row, column) of each packed token of a
-    ``height`` x ``width`` latent; ``index`` tells reference images (Kontext) apart."""
+    ``height`` x ``width`` latent; ``index`` tells reference images (Kontext) apart and ``offset``
+    (rows, columns, in tokens) places one beside another."""
     hp, wp = -(-height // PATCH), -(-width // PATCH)
-    rows = torch.arange(hp, device=device, dtype=dtype)[:, None].expand(hp, wp)
-    cols = torch.arange(wp, device=device, dtype=dtype)[None, :].expand(hp, wp)
+    rows = offset[0] + torch.arange(hp, device=device, dtype=dtype)[:, None].expand(hp, wp)
+    cols = offset[1] + torch.arange(wp, device=device, dtype=dtype)[None, :].expand(hp, wp)
     ids = torch.stack((torch.full_like(rows, index), rows, cols), dim=-1).reshape(1, hp * wp, 3)
     return ids.expand(batch, -1, -1).clone()
 
@@ -255,3 +261,26 @@ def make_txt_ids(
 ) -> torch.Tensor:
     """Text tokens all sit at position (0, 0, 0)."""
     return torch.zeros(batch, length, 3, device=device, dtype=dtype)
+
+
+def reference_tokens(
+    references: Sequence[torch.Tensor], batch: int, dtype: torch.dtype
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Reference latents (Kontext) as more tokens and their ids, ComfyUI's default "offset" method:
+    every reference at index 1, each placed after the ones before it along the side that keeps the
+    whole arrangement squarer (a reference taller than wide goes to the right, else below), the
+    offsets counted in latent pixels and rounded to tokens as ComfyUI's ``process_img`` does."""
+    tokens, ids = [], []
+    h = w = 0
+    for ref in references:
+        rh, rw = ref.shape[-2], ref.shape[-1]
+        row = col = 0
+        if rh + h > rw + w:
+            col = w
+        else:
+            row = h
+        h, w = max(h, rh + row), max(w, rw + col)
+        tokens.append(pack_latents(ref.to(dtype)))
+        place = ((row + PATCH // 2) // PATCH, (col + PATCH // 2) // PATCH)
+        ids.append(make_img_ids(batch, rh, rw, index=1, offset=place, device=ref.device))
+    return torch.cat(tokens, dim=1), torch.cat(ids, dim=1)

@@ -29,7 +29,14 @@ from torch import nn
 from core.errors import LoadoutError, ModelMismatchError
 from core.models.attention import timestep_embedding
 from core.models.flux_blocks import MLPEmbedder, Mod, Modulation, QKNorm, rope, rope_attention, split_qkv
-from core.models.patches import NO_PATCHES, NetworkPatches, PatchPoints, Site
+from core.models.patches import (
+    NO_PATCHES,
+    AttentionRoute,
+    NetworkPatches,
+    PatchPoints,
+    Site,
+    attention_route,
+)
 from core.ops.layers import OpSet, default_ops
 
 CHECKPOINT_PREFIX = "model.diffusion_model."
@@ -175,14 +182,25 @@ class DoubleBlock(nn.Module):
         self.txt_mlp = swiglu_mlp(h, m, ops=ops, device=device, dtype=dtype)
 
     def forward(
-        self, img: torch.Tensor, txt: torch.Tensor, pe: torch.Tensor, mods: tuple[Mod, Mod, Mod, Mod]
+        self,
+        img: torch.Tensor,
+        txt: torch.Tensor,
+        pe: torch.Tensor,
+        mods: tuple[Mod, Mod, Mod, Mod],
+        route: AttentionRoute | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
+        """``route``: the attention patches of this block's site (the joint attention, layer 0)."""
         img1, img2, txt1, txt2 = mods
         iq, ik, iv = self.img_attn.qkv_heads(img1.apply(self.img_norm1(img)))
         tq, tk, tv = self.txt_attn.qkv_heads(txt1.apply(self.txt_norm1(txt)))
         attn = rope_attention(
-            torch.cat((tq, iq), dim=2), torch.cat((tk, ik), dim=2), torch.cat((tv, iv), dim=2), pe
-        )
+            torch.cat((tq, iq), dim=2),
+            torch.cat((tk, ik), dim=2),
+            torch.cat((tv, iv), dim=2),
+            pe,
+            None,
+            route,
+        )  # the joined q, k, v are temporaries: freed before the MLPs
         n_txt = txt.shape[1]
         img = img + img1.gate * self.img_attn.proj(attn[:, n_txt:])
         img = img + img2.gate * self.img_mlp(img2.apply(self.img_norm2(img)))
@@ -204,10 +222,13 @@ class SingleBlock(nn.Module):
         self.pre_norm = _norm(h, ops, device, dtype)
         self.act = SwiGLU()
 
-    def forward(self, x: torch.Tensor, pe: torch.Tensor, mod: Mod) -> torch.Tensor:
+    def forward(
+        self, x: torch.Tensor, pe: torch.Tensor, mod: Mod, route: AttentionRoute | None = None
+    ) -> torch.Tensor:
         qkv, mlp = self.linear1(mod.apply(self.pre_norm(x))).split((3 * self.hidden, 2 * self.mlp_hidden), -1)
         q, k, v = split_qkv(qkv, self.heads, self.norm)
-        out: torch.Tensor = self.linear2(torch.cat((rope_attention(q, k, v, pe), self.act(mlp)), dim=2))
+        attn = rope_attention(q, k, v, pe, None, route)
+        out: torch.Tensor = self.linear2(torch.cat((attn, self.act(mlp)), dim=2))
         return x + mod.gate * out
 
 
@@ -263,8 +284,10 @@ class Flux2(nn.Module):
         self.final_layer = FinalLayer(h, config.out_channels, ops=ops, device=dev, dtype=dtype)
 
     def patch_points(self) -> PatchPoints:
-        """After each double block (the picture's tokens) and each single block (text + picture)."""
-        return PatchPoints({"double": len(self.double_blocks), "single": len(self.single_blocks)})
+        """After each double block (the picture's tokens) and each single block (text + picture);
+        each block's joint attention (layer 0 of its site, q and k rotated)."""
+        stages = {"double": len(self.double_blocks), "single": len(self.single_blocks)}
+        return PatchPoints(stages, attention=("joint",))
 
     def forward(
         self,
@@ -295,11 +318,11 @@ class Flux2(nn.Module):
         txt1, txt2 = self.double_stream_modulation_txt(vec)
         (single,) = self.single_stream_modulation(vec)
         for i, block in enumerate(cast(Sequence[DoubleBlock], self.double_blocks)):
-            x, ctx = block(x, ctx, pe, (img1, img2, txt1, txt2))
+            x, ctx = block(x, ctx, pe, (img1, img2, txt1, txt2), attention_route(patches, "double", i))
             x = patches.block(x, Site("double", i))
         tokens = torch.cat((ctx, x), dim=1)
         for i, sblock in enumerate(cast(Sequence[SingleBlock], self.single_blocks)):
-            tokens = sblock(tokens, pe, single)
+            tokens = sblock(tokens, pe, single, attention_route(patches, "single", i))
             tokens = patches.block(tokens, Site("single", i))
         out: torch.Tensor = self.final_layer(tokens[:, ctx.shape[1] :], vec)
         return out

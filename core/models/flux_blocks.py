@@ -14,6 +14,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from core.models.patches import AttentionRoute, attend_heads
 from core.ops.layers import OpSet, cast_to
 
 Device = torch.device | None
@@ -66,9 +67,19 @@ def apply_rope(x: torch.Tensor, pe: torch.Tensor) -> torch.Tensor:
 
 
 def rope_attention(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pe: torch.Tensor, mask: torch.Tensor | None = None
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    pe: torch.Tensor,
+    mask: torch.Tensor | None = None,
+    route: AttentionRoute | None = None,
 ) -> torch.Tensor:
-    """Attention on (B, H, L, D) with rotary embedding -> (B, L, H*D)."""
+    """Joint attention on (B, H, L, D) with rotary embedding -> (B, L, H*D); ``route``: the
+    forward's attention patches at this block (None: none), which see q and k rotated. Without
+    patches the rotated q and k are freed as soon as the attention is computed, before its output
+    is laid out (one allocation less at the block's peak)."""
+    if route is not None:
+        return attend_heads(route, apply_rope(q, pe), apply_rope(k, pe), v, 0, "joint", mask)
     out = F.scaled_dot_product_attention(apply_rope(q, pe), apply_rope(k, pe), v, attn_mask=mask)
     b, h, length, d = out.shape
     return out.transpose(1, 2).reshape(b, length, h * d)
@@ -209,13 +220,21 @@ class DoubleStreamBlock(nn.Module):
         pe: torch.Tensor,
         mods: tuple[Mod, Mod, Mod, Mod],
         mask: torch.Tensor | None = None,
+        route: AttentionRoute | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
+        """``route``: the attention patches of this block's site (the joint attention over
+        [text, picture] tokens, layer 0)."""
         img1, img2, txt1, txt2 = mods
         iq, ik, iv = self.img_attn.qkv_heads(img1.apply(self.img_norm1(img)))
         tq, tk, tv = self.txt_attn.qkv_heads(txt1.apply(self.txt_norm1(txt)))
         attn = rope_attention(
-            torch.cat((tq, iq), dim=2), torch.cat((tk, ik), dim=2), torch.cat((tv, iv), dim=2), pe, mask
-        )
+            torch.cat((tq, iq), dim=2),
+            torch.cat((tk, ik), dim=2),
+            torch.cat((tv, iv), dim=2),
+            pe,
+            mask,
+            route,
+        )  # the joined q, k, v are temporaries: freed before the MLPs
         n_txt = txt.shape[1]
         img = img + img1.gate * self.img_attn.proj(attn[:, n_txt:])
         img = img + img2.gate * self.img_mlp(img2.apply(self.img_norm2(img)))
@@ -256,11 +275,16 @@ class SingleStreamBlock(nn.Module):
         return mod
 
     def forward(
-        self, x: torch.Tensor, pe: torch.Tensor, mod: Mod, mask: torch.Tensor | None = None
+        self,
+        x: torch.Tensor,
+        pe: torch.Tensor,
+        mod: Mod,
+        mask: torch.Tensor | None = None,
+        route: AttentionRoute | None = None,
     ) -> torch.Tensor:
         qkv, mlp = self.linear1(mod.apply(self.pre_norm(x))).split((3 * self.hidden, self.mlp_hidden), dim=-1)
         q, k, v = split_qkv(qkv, self.heads, self.norm)
-        attn = rope_attention(q, k, v, pe, mask)
+        attn = rope_attention(q, k, v, pe, mask, route)
         out: torch.Tensor = self.linear2(torch.cat((attn, F.gelu(mlp, approximate="tanh")), dim=2))
         return x + mod.gate * out
 

@@ -17,7 +17,14 @@ from torch import nn
 from core.errors import LoadoutError, ModelMismatchError
 from core.models.attention import timestep_embedding
 from core.models.mmdit_blocks import Embedder, FinalLayer, JointBlock, PatchEmbed
-from core.models.patches import NO_PATCHES, NetworkPatches, PatchPoints, Site
+from core.models.patches import (
+    NO_PATCHES,
+    AttentionKind,
+    NetworkPatches,
+    PatchPoints,
+    Site,
+    attention_route,
+)
 from core.ops.layers import OpSet, default_ops
 
 CHECKPOINT_PREFIX = "model.diffusion_model."
@@ -182,8 +189,12 @@ class MMDiT(nn.Module):
 
     def patch_points(self) -> PatchPoints:
         """After each joint block (the picture's tokens); any joint block can be left out (its
-        text and picture tokens passed on unchanged, ComfyUI's ``("double_block", i)``)."""
-        return PatchPoints({"joint": len(self.joint_blocks)}, skips=("joint",))
+        text and picture tokens passed on unchanged, ComfyUI's ``("double_block", i)``); each
+        block's joint attention (layer 0) and SD3.5 medium's picture-only self-attention (layer 1)."""
+        kinds: tuple[AttentionKind, ...] = (
+            ("joint", "self") if self.config.dual_attention_layers else ("joint",)
+        )
+        return PatchPoints({"joint": len(self.joint_blocks)}, attention=kinds, skips=("joint",))
 
     def forward(
         self,
@@ -225,7 +236,7 @@ class MMDiT(nn.Module):
         for i, block in enumerate(self.joint_blocks):
             assert ctx is not None
             if Site("joint", i) not in patches.skip:
-                ctx, tokens = block(ctx, tokens, c)
+                ctx, tokens = block(ctx, tokens, c, attention_route(patches, "joint", i))
             tokens = patches.block(tokens, Site("joint", i))
 
         out = self.final_layer(tokens, c)

@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from core.models.attention import attention_heads_first
+from core.models.patches import AttentionRoute, attend_heads
 from core.ops.layers import OpSet
 
 
@@ -125,17 +125,23 @@ class DismantledBlock(nn.Module):
         return list(self.adaLN_modulation(c).chunk(chunks, dim=1))
 
     def post_attention(
-        self, x: torch.Tensor, normed: torch.Tensor, attn: torch.Tensor, mods: list[torch.Tensor]
+        self,
+        x: torch.Tensor,
+        normed: torch.Tensor,
+        attn: torch.Tensor,
+        mods: list[torch.Tensor],
+        route: AttentionRoute | None = None,
     ) -> torch.Tensor:
         """Residual updates after the joint attention (and the image-only ``attn2``, which reads the
-        same ``normed = norm1(x)`` as the joint attention did)."""
+        same ``normed = norm1(x)`` as the joint attention did; ``route``'s patches see it as the
+        site's self-attention, layer 1)."""
         assert self.norm2 is not None and self.mlp is not None
         _, _, gate_msa, shift_mlp, scale_mlp, gate_mlp = mods[:6]
         x = x + gate_msa.unsqueeze(1) * self.attn.out(attn)
         if self.attn2 is not None:
             shift2, scale2, gate2 = mods[6:9]
             q, k, v = self.attn2.qkv_heads(modulate(normed, shift2, scale2))
-            x = x + gate2.unsqueeze(1) * self.attn2.out(attention_heads_first(q, k, v))
+            x = x + gate2.unsqueeze(1) * self.attn2.out(attend_heads(route, q, k, v, 1, "self"))
         mlp_out: torch.Tensor = self.mlp(modulate(self.norm2(x), shift_mlp, scale_mlp))
         return x + gate_mlp.unsqueeze(1) * mlp_out
 
@@ -179,20 +185,27 @@ class JointBlock(nn.Module):
         )
 
     def forward(
-        self, context: torch.Tensor, x: torch.Tensor, c: torch.Tensor
+        self, context: torch.Tensor, x: torch.Tensor, c: torch.Tensor, route: AttentionRoute | None = None
     ) -> tuple[torch.Tensor | None, torch.Tensor]:
-        """Returns the updated (context, x); context is None after the last (pre-only) block."""
+        """Returns the updated (context, x); context is None after the last (pre-only) block.
+        ``route``: the attention patches of this block's site (the joint attention over [text,
+        picture] tokens is layer 0, SD3.5 medium's picture-only ``attn2`` layer 1)."""
         ctx_mods = self.context_block.modulation(c)
         x_mods = self.x_block.modulation(c)
         ctx_normed = self.context_block.norm1(context)
         x_normed = self.x_block.norm1(x)
         cq, ck, cv = self.context_block.attn.qkv_heads(modulate(ctx_normed, ctx_mods[0], ctx_mods[1]))
         xq, xk, xv = self.x_block.attn.qkv_heads(modulate(x_normed, x_mods[0], x_mods[1]))
-        joint = attention_heads_first(
-            torch.cat((cq, xq), dim=2), torch.cat((ck, xk), dim=2), torch.cat((cv, xv), dim=2)
-        )
+        joint = attend_heads(
+            route,
+            torch.cat((cq, xq), dim=2),
+            torch.cat((ck, xk), dim=2),
+            torch.cat((cv, xv), dim=2),
+            0,
+            "joint",
+        )  # the joined q, k, v are temporaries: freed before the MLPs
         n_ctx = context.shape[1]
-        x = self.x_block.post_attention(x, x_normed, joint[:, n_ctx:], x_mods)
+        x = self.x_block.post_attention(x, x_normed, joint[:, n_ctx:], x_mods, route)
         if self.context_block.pre_only:
             return None, x
         return self.context_block.post_attention(context, ctx_normed, joint[:, :n_ctx], ctx_mods), x

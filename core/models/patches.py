@@ -32,7 +32,7 @@ from typing import Literal, Protocol
 import torch
 
 from core.errors import ModelMismatchError
-from core.models.attention import attention
+from core.models.attention import attention, attention_heads_first
 
 AttentionKind = Literal["self", "cross", "joint"]
 
@@ -144,6 +144,36 @@ class AttentionRoute:
         if not self.patches.patches_attention:
             return attention(q, k, v, heads)
         return self.patches.attend(AttentionCall(q, k, v, heads, self.site, layer, kind))
+
+
+def attend_heads(
+    route: AttentionRoute | None,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    layer: int,
+    kind: AttentionKind,
+    mask: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """Attention on heads-first (B, H, L, D) tensors -> (B, Lq, H*D), as the DiTs compute it (RoPE
+    and q/k norms already applied): exactly :func:`attention_heads_first` without attention patches
+    (``route`` None or holding none), else the route's patches on the call with q, k and v laid out
+    as (B, L, H*D)."""
+    if route is None or not route.patches.patches_attention:
+        return attention_heads_first(q, k, v, mask)
+    b, heads, _, d = q.shape
+
+    def flat(t: torch.Tensor) -> torch.Tensor:
+        return t.transpose(1, 2).reshape(b, t.shape[2], heads * d)
+
+    call = AttentionCall(flat(q), flat(k), flat(v), heads, route.site, layer, kind, mask)
+    return route.patches.attend(call)
+
+
+def attention_route(patches: NetworkPatches, stage: str, index: int) -> AttentionRoute | None:
+    """The route a block at ``(stage, index)`` hands its attention: None when ``patches`` hold no
+    attention patch (the forward then runs exactly as without this module)."""
+    return AttentionRoute(patches, Site(stage, index)) if patches.patches_attention else None
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,8 @@ from pathlib import Path
 
 import torch
 
+from core.archs.blocks import BASE
+from core.archs.catalog import blocks_for
 from core.detect.catalog import REGISTRY, lora_fits
 from core.detect.keyview import KeyView
 from core.detect.lora import LoraAnalysis, LoraModule, analyze_lora
@@ -25,6 +27,7 @@ from core.files.pickle_safe import load_pickle_state_dict
 from core.files.safetensors import SafetensorsFile
 from core.loading.loader import LoadedComponent
 from core.patching.adapters import AdapterFormatError, NonFiniteAdapterError, module_adapters
+from core.patching.block_weights import BlockWeights, key_scales, resolve
 from core.patching.keymap import KeyIndex, MatchReport, Target, match_lora, model_key_index
 from core.patching.patcher import ApplyReport, KeyPatch, ModelPatcher
 from core.patching.side import clear_side_outputs
@@ -56,6 +59,7 @@ class LoraEntry:
     enabled: bool = True
     skipped: list[str] = field(default_factory=list)  # "module: why" for matched modules not applied
     keys: dict[str, list[str]] = field(default_factory=dict)  # component -> patched weight keys
+    block_weights: BlockWeights | None = None  # LoRA block weights (None: the same strength everywhere)
 
     @property
     def base_family(self) -> str | None:
@@ -175,8 +179,12 @@ class LoraStack:
         *,
         force: bool = False,
         entry_id: str | None = None,
+        block_weights: BlockWeights | None = None,
     ) -> LoraEntry:
+        """Add a file on top of the stack; ``block_weights`` scale its strength per block of the
+        diffusion model (and its text-encoder part by ``BASE``)."""
         p = Path(path)
+        weights = self._block_weights(block_weights)
         index = read_tensor_index(p)
         meta = {k: v for k, v in index.metadata.items() if isinstance(v, str)}
         analysis = analyze_lora(KeyView(index.tensors), meta)
@@ -197,13 +205,33 @@ class LoraStack:
             report,
             float(model_strength),
             float(model_strength if clip_strength is None else clip_strength),
+            block_weights=block_weights,
         )
         patches = read_patches(p, index.format, analysis, report, entry.skipped)
         for name, per_key in patches.items():
             strength = entry.model_strength if name == "diffusion_model" else entry.clip_strength
-            entry.keys[name] = self.patchers[name].add_patches(ident, per_key, strength)
+            scales = self._scales(name, per_key, weights)
+            entry.keys[name] = self.patchers[name].add_patches(ident, per_key, strength, scales)
         self.entries[ident] = entry
         return entry
+
+    def _block_weights(self, weights: BlockWeights | None) -> dict[str, float] | None:
+        """Block name -> weight for this model (refused in words before anything is read)."""
+        if weights is None:
+            return None
+        table = blocks_for(self.model_family)
+        return resolve(weights, table.lbw if table else None, _title(self.model_family))
+
+    def _scales(
+        self, name: str, keys: Mapping[str, object], weights: dict[str, float] | None
+    ) -> dict[str, float]:
+        if weights is None:
+            return {}
+        if name != "diffusion_model":
+            return dict.fromkeys(keys, weights[BASE])
+        table = blocks_for(self.model_family)
+        assert table is not None and table.lbw is not None
+        return key_scales(keys, weights, table.lbw)
 
     def _new_id(self, stem: str) -> str:
         ident, n = stem, 2
@@ -264,6 +292,7 @@ class LoraStack:
                 "model_strength": e.model_strength,
                 "clip_strength": e.clip_strength,
                 "enabled": e.enabled,
+                "block_weights": e.block_weights.text() if e.block_weights else None,
                 "matched": len(e.report.matched),
                 "unmatched": len(e.report.unmatched),
                 "skipped": len(e.skipped),

@@ -31,6 +31,7 @@ from core.loading.loader import (
     load_diffusion_model,
 )
 from core.loading.save import save_checkpoint
+from core.patching.block_weights import BlockWeights
 from core.patching.keymap import match_lora_headers
 from core.patching.keymap_headers import lora_analysis
 from core.patching.lora_stack import LoraStack, read_patches, refuse_other_family
@@ -42,6 +43,7 @@ class LoraArg:
     path: Path
     model: float = 1.0
     clip: float | None = None  # None: same as model
+    block_weights: BlockWeights | None = None  # LoRA block weights (None: one strength everywhere)
 
     def __post_init__(self) -> None:
         LORA_STRENGTH.check(self.model)
@@ -149,12 +151,13 @@ def merge(
     stack = LoraStack(bundle.components)
     record = []
     for arg in loras:
-        entry = stack.add(arg.path, arg.model, arg.clip, force=force)
+        entry = stack.add(arg.path, arg.model, arg.clip, force=force, block_weights=arg.block_weights)
         record.append(
             {
                 "file": arg.path.name,
                 "model_strength": entry.model_strength,
                 "clip_strength": entry.clip_strength,
+                "block_weights": arg.block_weights.text() if arg.block_weights else None,
                 "base_family": entry.base_family,
                 "matched": len(entry.report.matched),
                 "unmatched": len(entry.report.unmatched),

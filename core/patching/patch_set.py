@@ -30,16 +30,27 @@ class KeyPatch:
 
 @dataclass(frozen=True)
 class PatchSet:
-    """The patches of one adapter file on one model, at one strength."""
+    """The patches of one adapter file on one model, at one strength; ``scales`` multiplies it
+    for some keys (LoRA block weights: a block's keys at that block's share of the strength)."""
 
     id: str
     patches: Mapping[str, tuple[KeyPatch, ...]]  # weight key -> its patches from this file
     strength: float = 1.0
     enabled: bool = True
+    scales: Mapping[str, float] = field(default_factory=dict)
 
     @property
     def active(self) -> bool:
         return self.enabled and self.strength != 0
+
+    def strength_of(self, key: str) -> float:
+        """The strength ``key`` is patched at (the set's, times the key's block weight)."""
+        scale = self.scales.get(key)
+        return self.strength if scale is None else self.strength * scale
+
+    def patches_key(self, key: str) -> bool:
+        """Whether this set changes ``key`` now (enabled, in the set, at a strength other than 0)."""
+        return self.active and key in self.patches and self.strength_of(key) != 0
 
 
 @dataclass(frozen=True)

@@ -114,20 +114,28 @@ class ModelPatcher:
             state.objects_applied[path] = value
 
     def add_patches(
-        self, set_id: str, patches: Mapping[str, Sequence[KeyPatch]], strength: float = 1.0
+        self,
+        set_id: str,
+        patches: Mapping[str, Sequence[KeyPatch]],
+        strength: float = 1.0,
+        scales: Mapping[str, float] | None = None,
     ) -> list[str]:
-        """Record a patch set on top of the stack. Keys the model lacks are skipped and returned
-        as the second part of the stack's report by the caller; here they raise KeyError."""
+        """Record a patch set on top of the stack (``scales``: per-key multipliers of its strength,
+        the LoRA block weights). Keys the model lacks raise KeyError."""
         if set_id in self._sets:
             raise ValueError(f"a patch set named {set_id!r} is already on this model")
         frozen = {k: tuple(v) for k, v in patches.items() if v}
         for key in frozen:
             get_tensor(self.model, key)  # raises KeyError for a key the model lacks
-        self._sets[set_id] = PatchSet(set_id, frozen, float(strength))
+        self._sets[set_id] = PatchSet(set_id, frozen, float(strength), scales=dict(scales or {}))
         return list(frozen)
 
     def set_strength(self, set_id: str, strength: float) -> None:
         self._sets[set_id] = replace(self._sets[set_id], strength=float(strength))
+
+    def set_scales(self, set_id: str, scales: Mapping[str, float]) -> None:
+        """New per-key multipliers of a set's strength (block weights); ``apply()`` bakes them."""
+        self._sets[set_id] = replace(self._sets[set_id], scales=dict(scales))
 
     def set_enabled(self, set_id: str, enabled: bool) -> None:
         self._sets[set_id] = replace(self._sets[set_id], enabled=enabled)
@@ -148,25 +156,27 @@ class ModelPatcher:
         return tuple(self._sets.values())
 
     def patched_keys(self) -> set[str]:
-        return {k for s in self._sets.values() if s.active for k in s.patches}
+        return {k for s in self._sets.values() if s.active for k in s.patches if s.patches_key(k)}
 
     def signature(self, key: str) -> Signature:
         return tuple(
-            (s.id, s.strength, i)
+            (s.id, s.strength_of(key), i)
             for s in self._sets.values()
-            if s.active and key in s.patches
+            if s.patches_key(key)
             for i in range(len(s.patches[key]))
         )
 
     def identity(self) -> tuple[object, ...]:
         """Equal for two patchers whose stacks give the same model (the memory manager uses it
         to recognise a model that is already loaded with the same patches)."""
-        sets = tuple((s.id, s.strength, s.enabled) for s in self._sets.values())
+        sets = tuple(
+            (s.id, s.strength, s.enabled, tuple(sorted(s.scales.items()))) for s in self._sets.values()
+        )
         objects = tuple(sorted((path, id(value)) for path, value in self._objects.items()))
         return (sets, objects)
 
     def _stack(self, key: str) -> list[tuple[PatchSet, KeyPatch]]:
-        return [(s, p) for s in self._sets.values() if s.active and key in s.patches for p in s.patches[key]]
+        return [(s, p) for s in self._sets.values() if s.patches_key(key) for p in s.patches[key]]
 
     # -- computing weights ------------------------------------------------------------------------
     def original(self, key: str) -> Tensor:
@@ -188,8 +198,8 @@ class ModelPatcher:
         if isinstance(weight, DeferredWeight) or weight.dtype in FP8_DTYPES:
             return self._deferred(key, weight, stack, cache), False
         if any(p.function is not None for _, p in stack):
-            return self._sequential(weight, stack), False
-        patches = [Patch(p.adapter, s.strength, p.offset) for s, p in stack]
+            return self._sequential(key, weight, stack), False
+        patches = [Patch(p.adapter, s.strength_of(key), p.offset) for s, p in stack]
         if not fusable(weight, patches) and all(
             p.adapter.is_additive and p.adapter.linear_in_strength for _, p in stack
         ):
@@ -223,15 +233,15 @@ class ModelPatcher:
             return weight.with_patch(patch)
         return fp8_with_patch(weight, patch)
 
-    def _sequential(self, weight: Tensor, stack: list[tuple[PatchSet, KeyPatch]]) -> Tensor:
+    def _sequential(self, key: str, weight: Tensor, stack: list[tuple[PatchSet, KeyPatch]]) -> Tensor:
         """Patches one after the other with their functions (the path with no shortcut)."""
         for _, p in stack:
             p.adapter.check((weight if p.offset is None else weight.narrow(*p.offset)).shape)
         work = weight.to(self.intermediate_dtype, copy=True)
         for s, p in stack:
             view = work if p.offset is None else work.narrow(*p.offset)
-            if s.strength != 0:
-                view.add_(p.adapter.difference(view, float(s.strength)))
+            if s.strength_of(key) != 0:
+                view.add_(p.adapter.difference(view, float(s.strength_of(key))))
             if p.function is not None:
                 view.copy_(p.function(view))
         return work.to(weight.dtype)
@@ -264,7 +274,7 @@ class ModelPatcher:
             view = work if p.offset is None else work.narrow(*p.offset)
             delta, hit = self._delta(key, p, view.shape, work.device, cache)
             all_cached = all_cached and hit
-            view.add_(delta * s.strength)
+            view.add_(delta * s.strength_of(key))
         return work.to(weight.dtype), all_cached
 
     # -- applying ---------------------------------------------------------------------------------
@@ -310,8 +320,8 @@ class ModelPatcher:
         changed set has adapters without a side path (then call ``apply()``)."""
         sides: dict[str, list[LoraSidePath]] = {}
         for s in self._sets.values():
-            wanted = s.strength if s.enabled else 0.0
             for key, patches in s.patches.items():
+                wanted = s.strength_of(key) if s.enabled else 0.0
                 extra = wanted - self._baked_strength(s.id, key)
                 if extra == 0:
                     continue

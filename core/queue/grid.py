@@ -1,8 +1,9 @@
-"""X/Y/Z grids (A1111's "X/Y/Z plot"): axes over one request, one job per cell.
+"""X/Y/Z grids (A1111's "X/Y/Z plot"): axes over one request, one picture per cell.
 
-An axis is ``NAME:V1,V2,...`` with NAME one of :data:`AXES`. Each cell is the base request with
-the axis values applied; strength axes do not change the request's LoRA list but give the cell the
-first LoRA's strengths, which the worker sets live (side paths, no re-bake) as a sweep does.
+An axis is ``NAME:V1,V2,...`` with NAME one of :data:`AXES`. Each cell is the base settings with
+the axis values applied; strength axes do not change the LoRA list but give the cell one LoRA's
+strengths (the first's in a queued grid), which are set live (side paths, no re-bake). A LoRA
+strength sweep is a grid with one such axis, run on the session at hand (core.queue.session_grid).
 Cells are ordered checkpoint first, so a worker loads each checkpoint once for the whole grid.
 """
 
@@ -13,9 +14,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from core.errors import LoadoutError
-from core.generate.request import MAX_SEED, GenerateRequest
+from core.generate.request import MAX_SEED, GenerateRequest, ImageSettings
 from core.sampling import SAMPLERS, SCHEDULERS
-from core.values import CLIP_SKIP
+from core.values import CLIP_SKIP, LORA_STRENGTH
 
 AXES = (
     "seed", "steps", "cfg", "sampler", "scheduler", "lora-strength", "lora-model-strength",
@@ -23,7 +24,7 @@ AXES = (
 )  # fmt: skip
 _SHORT = {"seed": "seed", "steps": "steps", "cfg": "cfg", "lora-strength": "lora", "clip-skip": "clip skip",
           "lora-model-strength": "lora model", "lora-clip-strength": "lora clip"}  # fmt: skip
-_LORA_AXES = ("lora-strength", "lora-model-strength", "lora-clip-strength")
+LORA_AXES = ("lora-strength", "lora-model-strength", "lora-clip-strength")
 Value = int | float | str
 
 
@@ -36,13 +37,16 @@ class Axis:
     name: str
     values: tuple[Value, ...]
 
-    def label(self, i: int) -> str:
-        """What the grid writes for value ``i``: numbers with their axis ("cfg 7", "lora 0.5"),
-        names as they are."""
+    def label(self, i: int, lora: str = "") -> str:
+        """What the grid writes for value ``i``: numbers with their axis ("cfg 7", "lora 0.5"; a
+        strength axis says the LoRA's name when given: "style 0.5", "style model 0.5"), names as
+        they are."""
         v = self.values[i]
         if self.name == "checkpoint":
             return Path(str(v)).stem
         number = _SHORT.get(self.name)
+        if number and lora and self.name in LORA_AXES:
+            number = lora + number.removeprefix("lora")
         text = f"{v:g}" if isinstance(v, float) else str(v)
         return f"{number} {text}" if number else text
 
@@ -51,7 +55,7 @@ def _number(name: str, text: str, kind: type[int] | type[float]) -> Value:
     try:
         return kind(text)
     except ValueError:
-        raise _bad(f"{name} value {text!r} is not a number", f"Write it like {name}:1,2,3") from None
+        raise _bad(f"{name} value {text!r} is not a number", "Give numbers like 1, 2, 3") from None
 
 
 def parse_axis(text: str) -> Axis:
@@ -60,7 +64,14 @@ def parse_axis(text: str) -> Axis:
     name = name.strip().lower()
     if not sep or name not in AXES:
         raise _bad(f"{text!r} is not an axis", f"Write AXIS:V1,V2,... with AXIS one of {', '.join(AXES)}")
-    raw = [v.strip() for v in rest.split(",")]
+    return axis_of(name, rest)
+
+
+def axis_of(name: str, text: str) -> Axis:
+    """The axis ``name`` (one of :data:`AXES`) over the values in ``text`` ("0.4, 0.7, 1.0")."""
+    if name not in AXES:
+        raise _bad(f"{name!r} is not an axis", f"Use one of {', '.join(AXES)}")
+    raw = [v.strip() for v in text.split(",")]
     if name != "prompt-sr":
         raw = [v for v in raw if v]
     if len(raw) < 1 or (name == "prompt-sr" and len(raw) < 2) or len(raw) > 64:
@@ -76,8 +87,10 @@ def parse_axis(text: str) -> Axis:
         )
         if any(not low <= int(v) <= high for v in values):
             raise _bad(f"a {name} value is outside {low}..{high}", f"Give {name} values in that range")
-    elif name == "cfg" or name in _LORA_AXES:
+    elif name == "cfg":
         values = [_number(name, v, float) for v in raw]
+    elif name in LORA_AXES:
+        values = [LORA_STRENGTH.parse(v) for v in raw]
     elif name == "sampler" or name == "scheduler":
         known = SAMPLERS if name == "sampler" else SCHEDULERS
         unknown = [v for v in raw if v not in known]
@@ -96,6 +109,9 @@ def parse_axis(text: str) -> Axis:
     return Axis(name, tuple(values))
 
 
+Strengths = tuple[float, float]  # one LoRA's (model, text encoder)
+
+
 @dataclass(frozen=True)
 class Cell:
     """One picture of a grid: its place, its labels and the request that makes it."""
@@ -104,84 +120,143 @@ class Cell:
     y: int
     z: int
     request: GenerateRequest
-    lora_strengths: tuple[float, float] | None = None  # the first LoRA's (model, clip), set live
+    lora_strengths: Strengths | None = None  # the first LoRA's (model, clip), set live
     labels: tuple[str, str, str] = ("", "", "")
 
 
-def _apply(
-    axis: Axis, i: int, request: GenerateRequest, strengths: tuple[float, float] | None, search: str
-) -> tuple[GenerateRequest, tuple[float, float] | None]:
+@dataclass(frozen=True)
+class ImageCell:
+    """One picture of a grid on the models at hand (no checkpoint axis): its settings and the
+    strengths its LoRA is set to live (None: as it is on the stack)."""
+
+    x: int
+    y: int
+    z: int
+    image: ImageSettings
+    lora_strengths: Strengths | None = None
+    labels: tuple[str, str, str] = ("", "", "")
+    values: tuple[Value | None, Value | None, Value | None] = (None, None, None)
+
+
+def _apply_image(
+    axis: Axis, i: int, image: ImageSettings, strengths: Strengths | None
+) -> tuple[ImageSettings, Strengths | None]:
+    """Value ``i`` of ``axis`` (any but a checkpoint axis) applied to ``image`` and the strengths."""
     v = axis.values[i]
-    image = request.image
     s = image.sampling
     if axis.name == "seed":
-        image = replace(image, sampling=replace(s, seed=int(v)))
-    elif axis.name == "steps":
-        image = replace(image, sampling=replace(s, steps=int(v)))
-    elif axis.name == "cfg":
-        image = replace(image, sampling=replace(s, cfg=float(v)))
-    elif axis.name == "sampler":
-        image = replace(image, sampling=replace(s, sampler=str(v)))
-    elif axis.name == "scheduler":
-        image = replace(image, sampling=replace(s, scheduler=str(v)))
-    elif axis.name == "clip-skip":
-        image = replace(image, clip_skip=int(v))
-    elif axis.name == "prompt-sr":
-        image = replace(image, prompt=image.prompt.replace(search, str(v)))
-    elif axis.name == "checkpoint":
-        return replace(request, models=replace(request.models, checkpoint=Path(str(v)))), strengths
-    else:
-        assert strengths is not None
-        m, c = strengths
-        f = float(v)
-        strengths = (f, f) if axis.name == "lora-strength" else (f, c) if "model" in axis.name else (m, f)
-        return request, strengths
+        return replace(image, sampling=replace(s, seed=int(v))), strengths
+    if axis.name == "steps":
+        return replace(image, sampling=replace(s, steps=int(v))), strengths
+    if axis.name == "cfg":
+        return replace(image, sampling=replace(s, cfg=float(v))), strengths
+    if axis.name == "sampler":
+        return replace(image, sampling=replace(s, sampler=str(v))), strengths
+    if axis.name == "scheduler":
+        return replace(image, sampling=replace(s, scheduler=str(v))), strengths
+    if axis.name == "clip-skip":
+        return replace(image, clip_skip=int(v)), strengths
+    if axis.name == "prompt-sr":
+        return replace(image, prompt=image.prompt.replace(str(axis.values[0]), str(v))), strengths
+    assert axis.name in LORA_AXES and strengths is not None, axis.name
+    m, c = strengths
+    f = float(v)
+    return image, (f, f) if axis.name == "lora-strength" else (f, c) if "model" in axis.name else (m, f)
+
+
+def _apply(
+    axis: Axis, i: int, request: GenerateRequest, strengths: Strengths | None
+) -> tuple[GenerateRequest, Strengths | None]:
+    if axis.name == "checkpoint":
+        models = replace(request.models, checkpoint=Path(str(axis.values[i])))
+        return replace(request, models=models), strengths
+    image, strengths = _apply_image(axis, i, request.image, strengths)
     if axis.name in request.family_defaults:  # the axis sets it: no longer the family's to give
         kept = tuple(n for n in request.family_defaults if n != axis.name)
         return replace(request, image=image, family_defaults=kept), strengths
     return replace(request, image=image), strengths
 
 
-def _check(base: GenerateRequest, axes: Sequence[Axis]) -> None:
+def _check(axes: Sequence[Axis], prompt: str, has_lora: bool) -> None:
     names = [a.name for a in axes]
     if len(set(names)) != len(names):
         raise _bad("the same axis is given twice", "Give each axis once across the x, y and z axes")
     for a in axes:
-        if a.name in _LORA_AXES and not base.loras:
+        if a.name in LORA_AXES and not has_lora:
             raise _bad(f"a {a.name} axis needs a LoRA", "Add a LoRA file to the stack")
-        if a.name == "prompt-sr" and str(a.values[0]) not in base.image.prompt:
+        if a.name == "prompt-sr" and str(a.values[0]) not in prompt:
             raise _bad(
                 f"the prompt does not contain {a.values[0]!r}",
                 "Prompt S/R searches the prompt for its first value: use words the prompt has",
             )
-        if a.name == "checkpoint" and base.models.diffusion_model is not None:
-            raise _bad(
-                "a checkpoint axis with a separate diffusion model", "Give checkpoints, not a diffusion model"
-            )
+
+
+Place = tuple[tuple[int, int, int], tuple[tuple[int, Axis, int], ...]]
+
+
+def _places(x: Axis, y: Axis | None, z: Axis | None) -> list[Place]:
+    """Every cell's (x, y, z) and its (slot, axis, value index) triples, Z then Y then X."""
+    sizes = [len(a.values) if a is not None else 1 for a in (x, y, z)]
+    out: list[Place] = []
+    for iz in range(sizes[2]):
+        for iy in range(sizes[1]):
+            for ix in range(sizes[0]):
+                at = ((0, x, ix), (1, y, iy), (2, z, iz))
+                out.append(((ix, iy, iz), tuple((k, a, i) for k, a, i in at if a is not None)))
+    return out
 
 
 def cells(base: GenerateRequest, x: Axis, y: Axis | None = None, z: Axis | None = None) -> list[Cell]:
     """Every cell of the grid, ordered so that model swaps are fewest: checkpoint first, then Z, Y, X."""
     axes = [a for a in (x, y, z) if a is not None]
-    _check(base, axes)
+    _check(axes, base.image.prompt, bool(base.loras))
+    if any(a.name == "checkpoint" for a in axes) and base.models.diffusion_model is not None:
+        raise _bad(
+            "a checkpoint axis with a separate diffusion model", "Give checkpoints, not a diffusion model"
+        )
     first = base.loras[0] if base.loras else None
     strengths0 = (first.model, first.model if first.clip is None else first.clip) if first else None
+    name = first.path.stem if first is not None else ""
+    live_axes = any(a.name in LORA_AXES for a in axes)
     out: list[Cell] = []
-    sizes = [len(a.values) if a is not None else 1 for a in (x, y, z)]
-    for iz in range(sizes[2]):
-        for iy in range(sizes[1]):
-            for ix in range(sizes[0]):
-                request, strengths = base, strengths0
-                labels = ["", "", ""]
-                for k, (axis, i) in enumerate(((x, ix), (y, iy), (z, iz))):
-                    if axis is None:
-                        continue
-                    search = str(axis.values[0])
-                    request, strengths = _apply(axis, i, request, strengths, search)
-                    labels[k] = axis.label(i)
-                live = (
-                    strengths if strengths != strengths0 or any(a.name in _LORA_AXES for a in axes) else None
-                )
-                out.append(Cell(ix, iy, iz, request, live, (labels[0], labels[1], labels[2])))
+    for (ix, iy, iz), place in _places(x, y, z):
+        request, strengths = base, strengths0
+        labels = ["", "", ""]
+        for k, axis, i in place:
+            request, strengths = _apply(axis, i, request, strengths)
+            labels[k] = axis.label(i, name)
+        live = strengths if live_axes else None
+        out.append(Cell(ix, iy, iz, request, live, (labels[0], labels[1], labels[2])))
     order = {p: i for i, p in enumerate(dict.fromkeys(c.request.models.checkpoint for c in out))}
     return sorted(out, key=lambda c: (order[c.request.models.checkpoint], c.z, c.y, c.x))
+
+
+def image_cells(
+    image: ImageSettings,
+    strengths: Strengths | None,
+    x: Axis,
+    y: Axis | None = None,
+    z: Axis | None = None,
+    *,
+    lora: str = "",
+) -> list[ImageCell]:
+    """Every cell of a grid on the models at hand, Z then Y then X: ``strengths`` are the swept
+    LoRA's as they are (None: no LoRA), ``lora`` its name for the labels. A checkpoint axis
+    changes the models, so it is refused here (it runs through the queue)."""
+    axes = [a for a in (x, y, z) if a is not None]
+    if any(a.name == "checkpoint" for a in axes):
+        raise _bad("a checkpoint axis changes the models", "Queue the grid to compare checkpoints")
+    _check(axes, image.prompt, strengths is not None)
+    live_axes = any(a.name in LORA_AXES for a in axes)
+    out: list[ImageCell] = []
+    for (ix, iy, iz), place in _places(x, y, z):
+        cell_image, cell_strengths = image, strengths
+        labels: list[str] = ["", "", ""]
+        values: list[Value | None] = [None, None, None]
+        for k, axis, i in place:
+            cell_image, cell_strengths = _apply_image(axis, i, cell_image, cell_strengths)
+            labels[k], values[k] = axis.label(i, lora), axis.values[i]
+        live = cell_strengths if live_axes else None
+        texts, at = (labels[0], labels[1], labels[2]), (values[0], values[1], values[2])
+        out.append(ImageCell(ix, iy, iz, cell_image, live, texts, at))
+    return out

@@ -1,5 +1,5 @@
 """A grid as queue jobs, and its pictures: one PNG per cell, one labelled grid per Z value, drawn
-(by :func:`core.generate.sweep.grid_png`, the sweep's drawing) when the last cell of that Z is done."""
+(by :mod:`core.queue.grid_picture`) when the last cell of that Z is done."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from pathlib import Path
 from core.generate.hashes import FileHashes
 from core.generate.png import read_png_parameters
 from core.generate.request import GenerateRequest
-from core.generate.sweep import grid_png
 from core.queue.grid import Axis, cells
+from core.queue.grid_picture import Placed, draw_cells
 from core.queue.job import Job, with_hashes
 
 try:
@@ -38,9 +38,7 @@ def grid_jobs(
     zs = len(z.values) if z is not None else 1
     jobs = []
     for c in cells(base, x, y, z):
-        request = replace(
-            c.request, output=folder / f"x{c.x}-y{c.y}-z{c.z}.png", output_is_folder=False, sweep=()
-        )
+        request = replace(c.request, output=folder / f"x{c.x}-y{c.y}-z{c.z}.png", output_is_folder=False)
         grid_file = folder / ("grid.png" if zs == 1 else f"grid-z{c.z}.png")
         cell = {"lora_strengths": c.lora_strengths, "grid": grid, "x": c.x, "y": c.y, "z": c.z}
         jobs.append(with_hashes(request, hashes, check, labels=c.labels, grid_file=grid_file, **cell))
@@ -54,24 +52,12 @@ def grid_cells(store: JobStore, job: Job) -> list[QueuedJob]:
 
 def draw_grid(cells_: list[QueuedJob], path: Path) -> Path | None:
     """The labelled grid of the finished cells (the others blank), or None when none is finished."""
-    done = {(q.job.x, q.job.y): q for q in cells_ if q.state == "done" and q.images}
-    if not done:
-        return None
-    xs = 1 + max(q.job.x for q in cells_)
-    ys = 1 + max(q.job.y for q in cells_)
-    labels_x = {q.job.x: q.job.labels[0] for q in cells_}
-    labels_y = {q.job.y: q.job.labels[1] for q in cells_}
-    grid: list[tuple[Path | None, str]] = []
-    for iy in range(ys):
-        for ix in range(xs):
-            q = done.get((ix, iy))
-            grid.append((q.images[0] if q is not None else None, labels_x.get(ix, "")))
-    first = next(iter(done.values()))
-    rows = [labels_y.get(iy, "") for iy in range(ys)] if any(labels_y.values()) else []
-    z = first.job.labels[2]
-    if z and rows:
-        rows = [f"{z} {r}" for r in rows]
-    return grid_png(grid, path, read_png_parameters(first.images[0]), columns=xs, row_labels=rows)
+    placed = [
+        Placed(q.job.x, q.job.y, q.job.labels, q.images[0] if q.state == "done" and q.images else None)
+        for q in cells_
+    ]
+    first = next((p.image for p in placed if p.image is not None), None)
+    return draw_cells(placed, path, read_png_parameters(first)) if first is not None else None
 
 
 def draw_finished_grid(store: JobStore, job: Job) -> Path | None:

@@ -11,7 +11,6 @@ from typing import Any
 from core.generate.hashes import FileHashes
 from core.generate.naming import file_paths
 from core.generate.request import GenerateRequest
-from core.patching.merge import LoraArg
 from core.queue.codec import from_jsonable, to_jsonable
 
 
@@ -62,7 +61,7 @@ class Job:
             m, checkpoint=at(m.checkpoint), diffusion_model=at(m.diffusion_model),
             text_encoders=tuple(by_path.get(p, p) for p in m.text_encoders), vae=at(m.vae),
         )  # fmt: skip
-        loras = tuple(LoraArg(by_path.get(a.path, a.path), a.model, a.clip) for a in self.request.loras)
+        loras = tuple(replace(a, path=by_path.get(a.path, a.path)) for a in self.request.loras)
         return replace(self.request, models=models, loras=loras)
 
     def to_json(self) -> dict[str, Any]:

@@ -27,6 +27,7 @@ from core.generate.request import GenerateRequest, ModelFiles, with_family_defau
 from core.generate.session_run import Output
 from core.loading.assign import interrupt_check
 from core.memory.devices import device_named
+from core.patching.block_weights import BlockWeights
 from core.queue.index import ModelIndex
 from core.queue.job import FileRef, Job, Key
 from core.session.placement import Placement, PlacementConfig
@@ -69,7 +70,7 @@ class Worker:
         self.model_loads = 0
         self.held: Key = ((), ())
         self._models: ModelFiles | None = None
-        self._loras: tuple[tuple[Path, float, float | None], ...] = ()
+        self._loras: tuple[tuple[Path, float, float | None, BlockWeights | None], ...] = ()
         self._generator: Generator | None = None
 
     def _record(self, event: SessionEvent) -> None:
@@ -104,14 +105,14 @@ class Worker:
             )
             self._generator.state.hashes = self.index.hashes
         self._generator.state.prediction = request.prediction
-        wanted = tuple((a.path, a.model, a.clip) for a in request.loras)
+        wanted = tuple((a.path, a.model, a.clip, a.block_weights) for a in request.loras)
         if wanted != self._loras:
             stack = self.session.loras.stack
             for lora_id in list(stack.entries if stack is not None else ()):
                 self.session.loras.remove(lora_id)
             self._loras = ()
-            for path, model, clip in wanted:
-                self.session.loras.add(path, model, clip, force=request.force)
+            for path, model, clip, weights in wanted:
+                self.session.loras.add(path, model, clip, force=request.force, block_weights=weights)
             self._loras = wanted
         self.held = key
         return self._generator, loads

@@ -111,7 +111,7 @@ def run_headless(
     placement = session.placement
     det = load_main(session, request.model, interrupt_check(placement.interrupt.is_set))
     for arg in request.loras:
-        session.loras.add(arg.path, arg.model, arg.clip)
+        session.loras.add(arg.path, arg.model, arg.clip, block_weights=arg.block_weights)
     cfg = request.config
     if dtype is None:  # the inputs and activations run in the load's 16-bit choice, never fp8
         chosen = session.model(SlotId.MAIN).dtype_choice

@@ -5,7 +5,8 @@ not evaluated at all; otherwise both run as one batch, negative items first, and
 ``denoised = uncond + (cond - uncond) * scale``. The CFG++ samplers also take the negative's own
 estimate (:meth:`CfgDenoiser.with_uncond`), for which the negative runs even at CFG 1.
 Conditionings that cannot be concatenated (see :mod:`core.sampling.conditioning`) run as two
-passes with the same result.
+passes with the same result. Each prompt is a conditioning list (its own conditioning, then the
+run's regions for it) weighed as ComfyUI's ``calc_cond_batch`` (:mod:`core.sampling.cond_batch`).
 
 The run's CFG stages (:mod:`core.sampling.patches`) change the combination as ComfyUI's
 ``cfg_function`` does: pre-CFG functions in order, then the one guidance function (or plain CFG),
@@ -24,9 +25,14 @@ from torch import Tensor
 
 from core.errors import LoadoutError
 from core.models.patches import NetworkPatches
-from core.sampling.conditioning import Conditioning, can_concat, concat
+from core.sampling.cond_batch import calc_cond_batch
+from core.sampling.cond_entry import CondEntry
+from core.sampling.conditioning import Conditioning
 from core.sampling.denoiser import Denoiser
 from core.sampling.patches import NO_MODEL_PATCHES, CfgCall, ModelPatches, Predict
+
+#: a prompt's own entry: its conditioning on the whole latent
+WHOLE = CondEntry(None)
 
 
 @dataclass(frozen=True)
@@ -48,7 +54,7 @@ class CfgDenoiser:
 
     def __call__(self, x: Tensor, sigma: Tensor) -> Tensor:
         if self.negative is None or not self.uses_negative:
-            cond = self.denoiser(x, sigma, self.positive.repeat_to(x.shape[0]))
+            cond = self.estimates(self.denoiser, x, sigma, negative=False)[0]
             if not self.stages.changes_cfg:
                 return cond
             return self.combine(x, sigma, cond, torch.zeros_like(cond))
@@ -58,21 +64,28 @@ class CfgDenoiser:
         """``(guided, uncond)`` with the negative evaluated whatever the scale (the CFG++
         samplers' path; at CFG 1 the guided result is ``uncond + (cond - uncond)``, as ComfyUI
         computes it). Without a negative prompt the positive's estimate is both."""
-        batch = x.shape[0]
-        positive = self.positive.repeat_to(batch)
         if self.negative is None:
-            cond = self.denoiser(x, sigma, positive)
+            cond = self.estimates(self.denoiser, x, sigma, negative=False)[0]
             if not self.stages.changes_cfg:
                 return cond, cond
             return self.combine(x, sigma, cond, torch.zeros_like(cond)), cond
-        negative = self.negative.repeat_to(batch)
-        if can_concat(negative, positive):
-            both = self.denoiser(torch.cat([x, x]), torch.cat([sigma, sigma]), concat([negative, positive]))
-            uncond, cond = both.chunk(2)
-        else:
-            uncond = self.denoiser(x, sigma, negative)
-            cond = self.denoiser(x, sigma, positive)
+        cond, uncond = self.estimates(self.denoiser, x, sigma, negative=True)
         return self.combine(x, sigma, cond, uncond), uncond
+
+    def side(self, negative: bool) -> tuple[Conditioning, tuple[CondEntry, ...]] | None:
+        """One prompt's conditioning list: its own conditioning on the whole latent, then the
+        run's entries for that side (regions)."""
+        base = self.negative if negative else self.positive
+        if base is None:
+            return None
+        more = self.stages.negative_conds if negative else self.stages.positive_conds
+        return base, (WHOLE, *more)
+
+    def estimates(self, denoiser: Denoiser, x: Tensor, sigma: Tensor, *, negative: bool) -> list[Tensor]:
+        """The positive's estimate (and the negative's, with ``negative``), as ComfyUI's
+        ``calc_cond_batch``: one forward pass where the conditionings concatenate."""
+        sides = [self.side(False), self.side(True)] if negative else [self.side(False)]
+        return calc_cond_batch(denoiser, sides, x, sigma)
 
     def combine(self, x: Tensor, sigma: Tensor, cond: Tensor, uncond: Tensor) -> Tensor:
         """The two estimates through the pre-CFG functions, the guidance (or plain CFG) and the
@@ -101,6 +114,7 @@ class CfgDenoiser:
                     code="bad_argument",
                 )
             at = latent if x is None else x
-            return self.patched(patches)(at, sigma, cond.repeat_to(at.shape[0]))
+            side = self.side(negative)
+            return calc_cond_batch(self.patched(patches), [side], at, sigma)[0]
 
         return predict

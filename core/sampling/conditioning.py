@@ -5,7 +5,8 @@ A :class:`Conditioning` has batch first in every tensor; a batch of 1 is repeate
 batch. Two conditionings concatenate when their token widths match and their token counts are
 within a factor 4 of their least common multiple (a 77-token negative with a 154-token prompt):
 each context is repeated along tokens up to that multiple, as ComfyUI does. Otherwise the caller
-runs them as two forward passes. The record itself is :class:`core.archs.conditioning.Conditioning`
+runs them as two forward passes (also when their reference latents differ in count or
+shape). The record itself is :class:`core.archs.conditioning.Conditioning`
 (every network takes it); a text mask repeats with its context.
 """
 
@@ -29,6 +30,8 @@ def can_concat(a: Conditioning, b: Conditioning) -> bool:
         return False
     if (a.mask is None) != (b.mask is None):
         return False
+    if [r.shape[1:] for r in a.references] != [r.shape[1:] for r in b.references]:
+        return False  # reference tokens differ: two forward passes, as ComfyUI's unequal conds
     if a.pooled is not None and b.pooled is not None and a.pooled.shape[1:] != b.pooled.shape[1:]:
         return False
     la, lb = a.context.shape[1], b.context.shape[1]
@@ -42,11 +45,13 @@ def concat(conds: Sequence[Conditioning]) -> Conditioning:
     pooled = [c.pooled for c in conds if c.pooled is not None]
     guidance = [c.guidance for c in conds if c.guidance is not None]
     masks = [c.mask.repeat(1, tokens // c.mask.shape[1]) for c in conds if c.mask is not None]
+    references = tuple(torch.cat(refs) for refs in zip(*(c.references for c in conds), strict=True))
     return Conditioning(
         torch.cat(contexts),
         torch.cat(pooled) if pooled else None,
         torch.cat(guidance) if guidance else None,
         torch.cat(masks) if masks else None,
+        references,
     )
 
 

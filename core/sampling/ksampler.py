@@ -116,6 +116,16 @@ def is_max_denoise(ms: ModelSampling, first_sigma: Tensor) -> bool:
     return math.isclose(sigma_max, sigma, rel_tol=1e-05) or sigma > sigma_max
 
 
+def _request_sigmas(
+    sampling: ModelSampling, request: SamplingRequest, latent: Tensor, latent_format: LatentFormat
+) -> Tensor:
+    """The request's schedule; the picture's size (latent x the format's downscale) goes to the
+    schedules that take it."""
+    down = latent_format.downscale
+    size = (latent.shape[-1] * down, latent.shape[-2] * down)
+    return ksampler_sigmas(sampling, request.scheduler, request.sampler, request.steps, request.denoise, size)
+
+
 def sample(
     model: DiffusionModel,
     sampling: ModelSampling,
@@ -146,7 +156,7 @@ def sample(
     spec = get_sampler(request.sampler)
     dev = torch.device(device)
     if sigmas is None:
-        sigmas = ksampler_sigmas(sampling, request.scheduler, request.sampler, request.steps, request.denoise)
+        sigmas = _request_sigmas(sampling, request, latent, latent_format)
     if len(sigmas) == 0:
         return latent.to(dev, copy=True)
     if check is not None:

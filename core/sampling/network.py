@@ -65,4 +65,11 @@ class NetworkAdapter:
         if self.concat is not None:
             extra = self.concat.to(device=x.device, dtype=x.dtype)
             x = torch.cat([x, extra.expand(x.shape[0], -1, -1, -1)], dim=1)
+        if cond.references and not self.convention.references:
+            raise ModelMismatchError(
+                f"the {self.convention.name} network takes no reference pictures",
+                why="reference pictures are read by editing models (FLUX.1 Kontext, FLUX.2, Qwen-Image-Edit)",
+                fix="Leave the reference pictures out, or load an editing model",
+                code="bad_argument",
+            )
         return self.net.forward(self.model, x, timestep, cond, patches)

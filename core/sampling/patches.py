@@ -14,7 +14,10 @@
   combined (APG), one **guidance** function replaces CFG's combination (RescaleCFG), **post-CFG**
   functions change the combined result (CFG-Zero*, PAG, SLG, Epsilon Scaling) and may run the
   network once more, on either prompt, with more network patches (:class:`Predict`);
-* **step callbacks** are told every finished step.
+* **step callbacks** are told every finished step;
+* **conditioning entries** (ComfyUI's cond lists: regions with their areas, masks, strengths and
+  step ranges, :mod:`core.sampling.cond_entry`) are weighed beside each side's own prompt
+  (:mod:`core.sampling.cond_batch`).
 
 Wrappers run outermost first; every other field adds up in order (``+``).
 """
@@ -30,6 +33,7 @@ from torch import Tensor
 
 from core.errors import LoadoutError
 from core.models.patches import NO_PATCHES, NetworkPatches
+from core.sampling.cond_entry import CondEntry
 from core.sampling.conditioning import Conditioning
 
 
@@ -118,6 +122,9 @@ class ModelPatches:
     steps: tuple[StepCallback, ...] = ()
     pre_cfg: tuple[PreCfg, ...] = ()
     post_cfg: tuple[PostCfg, ...] = ()
+    #: more entries of the positive prompt's and of the negative prompt's conditioning lists
+    positive_conds: tuple[CondEntry, ...] = ()
+    negative_conds: tuple[CondEntry, ...] = ()
 
     def __add__(self, other: ModelPatches) -> ModelPatches:
         if self.guidance is not None and other.guidance is not None:
@@ -135,6 +142,8 @@ class ModelPatches:
             self.steps + other.steps,
             self.pre_cfg + other.pre_cfg,
             self.post_cfg + other.post_cfg,
+            self.positive_conds + other.positive_conds,
+            self.negative_conds + other.negative_conds,
         )
 
     @property

@@ -19,6 +19,8 @@ The names and formulas are ComfyUI's KSampler schedulers (``comfy/samplers.py``,
 - ``kl_optimal``: ``tan`` of ``atan(sigma)`` evenly spaced (arXiv 2404.14507); with 1 step it is
   the largest sigma then 0 (ComfyUI divides 0 by 0 there and gives NaN sigmas).
 - ``ays_sd1``, ``ays_sdxl``, ``gits``: published sigma sets (:mod:`core.sampling.sigma_sets`).
+- ``flux2``: ComfyUI's Flux2Scheduler, which needs the picture's size too
+  (:mod:`core.sampling.sized_schedules`; called without one it is refused in words).
 
 Sigmas are float32, as ComfyUI builds them (``torch.FloatTensor`` of Python floats).
 """
@@ -33,6 +35,7 @@ import numpy
 import torch
 from torch import Tensor
 
+from core.errors import LoadoutError
 from core.sampling import sigma_sets
 from core.sampling.model_sampling import ModelSampling
 
@@ -139,6 +142,15 @@ def kl_optimal(ms: ModelSampling, steps: int) -> Tensor:
     return sigmas
 
 
+def _needs_size(ms: ModelSampling, steps: int) -> Tensor:
+    raise LoadoutError(
+        "the flux2 schedule needs the picture's size",
+        why="its shift is computed from the picture's size and the step count",
+        fix="Choose another scheduler for this run",
+        code="bad_argument",
+    )
+
+
 SCHEDULERS: Mapping[str, Scheduler] = MappingProxyType(
     {
         "normal": normal,
@@ -153,6 +165,7 @@ SCHEDULERS: Mapping[str, Scheduler] = MappingProxyType(
         "ays_sd1": sigma_sets.ays_sd1,
         "ays_sdxl": sigma_sets.ays_sdxl,
         "gits": sigma_sets.gits_scheduler,
+        "flux2": _needs_size,
     }
 )
 

@@ -17,9 +17,16 @@ from core.errors import LoadoutError
 from core.sampling.model_sampling import ModelSampling
 from core.sampling.samplers import get_sampler
 from core.sampling.schedulers import SCHEDULERS
+from core.sampling.sized_schedules import SIZED
 
 
-def scheduler_sigmas(ms: ModelSampling, scheduler: str, steps: int) -> Tensor:
+def scheduler_sigmas(
+    ms: ModelSampling, scheduler: str, steps: int, size: tuple[int, int] | None = None
+) -> Tensor:
+    """``size``: the picture's (width, height), which the sized schedules need."""
+    sized = SIZED.get(scheduler)
+    if sized is not None and size is not None:
+        return sized(steps, *size)
     fn = SCHEDULERS.get(scheduler)
     if fn is None:
         raise LoadoutError(
@@ -31,16 +38,24 @@ def scheduler_sigmas(ms: ModelSampling, scheduler: str, steps: int) -> Tensor:
     return fn(ms, steps)
 
 
-def _full(ms: ModelSampling, scheduler: str, sampler: str, steps: int) -> Tensor:
+def _full(
+    ms: ModelSampling, scheduler: str, sampler: str, steps: int, size: tuple[int, int] | None
+) -> Tensor:
     if get_sampler(sampler).discard_penultimate_sigma:
-        sigmas = scheduler_sigmas(ms, scheduler, steps + 1)
+        sigmas = scheduler_sigmas(ms, scheduler, steps + 1, size)
         return torch.cat([sigmas[:-2], sigmas[-1:]])
-    return scheduler_sigmas(ms, scheduler, steps)
+    return scheduler_sigmas(ms, scheduler, steps, size)
 
 
 def ksampler_sigmas(
-    ms: ModelSampling, scheduler: str, sampler: str, steps: int, denoise: float = 1.0
+    ms: ModelSampling,
+    scheduler: str,
+    sampler: str,
+    steps: int,
+    denoise: float = 1.0,
+    size: tuple[int, int] | None = None,
 ) -> Tensor:
+    """``size``: the picture's (width, height) in pixels, for the schedules that need it."""
     if steps < 1:
         raise LoadoutError(
             f"{steps} steps were asked for",
@@ -56,7 +71,7 @@ def ksampler_sigmas(
             code="bad_argument",
         )
     if denoise > 0.9999:
-        return _full(ms, scheduler, sampler, steps)
+        return _full(ms, scheduler, sampler, steps, size)
     if denoise <= 0.0:
         return torch.zeros(0, dtype=torch.float32)
-    return _full(ms, scheduler, sampler, int(steps / denoise))[-(steps + 1) :]
+    return _full(ms, scheduler, sampler, int(steps / denoise), size)[-(steps + 1) :]

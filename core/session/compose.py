@@ -34,6 +34,21 @@ def headless_session(
     return Session(placement, naming=naming), info
 
 
+def headless_placement(
+    device: str, vram_limit: int | None, interrupt: threading.Event | None = None
+) -> Placement | None:
+    """A placement on the named ``device`` for work that is not a model in a slot (a merge computes
+    through its manager): a card of ``vram_limit`` bytes simulated there, or the real card; None for
+    the CPU without a limit (plain RAM)."""
+    info = device_named(device)
+    if info.kind == "cpu" and not vram_limit:
+        return None
+    placement = Placement(
+        info, PlacementConfig(MemorySettings(), simulate_bytes=vram_limit or 0), interrupt=interrupt
+    )
+    return placement if placement.active else None
+
+
 def load_main(session: Session, path: Path, check: Callable[[], None]) -> Detection:
     """Load a checkpoint or a diffusion model into the main slot with one header read."""
     index, det = inspect_for_loading(path)

@@ -10,12 +10,29 @@ patches changed) and streamed layers are patched at cast time.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
+from core.patching.block_weights import BlockWeights
 from core.patching.lora_stack import LoraStack, compatible
 from core.session.placement import Placement
 from core.session.snapshots import LoraInfo, StackInfo
 from core.session.words import no_model
+
+
+@dataclass(frozen=True)
+class StackChange:
+    """Several changes to the stack made as one operation (a picture's settings): LoRAs switched
+    on and off by id, strengths set (id, model, text encoder) and files added (path, model, text
+    encoder). The weights follow once, after all of them."""
+
+    enable: tuple[str, ...] = ()
+    disable: tuple[str, ...] = ()
+    strengths: tuple[tuple[str, float, float], ...] = ()
+    add: tuple[tuple[Path, float, float], ...] = ()
+
+    def __bool__(self) -> bool:
+        return bool(self.enable or self.disable or self.strengths or self.add)
 
 
 class LoraControl:
@@ -52,9 +69,16 @@ class LoraControl:
             self.stack.apply()  # computed on the CPU from now on: bake the stack into the weights
 
     # -- operations -------------------------------------------------------------------------------
-    def add(self, path: Path, model: float, clip: float | None = None, force: bool = False) -> StackInfo:
+    def add(
+        self,
+        path: Path,
+        model: float,
+        clip: float | None = None,
+        force: bool = False,
+        block_weights: BlockWeights | None = None,
+    ) -> StackInfo:
         stack = self._require()
-        entry = stack.add(path, model, clip, force=force)
+        entry = stack.add(path, model, clip, force=force, block_weights=block_weights)
         try:
             n = self.sync()
         except Exception:
@@ -76,6 +100,41 @@ class LoraControl:
             f"LoRA {path.name}",
             f"{len(entry.report.matched)} modules matched, {len(entry.report.unmatched)} unmatched; "
             f"{done} (model {entry.model_strength:g}, text encoder {entry.clip_strength:g})",
+        )
+        return self.info(recomputed=n)
+
+    def change(self, change: StackChange) -> StackInfo:
+        """``change`` as one operation: the files are added first (a file that cannot be added
+        leaves the stack as it was), then the switches and strengths, then the weights follow once.
+        Ids no longer on the stack are passed over (the stack changed since the plan was made)."""
+        stack = self._require()
+        added: list[str] = []
+        try:
+            for path, model, clip in change.add:
+                added.append(stack.add(path, model, clip).id)
+        except Exception:
+            for lora_id in added:
+                stack.remove(lora_id)
+            raise
+        for ids, on in ((change.enable, True), (change.disable, False)):
+            for lora_id in ids:
+                if lora_id in stack.entries:
+                    stack.set_enabled(lora_id, on)
+        for lora_id, model, clip in change.strengths:
+            if lora_id in stack.entries:
+                stack.set_strength(lora_id, model=model, clip=clip)
+        try:
+            n = self.sync()
+        except Exception:
+            for lora_id in added:
+                stack.remove(lora_id)
+            self.sync()
+            raise
+        self._event(
+            "lora",
+            "a picture's LoRAs",
+            f"{len(change.add)} added, {len(change.enable)} switched on, {len(change.disable)} off, "
+            f"{len(change.strengths)} strengths set; {n} weights recomputed once",
         )
         return self.info(recomputed=n)
 

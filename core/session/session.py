@@ -27,6 +27,7 @@ from pathlib import Path
 
 from torch import nn
 
+from core.archs.catalog import reference_limit
 from core.detect.catalog import generation_defaults
 from core.detect.types import Detection
 from core.errors import LoadoutError
@@ -316,7 +317,7 @@ class Session:
             comps.append(info)
         return ModelInfo(
             loaded.slot.key, loaded.path, loaded.kind, loaded.family, tuple(comps), loaded.seconds,
-            generation_defaults(loaded.family),
+            generation_defaults(loaded.family), reference_limit(loaded.family),
         )  # fmt: skip
 
     # -- test run ---------------------------------------------------------------------------------

@@ -41,6 +41,8 @@ class ModelInfo:
     load_seconds: float = 0.0
     #: the family's usual generation settings (its record's), what the Generate panel starts from
     defaults: GenerationDefaults = NO_MODEL_DEFAULTS
+    #: the most reference pictures its family takes (editing; 0: none)
+    references: int = 0
 
     @property
     def name(self) -> str:

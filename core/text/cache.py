@@ -1,6 +1,7 @@
 """A small LRU of prompt conditionings, so a new seed or a UNet LoRA strength does not re-encode.
 
-The key is (encoder state, family, options, prompt). *Encoder state* is whatever identifies the
+The key is (encoder state, family, options, prompt, the reference pictures an edit's prompt
+encoding read). *Encoder state* is whatever identifies the
 text towers' weights as they are now: the caller passes a hashable value built from the loaded
 model's identity and the text-encoder side of its LoRA stack (file, clip strength per LoRA), so a
 changed clip strength misses and a changed model strength does not.
@@ -24,6 +25,8 @@ class CacheKey:
     family: TextFamily
     options: EncodeOptions
     prompt: str
+    #: the SHA-256s of the reference pictures the prompt encoding read (none for most families)
+    pictures: tuple[str, ...] = ()
 
 
 class ConditioningCache:

@@ -22,6 +22,7 @@ from torch import nn
 
 from core.archs.catalog import TEXTS, find_in_packages
 from core.archs.protocols import TextConvention, TowerOutput, TowerSpec
+from core.archs.references import NO_PICTURES, PromptPictures
 from core.errors import ModelMismatchError
 from core.text.clip_tokenizer import ClipTokenizer
 from core.text.embeddings import NO_EMBEDDINGS, EmbeddingFolders
@@ -35,7 +36,10 @@ from core.text.towers import TowerContext, build_tower
 FAMILIES: tuple[str, ...] = TEXTS.ids()
 TextFamily = str
 
-__all__ = ["FAMILIES", "EncodeOptions", "PromptConditioning", "PromptEncoder", "TextEncoders", "TextFamily"]
+__all__ = [
+    "FAMILIES", "EncodeOptions", "PromptConditioning", "PromptEncoder", "TextEncoders", "TextFamily",
+    "text_encoders",
+]  # fmt: skip
 
 
 def __getattr__(name: str) -> Any:
@@ -164,16 +168,20 @@ class PromptEncoder:
             towers[spec.name] = build_tower(spec, module, ctx)
         return towers
 
-    def encode(self, prompt: str) -> PromptConditioning:
+    def encode(self, prompt: str, pictures: PromptPictures = NO_PICTURES) -> PromptConditioning:
+        """``pictures``: an edit's reference pictures, handed to the decoder-LLM towers of a
+        convention that reads them (``convention.pictures``); the others never see them."""
+        if not self.convention.pictures:
+            pictures = NO_PICTURES
         outputs: dict[str, TowerOutput] = {}
         missing: dict[str, None] = {}
         used: dict[tuple[str, str], None] = {}
         notes: dict[str, None] = {}
         for name, tower in self.towers.items():
             if isinstance(tower, LlmTower):  # template, weights and mask are the tower's own
-                llm_tokens = tower.tokenize(prompt)
+                llm_tokens = tower.tokenize(prompt, pictures)
                 missing.update(dict.fromkeys(llm_tokens.missing_embeddings))
-                outputs[name] = tower.encode_tokens(llm_tokens)
+                outputs[name] = tower.encode_tokens(llm_tokens, pictures.images)
                 continue
             tokens = tokenize(tower, prompt)
             missing.update(dict.fromkeys(tokens.missing_embeddings))
@@ -191,3 +199,17 @@ class PromptEncoder:
 def encoder_ids() -> frozenset[str]:
     """Every encoder family some convention's towers take (what a text-encoder slot may hold)."""
     return frozenset(e for c in TEXTS for t in c.towers for e in (t.encoder, *t.also))
+
+
+def text_encoders(modules: list[tuple[str, nn.Module]]) -> TextEncoders:
+    """(family id, module) pairs of loaded text encoders -> the towers a prompt encoder takes (an
+    encoder no prompt encoding takes is refused)."""
+    known = encoder_ids()
+    for family, _ in modules:
+        if family not in known:
+            raise ModelMismatchError(
+                f"a {family} text encoder cannot condition these models",
+                fix="Use the text encoders the model was made with",
+                code="wrong_kind",
+            )
+    return TextEncoders(dict(modules))

@@ -5,8 +5,11 @@ launch opens at (the screen's available area less the window manager's frame).""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from PySide6.QtCore import QPoint, QRect, QSize
+from PySide6.QtGui import QImage
 
 from app.gui.dock_layout import FRAME_ALLOWANCE, initial_size_for
 
@@ -27,7 +30,9 @@ def inside(widget, window) -> bool:  # type: ignore[no-untyped-def]
 
 
 @pytest.mark.parametrize("name", list(SCREENS))
-def test_a_first_window_and_its_generate_button_fit_the_screen(qtbot, make_window, name: str) -> None:
+def test_a_first_window_and_its_generate_button_fit_the_screen(
+    qtbot, make_window, name: str, tmp_path: Path
+) -> None:
     free = SCREENS[name]
     size = initial_size_for(free)
     with_frame = QSize(
@@ -43,8 +48,19 @@ def test_a_first_window_and_its_generate_button_fit_the_screen(qtbot, make_windo
     panel = window.generate_panel
     for widget in (panel.generate_button, panel.prompt, panel.negative, panel.model.combo, window.picture):
         assert inside(widget, window), (name, type(widget).__name__, widget.visibleRegion().boundingRect())
-    assert window.docks["gallery"].isVisible() and inside(window.gallery.strip, window)
+    assert window.docks["gallery"].isVisible() and inside(window.gallery.empty, window)
     assert inside(window.statusBar(), window)
+    # a picture in the gallery shows whole, its name under it (the strip was a row too short)
+    picture = QImage(256, 256, QImage.Format.Format_RGB32)
+    picture.fill(0x336699)
+    picture.save(str(tmp_path / "00000-1.png"))
+    window.gallery.add_files([(tmp_path / "00000-1.png", "00000-1")])
+    qtbot.waitUntil(lambda: not window.gallery.loading())
+    qtbot.wait(50)
+    strip = window.gallery.strip
+    assert inside(strip, window), name
+    item = strip.visualItemRect(strip.item(0))
+    assert strip.viewport().rect().contains(item), (name, item, strip.viewport().rect())
 
 
 def test_the_generate_button_stays_in_view_when_the_settings_are_long(qtbot, make_window) -> None:

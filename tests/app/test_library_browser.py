@@ -8,9 +8,12 @@ import os
 import threading
 from pathlib import Path
 
+from PySide6.QtCore import QRect, Qt
+
 from app.demo import DemoLibrary
 from app.gui.library_model import COPIES_COLUMN, LibraryTreeModel, used_text
 from core.library import Entry
+from core.library.hasher import HashProgress
 from tests.app.util import strict
 from tests.core.library.conftest import tiny_lora
 
@@ -164,3 +167,27 @@ def test_a_long_file_name_is_cut_and_never_widens_the_window(qtbot, make_window,
     assert window.details.title.toolTip() == long_name  # cut in the pane, whole in the tooltip
     name_column = b.tree.header().sectionSize(0)
     assert b.tree.sizeHintForColumn(0) > name_column  # the tree cuts the name (in the middle) too
+
+
+def test_the_summary_is_read_whole_while_files_are_hashed(qtbot, make_window, tmp_path: Path) -> None:
+    """At a laptop's library width the footer said "10 files · 1 unreadab" while the hash pass
+    ran: the pass's line took half of the summary's row (issue 30)."""
+    folder = tmp_path / "models"
+    folder.mkdir()
+    for i in range(12):
+        tiny_lora(folder / f"style-{i:02d}.safetensors")
+    (folder / "broken.safetensors").write_bytes(b"<html>404</html>")
+    window = make_window(folder)
+    window.resize(1350, 680)  # 1366 x 768 less a frame and a taskbar
+    window.layout_.arrange()
+    b = window.browser
+    qtbot.waitUntil(lambda: len(b.model.entries()) == 13 and not window.backend.busy, timeout=30000)
+    window.backend.hash_progress.emit(HashProgress(3, 13, folder / "style-04.safetensors", True))
+    qtbot.waitUntil(b.hash_status.isVisible)
+    qtbot.wait(50)
+    for label in (b.summary, b.hash_status):  # whole, on as many lines as it wraps to
+        room = label.contentsRect()
+        flags = int(Qt.TextFlag.TextWordWrap) if label.wordWrap() else 0
+        need = label.fontMetrics().boundingRect(QRect(0, 0, room.width(), 10_000), flags, label.text())
+        assert need.width() <= room.width() and need.height() <= room.height(), (label.text(), need, room)
+    assert "unreadable" in b.summary.text() and "on disk" in b.summary.text()

@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from app.gui.model_picker import ModelPicker
-from core.detect.catalog import missing_parts
+from core.archs.catalog import missing_parts
 from core.library import InspectCache
 from core.session.library import Library
 from tests.fixtures.layouts_diffusion import z_image

@@ -15,8 +15,9 @@ from PySide6.QtWidgets import QGraphicsView
 from app.demo import DemoLibrary
 from app.gui.menus import about_text, app_version
 from app.gui.viewer import PicturePanel
-from core.generate.parameters import GenerationParameters, LoraUse, format_parameters
-from core.generate.png import save_png
+from core.generate.events import GeneratedImage, GenerateResult
+from core.generate.parameters import GenerationParameters, LoraUse, format_parameters, parse_parameters
+from core.generate.png import read_png_parameters, save_png
 from tests.app.test_generate_window import _load
 from tests.app.util import strict
 
@@ -91,8 +92,13 @@ def test_the_picture_menu_copies_parameters_and_deletes_after_asking(
         "Show in folder",
         "Copy parameters",
         "Use these settings",
+        "Edit this picture",
         "Delete…",
     ]
+    # "Edit this picture": the first reference slot, once the loaded family takes references
+    assert not window.pictures.edit_picture(path)
+    window.generate_panel.references.set_limit(3)
+    assert window.pictures.edit_picture(path) and window.generate_panel.references.paths() == (path,)
     copy = next(a for a in menu.menu(path).actions() if a.text() == "Copy parameters")
     copy.trigger()
     assert "Seed: 42" in QGuiApplication.clipboard().text()
@@ -103,6 +109,20 @@ def test_the_picture_menu_copies_parameters_and_deletes_after_asking(
     menu.confirm = lambda p: True
     menu.delete(path)
     assert not path.exists() and window.gallery.paths() == [] and window.picture.view.pixmap().isNull()
+
+
+def test_an_edits_result_is_shown_beside_its_original(qtbot, make_window, tmp_path: Path) -> None:
+    original = _picture(tmp_path / "photo.png")
+    window = make_window()
+    window.generate_panel.references.set_limit(3)
+    assert window.pictures.edit_picture(original)
+    extra = {"References": f"{original.name}: 0123456789ab"}  # what the edit's PNG says
+    edited = _picture(tmp_path / "pictures" / "edited.png", extra=extra)
+    image = GeneratedImage(edited, parse_parameters(read_png_parameters(edited)), "")
+    window.pictures.on_result(GenerateResult((image,), 42, 0.1, {}, 0))
+    sweep = window.picture.sweep
+    assert [sweep.item(i).text() for i in range(sweep.count())] == ["original", "edited"]
+    assert window.picture.tabs.currentIndex() == 1 and window.picture.view.path == edited
 
 
 def test_use_these_settings_fills_the_panel_and_applies_the_loras(

@@ -93,7 +93,8 @@ def test_main_thread_keeps_processing_timers_while_pictures_are_generated(
     """Generation with its per-step previews and the manager swapping the phases' models on a card."""
     from app.backend.placement import Placement
     from core.generate.request import ImageSettings, Sampling
-    from core.generate.sweep import Sweep
+    from core.queue.grid import axis_of
+    from core.queue.session_grid import SessionGrid
     from tests.app.test_placement import card
 
     window = make_window(demo_library.folder, placement=Placement(None, card(6, 1)))
@@ -115,7 +116,8 @@ def test_main_thread_keeps_processing_timers_while_pictures_are_generated(
         backend.generate(settings, window.generate.output_folder)
     probe.phase = "sweep"
     with strict(qtbot, backend, "started", "generated", "finished", timeout=120000):
-        backend.generate(settings, window.generate.output_folder, Sweep(lora_id, (0.3, 1.2)))
+        sweep = SessionGrid(axis_of("lora-strength", "0.3, 1.2"), lora=lora_id)
+        backend.generate(settings, window.generate.output_folder, sweep)
     probe.stop()
     print(f"\nevent-loop stall while pictures were generated: {probe.report()}")
     assert probe.ticks > 20

@@ -20,10 +20,8 @@ from app.gui.generate_panel import GeneratePanel
 from app.gui.lora_panel import StrengthControl
 from app.gui.memory_panel import EventList, MemoryPanel
 from core.detect.catalog import generation_defaults
-from core.generate.events import GeneratedImage, GenerateResult
 from core.generate.parameters import GenerationParameters, format_parameters
 from core.generate.png import save_png
-from core.generate.sweep import Sweep, run_sweep
 from tests.app.test_generate_window import _load
 from tests.app.test_placement import card
 from tests.app.util import strict
@@ -141,23 +139,6 @@ def test_captions_never_move_the_layout(qtbot, make_window, tmp_path: Path) -> N
     assert panel.status.height() == panel.status.minimumHeight() == panel.status.maximumHeight()
 
 
-def test_a_sweep_can_leave_the_text_encoder_alone_and_its_labels_say_which(tmp_path: Path) -> None:
-    calls: list[tuple[float, float]] = []
-
-    def cell(i: int, _progress) -> GenerateResult:
-        p = GenerationParameters(prompt="x", seed=1)
-        path = save_png(tmp_path / f"{i}.png", np.full((8, 8, 3), 40 * i, np.uint8), format_parameters(p))
-        return GenerateResult((GeneratedImage(path, p, format_parameters(p)),), 1, 0.1, {"sample": 0.1}, 0)
-
-    record = lambda m, c: calls.append((m, c))  # noqa: E731
-    only = run_sweep(Sweep("a", (0.4, 1.0), text_encoder=False), "style", (0.8, 0.6), record, cell, print)
-    assert calls == [(0.4, 0.6), (1.0, 0.6), (0.8, 0.6)]  # the text encoder stayed at 0.6
-    assert [i.label for i in only.images[1:]] == ["style 0.4 (model; TE 0.6)", "style 1 (model; TE 0.6)"]
-    calls.clear()
-    both = run_sweep(Sweep("a", (0.4, 1.0)), "style", (0.8, 0.6), record, cell, print)
-    assert calls[:2] == [(0.4, 0.4), (1.0, 1.0)] and both.images[1].label == "style 0.4 (model & TE)"
-
-
 def test_the_panel_sends_the_sweeps_text_encoder_choice(qtbot) -> None:
     panel = GeneratePanel()
     qtbot.addWidget(panel)
@@ -168,7 +149,7 @@ def test_the_panel_sends_the_sweeps_text_encoder_choice(qtbot) -> None:
     panel.sweep_target.setCurrentIndex(1)
     with qtbot.waitSignal(panel.sweep_requested) as sent:
         panel.generate()
-    assert sent.args[1].text_encoder is False
+    assert sent.args[1].x.name == "lora-model-strength" and sent.args[1].lora == "id1"  # the TE stays
 
 
 def test_the_loaded_models_table_shows_several_rows_however_short_its_dock(qtbot, make_window) -> None:

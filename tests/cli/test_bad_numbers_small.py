@@ -14,7 +14,7 @@ from app.cli import main
     ("extra", "said"),
     [
         (["--hires-scale", "nan", "--hires-denoise", "0.5"], "the hires scale"),
-        (["--sweep", ","], "holds no strength"),
+        (["--sweep", ","], "has 0 values"),
         (["--lora", "{lora}:1:1:1"], "too many strengths"),
     ],
 )

@@ -145,6 +145,8 @@ def test_ctrl_c_while_a_batch_is_saved_writes_none_of_it(demo: DemoLibrary, tmp_
 def test_a_stopped_sweep_names_the_cells_it_kept(demo: DemoLibrary, tmp_path: Path) -> None:
     """A sweep saves each cell as it is done: stopped in the second cell, the first is kept and said."""
     from core.patching.merge import LoraArg
+    from core.queue.grid import axis_of
+    from core.queue.session_grid import SessionGrid, grid_files
 
     stop = threading.Event()
 
@@ -157,10 +159,10 @@ def test_a_stopped_sweep_names_the_cells_it_kept(demo: DemoLibrary, tmp_path: Pa
         ImageSettings("a fox", sampling=Sampling(steps=2), width=64, height=64),
         loras=(LoraArg(demo.lora),),
         output=tmp_path / "s.png",
-        sweep=(0.5, 1.0),
     )
+    sweep = SessionGrid(axis_of("lora-strength", "0.5, 1.0"))
     with pytest.raises(InterruptedByUser) as err:
-        generate_files(request, progress=progress, interrupt=stop)
+        grid_files(request, sweep, progress=progress, interrupt=stop)
     assert [Path(p).name for p in err.value.written] == ["s-0.5.png"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["s-0.5.png"]
 

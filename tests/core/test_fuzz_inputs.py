@@ -25,6 +25,7 @@ from core.files.destination import check_output_file
 from core.files.png_text import read_picture_header
 from core.generate.parameters import parse_parameters
 from core.generate.png import png_bytes, read_png_parameters
+from core.patching.schedule import format_schedules, parse_schedule, read_schedules
 from core.text.prompt import parse_weights
 from core.values import (
     BATCH,
@@ -124,6 +125,26 @@ def test_prompt_weights_are_finite_and_in_range_or_refused() -> None:
             continue
         for s in segments:
             assert _in_range(PROMPT_WEIGHT, s.weight), (prompt, s)
+
+
+def test_lora_schedules_are_in_range_or_refused_and_read_back() -> None:
+    rng = random.Random(31)
+    pieces = ["style", "=", "@", ",", ";", ":", " ", "0", "1", "0.5", *_number_texts(rng, 80)]
+    for _ in range(3000):
+        text = "".join(rng.choice(pieces) for _ in range(rng.randrange(1, 14)))
+        for read in (parse_schedule, read_schedules):
+            try:
+                got = read(text)
+            except LoadoutError:
+                continue
+            schedules = got if isinstance(got, tuple) else (got,)
+            for s in schedules:
+                assert s.lora and s.keyframes
+                for k in s.keyframes:
+                    assert math.isfinite(k.strength) and -20 <= k.strength <= 20 and 0 <= k.start <= 1
+                    assert k.guarantee_steps >= 0
+            if schedules and all(":" not in s.lora and ";" not in s.lora for s in schedules):
+                assert read_schedules(format_schedules(schedules)) == schedules
 
 
 def test_paths_are_checked_and_writes_are_whole_or_absent(tmp_path: Path) -> None:

@@ -1,6 +1,8 @@
-"""FLUX.1 (dev, schnell, fill) as a :class:`~core.archs.protocols.DiffusionNet`: 2x2-patch tokens
-with position ids, CLIP-L's pooled vector and (dev, fill) the distilled guidance, as ComfyUI's Flux
-model class calls it."""
+"""FLUX.1 (dev, schnell, fill, Kontext) as a :class:`~core.archs.protocols.DiffusionNet`: 2x2-patch
+tokens with position ids, CLIP-L's pooled vector and (dev, fill, Kontext) the distilled guidance, as
+ComfyUI's Flux model class calls it. Reference pictures (``Conditioning.references``: Kontext) are
+more tokens after the picture's, at index 1 and placed by ComfyUI's "offset" method
+(:func:`core.models.flux.reference_tokens`); the prediction is the picture's tokens only."""
 
 from __future__ import annotations
 
@@ -16,10 +18,18 @@ from core.archs.flux.keys import flux_diffusers_to_original, flux_key_map
 from core.archs.keymaps import KeyMapping
 from core.archs.layouts import Architecture
 from core.archs.memory import CPU_MEASURED, Coefficients, MemoryModel, Profile, fitted_on_cpu
-from core.archs.protocols import CallingConvention, StandIn
+from core.archs.protocols import CallingConvention, InpaintChannels, StandIn
 from core.detect.catalog import REGISTRY
 from core.errors import ModelMismatchError
-from core.models.flux import Flux, FluxConfig, make_img_ids, make_txt_ids, pack_latents, unpack_latents
+from core.models.flux import (
+    Flux,
+    FluxConfig,
+    make_img_ids,
+    make_txt_ids,
+    pack_latents,
+    reference_tokens,
+    unpack_latents,
+)
 from core.models.patches import NetworkPatches
 
 #: ComfyUI's guidance when no FluxGuidance node sets one.
@@ -78,7 +88,10 @@ def packed_stand_in(
 class FluxNet:
     id = "flux"
     architecture = ARCHITECTURE
-    calling = CallingConvention(name="flux", packed=True, text_tokens=512, unit_timestep=1.0)
+    calling = CallingConvention(
+        name="flux", packed=True, text_tokens=512, unit_timestep=1.0, inpaint=InpaintChannels(mask_cell=8),
+        references=True,
+    )
     memory = MEMORY
 
     def owns(self, module: nn.Module) -> bool:
@@ -107,10 +120,13 @@ class FluxNet:
                 fix="Load a CLIP-L text encoder with the Flux model",
                 code="missing_conditioning",
             )
-        out: Tensor = model(
-            pack_latents(x), img_ids, cond.context, txt_ids, t, cond.pooled, guidance, patches=patches
-        )
-        return unpack_latents(out, h, w)
+        tokens = pack_latents(x)
+        count = tokens.shape[1]
+        if cond.references:  # FLUX.1 Kontext: the reference pictures' tokens after the picture's
+            extra, extra_ids = reference_tokens(cond.references, b, x.dtype)
+            tokens, img_ids = torch.cat((tokens, extra), dim=1), torch.cat((img_ids, extra_ids), dim=1)
+        out: Tensor = model(tokens, img_ids, cond.context, txt_ids, t, cond.pooled, guidance, patches=patches)
+        return unpack_latents(out[:, :count], h, w)
 
     def stand_in(self, config: Any, batch: int, generator: torch.Generator) -> StandIn:
         return packed_stand_in(config, batch, self.calling.text_tokens, generator, pooled=True)

@@ -6,6 +6,7 @@ batch-norm normalised). The networks themselves are ``core.models.flux2`` and
 
 from core.archs.flux2.codec import CODEC
 from core.archs.flux2.net import NET
+from core.archs.flux2.references import REFERENCES
 from core.archs.flux2.text import CONVENTIONS
 
-__all__ = ["CODEC", "CONVENTIONS", "NET"]
+__all__ = ["CODEC", "CONVENTIONS", "NET", "REFERENCES"]

@@ -1,7 +1,10 @@
 """FLUX.2 (klein 4B / 9B, dev) as a :class:`~core.archs.protocols.DiffusionNet`: each latent pixel
 of the FLUX.2 VAE's 128-channel (2x2-packed) latent is a token, with four-axis position ids, the
 text encoder's stacked hidden states as the context and (dev) the distilled guidance, as ComfyUI's
-``Flux2`` model class calls it (timestep = sigma: the records' multiplier is 1)."""
+``Flux2`` model class calls it (timestep = sigma: the records' multiplier is 1). Reference pictures
+(``Conditioning.references``, multi-reference editing) are more tokens after the picture's, each
+at its own time-axis index (10, 20, ...: ComfyUI's "index" method), rows and columns from 0; the
+prediction is the picture's tokens only."""
 
 from __future__ import annotations
 
@@ -26,6 +29,9 @@ from core.models.patches import NetworkPatches
 FLUX2_DEFAULT_GUIDANCE: Final = 4.0
 #: the text tokens ComfyUI's klein tokenizer pads every prompt to (its ``min_length``)
 TEXT_TOKENS: Final = 512
+#: the time-axis position of reference picture ``i`` (1, 2, ...) is ``i`` times this (ComfyUI's
+#: ``ref_index_scale`` with its "index" method for FLUX.2; diffusers' ``scale`` of the image ids)
+REFERENCE_INDEX_STEP: Final = 10.0
 
 ARCHITECTURE = Architecture(
     "flux2",
@@ -68,7 +74,9 @@ MEMORY: Mapping[str, MemoryModel] = MappingProxyType(
 class Flux2Net:
     id = "flux2"
     architecture = ARCHITECTURE
-    calling = CallingConvention(name="flux2", text_tokens=TEXT_TOKENS, unit_timestep=1.0, latent_stride=16)
+    calling = CallingConvention(
+        name="flux2", text_tokens=TEXT_TOKENS, unit_timestep=1.0, latent_stride=16, references=True
+    )
     memory = MEMORY
 
     def owns(self, module: nn.Module) -> bool:
@@ -90,10 +98,15 @@ class Flux2Net:
             if guidance is None:
                 guidance = torch.full((b,), FLUX2_DEFAULT_GUIDANCE)
             guidance = guidance.to(device=x.device, dtype=torch.float32)
-        img_ids = image_ids(b, h, w, device=x.device)
+        tokens, img_ids = image_tokens(x), image_ids(b, h, w, device=x.device)
+        for i, ref in enumerate(cond.references, start=1):  # extra tokens at time 10, 20, ...
+            rh, rw = ref.shape[-2], ref.shape[-1]
+            ref_ids = image_ids(b, rh, rw, index=REFERENCE_INDEX_STEP * i, device=x.device)
+            tokens = torch.cat((tokens, image_tokens(ref.to(x.dtype))), dim=1)
+            img_ids = torch.cat((img_ids, ref_ids), dim=1)
         txt_ids = text_ids(b, cond.context.shape[1], device=x.device)
-        out: Tensor = model(image_tokens(x), img_ids, cond.context, txt_ids, t, guidance, patches=patches)
-        return image_latent(out, h, w)
+        out: Tensor = model(tokens, img_ids, cond.context, txt_ids, t, guidance, patches=patches)
+        return image_latent(out[:, : h * w], h, w)
 
     def stand_in(self, config: Any, batch: int, generator: torch.Generator) -> StandIn:
         context = torch.randn(batch, self.calling.text_tokens, config.context_in_dim, generator=generator)

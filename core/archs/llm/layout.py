@@ -10,10 +10,11 @@ Layouts (the ``layout`` detection gives, ``core.detect.encoder_text.read_llm``):
 * GGUF files are indexed under transformers names (``core.files.gguf_llm``), so they load as
   ``transformers``; llama.cpp stores Gemma's norm weights as ``1 + w``, undone at read.
 
-Keys a text encoder never uses are dropped by every conversion: the LM head, a vision tower and its
-projector (Qwen2.5-VL ``visual.*``, Gemma-3 ``vision_tower.*``), the SentencePiece model Comfy-Org's
-Gemma files carry as the uint8 tensor ``spiece_model`` (Mistral's: ``tekken_model``; read by the
-tokenizer, not the network).
+Qwen2.5-VL's vision tower (``visual.*``, ``model.visual.*``) is the module's ``visual.*``
+(``core.models.llm.vision``) when the file has one. Keys a text encoder never uses are dropped by
+every conversion: the LM head, other vision towers and projectors (Gemma-3 ``vision_tower.*``),
+the SentencePiece model Comfy-Org's Gemma files carry as the uint8 tensor ``spiece_model``
+(Mistral's: ``tekken_model``; read by the tokenizer, not the network).
 """
 
 from __future__ import annotations
@@ -52,17 +53,25 @@ UNUSED_PREFIXES: Final = (
     "tekken_model",
     "tokenizer.",
 )
+#: the families whose vision tower is loaded with the language model (Qwen-Image-Edit reads
+#: pictures through it): ``visual.*`` (Comfy-Org, Hugging Face) or ``model.visual.*``
+#: (transformers 4.50+) become the module's ``visual.*``
+VISION_FAMILIES: Final = ("qwen2.5-vl-3b", "qwen2.5-vl-7b")
+VISION_PREFIXES: Final = ("visual.", "model.visual.")
 _BASES: Final = {"transformers": "model.", "transformers-vl": "model.language_model.", "bare": ""}
 
 
 class _Renamed(Mapping[str, torch.Tensor]):
     """A lazy view of ``tensors`` under the module's names (each tensor read only when asked)."""
 
-    def __init__(self, tensors: Tensors, layout: str) -> None:
+    def __init__(self, tensors: Tensors, layout: str, vision: bool = False) -> None:
         self._src = tensors
         base = _BASES[layout]
         self._names: dict[str, str] = {}
         for key in tensors:
+            if vision and key.startswith(VISION_PREFIXES):
+                self._names["visual." + key.split("visual.", 1)[1]] = key
+                continue
             if key.startswith(UNUSED_PREFIXES):
                 continue
             if base and key.startswith(base):
@@ -83,7 +92,7 @@ class _Renamed(Mapping[str, torch.Tensor]):
 
 
 def _renamed(tensors: Tensors, family: str, *, layout: str) -> Tensors:
-    return _Renamed(tensors, layout)
+    return _Renamed(tensors, layout, vision=family in VISION_FAMILIES)
 
 
 def _configure(shapes: Shapes, family: str) -> LlmConfig:

@@ -8,7 +8,7 @@ are read, the start and padding tokens, the tokenizer, and the special tokens ma
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Final, Literal
 
@@ -41,6 +41,22 @@ class TemplateDrop:
 
 
 @dataclass(frozen=True)
+class PictureSpec:
+    """How a family puts pictures into its prompt (Qwen-Image-Edit's, ComfyUI's
+    ``TextEncodeQwenImageEditPlus``): the text put before the prompt for picture N (``prefix``,
+    ``{}`` the 1-based number), the token that stands for a picture's tokens, the area each picture
+    is scaled to first, and how many pictures a prompt takes."""
+
+    prefix: str
+    token: int
+    area: int
+    most: int
+
+    def text(self, count: int) -> str:
+        return "".join(self.prefix.format(i + 1) for i in range(count))
+
+
+@dataclass(frozen=True)
 class LlmTowerSpec:
     """One family's use of an LLM encoder.
 
@@ -69,6 +85,8 @@ class LlmTowerSpec:
     own_template: tuple[str, ...] = ()
     min_length: int = 1
     kind: str = "llm"
+    #: pictures in the prompt (Qwen-Image-Edit's, read by the encoder's vision tower); None: none
+    pictures: PictureSpec | None = None
 
     def __post_init__(self) -> None:
         if self.layer >= 0:
@@ -122,6 +140,27 @@ QWEN_IMAGE_QWEN25VL: Final = LlmTowerSpec(
 )
 
 
+#: Qwen-Image-Edit's chat template (ComfyUI ``TextEncodeQwenImageEditPlus``' ``llama_template``;
+#: diffusers' ``QwenImageEditPlusPipeline`` has the same)
+QWEN_IMAGE_EDIT_TEMPLATE: Final = (
+    "<|im_start|>system\nDescribe the key features of the input image (color, shape, size, texture, "
+    "objects, background), then explain how the user's text instruction should alter or modify the "
+    "image. Generate a new image that meets the user's requirements while maintaining consistency "
+    "with the original input where appropriate.<|im_end|>\n<|im_start|>user\n{}<|im_end|>\n"
+    "<|im_start|>assistant\n"
+)
+QWEN_IMAGE_PAD: Final = 151655  # <|image_pad|>
+#: up to three pictures, each scaled to 384 x 384 px of area before the vision tower
+QWEN_EDIT_PICTURES: Final = PictureSpec(
+    "Picture {}: <|vision_start|><|image_pad|><|vision_end|>", QWEN_IMAGE_PAD, 384 * 384, 3
+)
+#: Qwen-Image-Edit (2509, 2511): the edit template (its system part, 64 tokens, dropped by the
+#: same rule), the pictures before the prompt
+QWEN_IMAGE_EDIT_QWEN25VL: Final = replace(
+    QWEN_IMAGE_QWEN25VL, template=QWEN_IMAGE_EDIT_TEMPLATE, pictures=QWEN_EDIT_PICTURES
+)
+
+
 def lumina2_gemma2(system_prompt: str = "superior") -> LlmTowerSpec:
     """Lumina 2's Gemma-2 tower with one of :data:`LUMINA2_SYSTEM_PROMPTS` (ComfyUI's node default:
     the first, "superior")."""
@@ -142,6 +181,9 @@ LUMINA2_GEMMA2: Final = lumina2_gemma2()
 Z_IMAGE_TOWER: Final = TowerSpec("qwen3-4b", "qwen3_4b", "Qwen3 4B", Z_IMAGE_QWEN3)
 LUMINA2_TOWER: Final = TowerSpec("gemma2-2b", "gemma2_2b", "Gemma 2 2B", LUMINA2_GEMMA2)
 QWEN_IMAGE_TOWER: Final = TowerSpec("qwen2.5-vl-7b", "qwen25_7b", "Qwen2.5-VL 7B", QWEN_IMAGE_QWEN25VL)
+QWEN_IMAGE_EDIT_TOWER: Final = TowerSpec(
+    "qwen2.5-vl-7b", "qwen25_7b", "Qwen2.5-VL 7B", QWEN_IMAGE_EDIT_QWEN25VL
+)
 
 #: FLUX.2 klein's chat template (ComfyUI ``KleinTokenizer.llama_template``: the assistant turn opened
 #: with an empty thinking block, as transformers' template with ``enable_thinking=False``)
@@ -159,3 +201,21 @@ KLEIN_QWEN3: Final = LlmTowerSpec(
 #: FLUX.2 klein 4B reads Qwen3-4B, klein 9B Qwen3-8B (the same template and layers)
 KLEIN_4B_TOWER: Final = TowerSpec("qwen3-4b", "qwen3_4b", "Qwen3 4B", KLEIN_QWEN3)
 KLEIN_9B_TOWER: Final = TowerSpec("qwen3-8b", "qwen3_8b", "Qwen3 8B", KLEIN_QWEN3)
+
+#: FLUX.2 dev's prompt (ComfyUI ``Flux2Tokenizer.llama_template``: Mistral's system prompt and
+#: instruction markers around the prompt; the markers are Tekken special tokens)
+FLUX2_DEV_TEMPLATE: Final = (
+    "[SYSTEM_PROMPT]You are an AI that reasons about image descriptions. You give structured responses "
+    "focusing on object relationships, object\nattribution and actions without speculation."
+    "[/SYSTEM_PROMPT][INST]{}[/INST]"
+)
+#: the hidden states FLUX.2 dev stacks (ComfyUI ``Mistral3_24BModel``: layers 10, 20, 30)
+FLUX2_DEV_LAYERS: Final = (10, 20, 30)
+TEKKEN_BOS, TEKKEN_PAD = 1, 11  # <s>, <pad>
+#: Mistral-Small-3 24B for FLUX.2 dev: BOS, the template, no weights (ComfyUI tokenizes with them
+#: off), no padding (one prompt: nothing to pad to), three layers side by side (15360 wide)
+FLUX2_DEV_MISTRAL: Final = LlmTowerSpec(
+    FLUX2_DEV_TEMPLATE, weighted=False, start=TEKKEN_BOS, pad=TEKKEN_PAD, tokenizer="tekken",
+    stack=FLUX2_DEV_LAYERS,
+)  # fmt: skip
+FLUX2_DEV_TOWER: Final = TowerSpec("mistral3-24b", "mistral3_24b", "Mistral Small 3 24B", FLUX2_DEV_MISTRAL)

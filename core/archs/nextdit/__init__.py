@@ -3,7 +3,8 @@ models and adapter names (:mod:`.net`) and its file layouts (:mod:`.keys`); the 
 ``core.models.nextdit``. Its prompt encodings (Qwen3-4B and Gemma-2-2B in ComfyUI's templates)
 are :mod:`.text`."""
 
+from core.archs.nextdit.blocks import BLOCKS
 from core.archs.nextdit.net import NET
 from core.archs.nextdit.text import CONVENTIONS
 
-__all__ = ["CONVENTIONS", "NET"]
+__all__ = ["BLOCKS", "CONVENTIONS", "NET"]

@@ -17,7 +17,6 @@ from core.archs.keymaps import KeyMapping
 from core.archs.layouts import Architecture
 from core.archs.memory import CPU_MEASURED, Coefficients, MemoryModel, Profile, fitted_on_cpu
 from core.archs.nextdit.keys import HARMLESS, diffusers_to_original, lumina2_key_map, z_image_key_map
-from core.archs.patches import refuse_patches
 from core.archs.protocols import CallingConvention, StandIn
 from core.detect.catalog import REGISTRY
 from core.models.nextdit import NextDiT, NextDiTConfig
@@ -87,8 +86,7 @@ class NextDiTNet:
     def forward(
         self, model: nn.Module, x: Tensor, t: Tensor, cond: Conditioning, patches: NetworkPatches
     ) -> Tensor:
-        refuse_patches(patches, "Next-DiT (Lumina 2 / Z-Image)")
-        out: Tensor = model(x, t, cond.context)
+        out: Tensor = model(x, t, cond.context, patches)
         return out
 
     def stand_in(self, config: Any, batch: int, generator: torch.Generator) -> StandIn:

@@ -10,7 +10,7 @@ from core.archs.keymaps import KeyMapping, convert_state_dict, linear, mlp, qkv,
 
 
 def pixart_key_map(depth: int, *, micro_condition: bool = False) -> tuple[KeyMapping, ...]:
-    """Every tensor of a :class:`~core.models.pixart.PixArt`, from ``PixArtTransformer2DModel`` keys
+    """Every tensor of a :class:`~core.archs.pixart.network.PixArt`, from ``PixArtTransformer2DModel`` keys
     (diffusers keeps no null-caption embedding and no position grid: the original has them as
     optional tensors). Cross-attention's k and v fuse into ``kv_linear``. ``micro_condition``:
     PixArt-α's size and aspect-ratio embedders."""

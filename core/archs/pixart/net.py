@@ -16,10 +16,10 @@ from core.archs.keymaps import KeyMapping
 from core.archs.layouts import Architecture
 from core.archs.memory import CPU_MEASURED, Coefficients, MemoryModel, Profile, fitted_on_cpu
 from core.archs.pixart.keys import pixart_diffusers_to_original, pixart_key_map
+from core.archs.pixart.network import PixArt, PixArtConfig
 from core.archs.protocols import CallingConvention, StandIn
 from core.detect.catalog import REGISTRY
 from core.models.patches import NetworkPatches
-from core.models.pixart import PixArt, PixArtConfig
 
 ARCHITECTURE = Architecture(
     "pixart",

@@ -3,6 +3,7 @@
 template's tokens dropped); the network itself is ``core.models.qwen_image``."""
 
 from core.archs.qwen_image.net import NET
+from core.archs.qwen_image.references import REFERENCES
 from core.archs.qwen_image.text import CONVENTIONS
 
-__all__ = ["CONVENTIONS", "NET"]
+__all__ = ["CONVENTIONS", "NET", "REFERENCES"]

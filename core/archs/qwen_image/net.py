@@ -1,7 +1,8 @@
 """Qwen-Image's MMDiT as a :class:`~core.archs.protocols.DiffusionNet`: ``(x, t, context)`` with
 ComfyUI's flow timestep (sigma itself: the record's multiplier is 1) and Qwen2.5-VL's last hidden
 states (the template's tokens dropped, unpadded, no mask: ComfyUI's network attends to every
-text token it is given).
+text token it is given). Reference latents (Qwen-Image-Edit's, ``Conditioning.references``) are
+extra picture tokens (ComfyUI's ``ref_latents``); Edit 2511's are modulated as at timestep 0.
 
 File layouts: Qwen-Image was released in diffusers' naming and Comfy-Org's repacks
 (``qwen_image_fp8_e4m3fn.safetensors``, ``qwen_image_bf16.safetensors``, 2512, Edit 2509/2511) and
@@ -29,12 +30,25 @@ from core.detect.catalog import REGISTRY
 from core.models.patches import NetworkPatches
 from core.models.qwen_image import QwenImageConfig, QwenImageDiT
 
+#: the network preset of the families whose reference pictures are modulated as at timestep 0
+#: (ComfyUI's ``index_timestep_zero`` reference method, which its Edit 2511 template sets;
+#: diffusers' ``zero_cond_t``): the family record says it
+ZERO_TIMESTEP = "index_timestep_zero"
+
+
+def _zero_timestep(family: str) -> bool:
+    fam = REGISTRY.get(family)
+    return fam is not None and fam.network_preset == ZERO_TIMESTEP
+
+
 ARCHITECTURE = Architecture(
     "qwen_image",
     "diffusion_model",
     tuple(f.id for f in REGISTRY if f.diffusion is not None and f.diffusion.network == "qwen_image"),
-    configure=lambda shapes, family: QwenImageConfig.from_shapes(shapes),
+    configure=lambda shapes, family: QwenImageConfig.from_shapes(shapes, _zero_timestep(family)),
     build=lambda cfg, device, dtype: QwenImageDiT(cfg, device=device, dtype=dtype),
+    # Comfy-Org's Edit 2511 marker (an empty tensor): the family says what it says
+    harmless=frozenset({"__index_timestep_zero__"}),
 )
 
 #: the text tokens the memory model and the test run count (a long prompt after the template drop)
@@ -72,7 +86,9 @@ MEMORY: Mapping[str, MemoryModel] = MappingProxyType(
 class QwenImageNet:
     id = "qwen_image"
     architecture = ARCHITECTURE
-    calling = CallingConvention(name="qwen_image", packed=True, text_tokens=TEXT_TOKENS, unit_timestep=1.0)
+    calling = CallingConvention(
+        name="qwen_image", packed=True, text_tokens=TEXT_TOKENS, unit_timestep=1.0, references=True
+    )
     memory = MEMORY
 
     def owns(self, module: nn.Module) -> bool:
@@ -88,7 +104,7 @@ class QwenImageNet:
     def forward(
         self, model: nn.Module, x: Tensor, t: Tensor, cond: Conditioning, patches: NetworkPatches
     ) -> Tensor:
-        out: Tensor = model(x, t, cond.context, patches)
+        out: Tensor = model(x, t, cond.context, patches, cond.references)
         return out
 
     def stand_in(self, config: Any, batch: int, generator: torch.Generator) -> StandIn:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from core.archs.llm.towers import QWEN_IMAGE_TOWER
+from core.archs.llm.towers import QWEN_IMAGE_EDIT_TOWER, QWEN_IMAGE_TOWER
 from core.archs.protocols import TextConvention, TextOutput, TowerOutput
 from core.archs.text_base import Convention
 
@@ -20,4 +20,7 @@ def _llm(outputs: Mapping[str, TowerOutput]) -> TextOutput:
 
 
 QWEN_IMAGE = Convention("qwen_image", (QWEN_IMAGE_TOWER,), combine_outputs=_llm)
-CONVENTIONS: tuple[TextConvention, ...] = (QWEN_IMAGE,)
+#: Qwen-Image-Edit's (ComfyUI's ``TextEncodeQwenImageEditPlus``): the edit template, up to three
+#: pictures before the prompt, read by the encoder's vision tower (``QWEN_IMAGE_EDIT_TOWER``)
+QWEN_IMAGE_EDIT = Convention("qwen_image_edit", (QWEN_IMAGE_EDIT_TOWER,), combine_outputs=_llm, pictures=True)
+CONVENTIONS: tuple[TextConvention, ...] = (QWEN_IMAGE, QWEN_IMAGE_EDIT)

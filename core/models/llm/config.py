@@ -25,6 +25,7 @@ from types import MappingProxyType
 from typing import Final, Literal
 
 from core.errors import ModelMismatchError
+from core.models.llm.vision import VisionConfig
 
 Arch = Literal["llama", "qwen2", "qwen3", "gemma2", "gemma3"]
 ARCHES: Final[tuple[Arch, ...]] = ("llama", "qwen2", "qwen3", "gemma2", "gemma3")
@@ -74,6 +75,11 @@ class LlmConfig:
     sliding_period: int = 2
     #: attention scale is ``query_pre_attn_scalar ** -0.5`` (None: ``head_dim ** -0.5``)
     query_pre_attn_scalar: float | None = None
+    #: Qwen2.5-VL's multimodal RoPE: the (time, row, column) sections of the half head, in
+    #: frequencies (16, 24, 24); None: 1D positions (text-only positions are the same either way)
+    mrope_sections: tuple[int, ...] | None = None
+    #: the vision tower the file carries (Qwen2.5-VL's ``visual.*``); None: text only
+    vision: VisionConfig | None = None
 
     def __post_init__(self) -> None:
         sizes = (self.vocab_size, self.hidden_size, self.intermediate_size, self.num_layers)
@@ -83,6 +89,10 @@ class LlmConfig:
             raise ValueError(f"{self.num_heads} query heads do not share {self.num_kv_heads} key/value heads")
         if self.head_dim % 2:
             raise ValueError(f"RoPE needs an even head width, not {self.head_dim}")
+        if self.mrope_sections is not None and 2 * sum(self.mrope_sections) != self.head_dim:
+            raise ValueError(
+                f"M-RoPE sections {self.mrope_sections} do not cover a half head of {self.head_dim}"
+            )
         if self.arch not in ARCHES:
             raise ValueError(f"unknown LLM architecture {self.arch!r}: one of {ARCHES}")
 
@@ -158,6 +168,7 @@ class LlmConfig:
             num_kv_heads=kv_rows // head_dim,
             head_dim=head_dim,
             qkv_bias=p + "self_attn.q_proj.bias" in shapes,
+            vision=VisionConfig.from_shapes(shapes) if base.mrope_sections is not None else None,
         )
 
 
@@ -168,6 +179,9 @@ def _qwen3(hidden: int, ffn: int, layers: int, heads: int) -> LlmConfig:
     return LlmConfig("qwen3", 151936, hidden, ffn, layers, heads, 8, 128)
 
 
+#: Qwen2.5-VL's M-RoPE sections (time, row, column) of the 64 frequencies
+QWEN25VL_MROPE: Final = (16, 24, 24)
+
 _LLAMA3_SCALING: Final = None  # ComfyUI computes plain RoPE for Llama-3.1 (see the module notes)
 
 _PRESETS: dict[str, LlmConfig] = {
@@ -176,8 +190,12 @@ _PRESETS: dict[str, LlmConfig] = {
     "qwen3-4b": _qwen3(2560, 9728, 36, 32),
     "qwen3-8b": _qwen3(4096, 12288, 36, 32),
     # Qwen2.5(-VL) text: q/k/v biases; its multimodal RoPE is plain RoPE for text-only positions
-    "qwen2.5-vl-3b": LlmConfig("qwen2", 151936, 2048, 11008, 36, 16, 2, 128, qkv_bias=True),
-    "qwen2.5-vl-7b": LlmConfig("qwen2", 152064, 3584, 18944, 28, 28, 4, 128, qkv_bias=True),
+    "qwen2.5-vl-3b": LlmConfig(
+        "qwen2", 151936, 2048, 11008, 36, 16, 2, 128, qkv_bias=True, mrope_sections=QWEN25VL_MROPE
+    ),
+    "qwen2.5-vl-7b": LlmConfig(
+        "qwen2", 152064, 3584, 18944, 28, 28, 4, 128, qkv_bias=True, mrope_sections=QWEN25VL_MROPE
+    ),
     "gemma2-2b": LlmConfig(
         "gemma2",
         256000,

@@ -26,22 +26,12 @@ import torch.nn.functional as F
 from torch import nn
 
 from core.models.llm.config import LlmConfig, RopeScaling
-from core.models.llm.rope import apply_rope, rope_tables
-from core.ops.layers import CastWeights, OpSet, default_ops
+from core.models.llm.norm import rms_norm
+from core.models.llm.rope import apply_rope, mrope_tables, rope_tables
+from core.models.llm.vision import QwenVisionTower
+from core.ops.layers import OpSet, default_ops
 
 Tables = dict[tuple[float, RopeScaling | None], tuple[torch.Tensor, torch.Tensor]]
-
-
-def rms_norm(layer: nn.RMSNorm, x: torch.Tensor, plus_one: bool) -> torch.Tensor:
-    """RMSNorm in float32 over the last dim, weight ``w`` (or Gemma's ``1 + w``), back in x's dtype.
-
-    The layer is an op layer (its weight placed, streamed and cast like any other); the ``1 + w``
-    is formed from the cast weight, never stored."""
-    xf = x.float()
-    w = layer.cast_weight_bias(xf)[0] if isinstance(layer, CastWeights) else layer.weight.float()
-    if plus_one:
-        w = w + 1.0
-    return F.rms_norm(xf, (xf.shape[-1],), w, layer.eps).to(x.dtype)
 
 
 class LlmAttention(nn.Module):
@@ -186,6 +176,8 @@ class LlmTextModel(nn.Module):
         super().__init__()
         self.config = config
         self.model = LlmBackbone(config, ops, device, dtype)
+        if config.vision is not None:
+            self.visual = QwenVisionTower(config.vision, ops=ops, device=device, dtype=dtype)
 
     def resolve_taps(self, taps: Sequence[int]) -> tuple[int, ...]:
         n = self.config.num_layers
@@ -202,26 +194,42 @@ class LlmTextModel(nn.Module):
         *,
         taps: Sequence[int] = (-1,),
         dtype: torch.dtype | None = None,
+        inserts: Sequence[tuple[int, torch.Tensor]] = (),
+        positions: torch.Tensor | None = None,
     ) -> list[torch.Tensor]:
         """Hidden states (B, L, hidden) at each tap, in the compute ``dtype`` (default: the weights'
         dtype; float32 for storage dtypes torch cannot compute in). ``attention_mask_`` (B, L):
-        1 = real token, 0 = padding (masked as keys)."""
+        1 = real token, 0 = padding (masked as keys). ``inserts``: (start, vectors (n, hidden))
+        put in place of the token embeddings from ``start`` on, in every row (a picture's tokens
+        from the vision tower). ``positions``: (3, L) M-RoPE positions (time, row, column) where
+        the config has M-RoPE sections; None: 0, 1, 2, ... on every axis."""
         c, m = self.config, self.model
         wanted = self.resolve_taps(taps)
         dt = _compute_dtype(m.embed_tokens.weight, dtype)
         b, length = input_ids.shape
         x: torch.Tensor = m.embed_tokens(input_ids, out_dtype=dt)
+        if inserts:
+            x = x.clone()
+            for start, vectors in inserts:
+                x[:, start : start + vectors.shape[0]] = vectors.to(device=x.device, dtype=x.dtype)
         if c.gemma:  # Gemma scales its embeddings by sqrt(width) (ComfyUI: a Python float)
             x = x * c.hidden_size**0.5
         mask = attention_mask(attention_mask_, b, length, dt, x.device)
-        positions = torch.arange(length, device=x.device)
+        if positions is not None and c.mrope_sections is None:
+            raise ValueError("3D positions need a network with M-RoPE sections (Qwen2.5-VL)")
+        if positions is None:
+            positions = torch.arange(length, device=x.device)
         tables: Tables = {}
         found: dict[int, torch.Tensor] = {0: x} if 0 in wanted else {}
         deepest = max(wanted)
         for i in range(min(deepest, c.num_layers)):
             key = (c.layer_theta(i), c.layer_scaling(i))
             if key not in tables:
-                tables[key] = rope_tables(positions, c.head_dim, *key)
+                tables[key] = (
+                    mrope_tables(positions.to(x.device), c.head_dim, key[0], c.mrope_sections)
+                    if positions.ndim == 2 and c.mrope_sections is not None
+                    else rope_tables(positions, c.head_dim, *key)
+                )
             layer_mask = sliding_mask(mask, c.sliding_window) if c.sliding(i) and c.sliding_window else mask
             x = m.layers[i](x, tables[key], layer_mask)
             if i + 1 in wanted and i + 1 < c.num_layers:

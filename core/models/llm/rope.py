@@ -53,3 +53,19 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.T
     """x (B, H, L, D) rotated by tables (L, D) in x's dtype."""
     c, s = cos.to(x.dtype), sin.to(x.dtype)
     return x * c + _rotate_half(x) * s
+
+
+def mrope_tables(
+    positions: torch.Tensor, head_dim: int, theta: float, sections: tuple[int, ...]
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Qwen2.5-VL's multimodal cos and sin (L, head_dim) for (time, row, column) ``positions``
+    (3, L): the frequencies in ``sections`` (time, row, column, in each half of the head) take
+    their angles from their own axis (transformers' ``mrope_section``, ComfyUI's ``rope_dims``)."""
+    tables = [rope_tables(positions[axis], head_dim, theta, None) for axis in range(3)]
+    split = list(sections) * 2
+
+    def pick(which: int) -> torch.Tensor:
+        parts = [torch.split(t[which], split, dim=-1) for t in tables]
+        return torch.cat([parts[i % 3][i] for i in range(len(split))], dim=-1)
+
+    return pick(0), pick(1)

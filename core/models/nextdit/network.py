@@ -22,10 +22,20 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from core.errors import LoadoutError
-from core.models.attention import attention_heads_first, timestep_embedding
+from core.errors import LoadoutError, ModelMismatchError
+from core.models.attention import timestep_embedding
 from core.models.flux_blocks import apply_rope, rope
 from core.models.nextdit.config import NextDiTConfig, round_up
+from core.models.patches import (
+    NO_PATCHES,
+    AttentionKind,
+    AttentionRoute,
+    NetworkPatches,
+    PatchPoints,
+    Site,
+    attend_heads,
+    attention_route,
+)
 from core.ops.layers import OpSet, cast_to, default_ops
 
 Device = torch.device | None
@@ -50,7 +60,13 @@ class JointAttention(nn.Module):
         self.q_norm = ops.RMSNorm(d, eps=QK_NORM_EPS, device=device, dtype=dtype)
         self.k_norm = ops.RMSNorm(d, eps=QK_NORM_EPS, device=device, dtype=dtype)
 
-    def forward(self, x: torch.Tensor, pe: torch.Tensor) -> torch.Tensor:
+    def forward(
+        self,
+        x: torch.Tensor,
+        pe: torch.Tensor,
+        route: AttentionRoute | None = None,
+        kind: AttentionKind = "joint",
+    ) -> torch.Tensor:
         b, length, _ = x.shape
         d = self.head_dim
         q, k, v = self.qkv(x).split([self.heads * d, self.kv_heads * d, self.kv_heads * d], dim=-1)
@@ -61,7 +77,7 @@ class JointAttention(nn.Module):
         if self.heads != self.kv_heads:  # each kv head serves a run of query heads
             rep = self.heads // self.kv_heads
             k, v = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)
-        out: torch.Tensor = self.out(attention_heads_first(q, k, v))
+        out: torch.Tensor = self.out(attend_heads(route, q, k, v, 0, kind))
         return out
 
 
@@ -91,9 +107,17 @@ class JointBlock(nn.Module):
     scales each branch's input and gates its output (tanh)."""
 
     def __init__(
-        self, cfg: NextDiTConfig, *, modulation: bool, ops: OpSet, device: Device, dtype: DType
+        self,
+        cfg: NextDiTConfig,
+        *,
+        modulation: bool,
+        ops: OpSet,
+        device: Device,
+        dtype: DType,
+        kind: AttentionKind = "joint",
     ) -> None:
         super().__init__()
+        self.kind = kind  # what its attention sees: caption or picture tokens alone ("self"), or both
         dim, eps = cfg.dim, cfg.norm_eps
         self.attention = JointAttention(cfg, ops=ops, device=device, dtype=dtype)
         self.feed_forward = FeedForward(cfg, ops=ops, device=device, dtype=dtype)
@@ -105,12 +129,14 @@ class JointBlock(nn.Module):
         if modulation:
             self.adaLN_modulation = _modulation(cfg, 4 * dim, ops=ops, device=device, dtype=dtype)
 
-    def _attend(self, x: torch.Tensor, pe: torch.Tensor, scale: torch.Tensor | None) -> torch.Tensor:
+    def _attend(
+        self, x: torch.Tensor, pe: torch.Tensor, scale: torch.Tensor | None, route: AttentionRoute | None
+    ) -> torch.Tensor:
         """Its own function so that the branch's intermediates are freed before the MLP."""
         h = self.attention_norm1(x)
         if scale is not None:
             h = h * (1 + scale)
-        out: torch.Tensor = self.attention_norm2(self.attention(h, pe))
+        out: torch.Tensor = self.attention_norm2(self.attention(h, pe, route, self.kind))
         return out
 
     def _mlp(self, x: torch.Tensor, scale: torch.Tensor | None) -> torch.Tensor:
@@ -120,14 +146,21 @@ class JointBlock(nn.Module):
         out: torch.Tensor = self.ffn_norm2(self.feed_forward(h))
         return out
 
-    def forward(self, x: torch.Tensor, pe: torch.Tensor, t: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(
+        self,
+        x: torch.Tensor,
+        pe: torch.Tensor,
+        t: torch.Tensor | None = None,
+        route: AttentionRoute | None = None,
+    ) -> torch.Tensor:
+        """``route``: the attention patches of this block's site (its attention is layer 0)."""
         if self.adaLN_modulation is None:
-            x = x + self._attend(x, pe, None)
+            x = x + self._attend(x, pe, None, route)
             return x + self._mlp(x, None)
         assert t is not None
         mods: torch.Tensor = self.adaLN_modulation(t)[:, None]
         scale_msa, gate_msa, scale_mlp, gate_mlp = mods.chunk(4, dim=-1)
-        x = x + gate_msa.tanh() * self._attend(x, pe, scale_msa)
+        x = x + gate_msa.tanh() * self._attend(x, pe, scale_msa, route)
         return x + gate_mlp.tanh() * self._mlp(x, scale_mlp)
 
 
@@ -180,7 +213,6 @@ class NextDiT(nn.Module):
         super().__init__()
         self.config = config
         cfg, dev = config, torch.device(device) if device is not None else None
-        kw = {"ops": ops, "device": dev, "dtype": dtype}
         patch_in = cfg.patch_size**2 * cfg.in_channels
         self.x_embedder = ops.Linear(patch_in, cfg.dim, bias=True, device=dev, dtype=dtype)
         self.t_embedder = TimestepEmbedder(cfg, ops=ops, device=dev, dtype=dtype)
@@ -189,9 +221,13 @@ class NextDiT(nn.Module):
             ops.Linear(cfg.cap_feat_dim, cfg.dim, bias=True, device=dev, dtype=dtype),
         )
         refiners = range(cfg.n_refiner_layers)
-        self.noise_refiner = nn.ModuleList(JointBlock(cfg, modulation=True, **kw) for _ in refiners)  # type: ignore[arg-type]
-        self.context_refiner = nn.ModuleList(JointBlock(cfg, modulation=False, **kw) for _ in refiners)  # type: ignore[arg-type]
-        self.layers = nn.ModuleList(JointBlock(cfg, modulation=True, **kw) for _ in range(cfg.n_layers))  # type: ignore[arg-type]
+
+        def block(modulation: bool, kind: AttentionKind) -> JointBlock:
+            return JointBlock(cfg, modulation=modulation, kind=kind, ops=ops, device=dev, dtype=dtype)
+
+        self.noise_refiner = nn.ModuleList(block(True, "self") for _ in refiners)
+        self.context_refiner = nn.ModuleList(block(False, "self") for _ in refiners)
+        self.layers = nn.ModuleList(block(True, "joint") for _ in range(cfg.n_layers))
         self.final_layer = FinalLayer(cfg, ops=ops, device=dev, dtype=dtype)
         if cfg.pad_tokens_multiple is not None:
             self.x_pad_token = nn.Parameter(torch.empty(1, cfg.dim, device=dev, dtype=dtype))
@@ -218,7 +254,31 @@ class NextDiT(nn.Module):
         grid[..., 2] = cols[None, :]
         return rope(ids, self.config.axes_dims, self.config.rope_theta)
 
-    def forward(self, x: torch.Tensor, timesteps: torch.Tensor, context: torch.Tensor) -> torch.Tensor:
+    def patch_points(self) -> PatchPoints:
+        """After each joint block (caption and picture tokens, caption first); the attention of
+        every block: the refiners' over the caption (``context_refiner``) or the picture
+        (``noise_refiner``) alone (self-attention), the joint blocks' over both."""
+        cfg = self.config
+        stages = {"joint": cfg.n_layers}
+        return PatchPoints(stages, attention=("self", "joint") if cfg.n_refiner_layers else ("joint",))
+
+    def forward(
+        self,
+        x: torch.Tensor,
+        timesteps: torch.Tensor,
+        context: torch.Tensor,
+        patches: NetworkPatches = NO_PATCHES,
+    ) -> torch.Tensor:
+        """``patches``: block patches on the joint sequence after each joint block, attention
+        patches on every block's attention (sites ``context_refiner``, ``noise_refiner``,
+        ``joint``)."""
+        if patches.joins or patches.skip:
+            raise ModelMismatchError(
+                "this control feature cannot be applied to the Next-DiT network",
+                why="it patches skip connections or leaves blocks out, which this network does not do",
+                fix="Leave that control feature out for this model",
+                code="wrong_controlnet",
+            )
         cfg, p = self.config, self.config.patch_size
         if context.ndim != 3 or context.shape[-1] != cfg.cap_feat_dim:
             raise LoadoutError(
@@ -241,14 +301,15 @@ class NextDiT(nn.Module):
         cap_len = cap.shape[1]
         pe = self.positions(cap_len, h, w, img.shape[1], x.device)
         pe_cap, pe_img = pe[:, :, :cap_len], pe[:, :, cap_len:]
-        for block in self.context_refiner:
-            cap = block(cap, pe_cap)
-        for block in self.noise_refiner:
-            img = block(img, pe_img, t)
+        for i, block in enumerate(self.context_refiner):
+            cap = block(cap, pe_cap, None, attention_route(patches, "context_refiner", i))
+        for i, block in enumerate(self.noise_refiner):
+            img = block(img, pe_img, t, attention_route(patches, "noise_refiner", i))
         joint = torch.cat([cap, img], dim=1)
         del cap, img
-        for block in self.layers:
-            joint = block(joint, pe, t)
+        for i, block in enumerate(self.layers):
+            joint = block(joint, pe, t, attention_route(patches, "joint", i))
+            joint = patches.block(joint, Site("joint", i))
         out: torch.Tensor = self.final_layer(joint, t)[:, cap_len : cap_len + h * w]
         out = out.reshape(batch, h, w, p, p, channels).permute(0, 5, 1, 3, 2, 4)
         return -out.reshape(batch, channels, h * p, w * p)[:, :, :height, :width]

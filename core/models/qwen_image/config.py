@@ -40,6 +40,9 @@ class QwenImageConfig:
     patch_size: int = 2
     #: the timestep MLP's input (sinusoidal features)
     time_features: int = 256
+    #: reference pictures' tokens modulated as at timestep 0 (Qwen-Image-Edit 2511: ComfyUI's
+    #: ``index_timestep_zero`` reference method, diffusers' ``zero_cond_t``)
+    zero_timestep_references: bool = False
 
     def __post_init__(self) -> None:
         if self.n_heads <= 0 or self.dim % self.n_heads:
@@ -70,8 +73,11 @@ class QwenImageConfig:
         return self.dim
 
     @classmethod
-    def from_shapes(cls, shapes: Mapping[str, Sequence[int]]) -> QwenImageConfig:
-        """Read from the file's keys (no ``model.diffusion_model.`` prefix)."""
+    def from_shapes(
+        cls, shapes: Mapping[str, Sequence[int]], zero_timestep_references: bool = False
+    ) -> QwenImageConfig:
+        """Read from the file's keys (no ``model.diffusion_model.`` prefix); whether references
+        take the zero timestep is the family's (Edit 2511's), not the shapes'."""
         missing = [k for k in REQUIRED if k not in shapes]
         if missing:
             raise ModelMismatchError(
@@ -90,6 +96,7 @@ class QwenImageConfig:
             latent_channels=patch_in // 4,
             out_channels=int(shapes["proj_out.weight"][0]) // 4,
             time_features=int(shapes["time_text_embed.timestep_embedder.linear_1.weight"][1]),
+            zero_timestep_references=zero_timestep_references,
         )
 
 

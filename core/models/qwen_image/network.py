@@ -27,9 +27,17 @@ import torch.nn.functional as F
 from torch import nn
 
 from core.errors import LoadoutError, ModelMismatchError
-from core.models.attention import attention_heads_first, timestep_embedding
+from core.models.attention import timestep_embedding
 from core.models.flux_blocks import rope
-from core.models.patches import NO_PATCHES, NetworkPatches, PatchPoints, Site
+from core.models.patches import (
+    NO_PATCHES,
+    AttentionRoute,
+    NetworkPatches,
+    PatchPoints,
+    Site,
+    attend_heads,
+    attention_route,
+)
 from core.models.qwen_image.config import AXES_DIMS, ROPE_THETA, QwenImageConfig
 from core.ops.layers import OpSet, default_ops
 
@@ -106,14 +114,16 @@ class JointAttention(nn.Module):
         return out
 
     def forward(
-        self, img: torch.Tensor, txt: torch.Tensor, pe: torch.Tensor
+        self, img: torch.Tensor, txt: torch.Tensor, pe: torch.Tensor, route: AttentionRoute | None = None
     ) -> tuple[torch.Tensor, torch.Tensor]:
+        """``route``: the attention patches of this block's site (the joint attention over [text,
+        picture] tokens, layer 0; q and k rotated)."""
         q = torch.cat([self._heads(txt, "add_q_proj", "norm_added_q"), self._heads(img, "to_q", "norm_q")], 1)
         k = torch.cat([self._heads(txt, "add_k_proj", "norm_added_k"), self._heads(img, "to_k", "norm_k")], 1)
         v = torch.cat([self.add_v_proj(txt), self.to_v(img)], 1)
         v = v.view(*v.shape[:-1], self.heads, -1)
         q, k = rotate(q, pe), rotate(k, pe)
-        out = attention_heads_first(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2))
+        out = attend_heads(route, q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), 0, "joint")
         n_txt = txt.shape[1]
         return self.to_out[0](out[:, n_txt:]), self.to_add_out(out[:, :n_txt])
 
@@ -123,6 +133,20 @@ def _modulate(x: torch.Tensor, mod: torch.Tensor) -> tuple[torch.Tensor, torch.T
     shift, scale, gate = mod[:, None].chunk(3, dim=-1)
     normed = F.layer_norm(x, (x.shape[-1],), eps=EPS)
     return torch.addcmul(shift, normed, 1 + scale), gate
+
+
+def _modulate_split(
+    x: torch.Tensor, mod: torch.Tensor, zero: tuple[torch.Tensor, int] | None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`_modulate`, the tokens from ``zero[1]`` on (reference pictures) by ``zero[0]``'s
+    modulation (the zero timestep's: Qwen-Image-Edit 2511's ``index_timestep_zero``)."""
+    if zero is None:
+        return _modulate(x, mod)
+    mod0, at = zero
+    a, gate_a = _modulate(x[:, :at], mod)
+    b, gate_b = _modulate(x[:, at:], mod0)
+    gate = torch.cat([gate_a.expand(-1, at, -1), gate_b.expand(-1, x.shape[1] - at, -1)], dim=1)
+    return torch.cat([a, b], dim=1), gate
 
 
 class DualStreamBlock(nn.Module):
@@ -143,18 +167,31 @@ class DualStreamBlock(nn.Module):
         self.txt_mlp = FeedForward(cfg, **kw)  # type: ignore[arg-type]
 
     def forward(
-        self, img: torch.Tensor, txt: torch.Tensor, temb: torch.Tensor, pe: torch.Tensor
+        self,
+        img: torch.Tensor,
+        txt: torch.Tensor,
+        temb: torch.Tensor,
+        pe: torch.Tensor,
+        route: AttentionRoute | None = None,
+        zero: tuple[torch.Tensor, int] | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
+        """``route``: this block's attention patches. ``zero``: the zero timestep's embedding and the
+        first reference token, where the reference pictures are modulated as at timestep 0 (Edit
+        2511); None: all as ``temb``."""
         img1, img2 = self.img_mod(temb).chunk(2, dim=-1)
         txt1, txt2 = self.txt_mod(temb).chunk(2, dim=-1)
-        img_in, img_gate = _modulate(img, img1)
+        zero1 = zero2 = None
+        if zero is not None:
+            z1, z2 = self.img_mod(zero[0]).chunk(2, dim=-1)
+            zero1, zero2 = (z1, zero[1]), (z2, zero[1])
+        img_in, img_gate = _modulate_split(img, img1, zero1)
         txt_in, txt_gate = _modulate(txt, txt1)
-        img_attn, txt_attn = self.attn(img_in, txt_in, pe)
+        img_attn, txt_attn = self.attn(img_in, txt_in, pe, route)
         del img_in, txt_in
         img = img + img_gate * img_attn
         txt = txt + txt_gate * txt_attn
         del img_attn, txt_attn
-        img_in, img_gate = _modulate(img, img2)
+        img_in, img_gate = _modulate_split(img, img2, zero2)
         img = torch.addcmul(img, img_gate, self.img_mlp(img_in))
         del img_in
         txt_in, txt_gate = _modulate(txt, txt2)
@@ -260,8 +297,9 @@ class QwenImageDiT(nn.Module):
         self.proj_out = ops.Linear(cfg.dim, out, bias=True, device=dev, dtype=dtype)
 
     def patch_points(self) -> PatchPoints:
-        """After each block (the picture's tokens), as ComfyUI's ``double_block`` patches."""
-        return PatchPoints({"double": len(self.transformer_blocks)})
+        """After each block (the picture's tokens), as ComfyUI's ``double_block`` patches; each
+        block's joint attention over [text, picture (and reference)] tokens."""
+        return PatchPoints({"double": len(self.transformer_blocks)}, attention=("joint",))
 
     def _check(self, x: torch.Tensor, context: torch.Tensor, patches: NetworkPatches) -> None:
         cfg = self.config
@@ -279,10 +317,10 @@ class QwenImageDiT(nn.Module):
                 fix="generate one picture per latent",
                 code="bad_input",
             )
-        if patches.joins or patches.patches_attention:
+        if patches.joins:
             raise ModelMismatchError(
                 "this control feature cannot be applied to the Qwen-Image network",
-                why="it patches skip connections or attention, which this network does not route",
+                why="it patches skip connections, which this network does not have",
                 fix="Leave that control feature out for this model",
                 code="wrong_controlnet",
             )
@@ -295,9 +333,11 @@ class QwenImageDiT(nn.Module):
         patches: NetworkPatches = NO_PATCHES,
         references: Sequence[torch.Tensor] = (),
     ) -> torch.Tensor:
-        """``patches``: block patches on the picture's tokens after each block. ``references``:
+        """``patches``: block patches on the picture's tokens after each block, attention patches on
+        each block's joint attention. ``references``:
         latents of reference pictures (Qwen-Image-Edit's, each (B, C, h, w) or one frame), attended
-        as extra picture tokens; the output is the picture's alone."""
+        as extra picture tokens (modulated as at timestep 0 where the config says so: Edit
+        2511); the output is the picture's alone."""
         self._check(x, context, patches)
         frames = x.ndim == 5
         if frames:
@@ -310,10 +350,13 @@ class QwenImageDiT(nn.Module):
         img = self.img_in(torch.cat([img, *(r[0].to(img.dtype) for r in refs)], dim=1))
         txt = self.txt_in(self.txt_norm(context.to(img.dtype)))
         temb = self.time_text_embed(timesteps.float(), img.dtype)
+        zero = None
+        if refs and self.config.zero_timestep_references:
+            zero = (self.time_text_embed(torch.zeros_like(timesteps.float()), img.dtype), n_img)
         grids = [(rh, rw) for _, rh, rw in refs]
         pe = positions(h, w, txt.shape[1], x.device, grids).squeeze(1).unsqueeze(2)
         for i, block in enumerate(cast(Sequence[DualStreamBlock], self.transformer_blocks)):
-            img, txt = block(img, txt, temb, pe)
+            img, txt = block(img, txt, temb, pe, attention_route(patches, "double", i), zero)
             img = patches.block(img, Site("double", i))
         del txt
         out: torch.Tensor = self.proj_out(self.norm_out(img[:, :n_img], temb))

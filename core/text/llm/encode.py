@@ -11,20 +11,27 @@
 - The output is the hidden state at ``layer`` (or the ``stack`` states side by side), float32 on
   the CPU, with the prompt row's mask: a :class:`~core.archs.protocols.TowerOutput`; where the
   family drops its template's first tokens (``drop``: Qwen-Image's), from there on.
+- Pictures (Qwen-Image-Edit's): see :mod:`core.text.llm.pictures`.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
 from core.archs.protocols import TowerOutput
-from core.errors import ModelMismatchError
+from core.archs.references import NO_PICTURES, PromptPictures
+from core.errors import LoadoutError, ModelMismatchError
 from core.models.llm import LlmTextModel
+from core.models.llm.vision import QwenVisionTower
 from core.text.chunking import ChunkSpec, TokenizedPrompt, tokenize_weighted
 from core.text.llm.families import LlmTowerSpec
+from core.text.llm.pictures import PictureSpan, expand, picture_tokens
+from core.text.llm.pictures import positions as picture_positions
 from core.text.llm.tokenizers import LlmTokenizer, tokenizer_for
 
 
@@ -69,7 +76,13 @@ class LlmTower:
         """The tower with the tokenizer ``spec`` names (Gemma's read from the file at ``path``)."""
         return cls(model, tokenizer_for(spec, path), spec, compute_dtype, device)
 
-    def tokenize(self, prompt: str) -> TokenizedPrompt:
+    def tokenize(self, prompt: str, pictures: PromptPictures | int = NO_PICTURES) -> TokenizedPrompt:
+        """The prompt in the family's template, after one picture prefix per picture (the family's
+        :class:`~core.archs.llm.towers.PictureSpec`) where ``pictures`` (an edit's reference
+        pictures, or their number) are given; a tower whose family takes none refuses them."""
+        count = pictures if isinstance(pictures, int) else len(pictures.images)
+        if count:
+            prompt = self._picture_spec(count).text(count) + prompt
         text = self.spec.text(prompt)
         return tokenize_weighted(
             text, self.tokenizer.encode, chunk_spec(self.spec), weighted=self.spec.weighted
@@ -79,8 +92,36 @@ class LlmTower:
         start = [] if self.spec.start is None else [self.spec.start]
         return start + [self.spec.pad] * (length - len(start))
 
-    def run(self, batch: list[list[int]]) -> torch.Tensor:
-        """Hidden states (B, L, D) float32 of equally long rows, each masked by :func:`row_mask`."""
+    def _picture_spec(self, count: int) -> Any:
+        spec = self.spec.pictures
+        if spec is None or count > spec.most:
+            raise LoadoutError(
+                f"this prompt encoding takes {0 if spec is None else spec.most} reference pictures, "
+                f"{count} were given",
+                why="only an edit model's prompt reads pictures, up to the number it was made for",
+                fix="leave the reference pictures out, or give fewer",
+                code="bad_argument",
+            )
+        return spec
+
+    def _visual(self) -> QwenVisionTower:
+        visual = getattr(self.model, "visual", None)
+        if not isinstance(visual, QwenVisionTower):
+            raise ModelMismatchError(
+                "the text encoder has no vision tower to read the reference pictures",
+                why="its file carries only the language model (no visual.* weights)",
+                fix="load the full Qwen2.5-VL file (Comfy-Org's qwen_2.5_vl_7b*.safetensors has both)",
+            )
+        return visual
+
+    def run(
+        self,
+        batch: list[list[int]],
+        inserts: Sequence[tuple[int, torch.Tensor]] = (),
+        positions: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """Hidden states (B, L, D) float32 of equally long rows, each masked by :func:`row_mask`;
+        ``inserts`` and ``positions`` as :meth:`LlmTextModel.forward` takes them."""
         ids = torch.tensor(batch, dtype=torch.long)
         vocab = self.model.config.vocab_size
         if ids.numel() and int(ids.max()) >= vocab:
@@ -93,17 +134,31 @@ class LlmTower:
         taps = self.spec.stack or (self.spec.layer,)
         device = self.device or next(iter(self.model.parameters())).device
         with torch.inference_mode():
-            states = self.model(ids.to(device), mask.to(device), taps=taps, dtype=self.compute_dtype)
+            states = self.model(
+                ids.to(device), mask.to(device), taps=taps, dtype=self.compute_dtype, inserts=inserts,
+                positions=positions,
+            )  # fmt: skip
         return torch.cat(states, dim=-1).float() if len(states) > 1 else states[0].float()
 
-    def encode(self, prompt: str) -> TowerOutput:
-        return self.encode_tokens(self.tokenize(prompt))
+    def encode(self, prompt: str, pictures: Sequence[torch.Tensor] = ()) -> TowerOutput:
+        """``pictures``: RGB [3, H, W] in 0..1, read by the encoder's vision tower (the family's
+        :class:`~core.archs.llm.towers.PictureSpec` says how)."""
+        return self.encode_tokens(self.tokenize(prompt, len(pictures)), pictures)
 
-    def encode_tokens(self, tokens: TokenizedPrompt) -> TowerOutput:
-        """The tower's output for a prompt :meth:`tokenize` gave."""
+    def encode_tokens(self, tokens: TokenizedPrompt, pictures: Sequence[torch.Tensor] = ()) -> TowerOutput:
+        """The tower's output for a prompt :meth:`tokenize` gave (with as many ``pictures``)."""
         (ids,) = tokens.ids()  # one window: LLM prompts are never split
+        inserts: list[tuple[int, torch.Tensor]] = []
+        places = None
+        if pictures:
+            spec = self._picture_spec(len(pictures))
+            read = picture_tokens(self._visual(), pictures, spec.area, self.compute_dtype, self.device)
+            ids, starts = expand(ids, spec.token, [r * c for _, r, c in read])
+            inserts = [(s, t) for s, (t, _, _) in zip(starts, read, strict=True)]
+            spans = [PictureSpan(s, r, c) for s, (_, r, c) in zip(starts, read, strict=True)]
+            places = picture_positions(len(ids), spans)
         batch = [ids] + ([self.empty(len(ids))] if tokens.has_weights else [])
-        hidden = self.run(batch)
+        hidden = self.run(batch, inserts, places)
         z = hidden[:1]
         if tokens.has_weights:
             w = torch.tensor(tokens.weights()[0], dtype=z.dtype, device=z.device)[None, :, None]

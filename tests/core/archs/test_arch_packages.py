@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from core.archs.catalog import CODECS, NETS, TEXTS, codec_of, net_of, packages
+from core.archs.catalog import CODECS, NETS, REFERENCES, TEXTS, codec_of, net_of, packages
 from core.archs.protocols import DiffusionNet, LatentCodec, TextConvention
 from core.archs.registry import Registry, UnknownPart
 from core.detect.catalog import REGISTRY, build_registry
@@ -34,6 +34,7 @@ PART_CLASSES = {
 DIRECT_IMPORTS: dict[str, str] = {
     "loading/convert/unet_diffusers.py": "the UNet key map's older import path (the parity tests use it)",
     "loading/convert/vae_diffusers.py": "the KL-VAE key map's older import path (the parity tests use it)",
+    "loading/convert/open_clip.py": "the CLIP key map's older import path (the fixtures use it)",
 }
 
 
@@ -50,6 +51,10 @@ def missing_parts(registry: FamilyRegistry) -> list[str]:
         if spec.codec not in CODECS:
             out.append(f"{fam.id}: codec {spec.codec!r}")
         net = NETS.get(spec.network)
+        if spec.references is not None and spec.references not in REFERENCES:
+            out.append(f"{fam.id}: references {spec.references!r}")
+        if spec.references is not None and net is not None and not net.calling.references:
+            out.append(f"{fam.id}: references on {spec.network}, which takes none")
         if net is not None and spec.memory_profile is not None and spec.memory_profile not in net.memory:
             out.append(f"{fam.id}: memory profile {spec.memory_profile!r} of {spec.network}")
     return out
@@ -65,7 +70,12 @@ def test_a_record_naming_a_part_that_does_not_exist_is_found() -> None:
     assert sd1 is not None and sd1.diffusion is not None
     bad = replace(sd1, id="sd1-bad", diffusion=replace(sd1.diffusion, network="no-such-net", codec="nope"))
     registry.add(bad)
-    assert missing_parts(registry) == ["sd1-bad: network 'no-such-net'", "sd1-bad: codec 'nope'"]
+    refs = replace(sd1, id="sd1-refs", diffusion=replace(sd1.diffusion, references="nope"))
+    registry.add(refs)
+    assert missing_parts(registry) == [
+        "sd1-bad: network 'no-such-net'", "sd1-bad: codec 'nope'",
+        "sd1-refs: references 'nope'", "sd1-refs: references on unet, which takes none",
+    ]  # fmt: skip
 
 
 def test_registries_refuse_duplicates_and_name_what_there_is() -> None:
@@ -103,7 +113,7 @@ def test_a_module_finds_its_network_and_codec_and_a_stranger_is_refused() -> Non
 
 
 def _pixart_meta_state() -> dict[str, torch.Tensor]:
-    from core.models.pixart import PixArt, PixArtConfig
+    from core.archs.pixart.network import PixArt, PixArtConfig
 
     return PixArt(PixArtConfig(hidden_size=32, depth=1, context_dim=16), device="meta").state_dict()
 

@@ -48,3 +48,34 @@ def test_load_generations_are_never_reused() -> None:
     seen = [session.next_generation() for _ in range(5)]
     assert seen == sorted(set(seen)) and seen[0] >= 1
     assert Session().next_generation() == 1  # per session, no module-level counter
+
+
+def test_reference_latents_batch_with_their_conditioning() -> None:
+    ref = torch.randn(1, 16, 2, 3)
+    a = Conditioning(torch.zeros(1, 2, 4), references=(ref,))
+    assert a.repeat_to(3).references[0].shape == (3, 16, 2, 3)
+    assert a.to(torch.device("cpu"), torch.float16).references[0].dtype == torch.float16
+    b = Conditioning(torch.ones(1, 4, 4), references=(ref * 2,))
+    assert can_concat(a, b)
+    both = concat([a, b])
+    assert len(both.references) == 1 and torch.equal(both.references[0], torch.cat([ref, ref * 2]))
+    # a negative without the reference (or with another size) runs as its own forward pass
+    assert not can_concat(a, Conditioning(torch.ones(1, 4, 4)))
+    assert not can_concat(a, Conditioning(torch.ones(1, 4, 4), references=(torch.randn(1, 16, 4, 4),)))
+    with pytest.raises(LoadoutError, match="reference picture"):
+        Conditioning(torch.zeros(1, 2, 4), references=(torch.randn(2, 16, 2, 2),))
+
+
+def test_a_network_that_takes_no_references_refuses_them_in_words() -> None:
+    from core.models.unet import UNetConfig, UNetModel
+    from core.sampling.network import NetworkAdapter
+
+    config = UNetConfig(
+        in_channels=4, out_channels=4, model_channels=32, channel_mult=(1,), num_res_blocks=(1,),
+        transformer_depth=(1,), transformer_depth_middle=1, transformer_depth_output=(0, 1),
+        context_dim=8, num_heads=2, num_head_channels=None,
+    )
+    adapter = NetworkAdapter(UNetModel(config).eval())
+    cond = Conditioning(torch.zeros(1, 2, 8), references=(torch.zeros(1, 4, 4, 4),))
+    with pytest.raises(LoadoutError, match="takes no reference pictures"):
+        adapter(torch.zeros(1, 4, 4, 4), torch.tensor([999.0]), cond)

@@ -3,7 +3,8 @@ encoders and a VAE, less what is loaded (a checkpoint's own parts or separate fi
 
 from __future__ import annotations
 
-from core.detect.catalog import REGISTRY, missing_parts
+from core.archs.catalog import missing_parts
+from core.detect.catalog import REGISTRY
 
 
 def _spec(family: str):  # type: ignore[no-untyped-def]
@@ -37,3 +38,18 @@ def test_what_is_loaded_is_not_asked_for_and_any_vae_serves() -> None:
 
 def test_nothing_is_asked_for_a_family_that_cannot_generate() -> None:
     assert missing_parts(None, ()) == () and missing_parts("not-a-family", ()) == ()
+
+
+def test_sd3_is_not_asked_for_a_t5_once_its_clips_are_loaded() -> None:
+    """SD3's prompt encoding can do without any one of its towers (ComfyUI's sd3_clip: a missing
+    T5 is left out of the context); with none of them loaded, all three are asked for."""
+    vae = ("vae", "vae-sd3")
+    clips = {("diffusion_model", "sd3"), ("text_encoder", "clip-l"), ("text_encoder", "clip-g"), vae}
+    assert missing_parts("sd3", clips) == ()
+    assert missing_parts("sd3.5-large", clips) == ()
+    assert missing_parts("sd3", {("diffusion_model", "sd3"), vae}) == (
+        ("text_encoder", "clip-l"), ("text_encoder", "clip-g"), ("text_encoder", "t5-xxl"),
+    )  # fmt: skip
+    # a T5 file read as t5-base stands in for T5-XXL (the tower's ``also``)
+    t5_only = {("diffusion_model", "sd3"), ("text_encoder", "t5-base"), vae}
+    assert missing_parts("sd3", t5_only) == ()

@@ -20,10 +20,10 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
+from core.archs.pixart.network import PixArt, PixArtConfig
 from core.loading.convert.dit_diffusers import pixart_diffusers_to_original
 from core.loading.convert.vae_diffusers import vae_diffusers_to_original
 from core.models.clip import CLIPTextConfig, CLIPTextModel
-from core.models.pixart import PixArt, PixArtConfig
 from core.models.t5 import T5Config, T5Encoder
 from core.models.vae import AutoencoderKL, LatentFormat, VAEConfig
 from core.sampling import ModelSampling, ksampler_sigmas

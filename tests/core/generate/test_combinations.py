@@ -160,7 +160,7 @@ def test_hires_and_refiner_give_the_hires_size_and_the_graph_composed_by_hand(
     first = sample(
         graph.base.adapter, graph.base.sampling, graph.base.latent_format,
         empty_latent(1, 64, 64, graph.base.latent_format),
-        *graph.base.conditioning(replace(settings, hires=None), Hooks()), _request(s),
+        *graph.base.encode_prompts(replace(settings, hires=None), Hooks(), announce=False)[:2], _request(s),
     )  # fmt: skip
     big = upscale_by(first, hires.scale, hires.upscaler)
     sized = replace(settings, width=128, height=128, hires=None)

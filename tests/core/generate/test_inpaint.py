@@ -10,7 +10,9 @@ import torch
 import torch.nn.functional as F
 from PIL import Image
 
-from core.generate.inpaint import inpainting
+from core.archs.protocols import InpaintChannels
+from core.generate.controlnet import center_resize
+from core.generate.inpaint import InpaintInputs, inpainting
 from core.generate.pipeline import Compute, Hooks, Networks, Pipeline, Timings
 from core.generate.request import ImageSettings, Sampling
 from core.models.unet import UNetConfig, UNetModel
@@ -44,7 +46,7 @@ def test_inpaint_model_channels_are_the_rounded_mask_and_the_grey_masked_latent(
     Image.fromarray(mask).save(tmp_path / "m.png")
     found = inpainting(pipeline, tmp_path / "m.png", rgb, Hooks())
     assert found.extra is not None
-    concat = found.extra.concat
+    concat = found.extra.concat(8, 8)
     assert concat.shape == (1, 5, 8, 8)
 
     m = F.interpolate(torch.from_numpy(mask / 255.0).float()[None, None], size=(66, 69), mode="bilinear")
@@ -68,3 +70,24 @@ def test_inpaint_model_channels_are_the_rounded_mask_and_the_grey_masked_latent(
         settings, positive, negative, Hooks(), Timings(), init, denoise_mask=found.noise_mask, patches=patches
     )
     assert out.shape == (1, 4, 8, 8) and torch.isfinite(out).all()
+
+
+def test_flux_fill_channels_follow_the_latent_size_as_comfyui_concat_cond() -> None:
+    """FLUX.1 Fill's extra channels for a latent of another size (the hires pass): the masked
+    picture's latent resized bilinear (centre) to it, then the unrounded picture mask resized to 8x
+    it and packed 8x8 cell by cell, row-major (ComfyUI's Flux ``concat_cond``)."""
+    g = torch.Generator().manual_seed(0)
+    latent = torch.randn(1, 16, 6, 8, generator=g)
+    mask = torch.rand(1, 1, 48, 64, generator=g)  # soft, as outpainting's feathering makes it
+    inputs = InpaintInputs(latent, mask, InpaintChannels(mask_cell=8))
+    same = inputs.concat(6, 8)
+    assert same.shape == (1, 16 + 64, 6, 8)
+    assert torch.equal(same[:, :16], latent)
+    for c in range(64):  # channel c: the pixel (c // 8, c % 8) of each 8x8 cell, unrounded
+        assert torch.equal(same[0, 16 + c], mask[0, 0, c // 8 :: 8, c % 8 :: 8])
+    big = inputs.concat(12, 16)
+    assert torch.allclose(big[:, :16], center_resize(latent, 16, 12, mode="bilinear"))
+    m = center_resize(mask, 128, 96, mode="bilinear")
+    assert torch.equal(big[0, 16 + 9], m[0, 0, 1::8, 1::8])
+    x = torch.zeros(2, 16, 12, 16, dtype=torch.float64)
+    assert inputs(x).shape == (2, 80, 12, 16) and inputs(x).dtype == torch.float64

@@ -22,7 +22,7 @@ def test_names_defaults_and_values() -> None:
     assert parse_patch("apg:momentum=0.5").momentum == 0.5 and Apg().norm_threshold == 5.0
     shrink = parse_patch("deep_shrink:downscale_after_skip=false,upscale_method=bislerp")
     assert shrink == DeepShrink(downscale_after_skip=False, upscale_method="bislerp")
-    names = "pag sag freeu freeu_v2 rescale_cfg cfg_zero_star apg epsilon_scaling slg deep_shrink"
+    names = "pag sag freeu freeu_v2 rescale_cfg cfg_zero_star apg epsilon_scaling slg deep_shrink cfg_norm"
     assert set(PATCHES) == set(names.split())
 
 

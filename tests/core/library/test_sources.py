@@ -12,6 +12,7 @@ from core.library.sources import (
     a1111_roots,
     comfyui_roots,
     detect_install,
+    installs_in,
     parse_extra_model_paths,
     roots_for,
 )
@@ -207,3 +208,22 @@ def test_roots_for_installs_yaml_plain_and_symlinked_folders(tmp_path: Path) -> 
 def test_model_root_rejects_an_unknown_hint(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="kind_hint"):
         ModelRoot(tmp_path, "Lora", "folder")
+
+
+def test_installs_in_the_usual_places_under_home(tmp_path: Path) -> None:
+    """Before a folder is added the window offers these: ComfyUI (a clone, the Windows portable
+    folder, Desktop's base under Documents) and A1111-style installs; a plain folder of models is
+    not an install, and nothing else under home is looked at."""
+    (tmp_path / "ComfyUI_windows_portable" / "ComfyUI" / "comfy").mkdir(parents=True)
+    (tmp_path / "ComfyUI_windows_portable" / "ComfyUI" / "folder_paths.py").touch()
+    (tmp_path / "Documents" / "ComfyUI" / "models" / "checkpoints").mkdir(parents=True)
+    (tmp_path / "Documents" / "ComfyUI" / "custom_nodes").mkdir()
+    (tmp_path / "stable-diffusion-webui-forge" / "models" / "Stable-diffusion").mkdir(parents=True)
+    (tmp_path / "ComfyUI" / "models" / "checkpoints").mkdir(parents=True)  # models only: a plain folder
+    (tmp_path / "elsewhere" / "ComfyUI" / "comfy").mkdir(parents=True)
+    assert installs_in(tmp_path) == [
+        tmp_path / "ComfyUI_windows_portable",
+        tmp_path / "Documents" / "ComfyUI",
+        tmp_path / "stable-diffusion-webui-forge",
+    ]
+    assert installs_in(tmp_path / "missing") == []

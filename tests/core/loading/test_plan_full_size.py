@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 from core.archs.llm import LLM_FAMILIES
+from core.archs.pixart.network import PixArtConfig
 from core.archs.wan_vae.network import WanVAEConfig
 from core.errors import ModelMismatchError
 from core.loading.architectures import architecture_for, loadable_families
@@ -30,7 +31,6 @@ from core.models.flux2 import Flux2Config
 from core.models.llm import LlmConfig, LlmTextModel
 from core.models.mmdit import MMDiTConfig
 from core.models.nextdit import NextDiTConfig
-from core.models.pixart import PixArtConfig
 from core.models.qwen_image import QwenImageConfig
 from core.models.t5 import T5Config
 from core.models.unet import UNetConfig

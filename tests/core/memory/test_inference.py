@@ -7,6 +7,7 @@ import pytest
 import torch
 from torch import nn
 
+from core.archs.pixart.network import PixArt, PixArtConfig
 from core.memory.events import GIB, MIB
 from core.memory.inference import (
     COEFFICIENTS,
@@ -21,7 +22,6 @@ from core.memory.inference import (
 from core.memory.planning import ModelState, PlanSettings, plan_load
 from core.memory.tracking import ActivationTracker
 from core.models.nextdit import NextDiT, NextDiTConfig
-from core.models.pixart import PixArt, PixArtConfig
 from core.models.qwen_image import QwenImageConfig, QwenImageDiT
 from core.session.testrun import RunConfig, _Inputs
 from tests.fixtures.tiny_models import PIXART_ALPHA

@@ -193,6 +193,6 @@ class _Identity(torch.nn.Module):
     """A joint block that hands its text and picture tokens on unchanged (ComfyUI's ``skip``)."""
 
     def forward(
-        self, ctx: torch.Tensor, tokens: torch.Tensor, c: torch.Tensor
+        self, ctx: torch.Tensor, tokens: torch.Tensor, c: torch.Tensor, route: object = None
     ) -> tuple[torch.Tensor, torch.Tensor]:
         return ctx, tokens

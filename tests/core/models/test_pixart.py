@@ -17,11 +17,11 @@ import torch
 from diffusers import PixArtTransformer2DModel
 from diffusers.models.embeddings import get_2d_sincos_pos_embed
 
+from core.archs.pixart.network import PixArt, PixArtConfig
 from core.errors import ModelMismatchError
 from core.files.writer import write_safetensors
 from core.loading.convert.dit_diffusers import convert_shapes, pixart_key_map
 from core.loading.loader import inspect_for_loading, load_diffusion_model
-from core.models.pixart import PixArt, PixArtConfig
 from core.patching.keymap import Target, model_key_index
 from tests.core.generate.reference import pixart_pair
 from tests.fixtures.diffusion_layouts_dit import pixart as pixart_layout

@@ -138,7 +138,7 @@ def test_bad_inputs_are_clear_errors(small: tuple[Any, QwenImageDiT]) -> None:
     with pytest.raises(Exception, match="one frame"):
         ours(torch.zeros(1, 16, 2, 4, 4), sigma, ctx)
     with pytest.raises(Exception, match="cannot be applied to the Qwen-Image network"):
-        ours(x, sigma, ctx, NetworkPatches(replace_attention=lambda call: call.q))
+        ours(x, sigma, ctx, NetworkPatches(joins=(lambda h, skip, site: (h, skip),)))
 
 
 def test_odd_latent_sizes_are_padded_and_cropped(small: tuple[Any, QwenImageDiT]) -> None:

@@ -17,13 +17,13 @@ import pytest
 import torch
 from torch import nn
 
+from core.archs.pixart.network import PixArt
 from core.detect.catalog import lora_fits
 from core.detect.keyview import KeyView
 from core.detect.lora import analyze_lora
 from core.files.safetensors import read_header
 from core.files.writer import write_safetensors
 from core.loading.loader import LoadedComponent, load_diffusion_model
-from core.models.pixart import PixArt
 from core.patching.lora_stack import LoraStack
 from tests.core.generate.reference import pixart_pair
 from tests.fixtures import layouts_lora as L

@@ -29,6 +29,7 @@ def test_axes_are_typed_and_checked(tmp_path: Path) -> None:
         ("colour:1,2", "not an axis"), ("seed", "not an axis"), ("steps:0,4", "outside"),
         ("cfg:high", "not a number"), ("sampler:euler,warp", "unknown sampler"),
         ("checkpoint:/nope.safetensors", "does not exist"), ("prompt-sr:red", "values"),
+        ("lora-strength:0.5,200", "LoRA strength"), ("lora-model-strength:nan", "LoRA strength"),
     ]:  # fmt: skip
         with pytest.raises(LoadoutError, match=words):
             parse_axis(bad)
@@ -45,7 +46,7 @@ def test_cells_apply_each_axis_value(tmp_path: Path) -> None:
     assert c.request.image.prompt == "a blue fox" and c.request.image.sampling.cfg == 9.0
     assert c.lora_strengths == (1.0, 0.5)  # the text-encoder strength stays the LoRA's
     assert c.request.loras == (lora,)  # the stack itself is unchanged: strengths are set live
-    assert c.labels == ("blue", "lora model 1", "cfg 9")
+    assert c.labels == ("blue", "l model 1", "cfg 9")  # the LoRA by its name
     both = cells(base, parse_axis("lora-strength:0.3,0.6"))
     assert [c.lora_strengths for c in both] == [(0.3, 0.3), (0.6, 0.6)]
 

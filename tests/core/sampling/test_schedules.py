@@ -43,7 +43,7 @@ def test_sigmas_match_comfyui(case: dict[str, Any]) -> None:
 
 def test_every_scheduler_and_family_is_covered() -> None:
     more = MORE
-    sigma_sets = {"ays_sd1", "ays_sdxl", "gits"}  # test_sigma_sets.py
+    sigma_sets = {"ays_sd1", "ays_sdxl", "gits", "flux2"}  # test_sigma_sets.py, test_sized_schedules.py
     assert {c["scheduler"] for c in SCHEDULES + more} | sigma_sets == set(SCHEDULERS)
     assert {c["family"] for c in SCHEDULES} >= {"sd1", "sd2v", "sd3", "flux-dev", "flux-schnell"}
     assert {c["family"] for c in more} >= {"sd1", "sd2v", "sd3", "flux-dev", "flux-schnell"}

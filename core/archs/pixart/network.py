@@ -28,10 +28,18 @@ import torch.nn.functional as F
 from torch import nn
 
 from core.errors import LoadoutError, ModelMismatchError
-from core.models.attention import attention, attention_heads_first, timestep_embedding
+from core.models.attention import attention, timestep_embedding
 from core.models.flux import count_blocks, strip_prefix
 from core.models.mmdit_blocks import Embedder, Mlp, PatchEmbed, SelfAttention
-from core.models.patches import NO_PATCHES, NetworkPatches, PatchPoints, Site
+from core.models.patches import (
+    NO_PATCHES,
+    AttentionRoute,
+    NetworkPatches,
+    PatchPoints,
+    Site,
+    attend_heads,
+    attention_route,
+)
 from core.ops.layers import OpSet, cast_to, default_ops
 
 FREQUENCY_EMBEDDING_SIZE = 256
@@ -145,11 +153,14 @@ class CrossAttention(nn.Module):
         self.kv_linear = ops.Linear(dim, 2 * dim, bias=True, device=device, dtype=dtype)
         self.proj = ops.Linear(dim, dim, bias=True, device=device, dtype=dtype)
 
-    def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, y: torch.Tensor, route: AttentionRoute | None = None) -> torch.Tensor:
         b, m, dim = y.shape
         k, v = self.kv_linear(y).view(b, m, 2, dim).unbind(2)
-        out: torch.Tensor = self.proj(attention(self.q_linear(x), k, v, self.heads))
-        return out
+        if route is None:  # q a temporary, as before the patch points: freed before ``proj``
+            out: torch.Tensor = self.proj(attention(self.q_linear(x), k, v, self.heads))
+            return out
+        patched: torch.Tensor = self.proj(route.attend(self.q_linear(x), k, v, self.heads, 0, "cross"))
+        return patched
 
 
 class PixArtBlock(nn.Module):
@@ -165,19 +176,25 @@ class PixArtBlock(nn.Module):
         self.mlp = Mlp(hidden, int(hidden * cfg.mlp_ratio), ops=ops, device=device, dtype=dtype)
         self.scale_shift_table = nn.Parameter(torch.empty(6, hidden, device=device, dtype=dtype))
 
-    def _self_attention(self, x: torch.Tensor, shift: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    def _self_attention(
+        self, x: torch.Tensor, shift: torch.Tensor, scale: torch.Tensor, route: AttentionRoute | None
+    ) -> torch.Tensor:
         """A function of its own so that q, k, v and the attention's output are freed on return
         (locals of :meth:`forward` would hold 4 rows per token through the MLP, the block's peak)."""
         q, k, v = self.attn.qkv_heads(_norm(x) * (1 + scale) + shift)
-        return self.attn.out(attention_heads_first(q, k, v))
+        return self.attn.out(attend_heads(route, q, k, v, 0, "self"))
 
-    def forward(self, x: torch.Tensor, y: torch.Tensor, t6: torch.Tensor) -> torch.Tensor:
+    def forward(
+        self, x: torch.Tensor, y: torch.Tensor, t6: torch.Tensor, route: AttentionRoute | None = None
+    ) -> torch.Tensor:
+        """``route``: the attention patches of this block's site (its self- and cross-attention,
+        layer 0 of each kind)."""
         table = cast_to(self.scale_shift_table, x)
         assert table is not None
         mods = (table[None] + t6.reshape(x.shape[0], 6, -1)).chunk(6, dim=1)  # each (B, 1, D)
         shift_msa, scale_msa, gate_msa, shift_mlp, scale_mlp, gate_mlp = mods
-        x = x + gate_msa * self._self_attention(x, shift_msa, scale_msa)
-        x = x + self.cross_attn(x, y)
+        x = x + gate_msa * self._self_attention(x, shift_msa, scale_msa, route)
+        x = x + self.cross_attn(x, y, route)
         mlp: torch.Tensor = self.mlp(_norm(x) * (1 + scale_mlp) + shift_mlp)
         return x + gate_mlp * mlp
 
@@ -304,14 +321,16 @@ class PixArt(nn.Module):
         return torch.cat(parts, dim=1)
 
     def patch_points(self) -> PatchPoints:
-        """After each transformer block (the picture's tokens)."""
-        return PatchPoints({"block": len(self.blocks)})
+        """After each transformer block (the picture's tokens); each block's self-attention over
+        the picture and cross-attention to the caption."""
+        return PatchPoints({"block": len(self.blocks)}, attention=("self", "cross"))
 
     def forward(
         self, x: torch.Tensor, timesteps: torch.Tensor, context: torch.Tensor,
         patches: NetworkPatches = NO_PATCHES,
     ) -> torch.Tensor:  # fmt: skip
-        """``patches``: block patches on the picture's tokens after each block."""
+        """``patches``: block patches on the picture's tokens after each block, attention patches
+        on each block's self- and cross-attention."""
         cfg = self.config
         p = cfg.patch_size
         batch, _, height, width = x.shape
@@ -334,7 +353,7 @@ class PixArt(nn.Module):
         t6 = self.t_block(t)
         y = self.y_embedder(context.to(tokens.dtype))
         for i, block in enumerate(self.blocks):
-            tokens = block(tokens, y, t6)
+            tokens = block(tokens, y, t6, attention_route(patches, "block", i))
             tokens = patches.block(tokens, Site("block", i))
         out = self.final_layer(tokens, t)
         c = cfg.final_channels

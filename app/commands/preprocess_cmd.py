@@ -1,0 +1,57 @@
+"""``loadout preprocess NAME IMAGE -o OUT.png [--set KEY=VALUE]...``: a ControlNet hint from a picture."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from core.errors import LoadoutError
+from core.generate.hint_file import write_hint
+from core.preprocess import PREPROCESSORS
+
+
+def _describe() -> str:
+    lines = []
+    for p in PREPROCESSORS.values():
+        settings = ", ".join(f"{s.name}={s.default:g}" for s in p.settings)
+        lines.append(f"{p.name}: {p.description}" + (f" (settings: {settings})" if settings else ""))
+    return "; ".join(lines)
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser(
+        "preprocess",
+        help="make a ControlNet hint (canny, lineart, softedge) from a picture",
+        description="Writes the hint picture a ControlNet takes. " + _describe() + ".",
+    )
+    p.add_argument("name", metavar="NAME", help="the preprocessor: " + ", ".join(PREPROCESSORS))
+    p.add_argument("image", metavar="IMAGE", help="the picture (PNG, JPEG, WebP)")
+    p.add_argument("-o", "--output", required=True, metavar="OUT.png")
+    p.add_argument(
+        "--set", action="append", default=[], metavar="KEY=VALUE",
+        help="a setting of the preprocessor (repeatable), e.g. --set low=50 --set high=150",
+    )  # fmt: skip
+    p.set_defaults(handler=run)
+
+
+def parse_settings(items: list[str]) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        try:
+            if not sep:
+                raise ValueError
+            out[key.strip()] = float(value)
+        except ValueError:
+            raise LoadoutError(
+                f"--set {item!r} is not KEY=NUMBER",
+                fix="Give e.g. --set low=50",
+                code="bad_argument",
+            ) from None
+    return out
+
+
+def run(args: argparse.Namespace) -> int:
+    print(write_hint(args.name, Path(args.image), Path(args.output), parse_settings(args.set)))
+    return 0

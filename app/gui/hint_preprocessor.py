@@ -1,0 +1,113 @@
+"""A ControlNet row's preprocessor: "none" (the hint picture is used as it is) or one of core's
+preprocessors (canny, lineart, softedge) that makes the hint from the picture when the generation
+runs. Beside the choice, a thumbnail of the map that will be made, and "Preview…" to see it larger
+before Generate. The preview runs the same pure function on a copy of the picture shrunk to the
+preview's size (milliseconds; the generation itself makes the map at full size in the worker)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+from PIL import Image
+from PySide6.QtCore import Qt
+from PySide6.QtGui import QImage, QPixmap
+from PySide6.QtWidgets import QComboBox, QDialog, QHBoxLayout, QLabel, QToolButton, QVBoxLayout, QWidget
+
+from core.errors import LoadoutError
+from core.preprocess import PREPROCESSORS, preprocess
+
+NONE = "none"
+#: the largest side of the picture the preview map is made from
+PREVIEW_SIDE = 512
+
+
+def preview_map(picture: Path, name: str, side: int = PREVIEW_SIDE) -> np.ndarray:
+    """The map preprocessor ``name`` makes of ``picture`` shrunk to fit ``side`` (H, W, 3 uint8)."""
+    with Image.open(picture) as im:
+        small = im.convert("RGB")
+        small.thumbnail((side, side), Image.Resampling.LANCZOS)
+        return preprocess(name, np.asarray(small))
+
+
+def to_pixmap(rgb: np.ndarray) -> QPixmap:
+    h, w = rgb.shape[0], rgb.shape[1]
+    data = np.ascontiguousarray(rgb)
+    return QPixmap.fromImage(QImage(data.data, w, h, 3 * w, QImage.Format.Format_RGB888).copy())
+
+
+class PreprocessorPick(QWidget):
+    """The preprocessor combo, the map's thumbnail and its Preview… button."""
+
+    THUMB = 40
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.picture: Path | None = None
+        self.combo = QComboBox(
+            toolTip="Make the hint from the picture with a preprocessor (none: use it as it is)"
+        )
+        self.combo.addItem(NONE, "")
+        for p in PREPROCESSORS.values():
+            self.combo.addItem(p.name, p.name)
+            self.combo.setItemData(self.combo.count() - 1, p.description, Qt.ItemDataRole.ToolTipRole)
+        self.combo.currentIndexChanged.connect(self.refresh)
+        self.thumb = QLabel()
+        self.thumb.setFixedSize(self.THUMB, self.THUMB)
+        self.preview_button = QToolButton(
+            text="Preview…", autoRaise=True, toolTip="See the map the hint will be"
+        )
+        self.preview_button.clicked.connect(self.show_preview)
+        self.map: np.ndarray | None = None
+        row = QHBoxLayout(self)
+        row.setContentsMargins(0, 0, 0, 0)
+        row.addWidget(self.combo, 1)
+        row.addWidget(self.thumb)
+        row.addWidget(self.preview_button)
+        self.refresh()
+
+    @property
+    def name(self) -> str | None:
+        data = self.combo.currentData()
+        return str(data) if data else None
+
+    def set_name(self, name: str | None) -> None:
+        i = self.combo.findData(name or "")
+        self.combo.setCurrentIndex(max(i, 0))
+
+    def set_picture(self, picture: Path | None) -> None:
+        self.picture = picture
+        self.refresh()
+
+    def refresh(self) -> None:
+        """Make the map of the current picture (none without a preprocessor or a picture)."""
+        self.map = None
+        tip = "No map: pick a picture and a preprocessor"
+        if self.name is not None and self.picture is not None:
+            try:
+                self.map = preview_map(self.picture, self.name)
+                tip = f"The {self.name} map of {self.picture.name}"
+            except (LoadoutError, OSError, ValueError) as exc:
+                tip = f"No map: {exc}"
+        pixmap = QPixmap() if self.map is None else to_pixmap(self.map)
+        if not pixmap.isNull():
+            mode = Qt.TransformationMode.SmoothTransformation
+            pixmap = pixmap.scaled(self.THUMB, self.THUMB, Qt.AspectRatioMode.KeepAspectRatio, mode)
+        self.thumb.setPixmap(pixmap)
+        self.thumb.setToolTip(tip)
+        self.preview_button.setEnabled(self.map is not None)
+
+    def preview_dialog(self) -> QDialog | None:
+        """The map at the preview's size in a dialog (None when there is no map)."""
+        if self.map is None or self.picture is None:
+            return None
+        dialog = QDialog(self, windowTitle=f"{self.name} map of {self.picture.name}")
+        label = QLabel()
+        label.setPixmap(to_pixmap(self.map))
+        QVBoxLayout(dialog).addWidget(label)
+        return dialog
+
+    def show_preview(self) -> None:
+        dialog = self.preview_dialog()
+        if dialog is not None:
+            dialog.exec()

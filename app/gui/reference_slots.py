@@ -1,0 +1,84 @@
+"""The Generate panel's reference pictures (editing: FLUX.1 Kontext, FLUX.2, Qwen-Image-Edit): up to
+three slots, each picked with a button or filled by dropping a picture on the box; shown only while
+the loaded model's family takes reference pictures (``ModelInfo.references``, its record's number),
+with as many slots as it takes (three at most here). "Edit this picture" in a picture's menu fills
+the first slot. A view: it turns the slots into ``ImageSettings.references``; core reads the files."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+from PySide6.QtGui import QDragEnterEvent, QDropEvent
+from PySide6.QtWidgets import QFormLayout, QGroupBox, QLabel, QWidget
+
+from app.gui.controlnet_rows import PICTURES, FilePick
+from core.generate.request import ImageSettings
+
+#: the most slots the panel shows (ComfyUI's Qwen-Image-Edit node takes three)
+SLOTS = 3
+_SUFFIXES = (".png", ".jpg", ".jpeg", ".webp", ".bmp")
+
+
+class ReferenceSlots(QGroupBox):
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__("Edit: reference pictures", parent)
+        self.setAcceptDrops(True)
+        self.setToolTip("Pick or drop the pictures to edit; the prompt says what to change")
+        self.slots = [
+            FilePick(f"Pick reference picture {i + 1}", PICTURES, preview=True) for i in range(SLOTS)
+        ]
+        self.note = QLabel()
+        self.note.setObjectName("muted")
+        self.note.setWordWrap(True)
+        self._form = QFormLayout(self)
+        self._form.setRowWrapPolicy(QFormLayout.RowWrapPolicy.WrapLongRows)
+        for i, slot in enumerate(self.slots):
+            self._form.addRow(f"Picture {i + 1}", slot)
+        self._form.addRow(self.note)
+        self.limit = 0
+        self.set_limit(0)
+
+    def set_limit(self, most: int) -> None:
+        """The loaded family takes ``most`` reference pictures (0: none, the box is hidden)."""
+        self.limit = most
+        shown = min(most, SLOTS)
+        for i in range(SLOTS):
+            self._form.setRowVisible(i, i < shown)
+        self.note.setText(f"This model takes up to {most} reference pictures." if most else "")
+        self.setVisible(most > 0)
+
+    def paths(self) -> tuple[Path, ...]:
+        """The filled slots the loaded family takes, in order."""
+        shown = self.slots[: min(self.limit, SLOTS)]
+        return tuple(s.path for s in shown if s.path is not None)
+
+    def apply(self, settings: ImageSettings) -> ImageSettings:
+        return replace(settings, references=self.paths())
+
+    def edit_picture(self, path: Path) -> bool:
+        """Fill the first slot with ``path`` ("Edit this picture"); False when the loaded model
+        takes no reference pictures."""
+        if self.limit == 0:
+            return False
+        self.slots[0].set_path(path)
+        return True
+
+    def add_picture(self, path: Path) -> bool:
+        """A dropped picture goes to the first empty slot (the last one when all are full)."""
+        shown = self.slots[: min(self.limit, SLOTS)]
+        if not shown:
+            return False
+        empty = next((s for s in shown if s.path is None), shown[-1])
+        empty.set_path(path)
+        return True
+
+    def dragEnterEvent(self, event: QDragEnterEvent) -> None:
+        if any(u.toLocalFile().lower().endswith(_SUFFIXES) for u in event.mimeData().urls()):
+            event.acceptProposedAction()
+
+    def dropEvent(self, event: QDropEvent) -> None:
+        for url in event.mimeData().urls():
+            if url.isLocalFile() and url.toLocalFile().lower().endswith(_SUFFIXES):
+                self.add_picture(Path(url.toLocalFile()))
+        event.acceptProposedAction()

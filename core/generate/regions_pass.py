@@ -1,0 +1,64 @@
+"""Regional prompting as a pass (:mod:`core.regions`): each region's prompt is encoded as the
+positive prompt is (the family's text convention, clip skip, embeddings, the stage's size
+conditioning), resolved for the latent of every stage the base model samples, and handed to the
+sampler as more entries of the positive prompt's conditioning list, with the negative's copies of
+their areas (ComfyUI: CLIPTextEncode -> ConditioningSetArea / SetMask / SetTimestepRange ->
+ConditioningCombine with the prompt, into every base KSampler). Pixel boxes refer to the first
+pass's size and scale with a larger stage (the hires fix's second pass); mask pictures are read
+once, when the plan is made. The refiner, a model with its own text encoders, gets no regions."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from torch import Tensor
+
+from core.errors import LoadoutError
+from core.generate.passes import Contribution, Plan, Run
+from core.generate.pictures import read_mask
+from core.generate.request import ImageSettings
+from core.regions import Region, negative_copies, region_entry
+from core.sampling.cond_entry import CondEntry
+from core.sampling.patches import ModelPatches
+
+
+@dataclass(frozen=True)
+class RegionPatches:
+    """The regions' entries for one stage (a :class:`core.generate.passes.StagePatches`)."""
+
+    regions: tuple[Region, ...]
+    masks: dict[Path, Tensor]
+
+    def __call__(self, settings: ImageSettings, latent: tuple[int, int], run: Run) -> ModelPatches:
+        pipe, picture = run.pipeline, (run.settings.width, run.settings.height)
+        t0 = time.perf_counter()
+        entries: list[CondEntry] = []
+        for region in self.regions:
+            cond, missing = pipe.encode_prompt(region.prompt, settings, run.hooks)
+            run.missing += missing
+            mask = None if region.mask is None else self.masks[region.mask]
+            entries.append(region_entry(region, cond, mask, picture, latent, pipe.sampling))
+        run.timings.text_encode += time.perf_counter() - t0
+        if run.patches.extra_inputs and any(e.area is not None for e in entries):
+            raise LoadoutError(
+                "a region with a box cannot be used with this inpainting model",
+                why="the model's extra input channels are made for the whole picture",
+                fix="Use a mask without mask bounds for the region, or a regular checkpoint",
+                code="bad_argument",
+            )
+        return ModelPatches(positive_conds=tuple(entries), negative_conds=negative_copies(entries))
+
+
+@dataclass
+class RegionsPass:
+    regions: tuple[Region, ...]
+    kind: str = "regions"
+    contribution: Contribution = field(default_factory=Contribution)
+
+    def plan(self, plan: Plan, settings: ImageSettings) -> None:
+        paths = dict.fromkeys(r.mask for r in self.regions if r.mask is not None)
+        masks = {p: torch.from_numpy(read_mask(p)) for p in paths}
+        plan.stage_patches.append(RegionPatches(self.regions, masks))

@@ -1,0 +1,54 @@
+"""One entry of a prompt's conditioning list, resolved for one latent size: ComfyUI's cond dict after
+``resolve_areas_and_cond_masks_multidim`` and ``calculate_start_end_timesteps`` (areas in latent
+cells, masks at the latent's size, the step range as sigmas).
+
+A prompt (the positive or the negative side of CFG) is its base conditioning (the whole latent,
+strength 1) plus any entries the run's patches add (:attr:`ModelPatches.positive_conds`); the
+sampler weighs them as ComfyUI's ``calc_cond_batch`` does (:mod:`core.sampling.cond_batch`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from torch import Tensor
+
+from core.sampling.conditioning import Conditioning
+
+
+@dataclass(frozen=True)
+class LatentArea:
+    """A rectangle of the latent in latent cells: ``height`` x ``width`` rows and columns from row
+    ``y``, column ``x`` (ComfyUI's ``area`` tuple ``(h, w, y, x)``)."""
+
+    height: int
+    width: int
+    y: int
+    x: int
+
+    def as_tuple(self) -> tuple[int, int, int, int]:
+        return (self.height, self.width, self.y, self.x)
+
+
+@dataclass(frozen=True)
+class CondEntry:
+    """``cond`` None: the side's own base conditioning (the negative's copy of a positive area,
+    ComfyUI's ``create_cond_with_same_area_if_none``). ``area``: the part of the latent it is run
+    on (None: all of it); ``strength`` multiplies its weight; ``mask`` ``[1 or B, h, w]`` at the
+    latent's size, times ``mask_strength``; the entry is skipped at sigmas above ``sigma_start``
+    or below ``sigma_end`` (None: no bound)."""
+
+    cond: Conditioning | None
+    area: LatentArea | None = None
+    strength: float = 1.0
+    mask: Tensor | None = None
+    mask_strength: float = 1.0
+    sigma_start: float | None = None
+    sigma_end: float | None = None
+
+    def acts_at(self, sigma: Tensor) -> bool:
+        """Whether the entry acts at ``sigma`` (a 0-d tensor), compared in its dtype as ComfyUI
+        compares (a float32 sigma equal to the bound in float32 is inside)."""
+        if self.sigma_start is not None and bool(sigma > self.sigma_start):
+            return False
+        return not (self.sigma_end is not None and bool(sigma < self.sigma_end))
