@@ -110,5 +110,5 @@ class Artist:
             "of_them_double_clicks": self.double_clicks,
             "scrolls": self.scrolls,
             "typed_characters": self.typed,
-            "steps": list(self.steps),
+            "actions": list(self.steps),
         }

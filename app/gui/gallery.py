@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from PySide6.QtCore import QObject, QPoint, QRunnable, QSize, Qt, QThreadPool, Signal
-from PySide6.QtGui import QIcon, QImage, QImageReader, QPixmap
+from PySide6.QtCore import QObject, QPoint, QRect, QRunnable, QSize, Qt, QThreadPool, Signal
+from PySide6.QtGui import QIcon, QImage, QImageReader, QPainter, QPixmap
 from PySide6.QtWidgets import QLabel, QListWidget, QListWidgetItem, QVBoxLayout, QWidget
 
 from app.gui.theme import icon
@@ -51,6 +51,18 @@ def thumbnail(path: Path, size: int = THUMB) -> QImage:
     if original.isValid() and max(original.width(), original.height()) > size:
         reader.setScaledSize(original.scaled(size, size, Qt.AspectRatioMode.KeepAspectRatio))
     return reader.read()
+
+
+def placeholder(size: int = THUMB) -> QIcon:
+    """The icon shown until a thumbnail arrives: the picture icon centred on a square as large as a
+    thumbnail (the strip's items are sized once, from the first: a smaller placeholder cut every
+    thumbnail and hid its name)."""
+    pixmap = QPixmap(size, size)
+    pixmap.fill(Qt.GlobalColor.transparent)
+    painter = QPainter(pixmap)
+    icon("image").paint(painter, QRect(size // 4, size // 4, size // 2, size // 2))
+    painter.end()
+    return QIcon(pixmap)
 
 
 class _Done(QObject):
@@ -103,7 +115,7 @@ class GalleryPanel(QWidget):
         self.setMinimumHeight(self.strip.minimumHeight() + 8)
         self._pending: list[str] = []  # paths waiting for a thumbnail, in order
         self._running = 0
-        self._placeholder = icon("image")
+        self._placeholder = placeholder()
         self._done = _Done()
         self._done.ready.connect(self._thumbnail_ready, Qt.ConnectionType.QueuedConnection)
         self._pool = QThreadPool.globalInstance()

@@ -177,7 +177,7 @@ def _demo_window(scope: contextlib.ExitStack, extra_folder: str | None):  # type
 
 def _user_window():  # type: ignore[no-untyped-def]
     """The artist's window on their settings, with the opt-in update check started if it is on."""
-    from app.gui.main_window import own_models_folder
+    from app.gui.folders import own_models_folder
     from app.gui.settings import AppSettings
     from app.gui.update_notice import start_update_check
 

@@ -1,8 +1,8 @@
 """The LoRA stack panel: one card per LoRA with model and text-encoder strength sliders.
 
-A view over the backend's stack: it shows the worker's :class:`StackInfo` snapshots and sends
-changes back. A slider moving calls ``backend.preview_strength`` (the engine's instant low-rank
-path, coalesced); releasing it, or typing a value, calls ``backend.bake_strength`` (baked on the
+A view over a :class:`~app.gui.stack_model.StackModel` (the worker's :class:`StackInfo` snapshots
+and the edits it may ask for; never the backend). A slider moving previews its strength (the
+engine's instant low-rank path, coalesced); releasing it, or typing a value, bakes it (on the
 worker). LoRA files can be dropped here from the browser.
 """
 
@@ -25,8 +25,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.backend.backend import Backend
 from app.backend.messages import LoraInfo, StackInfo
+from app.gui.stack_model import StackModel
 from app.gui.strength_control import BARE_NUMBER, StrengthControl
 from app.gui.theme import set_icon
 from app.gui.widgets import ElidedLabel
@@ -45,7 +45,7 @@ class LoraCard(QFrame):
         self.name = ElidedLabel(info.name)  # a long name ends in "…" (full name in the tooltip)
         self.name.setToolTip(f"{info.name}\n{info.path}")
         self.name.setStyleSheet("font-weight: 600;")
-        self.enabled.toggled.connect(lambda on: panel.backend.set_enabled(self.lora_id, on))
+        self.enabled.toggled.connect(lambda on: panel.stack.set_enabled(self.lora_id, on))
         self.counts = ElidedLabel()  # one line: the strengths keep the room (all of it in the tooltip)
         self.counts.setObjectName("muted")
         self.warning = QLabel()
@@ -69,7 +69,7 @@ class LoraCard(QFrame):
         for name, tip, slot in (
             ("up", "Move up (applied first)", lambda: panel.move(self.lora_id, -1)),
             ("down", "Move down", lambda: panel.move(self.lora_id, 1)),
-            ("remove", "Remove from the stack", lambda: panel.backend.remove_lora(self.lora_id)),
+            ("remove", "Remove from the stack", lambda: panel.stack.remove(self.lora_id)),
         ):
             button = QToolButton(toolTip=tip, autoRaise=True)
             set_icon(button, name)
@@ -90,8 +90,7 @@ class LoraCard(QFrame):
         self.update_info(info)
 
     def _send(self, bake: bool) -> None:
-        send = self.panel.backend.bake_strength if bake else self.panel.backend.preview_strength
-        send(self.lora_id, self.model.value(), self.clip.value())
+        self.panel.stack.set_strength(self.lora_id, self.model.value(), self.clip.value(), bake=bake)
 
     def update_info(self, info: LoraInfo) -> None:
         self.enabled.blockSignals(True)
@@ -162,10 +161,10 @@ class LoraStackPanel(QWidget):
     range_changed = Signal(float, float)
 
     def __init__(
-        self, backend: Backend, lo: float = -1.0, hi: float = 2.0, parent: QWidget | None = None
+        self, stack: StackModel, lo: float = -1.0, hi: float = 2.0, parent: QWidget | None = None
     ) -> None:
         super().__init__(parent)
-        self.backend = backend
+        self.stack = stack
         self.lo, self.hi = lo, hi
         self.info = StackInfo(None)
         self.cards: dict[str, LoraCard] = {}
@@ -213,7 +212,7 @@ class LoraStackPanel(QWidget):
         layout.addLayout(ranges)
         layout.addWidget(scroll, 1)
         layout.addWidget(self.status)
-        backend.stack_changed.connect(self.show_stack)
+        stack.changed.connect(self.show_stack)
         self.show_stack(self.info)
 
     def _range_spin(self, value: float) -> QDoubleSpinBox:
@@ -303,7 +302,7 @@ class LoraStackPanel(QWidget):
         j = i + delta
         if 0 <= j < len(order):
             order[i], order[j] = order[j], order[i]
-            self.backend.reorder(order)
+            self.stack.reorder(order)
 
     # -- drops from the browser ------------------------------------------------------------------
     def dragEnterEvent(self, event: QDragEnterEvent) -> None:

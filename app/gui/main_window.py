@@ -9,7 +9,7 @@ from dataclasses import replace
 from functools import partial
 from pathlib import Path
 
-from PySide6.QtCore import QByteArray, QDir, QSettings, QStandardPaths, QTimer
+from PySide6.QtCore import QByteArray, QDir, QSettings, QTimer
 from PySide6.QtGui import QAction, QCloseEvent, QShowEvent
 from PySide6.QtWidgets import (
     QApplication,
@@ -30,6 +30,7 @@ from app.gui.details import DetailsPanel, refusal
 from app.gui.dock_layout import DockLayout, initial_size, keep_on_screen
 from app.gui.errors import Friendly, describe, describe_exception
 from app.gui.folder_watch import FolderWatch
+from app.gui.folders import ModelFolders
 from app.gui.generate_controller import GenerateController
 from app.gui.generate_panel import GeneratePanel
 from app.gui.last_session import LastSession
@@ -42,20 +43,14 @@ from app.gui.pictures import PictureHost, Pictures
 from app.gui.placement_controls import PlacementControls
 from app.gui.queue_install import QueueHost, install_queue_panel
 from app.gui.settings import AppSettings, SettingsDialog
+from app.gui.stack_model import StackModel
 from app.gui.testrun_panel import TestRunPanel
 from app.gui.theme import app_icon, apply_theme, refresh_icons
 from app.gui.widgets import MessageBar, StatusLine
 from app.gui.workspaces import Workspaces
 from core.library import Entry
-from core.library.sources import installs_in
 
 _HEADER, _VIEW = "library/header", "library/view"  # its columns; list or cards
-
-
-def own_models_folder() -> Path:
-    """Loadout's own model folder (``<app data>/models``): always listed when it exists."""
-    base = QStandardPaths.writableLocation(QStandardPaths.StandardLocation.GenericDataLocation)
-    return Path(base) / "Loadout" / "models"
 
 
 class MainWindow(PlacementControls, QMainWindow):
@@ -74,8 +69,6 @@ class MainWindow(PlacementControls, QMainWindow):
         self.monitor = monitor
         self.store = store
         self.settings = AppSettings.load(store)
-        self.session_folders = tuple(session_folders)
-        self.include_own_folder = include_own_folder
         self.models: tuple[ModelInfo, ...] = ()
         self.stack = StackInfo(None)
         self._loading: list[Path] = []  # loads requested and not finished, in order
@@ -86,6 +79,8 @@ class MainWindow(PlacementControls, QMainWindow):
         self.setWindowIcon(app_icon())
         self.confirm_quit: Callable[[str], bool] = self._ask_quit  # Quit while a queue job runs
         self._build_panels()
+        self.model_folders = ModelFolders(lambda: self.settings.folders, backend.scan, self.browser.set_empty,
+                                          session_folders, include_own_folder)  # fmt: skip
         if monitor.figures is not None:  # not a test's own monitor
             self._watch_placement()
         self._build_actions()
@@ -143,7 +138,8 @@ class MainWindow(PlacementControls, QMainWindow):
         layout.addWidget(self.pages, 1)
         self.setCentralWidget(central)
 
-        self.lora_panel = LoraStackPanel(self.backend, self.settings.lora_min, self.settings.lora_max)
+        self.stack_model = StackModel(self.backend, self)  # the stack's snapshots and edits
+        self.lora_panel = LoraStackPanel(self.stack_model, self.settings.lora_min, self.settings.lora_max)
         self.loaded_panel = LoadedModelsPanel(self.backend, self.placement)
         self.memory_panel = MemoryPanel(self.monitor, self.placement)
         self.testrun_panel = TestRunPanel(self.backend, self.placement.device)
@@ -161,7 +157,7 @@ class MainWindow(PlacementControls, QMainWindow):
 
         self.browser.entry_selected.connect(self.details.show_entry)
         self.browser.entry_activated.connect(self.load_entry)
-        self.browser.demo_requested.connect(self.open_demo)
+        self.browser.demo_requested.connect(self.backend.prepare_demo)
         self.browser.folder_requested.connect(self.add_folder)
         self.details.load_requested.connect(self.load_entry)
         self.details.add_lora_requested.connect(lambda e: self.add_lora(e.path))
@@ -208,7 +204,7 @@ class MainWindow(PlacementControls, QMainWindow):
         w.models_changed.connect(self._on_models)
         w.stack_changed.connect(self._on_stack)
         w.model_loaded.connect(self._on_loaded)
-        w.demo_ready.connect(self._on_demo_ready)
+        w.demo_ready.connect(self.model_folders.add_session)
         w.placement_changed.connect(self._on_placement)
         w.memory_changed.connect(self.monitor.update)
         w.finished.connect(lambda task: task == "load" and self._loading and self._loading.pop(0))
@@ -216,22 +212,8 @@ class MainWindow(PlacementControls, QMainWindow):
         w.scan_done.connect(lambda problems: self.task_label.setText("Library up to date"))
 
     # -- folders and scanning --------------------------------------------------------------------
-    def folders(self) -> list[str]:
-        found = list(self.settings.folders) + [
-            f for f in self.session_folders if f not in self.settings.folders
-        ]
-        own = own_models_folder()
-        if self.include_own_folder and own.is_dir():
-            found.insert(0, str(own))
-        return found
-
     def rescan(self) -> None:
-        folders = self.folders()
-        if folders:
-            self.browser.set_empty(False)
-            self.backend.scan(folders)
-        else:  # nothing to list yet: offer the installs found in the usual places
-            self.browser.set_empty(True, installs_in(Path.home()))
+        self.model_folders.rescan()
 
     def add_folder_dialog(self) -> None:
         folder = QFileDialog.getExistingDirectory(
@@ -242,14 +224,6 @@ class MainWindow(PlacementControls, QMainWindow):
 
     def add_folder(self, folder: str) -> None:
         self.apply_settings(self.settings.with_folder(str(folder)))
-
-    def open_demo(self) -> None:
-        self.backend.prepare_demo()
-
-    def _on_demo_ready(self, folder: str) -> None:
-        if folder not in self.session_folders:
-            self.session_folders = (*self.session_folders, folder)
-        self.rescan()
 
     # -- settings --------------------------------------------------------------------------------
     def open_settings(self) -> None:

@@ -9,10 +9,11 @@ from pathlib import Path
 
 import numpy as np
 from PySide6.QtCore import QPoint, QPointF, Qt
-from PySide6.QtGui import QGuiApplication, QWheelEvent
+from PySide6.QtGui import QGuiApplication, QImage, QWheelEvent
 from PySide6.QtWidgets import QGraphicsView
 
 from app.demo import DemoLibrary
+from app.gui.gallery import THUMB, GalleryPanel
 from app.gui.menus import about_text, app_version
 from app.gui.viewer import PicturePanel
 from core.generate.events import GeneratedImage, GenerateResult
@@ -178,3 +179,22 @@ def test_use_these_settings_with_no_model_loaded_offers_the_pictures_model_and_l
 
 def test_about_names_the_installed_version() -> None:
     assert app_version() in about_text()
+
+
+def test_a_gallery_thumbnail_shows_whole_with_its_name(qtbot, tmp_path: Path) -> None:
+    """The strip's items are sized once, from the first item's placeholder: a placeholder smaller
+    than a thumbnail cut every thumbnail to 67 px and hid its name (issue 30's screenshots)."""
+    gallery = GalleryPanel()
+    qtbot.addWidget(gallery)
+    gallery.resize(560, 150)
+    gallery.show()
+    qtbot.waitExposed(gallery)
+    picture = QImage(256, 256, QImage.Format.Format_RGB32)
+    picture.fill(0x3366CC)
+    picture.save(str(tmp_path / "00000-20261125.png"))
+    gallery.add_files([(tmp_path / "00000-20261125.png", "00000-20261125")])
+    qtbot.waitUntil(lambda: not gallery.loading())
+    qtbot.wait(50)
+    rect = gallery.strip.visualItemRect(gallery.strip.item(0))
+    assert rect.height() >= THUMB + gallery.strip.fontMetrics().height(), rect
+    assert gallery.strip.viewport().rect().contains(rect)

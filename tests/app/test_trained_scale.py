@@ -10,6 +10,7 @@ from PySide6.QtCore import QObject, Signal
 from app.backend.messages import LoraInfo, StackInfo
 from app.gui.details import entry_html
 from app.gui.lora_panel import LoraStackPanel
+from app.gui.stack_model import StackModel
 from app.lora_words import trained_strengths
 from core.detect.types import LoraSummary, TrainedScale
 from core.library.entry import Entry
@@ -46,7 +47,7 @@ def _info(scales: tuple[TrainedScale, ...], targets: tuple[str, ...] = ("diffusi
 
 def test_the_lora_card_says_the_trained_scale_and_uses_it(qtbot) -> None:
     backend = FakeBackend()
-    panel = LoraStackPanel(backend)  # type: ignore[arg-type]
+    panel = LoraStackPanel(StackModel(backend))  # type: ignore[arg-type]
     qtbot.addWidget(panel)
     panel.show_stack(StackInfo("flux-1-dev", (_info((UNET,)),)))
     card = panel.cards["style"]
@@ -64,7 +65,7 @@ def test_the_lora_card_says_the_trained_scale_and_uses_it(qtbot) -> None:
 
 def test_a_card_without_a_trained_scale_says_nothing(qtbot) -> None:
     backend = FakeBackend()
-    panel = LoraStackPanel(backend)  # type: ignore[arg-type]
+    panel = LoraStackPanel(StackModel(backend))  # type: ignore[arg-type]
     qtbot.addWidget(panel)
     panel.show_stack(StackInfo("sdxl", (_info(()),)))
     card = panel.cards["style"]
@@ -76,7 +77,7 @@ def test_a_card_without_a_trained_scale_says_nothing(qtbot) -> None:
 
 def test_both_strengths_when_both_components_were_trained_off_one(qtbot) -> None:
     backend = FakeBackend()
-    panel = LoraStackPanel(backend)  # type: ignore[arg-type]
+    panel = LoraStackPanel(StackModel(backend))  # type: ignore[arg-type]
     qtbot.addWidget(panel)
     panel.show_stack(StackInfo("sd1", (_info((TE, UNET), ("diffusion_model", "text_encoder:clip-l")),)))
     card = panel.cards["style"]
