@@ -28,7 +28,7 @@ COMFY_SCHEDULER_NAMES = (
     "linear_quadratic", "kl_optimal",
 )  # fmt: skip
 #: Loadout's own schedulers (ComfyUI has them as separate nodes): docs/sampling.md says so
-EXTRA_SCHEDULERS = ("ays_sd1", "ays_sdxl", "gits")
+EXTRA_SCHEDULERS = ("ays_sd1", "ays_sdxl", "gits", "flux2")
 
 
 def _generate(*extra: str) -> list[str]:

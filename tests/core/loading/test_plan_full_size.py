@@ -157,6 +157,14 @@ STANDALONE: dict[str, tuple[Callable[[], Layout], str, str, str, Any]] = {
         "flux-dev",
         FluxConfig.dev(),
     ),
+    # Kontext has Flux dev's shapes: its file name tells it (docs/families.md)
+    "flux-kontext": (
+        DIFFUSION_LAYOUTS["flux-dev"],
+        "flux1-kontext-dev.safetensors",
+        "diffusion_model",
+        "flux-kontext",
+        FluxConfig.dev(),
+    ),
     "flux-schnell": (
         DIFFUSION_LAYOUTS["flux-schnell"],
         "flux1-schnell.safetensors",
@@ -212,6 +220,21 @@ STANDALONE: dict[str, tuple[Callable[[], Layout], str, str, str, Any]] = {
         "diffusion_model",
         "qwen-image",
         QwenImageConfig(),
+    ),
+    # Edit 2509 has Qwen-Image's exact keys, 2511 too without Comfy-Org's marker: the names tell them
+    "qwen-image-edit": (
+        DIFFUSION_LAYOUTS["qwen-image"],
+        "qwen_image_edit_2509_bf16.safetensors",
+        "diffusion_model",
+        "qwen-image-edit",
+        QwenImageConfig(),
+    ),
+    "qwen-image-edit-2511": (
+        DIFFUSION_LAYOUTS["qwen-image"],
+        "qwen_image_edit_2511_bf16.safetensors",
+        "diffusion_model",
+        "qwen-image-edit-2511",
+        QwenImageConfig(zero_timestep_references=True),
     ),
     "flux2-klein-4b": (
         partial(flux2, "flux2-klein-4b"),
