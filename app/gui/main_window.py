@@ -10,7 +10,7 @@ from functools import partial
 from pathlib import Path
 
 from PySide6.QtCore import QByteArray, QDir, QSettings, QTimer
-from PySide6.QtGui import QAction, QCloseEvent, QShowEvent
+from PySide6.QtGui import QAction, QCloseEvent, QDragEnterEvent, QDropEvent, QShowEvent
 from PySide6.QtWidgets import (
     QApplication,
     QFileDialog,
@@ -349,6 +349,12 @@ class MainWindow(PlacementControls, QMainWindow):
         """Esc / Stop: set the backend's flag directly (it takes effect while the worker is busy)."""
         self.backend.interrupt()
         self.task_label.setText("Stopping…")
+
+    def dragEnterEvent(self, event: QDragEnterEvent) -> None:  # a picture dragged over the window
+        self.pictures.drag_enter(event)
+
+    def dropEvent(self, event: QDropEvent) -> None:  # ... and dropped: its settings to Generate
+        self.pictures.drop(event)
 
     def showEvent(self, event: QShowEvent) -> None:
         super().showEvent(event)
