@@ -39,19 +39,19 @@ from app.commands.args import (
     parse_size,
     read_regions_file,
 )
-from app.commands.hires_args import add_hires_arguments, hires_from_arguments
+from app.commands.hires_args import hires_from_arguments
 from app.commands.stopping import guarded_inputs, report_stop, stop_signals
 from app.commands.words import cli_words
+from app.commands.workflow_args import add_workflow_arguments
 from app.demo import with_demo_note
 from app.terminal import for_terminal
 from core.detect.prediction import PREDICTIONS
 from core.errors import InterruptedByUser, LoadoutError
 from core.generate.command import generate_files
 from core.generate.events import GenerateProgress
-from core.generate.outpaint_settings import DEFAULT_FEATHERING, FEATHERING, parse_sides
+from core.generate.outpaint_settings import parse_sides
 from core.generate.request import GenerateRequest, ImageSettings, ModelFiles, Sampling
 from core.generate.workflow_request import RefinerUse
-from core.guidance import PATCHES
 from core.loading.convert_file import DTYPES, parse_dtype
 from core.patching.schedule import parse_schedule
 from core.queue.command import GridReport, cluster_pool, run_grid
@@ -59,7 +59,7 @@ from core.queue.grid import AXES, axis_of, parse_axis
 from core.queue.session_grid import SessionGrid, grid_files
 from core.queue.store import Totals
 from core.sampling import SAMPLERS, SCHEDULERS
-from core.values import BATCH, CFG, CLIP_SKIP, DENOISE, GUIDANCE, REFINER_SWITCH, SEED, STEPS
+from core.values import BATCH, CFG, CLIP_SKIP, GUIDANCE, SEED, STEPS
 
 
 def register(sub: Any) -> None:
@@ -74,7 +74,7 @@ def register(sub: Any) -> None:
     _add_sampling(p)
     _add_picture(p)
     _add_grid(p)
-    _add_workflows(p)
+    add_workflow_arguments(p)
     _add_run(p)
     p.set_defaults(handler=run)
 
@@ -143,53 +143,6 @@ def _add_grid(p: argparse.ArgumentParser) -> None:
             f"--{axis}", metavar="AXIS:V1,V2,...", help=f"a grid's {axis.upper()} axis: " + ", ".join(AXES)
         )
     p.add_argument("--ray", metavar="ADDRESS|local:N", help="run a grid's cells on a Ray cluster")
-
-
-def _add_workflows(p: argparse.ArgumentParser) -> None:
-    """Img2img, the hires fix, ControlNets, inpainting and the SDXL refiner."""
-    p.add_argument("--denoise", type=number_type(DENOISE), default=1.0, help="img2img strength (with --init)")
-    add_hires_arguments(p)
-    p.add_argument(
-        "--controlnet", action="append", default=[],
-        metavar="FILE:HINT[:PREPROCESSOR][:STRENGTH[:START:END]]",
-        help="a ControlNet and its hint picture (repeatable; ComfyUI's ControlNetApplyAdvanced); with a "
-        "preprocessor (canny, lineart, softedge) the hint is made from that picture",
-    )  # fmt: skip
-    p.add_argument(
-        "--patch", action="append", default=[], metavar="NAME[:ARG=VALUE,...]",
-        help="a guidance patch, repeatable, applied in order: " + ", ".join(PATCHES)
-        + " (e.g. pag:scale=3, freeu_v2, deep_shrink:downscale_factor=1.5)",
-    )  # fmt: skip
-    p.add_argument(
-        "--lora-schedule", action="append", default=[], metavar="NAME=MULT@START,...",
-        help="a LoRA's strength over the steps (repeatable): its strength times MULT from START (0..1 "
-        "of the sampling) on, as ComfyUI's hook keyframes (e.g. detail=1@0,0.5@0.4,0@0.8)",
-    )  # fmt: skip
-    p.add_argument(
-        "--region", action="append", default=[], metavar="X,Y,W,H[:STRENGTH][@START-END]=PROMPT",
-        help="a part of the picture drawn from its own prompt (repeatable; ComfyUI's ConditioningSetArea, "
-        "SetTimestepRange and Combine): the box in pixels, or in fractions with a decimal point",
-    )  # fmt: skip
-    p.add_argument("--regions", metavar="FILE", help="regions from a JSON file (boxes, masks: docs/cli.md)")
-    p.add_argument("--mask", metavar="MASK", help="inpainting: white = repaint (with --init and --denoise)")
-    p.add_argument(
-        "--outpaint", metavar="LEFT,TOP,RIGHT,BOTTOM",
-        help="outpainting: grow the --init picture by these pixels (ComfyUI's ImagePadForOutpaint), then "
-        "paint the new border",
-    )  # fmt: skip
-    p.add_argument(
-        "--feather", type=int_type(FEATHERING), default=DEFAULT_FEATHERING, metavar="PIXELS",
-        help=f"outpainting: how far the mask fades into the picture (default {DEFAULT_FEATHERING})",
-    )  # fmt: skip
-    p.add_argument(
-        "--reference", action="append", default=[], metavar="PICTURE",
-        help="editing: a reference picture (repeatable; FLUX.1 Kontext, FLUX.2, Qwen-Image-Edit)",
-    )  # fmt: skip
-    p.add_argument("--refiner", metavar="FILE", help="the SDXL refiner checkpoint to finish the picture")
-    p.add_argument(
-        "--refiner-switch", type=number_type(REFINER_SWITCH), default=0.8,
-        help="fraction of the steps before the refiner",
-    )  # fmt: skip
 
 
 def _add_run(p: argparse.ArgumentParser) -> None:
