@@ -19,6 +19,7 @@ from torch import nn
 
 import core.archs
 from core.archs.blocks import BlockTable
+from core.archs.control import ControlNetLoader
 from core.archs.layouts import Architecture
 from core.archs.protocols import DiffusionNet, LatentCodec, TextConvention
 from core.archs.references import ReferenceConvention
@@ -49,6 +50,8 @@ CODECS: Registry[LatentCodec] = Registry("latent codec", _parts("CODEC"))
 BLOCKS: Registry[BlockTable] = Registry("block table", _parts("BLOCKS"))
 #: how families take reference pictures (a package's ``REFERENCES``; ``DiffusionSpec.references``)
 REFERENCES: Registry[ReferenceConvention] = Registry("reference convention", _parts("REFERENCES"))
+#: the ControlNet kinds packages bring (a package's ``CONTROLNETS``; the UNets' load on their own)
+CONTROLNETS: Registry[ControlNetLoader] = Registry("ControlNet loader", _parts("CONTROLNETS"))
 #: the loading records (file layouts) of text encoders that live in packages (the decoder LLMs)
 ENCODER_ARCHITECTURES: tuple[Architecture, ...] = tuple(_parts("ENCODER_ARCHITECTURES"))
 
@@ -64,6 +67,11 @@ def find_in_packages(module: str, name: str) -> Any:
         if hasattr(found, name):
             return getattr(found, name)
     raise AttributeError(f"no architecture package's {module} module defines {name!r}")
+
+
+def controlnet_loader(family: str | None, layout: str | None) -> ControlNetLoader | None:
+    """The package ControlNet kind that loads a ControlNet file detected as ``family``/``layout``."""
+    return next((c for c in CONTROLNETS if c.accepts(family, layout)), None)
 
 
 def net_for(family: str) -> DiffusionNet:

@@ -115,20 +115,41 @@ def refiner_follows(family: str) -> bool:
     return family in _REFINER_BASES
 
 
-#: Families whose ControlNets Loadout applies (the UNet ControlNets: SD1.x, SD2.x, SDXL).
-_CONTROLNET_FAMILIES = ("sd1", "sd2", "sdxl")
+#: The ControlNets Loadout applies: a diffusion family (or its LoRA group) -> the families detection
+#: names for the ControlNet files made for it. The UNet ControlNets load through
+#: ``core.loading.controlnet``; every other one through its architecture package's ``CONTROLNETS``
+#: loader (``core.archs.catalog.CONTROLNETS``; a test holds the two together).
+CONTROLNETS_FOR: dict[str, tuple[str, ...]] = {
+    "sd1": ("sd1",),
+    "sd2": ("sd2",),
+    "sdxl": ("sdxl",),
+}
+#: the UNet families among them (their ControlNets copy the UNet's input side)
+UNET_CONTROLNETS = ("sd1", "sd2", "sdxl")
+
+
+def _controlnet_group(family: str) -> str:
+    fam = REGISTRY.get(family)
+    return (fam.lora_group if fam is not None else "") or family
 
 
 def controlnet_family_for(family: str) -> str | None:
-    """The ControlNet family that fits a diffusion model of ``family`` (its LoRA group's, where it
-    has one: SDXL ControlNets on SSD-1B and Vega as on SDXL), or None when none is applied."""
-    fam = REGISTRY.get(family)
-    group = (fam.lora_group if fam is not None else "") or family
-    return group if group in _CONTROLNET_FAMILIES else None
+    """The ControlNet family that fits a diffusion model of ``family`` first (its LoRA group's,
+    where it has one: SDXL ControlNets on SSD-1B and Vega as on SDXL), or None when none is applied."""
+    found = CONTROLNETS_FOR.get(_controlnet_group(family)) or CONTROLNETS_FOR.get(family)
+    return found[0] if found else None
 
 
 def controlnet_fits(controlnet_family: str | None, model_family: str) -> bool:
     """Whether a ControlNet of ``controlnet_family`` applies to a model of ``model_family`` (the
     engine's ``wrong_controlnet`` check and the window's ControlNet lists); an unknown family
     (None: not read yet) is never ruled out."""
-    return controlnet_family is None or controlnet_family == controlnet_family_for(model_family)
+    if controlnet_family is None:
+        return True
+    fits = CONTROLNETS_FOR.get(_controlnet_group(model_family), ()) + CONTROLNETS_FOR.get(model_family, ())
+    return controlnet_family in fits
+
+
+def controlnet_applies(controlnet_family: str | None) -> bool:
+    """Whether ControlNets of ``controlnet_family`` (detection's) are applied to any model."""
+    return any(controlnet_family in fams for fams in CONTROLNETS_FOR.values())

@@ -30,20 +30,19 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from core.archs.control import ControlInput, ControlModule, ControlOutput
 from core.detect.catalog import controlnet_family_for, controlnet_fits
 from core.errors import ModelMismatchError
-from core.generate.passes import Contribution, Plan
+from core.generate.passes import Contribution, Plan, Run
 from core.generate.pictures import read_picture
 from core.generate.request import ImageSettings
 from core.generate.workflow_request import ControlNetUse
 from core.loading.controlnet import LoadedControlNet, load_controlnet
 from core.loading.loader import LoadOptions
-from core.models.controlnet import ControlNetModel, ControlResiduals
-from core.models.unet import ResStage
 from core.preprocess import preprocess
 from core.sampling.conditioning import Conditioning
 from core.sampling.model_sampling import ModelSampling
-from core.sampling.patches import Apply, ModelCall, ModelPatches
+from core.sampling.patches import NO_MODEL_PATCHES, Apply, ModelCall, ModelPatches
 
 
 def hint_tensor(rgb: np.ndarray) -> Tensor:
@@ -67,16 +66,35 @@ def center_resize(image: Tensor, width: int, height: int, mode: str = "nearest-e
 
 @dataclass
 class AppliedControlNet:
-    """One ControlNet with its hint, strength and sigma range, for one generation."""
+    """One ControlNet with its hint, strength and sigma range, for one generation. ``downscale``:
+    pixels per latent cell of the base model (8; FLUX.2's 16)."""
 
-    module: ControlNetModel
+    module: ControlModule
     hint: Tensor  # (1, C, H, W) float32 in [0, 1], as read
     strength: float
     sigma_range: tuple[float, float]  # (from, to): sigmas above ``from`` or below ``to`` skip it
+    downscale: int = 8
+    control_type: int | None = None
     _sized: dict[tuple[int, int, torch.device, torch.dtype], Tensor] = field(default_factory=dict)
+    #: latent-space hints by latent (h, w), encoded before each stage (:class:`EncodeHints`)
+    latents: dict[tuple[int, int], Tensor] = field(default_factory=dict)
+
+    def picture_at(self, height: int, width: int) -> Tensor:
+        """The hint picture centre-cropped and resized to a latent of ``height x width`` cells."""
+        return center_resize(self.hint, width * self.downscale, height * self.downscale)
 
     def hint_for(self, x: Tensor) -> Tensor:
-        key = (x.shape[-1] * 8, x.shape[-2] * 8, x.device, x.dtype)
+        if self.module.hint_space == "latent":
+            found = self.latents.get((x.shape[-2], x.shape[-1]))
+            if found is None:
+                raise ModelMismatchError(
+                    "the ControlNet's hint was not encoded for this picture size",
+                    why=f"no hint latent of {x.shape[-2]}x{x.shape[-1]} cells was made before sampling",
+                    fix="Report this; run the picture without the ControlNet meanwhile",
+                    code="wrong_controlnet",
+                )
+            return found.to(device=x.device, dtype=x.dtype)
+        key = (x.shape[-1] * self.downscale, x.shape[-2] * self.downscale, x.device, x.dtype)
         sized = self._sized.get(key)
         if sized is None:
             sized = center_resize(self.hint, key[0], key[1]).to(device=x.device, dtype=x.dtype)
@@ -91,7 +109,7 @@ class AppliedControlNet:
 @dataclass(frozen=True)
 class ControlStack:
     """Every ControlNet of one generation, as a model wrapper: each network call gets the summed
-    residuals of the nets whose range holds the call's sigma as its patches."""
+    outputs of the nets whose range holds the call's sigma as its patches."""
 
     nets: Sequence[AppliedControlNet]
 
@@ -102,33 +120,39 @@ class ControlStack:
 
     def residuals(
         self, x: Tensor, timestep: Tensor, cond: Conditioning, sigma: Tensor | None = None
-    ) -> ControlResiduals | None:
-        """The nets' summed residuals for the network input ``x`` (every net when ``sigma`` is None)."""
+    ) -> ControlOutput | None:
+        """The nets' summed outputs for the network input ``x`` (every net when ``sigma`` is None)."""
         at = None if sigma is None else float(sigma.reshape(-1)[0])
-        total: ControlResiduals | None = None
+        sigmas = sigma if sigma is not None else torch.zeros(x.shape[0])
+        total: ControlOutput | None = None
         for net in self.nets:
             if at is not None and not net.acts_at(at):
                 continue
-            out = net.module(x, net.hint_for(x), timestep.to(x.dtype), cond.context, cond.pooled)
-            scaled = _scale(out, net.strength)
-            total = scaled if total is None else _merge(total, scaled)
+            inp = ControlInput(x, timestep, cond, sigmas, net.hint_for(x), net.control_type)
+            scaled = net.module.control(inp).scaled(net.strength)
+            total = scaled if total is None else total.merged(scaled)
         return total
 
 
-def _scale(r: ControlResiduals, strength: float) -> ControlResiduals:
-    skips = tuple(None if s is None else s * strength for s in r.skips)
-    return ControlResiduals(skips, None if r.middle is None else r.middle * strength)
+@dataclass(frozen=True)
+class EncodeHints:
+    """Before each base sampler stage: the latent-space nets' hints at the stage's latent size,
+    VAE-encoded by the base model's VAE into its latent space (ComfyUI's ``get_control`` with a
+    ``vae``: the picture resized to the latent's size in pixels, ``vae.encode``,
+    ``latent_format.process_in``); once per size."""
 
+    nets: Sequence[AppliedControlNet]
 
-def _add(a: Tensor | None, b: Tensor | None) -> Tensor | None:
-    if a is None or b is None:
-        return b if a is None else a
-    return a + b
-
-
-def _merge(prev: ControlResiduals, new: ControlResiduals) -> ControlResiduals:
-    skips = tuple(_add(p, n) for p, n in zip(prev.skips, new.skips, strict=True))
-    return ControlResiduals(skips, _add(prev.middle, new.middle))
+    def __call__(self, settings: ImageSettings, latent: tuple[int, int], run: Run) -> ModelPatches:
+        pipe = run.pipeline
+        for net in self.nets:
+            if net.module.hint_space != "latent" or latent in net.latents:
+                continue
+            run.hooks.check()
+            pixels = net.picture_at(*latent)
+            encoded = pipe.encode_pixels(pixels * 2.0 - 1.0, run.hooks)
+            net.latents[latent] = pipe.latent_format.process_in(encoded)
+        return NO_MODEL_PATCHES
 
 
 @dataclass
@@ -157,12 +181,34 @@ def check_fits(net: LoadedControlNet, diffusion_family: str) -> None:
     if not controlnet_fits(net.family, diffusion_family):
         raise ModelMismatchError(
             f"{net.path.name} is a ControlNet for {net.family}, and the model is {diffusion_family}",
-            why="a ControlNet adds to the skip connections of the UNet it was trained beside",
+            why="a ControlNet adds to the blocks of the network it was trained beside",
             fix=f"Use a ControlNet made for {diffusion_family}"
             if want
-            else "ControlNets apply to SD1.x, SD2.x and SDXL models",
+            else f"Loadout applies no ControlNets to {diffusion_family} models yet (docs/families.md)",
             code="wrong_controlnet",
         )
+
+
+def control_type_index(use: ControlNetUse, net: LoadedControlNet) -> int | None:
+    """A union ControlNet's control type as the index its file takes, refused in words for a
+    ControlNet without types or a name it does not know."""
+    if use.control_type is None:
+        return None
+    if not net.control_types:
+        raise ModelMismatchError(
+            f"{net.path.name} has no control types to choose from",
+            why="only union ControlNets take a control type",
+            fix="Leave the control type out for this ControlNet",
+            code="bad_argument",
+        )
+    if use.control_type not in net.control_types:
+        raise ModelMismatchError(
+            f"{net.path.name} has no control type {use.control_type!r}",
+            why="its types are " + ", ".join(net.control_types),
+            fix="Choose one of those",
+            code="bad_argument",
+        )
+    return net.control_types.index(use.control_type)
 
 
 def applied(
@@ -178,26 +224,16 @@ def applied(
             picture = preprocess(use.preprocessor, picture)
         hint = hint_tensor(picture)
         rng = (sampling.percent_to_sigma(use.start), sampling.percent_to_sigma(use.end))
-        out.append(AppliedControlNet(net.module, hint, use.strength, rng))
+        kind = control_type_index(use, net)
+        out.append(AppliedControlNet(net.module, hint, use.strength, rng, control_type=kind))
     return ControlStack(tuple(out))
 
 
-def residual_bytes(module: ControlNetModel, batch: int, height: int, width: int, element: int) -> int:
-    """Bytes of the residuals one ControlNet hands the UNet (one per skip connection and the middle
-    block) for a latent of ``height x width`` and ``batch`` items: what stays alive beside the UNet's
-    own activations while it runs. Several ControlNets hold their sum and the next one's at once."""
-    cfg = module.config.unet
-    total = cfg.model_channels * height * width
-    for stage in cfg.input_stages():
-        level, channels = (
-            (stage.level, stage.out_channels)
-            if isinstance(stage, ResStage)
-            else (stage.level + 1, stage.channels)
-        )
-        total += channels * -(-height >> level) * -(-width >> level)
-    last = len(cfg.channel_mult) - 1
-    total += cfg.middle_channels * -(-height >> last) * -(-width >> last)
-    return total * batch * element
+def residual_bytes(module: ControlModule, batch: int, height: int, width: int, element: int) -> int:
+    """Bytes of one ControlNet's output for a latent of ``height x width`` and ``batch`` items: what
+    stays alive beside the base network's own activations while it runs. Several ControlNets
+    hold their sum and the next one's at once."""
+    return module.residual_bytes(batch, height, width, element)
 
 
 @dataclass
@@ -215,7 +251,8 @@ class ControlNetPass:
             return  # every strength 0: the conditioning is left as it was
         points = plan.pipeline.adapter.patch_points
         for net in self.stack.nets:
-            points.require(
-                "this ControlNet", "wrong_controlnet", blocks=("middle",), joins=net.module.config.blocks
-            )
+            net.module.require_points(points)
+            net.downscale = plan.pipeline.latent_format.downscale
+        if any(net.module.hint_space == "latent" for net in self.stack.nets):
+            plan.stage_patches.append(EncodeHints(self.stack.nets))
         plan.patches += ModelPatches(wrappers=(self.stack,))

@@ -29,6 +29,8 @@ class ControlNetUse:
     start: float = 0.0
     end: float = 1.0
     preprocessor: str | None = None
+    #: a union ControlNet's control type by name (ComfyUI's SetUnionControlNetType); None: auto
+    control_type: str | None = None
 
     def __post_init__(self) -> None:
         if self.preprocessor is not None:

@@ -120,7 +120,8 @@ def _controlnets(
         batch = settings.batch * (1 if pipeline.cfg(settings) == 1.0 else 2)
         size = torch.empty((), dtype=pipeline.compute.diffusion_dtype).element_size()
         w, h = settings.final_size  # the largest latent the residuals are made for
-        one = cn.residual_bytes(stack[0].module, batch, h // 8, w // 8, size)
+        f = pipeline.latent_format.downscale
+        one = cn.residual_bytes(stack[0].module, batch, h // f, w // f, size)
         made.contribution.sample_bytes = one * min(len(stack), 2)
     return made
 

@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 
 import torch
 
-from core.detect.catalog import controlnet_family_for
+from core.detect.catalog import UNET_CONTROLNETS, controlnet_applies
 from core.detect.keyview import KeyView
 from core.detect.types import Detection
 from core.errors import ModelMismatchError
@@ -40,7 +40,9 @@ class LoadedControlNet:
     path: Path
     family: str  # the diffusion family it is for
     layout: str
-    module: ControlNetModel
+    module: Any  # an nn.Module that is a core.archs.control.ControlModule
+    #: a union ControlNet's control types by name, in index order
+    control_types: tuple[str, ...] = ()
 
     @property
     def nbytes(self) -> int:
@@ -101,6 +103,8 @@ def load_controlnet(path: str | os.PathLike[str], options: LoadOptions | None = 
     opts = options or LoadOptions()
     index, det = inspect_for_loading(path, opts)
     _refuse_unloadable(index, det)
+    if det.family not in UNET_CONTROLNETS:
+        return _load_packaged(index, det, opts)
     whole = KeyView(index.tensors)
     prefix = "control_model." if "control_model.input_blocks.0.0.weight" in whole else ""
     view = whole.sub(prefix) if prefix else whole
@@ -130,8 +134,8 @@ def _refuse_unloadable(index: TensorIndex, det: Detection) -> None:
     name = index.path.name
     if det.kind != "controlnet":
         raise _wrong_kind(name, det, "controlnet")
-    # the ControlNet families that load are the records' (Flux and SD3 ControlNets are inspected only)
-    if det.family is None or controlnet_family_for(det.family) != det.family:
+    # the ControlNet families that load are the table's (catalog.CONTROLNETS_FOR)
+    if det.family is None or not controlnet_applies(det.family):
         raise ModelMismatchError(
             f"{name} is a ControlNet for {det.family}, which Loadout cannot apply yet",
             why="ControlNets are applied to SD1.x, SD2.x and SDXL UNets",
@@ -176,3 +180,61 @@ def _checked_module(
             code="layout_mismatch",
         )
     return config, module
+
+
+def _load_packaged(index: TensorIndex, det: Detection, opts: LoadOptions) -> LoadedControlNet:
+    """A ControlNet an architecture package brings (:class:`core.archs.control.ControlNetLoader`):
+    built on the meta device from the file's shapes, its layout compared key by key, filled from the
+    mapped file."""
+    from core.archs.catalog import controlnet_loader
+
+    name = index.path.name
+    kind = controlnet_loader(det.family, det.layout)
+    if kind is None:
+        raise ModelMismatchError(
+            f"{name} is a {det.family} ControlNet in a layout Loadout cannot apply yet ({det.layout})",
+            why="no ControlNet kind Loadout knows reads this file's layout",
+            fix="Use another release of this ControlNet (docs/families.md lists the ones that load)",
+            code="unsupported_family",
+        )
+    meta = meta_tensors(KeyView(index.tensors))
+    try:
+        built = kind.build({k: tuple(v.shape) for k, v in meta.items()}, det)
+    except (KeyError, ValueError, TypeError) as exc:
+        raise ModelMismatchError(
+            f"{name}: the ControlNet does not have the layout of a {det.family} ControlNet",
+            why=f"{type(exc).__name__}: {exc}"[:400],
+            fix="The file may be damaged: run `loadout inspect` on it, or get it again",
+            code="layout_mismatch",
+        ) from None
+    if not isinstance(built, torch.nn.Module):
+        raise TypeError(f"the {kind.id} ControlNet kind built no torch module")
+    module: torch.nn.Module = built
+    keys = dict(kind.key_map(module)) if kind.key_map is not None else None
+    to_file = keys if keys is not None else {k: k for k in module.state_dict(keep_vars=True)}
+    from_file = {v: k for k, v in to_file.items()}
+    found = {from_file.get(k, k): tuple(v.shape) for k, v in meta.items()}
+    report = compare_layout(expected_layout(module), found)
+    if not report.ok:
+        bad = (report.missing or report.unexpected or report.shape_mismatches)[0]
+        raise ModelMismatchError(
+            f"{name}: the ControlNet does not match the {det.family} ControlNet architecture",
+            why=f"{len(report.missing)} missing, {len(report.unexpected)} unexpected, "
+            f"{len(report.shape_mismatches)} with the wrong shape (e.g. {bad})",
+            fix="The file may be damaged or another kind of adapter: run `loadout inspect` on it",
+            code="layout_mismatch",
+        )
+    lazy = LazyTensors(list(index.tensors), _Source(index).get, "")
+    assign_weights(
+        module,
+        lambda key: lazy[to_file[key]],
+        {k: k for k in module.state_dict(keep_vars=True)},
+        component=f"controlnet ({det.family})",
+        dtype=opts.dtype,
+        device=opts.device,
+        check=opts.check,
+        progress=opts.progress,
+    )
+    module.eval()
+    layout = det.layout or "original"
+    return LoadedControlNet(index.path, det.family or "", layout, module, kind.control_types)

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Literal
 
 import torch
 from torch import nn
@@ -28,9 +29,13 @@ from torch import nn
 from core.errors import ModelMismatchError
 from core.models.attention import timestep_embedding
 from core.models.patches import NetworkPatches, Site
-from core.models.unet import UNetConfig, input_side
+from core.models.unet import ResStage, UNetConfig, input_side
 from core.models.unet_blocks import LayerFactory
 from core.ops.layers import OpSet, default_ops
+
+if TYPE_CHECKING:
+    from core.archs.control import ControlInput
+    from core.models.patches import PatchPoints
 
 
 @dataclass(frozen=True)
@@ -41,6 +46,16 @@ class ControlResiduals:
 
     skips: tuple[torch.Tensor | None, ...]
     middle: torch.Tensor | None
+
+    def scaled(self, strength: float) -> ControlResiduals:
+        skips = tuple(None if s is None else s * strength for s in self.skips)
+        return ControlResiduals(skips, None if self.middle is None else self.middle * strength)
+
+    def merged(self, later: object) -> ControlResiduals:
+        if not isinstance(later, ControlResiduals) or len(later.skips) != len(self.skips):
+            raise _mismatch("two ControlNets of different UNets were stacked")
+        skips = tuple(_sum(p, n) for p, n in zip(self.skips, later.skips, strict=True))
+        return ControlResiduals(skips, _sum(self.middle, later.middle))
 
     def patches(self) -> NetworkPatches:
         """The residuals as the UNet's patches: the middle one after its middle block, each skip's
@@ -62,6 +77,12 @@ def _add(h: torch.Tensor, residual: torch.Tensor | None) -> torch.Tensor:
     if residual.shape != h.shape:
         raise _mismatch(f"it gives a {list(residual.shape)} residual where the UNet has {list(h.shape)}")
     return (h + residual).to(h.dtype)  # as ComfyUI's in-place ``h += ctrl``
+
+
+def _sum(a: torch.Tensor | None, b: torch.Tensor | None) -> torch.Tensor | None:
+    if a is None or b is None:
+        return b if a is None else a
+    return a + b
 
 
 def _mismatch(why: str) -> ModelMismatchError:
@@ -126,7 +147,10 @@ class ControlNetConfig:
 
 
 class ControlNetModel(nn.Module):
-    """``forward(x, hint, timesteps, context, y=None)`` -> the residuals, unscaled."""
+    """``forward(x, hint, timesteps, context, y=None)`` -> the residuals, unscaled; a
+    :class:`~core.archs.control.ControlModule` whose hint is the picture itself."""
+
+    hint_space: Literal["pixels", "latent"] = "pixels"
 
     def __init__(
         self,
@@ -190,3 +214,27 @@ class ControlNetModel(nn.Module):
             outs.append(zero(h))
         h = self.middle_block(h, emb, context)
         return ControlResiduals(tuple(outs), self.middle_block_out(h))
+
+    def control(self, inp: ControlInput) -> ControlResiduals:
+        x = inp.x
+        out: ControlResiduals = self(x, inp.hint, inp.timestep.to(x.dtype), inp.cond.context, inp.cond.pooled)
+        return out
+
+    def require_points(self, points: PatchPoints) -> None:
+        points.require("this ControlNet", "wrong_controlnet", blocks=("middle",), joins=self.config.blocks)
+
+    def residual_bytes(self, batch: int, height: int, width: int, element: int) -> int:
+        """One residual per skip connection and the middle block's, for a latent of ``height x
+        width``: what stays alive beside the UNet's own activations while it runs."""
+        cfg = self.config.unet
+        total = cfg.model_channels * height * width
+        for stage in cfg.input_stages():
+            level, channels = (
+                (stage.level, stage.out_channels)
+                if isinstance(stage, ResStage)
+                else (stage.level + 1, stage.channels)
+            )
+            total += channels * -(-height >> level) * -(-width >> level)
+        last = len(cfg.channel_mult) - 1
+        total += cfg.middle_channels * -(-height >> last) * -(-width >> last)
+        return total * batch * element

@@ -1,0 +1,119 @@
+"""What a ControlNet is to the engine, whatever network it steers.
+
+A ControlNet (lllyasviel's for the UNets, the DiT ControlNets of SD3.5, FLUX.1, Qwen-Image, the
+model patches of Z-Image Fun) is a :class:`ControlModule`: an ``nn.Module`` the memory manager
+places with the diffusion model, which looks at one network call (:class:`ControlInput`) and its
+hint and gives a :class:`ControlOutput`, what it adds to that call, as the base network's patches
+(:mod:`core.models.patches`). The base network knows nothing of ControlNets.
+
+Two hint spaces, as ComfyUI's ``ControlNet.get_control``:
+
+* ``"pixels"``: the hint picture, centre-cropped and resized (``nearest-exact``) to the latent's
+  size in pixels, ``(1, C, H, W)`` in [0, 1] (the UNet ControlNets, XLabs' Flux ones);
+* ``"latent"``: that picture VAE-encoded by the base model's VAE and put into its latent space
+  (``latent_format.process_in``), ``(1, C, h, w)`` at the call's latent size (SD3.5, InstantX,
+  Qwen-Image, Z-Image Fun). The pass encodes it before each sampler stage, at the stage's size.
+
+A package that brings ControlNets for its family exports ``CONTROLNETS``, a tuple of
+:class:`ControlNetLoader` records (:data:`core.archs.catalog.CONTROLNETS`), and names the files'
+detection families in ``core.detect.catalog.CONTROLNETS_FOR`` (which models they fit); the UNet
+ControlNets load through :mod:`core.loading.controlnet` directly.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
+
+from torch import Tensor
+
+from core.archs.conditioning import Conditioning
+from core.models.patches import NetworkPatches, PatchPoints
+
+if TYPE_CHECKING:
+    from core.detect.types import Detection
+
+HintSpace = Literal["pixels", "latent"]
+
+
+@dataclass(frozen=True)
+class ControlInput:
+    """One network call as a ControlNet sees it: ``x`` the base network's input latent ``(B, C, h,
+    w)`` in the compute dtype (before an inpainting model's extra channels), ``timestep`` the model
+    timestep ``[B]`` the base network takes, ``cond`` the batch's conditioning (context, pooled,
+    guidance, mask), ``sigma`` ``[B]``, and ``hint`` in the module's :data:`HintSpace` (batch 1:
+    the module repeats it to the call's batch)."""
+
+    x: Tensor
+    timestep: Tensor
+    cond: Conditioning
+    sigma: Tensor
+    hint: Tensor
+    #: the union ControlNets' control type (ComfyUI's ``SetUnionControlNetType``); None: not set
+    control_type: int | None = None
+
+
+@runtime_checkable
+class ControlOutput(Protocol):
+    """What one ControlNet (or the sum of several) adds to one network call."""
+
+    def scaled(self, strength: float) -> ControlOutput:
+        """Every residual times ``strength`` (ComfyUI's ``control_merge``: ``x *= strength``)."""
+        ...
+
+    def merged(self, later: ControlOutput) -> ControlOutput:
+        """This output and a later net's, added position by position (ComfyUI's ``control_merge``:
+        the earlier sum plus the next net's). Outputs that cannot be added (a lazy model patch)
+        may apply one after the other instead."""
+        ...
+
+    def patches(self) -> NetworkPatches:
+        """The output as the base network's patches."""
+        ...
+
+
+class ControlModule(Protocol):
+    """A ControlNet's network (an ``nn.Module``), for the families ``fits`` names."""
+
+    hint_space: HintSpace
+
+    def control(self, inp: ControlInput) -> ControlOutput:
+        """The unscaled output for one call."""
+        ...
+
+    def require_points(self, points: PatchPoints) -> None:
+        """Refuse in words a base network without the patch points the output goes to."""
+        ...
+
+    def residual_bytes(self, batch: int, height: int, width: int, element: int) -> int:
+        """Bytes its output holds beside the base network's activations for a latent of
+        ``height x width`` cells and ``batch`` items of ``element`` bytes."""
+        ...
+
+
+#: ``build(shapes, detection)``: the module on the meta device for a file whose tensors have these
+#: shapes (key -> shape); a ``ValueError`` / ``KeyError`` says why the file is not one
+BuildControl = Callable[[Mapping[str, tuple[int, ...]], "Detection"], ControlModule]
+#: ``key_map(module)``: the module's state-dict key -> the file's key (None: the same names)
+ControlKeys = Callable[[Any], Mapping[str, str]]
+
+
+@dataclass(frozen=True)
+class ControlNetLoader:
+    """An architecture package's ControlNet kind, loaded by :mod:`core.loading.controlnet` (built on
+    the meta device, the file's layout compared key by key before any data is read, then filled
+    zero-copy from the mapped file): ``id``; ``families`` the diffusion families detection names
+    for its files (``Detection.family`` of a ``controlnet``); ``layouts`` the detection layouts it
+    loads (empty: any)."""
+
+    id: str
+    families: tuple[str, ...]
+    build: BuildControl
+    key_map: ControlKeys | None = None
+    layouts: tuple[str, ...] = ()
+    #: union ControlNets: the control types by name, in the file's index order
+    control_types: tuple[str, ...] = ()
+
+    def accepts(self, family: str | None, layout: str | None) -> bool:
+        return family in self.families and (not self.layouts or layout in self.layouts)
