@@ -6,7 +6,6 @@ through ``read_tensor_index``, the path a downloaded file takes.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -344,13 +343,10 @@ def test_a_million_keys_are_classified_without_scanning() -> None:
     tensors = {f"extra.{i}.weight": filler for i in range(1_000_000)}
     tensors.update(_infos(L.unet("sdxl")))
     counting = CountingMapping(tensors)
-    start = time.perf_counter()
     found = match_diffusion(KeyView(counting))
     cn = match_controlnet(KeyView(counting))
-    elapsed = time.perf_counter() - start
     assert [m.family for m in found] == ["sdxl"] and cn is None
     assert counting.scans == 0  # every rule looks keys up; none walks the million keys
-    assert elapsed < 5.0, f"took {elapsed:.2f}s"
 
 
 def test_a_registry_can_be_built_without_the_global_one() -> None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import hashlib
 import json
 import struct
-import time
 from pathlib import Path
 
 import pytest
@@ -55,13 +54,21 @@ def test_lazy_tensors_are_zero_copy_views_equal_to_reference(tmp_path: Path) -> 
         assert _digest(p) == before
 
 
+def _bytes_read() -> int:
+    """This process's bytes read through read() calls so far (Linux's /proc/self/io ``rchar``)."""
+    for line in Path("/proc/self/io").read_text().splitlines():
+        if line.startswith("rchar:"):
+            return int(line.split()[1])
+    raise AssertionError("no rchar in /proc/self/io")
+
+
 def test_sparse_full_size_file_costs_no_disk(tmp_path: Path) -> None:
     p = write_sparse(tmp_path / "big.safetensors", {"w": (40960, 40960)})  # 3.4 GB logical
     assert p.stat().st_size > 3_000_000_000
     assert p.stat().st_blocks * 512 < 1_000_000
-    t0 = time.perf_counter()
+    before = _bytes_read()
     info = read_tensor_index(p)
-    assert time.perf_counter() - t0 < 1.0
+    assert _bytes_read() - before < 1_000_000  # the header, not the 3.4 GB of data
     assert info.tensors["w"].nbytes == 40960 * 40960 * 2
 
 
@@ -81,16 +88,15 @@ def test_metadata_non_string_values_are_kept_as_json_with_warning(tmp_path: Path
     assert any("not a string" in w for w in h.warnings)
 
 
-def test_million_tensor_header_is_read_in_seconds(tmp_path: Path) -> None:
-    n = 1_000_000
+def test_a_header_of_many_tensors_is_read_whole(tmp_path: Path) -> None:
+    # the time it takes (a million tensors) is bench/header.py's, recorded in docs/benchmarks.md
+    n = 200_000
     entries = {f"t{i}": _entry("U8", [1], i, i + 1) for i in range(n)}
     body = json.dumps(entries, separators=(",", ":")).encode()
     p = write_raw_header(tmp_path / "many.safetensors", body, data=b"\0" * n)
-    t0 = time.perf_counter()
     h = read_header(p)
-    elapsed = time.perf_counter() - t0
     assert len(h.tensors) == n
-    assert elapsed < 30, elapsed  # generous: the point is "seconds, not minutes"
+    assert h.offsets["t123456"] == (123456, 123457)
 
 
 BAD_HEADERS: list[tuple[str, bytes, bytes, str]] = [

@@ -4,7 +4,6 @@ layout, config detection from shapes, and the diffusers key map."""
 from __future__ import annotations
 
 import dataclasses
-import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -211,13 +210,8 @@ FULL = {
 @pytest.mark.parametrize("name", list(FULL))
 def test_full_size_on_meta_round_trips_through_from_shapes(name: str) -> None:
     config, tensors = FULL[name]
-    start = time.perf_counter()
     model = UNetModel(config, device="meta", dtype=torch.float16)
-    seconds = time.perf_counter() - start
     sd = model.state_dict()
-    params = sum(v.numel() for v in sd.values())
-    print(f"{name}: built on meta in {seconds * 1000:.1f} ms, {len(sd)} tensors, {params / 1e6:.1f} M params")
-    assert seconds < 5.0
     assert all(v.device.type == "meta" for v in sd.values())
     if tensors is not None:
         assert len(sd) == tensors
