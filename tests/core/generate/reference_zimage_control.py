@@ -11,6 +11,8 @@ With a picture of a multiple of 32 tokens (no pads) the two then compute the sam
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import torch
@@ -54,19 +56,13 @@ def control_reference(
     return diffusers.ZImageControlNetModel.from_transformer(cn, hf)
 
 
-def controlled_velocity(
-    hf: Any,
-    cn: Any,
-    x: torch.Tensor,
-    sigma: torch.Tensor,
-    ctx: list[torch.Tensor],
-    hint: torch.Tensor,
-    scale: float,
-) -> torch.Tensor:
-    """ComfyUI's velocity from diffusers' modules wired as ComfyUI computes (see the module)."""
-    tokens = x.shape[-2] * x.shape[-1] // 4
+@contextmanager
+def comfy_wired(hf: Any, cn: Any, tokens: int, scale: float) -> Iterator[None]:
+    """Inside: ``cn`` and ``hf`` compute as ComfyUI's model patch does (see the module) for a
+    picture of ``tokens`` tokens, each ControlNet call followed by the transformer's call."""
     refined: list[torch.Tensor] = []
     seen: list[torch.Tensor] = []
+    adding = {"on": False}
     blocks = cn.control_layers
     for i, block in enumerate(list(blocks)):
         blocks[i] = PictureOnly(block, tokens, seen)
@@ -76,7 +72,16 @@ def controlled_velocity(
     if refiner_blocks is not None:
         for i, block in enumerate(list(refiner_blocks)):
             refiner_blocks[i] = PictureOnly(block, tokens, refined)
-    adding = {"on": False}
+
+    def starting(module: nn.Module, args: Any) -> None:
+        refined.clear()
+        seen.clear()
+        adding["on"] = False
+
+    def done(module: nn.Module, args: Any, out: Any) -> None:
+        if cn.add_control_noise_refiner == "control_layers":  # the 2.0 stand-in's refiner hints
+            refined.extend(seen[: len(hf.noise_refiner)])
+        adding["on"] = True
 
     def add(index: int) -> Any:
         def hook(module: nn.Module, args: Any, out: torch.Tensor) -> torch.Tensor:
@@ -87,15 +92,9 @@ def controlled_velocity(
         return hook
 
     handles = [layer.register_forward_hook(add(i)) for i, layer in enumerate(hf.noise_refiner)]
+    handles += [cn.register_forward_pre_hook(starting), cn.register_forward_hook(done)]
     try:
-        xs = [xi[:, None] for xi in x]
-        hints = [hint[0][:, None]] * len(xs)
-        with torch.no_grad():
-            samples = cn(xs, 1.0 - sigma, ctx, hints, conditioning_scale=scale)
-            if cn.add_control_noise_refiner == "control_layers":  # the 2.0 stand-in's refiner hints
-                refined.extend(seen[: len(hf.noise_refiner)])
-            adding["on"] = True
-            out = hf(xs, 1.0 - sigma, ctx, controlnet_block_samples=samples, return_dict=False)[0]
+        yield
     finally:
         for handle in handles:
             handle.remove()
@@ -104,4 +103,21 @@ def controlled_velocity(
         if refiner_blocks is not None:
             for i, block in enumerate(list(refiner_blocks)):
                 refiner_blocks[i] = block.block
+
+
+def controlled_velocity(
+    hf: Any,
+    cn: Any,
+    x: torch.Tensor,
+    sigma: torch.Tensor,
+    ctx: list[torch.Tensor],
+    hint: torch.Tensor,
+    scale: float,
+) -> torch.Tensor:
+    """ComfyUI's velocity from diffusers' modules wired as ComfyUI computes (see the module)."""
+    xs = [xi[:, None] for xi in x]
+    hints = [hint[0][:, None]] * len(xs)
+    with comfy_wired(hf, cn, x.shape[-2] * x.shape[-1] // 4, scale), torch.no_grad():
+        samples = cn(xs, 1.0 - sigma, ctx, hints, conditioning_scale=scale)
+        out = hf(xs, 1.0 - sigma, ctx, controlnet_block_samples=samples, return_dict=False)[0]
     return -torch.stack([o[:, 0] for o in out])
