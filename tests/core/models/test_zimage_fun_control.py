@@ -19,9 +19,12 @@ from core.archs.nextdit.controlnets import build_fun_control
 from core.archs.nextdit.fun_control import ZImageFunControl
 from core.errors import ModelMismatchError
 from core.files.writer import write_safetensors
-from core.loading.controlnet import load_controlnet
+from core.generate.controlnet import check_fits
+from core.loading.controlnet import LoadedControlNet, load_controlnet
 from core.loading.loader import inspect_for_loading
-from core.models.patches import NO_PATCHES, NetworkPatches, Site, StageInput
+from core.models.patches import NO_PATCHES, NetworkPatches, PatchPoints, Site, StageInput
+from core.models.vae import FLUX_LATENT
+from tests.core.generate.reference import vae_pair
 from tests.core.generate.reference_nextdit import ours_from, z_image_reference
 from tests.core.generate.reference_zimage_control import control_reference, controlled_velocity
 
@@ -176,3 +179,32 @@ def test_a_saved_file_detects_loads_and_runs(tmp_path: Path, small: Any) -> None
     )
     with pytest.raises(ModelMismatchError, match="does not match"):
         load_controlnet(damaged)
+
+
+def test_the_2x_hint_is_the_control_a_zero_mask_and_a_grey_pictures_latent(small: Any) -> None:
+    """ComfyUI's ``encode_latent_cond`` with no picture to inpaint: [control, mask 0, grey]."""
+    hf, _ = small
+    module = _ours(control_reference(hf, layers=2, in_dim=33, refiner="control_noise_refiner", refiners=2))
+    _, vae = vae_pair(16, FLUX_LATENT, seed=2)
+    picture = torch.rand(1, 3, 64, 48, generator=torch.Generator().manual_seed(1))
+
+    def encode(p: torch.Tensor) -> torch.Tensor:
+        with torch.no_grad():
+            out: torch.Tensor = vae.encode(p * 2 - 1)
+        return out
+
+    hint = module.latent_hint(picture, encode)
+    assert hint.shape == (1, 33, 8, 6)
+    assert torch.equal(hint[:, :16], encode(picture)) and not hint[:, 16].any()
+    assert torch.equal(hint[:, 17:], encode(torch.full_like(picture, 0.5)))
+
+
+def test_a_fun_controlnet_fits_z_image_alone(small: Any) -> None:
+    hf, _ = small
+    module = _ours(control_reference(hf, layers=2, in_dim=16, refiner=None, refiners=2))
+    net = LoadedControlNet(Path("Z-Image-Turbo-Fun-Controlnet-Union.safetensors"), "z-image", "fun", module)
+    check_fits(net, "z-image")
+    with pytest.raises(ModelMismatchError, match="is a ControlNet for z-image, and the model is lumina2"):
+        check_fits(net, "lumina2")
+    with pytest.raises(ModelMismatchError, match="control stream"):
+        module.require_points(PatchPoints({"joint": 2}))
