@@ -1,8 +1,9 @@
 """Loading a ControlNet file (SD1.x / SD2.x / SDXL): lllyasviel's original layout (with or without
 ``control_model.``) and diffusers' ControlNetModel layout, detected by ``inspect`` as kind
 ``controlnet``; the DiT ControlNets an architecture package brings (Z-Image's Fun ControlNet) by
-its loader record (:func:`_load_packaged`). The network is built on the meta device and filled zero-copy from the
-memory-mapped file, as every other model is; keys and shapes are compared before any data is read.
+its loader record (:func:`_load_packaged`). The network is built on the meta device and filled
+zero-copy from the memory-mapped file, as every other model is; keys and shapes are compared before
+any data is read.
 """
 
 from __future__ import annotations
