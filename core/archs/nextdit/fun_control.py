@@ -243,8 +243,8 @@ class FunRun:
 
     def _refiner(self, index: int, stage: StageInput) -> Tensor | None:
         m, (x, pe) = self.module, self._inputs(stage)
-        if index == 0 or self.state is None:
-            self.state = self._start(x)
+        if index == 0 or self.state is None:  # a forward starts (the same patches may run again)
+            self.state, self.done = self._start(x), -1
         if not m.broken:
             return self._step(m.refiner_block(index), x, pe, stage.vec)
         if index == 0:
@@ -257,6 +257,8 @@ class FunRun:
 
     def _control(self, k: int, stage: StageInput) -> Tensor | None:
         m, (x, pe) = self.module, self._inputs(stage)
+        if k == 0 and not m.refiner_control:  # a forward starts (the same patches may run again)
+            self.state, self.done = None, -1
         if self.state is None:
             self.state = self._start(x)
             if not m.refiner_control:

@@ -121,6 +121,14 @@ def test_strength_scales_and_outputs_chain(small: Any) -> None:
         )
     assert torch.equal(zero, plain)
     torch.testing.assert_close(two, one, rtol=1e-5, atol=1e-5)
+    for mode in (None, "control_noise_refiner"):  # the same patches run twice (a guidance's extra pass)
+        form = _ours(
+            control_reference(hf, layers=2, in_dim=16 if mode is None else 33, refiner=mode, refiners=2)
+        )
+        hint = torch.randn(1, form.in_channels, 16, 16)
+        patches = form.control(ControlInput(x, sigma, Conditioning(ctx), sigma, hint)).patches()
+        with torch.no_grad():
+            assert torch.equal(ours(x, sigma, ctx, patches), ours(x, sigma, ctx, patches))
 
 
 def test_a_wrong_hint_and_a_wrong_network_are_refused_in_words(small: Any) -> None:
