@@ -123,6 +123,7 @@ CONTROLNETS_FOR: dict[str, tuple[str, ...]] = {
     "sd1": ("sd1",),
     "sd2": ("sd2",),
     "sdxl": ("sdxl",),
+    "z-image": ("z-image",),
 }
 #: the UNet families among them (their ControlNets copy the UNet's input side)
 UNET_CONTROLNETS = ("sd1", "sd2", "sdxl")

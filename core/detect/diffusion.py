@@ -2,7 +2,8 @@
 
 ``match_diffusion`` asks every diffusion family of the registry about a (prefix-stripped) view and
 returns the verdicts best first. ``match_controlnet`` reads the ControlNets built on SD1/SD2/SDXL
-(original and diffusers layouts), Flux (XLabs and diffusers/InstantX) and SD3, and names the
+(original and diffusers layouts), Flux (XLabs and diffusers/InstantX), SD3 and Z-Image (Fun, in
+:mod:`.controlnet_nextdit`), and names the
 diffusion family each one is for. A ControlNet is never taken for a diffusion model: both have a
 UNet's input side, so every diffusion rule refuses a view with ControlNet-only keys.
 """
@@ -13,6 +14,7 @@ from dataclasses import asdict
 from typing import Any
 
 from core.detect.catalog import REGISTRY
+from core.detect.controlnet_nextdit import z_image_controlnet
 from core.detect.diffusion_probe import count_numbered, finish, is_controlnet
 from core.detect.diffusion_unet import read_diffusers_input_side, read_ldm_input_side
 from core.detect.keyview import KeyView
@@ -122,7 +124,7 @@ def match_controlnet(view: KeyView) -> Match | None:
     """The ControlNet in ``view`` with ``family`` = the diffusion family it is for, or None."""
     if view.has_any(("control_model.zero_convs.0.0.weight", "control_model.input_blocks.0.0.weight")):
         view = view.sub("control_model.")
-    for read in (_unet_controlnet, _flux_controlnet, _sd3_controlnet):
+    for read in (_unet_controlnet, _flux_controlnet, _sd3_controlnet, z_image_controlnet):
         found = read(view)
         if found is not None:
             return found

@@ -80,8 +80,10 @@ class AppliedControlNet:
     latents: dict[tuple[int, int], Tensor] = field(default_factory=dict)
 
     def picture_at(self, height: int, width: int) -> Tensor:
-        """The hint picture centre-cropped and resized to a latent of ``height x width`` cells."""
-        return center_resize(self.hint, width * self.downscale, height * self.downscale)
+        """The hint picture centre-cropped and resized to a latent of ``height x width`` cells
+        (``nearest-exact``, or the module's ``hint_resize``: Z-Image Fun's ``area``)."""
+        mode = getattr(self.module, "hint_resize", "nearest-exact")
+        return center_resize(self.hint, width * self.downscale, height * self.downscale, mode)
 
     def hint_for(self, x: Tensor) -> Tensor:
         if self.module.hint_space == "latent":
@@ -139,7 +141,8 @@ class EncodeHints:
     """Before each base sampler stage: the latent-space nets' hints at the stage's latent size,
     VAE-encoded by the base model's VAE into its latent space (ComfyUI's ``get_control`` with a
     ``vae``: the picture resized to the latent's size in pixels, ``vae.encode``,
-    ``latent_format.process_in``); once per size."""
+    ``latent_format.process_in``); once per size. A module with a ``latent_hint(picture, encode)``
+    makes its hint itself from the picture and that encoding (Z-Image Fun's extra channels)."""
 
     nets: Sequence[AppliedControlNet]
 
@@ -150,8 +153,12 @@ class EncodeHints:
                 continue
             run.hooks.check()
             pixels = net.picture_at(*latent)
-            encoded = pipe.encode_pixels(pixels * 2.0 - 1.0, run.hooks)
-            net.latents[latent] = pipe.latent_format.process_in(encoded)
+
+            def encode(picture: Tensor) -> Tensor:
+                return pipe.latent_format.process_in(pipe.encode_pixels(picture * 2.0 - 1.0, run.hooks))
+
+            make = getattr(net.module, "latent_hint", None)
+            net.latents[latent] = make(pixels, encode) if make is not None else encode(pixels)
         return NO_MODEL_PATCHES
 
 

@@ -1,7 +1,9 @@
 """Loading a ControlNet file (SD1.x / SD2.x / SDXL): lllyasviel's original layout (with or without
 ``control_model.``) and diffusers' ControlNetModel layout, detected by ``inspect`` as kind
-``controlnet``. The network is built on the meta device and filled zero-copy from the
-memory-mapped file, as every other model is; keys and shapes are compared before any data is read.
+``controlnet``; the DiT ControlNets an architecture package brings (Z-Image's Fun ControlNet) by
+its loader record (:func:`_load_packaged`). The network is built on the meta device and filled
+zero-copy from the memory-mapped file, as every other model is; keys and shapes are compared before
+any data is read.
 """
 
 from __future__ import annotations
@@ -138,8 +140,8 @@ def _refuse_unloadable(index: TensorIndex, det: Detection) -> None:
     if det.family is None or not controlnet_applies(det.family):
         raise ModelMismatchError(
             f"{name} is a ControlNet for {det.family}, which Loadout cannot apply yet",
-            why="ControlNets are applied to SD1.x, SD2.x and SDXL UNets",
-            fix="Use a ControlNet made for SD1.5 or SDXL",
+            why="ControlNets are applied to SD1.x, SD2.x, SDXL and Z-Image models (docs/families.md)",
+            fix="Use a ControlNet made for one of those",
             code="unsupported_family",
         )
     _refuse_unloadable_format(index)

@@ -17,7 +17,12 @@ Each point is named by a :class:`Site`: a stage the network declares (the UNet's
 * **attention replacement** ``(call) -> out``: the attention itself (PAG/SAG);
 * **skipped blocks**: sites whose block the forward leaves out, its input passed on unchanged
   (ComfyUI's ``"dit"`` block replacement by a function that returns its arguments: Skip Layer
-  Guidance), at the stages a network declares skippable.
+  Guidance), at the stages a network declares skippable;
+* **stream patches** ``(h, site, stage) -> h``: after a block, like a block patch, seeing also
+  what the block's stage started from (:class:`StageInput`: the stage's input, the rotary angles,
+  the modulation vector, where the picture's tokens lie): ComfyUI's ``noise_refiner`` and
+  ``double_block`` model patches, which run a control network of their own beside the blocks
+  (Z-Image's Fun ControlNet), at the stages a network declares (``streams``).
 
 With no patches a forward computes exactly what it computes without this module.
 """
@@ -47,6 +52,23 @@ class Site:
 
 class BlockPatch(Protocol):
     def __call__(self, h: torch.Tensor, site: Site) -> torch.Tensor: ...
+
+
+@dataclass(frozen=True)
+class StageInput:
+    """What a stream patch sees beside a block's output: ``first`` the hidden state the stage's
+    first block took (the same sequence as ``h``), ``pe`` the rotary angles of that sequence (as
+    the network's blocks take them), ``vec`` the modulation vector, and ``image`` (start, count):
+    where the picture's own tokens lie in the sequence (not the network's pad tokens)."""
+
+    first: torch.Tensor
+    pe: torch.Tensor
+    vec: torch.Tensor
+    image: tuple[int, int]
+
+
+class StreamPatch(Protocol):
+    def __call__(self, h: torch.Tensor, site: Site, stage: StageInput) -> torch.Tensor: ...
 
 
 class JoinPatch(Protocol):
@@ -88,6 +110,7 @@ class NetworkPatches:
     attention: tuple[AttentionPatch, ...] = ()
     replace_attention: AttentionReplace | None = None
     skip: frozenset[Site] = frozenset()
+    streams: tuple[StreamPatch, ...] = ()
 
     def __add__(self, other: NetworkPatches) -> NetworkPatches:
         if other.replace_attention is not None and self.replace_attention is not None:
@@ -103,6 +126,7 @@ class NetworkPatches:
             self.attention + other.attention,
             self.replace_attention or other.replace_attention,
             self.skip | other.skip,
+            self.streams + other.streams,
         )
 
     @property
@@ -112,6 +136,12 @@ class NetworkPatches:
     def block(self, h: torch.Tensor, site: Site) -> torch.Tensor:
         for patch in self.blocks:
             h = patch(h, site)
+        return h
+
+    def stream(self, h: torch.Tensor, site: Site, stage: StageInput) -> torch.Tensor:
+        """The stream patches at ``site``; a network builds ``stage`` only when it has some."""
+        for patch in self.streams:
+            h = patch(h, site, stage)
         return h
 
     def join(self, h: torch.Tensor, skip: torch.Tensor, site: Site) -> tuple[torch.Tensor, torch.Tensor]:
@@ -180,12 +210,14 @@ def attention_route(patches: NetworkPatches, stage: str, index: int) -> Attentio
 class PatchPoints:
     """The points a network has: ``blocks`` stage -> number of sites, ``joins`` the skip
     connections (UNet), ``attention`` the attention kinds its layers route through patches,
-    ``skips`` the stages whose blocks a forward can leave out."""
+    ``skips`` the stages whose blocks a forward can leave out, ``streams`` the stages that take
+    stream patches."""
 
     blocks: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))
     joins: int = 0
     attention: tuple[AttentionKind, ...] = ()
     skips: tuple[str, ...] = ()
+    streams: tuple[str, ...] = ()
 
     def require(
         self,
@@ -196,6 +228,7 @@ class PatchPoints:
         joins: int | None = None,
         attention: tuple[AttentionKind, ...] = (),
         skips: tuple[str, ...] = (),
+        streams: tuple[str, ...] = (),
         fix: str = "",
     ) -> None:
         """Refuse a feature whose patches need points this network lacks, in words. ``joins``
@@ -207,6 +240,9 @@ class PatchPoints:
             missing.append(f"{joins} skip connections (it has {self.joins})")
         missing += [f"patchable {kind}-attention" for kind in attention if kind not in self.attention]
         missing += [f"{stage} blocks that can be left out" for stage in skips if stage not in self.skips]
+        missing += [
+            f"a control stream beside its {stage} blocks" for stage in streams if stage not in self.streams
+        ]
         if missing:
             raise ModelMismatchError(
                 f"{feature} does not fit this diffusion model",

@@ -64,3 +64,24 @@ def test_the_rows_and_the_engine_use_one_rule() -> None:
     assert controlnet_fits("sdxl", "ssd-1b") and controlnet_family_for("ssd-1b") == "sdxl"
     assert not controlnet_fits("sd1", "sdxl") and controlnet_fits(None, "sdxl")
     assert not controlnet_fits("sd1", "flux") and controlnet_fits(None, "flux")
+
+
+def test_a_z_image_model_is_offered_its_fun_controlnet(panel: GeneratePanel, tmp_path: Path) -> None:
+    fun, canny = (
+        tmp_path / "Z-Image-Turbo-Fun-Controlnet-Union-2.1.safetensors",
+        tmp_path / "canny.safetensors",
+    )
+    nets = panel.workflows.controlnets
+    nets.set_choices((fun, canny), {fun: "z-image", canny: "sd1"})
+    combo = nets.rows[0].controlnet.combo
+    panel.set_family("z-image", NO_MODEL_DEFAULTS)
+    fits = [
+        ("none", True),
+        ("Z-Image-Turbo-Fun-Controlnet-Union-2.1", True),
+        ("", False),
+        ("canny (for sd1)", False),
+    ]
+    assert _listed(combo) == fits
+    panel.set_family("lumina2", NO_MODEL_DEFAULTS)  # the same network, another family: not its ControlNet
+    assert ("Z-Image-Turbo-Fun-Controlnet-Union-2.1 (for z-image)", False) in _listed(combo)
+    assert controlnet_family_for("z-image") == "z-image" and not controlnet_fits("z-image", "lumina2")

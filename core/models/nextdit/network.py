@@ -33,6 +33,7 @@ from core.models.patches import (
     NetworkPatches,
     PatchPoints,
     Site,
+    StageInput,
     attend_heads,
     attention_route,
 )
@@ -257,10 +258,13 @@ class NextDiT(nn.Module):
     def patch_points(self) -> PatchPoints:
         """After each joint block (caption and picture tokens, caption first); the attention of
         every block: the refiners' over the caption (``context_refiner``) or the picture
-        (``noise_refiner``) alone (self-attention), the joint blocks' over both."""
+        (``noise_refiner``) alone (self-attention), the joint blocks' over both; stream patches
+        after each noise refiner and each joint block."""
         cfg = self.config
         stages = {"joint": cfg.n_layers}
-        return PatchPoints(stages, attention=("self", "joint") if cfg.n_refiner_layers else ("joint",))
+        attention: tuple[AttentionKind, ...] = ("self", "joint") if cfg.n_refiner_layers else ("joint",)
+        streams = ("noise_refiner", "joint") if cfg.n_refiner_layers else ("joint",)
+        return PatchPoints(stages, attention=attention, streams=streams)
 
     def forward(
         self,
@@ -271,7 +275,9 @@ class NextDiT(nn.Module):
     ) -> torch.Tensor:
         """``patches``: block patches on the joint sequence after each joint block, attention
         patches on every block's attention (sites ``context_refiner``, ``noise_refiner``,
-        ``joint``)."""
+        ``joint``), stream patches after each noise refiner (the picture's tokens, the stage's
+        input: the embedded picture) and each joint block (the joint sequence, the stage's input:
+        the refined caption and picture)."""
         if patches.joins or patches.skip:
             raise ModelMismatchError(
                 "this control feature cannot be applied to the Next-DiT network",
@@ -303,13 +309,19 @@ class NextDiT(nn.Module):
         pe_cap, pe_img = pe[:, :, :cap_len], pe[:, :, cap_len:]
         for i, block in enumerate(self.context_refiner):
             cap = block(cap, pe_cap, None, attention_route(patches, "context_refiner", i))
+        first = img if patches.streams else x  # the stream patches' stage input, else nothing kept
         for i, block in enumerate(self.noise_refiner):
             img = block(img, pe_img, t, attention_route(patches, "noise_refiner", i))
+            if patches.streams:
+                img = patches.stream(img, Site("noise_refiner", i), StageInput(first, pe_img, t, (0, h * w)))
         joint = torch.cat([cap, img], dim=1)
         del cap, img
+        first = joint if patches.streams else x  # the stream patches' stage input, else nothing kept
         for i, block in enumerate(self.layers):
             joint = block(joint, pe, t, attention_route(patches, "joint", i))
             joint = patches.block(joint, Site("joint", i))
+            if patches.streams:
+                joint = patches.stream(joint, Site("joint", i), StageInput(first, pe, t, (cap_len, h * w)))
         out: torch.Tensor = self.final_layer(joint, t)[:, cap_len : cap_len + h * w]
         out = out.reshape(batch, h, w, p, p, channels).permute(0, 5, 1, 3, 2, 4)
         return -out.reshape(batch, channels, h * p, w * p)[:, :, :height, :width]

@@ -1,0 +1,75 @@
+"""A Z-Image picture with a Fun ControlNet file (the 2.1 form: 33 hint channels, refiner control
+blocks) through detection, the loaders, the manager and the command: the same picture bit for bit
+whether the weights sit in memory or are placed on a small simulated card, and not the picture
+without the ControlNet; the CLI takes the file and says it in the PNG. The composition itself is
+proven against diffusers in test_parity_zimage_control.py."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from app.cli import main
+from core.files.writer import write_safetensors
+from core.generate.command import generate_files
+from core.generate.png import read_png_parameters
+from core.generate.request import GenerateRequest, ImageSettings, ModelFiles, Sampling
+from core.generate.workflow_request import ControlNetUse
+from tests.core.generate.reference_nextdit import z_image_reference
+from tests.core.generate.reference_zimage_control import control_reference
+from tests.core.generate.test_generate_zimage_cli import _files
+
+pytestmark = [pytest.mark.usefixtures("one_thread"), pytest.mark.slow]
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, ...]:
+    folder = tmp_path_factory.mktemp("zimage")
+    model, text, ae = _files(folder)
+    hf = z_image_reference(dim=256, heads=2, layers=2, refiners=2, cap=2560, seed=3)
+    cn = control_reference(hf, layers=2, in_dim=33, refiner="control_noise_refiner", refiners=2)
+    state = {k: v.contiguous() for k, v in cn.state_dict().items() if k.startswith("control_")}
+    control = write_safetensors(folder / "Z-Image-Turbo-Fun-Controlnet-Union-2.1.safetensors", state)
+    hint = folder / "edges.png"
+    rgb = np.random.default_rng(3).integers(0, 256, (96, 80, 3), dtype=np.uint8)  # another aspect: cropped
+    Image.fromarray(rgb).save(hint)
+    return model, text, ae, control, hint
+
+
+def _make(files: tuple[Path, ...], out: Path, strength: float, limit: int | None) -> np.ndarray:
+    model, text, ae, control, hint = files
+    uses = (ControlNetUse(control, hint, strength),) if strength else ()
+    sampling = Sampling(seed=7, steps=3, cfg=1.0, sampler="euler", scheduler="simple")
+    settings = ImageSettings("a red fox", sampling=sampling, width=64, height=64, controlnets=uses)
+    files_ = ModelFiles(diffusion_model=model, text_encoders=(text,), vae=ae)
+    request = GenerateRequest(files_, settings, output=out, vram_limit=limit)
+    result = generate_files(request)
+    with Image.open(result.images[0].path) as im:
+        return np.asarray(im.convert("RGB")).astype(np.int32)
+
+
+def test_the_controlled_picture_is_the_same_on_any_card(files: tuple[Path, ...], tmp_path: Path) -> None:
+    memory = _make(files, tmp_path / "a.png", 0.8, None)
+    card = _make(files, tmp_path / "b.png", 0.8, 24 << 20)
+    plain = _make(files, tmp_path / "c.png", 0.0, None)
+    assert np.array_equal(memory, card)
+    assert np.abs(memory - plain).max() > 10
+
+
+def test_the_command_line_takes_a_fun_controlnet(
+    files: tuple[Path, ...], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    model, text, ae, control, hint = files
+    out = tmp_path / "fox.png"
+    args = [
+        "generate", "--diffusion-model", str(model), "--text-encoder", str(text), "--vae", str(ae),
+        "--prompt", "a red fox", "--steps", "2", "--cfg", "1", "--size", "64x64", "--seed", "7",
+        "--controlnet", f"{control}:{hint}", "-o", str(out), "--json", "--quiet",
+    ]  # fmt: skip
+    assert main(args) == 0, capsys.readouterr().err
+    assert json.loads(capsys.readouterr().out)["images"] == [str(out)]
+    assert "Z-Image-Turbo-Fun-Controlnet-Union-2.1" in read_png_parameters(out)
