@@ -64,3 +64,23 @@ def test_the_rows_and_the_engine_use_one_rule() -> None:
     assert controlnet_fits("sdxl", "ssd-1b") and controlnet_family_for("ssd-1b") == "sdxl"
     assert not controlnet_fits("sd1", "sdxl") and controlnet_fits(None, "sdxl")
     assert not controlnet_fits("sd1", "flux") and controlnet_fits(None, "flux")
+
+
+def test_qwen_image_models_are_offered_instantx_controlnets(panel: GeneratePanel, tmp_path: Path) -> None:
+    """InstantX's union and inpainting nets (detected as ``qwen-image``) on Qwen-Image and its Edit
+    models, greyed for the others."""
+    union, canny = (
+        tmp_path / "Qwen-Image-InstantX-ControlNet-Union.safetensors",
+        tmp_path / "canny.safetensors",
+    )
+    nets = panel.workflows.controlnets
+    nets.set_choices((union, canny), {union: "qwen-image", canny: "sd1"})
+    combo = nets.rows[0].controlnet.combo
+    for family in ("qwen-image", "qwen-image-edit", "qwen-image-edit-2511"):
+        panel.set_family(family, NO_MODEL_DEFAULTS)
+        assert _listed(combo) == [
+            ("none", True), ("Qwen-Image-InstantX-ControlNet-Union", True), ("", False),
+            ("canny (for sd1)", False),
+        ]  # fmt: skip
+    panel.set_family("flux-dev", NO_MODEL_DEFAULTS)
+    assert ("Qwen-Image-InstantX-ControlNet-Union (for qwen-image)", False) in _listed(combo)
