@@ -110,10 +110,10 @@ class QwenControlResiduals:
     parts: tuple[tuple[tuple[Tensor, ...], int], ...]
 
     def scaled(self, strength: float) -> QwenControlResiduals:
-        """Times ``strength`` in the nets' dtype, then float32: ComfyUI's ``x *= strength`` and its
-        cast to the sampler's (float32) latent dtype."""
+        """Times ``strength``, in the nets' dtype (ComfyUI's ``x *= strength``; its ControlNets hand
+        the residuals over as they are, ``output_dtype=None``)."""
         return QwenControlResiduals(
-            tuple((tuple((s * strength).float() for s in samples), repeat) for samples, repeat in self.parts)
+            tuple((tuple(s * strength for s in samples), repeat) for samples, repeat in self.parts)
         )
 
     def merged(self, later: object) -> QwenControlResiduals:
@@ -228,10 +228,10 @@ class QwenImageControlNet(nn.Module):
         points.require("this ControlNet", "wrong_controlnet", blocks=("double",))
 
     def residual_bytes(self, batch: int, height: int, width: int, element: int) -> int:
-        """Its residuals as they wait for the base network's blocks: one per block, float32 (the
-        sampler's dtype, as ComfyUI hands them over), over the picture's 2x2 patches."""
+        """Its residuals as they wait for the base network's blocks: one per block over the picture's
+        2x2 patches, in the compute dtype."""
         tokens = -(-height // 2) * -(-width // 2)
-        return len(self.controlnet_blocks) * batch * tokens * self.config.dim * max(element, 4)
+        return len(self.controlnet_blocks) * batch * tokens * self.config.dim * element
 
 
 def _build(shapes: Mapping[str, tuple[int, ...]], det: Detection) -> QwenImageControlNet:
