@@ -92,6 +92,17 @@ class ControlModule(Protocol):
         ...
 
 
+@runtime_checkable
+class MaskedHint(Protocol):
+    """A ControlNet whose hint carries an inpainting mask (ComfyUI's ``concat_mask``: InstantX's
+    Qwen-Image inpainting net): ``mask_hint`` True, the pass blacks the picture out where it is
+    repainted before encoding it and adds the kept part (1 kept, 0 repainted, ``nearest-exact`` at
+    the latent's size) as one more hint channel after the latent's (ComfyUI's ``extra_concat``)."""
+
+    @property
+    def mask_hint(self) -> bool: ...
+
+
 #: ``build(shapes, detection)``: the module on the meta device for a file whose tensors have these
 #: shapes (key -> shape); a ``ValueError`` / ``KeyError`` says why the file is not one
 BuildControl = Callable[[Mapping[str, tuple[int, ...]], "Detection"], ControlModule]

@@ -124,6 +124,9 @@ CONTROLNETS_FOR: dict[str, tuple[str, ...]] = {
     "sd2": ("sd2",),
     "sdxl": ("sdxl",),
     "z-image": ("z-image",),
+    # InstantX's union and inpainting nets, on every Qwen-Image model (the LoRA group: the Edit
+    # models too, as ComfyUI applies them to any model of the architecture)
+    "qwen-image": ("qwen-image",),
 }
 #: the UNet families among them (their ControlNets copy the UNet's input side)
 UNET_CONTROLNETS = ("sd1", "sd2", "sdxl")

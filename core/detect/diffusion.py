@@ -2,10 +2,10 @@
 
 ``match_diffusion`` asks every diffusion family of the registry about a (prefix-stripped) view and
 returns the verdicts best first. ``match_controlnet`` reads the ControlNets built on SD1/SD2/SDXL
-(original and diffusers layouts), Flux (XLabs and diffusers/InstantX), SD3 and Z-Image (Fun, in
-:mod:`.controlnet_nextdit`), and names the
-diffusion family each one is for. A ControlNet is never taken for a diffusion model: both have a
-UNet's input side, so every diffusion rule refuses a view with ControlNet-only keys.
+(original and diffusers layouts), Flux (XLabs and diffusers/InstantX), SD3, Qwen-Image (InstantX)
+and Z-Image (Fun, in :mod:`.controlnet_nextdit`), and names the diffusion family each one is for.
+A ControlNet is never taken for a diffusion model: both have a UNet's input side, so every
+diffusion rule refuses a view with ControlNet-only keys.
 """
 
 from __future__ import annotations
@@ -120,11 +120,29 @@ def _sd3_controlnet(view: KeyView) -> Match | None:
     return finish(view, family, layout="diffusers", probes=probes, fields=fields, warnings=warnings)
 
 
+def _qwen_controlnet(view: KeyView) -> Match | None:
+    """InstantX's Qwen-Image ControlNets (diffusers' ``QwenImageControlNetModel`` names): the union
+    net, and the inpainting one whose hint embedder takes a mask's 2x2 patch beside the latent's."""
+    if "controlnet_x_embedder.weight" not in view or not view.has_all(("img_in.weight", "txt_norm.weight")):
+        return None
+    packed = view.dim("img_in.weight", 1) or 0
+    extra = (view.dim("controlnet_x_embedder.weight", 1) or 0) - packed
+    fields = {
+        "hidden_size": view.dim("img_in.weight", 0) or 0,
+        "num_layers": count_numbered(view, "transformer_blocks.", ("attn.to_q.weight",)),
+        "controlnet_blocks": count_numbered(view, "controlnet_blocks.", ("weight",)),
+        "extra_condition_channels": extra,
+    }
+    probes = ("transformer_blocks.0.attn.to_q.weight",)
+    variant = "inpaint" if extra > 0 else None
+    return finish(view, "qwen-image", layout="diffusers", probes=probes, fields=fields, variant=variant)
+
+
 def match_controlnet(view: KeyView) -> Match | None:
     """The ControlNet in ``view`` with ``family`` = the diffusion family it is for, or None."""
     if view.has_any(("control_model.zero_convs.0.0.weight", "control_model.input_blocks.0.0.weight")):
         view = view.sub("control_model.")
-    for read in (_unet_controlnet, _flux_controlnet, _sd3_controlnet, z_image_controlnet):
+    for read in (_unet_controlnet, _flux_controlnet, _sd3_controlnet, _qwen_controlnet, z_image_controlnet):
         found = read(view)
         if found is not None:
             return found

@@ -24,17 +24,18 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from core.archs.control import ControlInput, ControlModule, ControlOutput
+from core.archs.control import ControlInput, ControlModule, ControlOutput, MaskedHint
 from core.detect.catalog import controlnet_family_for, controlnet_fits
 from core.errors import ModelMismatchError
 from core.generate.passes import Contribution, Plan, Run
-from core.generate.pictures import read_picture
+from core.generate.pictures import read_mask, read_picture
 from core.generate.request import ImageSettings
 from core.generate.workflow_request import ControlNetUse
 from core.loading.controlnet import LoadedControlNet, load_controlnet
@@ -43,6 +44,9 @@ from core.preprocess import preprocess
 from core.sampling.conditioning import Conditioning
 from core.sampling.model_sampling import ModelSampling
 from core.sampling.patches import NO_MODEL_PATCHES, Apply, ModelCall, ModelPatches
+
+if TYPE_CHECKING:
+    from core.generate.pipeline import Hooks, Pipeline
 
 
 def hint_tensor(rgb: np.ndarray) -> Tensor:
@@ -78,6 +82,13 @@ class AppliedControlNet:
     _sized: dict[tuple[int, int, torch.device, torch.dtype], Tensor] = field(default_factory=dict)
     #: latent-space hints by latent (h, w), encoded before each stage (:class:`EncodeHints`)
     latents: dict[tuple[int, int], Tensor] = field(default_factory=dict)
+    #: an inpainting ControlNet's mask (1, 1, H, W) in [0, 1], white = repaint (:class:`MaskedHint`);
+    #: None: nothing repainted (ComfyUI's mask of ones when none is given)
+    mask: Tensor | None = None
+
+    @property
+    def masks_hint(self) -> bool:
+        return isinstance(self.module, MaskedHint) and self.module.mask_hint
 
     def picture_at(self, height: int, width: int) -> Tensor:
         """The hint picture centre-cropped and resized to a latent of ``height x width`` cells
@@ -152,6 +163,9 @@ class EncodeHints:
             if net.module.hint_space != "latent" or latent in net.latents:
                 continue
             run.hooks.check()
+            if net.masks_hint:
+                net.latents[latent] = masked_hint(net, latent, pipe, run.hooks)
+                continue
             pixels = net.picture_at(*latent)
 
             def encode(picture: Tensor) -> Tensor:
@@ -160,6 +174,21 @@ class EncodeHints:
             make = getattr(net.module, "latent_hint", None)
             net.latents[latent] = make(pixels, encode) if make is not None else encode(pixels)
         return NO_MODEL_PATCHES
+
+
+def masked_hint(net: AppliedControlNet, latent: tuple[int, int], pipe: Pipeline, hooks: Hooks) -> Tensor:
+    """An inpainting ControlNet's hint (ComfyUI's ControlNetInpaintingAliMamaApply and
+    ``get_control``): the kept part ``1 - mask``; the picture times that part resized to the picture
+    (bilinear, centre) and rounded, then resized to the latent's pixels and encoded as any latent
+    hint; the kept part resized to the latent (``nearest-exact``, centre) as one more channel."""
+    h, w = latent
+    keep = 1.0 - (net.mask if net.mask is not None else torch.zeros(1, 1, 1, 1))
+    picture = net.hint
+    black = center_resize(keep, picture.shape[-1], picture.shape[-2], mode="bilinear").round()
+    pixels = center_resize(picture * black, w * net.downscale, h * net.downscale)
+    encoded = pipe.latent_format.process_in(pipe.encode_pixels(pixels * 2.0 - 1.0, hooks))
+    small = center_resize(keep, w, h).to(encoded.dtype)
+    return torch.cat([encoded, small.expand(encoded.shape[0], -1, -1, -1)], dim=1)
 
 
 @dataclass
@@ -260,6 +289,9 @@ class ControlNetPass:
         for net in self.stack.nets:
             net.module.require_points(points)
             net.downscale = plan.pipeline.latent_format.downscale
+            if net.masks_hint and net.mask is None and settings.mask_image is not None:
+                # an inpainting ControlNet repaints what the generation's mask repaints
+                net.mask = torch.from_numpy(read_mask(settings.mask_image))[None, None]
         if any(net.module.hint_space == "latent" for net in self.stack.nets):
             plan.stage_patches.append(EncodeHints(self.stack.nets))
         plan.patches += ModelPatches(wrappers=(self.stack,))

@@ -85,3 +85,23 @@ def test_a_z_image_model_is_offered_its_fun_controlnet(panel: GeneratePanel, tmp
     panel.set_family("lumina2", NO_MODEL_DEFAULTS)  # the same network, another family: not its ControlNet
     assert ("Z-Image-Turbo-Fun-Controlnet-Union-2.1 (for z-image)", False) in _listed(combo)
     assert controlnet_family_for("z-image") == "z-image" and not controlnet_fits("z-image", "lumina2")
+
+
+def test_qwen_image_models_are_offered_instantx_controlnets(panel: GeneratePanel, tmp_path: Path) -> None:
+    """InstantX's union and inpainting nets (detected as ``qwen-image``) on Qwen-Image and its Edit
+    models, greyed for the others."""
+    union, canny = (
+        tmp_path / "Qwen-Image-InstantX-ControlNet-Union.safetensors",
+        tmp_path / "canny.safetensors",
+    )
+    nets = panel.workflows.controlnets
+    nets.set_choices((union, canny), {union: "qwen-image", canny: "sd1"})
+    combo = nets.rows[0].controlnet.combo
+    for family in ("qwen-image", "qwen-image-edit", "qwen-image-edit-2511"):
+        panel.set_family(family, NO_MODEL_DEFAULTS)
+        assert _listed(combo) == [
+            ("none", True), ("Qwen-Image-InstantX-ControlNet-Union", True), ("", False),
+            ("canny (for sd1)", False),
+        ]  # fmt: skip
+    panel.set_family("flux-dev", NO_MODEL_DEFAULTS)
+    assert ("Qwen-Image-InstantX-ControlNet-Union (for qwen-image)", False) in _listed(combo)

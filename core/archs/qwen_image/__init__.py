@@ -1,9 +1,11 @@
 """The Qwen-Image package: the MMDiT's calling convention, memory model and file layouts
-(:mod:`.net`), and its prompt encoding (:mod:`.text`: Qwen2.5-VL-7B in ComfyUI's template, the
-template's tokens dropped); the network itself is ``core.models.qwen_image``."""
+(:mod:`.net`), its prompt encoding (:mod:`.text`: Qwen2.5-VL-7B in ComfyUI's template, the
+template's tokens dropped) and InstantX's ControlNets (:mod:`.controlnet`); the network itself is
+``core.models.qwen_image``."""
 
+from core.archs.qwen_image.controlnet import CONTROLNETS
 from core.archs.qwen_image.net import NET
 from core.archs.qwen_image.references import REFERENCES
 from core.archs.qwen_image.text import CONVENTIONS
 
-__all__ = ["CONVENTIONS", "NET", "REFERENCES"]
+__all__ = ["CONTROLNETS", "CONVENTIONS", "NET", "REFERENCES"]

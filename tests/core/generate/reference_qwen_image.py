@@ -73,3 +73,35 @@ def qwen_image_velocity(hf: Any, x: torch.Tensor, sigma: torch.Tensor, ctx: torc
     with torch.no_grad():
         out = hf(pack(x), ctx, mask, sigma, img_shapes=[[(1, h // 2, w // 2)]] * b, return_dict=False)[0]
     return unpack(out, h, w)
+
+
+def qwen_controlnet_reference(hf: Any, *, extra: int = 0, seed: int = 0) -> Any:
+    """diffusers' ``QwenImageControlNetModel`` of one block beside ``hf`` (the transformer), its
+    block the transformer's first (the same tensors: InstantX's nets start as the transformer's
+    blocks; a second 3072-wide block would cost 1.4 GB), the rest of its own random weights."""
+    import diffusers
+
+    cfg = hf.config
+    with torch.device("meta"):
+        cn = diffusers.QwenImageControlNetModel(
+            num_layers=1, num_attention_heads=cfg.num_attention_heads,
+            attention_head_dim=cfg.attention_head_dim, extra_condition_channels=extra,
+        )  # fmt: skip
+    from diffusers.models.transformers.transformer_qwenimage import QwenEmbedRope
+
+    cn.pos_embed = QwenEmbedRope(theta=10000, axes_dim=[16, 56, 56], scale_rope=True)
+    cn.transformer_blocks = torch.nn.ModuleList()
+    _filled(cn, seed)
+    cn.transformer_blocks = torch.nn.ModuleList([hf.transformer_blocks[0]])
+    return cn
+
+
+def our_controlnet_from(cn: Any) -> Any:
+    """Ours on diffusers' tensors (InstantX's files are in diffusers' names)."""
+    from core.archs.qwen_image.controlnet import QwenImageControlNet, controlnet_config
+
+    state = {k: v for k, v in cn.state_dict().items() if not k.startswith("pos_embed")}
+    config, extra = controlnet_config({k: tuple(v.shape) for k, v in state.items()})
+    ours = QwenImageControlNet(config, extra, device="meta")
+    ours.load_state_dict(state, assign=True, strict=True)
+    return ours.eval()
