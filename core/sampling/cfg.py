@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 from torch import Tensor
@@ -74,12 +74,23 @@ class CfgDenoiser:
 
     def side(self, negative: bool) -> tuple[Conditioning, tuple[CondEntry, ...]] | None:
         """One prompt's conditioning list: its own conditioning on the whole latent, then the
-        run's entries for that side (regions)."""
+        run's entries for that side (regions), each with its hook group."""
         base = self.negative if negative else self.positive
         if base is None:
             return None
-        more = self.stages.negative_conds if negative else self.stages.positive_conds
-        return base, (WHOLE, *more)
+        stages = self.stages
+        more = stages.negative_conds if negative else stages.positive_conds
+        own, other = (
+            (stages.negative_hooks, stages.positive_hooks)
+            if negative
+            else (stages.positive_hooks, stages.negative_hooks)
+        )
+        if not own and not other:
+            return base, (WHOLE, *more)
+        # a side's hooks are on its own entries; a copy of the other side's area (no conditioning
+        # of its own) keeps the hooks of the entry it copies, as ComfyUI's ``c.copy()`` does
+        hooked = [replace(e, hooks=e.hooks | (other if e.cond is None else own)) for e in more]
+        return base, (CondEntry(None, hooks=own), *hooked)
 
     def estimates(self, denoiser: Denoiser, x: Tensor, sigma: Tensor, *, negative: bool) -> list[Tensor]:
         """The positive's estimate (and the negative's, with ``negative``), as ComfyUI's

@@ -5,11 +5,15 @@ cells, masks at the latent's size, the step range as sigmas).
 A prompt (the positive or the negative side of CFG) is its base conditioning (the whole latent,
 strength 1) plus any entries the run's patches add (:attr:`ModelPatches.positive_conds`); the
 sampler weighs them as ComfyUI's ``calc_cond_batch`` does (:mod:`core.sampling.cond_batch`).
+
+A **hook group** is a set of labels ("positive", "negative", a region's): the LoRAs marked with
+one of an entry's labels are on while the network runs that entry, the others marked ones off
+(ComfyUI's hook LoRAs on one conditioning: CreateHookLora with ConditioningSetProperties).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from torch import Tensor
 
@@ -36,7 +40,9 @@ class CondEntry:
     ComfyUI's ``create_cond_with_same_area_if_none``). ``area``: the part of the latent it is run
     on (None: all of it); ``strength`` multiplies its weight; ``mask`` ``[1 or B, h, w]`` at the
     latent's size, times ``mask_strength``; the entry is skipped at sigmas above ``sigma_start``
-    or below ``sigma_end`` (None: no bound)."""
+    or below ``sigma_end`` (None: no bound). ``hooks``: the entry's hook group (ComfyUI's cond
+    ``hooks``), the labels of the LoRAs that are on while it runs (:mod:`core.sampling.cond_batch`);
+    empty: only the LoRAs that act everywhere."""
 
     cond: Conditioning | None
     area: LatentArea | None = None
@@ -45,6 +51,7 @@ class CondEntry:
     mask_strength: float = 1.0
     sigma_start: float | None = None
     sigma_end: float | None = None
+    hooks: frozenset[str] = field(default_factory=frozenset)
 
     def acts_at(self, sigma: Tensor) -> bool:
         """Whether the entry acts at ``sigma`` (a 0-d tensor), compared in its dtype as ComfyUI

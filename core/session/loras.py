@@ -76,9 +76,10 @@ class LoraControl:
         clip: float | None = None,
         force: bool = False,
         block_weights: BlockWeights | None = None,
+        on: str | None = None,
     ) -> StackInfo:
         stack = self._require()
-        entry = stack.add(path, model, clip, force=force, block_weights=block_weights)
+        entry = stack.add(path, model, clip, force=force, block_weights=block_weights, on=on)
         try:
             n = self.sync()
         except Exception:
@@ -148,6 +149,28 @@ class LoraControl:
             return self.info(baked=False)
         return self.info(recomputed=self.sync())
 
+    def set_on(self, lora_id: str, on: str | None) -> StackInfo:
+        """The prompt a LoRA acts on only (None: everywhere): generations take it; the weights
+        between them stay the stack's."""
+        stack = self._require()
+        if lora_id in stack.entries:
+            stack.set_on(lora_id, on)
+        return self.info()
+
+    def set_block_weights(self, lora_id: str, weights: BlockWeights | None) -> StackInfo:
+        """New block weights of a LoRA (None: one strength everywhere), baked or refreshed."""
+        stack = self._require()
+        if lora_id not in stack.entries:
+            return self.info()
+        old = stack.entries[lora_id].block_weights
+        stack.set_block_weights(lora_id, weights)
+        try:
+            return self.info(recomputed=self.sync())
+        except Exception:
+            stack.set_block_weights(lora_id, old)
+            self.sync()
+            raise
+
     def set_enabled(self, lora_id: str, enabled: bool) -> StackInfo:
         self._require().set_enabled(lora_id, enabled)
         return self.info(recomputed=self.sync())
@@ -180,7 +203,8 @@ class LoraControl:
                 unmatched=len(e.report.unmatched), skipped=len(e.skipped),
                 shape_mismatches=len(e.report.shape_mismatches), family_warning=warning,
                 format=e.analysis.summary.format, targets=tuple(e.keys),
-                trained_scale=e.analysis.summary.trained_scale,
+                trained_scale=e.analysis.summary.trained_scale, on=e.on,
+                block_weights=e.block_weights.text() if e.block_weights else "",
             )  # fmt: skip
             loras.append(info)
         return StackInfo(fam, tuple(loras), baked, recomputed, self._applied_words())

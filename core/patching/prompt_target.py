@@ -1,0 +1,33 @@
+"""Where a LoRA of the stack acts: everywhere (the default), or only while the network runs one
+prompt's conditioning -- ComfyUI's hook LoRA (CreateHookLora) set on that conditioning
+(ConditioningSetProperties / PairConditioningSetProperties ``hooks``).
+
+A target is a hook label (:class:`core.sampling.cond_entry.CondEntry`): ``positive`` (every entry
+of the positive prompt's list, its regions too), ``negative``. The LoRA's text-encoder part is not
+targeted: it acts on every prompt's encoding, as the stack's does (ComfyUI's SetClipHooks would
+give it to the targeted prompt's encoding only)."""
+
+from __future__ import annotations
+
+from core.errors import LoadoutError
+
+#: the targets a LoRA may be given, in the order a chooser lists them
+PROMPT_TARGETS: tuple[str, ...] = ("positive", "negative")
+
+
+def check_target(target: str | None) -> str | None:
+    """``target`` (lower-cased) or None for everywhere; refused in words when unknown."""
+    if target is None or not target.strip() or target.strip().lower() in ("all", "both", "everywhere"):
+        return None
+    name = target.strip().lower()
+    if name not in PROMPT_TARGETS:
+        raise LoadoutError(
+            f"a LoRA cannot be put on {target!r}",
+            why=f"a LoRA acts everywhere, or on one prompt: {', '.join(PROMPT_TARGETS)}",
+            fix="Give on=positive or on=negative, or leave it out for everywhere",
+            code="bad_argument",
+        )
+    return name
+
+
+__all__ = ["PROMPT_TARGETS", "check_target"]
