@@ -194,7 +194,8 @@ def parse_patch_argument(text: str) -> GuidancePatch:
 
 
 def parse_region_argument(text: str) -> Region:
-    """``X,Y,W,H[:STRENGTH][@START-END]=PROMPT`` (``--region``): one region of the picture."""
+    """``[negative:]X,Y,W,H[:STRENGTH][@START-END]=PROMPT`` (``--region``): one region of the
+    picture (``negative:``: of the negative prompt)."""
     try:
         return parse_region(text)
     except LoadoutError as exc:

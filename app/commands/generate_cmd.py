@@ -5,7 +5,7 @@
 [--controlnet FILE:HINT[:STRENGTH[:START:END]]]... [--refiner FILE [--refiner-switch F]]
 [--hires-scale S --hires-denoise D [--hires-steps N] [--hires-upscaler METHOD_OR_FILE]]
 [--patch NAME[:ARG=VALUE,...]]... [--lora-schedule NAME=MULT@START,...]...
-[--region X,Y,W,H[:STRENGTH][@START-END]=PROMPT]... [--regions FILE]
+[--region [negative:]X,Y,W,H[:STRENGTH][@START-END]=PROMPT]... [--regions FILE]
 [--device D] [--dtype D] [--vram-limit BYTES] -o OUT.png [--json]``: text to image (img2img with
 --init, inpainting with --mask, outpainting with --outpaint, editing with --reference), with
 ControlNets, the hires fix, the SDXL refiner, guidance patches (PAG, FreeU ...) and regions (parts

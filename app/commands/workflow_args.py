@@ -34,9 +34,10 @@ def add_workflow_arguments(p: argparse.ArgumentParser) -> None:
         "of the sampling) on, as ComfyUI's hook keyframes (e.g. detail=1@0,0.5@0.4,0@0.8)",
     )  # fmt: skip
     p.add_argument(
-        "--region", action="append", default=[], metavar="X,Y,W,H[:STRENGTH][@START-END]=PROMPT",
+        "--region", action="append", default=[], metavar="[negative:]X,Y,W,H[:STRENGTH][@START-END]=PROMPT",
         help="a part of the picture drawn from its own prompt (repeatable; ComfyUI's ConditioningSetArea, "
-        "SetTimestepRange and Combine): the box in pixels, or in fractions with a decimal point",
+        "SetTimestepRange and Combine): the box in pixels, or in fractions with a decimal point; "
+        "negative: combines it with the negative prompt",
     )  # fmt: skip
     p.add_argument("--regions", metavar="FILE", help="regions from a JSON file (boxes, masks: docs/cli.md)")
     p.add_argument("--mask", metavar="MASK", help="inpainting: white = repaint (with --init and --denoise)")

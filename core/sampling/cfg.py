@@ -19,6 +19,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from functools import cached_property
 
 import torch
 from torch import Tensor
@@ -26,7 +27,7 @@ from torch import Tensor
 from core.errors import LoadoutError
 from core.models.patches import NetworkPatches
 from core.sampling.cond_batch import calc_cond_batch
-from core.sampling.cond_entry import CondEntry
+from core.sampling.cond_entry import CondEntry, with_area_copies
 from core.sampling.conditioning import Conditioning
 from core.sampling.denoiser import Denoiser
 from core.sampling.patches import NO_MODEL_PATCHES, CfgCall, ModelPatches, Predict
@@ -74,23 +75,27 @@ class CfgDenoiser:
 
     def side(self, negative: bool) -> tuple[Conditioning, tuple[CondEntry, ...]] | None:
         """One prompt's conditioning list: its own conditioning on the whole latent, then the
-        run's entries for that side (regions), each with its hook group."""
+        run's entries for that side (regions), then the copies of the other side's areas, each
+        with its hook group."""
         base = self.negative if negative else self.positive
         if base is None:
             return None
-        stages = self.stages
-        more = stages.negative_conds if negative else stages.positive_conds
-        own, other = (
-            (stages.negative_hooks, stages.positive_hooks)
-            if negative
-            else (stages.positive_hooks, stages.negative_hooks)
-        )
-        if not own and not other:
-            return base, (WHOLE, *more)
-        # a side's hooks are on its own entries; a copy of the other side's area (no conditioning
-        # of its own) keeps the hooks of the entry it copies, as ComfyUI's ``c.copy()`` does
-        hooked = [replace(e, hooks=e.hooks | (other if e.cond is None else own)) for e in more]
-        return base, (CondEntry(None, hooks=own), *hooked)
+        return base, self._lists[1 if negative else 0]
+
+    @cached_property
+    def _lists(self) -> tuple[tuple[CondEntry, ...], tuple[CondEntry, ...]]:
+        """Both lists, made once per sampling as ComfyUI's ``process_conds``: a side's hooks on its
+        own entries, then each area copied to the other side (the copy keeps the hooks of the
+        entry it copies, as ComfyUI's ``c.copy()``)."""
+        s = self.stages
+        negative = s.negative_conds if self.negative is not None else ()
+        if not (s.positive_hooks or s.negative_hooks or s.positive_conds or negative):
+            return (WHOLE,), (WHOLE,)
+        lists = [
+            [CondEntry(None, hooks=hooks)] + [replace(e, hooks=e.hooks | hooks) for e in more]
+            for more, hooks in ((s.positive_conds, s.positive_hooks), (negative, s.negative_hooks))
+        ]
+        return with_area_copies(*lists)
 
     def estimates(self, denoiser: Denoiser, x: Tensor, sigma: Tensor, *, negative: bool) -> list[Tensor]:
         """The positive's estimate (and the negative's, with ``negative``), as ComfyUI's

@@ -19,7 +19,6 @@ from core.sampling.patches import ModelCall, ModelPatches
 from tests.core.sampling.toy import ToyNet
 
 AREA = CondEntry(Conditioning(torch.full((1, 77, 8), 0.3)), LatentArea(4, 4, 0, 0), strength=0.7)
-COPY = CondEntry(None, AREA.area, AREA.strength)  # core.regions.negative_copies' copy of AREA
 
 
 def _run(patches: ModelPatches) -> tuple[torch.Tensor, list[tuple[frozenset[str], int]]]:
@@ -38,7 +37,7 @@ def _run(patches: ModelPatches) -> tuple[torch.Tensor, list[tuple[frozenset[str]
 
 
 P, N = frozenset({"positive"}), frozenset({"negative"})
-REGIONS = ModelPatches(positive_conds=(AREA,), negative_conds=(COPY,))
+REGIONS = ModelPatches(positive_conds=(AREA,))  # the sampler copies its area to the negative
 
 
 def test_without_hooks_the_prompts_batch_as_before() -> None:
@@ -65,10 +64,7 @@ def test_a_negative_hook_runs_after_the_positives_group() -> None:
 
 def test_both_prompts_hooked_and_an_entrys_own_labels_add_up() -> None:
     tagged = CondEntry(AREA.cond, AREA.area, AREA.strength, hooks=frozenset({"region 1"}))
-    own = CondEntry(None, AREA.area, AREA.strength, hooks=tagged.hooks)
-    _, seen = _run(
-        ModelPatches(positive_conds=(tagged,), negative_conds=(own,), positive_hooks=P, negative_hooks=N)
-    )
+    _, seen = _run(ModelPatches(positive_conds=(tagged,), positive_hooks=P, negative_hooks=N))
     both = P | {"region 1"}
     # {P: [pos whole], P+region: [area, copy], N: [neg whole]}
     assert seen == [(P, 1), (both, 2), (N, 1)]
