@@ -26,7 +26,8 @@ def add_workflow_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--patch", action="append", default=[], metavar="NAME[:ARG=VALUE,...]",
         help="a guidance patch, repeatable, applied in order: " + ", ".join(PATCHES)
-        + " (e.g. pag:scale=3, freeu_v2, deep_shrink:downscale_factor=1.5)",
+        + " (e.g. pag:scale=3, freeu_v2, deep_shrink:downscale_factor=1.5); without one the model's "
+        "usual patches (CFGNorm on Qwen-Image-Edit), none with --patch none",
     )  # fmt: skip
     p.add_argument(
         "--lora-schedule", action="append", default=[], metavar="NAME=MULT@START,...",
