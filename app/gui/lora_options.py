@@ -10,12 +10,13 @@ from collections.abc import Callable
 from PySide6.QtWidgets import QComboBox, QHBoxLayout, QLabel, QWidget
 
 from core.archs.catalog import blocks_for
-from core.patching.prompt_target import PROMPT_TARGETS
+from core.patching.prompt_target import PROMPT_TARGETS, region_label
 
 #: the prompt chooser's items: (label, target)
 ON_CHOICES: tuple[tuple[str, str | None], ...] = (
     ("Both prompts", None),
     *((f"{t.capitalize()} prompt only", t) for t in PROMPT_TARGETS),
+    *((f"Region {i + 1} only", region_label(i)) for i in range(3)),
 )
 NO_BLOCKS = "All blocks"
 
@@ -29,7 +30,8 @@ class LoraOptionsRow(QWidget):
             self.on.addItem(label, target)
         self.on.setToolTip(
             "Where the LoRA acts: on both prompts, or only while the model runs the positive (or "
-            "the negative) prompt, as ComfyUI's hook LoRAs. Its text-encoder part acts on both."
+            "the negative) prompt or one region's, as ComfyUI's hook LoRAs. Its text-encoder part "
+            "acts on every prompt."
         )
         self.blocks = QComboBox()
         self.blocks.setEditable(True)
@@ -62,6 +64,8 @@ class LoraOptionsRow(QWidget):
         presets = list(table.lbw.presets) if table is not None and table.lbw is not None else []
         for w in (self.on, self.blocks):
             w.blockSignals(True)
+        if on is not None and self.on.findData(on) < 0:  # a region past the listed ones (a picture's)
+            self.on.addItem(f"{on.capitalize()} only", on)
         self.on.setCurrentIndex(max(0, self.on.findData(on)))
         self.blocks.clear()
         self.blocks.addItems([NO_BLOCKS, *presets])

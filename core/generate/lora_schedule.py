@@ -28,6 +28,7 @@ from torch import Tensor
 from core.errors import LoadoutError
 from core.generate.passes import Contribution, Plan
 from core.generate.request import ImageSettings
+from core.patching.prompt_target import region_label
 from core.patching.schedule import KeyframeClock, LoraSchedule, format_schedules
 from core.sampling.patches import Apply, ModelCall, ModelPatches, StepInfo
 
@@ -102,8 +103,16 @@ class LoraSchedulePass:
                 clocks.clear()  # the sampling is over: the next one starts from the first keyframe
 
         labels = frozenset(targets.values())
+        regions = {region_label(i) for i in range(len(settings.regions))}
+        for lora, label in targets.items():
+            if label not in regions | {"positive", "negative"}:
+                raise LoadoutError(
+                    f"the LoRA {lora!r} is put on {label}, and the settings have {len(regions)} region(s)",
+                    fix="Put it on a region the settings have (region1 is the first), or on a prompt",
+                    code="bad_argument",
+                )
         plan.patches += ModelPatches(
-            wrappers=(wrapper,), steps=(on_step,),
+            wrappers=(wrapper,), steps=(on_step,), hook_labels=labels,
             positive_hooks=labels & {"positive"}, negative_hooks=labels & {"negative"},
         )  # fmt: skip
 

@@ -35,7 +35,7 @@ from core.generate.a1111_names import (
 )
 from core.generate.hires_settings import HiresFix
 from core.guidance import GuidancePatch, describe_all, read_patches
-from core.patching.prompt_target import PROMPT_TARGETS
+from core.patching.prompt_target import check_target
 from core.regions import Region
 from core.regions.text import regions_from_json, regions_to_json
 from core.values import (
@@ -233,8 +233,10 @@ def _loras_from_prompt(
         clip, model = (nums[0], nums[1]) if len(nums) > 1 else (nums[0], nums[0])
         lbw = next((v[4:] for v in m.group(2).split(":") if v.lower().startswith("lbw=")), "")
         on = next((v[3:].strip().lower() for v in m.group(2).split(":") if v.lower().startswith("on=")), "")
-        if on and on not in PROMPT_TARGETS:
-            ignored[f"<lora:{name}>"] = f"on={on} is not a prompt (positive or negative)"
+        try:
+            on = check_target(on) or ""
+        except LoadoutError as exc:
+            ignored[f"<lora:{name}>"] = exc.what
             on = ""
         found.append(LoraUse(name, model, clip, hashes.get(name, ""), lbw, on or None))
     if not found:

@@ -11,7 +11,7 @@ once, when the plan is made. The refiner, a model with its own text encoders, ge
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import torch
@@ -21,6 +21,7 @@ from core.errors import LoadoutError
 from core.generate.passes import Contribution, Plan, Run
 from core.generate.pictures import read_mask
 from core.generate.request import ImageSettings
+from core.patching.prompt_target import region_label
 from core.regions import Region, region_entry
 from core.sampling.cond_entry import CondEntry
 from core.sampling.patches import ModelPatches
@@ -41,7 +42,8 @@ class RegionPatches:
             cond, missing = pipe.encode_prompt(region.prompt, settings, run.hooks)
             run.missing += missing
             mask = None if region.mask is None else self.masks[region.mask]
-            entries.append(region_entry(region, cond, mask, picture, latent, pipe.sampling))
+            entry = region_entry(region, cond, mask, picture, latent, pipe.sampling)
+            entries.append(replace(entry, hooks=frozenset({region_label(len(entries))})))
         run.timings.text_encode += time.perf_counter() - t0
         if run.patches.extra_inputs and any(e.area is not None for e in entries):
             raise LoadoutError(

@@ -3,11 +3,14 @@ prompt's conditioning -- ComfyUI's hook LoRA (CreateHookLora) set on that condit
 (ConditioningSetProperties / PairConditioningSetProperties ``hooks``).
 
 A target is a hook label (:class:`core.sampling.cond_entry.CondEntry`): ``positive`` (every entry
-of the positive prompt's list, its regions too), ``negative``. The LoRA's text-encoder part is not
-targeted: it acts on every prompt's encoding, as the stack's does (ComfyUI's SetClipHooks would
-give it to the targeted prompt's encoding only)."""
+of the positive prompt's list, its regions too), ``negative``, or ``regionN`` (the N-th region of
+the settings, from 1: its entry, and the copy of its area in the other prompt's list). The LoRA's
+text-encoder part is not targeted: it acts on every prompt's encoding, as the stack's does
+(ComfyUI's SetClipHooks would give it to the targeted prompt's encoding only)."""
 
 from __future__ import annotations
+
+import re
 
 from core.errors import LoadoutError
 
@@ -20,14 +23,22 @@ def check_target(target: str | None) -> str | None:
     if target is None or not target.strip() or target.strip().lower() in ("all", "both", "everywhere"):
         return None
     name = target.strip().lower()
+    region = re.fullmatch(r"region\s*0*([1-9][0-9]{0,2})", name)
+    if region is not None:
+        return f"region{region.group(1)}"
     if name not in PROMPT_TARGETS:
         raise LoadoutError(
             f"a LoRA cannot be put on {target!r}",
-            why=f"a LoRA acts everywhere, or on one prompt: {', '.join(PROMPT_TARGETS)}",
-            fix="Give on=positive or on=negative, or leave it out for everywhere",
+            why=f"a LoRA acts everywhere, on a prompt ({', '.join(PROMPT_TARGETS)}) or a region (region1..)",
+            fix="Give on=positive, on=negative or on=region1, or leave it out for everywhere",
             code="bad_argument",
         )
     return name
 
 
-__all__ = ["PROMPT_TARGETS", "check_target"]
+def region_label(index: int) -> str:
+    """The hook label of the settings' region ``index`` (from 0)."""
+    return f"region{index + 1}"
+
+
+__all__ = ["PROMPT_TARGETS", "check_target", "region_label"]

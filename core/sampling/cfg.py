@@ -85,14 +85,15 @@ class CfgDenoiser:
     @cached_property
     def _lists(self) -> tuple[tuple[CondEntry, ...], tuple[CondEntry, ...]]:
         """Both lists, made once per sampling as ComfyUI's ``process_conds``: a side's hooks on its
-        own entries, then each area copied to the other side (the copy keeps the hooks of the
-        entry it copies, as ComfyUI's ``c.copy()``)."""
+        own entries (with their own labels some LoRA acts on), then each area copied to the other
+        side (the copy keeps the hooks of the entry it copies, as ComfyUI's ``c.copy()``)."""
         s = self.stages
         negative = s.negative_conds if self.negative is not None else ()
         if not (s.positive_hooks or s.negative_hooks or s.positive_conds or negative):
             return (WHOLE,), (WHOLE,)
         lists = [
-            [CondEntry(None, hooks=hooks)] + [replace(e, hooks=e.hooks | hooks) for e in more]
+            [CondEntry(None, hooks=hooks)]
+            + [replace(e, hooks=(e.hooks & s.hook_labels) | hooks) for e in more]
             for more, hooks in ((s.positive_conds, s.positive_hooks), (negative, s.negative_hooks))
         ]
         return with_area_copies(*lists)

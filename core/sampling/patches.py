@@ -133,6 +133,9 @@ class ModelPatches:
     #: ConditioningSetProperties ``hooks`` on a prompt's whole conditioning list)
     positive_hooks: frozenset[str] = frozenset()
     negative_hooks: frozenset[str] = frozenset()
+    #: the entries' own hook labels some LoRA acts on (a region's); the others are dropped, so an
+    #: entry no LoRA is on batches as before
+    hook_labels: frozenset[str] = frozenset()
 
     def __add__(self, other: ModelPatches) -> ModelPatches:
         if self.guidance is not None and other.guidance is not None:
@@ -154,6 +157,7 @@ class ModelPatches:
             self.negative_conds + other.negative_conds,
             self.positive_hooks | other.positive_hooks,
             self.negative_hooks | other.negative_hooks,
+            self.hook_labels | other.hook_labels,
         )
 
     @property

@@ -58,6 +58,7 @@ def test_the_card_sets_the_prompt_and_block_weights_and_a_picture_brings_them(
         window.pictures.use_settings(path)
     (info,) = rec.first("stack_changed").loras
     assert (info.block_weights, info.on) == ("INS", "positive")
+    assert card.options.on.findData("region2") >= 0  # the regions' choices are listed too
     assert not torch.equal(layer.weight, patcher.original(key))  # the input blocks patched again
     card = window.lora_panel.cards[info.id]
     assert card.options.on.currentData() == "positive" and card.options.blocks.currentText() == "INS"

@@ -37,5 +37,5 @@ def test_the_cli_takes_a_lora_on_one_prompt(
     capsys.readouterr()
     assert main([*base, "--lora", f"{demo.lora}:0.5:on=sideways", "-o", str(tmp_path / "b.png")]) == 2
     err = capsys.readouterr().err
-    assert "on=positive or on=negative" in err and "Traceback" not in err
+    assert "on=positive, on=negative or on=region1" in err and "Traceback" not in err
     assert not (tmp_path / "b.png").exists()

@@ -64,7 +64,18 @@ def test_a_negative_hook_runs_after_the_positives_group() -> None:
 
 def test_both_prompts_hooked_and_an_entrys_own_labels_add_up() -> None:
     tagged = CondEntry(AREA.cond, AREA.area, AREA.strength, hooks=frozenset({"region 1"}))
-    _, seen = _run(ModelPatches(positive_conds=(tagged,), positive_hooks=P, negative_hooks=N))
+    both_sides = ModelPatches(positive_conds=(tagged,), positive_hooks=P, negative_hooks=N)
+    _, seen = _run(both_sides + ModelPatches(hook_labels=tagged.hooks))
     both = P | {"region 1"}
     # {P: [pos whole], P+region: [area, copy], N: [neg whole]}
     assert seen == [(P, 1), (both, 2), (N, 1)]
+
+
+def test_an_entrys_own_label_counts_only_when_a_lora_acts_on_it() -> None:
+    region = CondEntry(AREA.cond, AREA.area, AREA.strength, hooks=frozenset({"region1"}))
+    plain, seen = _run(ModelPatches(positive_conds=(region,)))
+    assert seen == [(frozenset(), 2), (frozenset(), 2)]  # no LoRA on it: batched as before
+    hooked, seen = _run(ModelPatches(positive_conds=(region,), hook_labels=region.hooks))
+    # {None: [pos whole, neg whole], region1: [the region, its copy in the negative's list]}
+    assert seen == [(frozenset(), 2), (region.hooks, 2)]
+    assert torch.equal(hooked, plain)
