@@ -19,6 +19,7 @@ from core.generate.workflow_request import ControlNetUse
 from core.guidance import GuidancePatch, parse_patch
 from core.patching.block_weights import BlockWeights
 from core.patching.merge import LoraArg
+from core.patching.prompt_target import check_target
 from core.preprocess import PREPROCESSORS
 from core.regions import Region
 from core.regions.text import parse_region, regions_from_json
@@ -91,14 +92,18 @@ def parse_size(text: str) -> tuple[int, int]:
 
 
 def parse_lora(text: str) -> LoraArg:
-    """``FILE[:MODEL[:CLIP]][:lbw=WEIGHTS]`` (``lbw=``: LoRA block weights, numbers or a preset
-    name, as A1111's lora-block-weight tag). Numbers are taken from the right so paths may hold
+    """``FILE[:MODEL[:CLIP]][:lbw=WEIGHTS][:on=PROMPT]`` (``lbw=``: LoRA block weights, numbers or
+    a preset name, as A1111's lora-block-weight tag; ``on=``: the prompt its model part acts on
+    only, ``positive`` or ``negative``). Numbers are taken from the right so paths may hold
     colons; a last part that is not a number is part of the path only when that path exists
     (``F:abc`` with no file ``F:abc`` says the strength is not a number, not that ``F:abc`` does
     not exist)."""
     head, sep, tail = text.rpartition(":")
-    if sep and tail.strip().lower().startswith("lbw=") and not Path(text).exists():
+    option = tail.strip().lower()
+    if sep and option.startswith(("lbw=", "on=")) and not Path(text).exists():
         plain = parse_lora(head)
+        if option.startswith("on="):
+            return replace(plain, on=check_target(tail.strip()[3:]))
         return replace(plain, block_weights=BlockWeights.parse(tail.strip()[4:]))
     parts = text.split(":")
     numbers: list[float] = []
@@ -189,7 +194,8 @@ def parse_patch_argument(text: str) -> GuidancePatch:
 
 
 def parse_region_argument(text: str) -> Region:
-    """``X,Y,W,H[:STRENGTH][@START-END]=PROMPT`` (``--region``): one region of the picture."""
+    """``[negative:]X,Y,W,H[:STRENGTH][@START-END]=PROMPT`` (``--region``): one region of the
+    picture (``negative:``: of the negative prompt)."""
     try:
         return parse_region(text)
     except LoadoutError as exc:

@@ -5,7 +5,7 @@
 [--controlnet FILE:HINT[:STRENGTH[:START:END]]]... [--refiner FILE [--refiner-switch F]]
 [--hires-scale S --hires-denoise D [--hires-steps N] [--hires-upscaler METHOD_OR_FILE]]
 [--patch NAME[:ARG=VALUE,...]]... [--lora-schedule NAME=MULT@START,...]...
-[--region X,Y,W,H[:STRENGTH][@START-END]=PROMPT]... [--regions FILE]
+[--region [negative:]X,Y,W,H[:STRENGTH][@START-END]=PROMPT]... [--regions FILE]
 [--device D] [--dtype D] [--vram-limit BYTES] -o OUT.png [--json]``: text to image (img2img with
 --init, inpainting with --mask, outpainting with --outpaint, editing with --reference), with
 ControlNets, the hires fix, the SDXL refiner, guidance patches (PAG, FreeU ...) and regions (parts
@@ -196,7 +196,7 @@ def _request(args: argparse.Namespace) -> GenerateRequest:
         outpaint=parse_sides(args.outpaint, args.feather) if args.outpaint else None,
         refiner=RefinerUse(Path(args.refiner), args.refiner_switch) if args.refiner else None,
         clip_skip=args.clip_skip,
-        guidance_patches=tuple(parse_patch_argument(t) for t in args.patch),
+        guidance_patches=tuple(parse_patch_argument(t) for t in args.patch if t.strip().lower() != "none"),
         lora_schedules=tuple(parse_schedule(t) for t in args.lora_schedule),
         references=tuple(Path(t) for t in args.reference),
         regions=(
@@ -216,7 +216,11 @@ def _request(args: argparse.Namespace) -> GenerateRequest:
         vram_limit=parse_bytes(args.vram_limit) if args.vram_limit else None,
         strict=args.strict,
         force=args.force,
-        family_defaults=tuple(k for k, v in given.items() if v is None),
+        # no --patch: the family's usual patches (CFGNorm on Qwen-Image-Edit); --patch none: none
+        family_defaults=(
+            *(k for k, v in given.items() if v is None),
+            *(("patches",) if not args.patch else ()),
+        ),
         embeddings=tuple(Path(p) for p in args.embeddings),
         prediction=args.prediction,
     )

@@ -169,6 +169,14 @@ def run(args: argparse.Namespace) -> int:
         )  # fmt: skip
     base = args.models[0]
     loras = [parse_lora(text) for text in args.lora]
+    for lora in loras:
+        if lora.on is not None:
+            raise LoadoutError(
+                f"--lora {lora.path.name}: a LoRA on the {lora.on} prompt only cannot be baked into a file",
+                why="a merged file has one set of weights for every prompt",
+                fix="Leave out on=, or use the LoRA in generate with on=",
+                code="bad_argument",
+            )
     if args.dry_run:
         report = dry_run(base, loras, force=args.force, out=args.output)
         _print(report, args.json, _text(report))

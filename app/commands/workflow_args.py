@@ -26,7 +26,8 @@ def add_workflow_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--patch", action="append", default=[], metavar="NAME[:ARG=VALUE,...]",
         help="a guidance patch, repeatable, applied in order: " + ", ".join(PATCHES)
-        + " (e.g. pag:scale=3, freeu_v2, deep_shrink:downscale_factor=1.5)",
+        + " (e.g. pag:scale=3, freeu_v2, deep_shrink:downscale_factor=1.5); without one the model's "
+        "usual patches (CFGNorm on Qwen-Image-Edit), none with --patch none",
     )  # fmt: skip
     p.add_argument(
         "--lora-schedule", action="append", default=[], metavar="NAME=MULT@START,...",
@@ -34,9 +35,10 @@ def add_workflow_arguments(p: argparse.ArgumentParser) -> None:
         "of the sampling) on, as ComfyUI's hook keyframes (e.g. detail=1@0,0.5@0.4,0@0.8)",
     )  # fmt: skip
     p.add_argument(
-        "--region", action="append", default=[], metavar="X,Y,W,H[:STRENGTH][@START-END]=PROMPT",
+        "--region", action="append", default=[], metavar="[negative:]X,Y,W,H[:STRENGTH][@START-END]=PROMPT",
         help="a part of the picture drawn from its own prompt (repeatable; ComfyUI's ConditioningSetArea, "
-        "SetTimestepRange and Combine): the box in pixels, or in fractions with a decimal point",
+        "SetTimestepRange and Combine): the box in pixels, or in fractions with a decimal point; "
+        "negative: combines it with the negative prompt",
     )  # fmt: skip
     p.add_argument("--regions", metavar="FILE", help="regions from a JSON file (boxes, masks: docs/cli.md)")
     p.add_argument("--mask", metavar="MASK", help="inpainting: white = repaint (with --init and --denoise)")

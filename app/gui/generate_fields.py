@@ -25,7 +25,7 @@ def fields(panel: GeneratePanel) -> dict[str, object]:
         "width": panel.width_.value(), "height": panel.height_.value(), "family": panel.family,
         "clip_skip": panel.clip_skip.value(),
         "guidance_patches": panel.guidance_patches.saved(), "lora_schedules": panel.lora_schedules.saved(),
-        "regions": panel.regions.saved(),
+        "regions": panel.regions.saved(), "references": panel.references.saved(),
     }  # fmt: skip
 
 
@@ -42,6 +42,7 @@ def restore(panel: GeneratePanel, saved: dict[str, object]) -> dict[str, object]
     panel.guidance_patches.restore(text.get("guidance_patches", ""))
     panel.lora_schedules.restore(text.get("lora_schedules", ""))
     panel.regions.restore(text.get("regions", ""))
+    panel.references.restore(saved.get("references"))
     apply_settings(panel, saved)
     return saved if isinstance(saved.get("family"), str) else None
 

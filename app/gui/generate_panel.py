@@ -272,7 +272,8 @@ class GeneratePanel(QWidget):
     def set_family(self, family: str | None, defaults: GenerationDefaults) -> None:
         """Offer the loaded family's sizes and usual settings (its record's ``defaults``); a family
         with distilled guidance (Flux-dev) shows its guidance field."""
-        self.family, self.defaults = family, defaults
+        previous, self.family, self.defaults = self.defaults, family, defaults
+        self.guidance_patches.use_family(previous.patches, defaults.patches)  # CFGNorm on Qwen-Image-Edit
         self.workflows.controlnets.set_model_family(family)  # those that fit it listed first
         self.sizes.set_presets(defaults.sizes, choose_first=family is not None)
         guided = defaults.guidance is not None

@@ -146,6 +146,19 @@ class GuidanceControls(QGroupBox):
         self.order = given + [name for name in self.rows if name not in given]
         self.setChecked(bool(patches))
 
+    def use_family(self, previous: tuple[str, ...], usual: tuple[str, ...]) -> None:
+        """A model of another family: the patches the previous family switched on are switched
+        off, the new family's usual ones on at their defaults (each can be switched off)."""
+        if previous == usual:
+            return
+        for name in previous:
+            if name not in usual:
+                self.rows[name].on.setChecked(False)
+        for name in usual:
+            if not self.rows[name].on.isChecked():
+                self.rows[name].show_patch(PATCHES[name]())
+        self.setChecked(any(row.on.isChecked() for row in self.rows.values()))
+
     def saved(self) -> str:
         """The patches switched on as text (kept across a relaunch); "" when one has a bad value."""
         try:

@@ -26,6 +26,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.backend.messages import LoraInfo, StackInfo
+from app.gui.lora_options import LoraOptionsRow
 from app.gui.stack_model import StackModel
 from app.gui.strength_control import BARE_NUMBER, StrengthControl
 from app.gui.theme import set_icon
@@ -75,10 +76,12 @@ class LoraCard(QFrame):
             set_icon(button, name)
             button.clicked.connect(slot)
             head.addWidget(button)
+        self.options = LoraOptionsRow(lambda lbw, on: panel.stack.set_options(self.lora_id, lbw, on))
         grid = QVBoxLayout()
         grid.setContentsMargins(0, 0, 0, 0)
         grid.addWidget(self.model)
         grid.addWidget(self.clip)
+        grid.addWidget(self.options)
         layout = QVBoxLayout(self)
         layout.setContentsMargins(10, 6, 10, 6)
         layout.setSpacing(2)
@@ -114,6 +117,7 @@ class LoraCard(QFrame):
         self.warning.setVisible(bool(warnings))
         self.setProperty("disabledLora", not info.enabled)
         self._show_trained(info.trained_scale)
+        self.options.show_options(self.panel.info.model_family, info.block_weights, info.on)
 
     def _show_trained(self, scales: tuple[TrainedScale, ...]) -> None:
         self.trained_scale = scales

@@ -65,7 +65,7 @@ class Pictures(QObject):
         self.viewer.menu_requested.connect(self.menu.popup)
         self.gallery.menu_requested.connect(self.menu.popup)
         self.gallery.open_requested.connect(self.show)
-        self.pending_loras: tuple[tuple[Path, float, float], ...] = ()  # a picture's, waiting for a model
+        self.pending_loras = StackChange()  # a picture's LoRAs (and their options), waiting for a model
         parent.setAcceptDrops(True)  # a picture dropped anywhere on the window
         parent.installEventFilter(self)
 
@@ -156,7 +156,7 @@ class Pictures(QObject):
     def carry_out(self, plan: PicturePlan, *, loaded: bool) -> None:
         h = self.host
         if plan.load is not None:  # the picture's model first; its LoRAs once it is loaded
-            self.pending_loras = plan.add
+            self.pending_loras = StackChange(add=plan.add, options=plan.options)
             loras = f" and {len(plan.add)} LoRA{'s' if len(plan.add) != 1 else ''}" if plan.add else ""
             load = plan.load
             text = f"The picture was made with {load.name}{loras} (in your library)."
@@ -170,7 +170,7 @@ class Pictures(QObject):
             if change:
                 h.change_stack(change)
         elif plan.add:
-            self.pending_loras = plan.add
+            self.pending_loras = StackChange(add=plan.add, options=plan.options)
             words.append("its LoRAs are added once you load a model")
         if plan.model_missing:
             words.append(f"its model {plan.model_missing} is not in your library")
@@ -181,6 +181,6 @@ class Pictures(QObject):
 
     def on_model_loaded(self) -> None:
         """A model was loaded: LoRAs a picture's settings were waiting to add go on its stack."""
-        pending, self.pending_loras = self.pending_loras, ()
+        pending, self.pending_loras = self.pending_loras, StackChange()
         if pending:
-            self.host.change_stack(StackChange(add=pending))
+            self.host.change_stack(pending)

@@ -2,7 +2,9 @@
 three slots, each picked with a button or filled by dropping a picture on the box; shown only while
 the loaded model's family takes reference pictures (``ModelInfo.references``, its record's number),
 with as many slots as it takes (three at most here). "Edit this picture" in a picture's menu fills
-the first slot. A view: it turns the slots into ``ImageSettings.references``; core reads the files."""
+the first slot. The slots are kept across a relaunch with the panel's other fields (a picture
+gone since is left out). A view: it turns the slots into ``ImageSettings.references``; core reads
+the files."""
 
 from __future__ import annotations
 
@@ -55,6 +57,17 @@ class ReferenceSlots(QGroupBox):
 
     def apply(self, settings: ImageSettings) -> ImageSettings:
         return replace(settings, references=self.paths())
+
+    def saved(self) -> list[str]:
+        """Every slot's picture ("" for an empty one), shown or not: kept across a relaunch."""
+        return [str(s.path) if s.path is not None else "" for s in self.slots]
+
+    def restore(self, saved: object) -> None:
+        """Put :meth:`saved` back; a picture no longer on disk leaves its slot empty."""
+        values = saved if isinstance(saved, list) else []
+        for i, slot in enumerate(self.slots):
+            text = values[i] if i < len(values) and isinstance(values[i], str) else ""
+            slot.set_path(Path(text) if text and Path(text).is_file() else None)
 
     def edit_picture(self, path: Path) -> bool:
         """Fill the first slot with ``path`` ("Edit this picture"); False when the loaded model

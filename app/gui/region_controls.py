@@ -1,11 +1,13 @@
 """The Generate panel's regions: a collapsible list of parts of the picture, each drawn from its own
 prompt (ComfyUI's ConditioningSetArea / SetAreaPercentage with SetTimestepRange, combined with the
 prompt). A row is a box (x, y, width, height in pixels, or fractions of the picture), a strength,
-the part of the steps it acts on and its prompt; rows are added and removed with their buttons,
-and a row's box can be drawn on the picture's area ("Draw…", :mod:`app.gui.region_canvas`). A
-region's mask can be painted ("Mask…", the inpainting brush editor over the picture's area); the row
-then has no box ("mask only"; a box chosen again cuts the mask to it). A region read from a picture
-or kept from the last session keeps its mask (shown by name).
+the part of the steps it acts on, its prompt and whether it goes with the negative prompt
+("Negative": a part of the picture steered away from its prompt); rows are added and removed
+with their buttons, and a row's box can be drawn on the picture's area ("Draw…",
+:mod:`app.gui.region_canvas`). A region's mask can be painted ("Mask…", the inpainting brush
+editor over the picture's area); the row then has no box ("mask only"; a box chosen again cuts
+the mask to it). A region read from a picture or kept from the last session keeps its mask (shown
+by name).
 A view: the records and their checks are :mod:`core.regions`'."""
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from pathlib import Path
 
 from PySide6.QtGui import QColor, QImage
 from PySide6.QtWidgets import (
+    QCheckBox,
     QComboBox,
     QDoubleSpinBox,
     QGridLayout,
@@ -68,6 +71,8 @@ class RegionRow(QWidget):
         self.draw = QPushButton("Draw…")
         self.draw.setToolTip("Draw the box on the picture's area")
         self.remove = QPushButton("Remove")
+        self.negative = QCheckBox("Negative")
+        self.negative.setToolTip("Combine the region with the negative prompt: steer that part away from it")
         self.mask: Path | None = None
         self.mask_bounds = False
         self.mask_label = QLabel()
@@ -75,7 +80,8 @@ class RegionRow(QWidget):
         grid.setContentsMargins(0, 0, 0, 4)
         for col, w in enumerate([*self.box, self.unit, self.strength, self.start, self.end]):
             grid.addWidget(w, 0, col)
-        grid.addWidget(self.prompt, 1, 0, 1, 4)
+        grid.addWidget(self.prompt, 1, 0, 1, 3)
+        grid.addWidget(self.negative, 1, 3)
         grid.addWidget(self.mask_label, 1, 4)
         grid.addWidget(self.paint, 1, 5)
         grid.addWidget(self.draw, 1, 6)
@@ -90,7 +96,7 @@ class RegionRow(QWidget):
         box = None if unit == NO_BOX else Box(x, y, w, h, fractions=unit == FRACTIONS)
         return Region(
             self.prompt.text(), box, self.mask, self.strength.value(), self.mask_bounds,
-            self.start.value(), self.end.value(),
+            self.start.value(), self.end.value(), self.negative.isChecked(),
         )  # fmt: skip
 
     def pixel_box(self, size: tuple[int, int]) -> PixelBox | None:
@@ -124,6 +130,7 @@ class RegionRow(QWidget):
         self.start.setValue(region.start)
         self.end.setValue(region.end)
         self.prompt.setText(region.prompt)
+        self.negative.setChecked(region.negative)
         self.mask_bounds = region.mask_bounds
         self.set_mask(region.mask)
 

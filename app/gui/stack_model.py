@@ -9,6 +9,7 @@ from typing import Protocol
 from PySide6.QtCore import QObject, Signal, SignalInstance
 
 from app.backend.messages import StackInfo
+from core.session.loras import LoraOptions, StackChange
 
 
 class StackEditor(Protocol):
@@ -21,6 +22,7 @@ class StackEditor(Protocol):
     def preview_strength(self, lora_id: str, model: float, clip: float) -> None: ...
     def bake_strength(self, lora_id: str, model: float, clip: float) -> None: ...
     def reorder(self, order: list[str]) -> None: ...
+    def change_stack(self, change: StackChange) -> None: ...
 
 
 class StackModel(QObject):
@@ -49,3 +51,7 @@ class StackModel(QObject):
 
     def reorder(self, order: list[str]) -> None:
         self._editor.reorder(order)
+
+    def set_options(self, lora_id: str, block_weights: str, on: str | None) -> None:
+        """A LoRA's block weights (as a tag writes them, "" none) and the prompt it acts on only."""
+        self._editor.change_stack(StackChange(options=(LoraOptions(lora_id, block_weights, on),)))

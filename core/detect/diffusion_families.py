@@ -270,19 +270,21 @@ QWEN_IMAGE = DiffusionSpec(
 #: Qwen-Image-Edit 2509 (``qwen_image_edit``: ComfyUI's ``TextEncodeQwenImageEditPlus``, the edit
 #: template with up to three pictures read by Qwen2.5-VL's vision tower, their latents the
 #: references): ComfyUI's 2509 template's ``ModelSamplingAuraFlow`` shift 3; 20 steps at CFG 2.5
-#: without the Lightning LoRA (the template's own run: 4 steps at CFG 1 with it).
+#: without the Lightning LoRA (the template's own run: 4 steps at CFG 1 with it); CFGNorm at
+#: strength 1 on the model, as the edit templates put it.
 QWEN_IMAGE_EDIT = replace(
     QWEN_IMAGE,
     text="qwen_image_edit",
     references="qwen-edit",
     sampling=SamplingSpec(schedule="flow", shift=3.0, multiplier=1.0),
+    defaults=replace(QWEN_IMAGE.defaults, patches=("cfg_norm",)),
 )
 #: Qwen-Image-Edit 2511: the references modulated as at timestep 0 (the network's, from the family);
 #: ComfyUI's 2511 template's shift 3.1; the model card's 40 steps at CFG 4.
 QWEN_IMAGE_EDIT_2511 = replace(
     QWEN_IMAGE_EDIT,
     sampling=SamplingSpec(schedule="flow", shift=3.1, multiplier=1.0),
-    defaults=replace(QWEN_IMAGE.defaults, steps=40, cfg=4.0),
+    defaults=replace(QWEN_IMAGE_EDIT.defaults, steps=40, cfg=4.0),
 )
 _CLF, _PATCH = ("clf.1.weight",), ("patch_embedding.weight",)
 DETECTED_FAMILIES = (

@@ -138,6 +138,9 @@ class GenerationDefaults:
     guidance: float | None = None  # distilled guidance the user may set (Flux dev); None: none shown
     sampler: str | None = None  # the family's usual sampler (ComfyUI's name); None: no preference
     sizes: tuple[tuple[int, int], ...] = SD1_SIZES  # trained resolutions, the usual one first
+    #: the guidance patches (core.guidance names, at their defaults) its ComfyUI templates put on
+    #: the model: on unless the user switches them off
+    patches: tuple[str, ...] = ()
 
 
 #: What the panel offers before a model is loaded, and for a family with no spec (it cannot generate).

@@ -156,7 +156,9 @@ def open_request(
     family = load_models(session, request.models, check)
     image = with_family_defaults(request.image, generation_defaults(family), request.family_defaults)
     for arg in request.loras:
-        session.loras.add(arg.path, arg.model, arg.clip, force=request.force, block_weights=arg.block_weights)
+        session.loras.add(
+            arg.path, arg.model, arg.clip, force=request.force, block_weights=arg.block_weights, on=arg.on
+        )
     matches = lora_matches(session)
     if request.strict:
         refuse_partial(matches)

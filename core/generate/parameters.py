@@ -35,6 +35,7 @@ from core.generate.a1111_names import (
 )
 from core.generate.hires_settings import HiresFix
 from core.guidance import GuidancePatch, describe_all, read_patches
+from core.patching.prompt_target import check_target
 from core.regions import Region
 from core.regions.text import regions_from_json, regions_to_json
 from core.values import (
@@ -60,6 +61,7 @@ class LoraUse:
     clip_strength: float
     hash: str = ""  # first 12 hex digits of the file's sha256 (A1111's short hash)
     block_weights: str = ""  # LoRA block weights as the tag's ``lbw=`` writes them ("" when none)
+    on: str | None = None  # the prompt its model part acted on only (the tag's ``on=``; None: all)
 
 
 @dataclass(frozen=True)
@@ -108,6 +110,7 @@ def _quote(value: str) -> str:
 
 def _lora_tag(lora: LoraUse) -> str:
     lbw = f":lbw={lora.block_weights}" if lora.block_weights else ""  # the lora-block-weight syntax
+    lbw += f":on={lora.on}" if lora.on else ""  # Loadout's own: the LoRA on one prompt only
     if lora.model_strength == lora.clip_strength:
         return f"<lora:{lora.name}:{_num(lora.model_strength)}{lbw}>"
     return f"<lora:{lora.name}:{_num(lora.clip_strength)}:{_num(lora.model_strength)}{lbw}>"
@@ -229,7 +232,13 @@ def _loras_from_prompt(
             continue
         clip, model = (nums[0], nums[1]) if len(nums) > 1 else (nums[0], nums[0])
         lbw = next((v[4:] for v in m.group(2).split(":") if v.lower().startswith("lbw=")), "")
-        found.append(LoraUse(name, model, clip, hashes.get(name, ""), lbw))
+        on = next((v[3:].strip().lower() for v in m.group(2).split(":") if v.lower().startswith("on=")), "")
+        try:
+            on = check_target(on) or ""
+        except LoadoutError as exc:
+            ignored[f"<lora:{name}>"] = exc.what
+            on = ""
+        found.append(LoraUse(name, model, clip, hashes.get(name, ""), lbw, on or None))
     if not found:
         return prompt, ()
     lines = (re.sub(r"[ \t]+", " ", line).strip() for line in _TAG.sub("", prompt).split("\n"))

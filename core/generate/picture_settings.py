@@ -18,7 +18,7 @@ from pathlib import Path
 
 from core.generate.parameters import GenerationParameters
 from core.library import Entry
-from core.session.loras import StackChange
+from core.session.loras import LoraOptions, StackChange
 from core.session.snapshots import LoraInfo
 
 MAIN_KINDS = ("checkpoint", "diffusion_model")
@@ -36,10 +36,13 @@ class PicturePlan:
     #: LoRAs to add from the library (path, model, clip): once a model is loaded
     add: tuple[tuple[Path, float, float], ...] = ()
     missing: tuple[str, ...] = ()  # LoRA names the library does not have
+    #: block weights and prompt targets to set (on the stack's LoRAs where they differ, on the
+    #: added ones where they are not the defaults)
+    options: tuple[LoraOptions, ...] = ()
 
     def stack_change(self) -> StackChange:
         """What the loaded model's stack does, as one session operation (``LoraControl.change``)."""
-        return StackChange(self.enable, self.disable, self.strengths, self.add)
+        return StackChange(self.enable, self.disable, self.strengths, self.add, self.options)
 
 
 def _key(name: str) -> str:
@@ -64,6 +67,7 @@ def plan_picture_settings(
             load = found
     wanted = {_key(lo.name): lo for lo in params.loras}
     enable, disable, strengths = [], [], []
+    options: list[LoraOptions] = []
     on_stack = set()
     for lora in stack:
         use = wanted.get(_key(lora.path.stem))
@@ -76,14 +80,19 @@ def plan_picture_settings(
             enable.append(lora.id)
         if (lora.model_strength, lora.clip_strength) != (use.model_strength, use.clip_strength):
             strengths.append((lora.id, use.model_strength, use.clip_strength))
+        if (_key(lora.block_weights), lora.on) != (_key(use.block_weights), use.on):
+            options.append(LoraOptions(lora.id, use.block_weights, use.on))
     add, missing = [], []
     for key, use in wanted.items():
         if key in on_stack:
             continue
         if key in loras:
             add.append((loras[key], use.model_strength, use.clip_strength))
+            if use.block_weights or use.on:
+                options.append(LoraOptions(loras[key].stem, use.block_weights, use.on))
         else:
             missing.append(use.name)
     return PicturePlan(
-        load, model_missing, tuple(enable), tuple(disable), tuple(strengths), tuple(add), tuple(missing)
-    )
+        load, model_missing, tuple(enable), tuple(disable), tuple(strengths), tuple(add), tuple(missing),
+        tuple(options),
+    )  # fmt: skip

@@ -1,16 +1,17 @@
 """Regional prompting as a pass (:mod:`core.regions`): each region's prompt is encoded as the
 positive prompt is (the family's text convention, clip skip, embeddings, the stage's size
 conditioning), resolved for the latent of every stage the base model samples, and handed to the
-sampler as more entries of the positive prompt's conditioning list, with the negative's copies of
-their areas (ComfyUI: CLIPTextEncode -> ConditioningSetArea / SetMask / SetTimestepRange ->
-ConditioningCombine with the prompt, into every base KSampler). Pixel boxes refer to the first
+sampler as more entries of the positive prompt's conditioning list -- a negative region's of the
+negative's -- (ComfyUI: CLIPTextEncode -> ConditioningSetArea / SetMask / SetTimestepRange ->
+ConditioningCombine with the prompt, into every base KSampler); the sampler copies each area to
+the other prompt's list (:func:`core.sampling.cond_entry.with_area_copies`). Pixel boxes refer to the first
 pass's size and scale with a larger stage (the hires fix's second pass); mask pictures are read
 once, when the plan is made. The refiner, a model with its own text encoders, gets no regions."""
 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import torch
@@ -20,7 +21,8 @@ from core.errors import LoadoutError
 from core.generate.passes import Contribution, Plan, Run
 from core.generate.pictures import read_mask
 from core.generate.request import ImageSettings
-from core.regions import Region, negative_copies, region_entry
+from core.patching.prompt_target import region_label
+from core.regions import Region, region_entry
 from core.sampling.cond_entry import CondEntry
 from core.sampling.patches import ModelPatches
 
@@ -40,7 +42,8 @@ class RegionPatches:
             cond, missing = pipe.encode_prompt(region.prompt, settings, run.hooks)
             run.missing += missing
             mask = None if region.mask is None else self.masks[region.mask]
-            entries.append(region_entry(region, cond, mask, picture, latent, pipe.sampling))
+            entry = region_entry(region, cond, mask, picture, latent, pipe.sampling)
+            entries.append(replace(entry, hooks=frozenset({region_label(len(entries))})))
         run.timings.text_encode += time.perf_counter() - t0
         if run.patches.extra_inputs and any(e.area is not None for e in entries):
             raise LoadoutError(
@@ -49,7 +52,11 @@ class RegionPatches:
                 fix="Use a mask without mask bounds for the region, or a regular checkpoint",
                 code="bad_argument",
             )
-        return ModelPatches(positive_conds=tuple(entries), negative_conds=negative_copies(entries))
+        pairs = list(zip(self.regions, entries, strict=True))
+        return ModelPatches(
+            positive_conds=tuple(e for r, e in pairs if not r.negative),
+            negative_conds=tuple(e for r, e in pairs if r.negative),
+        )
 
 
 @dataclass

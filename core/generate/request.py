@@ -13,7 +13,7 @@ from core.errors import LoadoutError
 from core.generate.hires_settings import HiresFix
 from core.generate.outpaint_settings import Outpaint
 from core.generate.workflow_request import ControlNetUse, RefinerUse
-from core.guidance import GuidancePatch
+from core.guidance import GuidancePatch, default_patches
 from core.patching.merge import LoraArg
 from core.patching.schedule import LoraSchedule
 from core.regions import Region
@@ -195,14 +195,20 @@ class GenerateRequest:
 
 #: the :class:`Sampling` fields a family's record may give (``GenerationDefaults``' names)
 FAMILY_SAMPLING: frozenset[str] = frozenset({"steps", "sampler", "scheduler"})
+#: the name of the family's default guidance patches among the settings a request leaves to it
+FAMILY_PATCHES = "patches"
 
 
 def with_family_defaults(image: ImageSettings, defaults: object, names: Iterable[str]) -> ImageSettings:
     """``image`` with each of ``names`` taken from ``defaults`` (a family's ``GenerationDefaults``)
-    where it has a value."""
+    where it has a value; ``patches``: the family's guidance patches at their defaults."""
     names = frozenset(names)
-    bad = names - FAMILY_SAMPLING
+    bad = names - FAMILY_SAMPLING - {FAMILY_PATCHES}
     if bad:
         raise ValueError(f"not a family sampling setting: {sorted(bad)}")
-    changes = {n: v for n in sorted(names) if (v := getattr(defaults, n, None)) is not None}
-    return replace(image, sampling=replace(image.sampling, **changes)) if changes else image
+    changes = {n: v for n in sorted(names & FAMILY_SAMPLING) if (v := getattr(defaults, n, None)) is not None}
+    out = replace(image, sampling=replace(image.sampling, **changes)) if changes else image
+    patches = getattr(defaults, FAMILY_PATCHES, ())
+    if FAMILY_PATCHES in names and patches:
+        out = replace(out, guidance_patches=default_patches(patches))
+    return out

@@ -25,8 +25,9 @@ class Made:
     cfg: float  # the CFG used (the family's usual one when the request left it unset)
     guidance: float | None  # the distilled guidance used (None: the family takes none)
     model_path: Path
-    #: (file, model strength, clip strength, block weights as written or ""), enabled only
-    loras: tuple[tuple[Path, float, float, str], ...]
+    #: (file, model strength, clip strength, block weights as written or "", the prompt it acts on
+    #: only or None), enabled only
+    loras: tuple[tuple[Path, float, float, str, str | None], ...]
     img2img: bool
     #: the embedding files the prompts used (name as written, file)
     embeddings: tuple[tuple[str, Path], ...] = ()
@@ -41,7 +42,7 @@ def parameters_for(
 ) -> GenerationParameters:
     """The A1111 parameters of a picture of ``size`` (width, height)."""
     s = settings.sampling
-    loras = tuple(LoraUse(p.stem, m, c, hashes.lora_hash(p, check), w) for p, m, c, w in made.loras)
+    loras = tuple(LoraUse(p.stem, m, c, hashes.lora_hash(p, check), w, on) for p, m, c, w, on in made.loras)
     files = dict.fromkeys(path for _, path in made.embeddings)  # one entry per file, as A1111
     embeddings = tuple(EmbeddingUse(p.stem, hashes.sha256(p, check)[:12]) for p in files)
     return GenerationParameters(

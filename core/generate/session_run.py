@@ -356,7 +356,7 @@ def generate(
     guidance = _guidance(settings.sampling.guidance, pipeline.spec.defaults.guidance)
     made = Made(
         cfg=pipeline.cfg(settings), model_path=parts.model_path, img2img=init is not None, guidance=guidance,
-        loras=tuple((e.path, e.model_strength, e.clip_strength, _lbw(e)) for e in entries if e.enabled),
+        loras=tuple((e.path, e.model_strength, e.clip_strength, _lbw(e), e.on) for e in entries if e.enabled),
         embeddings=tuple((name, Path(path)) for name, path in pipeline.used_embeddings.items()),
     )  # fmt: skip
     notes = (*notes, *pipeline.text_notes)

@@ -151,8 +151,9 @@ def prepare(
     refiner = _refiner(session, state, settings, parts, pipeline, hooks)
     if control is not None:
         passes.append(control)
-    if settings.lora_schedules:
-        passes.append(_schedules(session, settings))
+    hooked = _schedules(session, settings)
+    if hooked is not None:
+        passes.append(hooked)
     if refiner is not None:
         refiner.contribution.parameters = {
             "Refiner": named(refiner.use.path, 10),  # A1111: the AutoV2 short hash
@@ -175,14 +176,20 @@ def prepare(
     return out
 
 
-def _schedules(session: Session, settings: ImageSettings) -> LoraSchedulePass:
+def _schedules(session: Session, settings: ImageSettings) -> LoraSchedulePass | None:
+    """The LoRA hooks of this generation: the settings' schedules and the stack's LoRAs that act
+    on one prompt only (None when there are neither)."""
     stack = session.loras.stack
-    strengths = {e.id: e.model_strength for e in stack.entries.values() if e.enabled} if stack else {}
+    enabled = [e for e in stack.entries.values() if e.enabled] if stack else []
+    targets = {e.id: e.on for e in enabled if e.on is not None}
+    if not settings.lora_schedules and not targets:
+        return None
+    strengths = {e.id: e.model_strength for e in enabled}
 
     def set_strength(lora: str, strength: float) -> None:
         session.loras.set_strength(lora, strength, None, bake=True)
 
-    return LoraSchedulePass(settings.lora_schedules, strengths, set_strength)
+    return LoraSchedulePass(settings.lora_schedules, strengths, set_strength, targets)
 
 
 def _workload(settings: ImageSettings, pipeline: Pipeline) -> Workload:

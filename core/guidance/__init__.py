@@ -13,12 +13,13 @@ parameters: :mod:`core.guidance.spec`.
 """
 
 from core.guidance.base import GuidanceContext, GuidancePatch
-from core.guidance.spec import PATCHES, describe, describe_all, parse_patch, read_patches
+from core.guidance.spec import PATCHES, default_patches, describe, describe_all, parse_patch, read_patches
 
 __all__ = [
     "PATCHES",
     "GuidanceContext",
     "GuidancePatch",
+    "default_patches",
     "describe",
     "describe_all",
     "parse_patch",

@@ -9,7 +9,7 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import Field
 from types import MappingProxyType
 from typing import Any
@@ -65,6 +65,11 @@ def _record(name: str) -> type[Any]:
             "Give one of those names",
         )
     return cls
+
+
+def default_patches(names: Sequence[str]) -> tuple[GuidancePatch, ...]:
+    """The patches ``names`` at their default parameters (a family's record's)."""
+    return tuple(_record(name)() for name in names)
 
 
 def patch_from(name: str, args: list[str]) -> GuidancePatch:

@@ -30,6 +30,7 @@ from core.patching.adapters import AdapterFormatError, NonFiniteAdapterError, mo
 from core.patching.block_weights import BlockWeights, key_scales, resolve
 from core.patching.keymap import KeyIndex, MatchReport, Target, match_lora, model_key_index
 from core.patching.patcher import ApplyReport, KeyPatch, ModelPatcher
+from core.patching.prompt_target import check_target
 from core.patching.side import clear_side_outputs
 
 
@@ -60,6 +61,8 @@ class LoraEntry:
     skipped: list[str] = field(default_factory=list)  # "module: why" for matched modules not applied
     keys: dict[str, list[str]] = field(default_factory=dict)  # component -> patched weight keys
     block_weights: BlockWeights | None = None  # LoRA block weights (None: the same strength everywhere)
+    #: the prompt its model part acts on only (core.patching.prompt_target; None: everywhere)
+    on: str | None = None
 
     @property
     def base_family(self) -> str | None:
@@ -180,10 +183,13 @@ class LoraStack:
         force: bool = False,
         entry_id: str | None = None,
         block_weights: BlockWeights | None = None,
+        on: str | None = None,
     ) -> LoraEntry:
         """Add a file on top of the stack; ``block_weights`` scale its strength per block of the
-        diffusion model (and its text-encoder part by ``BASE``)."""
+        diffusion model (and its text-encoder part by ``BASE``); ``on`` the prompt it acts on
+        only (a generation's hook groups apply it: the weights here are the stack's)."""
         p = Path(path)
+        on = check_target(on)
         weights = self._block_weights(block_weights)
         index = read_tensor_index(p)
         meta = {k: v for k, v in index.metadata.items() if isinstance(v, str)}
@@ -206,6 +212,7 @@ class LoraStack:
             float(model_strength),
             float(model_strength if clip_strength is None else clip_strength),
             block_weights=block_weights,
+            on=on,
         )
         patches = read_patches(p, index.format, analysis, report, entry.skipped)
         for name, per_key in patches.items():
@@ -250,6 +257,19 @@ class LoraStack:
             strength = entry.model_strength if name == "diffusion_model" else entry.clip_strength
             self.patchers[name].set_strength(entry_id, strength)
 
+    def set_on(self, entry_id: str, on: str | None) -> None:
+        """The prompt a LoRA acts on only (None: everywhere); the weights stay the stack's."""
+        self.entries[entry_id].on = check_target(on)
+
+    def set_block_weights(self, entry_id: str, weights: BlockWeights | None) -> None:
+        """New block weights of a LoRA (None: one strength everywhere); ``apply()`` bakes them.
+        Refused in words, the stack unchanged, when the model has no such blocks."""
+        entry = self.entries[entry_id]
+        resolved = self._block_weights(weights)
+        for name, keys in entry.keys.items():
+            self.patchers[name].set_scales(entry_id, self._scales(name, dict.fromkeys(keys), resolved))
+        entry.block_weights = weights
+
     def set_enabled(self, entry_id: str, enabled: bool) -> None:
         self.entries[entry_id].enabled = enabled
         for name in self.entries[entry_id].keys:
@@ -293,6 +313,7 @@ class LoraStack:
                 "clip_strength": e.clip_strength,
                 "enabled": e.enabled,
                 "block_weights": e.block_weights.text() if e.block_weights else None,
+                "on": e.on,
                 "matched": len(e.report.matched),
                 "unmatched": len(e.report.unmatched),
                 "skipped": len(e.skipped),

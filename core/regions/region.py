@@ -10,7 +10,9 @@ A region is ComfyUI's CLIPTextEncode of its ``prompt`` followed by
 * ``ConditioningSetTimestepRange`` (``start``/``end`` as fractions of the schedule: 0 the first,
   noisiest step, 1 the last);
 
-then ``ConditioningCombine`` with the positive prompt (the engine: :mod:`core.regions.resolve`).
+then ``ConditioningCombine`` with the positive prompt -- or, for a region ``negative``, with the
+negative prompt (a part of the picture steered away from its own prompt) (the engine:
+:mod:`core.regions.resolve`).
 """
 
 from __future__ import annotations
@@ -86,6 +88,8 @@ class Region:
     mask_bounds: bool = False
     start: float = 0.0
     end: float = 1.0
+    #: combined with the negative prompt instead of the positive
+    negative: bool = False
 
     def __post_init__(self) -> None:
         if not self.prompt.strip():

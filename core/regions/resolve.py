@@ -10,8 +10,8 @@
 * a mask is resized to the latent (bilinear) when its size differs; "mask bounds" make its
   bounding box (at least 8 x 8 cells; 8 x 8 at the corner for an empty mask) the area;
 * the step range becomes sigmas with the model's ``percent_to_sigma`` (no bound at 0 and 1);
-* every positive entry with an area gets a copy on the negative side (the negative prompt, the
-  same area, mask, strength and range) unless the negative already has one of that area.
+* the sampler copies every entry with an area to the other prompt's list (ComfyUI's
+  ``create_cond_with_same_area_if_none``: :func:`core.sampling.cond_entry.with_area_copies`).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from torch import Tensor
 
 from core.errors import LoadoutError
 from core.regions.region import Box, Region
-from core.sampling.cond_entry import CondEntry, LatentArea
+from core.sampling.cond_entry import CondEntry, LatentArea, with_area_copies
 from core.sampling.conditioning import Conditioning
 from core.sampling.model_sampling import ModelSampling
 
@@ -98,21 +98,6 @@ def region_entry(
 
 
 def negative_copies(positive: Sequence[CondEntry]) -> tuple[CondEntry, ...]:
-    """The negative side's entries for the positive's areas (ComfyUI's
-    ``create_cond_with_same_area_if_none`` with one negative prompt): each area once."""
-    copies: list[CondEntry] = []
-    for entry in positive:
-        if entry.area is None or any(c.area == entry.area for c in copies):
-            continue
-        copies.append(
-            CondEntry(
-                None,
-                entry.area,
-                entry.strength,
-                entry.mask,
-                entry.mask_strength,
-                entry.sigma_start,
-                entry.sigma_end,
-            )
-        )
-    return tuple(copies)
+    """The copies of the positive's areas the sampler adds to a negative list of the prompt alone
+    (:func:`core.sampling.cond_entry.with_area_copies`)."""
+    return with_area_copies([CondEntry(None), *positive], [CondEntry(None)])[1][1:]

@@ -1,14 +1,17 @@
-"""Regions written as text: one region in a line (``X,Y,W,H[:STRENGTH][@START-END]=PROMPT``), and a
-list of regions as JSON (a file of them, and the pictures' parameters)::
+"""Regions written as text: one region in a line (``[negative:]X,Y,W,H[:STRENGTH][@START-END]=PROMPT``,
+``negative:`` for a region of the negative prompt), and a list of regions as JSON (a file of them,
+and the pictures' parameters)::
 
     [{"prompt": "a red hat", "box": [64, 0, 256, 192], "strength": 0.8, "start": 0, "end": 0.6},
      {"prompt": "a cat", "box": [0.5, 0.5, 0.5, 0.5], "fractions": true},
-     {"prompt": "a lake", "mask": "lake.png", "mask_bounds": true}]
+     {"prompt": "a lake", "mask": "lake.png", "mask_bounds": true},
+     {"prompt": "blurry", "box": [0, 0, 256, 256], "negative": true}]
 
 A line's box is in pixels, or in fractions of the picture when a number has a decimal point
 (``0.5,0,0.5,1``). In JSON, ``box`` is ``[x, y, width, height]``, in fractions with
 ``"fractions": true``; ``mask`` a picture (white = the region) whose path is taken from the folder
-given (the JSON file's); the other keys default to strength 1, the whole schedule, no mask bounds.
+given (the JSON file's); the other keys default to strength 1, the whole schedule, no mask bounds,
+the positive prompt.
 """
 
 from __future__ import annotations
@@ -26,7 +29,9 @@ _LINE = re.compile(
     r"\s*(?P<box>[^:@=]+?)\s*(?::\s*(?P<strength>[^@=]+?)\s*)?(?:@\s*(?P<start>[^-=]+)-(?P<end>[^=]+?)\s*)?=(?P<prompt>.*)",
     re.DOTALL,
 )
-_KEYS = {"prompt", "box", "fractions", "mask", "strength", "mask_bounds", "start", "end"}
+_KEYS = {"prompt", "box", "fractions", "mask", "strength", "mask_bounds", "start", "end", "negative"}
+#: what starts a line of a region of the negative prompt
+NEGATIVE = "negative:"
 
 
 def _bad(what: str, why: str, fix: str) -> LoadoutError:
@@ -43,7 +48,10 @@ def _number(text: str, what: str) -> float:
 
 
 def parse_region(text: str) -> Region:
-    """One region from ``X,Y,W,H[:STRENGTH][@START-END]=PROMPT``."""
+    """One region from ``[negative:]X,Y,W,H[:STRENGTH][@START-END]=PROMPT``."""
+    negative = text.lstrip().lower().startswith(NEGATIVE)
+    if negative:
+        text = text.lstrip()[len(NEGATIVE) :]
     m = _LINE.fullmatch(text)
     if m is None:
         raise _bad(
@@ -65,7 +73,7 @@ def parse_region(text: str) -> Region:
     strength = 1.0 if m.group("strength") is None else _number(m.group("strength"), "a region's strength")
     start = 0.0 if m.group("start") is None else _number(m.group("start"), "a region's start")
     end = 1.0 if m.group("end") is None else _number(m.group("end"), "a region's end")
-    return Region(m.group("prompt").strip(), box, None, strength, False, start, end)
+    return Region(m.group("prompt").strip(), box, None, strength, False, start, end, negative)
 
 
 def region_from_json(data: object, folder: Path | None = None) -> Region:
@@ -108,6 +116,7 @@ def region_from_json(data: object, folder: Path | None = None) -> Region:
         _flag(data, "mask_bounds"),
         numbers["start"],
         numbers["end"],
+        _flag(data, "negative"),
     )
 
 
@@ -156,6 +165,8 @@ def region_to_json(region: Region) -> dict[str, Any]:
         out["strength"] = region.strength
     if not region.whole_range:
         out["start"], out["end"] = region.start, region.end
+    if region.negative:
+        out["negative"] = True
     return out
 
 

@@ -18,7 +18,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from functools import cached_property
 
 import torch
 from torch import Tensor
@@ -26,7 +27,7 @@ from torch import Tensor
 from core.errors import LoadoutError
 from core.models.patches import NetworkPatches
 from core.sampling.cond_batch import calc_cond_batch
-from core.sampling.cond_entry import CondEntry
+from core.sampling.cond_entry import CondEntry, with_area_copies
 from core.sampling.conditioning import Conditioning
 from core.sampling.denoiser import Denoiser
 from core.sampling.patches import NO_MODEL_PATCHES, CfgCall, ModelPatches, Predict
@@ -74,12 +75,28 @@ class CfgDenoiser:
 
     def side(self, negative: bool) -> tuple[Conditioning, tuple[CondEntry, ...]] | None:
         """One prompt's conditioning list: its own conditioning on the whole latent, then the
-        run's entries for that side (regions)."""
+        run's entries for that side (regions), then the copies of the other side's areas, each
+        with its hook group."""
         base = self.negative if negative else self.positive
         if base is None:
             return None
-        more = self.stages.negative_conds if negative else self.stages.positive_conds
-        return base, (WHOLE, *more)
+        return base, self._lists[1 if negative else 0]
+
+    @cached_property
+    def _lists(self) -> tuple[tuple[CondEntry, ...], tuple[CondEntry, ...]]:
+        """Both lists, made once per sampling as ComfyUI's ``process_conds``: a side's hooks on its
+        own entries (with their own labels some LoRA acts on), then each area copied to the other
+        side (the copy keeps the hooks of the entry it copies, as ComfyUI's ``c.copy()``)."""
+        s = self.stages
+        negative = s.negative_conds if self.negative is not None else ()
+        if not (s.positive_hooks or s.negative_hooks or s.positive_conds or negative):
+            return (WHOLE,), (WHOLE,)
+        lists = [
+            [CondEntry(None, hooks=hooks)]
+            + [replace(e, hooks=(e.hooks & s.hook_labels) | hooks) for e in more]
+            for more, hooks in ((s.positive_conds, s.positive_hooks), (negative, s.negative_hooks))
+        ]
+        return with_area_copies(*lists)
 
     def estimates(self, denoiser: Denoiser, x: Tensor, sigma: Tensor, *, negative: bool) -> list[Tensor]:
         """The positive's estimate (and the negative's, with ``negative``), as ComfyUI's

@@ -15,6 +15,13 @@ and every later one whose cut latent has the same shape and whose conditioning c
 (:func:`core.sampling.conditioning.can_concat`) run as one call, in reverse order of the list
 (positive entries first, then negative: the negative's come first in the batch); the outputs are
 added in that order. A side of one whole entry is the plain network output, bit for bit.
+
+Entries of different hook groups (:attr:`CondEntry.hooks`) never share a call: the entries are
+split by group first, the groups in the order their first entry comes in the list (ComfyUI's
+``hooked_to_run``), and each group is batched as above and called with its group, so a model
+wrapper can give the network that group's LoRAs before the call (ComfyUI's ``apply_hooks``).
+ComfyUI keys the groups by the hook objects; Loadout by the labels, so two entries with equal
+labels batch where ComfyUI's two copies of one group might not (the same result, up to rounding).
 """
 
 from __future__ import annotations
@@ -44,6 +51,7 @@ class Weighed:
     mult: Tensor
     cond: Conditioning
     area: LatentArea | None
+    hooks: frozenset[str] = frozenset()
 
 
 def weigh(entry: CondEntry, cond: Conditioning, x: Tensor, sigma: Tensor) -> Weighed | None:
@@ -73,7 +81,7 @@ def weigh(entry: CondEntry, cond: Conditioning, x: Tensor, sigma: Tensor) -> Wei
     mult = mask * entry.strength
     if entry.mask is None and area is not None:
         _feather(mult, area, x.shape[-2], x.shape[-1])
-    return Weighed(part, mult, cond, area)
+    return Weighed(part, mult, cond, area, entry.hooks)
 
 
 def _feather(mult: Tensor, area: LatentArea, height: int, width: int) -> None:
@@ -99,7 +107,7 @@ def calc_cond_batch(
     outs = [torch.zeros_like(x) for _ in sides]
     counts = [torch.ones_like(x) * EMPTY_COUNT for _ in sides]
     batch = x.shape[0]
-    to_run: list[tuple[Weighed, int]] = []
+    groups: dict[frozenset[str], list[tuple[Weighed, int]]] = {}
     for i, side in enumerate(sides):
         if side is None:
             continue
@@ -108,7 +116,23 @@ def calc_cond_batch(
             cond = (base if entry.cond is None else entry.cond).repeat_to(batch)
             weighed = weigh(entry, cond, x, sigma)
             if weighed is not None:
-                to_run.append((weighed, i))
+                groups.setdefault(weighed.hooks, []).append((weighed, i))
+    for hooks, to_run in groups.items():
+        _run_group(denoiser, hooks, to_run, outs, counts, sigma)
+    for out, count in zip(outs, counts, strict=True):
+        out /= count
+    return outs
+
+
+def _run_group(
+    denoiser: Denoiser,
+    hooks: frozenset[str],
+    to_run: list[tuple[Weighed, int]],
+    outs: list[Tensor],
+    counts: list[Tensor],
+    sigma: Tensor,
+) -> None:
+    """One hook group's entries, batched as the module notes say, added to their sides' sums."""
     while to_run:
         first = to_run[0][0]
         group = [j for j, (w, _) in enumerate(to_run) if _batchable(w, first)][::-1]
@@ -117,7 +141,7 @@ def calc_cond_batch(
             to_run.pop(j)
         xs = torch.cat([w.x for w, _ in chosen])
         sigmas = torch.cat([sigma] * len(chosen))
-        output = denoiser(xs, sigmas, concat([w.cond for w, _ in chosen])).chunk(len(chosen))
+        output = denoiser(xs, sigmas, concat([w.cond for w, _ in chosen]), hooks).chunk(len(chosen))
         for (w, side_index), out in zip(chosen, output, strict=True):
             target, count = outs[side_index], counts[side_index]
             if w.area is not None:
@@ -126,9 +150,6 @@ def calc_cond_batch(
                 count = count[..., a.y : a.y + a.height, a.x : a.x + a.width]
             target += out * w.mult
             count += w.mult
-    for out, count in zip(outs, counts, strict=True):
-        out /= count
-    return outs
 
 
 def _batchable(a: Weighed, b: Weighed) -> bool:

@@ -33,9 +33,12 @@ class DiffusionModel(Protocol):
 
 
 class Denoiser(Protocol):
-    """``(x, sigma [B], cond) -> denoised`` (the model's estimate of the clean latent)."""
+    """``(x, sigma [B], cond) -> denoised`` (the model's estimate of the clean latent); ``hooks``
+    the call's hook group (:class:`core.sampling.cond_entry.CondEntry`)."""
 
-    def __call__(self, x: Tensor, sigma: Tensor, cond: Conditioning) -> Tensor: ...
+    def __call__(
+        self, x: Tensor, sigma: Tensor, cond: Conditioning, hooks: frozenset[str] = frozenset()
+    ) -> Tensor: ...
 
 
 @dataclass(frozen=True)
@@ -48,12 +51,14 @@ class ModelDenoiser:
     #: wrappers, network patches and extra inputs of every call
     patches: ModelPatches = NO_MODEL_PATCHES
 
-    def __call__(self, x: Tensor, sigma: Tensor, cond: Conditioning) -> Tensor:
+    def __call__(
+        self, x: Tensor, sigma: Tensor, cond: Conditioning, hooks: frozenset[str] = frozenset()
+    ) -> Tensor:
         if self.before_forward is not None:
             self.before_forward()
         x_in = self.sampling.calculate_input(sigma, x).to(self.compute_dtype)
         timestep = self.sampling.timestep(sigma).float()
-        call = ModelCall(x_in, timestep, cond.to(x_in.device, self.compute_dtype), sigma)
+        call = ModelCall(x_in, timestep, cond.to(x_in.device, self.compute_dtype), sigma, hooks=hooks)
         out = self.patches.run(call, self._network).float()
         return self.sampling.calculate_denoised(sigma, out, x)
 

@@ -17,7 +17,8 @@
 * **step callbacks** are told every finished step;
 * **conditioning entries** (ComfyUI's cond lists: regions with their areas, masks, strengths and
   step ranges, :mod:`core.sampling.cond_entry`) are weighed beside each side's own prompt
-  (:mod:`core.sampling.cond_batch`).
+  (:mod:`core.sampling.cond_batch`); **hook labels** put a side's entries in a hook group (LoRAs
+  on one prompt only), which a model wrapper reads from :attr:`ModelCall.hooks`.
 
 Wrappers run outermost first; every other field adds up in order (``+``).
 """
@@ -25,7 +26,7 @@ Wrappers run outermost first; every other field adds up in order (``+``).
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 import torch
@@ -40,16 +41,19 @@ from core.sampling.conditioning import Conditioning
 @dataclass(frozen=True)
 class ModelCall:
     """One network call: ``x`` the network's input (``calculate_input(sigma, x)``) in the compute
-    dtype, float32 ``timestep`` [B], the batch's conditioning, ``sigma`` [B] and the network's patches."""
+    dtype, float32 ``timestep`` [B], the batch's conditioning, ``sigma`` [B], the network's patches
+    and the batch's hook group (:class:`core.sampling.cond_entry.CondEntry`; every item of one
+    call has the same)."""
 
     x: Tensor
     timestep: Tensor
     cond: Conditioning
     sigma: Tensor
     patches: NetworkPatches = NO_PATCHES
+    hooks: frozenset[str] = field(default_factory=frozenset)
 
     def with_patches(self, more: NetworkPatches) -> ModelCall:
-        return ModelCall(self.x, self.timestep, self.cond, self.sigma, self.patches + more)
+        return replace(self, patches=self.patches + more)
 
 
 Apply = Callable[[ModelCall], Tensor]
@@ -125,6 +129,13 @@ class ModelPatches:
     #: more entries of the positive prompt's and of the negative prompt's conditioning lists
     positive_conds: tuple[CondEntry, ...] = ()
     negative_conds: tuple[CondEntry, ...] = ()
+    #: hook labels every entry of the positive's (the negative's) list carries (ComfyUI's
+    #: ConditioningSetProperties ``hooks`` on a prompt's whole conditioning list)
+    positive_hooks: frozenset[str] = frozenset()
+    negative_hooks: frozenset[str] = frozenset()
+    #: the entries' own hook labels some LoRA acts on (a region's); the others are dropped, so an
+    #: entry no LoRA is on batches as before
+    hook_labels: frozenset[str] = frozenset()
 
     def __add__(self, other: ModelPatches) -> ModelPatches:
         if self.guidance is not None and other.guidance is not None:
@@ -144,6 +155,9 @@ class ModelPatches:
             self.post_cfg + other.post_cfg,
             self.positive_conds + other.positive_conds,
             self.negative_conds + other.negative_conds,
+            self.positive_hooks | other.positive_hooks,
+            self.negative_hooks | other.negative_hooks,
+            self.hook_labels | other.hook_labels,
         )
 
     @property
@@ -157,7 +171,7 @@ class ModelPatches:
             if not self.extra_inputs:
                 return network(c)
             x = torch.cat([c.x, *(extra(c.x) for extra in self.extra_inputs)], dim=1)
-            return network(ModelCall(x, c.timestep, c.cond, c.sigma, c.patches))
+            return network(replace(c, x=x))
 
         apply: Apply = innermost
         for wrapper in reversed(self.wrappers):

@@ -21,18 +21,54 @@ from core.session.words import no_model
 
 
 @dataclass(frozen=True)
+class LoraOptions:
+    """How a LoRA is applied besides its strengths, for the LoRA of id ``name`` in any case (a
+    LoRA's id is its file name without the extension, what a picture's tag names; a second copy of
+    one file is ``name (2)``): its block weights as a tag writes them ("" none) and the prompt it
+    acts on only (None everywhere)."""
+
+    name: str
+    block_weights: str = ""
+    on: str | None = None
+
+
+@dataclass(frozen=True)
 class StackChange:
     """Several changes to the stack made as one operation (a picture's settings): LoRAs switched
-    on and off by id, strengths set (id, model, text encoder) and files added (path, model, text
-    encoder). The weights follow once, after all of them."""
+    on and off by id, strengths set (id, model, text encoder), files added (path, model, text
+    encoder) and options set (the added files' too). The weights follow once, after
+    all of them."""
 
     enable: tuple[str, ...] = ()
     disable: tuple[str, ...] = ()
     strengths: tuple[tuple[str, float, float], ...] = ()
     add: tuple[tuple[Path, float, float], ...] = ()
+    options: tuple[LoraOptions, ...] = ()
 
     def __bool__(self) -> bool:
-        return bool(self.enable or self.disable or self.strengths or self.add)
+        return bool(self.enable or self.disable or self.strengths or self.add or self.options)
+
+
+def _set_options(stack: LoraStack, options: tuple[LoraOptions, ...]) -> None:
+    """Each option on the stack's LoRAs of its file name; block weights the model has no blocks
+    for are refused in words, and every option set before is put back."""
+    by_name = {o.name.strip().lower(): o for o in options}
+    done: list[tuple[str, BlockWeights | None, str | None]] = []
+    try:
+        for entry in list(stack.entries.values()):
+            option = by_name.get(entry.id.lower())
+            if option is None:
+                continue
+            done.append((entry.id, entry.block_weights, entry.on))
+            weights = BlockWeights.parse(option.block_weights) if option.block_weights else None
+            if weights != entry.block_weights:
+                stack.set_block_weights(entry.id, weights)
+            stack.set_on(entry.id, option.on)
+    except Exception:
+        for lora_id, weights, on in reversed(done):
+            stack.set_block_weights(lora_id, weights)
+            stack.set_on(lora_id, on)
+        raise
 
 
 class LoraControl:
@@ -76,9 +112,10 @@ class LoraControl:
         clip: float | None = None,
         force: bool = False,
         block_weights: BlockWeights | None = None,
+        on: str | None = None,
     ) -> StackInfo:
         stack = self._require()
-        entry = stack.add(path, model, clip, force=force, block_weights=block_weights)
+        entry = stack.add(path, model, clip, force=force, block_weights=block_weights, on=on)
         try:
             n = self.sync()
         except Exception:
@@ -124,6 +161,7 @@ class LoraControl:
             if lora_id in stack.entries:
                 stack.set_strength(lora_id, model=model, clip=clip)
         try:
+            _set_options(stack, change.options)
             n = self.sync()
         except Exception:
             for lora_id in added:
@@ -134,7 +172,8 @@ class LoraControl:
             "lora",
             "a picture's LoRAs",
             f"{len(change.add)} added, {len(change.enable)} switched on, {len(change.disable)} off, "
-            f"{len(change.strengths)} strengths set; {n} weights recomputed once",
+            f"{len(change.strengths)} strengths set, {len(change.options)} options set; "
+            f"{n} weights recomputed once",
         )
         return self.info(recomputed=n)
 
@@ -147,6 +186,28 @@ class LoraControl:
         if not bake and not self._placement().active and stack.preview():
             return self.info(baked=False)
         return self.info(recomputed=self.sync())
+
+    def set_on(self, lora_id: str, on: str | None) -> StackInfo:
+        """The prompt a LoRA acts on only (None: everywhere): generations take it; the weights
+        between them stay the stack's."""
+        stack = self._require()
+        if lora_id in stack.entries:
+            stack.set_on(lora_id, on)
+        return self.info()
+
+    def set_block_weights(self, lora_id: str, weights: BlockWeights | None) -> StackInfo:
+        """New block weights of a LoRA (None: one strength everywhere), baked or refreshed."""
+        stack = self._require()
+        if lora_id not in stack.entries:
+            return self.info()
+        old = stack.entries[lora_id].block_weights
+        stack.set_block_weights(lora_id, weights)
+        try:
+            return self.info(recomputed=self.sync())
+        except Exception:
+            stack.set_block_weights(lora_id, old)
+            self.sync()
+            raise
 
     def set_enabled(self, lora_id: str, enabled: bool) -> StackInfo:
         self._require().set_enabled(lora_id, enabled)
@@ -180,7 +241,8 @@ class LoraControl:
                 unmatched=len(e.report.unmatched), skipped=len(e.skipped),
                 shape_mismatches=len(e.report.shape_mismatches), family_warning=warning,
                 format=e.analysis.summary.format, targets=tuple(e.keys),
-                trained_scale=e.analysis.summary.trained_scale,
+                trained_scale=e.analysis.summary.trained_scale, on=e.on,
+                block_weights=e.block_weights.text() if e.block_weights else "",
             )  # fmt: skip
             loras.append(info)
         return StackInfo(fam, tuple(loras), baked, recomputed, self._applied_words())

@@ -74,6 +74,8 @@ class LoraInfo:
     format: str = ""
     targets: tuple[str, ...] = ()  # components it patches
     trained_scale: tuple[TrainedScale, ...] = ()  # alpha / r from its metadata alone (applied at 1)
+    on: str | None = None  # the prompt its model part acts on only (None: everywhere)
+    block_weights: str = ""  # LoRA block weights as a tag's ``lbw=`` writes them ("": none)
 
     @property
     def name(self) -> str:

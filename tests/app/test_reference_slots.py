@@ -81,3 +81,16 @@ def test_edit_this_picture_fills_the_first_slot_or_says_why_not(panel: GenerateP
     panel.references.set_limit(3)
     edit()
     assert panel.references.paths() == (picture,) and len(said) == 1
+
+
+def test_the_slots_are_kept_across_a_relaunch(qtbot: QtBot, make_window, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    fox, gone = _picture(tmp_path / "fox.png"), _picture(tmp_path / "gone.png")
+    window = make_window(tmp_path)
+    slots = window.generate_panel.references.slots
+    slots[0].set_path(fox)
+    slots[2].set_path(gone)
+    window.close()  # the panel's fields go to the settings store
+    gone.unlink()
+    again = make_window(tmp_path)  # the same settings file
+    kept = [s.path for s in again.generate_panel.references.slots]
+    assert kept == [fox, None, None]  # a picture deleted since is left out

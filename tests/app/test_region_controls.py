@@ -148,3 +148,22 @@ def test_a_painted_mask_becomes_the_rows_region(qtbot: QtBot, panel: GeneratePan
     assert row.mask_label.text() == "mask: lake.png"
     painted = read_mask(saved)
     assert painted.shape == (192, 256) and painted[100, 100] == 1.0 and painted[0, 0] == 0.0
+
+
+def test_a_negative_region_is_ticked_kept_and_read_back(
+    qtbot: QtBot, panel: GeneratePanel, tmp_path: Path
+) -> None:
+    panel.regions.setChecked(True)
+    row = panel.regions.add_row()
+    row.prompt.setText("blurry")
+    assert not row.negative.isChecked()
+    row.negative.setChecked(True)
+    wanted = (Region("blurry", Box(0, 0, 256, 256), negative=True),)
+    assert panel.settings().regions == wanted
+    again = GeneratePanel()
+    qtbot.addWidget(again)
+    again.restore_fields(panel.fields())
+    assert again.settings().regions == wanted and again.regions.rows[0].negative.isChecked()
+    made = GenerationParameters("castle", steps=20, seed=1, regions=wanted)
+    _drop(again, save_png(tmp_path / "n.png", np.zeros((4, 4, 3), np.uint8), format_parameters(made)))
+    assert again.settings().regions == wanted

@@ -3,11 +3,13 @@ with the loaded model, the stack and the library, read from real A1111 parameter
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 from core.generate.parameters import parse_parameters
 from core.generate.picture_settings import PicturePlan, plan_picture_settings
 from core.library import Entry
+from core.session.loras import LoraOptions
 from core.session.snapshots import LoraInfo
 
 TEXT = (
@@ -67,3 +69,27 @@ def test_names_nowhere_to_be_found_are_listed() -> None:
         model_missing="juggernaut", add=((ROOT / "loras/add_detail.safetensors", 0.6, 0.6),),
         missing=("unknown_style",),
     )  # fmt: skip
+
+
+def test_block_weights_and_prompt_targets_come_with_the_loras() -> None:
+    """A tag's ``lbw=`` and ``on=`` become the LoRA's options: set on a stack LoRA whose options
+    differ (and cleared where the picture has none), given to an added one, left alone when equal."""
+    text = TEXT.replace("<lora:add_detail:0.6>", "<lora:add_detail:0.6:lbw=OUTD:on=negative>").replace(
+        "<lora:Inkwash:0.8:0.5>", "<lora:Inkwash:0.8:0.5:lbw=INS>"
+    )
+    loaded = ROOT / "checkpoints/dreamy-sd15.safetensors"
+    style = replace(on_stack("loras/style.safetensors", "style", 1.0), block_weights="INS", on="positive")
+    plan = plan_picture_settings(
+        parse_parameters(text.replace("a fox", "a fox <lora:style:1>")), loaded, [style], LIBRARY
+    )
+    assert plan.options == (
+        LoraOptions("style"),
+        LoraOptions("add_detail", "OUTD", "negative"),
+        LoraOptions("inkwash", "INS"),
+    )
+    same = replace(style, block_weights="", on=None)
+    plan = plan_picture_settings(
+        parse_parameters(text.replace("a fox", "a fox <lora:style:1>")), loaded, [same], LIBRARY
+    )
+    assert [o.name for o in plan.options] == ["add_detail", "inkwash"]
+    assert plan.stack_change().options == plan.options

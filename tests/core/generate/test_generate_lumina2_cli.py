@@ -106,7 +106,7 @@ def test_loadout_generate_makes_a_lumina2_picture_with_the_family_settings(
 def test_settings_not_given_come_from_the_family_record() -> None:
     base = ["generate", "m.safetensors", "--prompt", "a fox", "-o", "fox.png"]
     request = _request(build_parser().parse_args(base))
-    assert request.family_defaults == ("steps", "sampler", "scheduler")
+    assert request.family_defaults == ("steps", "sampler", "scheduler", "patches")
     turbo = with_family_defaults(request.image, generation_defaults("z-image"), request.family_defaults)
     s = turbo.sampling
     assert (s.steps, s.sampler, s.scheduler, s.cfg) == (
@@ -119,7 +119,7 @@ def test_settings_not_given_come_from_the_family_record() -> None:
     sd1 = with_family_defaults(request.image, generation_defaults("sd1"), request.family_defaults)
     assert (sd1.sampling.steps, sd1.sampling.sampler, sd1.sampling.scheduler) == (20, "euler", "normal")
     given = _request(build_parser().parse_args([*base, "--steps", "3", "--sampler", "dpmpp_2m"]))
-    assert given.family_defaults == ("scheduler",)
+    assert given.family_defaults == ("scheduler", "patches")
     mine = with_family_defaults(given.image, generation_defaults("z-image"), given.family_defaults).sampling
     assert (mine.steps, mine.sampler, mine.scheduler) == (3, "dpmpp_2m", "simple")
 
