@@ -30,7 +30,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from core.archs.control import ControlInput, ControlModule, ControlOutput
+from core.archs.control import BorrowsBase, ControlInput, ControlModule, ControlOutput, ShapesLatentHint
 from core.detect.catalog import controlnet_family_for, controlnet_fits
 from core.errors import ModelMismatchError
 from core.generate.passes import Contribution, Plan, Run
@@ -138,8 +138,9 @@ class ControlStack:
 class EncodeHints:
     """Before each base sampler stage: the latent-space nets' hints at the stage's latent size,
     VAE-encoded by the base model's VAE into its latent space (ComfyUI's ``get_control`` with a
-    ``vae``: the picture resized to the latent's size in pixels, ``vae.encode``,
-    ``latent_format.process_in``); once per size."""
+    ``vae``: the picture resized to the latent's size in pixels, the net's ``preprocess_image``,
+    ``vae.encode``, ``latent_format.process_in`` or the net's own latent format: a
+    :class:`~core.archs.control.ShapesLatentHint`); once per size."""
 
     nets: Sequence[AppliedControlNet]
 
@@ -150,8 +151,12 @@ class EncodeHints:
                 continue
             run.hooks.check()
             pixels = net.picture_at(*latent)
+            own = net.module if isinstance(net.module, ShapesLatentHint) else None
+            if own is not None:
+                pixels = own.hint_pixels(pixels)
             encoded = pipe.encode_pixels(pixels * 2.0 - 1.0, run.hooks)
-            net.latents[latent] = pipe.latent_format.process_in(encoded)
+            fmt = pipe.latent_format
+            net.latents[latent] = fmt.process_in(encoded) if own is None else own.hint_latent(encoded, fmt)
         return NO_MODEL_PATCHES
 
 
@@ -252,6 +257,8 @@ class ControlNetPass:
         points = plan.pipeline.adapter.patch_points
         for net in self.stack.nets:
             net.module.require_points(points)
+            if isinstance(net.module, BorrowsBase):  # weights of the base network, per generation
+                net.module.take_from_base(plan.pipeline.nets.diffusion)
             net.downscale = plan.pipeline.latent_format.downscale
         if any(net.module.hint_space == "latent" for net in self.stack.nets):
             plan.stage_patches.append(EncodeHints(self.stack.nets))

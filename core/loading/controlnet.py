@@ -7,13 +7,14 @@ memory-mapped file, as every other model is; keys and shapes are compared before
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
 import torch
 
+from core.archs.keymaps import KeyMapping, convert_shapes, merge_tensors
 from core.detect.catalog import UNET_CONTROLNETS, controlnet_applies
 from core.detect.keyview import KeyView
 from core.detect.types import Detection
@@ -138,8 +139,8 @@ def _refuse_unloadable(index: TensorIndex, det: Detection) -> None:
     if det.family is None or not controlnet_applies(det.family):
         raise ModelMismatchError(
             f"{name} is a ControlNet for {det.family}, which Loadout cannot apply yet",
-            why="ControlNets are applied to SD1.x, SD2.x and SDXL UNets",
-            fix="Use a ControlNet made for SD1.5 or SDXL",
+            why="Loadout applies ControlNets to SD1.x, SD2.x, SDXL and SD3 / SD3.5 models",
+            fix="Use a ControlNet made for one of those (docs/families.md)",
             code="unsupported_family",
         )
     _refuse_unloadable_format(index)
@@ -210,10 +211,16 @@ def _load_packaged(index: TensorIndex, det: Detection, opts: LoadOptions) -> Loa
     if not isinstance(built, torch.nn.Module):
         raise TypeError(f"the {kind.id} ControlNet kind built no torch module")
     module: torch.nn.Module = built
-    keys = dict(kind.key_map(module)) if kind.key_map is not None else None
-    to_file = keys if keys is not None else {k: k for k in module.state_dict(keep_vars=True)}
-    from_file = {v: k for k, v in to_file.items()}
-    found = {from_file.get(k, k): tuple(v.shape) for k, v in meta.items()}
+    rows = kind.key_rows(module) if kind.key_rows is not None else None
+    lazy = LazyTensors(list(index.tensors), _Source(index).get, "")
+    if rows is not None:  # module tensors fused from several of the file's
+        found, get = _rows_layout(name, det, rows, meta, lazy)
+    else:
+        keys = dict(kind.key_map(module)) if kind.key_map is not None else None
+        to_file = keys if keys is not None else {k: k for k in module.state_dict(keep_vars=True)}
+        from_file = {v: k for k, v in to_file.items()}
+        found = {from_file.get(k, k): tuple(v.shape) for k, v in meta.items()}
+        get = lambda key: lazy[to_file[key]]  # noqa: E731 - read one tensor when it is assigned
     report = compare_layout(expected_layout(module), found)
     if not report.ok:
         bad = (report.missing or report.unexpected or report.shape_mismatches)[0]
@@ -224,10 +231,9 @@ def _load_packaged(index: TensorIndex, det: Detection, opts: LoadOptions) -> Loa
             fix="The file may be damaged or another kind of adapter: run `loadout inspect` on it",
             code="layout_mismatch",
         )
-    lazy = LazyTensors(list(index.tensors), _Source(index).get, "")
     assign_weights(
         module,
-        lambda key: lazy[to_file[key]],
+        get,
         {k: k for k in module.state_dict(keep_vars=True)},
         component=f"controlnet ({det.family})",
         dtype=opts.dtype,
@@ -238,3 +244,33 @@ def _load_packaged(index: TensorIndex, det: Detection, opts: LoadOptions) -> Loa
     module.eval()
     layout = det.layout or "original"
     return LoadedControlNet(index.path, det.family or "", layout, module, kind.control_types)
+
+
+def _rows_layout(
+    name: str,
+    det: Detection,
+    rows: tuple[KeyMapping, ...],
+    meta: Mapping[str, torch.Tensor],
+    lazy: LazyTensors,
+) -> tuple[dict[str, tuple[int, ...]], Callable[[str], torch.Tensor]]:
+    """The module-side shapes a file's tensors make through ``rows``, and a getter that makes each
+    module tensor (one file tensor read as it is, several concatenated); refused in words when the
+    file's keys do not fit the rows."""
+    try:
+        found = convert_shapes({k: tuple(v.shape) for k, v in meta.items()}, rows, model="ControlNet")
+    except ModelMismatchError as exc:
+        raise ModelMismatchError(
+            f"{name}: the ControlNet does not match the {det.family} ControlNet architecture",
+            why=exc.why or str(exc),
+            fix="The file may be damaged or another kind of adapter: run `loadout inspect` on it",
+            code="layout_mismatch",
+        ) from None
+    by_key = {row.original: row for row in rows}
+
+    def get(key: str) -> torch.Tensor:
+        row = by_key[key]
+        if len(row.diffusers) == 1 and not row.swap_halves:
+            return lazy[row.diffusers[0]]
+        return merge_tensors(row, [lazy[k] for k in row.diffusers])
+
+    return found, get
