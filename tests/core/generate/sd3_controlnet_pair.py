@@ -20,8 +20,8 @@ def joint_controlnet(heads: int, layers: int, *, context: int, pooled: int, seed
     """InstantX's kind: joint blocks ``heads`` x 64 wide, its own embedders (position table 16 wide)."""
     import diffusers
 
-    torch.manual_seed(0)
-    cn = diffusers.SD3ControlNetModel(
+    with no_init():
+        cn = diffusers.SD3ControlNetModel(
         sample_size=16, patch_size=2, in_channels=16, num_layers=layers, attention_head_dim=64,
         num_attention_heads=heads, joint_attention_dim=context, caption_projection_dim=heads * 64,
         pooled_projection_dim=pooled, out_channels=16, pos_embed_max_size=16, **extra,
@@ -34,14 +34,22 @@ def sd35_controlnet(heads: int, layers: int, *, pooled: int, seed: int) -> Any:
     nor context embedder of its own."""
     import diffusers
 
-    torch.manual_seed(0)
-    cn = diffusers.SD3ControlNetModel(
+    with no_init():
+        cn = diffusers.SD3ControlNetModel(
         patch_size=2, in_channels=16, num_layers=layers, attention_head_dim=64, num_attention_heads=heads,
         joint_attention_dim=None, caption_projection_dim=heads * 64, pooled_projection_dim=pooled,
         out_channels=16, pos_embed_max_size=None, pos_embed_type=None, use_pos_embed=False,
         force_zeros_for_pooled_projection=False,
     )  # fmt: skip
     return randomize(cn, seed)
+
+
+def no_init() -> Any:
+    """diffusers' own switch that leaves new weights uninitialised (``randomize`` sets every one):
+    a 1536-wide block's default initialisation costs seconds."""
+    from diffusers.models.modeling_utils import no_init_weights
+
+    return no_init_weights()
 
 
 def diffusers_file(cn: Any, path: Path) -> Path:
@@ -52,7 +60,11 @@ def stability_state(cn: Any, control_type: int | None) -> dict[str, torch.Tensor
     """The diffusers SD3.5 ControlNet's tensors under Stability's names (the conversion script
     backwards)."""
     sd = cn.state_dict()
-    out = {k: v for k, v in sd.items() if k.startswith(("time_text_embed.", "controlnet_blocks.", "pos_embed_input."))}
+    out = {
+        k: v
+        for k, v in sd.items()
+        if k.startswith(("time_text_embed.", "controlnet_blocks.", "pos_embed_input."))
+    }
     blocks = {k.split(".")[1] for k in sd if k.startswith("transformer_blocks.")}
     for i in sorted(blocks, key=int):
         d, o = f"transformer_blocks.{i}", f"transformer_blocks.{i}"
@@ -78,6 +90,8 @@ def comfy_sincos(dim: int, w: int, h: int) -> torch.Tensor:
 
     small = min(h, w)
     vh, vw = h / small * 7.5, w / small * 7.5
-    gh, gw = torch.meshgrid(torch.linspace(7.5 - vh, 7.5 + vh, h), torch.linspace(7.5 - vw, 7.5 + vw, w), indexing="ij")
+    gh, gw = torch.meshgrid(
+        torch.linspace(7.5 - vh, 7.5 + vh, h), torch.linspace(7.5 - vw, 7.5 + vw, w), indexing="ij"
+    )
     grid = torch.stack([gw, gh]).reshape(2, 1, h, w)
     return get_2d_sincos_pos_embed_from_grid(dim, grid, output_type="pt").float()

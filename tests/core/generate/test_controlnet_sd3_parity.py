@@ -1,5 +1,6 @@
 """The SD3 joint-block ControlNet (diffusers' ``SD3ControlNetModel``, InstantX's layout) against
-diffusers at SD3 Medium's width (1536: 24 heads of 64), two blocks each, random weights, fp32.
+diffusers at SD3 Medium's width (1536: 24 heads of 64; one ControlNet block, two base blocks) and,
+for two ControlNet blocks, at 256; random weights, fp32.
 
 ComfyUI and diffusers map a ControlNet's few blocks onto the base network's many differently:
 ComfyUI repeats block ``i``'s output ``depth // blocks`` times (``depth`` = width / 64 = 24, once
@@ -26,7 +27,7 @@ from core.loading.controlnet import load_controlnet
 from core.models.mmdit import MMDiT, MMDiTConfig
 from core.sampling.conditioning import Conditioning
 from tests.core.generate.reference import randomize
-from tests.core.generate.sd3_controlnet_pair import diffusers_file, joint_controlnet
+from tests.core.generate.sd3_controlnet_pair import diffusers_file, joint_controlnet, no_init
 from tests.fixtures.st_files import write_tensors
 
 diffusers = pytest.importorskip("diffusers")
@@ -37,8 +38,14 @@ HEADS, CONTEXT, POOLED = 24, 64, 32
 
 @pytest.fixture(scope="module")
 def net(tmp_path_factory: pytest.TempPathFactory) -> tuple[Any, Path]:
-    cn = joint_controlnet(HEADS, 2, context=CONTEXT, pooled=POOLED, seed=31)
+    cn = joint_controlnet(HEADS, 1, context=CONTEXT, pooled=POOLED, seed=31)
     return cn, diffusers_file(cn, tmp_path_factory.mktemp("cn") / "sd3_canny_instantx.safetensors")
+
+
+@pytest.fixture(scope="module")
+def narrow(tmp_path_factory: pytest.TempPathFactory) -> tuple[Any, Path]:
+    cn = joint_controlnet(4, 2, context=CONTEXT, pooled=POOLED, seed=33)
+    return cn, diffusers_file(cn, tmp_path_factory.mktemp("cn") / "narrow.safetensors")
 
 
 def _inputs() -> tuple[torch.Tensor, ...]:
@@ -60,27 +67,43 @@ def _ours(module: Any, x: torch.Tensor, t: torch.Tensor, ctx: Any, pooled: Any, 
     return out
 
 
-def test_outputs_equal_diffusers_and_repeat_as_comfyui(net: tuple[Any, Path]) -> None:
+def _diffusers(hf: Any, x: torch.Tensor, t: Any, ctx: Any, pooled: Any, hint: Any) -> list[torch.Tensor]:
+    with torch.no_grad():  # the pipeline's InstantX setting: zero pooled vectors
+        return list(
+            hf(x, hint.expand(2, -1, -1, -1), 1.0, ctx, torch.zeros_like(pooled), t, return_dict=False)[0]
+        )
+
+
+def test_outputs_equal_diffusers_at_sd3_width(net: tuple[Any, Path]) -> None:
     hf, path = net
     loaded = load_controlnet(path)
     assert (loaded.family, loaded.layout) == ("sd3", "diffusers")
     assert isinstance(loaded.module, JointControlNet)
     x, t, ctx, pooled, hint = _inputs()
-    with torch.no_grad():  # the pipeline's InstantX setting: zero pooled vectors
-        want = hf(x, hint.expand(2, -1, -1, -1), 1.0, ctx, torch.zeros_like(pooled), t, return_dict=False)[0]
+    want = _diffusers(hf, x, t, ctx, pooled, hint)
     got = _ours(loaded.module, x, t, ctx, pooled, hint)  # our net zeroes the pooled vectors itself
-    assert joint_counts(1536, 2) == [12, 11]
-    assert len(got.outputs) == 23
-    for i, out in enumerate(got.outputs):
-        assert out is got.outputs[0 if i < 12 else 12]  # one tensor per block, repeated
-    assert _rel(got.outputs[0], want[0]) < 1e-4 and _rel(got.outputs[12], want[1]) < 1e-4  # type: ignore[arg-type]
+    assert len(got.outputs) == 23 and all(o is got.outputs[0] for o in got.outputs)  # 24 // 1 - 1
+    assert _rel(got.outputs[0], want[0]) < 1e-4  # type: ignore[arg-type]
+
+
+def test_two_blocks_repeat_as_comfyui(narrow: tuple[Any, Path]) -> None:
+    hf, path = narrow
+    x, t, ctx, pooled, hint = _inputs()
+    want = _diffusers(hf, x, t, ctx, pooled, hint)
+    got = _ours(load_controlnet(path).module, x, t, ctx, pooled, hint)
+    assert joint_counts(256, 2) == [2, 1] and joint_counts(1536, 2) == [12, 11]
+    a, b, c = got.outputs
+    assert a is b and c is not a
+    assert _rel(a, want[0]) < 1e-4 and _rel(c, want[1]) < 1e-4  # type: ignore[arg-type]
 
 
 def test_base_network_with_the_outputs_equals_diffusers(net: tuple[Any, Path]) -> None:
-    hf_cn, path = net
-    config = MMDiTConfig(depth=2, pos_embed_max_size=16, context_dim=CONTEXT, adm_in_channels=POOLED, num_heads=HEADS)
-    torch.manual_seed(0)
-    hf = diffusers.SD3Transformer2DModel(
+    path = net[1]
+    config = MMDiTConfig(
+        depth=2, pos_embed_max_size=16, context_dim=CONTEXT, adm_in_channels=POOLED, num_heads=HEADS
+    )
+    with no_init():
+        hf = diffusers.SD3Transformer2DModel(
         sample_size=16, patch_size=2, in_channels=16, out_channels=16, num_layers=2, attention_head_dim=64,
         num_attention_heads=HEADS, joint_attention_dim=CONTEXT, caption_projection_dim=1536,
         pooled_projection_dim=POOLED, pos_embed_max_size=16,
@@ -111,16 +134,16 @@ def test_two_nets_add_in_order_and_longer_lists_keep_their_tail() -> None:
     assert [float(o.max()) for o in total.outputs if o is not None] == [6.0, 2.0, 4.0]
 
 
-def test_a_cut_or_foreign_file_is_refused_in_words(net: tuple[Any, Path], tmp_path: Path) -> None:
+def test_a_cut_or_foreign_file_is_refused_in_words(narrow: tuple[Any, Path], tmp_path: Path) -> None:
     from safetensors.torch import load_file
 
-    state = load_file(str(net[1]))
+    state = load_file(str(narrow[1]))
     del state["transformer_blocks.1.attn.to_k.weight"]
     with pytest.raises(LoadoutError) as err:
         load_controlnet(write_tensors(tmp_path / "cut.safetensors", state))
     assert err.value.code == "layout_mismatch" and "to_k" in str(err.value)
     del state["pos_embed.pos_embed"]
-    state["transformer_blocks.1.attn.to_k.weight"] = torch.zeros(1536, 1536)
+    state["transformer_blocks.1.attn.to_k.weight"] = torch.zeros(256, 256)
     with pytest.raises(LoadoutError) as err:
         load_controlnet(write_tensors(tmp_path / "no_table.safetensors", state))
     assert err.value.code == "layout_mismatch" and "position table" in str(err.value)
