@@ -129,3 +129,21 @@ def test_unloadable_forms_are_refused_in_words(tmp_path: Path) -> None:
     with pytest.raises(LoadoutError) as err:  # a base of another width
         module.take_from_base(Base(128))
     assert err.value.code == "wrong_controlnet" and "SD3.5 Large" in str(err.value)
+
+
+def test_the_released_layout_matches_at_full_size() -> None:
+    """Stability's SD3.5 Large ControlNet header (19 blocks, 2432 wide, pooled 2048, control_type)
+    builds and maps key for key and shape for shape, without any data."""
+    from types import SimpleNamespace
+
+    from core.archs.mmdit.controlnet_load import CONTROLNET
+    from core.loading.assign import compare_layout, expected_layout
+    from tests.fixtures.diffusion_layouts_mmdit import sd35_controlnet_stability
+
+    shapes = sd35_controlnet_stability()
+    module = CONTROLNET.build(shapes, SimpleNamespace(layout="original"))  # type: ignore[arg-type]
+    assert isinstance(module, SD35ControlNet) and CONTROLNET.key_map is not None
+    to_file = CONTROLNET.key_map(module)
+    found = {k: shapes[v] for k, v in to_file.items()}
+    assert compare_layout(expected_layout(module), found).ok and set(to_file.values()) == set(shapes)
+    assert module.config.blocks == 19 and sd35_counts(2432, 19) == [2] * 19

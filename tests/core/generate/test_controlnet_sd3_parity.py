@@ -147,3 +147,14 @@ def test_a_cut_or_foreign_file_is_refused_in_words(narrow: tuple[Any, Path], tmp
     with pytest.raises(LoadoutError) as err:
         load_controlnet(write_tensors(tmp_path / "no_table.safetensors", state))
     assert err.value.code == "layout_mismatch" and "position table" in str(err.value)
+
+
+def test_an_sd3_controlnet_on_flux_is_refused_in_words(narrow: tuple[Any, Path]) -> None:
+    from core.generate.controlnet import check_fits
+
+    net = load_controlnet(narrow[1])
+    with pytest.raises(LoadoutError) as err:
+        check_fits(net, "flux-dev")
+    assert err.value.code == "wrong_controlnet"
+    assert "ControlNet for sd3" in str(err.value) and "flux-dev" in str(err.value)
+    check_fits(net, "sd3.5-medium")  # as wide and as deep: it fits
