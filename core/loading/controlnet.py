@@ -20,7 +20,7 @@ from core.detect.keyview import KeyView
 from core.detect.types import Detection
 from core.errors import ModelMismatchError
 from core.files.model_file import TensorIndex
-from core.loading.assign import assign_weights, compare_layout, expected_layout
+from core.loading.assign import KeyReport, assign_weights, compare_layout, expected_layout
 from core.loading.convert.unet_diffusers import unet_original_key_map
 from core.loading.loader import (
     LoadOptions,
@@ -170,7 +170,11 @@ def _checked_module(
     if det.layout == "diffusers":  # keys the map did not take are the file's, unexpected
         key_map = controlnet_key_map(config)
         found |= {k: tuple(meta[k].shape) for k in meta if k not in key_map}
-    report = compare_layout(expected_layout(module), found)
+    _refuse_other_layout(name, det, compare_layout(expected_layout(module), found))
+    return config, module
+
+
+def _refuse_other_layout(name: str, det: Detection, report: KeyReport) -> None:
     if not report.ok:
         bad = (report.missing or report.unexpected or report.shape_mismatches)[0]
         raise ModelMismatchError(
@@ -180,7 +184,6 @@ def _checked_module(
             fix="The file may be damaged or another kind of adapter: run `loadout inspect` on it",
             code="layout_mismatch",
         )
-    return config, module
 
 
 def _load_packaged(index: TensorIndex, det: Detection, opts: LoadOptions) -> LoadedControlNet:
@@ -221,16 +224,7 @@ def _load_packaged(index: TensorIndex, det: Detection, opts: LoadOptions) -> Loa
         from_file = {v: k for k, v in to_file.items()}
         found = {from_file.get(k, k): tuple(v.shape) for k, v in meta.items()}
         get = lambda key: lazy[to_file[key]]  # noqa: E731 - read one tensor when it is assigned
-    report = compare_layout(expected_layout(module), found)
-    if not report.ok:
-        bad = (report.missing or report.unexpected or report.shape_mismatches)[0]
-        raise ModelMismatchError(
-            f"{name}: the ControlNet does not match the {det.family} ControlNet architecture",
-            why=f"{len(report.missing)} missing, {len(report.unexpected)} unexpected, "
-            f"{len(report.shape_mismatches)} with the wrong shape (e.g. {bad})",
-            fix="The file may be damaged or another kind of adapter: run `loadout inspect` on it",
-            code="layout_mismatch",
-        )
+    _refuse_other_layout(name, det, compare_layout(expected_layout(module), found))
     assign_weights(
         module,
         get,

@@ -21,6 +21,7 @@ from core.archs.control import ControlModule, ControlNetLoader
 from core.archs.keymaps import KeyMapping, linear
 from core.archs.mmdit.controlnet import JointControlNet, SD35ControlConfig, SD35ControlNet
 from core.archs.mmdit.keys import embedder_rows, joint_block_rows
+from core.detect.catalog import REGISTRY
 from core.detect.types import Detection
 from core.models.mmdit import MMDiTConfig
 
@@ -126,7 +127,7 @@ def _keys(module: Any) -> Mapping[str, str]:
 
 CONTROLNET = ControlNetLoader(
     id="mmdit-controlnet",
-    families=("sd3", "sd3.5-medium", "sd3.5-large"),
+    families=tuple(f.id for f in REGISTRY if f.diffusion is not None and f.diffusion.network == "mmdit"),
     build=build,
     key_map=_keys,
     layouts=("diffusers", "original"),
