@@ -32,6 +32,10 @@ from core.archs.conditioning import Conditioning
 from core.models.patches import NetworkPatches, PatchPoints
 
 if TYPE_CHECKING:
+    from torch import nn
+
+    from core.archs.keymaps import KeyMapping
+    from core.detect.spec import LatentFormat
     from core.detect.types import Detection
 
 HintSpace = Literal["pixels", "latent"]
@@ -103,11 +107,36 @@ class MaskedHint(Protocol):
     def mask_hint(self) -> bool: ...
 
 
+@runtime_checkable
+class ShapesLatentHint(Protocol):
+    """A latent-space ControlNet whose hint is made its own way (ComfyUI's ``preprocess_image`` and
+    a latent format of its own): ``hint_pixels`` changes the resized picture ([0, 1], before the
+    VAE's ``x * 2 - 1``), ``hint_latent`` puts the VAE's latent into the net's space (instead of
+    the base model's ``latent_format.process_in``)."""
+
+    def hint_pixels(self, pixels: Tensor) -> Tensor: ...
+
+    def hint_latent(self, encoded: Tensor, latent_format: LatentFormat) -> Tensor: ...
+
+
+@runtime_checkable
+class BorrowsBase(Protocol):
+    """A ControlNet that runs with some of its base network's own weights (not in its file: SD3.5
+    Large's ControlNets embed the latent with the base MMDiT's ``x_embedder``, as ComfyUI's
+    ``ControlNetSD35.pre_run`` copies it). Called once per generation, before sampling; refuses
+    in words a base network without them."""
+
+    def take_from_base(self, network: nn.Module) -> None: ...
+
+
 #: ``build(shapes, detection)``: the module on the meta device for a file whose tensors have these
 #: shapes (key -> shape); a ``ValueError`` / ``KeyError`` says why the file is not one
 BuildControl = Callable[[Mapping[str, tuple[int, ...]], "Detection"], ControlModule]
 #: ``key_map(module)``: the module's state-dict key -> the file's key (None: the same names)
 ControlKeys = Callable[[Any], Mapping[str, str]]
+#: ``key_rows(module)``: the file tensors each module tensor is made of (concatenated along dim 0:
+#: a fused ``qkv`` from diffusers' ``to_q``/``to_k``/``to_v``); used instead of ``key_map``
+ControlKeyRows = Callable[[Any], "tuple[KeyMapping, ...] | None"]
 
 
 @dataclass(frozen=True)
@@ -123,6 +152,8 @@ class ControlNetLoader:
     build: BuildControl
     key_map: ControlKeys | None = None
     layouts: tuple[str, ...] = ()
+    #: for layouts that split a module tensor in several (None from it: ``key_map`` applies)
+    key_rows: ControlKeyRows | None = None
     #: union ControlNets: the control types by name, in the file's index order
     control_types: tuple[str, ...] = ()
 

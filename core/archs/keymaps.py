@@ -84,7 +84,8 @@ def _preview(keys: Sequence[str], limit: int = 8) -> str:
     return shown + (f", ... ({len(keys) - limit} more)" if len(keys) > limit else "")
 
 
-def _merge_tensors(m: KeyMapping, parts: list[torch.Tensor]) -> torch.Tensor:
+def merge_tensors(m: KeyMapping, parts: list[torch.Tensor]) -> torch.Tensor:
+    """One row's tensor from its parts (concatenated along dim 0, halves swapped when asked)."""
     t = parts[0] if len(parts) == 1 else torch.cat(parts, dim=0)
     if m.swap_halves:
         first, second = t.chunk(2, dim=0)
@@ -107,7 +108,7 @@ def convert_state_dict(
     state_dict: Mapping[str, torch.Tensor], mappings: Sequence[KeyMapping], *, model: str = "model"
 ) -> dict[str, torch.Tensor]:
     """Apply a key map to tensors; raises ModelMismatchError listing unmapped and absent keys."""
-    return _apply(state_dict, mappings, _merge_tensors, model)
+    return _apply(state_dict, mappings, merge_tensors, model)
 
 
 def convert_shapes(

@@ -127,6 +127,11 @@ CONTROLNETS_FOR: dict[str, tuple[str, ...]] = {
     # InstantX's union and inpainting nets, on every Qwen-Image model (the LoRA group: the Edit
     # models too, as ComfyUI applies them to any model of the architecture)
     "qwen-image": ("qwen-image",),
+    # SD3 / SD3.5 (core/archs/mmdit): a ControlNet adds to blocks as wide as its own; SD3 Medium's
+    # (InstantX) also fit SD3.5 Medium, as wide and as deep; Stability's SD3.5 ones are Large's
+    "sd3": ("sd3",),
+    "sd3.5-medium": ("sd3.5-medium", "sd3"),
+    "sd3.5-large": ("sd3.5-large",),
 }
 #: the UNet families among them (their ControlNets copy the UNet's input side)
 UNET_CONTROLNETS = ("sd1", "sd2", "sdxl")

@@ -106,18 +106,35 @@ def _flux_controlnet(view: KeyView) -> Match | None:
 
 
 def _sd3_controlnet(view: KeyView) -> Match | None:
+    """Stability's SD3.5 ControlNets (``original``: picture-only blocks named as the MMDiT's, ComfyUI's
+    ``load_controlnet_sd35``), diffusers' joint-block ``SD3ControlNetModel`` (``diffusers``:
+    InstantX, alimama) and diffusers' conversion of Stability's (``diffusers-sd3.5``: no loader)."""
     if "controlnet_blocks.0.weight" not in view or "pos_embed_input.proj.weight" not in view:
         return None
     hidden = view.dim("pos_embed_input.proj.weight", 0) or 0
+    warnings: list[str] = []
+    if "transformer_blocks.0.adaLN_modulation.1.bias" in view:
+        layout, probes = "original", ("transformer_blocks.0.attn.qkv.weight",)
+        blocks = count_numbered(view, "transformer_blocks.", ("attn.qkv.weight",))
+        family = "sd3.5-large" if hidden == 2432 else "sd3.5-medium"
+    else:
+        probes = ("transformer_blocks.0.attn.to_q.weight",)
+        blocks = count_numbered(view, "transformer_blocks.", ("attn.to_q.weight",))
+        layout = "diffusers" if "context_embedder.weight" in view else "diffusers-sd3.5"
+        if hidden == 2432:
+            family = "sd3.5-large"
+        elif "transformer_blocks.0.attn.norm_q.weight" in view:
+            family = "sd3.5-medium"  # SD3.5's q/k norms
+        else:
+            family = "sd3"
+            warnings.append("SD3 medium and SD3.5 medium ControlNets have the same width")
     fields = {
         "hidden_size": hidden,
-        "num_layers": count_numbered(view, "transformer_blocks.", ("attn.to_q.weight",)),
+        "num_layers": blocks,
         "controlnet_blocks": count_numbered(view, "controlnet_blocks.", ("weight",)),
+        "hint_channels": view.dim("pos_embed_input.proj.weight", 1),
     }
-    warnings = [] if hidden != 1536 else ["SD3 medium and SD3.5 medium ControlNets have the same width"]
-    family = "sd3.5-large" if hidden == 2432 else "sd3"
-    probes = ("transformer_blocks.0.attn.to_q.weight",)
-    return finish(view, family, layout="diffusers", probes=probes, fields=fields, warnings=warnings)
+    return finish(view, family, layout=layout, probes=probes, fields=fields, warnings=warnings)
 
 
 def _qwen_controlnet(view: KeyView) -> Match | None:

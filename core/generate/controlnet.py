@@ -21,7 +21,7 @@ are placed by the memory manager with the diffusion model for the "sample" phase
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -31,7 +31,14 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from core.archs.control import ControlInput, ControlModule, ControlOutput, MaskedHint
+from core.archs.control import (
+    BorrowsBase,
+    ControlInput,
+    ControlModule,
+    ControlOutput,
+    MaskedHint,
+    ShapesLatentHint,
+)
 from core.detect.catalog import controlnet_family_for, controlnet_fits
 from core.errors import ModelMismatchError
 from core.generate.passes import Contribution, Plan, Run
@@ -147,13 +154,27 @@ class ControlStack:
         return total
 
 
+def _hint_encoder(pipe: Pipeline, run: Run, own: ShapesLatentHint | None) -> Callable[[Tensor], Tensor]:
+    """Pixels in [0, 1] -> the hint latent: the base model's VAE, then its latent format (or the
+    net's own)."""
+    fmt = pipe.latent_format
+
+    def encode(picture: Tensor) -> Tensor:
+        encoded = pipe.encode_pixels(picture * 2.0 - 1.0, run.hooks)
+        return fmt.process_in(encoded) if own is None else own.hint_latent(encoded, fmt)
+
+    return encode
+
+
 @dataclass(frozen=True)
 class EncodeHints:
     """Before each base sampler stage: the latent-space nets' hints at the stage's latent size,
     VAE-encoded by the base model's VAE into its latent space (ComfyUI's ``get_control`` with a
-    ``vae``: the picture resized to the latent's size in pixels, ``vae.encode``,
-    ``latent_format.process_in``); once per size. A module with a ``latent_hint(picture, encode)``
-    makes its hint itself from the picture and that encoding (Z-Image Fun's extra channels)."""
+    ``vae``: the picture resized to the latent's size in pixels, the net's ``preprocess_image``,
+    ``vae.encode``, ``latent_format.process_in`` or the net's own latent format: a
+    :class:`~core.archs.control.ShapesLatentHint`); once per size. A module with a
+    ``latent_hint(picture, encode)`` makes its hint itself from the picture and that encoding
+    (Z-Image Fun's extra channels)."""
 
     nets: Sequence[AppliedControlNet]
 
@@ -167,10 +188,10 @@ class EncodeHints:
                 net.latents[latent] = masked_hint(net, latent, pipe, run.hooks)
                 continue
             pixels = net.picture_at(*latent)
-
-            def encode(picture: Tensor) -> Tensor:
-                return pipe.latent_format.process_in(pipe.encode_pixels(picture * 2.0 - 1.0, run.hooks))
-
+            own = net.module if isinstance(net.module, ShapesLatentHint) else None
+            if own is not None:
+                pixels = own.hint_pixels(pixels)
+            encode = _hint_encoder(pipe, run, own)
             make = getattr(net.module, "latent_hint", None)
             net.latents[latent] = make(pixels, encode) if make is not None else encode(pixels)
         return NO_MODEL_PATCHES
@@ -288,6 +309,8 @@ class ControlNetPass:
         points = plan.pipeline.adapter.patch_points
         for net in self.stack.nets:
             net.module.require_points(points)
+            if isinstance(net.module, BorrowsBase):  # weights of the base network, per generation
+                net.module.take_from_base(plan.pipeline.nets.diffusion)
             net.downscale = plan.pipeline.latent_format.downscale
             if net.masks_hint and net.mask is None and settings.mask_image is not None:
                 # an inpainting ControlNet repaints what the generation's mask repaints

@@ -9,19 +9,20 @@ any data is read.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
 import torch
 
-from core.detect.catalog import UNET_CONTROLNETS, controlnet_applies
+from core.archs.keymaps import KeyMapping, convert_shapes, merge_tensors
+from core.detect.catalog import CONTROLNETS_FOR, UNET_CONTROLNETS, controlnet_applies
 from core.detect.keyview import KeyView
 from core.detect.types import Detection
 from core.errors import ModelMismatchError
 from core.files.model_file import TensorIndex
-from core.loading.assign import assign_weights, compare_layout, expected_layout
+from core.loading.assign import KeyReport, assign_weights, compare_layout, expected_layout
 from core.loading.convert.unet_diffusers import unet_original_key_map
 from core.loading.loader import (
     LoadOptions,
@@ -140,8 +141,8 @@ def _refuse_unloadable(index: TensorIndex, det: Detection) -> None:
     if det.family is None or not controlnet_applies(det.family):
         raise ModelMismatchError(
             f"{name} is a ControlNet for {det.family}, which Loadout cannot apply yet",
-            why="ControlNets are applied to SD1.x, SD2.x, SDXL and Z-Image models (docs/families.md)",
-            fix="Use a ControlNet made for one of those",
+            why="Loadout applies ControlNets to models of these families: " + ", ".join(CONTROLNETS_FOR),
+            fix="Use a ControlNet made for one of those (docs/families.md)",
             code="unsupported_family",
         )
     _refuse_unloadable_format(index)
@@ -171,7 +172,11 @@ def _checked_module(
     if det.layout == "diffusers":  # keys the map did not take are the file's, unexpected
         key_map = controlnet_key_map(config)
         found |= {k: tuple(meta[k].shape) for k in meta if k not in key_map}
-    report = compare_layout(expected_layout(module), found)
+    _refuse_other_layout(name, det, compare_layout(expected_layout(module), found))
+    return config, module
+
+
+def _refuse_other_layout(name: str, det: Detection, report: KeyReport) -> None:
     if not report.ok:
         bad = (report.missing or report.unexpected or report.shape_mismatches)[0]
         raise ModelMismatchError(
@@ -181,7 +186,6 @@ def _checked_module(
             fix="The file may be damaged or another kind of adapter: run `loadout inspect` on it",
             code="layout_mismatch",
         )
-    return config, module
 
 
 def _load_packaged(index: TensorIndex, det: Detection, opts: LoadOptions) -> LoadedControlNet:
@@ -212,24 +216,20 @@ def _load_packaged(index: TensorIndex, det: Detection, opts: LoadOptions) -> Loa
     if not isinstance(built, torch.nn.Module):
         raise TypeError(f"the {kind.id} ControlNet kind built no torch module")
     module: torch.nn.Module = built
-    keys = dict(kind.key_map(module)) if kind.key_map is not None else None
-    to_file = keys if keys is not None else {k: k for k in module.state_dict(keep_vars=True)}
-    from_file = {v: k for k, v in to_file.items()}
-    found = {from_file.get(k, k): tuple(v.shape) for k, v in meta.items()}
-    report = compare_layout(expected_layout(module), found)
-    if not report.ok:
-        bad = (report.missing or report.unexpected or report.shape_mismatches)[0]
-        raise ModelMismatchError(
-            f"{name}: the ControlNet does not match the {det.family} ControlNet architecture",
-            why=f"{len(report.missing)} missing, {len(report.unexpected)} unexpected, "
-            f"{len(report.shape_mismatches)} with the wrong shape (e.g. {bad})",
-            fix="The file may be damaged or another kind of adapter: run `loadout inspect` on it",
-            code="layout_mismatch",
-        )
+    rows = kind.key_rows(module) if kind.key_rows is not None else None
     lazy = LazyTensors(list(index.tensors), _Source(index).get, "")
+    if rows is not None:  # module tensors fused from several of the file's
+        found, get = _rows_layout(name, det, rows, meta, lazy)
+    else:
+        keys = dict(kind.key_map(module)) if kind.key_map is not None else None
+        to_file = keys if keys is not None else {k: k for k in module.state_dict(keep_vars=True)}
+        from_file = {v: k for k, v in to_file.items()}
+        found = {from_file.get(k, k): tuple(v.shape) for k, v in meta.items()}
+        get = lambda key: lazy[to_file[key]]  # noqa: E731 - read one tensor when it is assigned
+    _refuse_other_layout(name, det, compare_layout(expected_layout(module), found))
     assign_weights(
         module,
-        lambda key: lazy[to_file[key]],
+        get,
         {k: k for k in module.state_dict(keep_vars=True)},
         component=f"controlnet ({det.family})",
         dtype=opts.dtype,
@@ -240,3 +240,33 @@ def _load_packaged(index: TensorIndex, det: Detection, opts: LoadOptions) -> Loa
     module.eval()
     layout = det.layout or "original"
     return LoadedControlNet(index.path, det.family or "", layout, module, kind.control_types)
+
+
+def _rows_layout(
+    name: str,
+    det: Detection,
+    rows: tuple[KeyMapping, ...],
+    meta: Mapping[str, torch.Tensor],
+    lazy: LazyTensors,
+) -> tuple[dict[str, tuple[int, ...]], Callable[[str], torch.Tensor]]:
+    """The module-side shapes a file's tensors make through ``rows``, and a getter that makes each
+    module tensor (one file tensor read as it is, several concatenated); refused in words when the
+    file's keys do not fit the rows."""
+    try:
+        found = convert_shapes({k: tuple(v.shape) for k, v in meta.items()}, rows, model="ControlNet")
+    except ModelMismatchError as exc:
+        raise ModelMismatchError(
+            f"{name}: the ControlNet does not match the {det.family} ControlNet architecture",
+            why=exc.why or str(exc),
+            fix="The file may be damaged or another kind of adapter: run `loadout inspect` on it",
+            code="layout_mismatch",
+        ) from None
+    by_key = {row.original: row for row in rows}
+
+    def get(key: str) -> torch.Tensor:
+        row = by_key[key]
+        if len(row.diffusers) == 1 and not row.swap_halves:
+            return lazy[row.diffusers[0]]
+        return merge_tensors(row, [lazy[k] for k in row.diffusers])
+
+    return found, get

@@ -125,6 +125,25 @@ class MMDiTConfig:
         )
 
 
+def cropped_pos_embed(
+    table: torch.Tensor, config: MMDiTConfig, h: int, w: int, like: torch.Tensor
+) -> torch.Tensor:
+    """The centre (h, w) window of a (1, max*max, hidden) position table, as (1, h*w, hidden) in
+    ``like``'s device and dtype; refused in words past the table."""
+    size = config.pos_embed_max_size
+    if h > size or w > size:
+        p = config.patch_size
+        raise LoadoutError(
+            f"The latent is too large for this model ({h * p}x{w * p} latent pixels)",
+            why=f"its position embedding covers at most {size * p}x{size * p}",
+            fix="generate at a smaller size, or upscale afterwards",
+            code="unsupported_size",
+        )
+    top, left = (size - h) // 2, (size - w) // 2
+    grid = table.view(1, size, size, -1)[:, top : top + h, left : left + w, :]
+    return grid.reshape(1, h * w, -1).to(device=like.device, dtype=like.dtype)
+
+
 class MMDiT(nn.Module):
     """SD3 / SD3.5 diffusion transformer. ``forward(x, timesteps, context, y)`` takes a latent
     (B, C, H, W), timesteps on the 0..1000 scale (sigma * 1000), T5/CLIP context (B, L, context_dim)
@@ -174,18 +193,7 @@ class MMDiT(nn.Module):
 
     def cropped_pos_embed(self, h: int, w: int, like: torch.Tensor) -> torch.Tensor:
         """The centre (h, w) window of the (max, max) position grid, as (1, h*w, hidden)."""
-        size = self.config.pos_embed_max_size
-        if h > size or w > size:
-            p = self.config.patch_size
-            raise LoadoutError(
-                f"The latent is too large for this model ({h * p}x{w * p} latent pixels)",
-                why=f"its position embedding covers at most {size * p}x{size * p}",
-                fix="generate at a smaller size, or upscale afterwards",
-                code="unsupported_size",
-            )
-        top, left = (size - h) // 2, (size - w) // 2
-        grid = self.pos_embed.view(1, size, size, -1)[:, top : top + h, left : left + w, :]
-        return grid.reshape(1, h * w, -1).to(device=like.device, dtype=like.dtype)
+        return cropped_pos_embed(self.pos_embed, self.config, h, w, like)
 
     def patch_points(self) -> PatchPoints:
         """After each joint block (the picture's tokens); any joint block can be left out (its

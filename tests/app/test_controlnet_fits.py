@@ -105,3 +105,26 @@ def test_qwen_image_models_are_offered_instantx_controlnets(panel: GeneratePanel
         ]  # fmt: skip
     panel.set_family("flux-dev", NO_MODEL_DEFAULTS)
     assert ("Qwen-Image-InstantX-ControlNet-Union (for qwen-image)", False) in _listed(combo)
+
+
+def test_sd3_controlnets_are_offered_for_the_sd3_models_they_fit(
+    panel: GeneratePanel, tmp_path: Path
+) -> None:
+    """Stability's SD3.5 Large ControlNets for Large only; InstantX's SD3 Medium ones for SD3 and
+    SD3.5 Medium (as wide, as deep); none of them for Flux."""
+    large, medium = tmp_path / "sd3.5_large_controlnet_canny.safetensors", tmp_path / "sd3_canny.safetensors"
+    nets = panel.workflows.controlnets
+    nets.set_choices((large, medium), {large: "sd3.5-large", medium: "sd3"})
+    combo = nets.rows[0].controlnet.combo
+    panel.set_family("sd3.5-large", NO_MODEL_DEFAULTS)
+    stem_l, stem_m = large.stem, medium.stem
+    assert _listed(combo) == [("none", True), (stem_l, True), ("", False), (f"{stem_m} (for sd3)", False)]
+    panel.set_family("sd3.5-medium", NO_MODEL_DEFAULTS)
+    assert _listed(combo) == [
+        ("none", True),
+        (stem_m, True),
+        ("", False),
+        (f"{stem_l} (for sd3.5-large)", False),
+    ]
+    assert not controlnet_fits("sd3", "flux-dev") and not controlnet_fits("sd3.5-large", "sd3.5-medium")
+    assert controlnet_family_for("sd3.5-large") == "sd3.5-large" and controlnet_family_for("sd3") == "sd3"

@@ -23,6 +23,7 @@ from tests.fixtures.diffusion_layouts_mmdit import (
     flux_controlnet_diffusers,
     flux_controlnet_xlabs,
     sd3_controlnet_diffusers,
+    sd35_controlnet_stability,
 )
 from tests.fixtures.st_files import Layout as StLayout
 from tests.fixtures.st_files import write_sparse
@@ -264,6 +265,8 @@ TRANSFORMER_CONTROLNETS = [
     ("flux-dev", flux_controlnet_diffusers(), "diffusers"),
     ("sd3", sd3_controlnet_diffusers(), "diffusers"),
     ("sd3.5-large", sd3_controlnet_diffusers("sd3.5-large", layers=19), "diffusers"),
+    ("sd3.5-medium", sd3_controlnet_diffusers("sd3.5-medium", layers=6), "diffusers"),
+    ("sd3.5-large", sd35_controlnet_stability(layers=2), "original"),
 ]
 
 

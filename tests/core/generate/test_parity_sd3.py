@@ -31,19 +31,10 @@ from core.generate.pipeline import Compute, Hooks, Networks, Pipeline
 from core.generate.request import ImageSettings, Sampling
 from core.loading.convert.dit_diffusers import sd3_diffusers_to_original
 from core.models.mmdit import MMDiT, MMDiTConfig
-from core.models.vae import SD3_LATENT
 from core.sampling import for_family, ksampler_sigmas
-from core.text.conditioning import SD3_CONTEXT_WIDTH, TextEncoders
-from tests.core.generate.reference import (
-    clip_pair,
-    clip_tokenizer,
-    randomize,
-    t5_pair,
-    t5_tokenizers,
-    tame_output,
-    to_unit_image,
-    vae_pair,
-)
+from core.text.conditioning import SD3_CONTEXT_WIDTH
+from tests.core.generate.reference import randomize, tame_output, to_unit_image
+from tests.core.generate.sd3_parts import POOLED, sd3_parts
 
 diffusers = pytest.importorskip("diffusers")
 transformers = pytest.importorskip("transformers")
@@ -51,21 +42,10 @@ pytest.importorskip("sentencepiece")
 
 pytestmark = [pytest.mark.filterwarnings("ignore::DeprecationWarning"), pytest.mark.usefixtures("one_thread")]
 
-L_WIDTH, G_WIDTH, G_PROJECTION = 32, 48, 40
-POOLED = L_WIDTH + G_PROJECTION
-
 
 @pytest.fixture(scope="module")
 def pair(tmp_path_factory: pytest.TempPathFactory) -> tuple[Any, Networks, Any]:
-    tok_l = clip_tokenizer(tmp_path_factory.mktemp("clip_l"), pad_with_end=True)
-    tok_g = clip_tokenizer(tmp_path_factory.mktemp("clip_g"), pad_with_end=False)
-    our_t5_tok, hf_t5_tok = t5_tokenizers(tmp_path_factory.mktemp("t5"))
-    hf_l, clip_l = clip_pair(L_WIDTH, act="quick_gelu", projection=L_WIDTH, seed=21)
-    assert float((clip_l.state_dict()["text_projection.weight"] - torch.eye(L_WIDTH)).abs().max()) > 0.1
-    with torch.no_grad():  # diffusers projects CLIP-L's pooled output, ComfyUI's SD3 does not
-        hf_l.text_projection.weight.copy_(torch.eye(L_WIDTH))
-    hf_g, clip_g = clip_pair(G_WIDTH, act="gelu", projection=G_PROJECTION, seed=22)
-    hf_t5, t5 = t5_pair(SD3_CONTEXT_WIDTH, vocab=len(hf_t5_tok), seed=23)
+    parts = sd3_parts(tmp_path_factory)
     config = MMDiTConfig(
         depth=2, num_heads=2, head_dim=16, pos_embed_max_size=8, context_dim=SD3_CONTEXT_WIDTH,
         adm_in_channels=POOLED,
@@ -80,17 +60,13 @@ def pair(tmp_path_factory: pytest.TempPathFactory) -> tuple[Any, Networks, Any]:
     tame_output(hf_dit.proj_out)
     dit = MMDiT(config).eval()
     dit.load_state_dict(sd3_diffusers_to_original(hf_dit.state_dict(), config), strict=True)
-    hf_vae, vae = vae_pair(16, SD3_LATENT, seed=25)
     scheduler = diffusers.FlowMatchEulerDiscreteScheduler(
         num_train_timesteps=1000, shift=1.0, use_dynamic_shifting=False
     )
-    pipe = diffusers.StableDiffusion3Pipeline(
-        transformer=hf_dit, scheduler=scheduler, vae=hf_vae, text_encoder=hf_l, tokenizer=tok_l,
-        text_encoder_2=hf_g, tokenizer_2=tok_g, text_encoder_3=hf_t5, tokenizer_3=hf_t5_tok,
-    )  # fmt: skip
+    pipe = diffusers.StableDiffusion3Pipeline(transformer=hf_dit, scheduler=scheduler, **parts.diffusers)
     pipe.set_progress_bar_config(disable=True)
-    nets = Networks("sd3", dit, TextEncoders(clip_l=clip_l, clip_g=clip_g, t5=t5), vae)
-    return pipe, nets, our_t5_tok
+    nets = Networks("sd3", dit, parts.encoders, parts.vae)
+    return pipe, nets, parts.t5_tokenizer
 
 
 def _diffusers_image(pipe: Any, settings: ImageSettings) -> np.ndarray:
