@@ -20,6 +20,7 @@ from torch import nn
 import core.archs
 from core.archs.blocks import BlockTable
 from core.archs.layouts import Architecture
+from core.archs.preprocessors import PreprocessorNet
 from core.archs.protocols import DiffusionNet, LatentCodec, TextConvention
 from core.archs.references import ReferenceConvention
 from core.archs.registry import Registry
@@ -49,6 +50,8 @@ CODECS: Registry[LatentCodec] = Registry("latent codec", _parts("CODEC"))
 BLOCKS: Registry[BlockTable] = Registry("block table", _parts("BLOCKS"))
 #: how families take reference pictures (a package's ``REFERENCES``; ``DiffusionSpec.references``)
 REFERENCES: Registry[ReferenceConvention] = Registry("reference convention", _parts("REFERENCES"))
+#: the networks that make ControlNet hints (a package's ``PREPROCESSOR``), by family id
+PREPROCESSOR_NETS: Registry[PreprocessorNet] = Registry("preprocessor network", _parts("PREPROCESSOR"))
 #: the loading records (file layouts) of text encoders that live in packages (the decoder LLMs)
 ENCODER_ARCHITECTURES: tuple[Architecture, ...] = tuple(_parts("ENCODER_ARCHITECTURES"))
 
