@@ -41,7 +41,7 @@ from app.gui.widgets import ElidedLabel
 from core.detect.catalog import controlnet_fits
 from core.generate.workflow_request import ControlNetUse
 from core.generate.workflows import ControlNetParameters
-from core.preprocess import PREPROCESSORS
+from core.preprocess import preprocessor_named
 
 MODELS = "Models (*.safetensors *.sft *.ckpt *.pt *.pth *.bin)"
 PICTURES = "Pictures (*.png *.jpg *.jpeg *.webp)"
@@ -230,7 +230,7 @@ class ControlNetRow(QWidget):
         """Weight, start and end as a picture says; its file when the library has one of that name
         (else the row's own file stays only if it is that one: a picture never runs another net)."""
         self.strength.setValue(p.weight)
-        self.pre.set_name(p.module if p.module in PREPROCESSORS else None)
+        self.pre.set_name(preprocessor_named(p.module))  # A1111's depth_anything_v2 is depth
         self.start.setValue(p.start)
         self.end.setValue(p.end)
         current = self.controlnet.path

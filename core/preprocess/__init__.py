@@ -16,6 +16,7 @@ from core.preprocess.registry import (
     UnknownPreprocessorError,
     find_preprocessor,
     preprocess,
+    preprocessor_named,
 )
 
 __all__ = [
@@ -25,4 +26,5 @@ __all__ = [
     "UnknownPreprocessorError",
     "find_preprocessor",
     "preprocess",
+    "preprocessor_named",
 ]

@@ -50,6 +50,8 @@ class Preprocessor:
     model_hint: ModelHint | None = None
     #: (height, width, settings) -> the size the network runs at, for its activation room
     model_input: Callable[[int, int, Mapping[str, float]], tuple[int, int]] | None = None
+    #: other names of the same preprocessor (sd-webui-controlnet's module names in A1111 PNGs)
+    aliases: tuple[str, ...] = ()
 
     def resolved(self, given: Mapping[str, float]) -> dict[str, float]:
         """The settings with ``given`` over the defaults, each checked; an unknown name is refused."""
@@ -99,14 +101,23 @@ PREPROCESSORS: Mapping[str, Preprocessor] = _registry(
         "depth", "relative depth, near is white (Depth Anything V2 from a model file)", None,
         (Setting("resolution", 518, NumberRange("the depth resolution", 140, 2044, integer=True)),),
         model_family="depth-anything-v2", model_title="a Depth Anything V2 model",
-        model_hint=depth.depth_map,
+        model_hint=depth.depth_map, aliases=("depth_anything_v2",),
         model_input=lambda h, w, s: depth.input_size(h, w, int(s["resolution"])),
     ),
 )  # fmt: skip
 
 
+def preprocessor_named(name: str) -> str | None:
+    """The preprocessor ``name`` or one of its aliases names (None: none)."""
+    key = name.strip().lower()
+    if key in PREPROCESSORS:
+        return key
+    return next((p.name for p in PREPROCESSORS.values() if key in p.aliases), None)
+
+
 def find_preprocessor(name: str) -> Preprocessor:
-    found = PREPROCESSORS.get(name.strip().lower())
+    known = preprocessor_named(name)
+    found = PREPROCESSORS.get(known) if known is not None else None
     if found is None:
         raise UnknownPreprocessorError(
             f"there is no preprocessor {name!r}",

@@ -10,7 +10,7 @@ import pytest
 from PIL import Image
 
 from core.errors import LoadoutError
-from core.preprocess import PREPROCESSORS, UnknownPreprocessorError, preprocess
+from core.preprocess import PREPROCESSORS, UnknownPreprocessorError, preprocess, preprocessor_named
 from tests.fixtures.drawn import landscape
 
 W, H = 192, 128
@@ -72,6 +72,8 @@ def test_bad_input_is_refused_in_words(picture: np.ndarray, tmp_path: Path) -> N
         preprocess("pose", picture)
     with pytest.raises(LoadoutError, match="needs a Depth Anything V2 model file"):
         preprocess("depth", picture)
+    # sd-webui-controlnet's module name (what an A1111 PNG says) is the same preprocessor
+    assert preprocessor_named("depth_anything_v2") == "depth" and preprocessor_named("hed") is None
     with pytest.raises(LoadoutError, match="no setting"):
         preprocess("canny", picture, {"lo": 3})
     with pytest.raises(LoadoutError, match="out of range"):
