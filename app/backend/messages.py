@@ -47,7 +47,18 @@ __all__ = [
 ]
 
 Task = Literal[
-    "scan", "load", "unload", "lora", "strength", "run", "demo", "memory", "generate", "queue", "merge"
+    "scan",
+    "load",
+    "unload",
+    "lora",
+    "strength",
+    "run",
+    "demo",
+    "memory",
+    "generate",
+    "queue",
+    "merge",
+    "preprocess",
 ]
 
 

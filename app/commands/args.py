@@ -20,7 +20,7 @@ from core.guidance import GuidancePatch, parse_patch
 from core.patching.block_weights import BlockWeights
 from core.patching.merge import LoraArg
 from core.patching.prompt_target import check_target
-from core.preprocess import PREPROCESSORS
+from core.preprocess import preprocessor_named
 from core.regions import Region
 from core.regions.text import parse_region, regions_from_json
 from core.values import (
@@ -163,8 +163,8 @@ def parse_controlnet(text: str) -> ControlNetUse:
     part of the paths."""
     parts = _split_paths(text)
     preprocessor = None
-    if len(parts) >= 3 and parts[2].strip().lower() in PREPROCESSORS:
-        preprocessor = parts.pop(2).strip().lower()
+    if len(parts) >= 3 and preprocessor_named(parts[2]) is not None:
+        preprocessor = preprocessor_named(parts.pop(2))
     if len(parts) not in (2, 3, 5):
         raise LoadoutError(
             f"--controlnet {text!r} is not FILE:HINT[:PREPROCESSOR][:STRENGTH[:START:END]]",

@@ -192,6 +192,7 @@ def _request(args: argparse.Namespace) -> GenerateRequest:
         init_image=Path(args.init) if args.init else None,
         hires=hires_from_arguments(args),
         controlnets=tuple(parse_controlnet(t) for t in args.controlnet),
+        preprocessor_models=tuple(Path(p) for p in args.preprocessor_model),
         mask_image=Path(args.mask) if args.mask else None,
         outpaint=parse_sides(args.outpaint, args.feather) if args.outpaint else None,
         refiner=RefinerUse(Path(args.refiner), args.refiner_switch) if args.refiner else None,

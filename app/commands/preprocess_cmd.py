@@ -6,6 +6,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from app.commands.args import DEVICE_HELP, default_device, parse_bytes
 from core.errors import LoadoutError
 from core.generate.hint_file import write_hint
 from core.preprocess import PREPROCESSORS
@@ -22,7 +23,7 @@ def _describe() -> str:
 def register(sub: Any) -> None:
     p = sub.add_parser(
         "preprocess",
-        help="make a ControlNet hint (canny, lineart, softedge) from a picture",
+        help="make a ControlNet hint (canny, lineart, softedge, depth) from a picture",
         description="Writes the hint picture a ControlNet takes. " + _describe() + ".",
     )
     p.add_argument("name", metavar="NAME", help="the preprocessor: " + ", ".join(PREPROCESSORS))
@@ -32,6 +33,12 @@ def register(sub: Any) -> None:
         "--set", action="append", default=[], metavar="KEY=VALUE",
         help="a setting of the preprocessor (repeatable), e.g. --set low=50 --set high=150",
     )  # fmt: skip
+    p.add_argument(
+        "--model", action="append", default=[], metavar="FILE",
+        help="the model file of a preprocessor that needs one (depth: a Depth Anything V2 .safetensors)",
+    )  # fmt: skip
+    p.add_argument("--device", default=None, help=DEVICE_HELP)
+    p.add_argument("--vram-limit", metavar="BYTES", help="e.g. 4GiB: the card size the manager sees")
     p.set_defaults(handler=run)
 
 
@@ -53,5 +60,10 @@ def parse_settings(items: list[str]) -> dict[str, float]:
 
 
 def run(args: argparse.Namespace) -> int:
-    print(write_hint(args.name, Path(args.image), Path(args.output), parse_settings(args.set)))
+    out = write_hint(
+        args.name, Path(args.image), Path(args.output), parse_settings(args.set),
+        models=[Path(m) for m in args.model], device=args.device or default_device(),
+        vram_limit=parse_bytes(args.vram_limit) if args.vram_limit else None,
+    )  # fmt: skip
+    print(out)
     return 0

@@ -21,7 +21,12 @@ def add_workflow_arguments(p: argparse.ArgumentParser) -> None:
         "--controlnet", action="append", default=[],
         metavar="FILE:HINT[:PREPROCESSOR][:STRENGTH[:START:END]]",
         help="a ControlNet and its hint picture (repeatable; ComfyUI's ControlNetApplyAdvanced); with a "
-        "preprocessor (canny, lineart, softedge) the hint is made from that picture",
+        "preprocessor (canny, lineart, softedge, depth) the hint is made from that picture",
+    )  # fmt: skip
+    p.add_argument(
+        "--preprocessor-model", action="append", default=[], metavar="FILE",
+        help="the model file a preprocessor uses (depth: a Depth Anything V2 .safetensors; repeatable, "
+        "one per kind); without it the first of its kind in the library is used",
     )  # fmt: skip
     p.add_argument(
         "--patch", action="append", default=[], metavar="NAME[:ARG=VALUE,...]",

@@ -41,7 +41,7 @@ from app.gui.widgets import ElidedLabel
 from core.detect.catalog import controlnet_fits
 from core.generate.workflow_request import ControlNetUse
 from core.generate.workflows import ControlNetParameters
-from core.preprocess import PREPROCESSORS
+from core.preprocess import preprocessor_named
 
 MODELS = "Models (*.safetensors *.sft *.ckpt *.pt *.pth *.bin)"
 PICTURES = "Pictures (*.png *.jpg *.jpeg *.webp)"
@@ -230,7 +230,7 @@ class ControlNetRow(QWidget):
         """Weight, start and end as a picture says; its file when the library has one of that name
         (else the row's own file stays only if it is that one: a picture never runs another net)."""
         self.strength.setValue(p.weight)
-        self.pre.set_name(p.module if p.module in PREPROCESSORS else None)
+        self.pre.set_name(preprocessor_named(p.module))  # A1111's depth_anything_v2 is depth
         self.start.setValue(p.start)
         self.end.setValue(p.end)
         current = self.controlnet.path
@@ -248,6 +248,7 @@ class ControlNetList(QWidget):
         self.choices: tuple[Path, ...] = ()
         self.families: dict[Path, str | None] = {}  # each choice's family (None: not known)
         self.model_family: str | None = None  # the loaded model's: the choices that fit it first
+        self.maker: object = None  # the model preprocessors' map maker (app.backend.hint_maps)
         self.column = QVBoxLayout()
         self.column.setContentsMargins(0, 0, 0, 0)
         self.column.setSpacing(6)
@@ -265,6 +266,8 @@ class ControlNetList(QWidget):
     def add_row(self) -> ControlNetRow:
         row = ControlNetRow()
         row.controlnet.set_choices(*self._split())
+        if self.maker is not None:
+            row.pre.set_maker(self.maker)
         row.remove_requested.connect(self.remove_row)
         self.rows.append(row)
         self.column.addWidget(row)
@@ -291,6 +294,12 @@ class ControlNetList(QWidget):
         """The library's ControlNets and the family each is for (None or missing: not known)."""
         self.choices, self.families = paths, dict(families or {})
         self._offer()
+
+    def set_map_maker(self, maker: object) -> None:
+        """Every row's (and every new row's) maker of model preprocessor maps."""
+        self.maker = maker
+        for row in self.rows:
+            row.pre.set_maker(maker)
 
     def set_model_family(self, family: str | None) -> None:
         """The loaded model's family (None: none loaded, every ControlNet is offered alike)."""

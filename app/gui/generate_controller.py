@@ -11,6 +11,7 @@ from PySide6.QtCore import QObject, QSettings, QStandardPaths, Signal
 from PySide6.QtWidgets import QFileDialog, QWidget
 
 from app.backend.backend import Backend
+from app.backend.hint_maps import HintMaps
 from app.backend.messages import TaskError
 from app.demo import with_demo_note
 from app.gui.generate_panel import NO_MODEL, GeneratePanel
@@ -65,6 +66,8 @@ class GenerateController(QObject):
         backend.finished.connect(lambda task: panel.on_finished() if task == "generate" else None)
         backend.interrupted.connect(lambda task: panel.on_stopped() if task == "generate" else None)
         backend.models_changed.connect(self._models)
+        self.maps = HintMaps(backend)  # the depth rows' previews, made on the worker
+        panel.workflows.controlnets.set_map_maker(self.maps)
         self.controlnet_files: dict[Path, bool] = {}  # the library's files: is it a ControlNet
         self.controlnet_family: dict[Path, str | None] = {}  # the family each ControlNet is for
         self._seen: set[Path] = set()  # listed by the running scan: the others are gone after it

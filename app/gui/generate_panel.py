@@ -189,7 +189,7 @@ class GeneratePanel(QWidget):
         form.addRow("Size", self.sizes)
         self.batch = QSpinBox(minimum=1, maximum=16, value=1)
         form.addRow("Batch", self.batch)
-        form.addRow("LoRA sweep", self.sweeps)
+        form.addRow("Sweep", self.sweeps)
         form.addRow("Hires fix", self.hires)
         return form
 

@@ -1,12 +1,15 @@
 """A ControlNet row's preprocessor: "none" (the hint picture is used as it is) or one of core's
-preprocessors (canny, lineart, softedge) that makes the hint from the picture when the generation
-runs. Beside the choice, a thumbnail of the map that will be made, and "Preview…" to see it larger
-before Generate. The preview runs the same pure function on a copy of the picture shrunk to the
-preview's size (milliseconds; the generation itself makes the map at full size in the worker)."""
+preprocessors (canny, lineart, softedge, depth) that makes the hint from the picture when the
+generation runs. Beside the choice, a thumbnail of the map that will be made, and "Preview…" to see
+it larger before Generate. The edge preview runs the same pure function on a copy of the picture
+shrunk to the preview's size (milliseconds; the generation itself makes the map at full size in the
+worker); a model preprocessor's (depth) is made on the backend's worker by the map maker
+(``app.backend.hint_maps.HintMaps``) and shown when it comes back."""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from PIL import Image
@@ -59,6 +62,9 @@ class PreprocessorPick(QWidget):
         )
         self.preview_button.clicked.connect(self.show_preview)
         self.map: np.ndarray | None = None
+        #: makes a model preprocessor's map on the worker (None: no backend, no such map)
+        self.maker: Any = None
+        self._asked: tuple[Path, str] | None = None  # the map asked of the maker and not back yet
         row = QHBoxLayout(self)
         row.setContentsMargins(0, 0, 0, 0)
         row.addWidget(self.combo, 1)
@@ -79,16 +85,42 @@ class PreprocessorPick(QWidget):
         self.picture = picture
         self.refresh()
 
+    def set_maker(self, maker: Any) -> None:
+        """The map maker of the model preprocessors (its ``made`` signal answers ``request``)."""
+        self.maker = maker
+        maker.made.connect(self._made)
+        self.refresh()
+
     def refresh(self) -> None:
         """Make the map of the current picture (none without a preprocessor or a picture)."""
-        self.map = None
+        self.map, self._asked = None, None
         tip = "No map: pick a picture and a preprocessor"
-        if self.name is not None and self.picture is not None:
-            try:
-                self.map = preview_map(self.picture, self.name)
-                tip = f"The {self.name} map of {self.picture.name}"
-            except (LoadoutError, OSError, ValueError) as exc:
-                tip = f"No map: {exc}"
+        name, picture = self.name, self.picture
+        if name is not None and picture is not None:
+            if PREPROCESSORS[name].run is None and self.maker is not None:
+                self._asked = (picture, name)
+                self.maker.request(self, picture, name, PREVIEW_SIDE)
+                tip = f"Making the {name} map of {picture.name}…"
+            else:
+                try:
+                    self.map = preview_map(picture, name)
+                    tip = f"The {name} map of {picture.name}"
+                except (LoadoutError, OSError, ValueError) as exc:
+                    tip = f"No map: {exc}"
+        self._show(tip)
+
+    def _made(self, key: object, made: object) -> None:
+        if key is not self or self._asked is None or self._asked != (self.picture, self.name):
+            return  # another row's, or a map of a picture or preprocessor no longer chosen
+        picture, name = self._asked
+        self._asked = None
+        if isinstance(made, np.ndarray):
+            self.map = made
+            self._show(f"The {name} map of {picture.name}")
+        else:
+            self._show(f"No map: {made}")
+
+    def _show(self, tip: str) -> None:
         pixmap = QPixmap() if self.map is None else to_pixmap(self.map)
         if not pixmap.isNull():
             mode = Qt.TransformationMode.SmoothTransformation

@@ -42,6 +42,7 @@ KIND_TITLES = {
     "text_encoder": "Text encoders",
     "controlnet": "ControlNets",
     "upscale_model": "Upscalers",
+    "preprocessor_model": "Preprocessors",
     "embedding": "Embeddings",
     "unknown": "Unknown or unreadable",
 }

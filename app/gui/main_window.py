@@ -39,6 +39,7 @@ from app.gui.lora_panel import LoraStackPanel
 from app.gui.memory_panel import MemoryPanel
 from app.gui.menus import build_menus
 from app.gui.merge_dialog import open_merge_dialog
+from app.gui.outpaint_drag import connect_outpaint_drag
 from app.gui.pictures import PictureHost, Pictures
 from app.gui.placement_controls import PlacementControls
 from app.gui.queue_install import QueueHost, install_queue_panel
@@ -149,6 +150,7 @@ class MainWindow(PlacementControls, QMainWindow):
             "memory": self.memory_panel, "testrun": self.testrun_panel,
         })  # fmt: skip
         self.docks = self.layout_.docks
+        self.outpaint_drag = connect_outpaint_drag(self.picture.view, self.generate_panel.workflows)
         self.generate_panel.preview_ready.connect(self.pictures.on_preview)
         self.generate_panel.pictures_ready.connect(self.pictures.on_result)
         self.status = StatusLine(self.statusBar(), self._device_text())

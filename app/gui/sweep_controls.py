@@ -1,6 +1,7 @@
-"""The Generate panel's LoRA-sweep row: which LoRA of the stack, the strengths to compare, and what
-each cell's strength sets. A view: it turns its widgets into a grid of one strength axis, made on
-the loaded models (a :class:`~core.queue.session_grid.SessionGrid`; None when the sweep is off)."""
+"""The Generate panel's sweep row: which LoRA of the stack (or the first ControlNet), the strengths
+to compare, and what each cell's LoRA strength sets. A view: it turns its widgets into a grid of one
+strength axis, made on the loaded models (a :class:`~core.queue.session_grid.SessionGrid`; None
+when the sweep is off)."""
 
 from __future__ import annotations
 
@@ -9,12 +10,17 @@ from PySide6.QtWidgets import QComboBox, QHBoxLayout, QLineEdit, QVBoxLayout, QW
 from core.queue.grid import axis_of
 from core.queue.session_grid import SessionGrid
 
+#: the sweep choice that compares strengths of the first ControlNet row (not a LoRA id)
+CONTROLNET = "controlnet-strength"
+
 
 class SweepControls(QWidget):
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.lora = QComboBox()
-        self.lora.setToolTip("Render the same seed at several strengths of one LoRA, side by side")
+        self.lora.setToolTip(
+            "Render the same seed at several strengths of one LoRA (or of the first ControlNet), side by side"
+        )
         self.values = QLineEdit("0.4, 0.7, 1.0")
         self.values.setToolTip("The strengths to compare, separated by commas")
         self.target = QComboBox()
@@ -44,16 +50,17 @@ class SweepControls(QWidget):
         self.lora.addItem("off", None)
         for lora_id, name in loras:
             self.lora.addItem(name, lora_id)
+        self.lora.addItem("ControlNet 0 strength", CONTROLNET)
         i = self.lora.findData(current)
         self.lora.setCurrentIndex(max(0, i))
         self.lora.blockSignals(False)
-        self.values.setEnabled(bool(loras))
-        self.target.setEnabled(bool(loras))
 
     def sweep(self) -> SessionGrid | None:
         """The sweep chosen, None when it is off (raises LoadoutError on strengths it cannot read)."""
         lora_id = self.lora.currentData()
         if not lora_id:
             return None
+        if lora_id == CONTROLNET:
+            return SessionGrid(axis_of(CONTROLNET, self.values.text()))
         axis = "lora-strength" if self.target.currentData() else "lora-model-strength"
         return SessionGrid(axis_of(axis, self.values.text()), lora=str(lora_id))

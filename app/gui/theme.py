@@ -23,6 +23,7 @@ KIND_COLORS = {
     "text_encoder": "#ffd43b",
     "controlnet": "#74c0fc",
     "upscale_model": "#a9e34b",
+    "preprocessor_model": "#e599f7",
     "embedding": "#ffa94d",
     "unknown": "#868e96",
 }

@@ -9,7 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
-from PySide6.QtCore import QPoint, QSize, Qt, Signal
+from PySide6.QtCore import QPoint, QRectF, QSize, Qt, Signal
 from PySide6.QtGui import (
     QContextMenuEvent,
     QIcon,
@@ -35,6 +35,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.gui.outpaint_drag import OutpaintFrame
 from app.gui.widgets import ElidedLabel
 from core.generate.events import GeneratedImage
 
@@ -62,6 +63,8 @@ class PictureView(QGraphicsView):
         self.item = QGraphicsPixmapItem()
         self.item.setTransformationMode(Qt.TransformationMode.SmoothTransformation)
         self.scene().addItem(self.item)
+        self.frame = OutpaintFrame()  # the outpainted canvas around the picture (app.gui.outpaint_drag)
+        self.scene().addItem(self.frame)
         self.setDragMode(QGraphicsView.DragMode.ScrollHandDrag)
         self.setTransformationAnchor(QGraphicsView.ViewportAnchor.AnchorUnderMouse)
         self.setResizeAnchor(QGraphicsView.ViewportAnchor.AnchorViewCenter)
@@ -76,7 +79,8 @@ class PictureView(QGraphicsView):
         self.path = path
         same_size = self.item.pixmap().size() == pix.size()
         self.item.setPixmap(pix)
-        self.scene().setSceneRect(self.item.boundingRect())
+        self.frame.place(self.item.boundingRect(), self.frame.sides)
+        self.scene().setSceneRect(self.canvas_rect())
         if self.fitting:
             self.fit()
         elif not same_size:
@@ -84,6 +88,18 @@ class PictureView(QGraphicsView):
 
     def pixmap(self) -> QPixmap:
         return self.item.pixmap()
+
+    def outpaint_sides(self) -> tuple[int, int, int, int]:
+        return self.frame.sides
+
+    def set_outpaint(self, sides: tuple[int, int, int, int]) -> None:
+        """Show the canvas grown by ``sides`` (left, top, right, bottom picture pixels) live."""
+        self.frame.place(self.item.boundingRect(), sides)
+        self.scene().setSceneRect(self.canvas_rect())
+
+    def canvas_rect(self) -> QRectF:
+        """The picture's rectangle with the outpainted sides (scene coordinates)."""
+        return self.frame.rect() if self.frame.isVisible() else self.item.boundingRect()
 
     def zoom(self) -> float:
         return float(self.transform().m11())
@@ -103,13 +119,12 @@ class PictureView(QGraphicsView):
     def fit(self) -> None:
         """Fit the whole picture in the view (small pictures are enlarged too)."""
         self.fitting = True
-        pix = self.item.pixmap()
-        if pix.isNull():
+        if self.item.pixmap().isNull():
             return
-        view = self.viewport().size()
-        factor = min(view.width() / max(1, pix.width()), view.height() / max(1, pix.height()))
+        view, rect = self.viewport().size(), self.canvas_rect()  # the grown canvas too
+        factor = min(view.width() / max(1.0, rect.width()), view.height() / max(1.0, rect.height()))
         self.set_zoom(factor)
-        self.centerOn(self.item)
+        self.centerOn(rect.center())
 
     def actual_size(self) -> None:
         self.fitting = False

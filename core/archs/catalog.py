@@ -21,6 +21,7 @@ import core.archs
 from core.archs.blocks import BlockTable
 from core.archs.control import ControlNetLoader
 from core.archs.layouts import Architecture
+from core.archs.preprocessors import PreprocessorNet
 from core.archs.protocols import DiffusionNet, LatentCodec, TextConvention
 from core.archs.references import ReferenceConvention
 from core.archs.registry import Registry
@@ -52,6 +53,8 @@ BLOCKS: Registry[BlockTable] = Registry("block table", _parts("BLOCKS"))
 REFERENCES: Registry[ReferenceConvention] = Registry("reference convention", _parts("REFERENCES"))
 #: the ControlNet kinds packages bring (a package's ``CONTROLNETS``; the UNets' load on their own)
 CONTROLNETS: Registry[ControlNetLoader] = Registry("ControlNet loader", _parts("CONTROLNETS"))
+#: the networks that make ControlNet hints (a package's ``PREPROCESSOR``), by family id
+PREPROCESSOR_NETS: Registry[PreprocessorNet] = Registry("preprocessor network", _parts("PREPROCESSOR"))
 #: the loading records (file layouts) of text encoders that live in packages (the decoder LLMs)
 ENCODER_ARCHITECTURES: tuple[Architecture, ...] = tuple(_parts("ENCODER_ARCHITECTURES"))
 

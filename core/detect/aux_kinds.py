@@ -20,6 +20,12 @@ def match_upscale(view: KeyView, *, registry: Registry = REGISTRY) -> Match | No
     return found[0] if found else None
 
 
+def match_preprocessor(view: KeyView, *, registry: Registry = REGISTRY) -> Match | None:
+    """The preprocessor network a file holds (``depth-anything-v2`` ...), or None."""
+    found = registry.match(view, "preprocessor")
+    return found[0] if found else None
+
+
 # Embeddings ------------------------------------------------------------------------------------
 
 #: Text-encoder width -> (base diffusion family, the encoder it belongs to).

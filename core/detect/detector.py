@@ -20,7 +20,7 @@ from collections.abc import Callable, Hashable, Mapping, MutableMapping
 from dataclasses import replace
 from typing import Any, TypeVar
 
-from core.detect.aux_kinds import match_embedding, match_upscale
+from core.detect.aux_kinds import match_embedding, match_preprocessor, match_upscale
 from core.detect.catalog import REGISTRY
 from core.detect.checkpoint import Slot, split_components
 from core.detect.diffusion import match_controlnet, match_diffusion
@@ -340,6 +340,16 @@ def _detect_standalone(memo: Memo, view: KeyView, filename: str | None, meta: Ma
             layout=up.layout,
             warnings=up.warnings,
             fields=dict(up.fields),
+        )
+    pre = _once(memo, "preprocessor", lambda: match_preprocessor(view))
+    if pre is not None:
+        return Detection(
+            kind="preprocessor_model",
+            family=pre.family,
+            variant=pre.variant,
+            layout=pre.layout,
+            warnings=pre.warnings,
+            fields=dict(pre.fields),
         )
     return Detection(kind="unknown", warnings=tuple(_candidates(view)))
 

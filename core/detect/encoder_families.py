@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from functools import partial
 
+from core.detect.aux_preprocessors import match_depth_anything
 from core.detect.aux_upscale import match_esrgan, match_srvgg, match_swin
 from core.detect.encoder_text import ClipSpec, LlmSpec, T5Spec, match_clip, match_llm, match_t5
 from core.detect.encoder_vae import KlSpec, match_kl, match_wan_vae
@@ -178,7 +179,17 @@ UPSCALE_FAMILIES = (
 )
 
 
+#: the networks that make a ControlNet hint from a picture (core.archs.catalog.PREPROCESSOR_NETS
+#: holds each one's network under the same id)
+PREPROCESSOR_FAMILIES = (
+    Family(
+        "depth-anything-v2", "preprocessor", "Depth Anything V2", rule=match_depth_anything,
+        default_dtype="fp32", notes="relative depth; vits, vitb, vitl; original and transformers layouts",
+    ),
+)  # fmt: skip
+
+
 def register(registry: Registry) -> None:
     """Add every family of this module to ``registry`` (raises if one is already there)."""
-    for fam in (*TEXT_ENCODER_FAMILIES, *VAE_FAMILIES, *UPSCALE_FAMILIES):
+    for fam in (*TEXT_ENCODER_FAMILIES, *VAE_FAMILIES, *UPSCALE_FAMILIES, *PREPROCESSOR_FAMILIES):
         registry.add(fam)

@@ -13,6 +13,7 @@ Kind = Literal[
     "lora",
     "controlnet",
     "upscale_model",
+    "preprocessor_model",
     "embedding",
     "unknown",
 ]
@@ -27,6 +28,7 @@ _KIND_PHRASES = {
     "lora": "a LoRA",
     "controlnet": "a ControlNet",
     "upscale_model": "an upscale model",
+    "preprocessor_model": "a preprocessor model",
     "embedding": "an embedding",
     "unknown": "a file of a kind Loadout does not recognise",
 }

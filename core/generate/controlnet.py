@@ -48,6 +48,7 @@ from core.generate.workflow_request import ControlNetUse
 from core.loading.controlnet import LoadedControlNet, load_controlnet
 from core.loading.loader import LoadOptions
 from core.preprocess import preprocess
+from core.preprocess.registry import ModelRun
 from core.sampling.conditioning import Conditioning
 from core.sampling.model_sampling import ModelSampling
 from core.sampling.patches import NO_MODEL_PATCHES, Apply, ModelCall, ModelPatches
@@ -269,16 +270,18 @@ def control_type_index(use: ControlNetUse, net: LoadedControlNet) -> int | None:
 
 
 def applied(
-    uses: tuple[ControlNetUse, ...], nets: list[LoadedControlNet], sampling: ModelSampling
-) -> ControlStack:
-    """The stack for these uses (strength 0 left out), with hints read and ranges in sigmas."""
+    uses: tuple[ControlNetUse, ...], nets: list[LoadedControlNet], sampling: ModelSampling,
+    model: ModelRun | None = None,
+) -> ControlStack:  # fmt: skip
+    """The stack for these uses (strength 0 left out), with hints read and ranges in sigmas;
+    ``model`` runs the preprocessors that need a model file (depth)."""
     out = []
     for use, net in zip(uses, nets, strict=True):
         if use.strength == 0:
             continue
         picture = read_picture(use.hint, "ControlNet hint")
         if use.preprocessor is not None:
-            picture = preprocess(use.preprocessor, picture)
+            picture = preprocess(use.preprocessor, picture, model=model)
         hint = hint_tensor(picture)
         rng = (sampling.percent_to_sigma(use.start), sampling.percent_to_sigma(use.end))
         kind = control_type_index(use, net)

@@ -90,7 +90,7 @@ class Generator:
         paths = [m.path for m in session.loaded.values()]
         if session.loras.stack is not None:
             paths += [e.path for e in session.loras.stack.entries.values()]
-        paths += [*self.state.upscalers, *workflows.controlnets.loaded]
+        paths += [*self.state.upscalers, *workflows.controlnets.loaded, *workflows.preprocessors.loaded]
         if workflows.refiner is not None:
             paths.append(workflows.refiner.path)
         return {Path(p).resolve() for p in expand_shards(paths) if p is not None}  # every shard
@@ -114,6 +114,9 @@ class Generator:
         for net in workflows.controlnets.keep_only(set(workflows.controlnets.loaded) - changed):
             names.append(net.path)
             placement.release(net.module)
+        for model in workflows.preprocessors.keep_only(set(workflows.preprocessors.loaded) - changed):
+            names.append(model.path)
+            placement.release(model.module)
         for path in [p for p in self.state.upscalers if Path(p).resolve() in changed]:
             names.append(Path(path))
             placement.release(self.state.upscalers.pop(path).module)

@@ -86,6 +86,9 @@ class ImageSettings:
     init_image: Path | None = None  # img2img: the picture to start from (sampling.denoise < 1)
     hires: HiresFix | None = None  # a second pass at a larger size (core.generate.hires)
     controlnets: tuple[ControlNetUse, ...] = ()  # applied in order (core/generate/controlnet.py)
+    #: model files the ControlNets' model preprocessors (depth) use, one per family; a family not
+    #: given is looked for in the library (core/preprocess/placed.py)
+    preprocessor_models: tuple[Path, ...] = ()
     mask_image: Path | None = None  # inpainting: white = repaint (with init_image)
     outpaint: Outpaint | None = None  # outpainting: init_image grown on its sides (core.generate.outpaint)
     refiner: RefinerUse | None = None  # the SDXL refiner hand-off (core/generate/refiner.py)
@@ -145,7 +148,7 @@ class ImageSettings:
         """The model files this generation maps beyond the loaded ones: its ControlNets, the hires
         fix's upscale model and the refiner (the hint, init, mask and reference pictures are read,
         not mapped)."""
-        paths = [use.path for use in self.controlnets]
+        paths = [use.path for use in self.controlnets] + list(self.preprocessor_models)
         if self.hires is not None and self.hires.model is not None:
             paths.append(self.hires.model)
         if self.refiner is not None:

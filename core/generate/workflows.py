@@ -41,6 +41,9 @@ from core.generate.request import ImageSettings
 from core.generate.workflow_request import RefinerUse
 from core.memory.inference import Workload, activation_bytes, network_profile
 from core.memory.manager import NotEnoughMemoryError
+from core.preprocess import find_preprocessor
+from core.preprocess.placed import PreprocessorModels, model_files, model_run
+from core.preprocess.registry import ModelRun
 from core.session.session import Session
 from core.session.words import kind_word
 
@@ -56,6 +59,7 @@ class WorkflowState:
     """What the workflows keep between generations of one session."""
 
     controlnets: cn.ControlNetCache = field(default_factory=cn.ControlNetCache)
+    preprocessors: PreprocessorModels = field(default_factory=PreprocessorModels)
     refiner: LoadedRefiner | None = None
 
 
@@ -107,7 +111,9 @@ def _controlnets(
         if placement.active and placement.manager.find(net.module) is None:
             placement.register(net.module, name)
         parts.names[name] = "controlnet"
-    made = cn.ControlNetPass(cn.applied(uses, loaded, pipeline.sampling))
+    made = cn.ControlNetPass(
+        cn.applied(uses, loaded, pipeline.sampling, _preprocessor_run(session, state, settings, check))
+    )
     made.contribution.models = {"sample": [net.module for net in loaded]}  # placed with the UNet
     made.contribution.files = tuple(net.path for net in loaded)
     made.contribution.parameters = dict(
@@ -124,6 +130,21 @@ def _controlnets(
         one = cn.residual_bytes(stack[0].module, batch, h // f, w // f, size)
         made.contribution.sample_bytes = one * min(len(stack), 2)
     return made
+
+
+def _preprocessor_run(
+    session: Session, state: WorkflowState, settings: ImageSettings, check: Callable[[], None]
+) -> ModelRun | None:
+    """The runner of the model preprocessors these ControlNets use (None when none does); the
+    models no longer used are let go."""
+    records = [find_preprocessor(u.preprocessor) for u in settings.controlnets if u.preprocessor]
+    records = [r for r in records if r.model_family is not None]
+    index = session.library.index
+    library = [(e.path, e.kind, e.family) for e in index.entries()] if index is not None and records else []
+    files = model_files(records, settings.preprocessor_models, library) if records else {}
+    for gone in state.preprocessors.keep_only(files.values()):
+        session.placement.release(gone.module)
+    return model_run(session.placement, state.preprocessors, files, check) if records else None
 
 
 def prepare(

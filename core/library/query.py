@@ -21,6 +21,7 @@ KIND_ORDER = (
     "text_encoder",
     "controlnet",
     "upscale_model",
+    "preprocessor_model",
     "embedding",
     "unknown",
 )

@@ -3,8 +3,10 @@
 Each is a :class:`Preprocessor` record in :data:`PREPROCESSORS` (one registry, duplicates refused):
 its name (what a PNG's ``Module`` and the command line call it), what it makes, its settings with
 their defaults and ranges, and a pure function ``(picture, settings) -> hint`` over (H, W, 3) uint8
-pictures. The image work is OpenCV's (``opencv-python-headless``), imported when a hint is made.
-Model-based ones (depth, pose) are not here yet.
+pictures, or, for one that needs a model file (depth: Depth Anything V2), the family of that file
+and the function that makes the hint with the placed model (:mod:`core.preprocess.placed` loads,
+places and runs it). The edge work is OpenCV's (``opencv-python-headless``), imported when a hint is
+made. Pose is not here yet.
 """
 
 from core.preprocess.registry import (
@@ -14,6 +16,7 @@ from core.preprocess.registry import (
     UnknownPreprocessorError,
     find_preprocessor,
     preprocess,
+    preprocessor_named,
 )
 
 __all__ = [
@@ -23,4 +26,5 @@ __all__ = [
     "UnknownPreprocessorError",
     "find_preprocessor",
     "preprocess",
+    "preprocessor_named",
 ]

@@ -7,9 +7,11 @@ from dataclasses import dataclass
 from types import MappingProxyType
 
 import numpy as np
+import torch
+from torch import nn
 
 from core.errors import LoadoutError
-from core.preprocess import edges
+from core.preprocess import depth, edges
 from core.values import NumberRange
 
 
@@ -27,14 +29,29 @@ class Setting:
 
 
 Run = Callable[[np.ndarray, Mapping[str, float]], np.ndarray]
+ModelHint = Callable[
+    [nn.Module, np.ndarray, Mapping[str, float], torch.device, Callable[[], None]], np.ndarray
+]
 
 
 @dataclass(frozen=True)
 class Preprocessor:
+    """``run`` makes the hint; for one that needs a model file (``model_family``: the family its
+    files are detected as), ``run`` is None and the caller's :data:`ModelRun` makes it with the
+    model it loaded and placed (:mod:`core.preprocess.placed`)."""
+
     name: str
     description: str
-    run: Run
+    run: Run | None
     settings: tuple[Setting, ...] = ()
+    model_family: str | None = None
+    model_title: str = ""  # what a person calls its model files ("a Depth Anything V2 model")
+    #: (placed network, picture, settings, device, stop check) -> hint, for a model preprocessor
+    model_hint: ModelHint | None = None
+    #: (height, width, settings) -> the size the network runs at, for its activation room
+    model_input: Callable[[int, int, Mapping[str, float]], tuple[int, int]] | None = None
+    #: other names of the same preprocessor (sd-webui-controlnet's module names in A1111 PNGs)
+    aliases: tuple[str, ...] = ()
 
     def resolved(self, given: Mapping[str, float]) -> dict[str, float]:
         """The settings with ``given`` over the defaults, each checked; an unknown name is refused."""
@@ -52,6 +69,10 @@ class Preprocessor:
 
 def _threshold(name: str) -> NumberRange:
     return NumberRange(f"the canny {name} threshold", 0, 1000, integer=True)
+
+
+#: (record, picture, resolved settings) -> hint: a model preprocessor run with its model
+ModelRun = Callable[[Preprocessor, np.ndarray, Mapping[str, float]], np.ndarray]
 
 
 def _registry(*records: Preprocessor) -> Mapping[str, Preprocessor]:
@@ -76,22 +97,57 @@ PREPROCESSORS: Mapping[str, Preprocessor] = _registry(
         "softedge", "soft white edges on black (Sobel gradient strength, normalized)", edges.softedge,
         (Setting("blur", 1.5, NumberRange("the softedge blur", 0.0, 8.0)),),
     ),
+    Preprocessor(
+        "depth", "relative depth, near is white (Depth Anything V2 from a model file)", None,
+        (Setting("resolution", 518, NumberRange("the depth resolution", 140, 2044, integer=True)),),
+        model_family="depth-anything-v2", model_title="a Depth Anything V2 model",
+        model_hint=depth.depth_map, aliases=("depth_anything_v2",),
+        model_input=lambda h, w, s: depth.input_size(h, w, int(s["resolution"])),
+    ),
 )  # fmt: skip
 
 
+def preprocessor_named(name: str) -> str | None:
+    """The preprocessor ``name`` or one of its aliases names (None: none)."""
+    key = name.strip().lower()
+    if key in PREPROCESSORS:
+        return key
+    return next((p.name for p in PREPROCESSORS.values() if key in p.aliases), None)
+
+
 def find_preprocessor(name: str) -> Preprocessor:
-    found = PREPROCESSORS.get(name.strip().lower())
+    known = preprocessor_named(name)
+    found = PREPROCESSORS.get(known) if known is not None else None
     if found is None:
         raise UnknownPreprocessorError(
             f"there is no preprocessor {name!r}",
             why=f"the preprocessors are {', '.join(PREPROCESSORS)}",
-            fix="Use one of them (depth and pose need model files and are not supported yet)",
+            fix="Use one of them (pose is not supported yet)",
         )
     return found
 
 
-def preprocess(name: str, picture: np.ndarray, settings: Mapping[str, float] | None = None) -> np.ndarray:
-    """The hint (H, W, 3) uint8 that preprocessor ``name`` makes of ``picture`` ((H, W, 3) uint8)."""
+class MissingPreprocessorModelError(LoadoutError):
+    code = "missing_file"
+
+
+def missing_model(record: Preprocessor) -> MissingPreprocessorModelError:
+    return MissingPreprocessorModelError(
+        f"the {record.name} preprocessor needs {record.model_title} file, and none was given or found",
+        why="it makes the hint with a network whose weights come from that file",
+        fix=f"Give {record.model_title} file (.safetensors), or add the folder holding it to the library",
+    )
+
+
+def preprocess(
+    name: str,
+    picture: np.ndarray,
+    settings: Mapping[str, float] | None = None,
+    *,
+    model: ModelRun | None = None,
+) -> np.ndarray:
+    """The hint (H, W, 3) uint8 that preprocessor ``name`` makes of ``picture`` ((H, W, 3) uint8);
+    ``model`` runs the ones that need a model file."""
     record = find_preprocessor(name)
     if picture.ndim != 3 or picture.shape[2] < 3 or picture.dtype != np.uint8:
         raise LoadoutError(
@@ -99,6 +155,13 @@ def preprocess(name: str, picture: np.ndarray, settings: Mapping[str, float] | N
             fix="Read the picture as RGB",
             code="bad_argument",
         )
-    hint = record.run(np.ascontiguousarray(picture[..., :3]), record.resolved(settings or {}))
+    resolved = record.resolved(settings or {})
+    rgb = np.ascontiguousarray(picture[..., :3])
+    if record.run is not None:
+        hint = record.run(rgb, resolved)
+    elif model is None:
+        raise missing_model(record)
+    else:
+        hint = model(record, rgb, resolved)
     assert hint.shape == (*picture.shape[:2], 3) and hint.dtype == np.uint8
     return hint

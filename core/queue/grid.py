@@ -4,6 +4,8 @@ An axis is ``NAME:V1,V2,...`` with NAME one of :data:`AXES`. Each cell is the ba
 the axis values applied; strength axes do not change the LoRA list but give the cell one LoRA's
 strengths (the first's in a queued grid), which are set live (side paths, no re-bake). A LoRA
 strength sweep is a grid with one such axis, run on the session at hand (core.queue.session_grid).
+A ``controlnet-strength`` axis sets the first ControlNet's strength (sd-webui-controlnet's axis sets
+unit 0's weight), each cell a plain generation at that strength.
 Cells are ordered checkpoint first, so a worker loads each checkpoint once for the whole grid.
 """
 
@@ -16,14 +18,15 @@ from pathlib import Path
 from core.errors import LoadoutError
 from core.generate.request import MAX_SEED, GenerateRequest, ImageSettings
 from core.sampling import SAMPLERS, SCHEDULERS
-from core.values import CLIP_SKIP, LORA_STRENGTH
+from core.values import CLIP_SKIP, CONTROLNET_STRENGTH, LORA_STRENGTH
 
 AXES = (
     "seed", "steps", "cfg", "sampler", "scheduler", "lora-strength", "lora-model-strength",
-    "lora-clip-strength", "checkpoint", "prompt-sr", "clip-skip",
+    "lora-clip-strength", "checkpoint", "prompt-sr", "clip-skip", "controlnet-strength",
 )  # fmt: skip
 _SHORT = {"seed": "seed", "steps": "steps", "cfg": "cfg", "lora-strength": "lora", "clip-skip": "clip skip",
-          "lora-model-strength": "lora model", "lora-clip-strength": "lora clip"}  # fmt: skip
+          "lora-model-strength": "lora model", "lora-clip-strength": "lora clip",
+          "controlnet-strength": "controlnet"}  # fmt: skip
 LORA_AXES = ("lora-strength", "lora-model-strength", "lora-clip-strength")
 Value = int | float | str
 
@@ -91,6 +94,8 @@ def axis_of(name: str, text: str) -> Axis:
         values = [_number(name, v, float) for v in raw]
     elif name in LORA_AXES:
         values = [LORA_STRENGTH.parse(v) for v in raw]
+    elif name == "controlnet-strength":
+        values = [CONTROLNET_STRENGTH.parse(v) for v in raw]
     elif name == "sampler" or name == "scheduler":
         known = SAMPLERS if name == "sampler" else SCHEDULERS
         unknown = [v for v in raw if v not in known]
@@ -156,6 +161,9 @@ def _apply_image(
         return replace(image, sampling=replace(s, scheduler=str(v))), strengths
     if axis.name == "clip-skip":
         return replace(image, clip_skip=int(v)), strengths
+    if axis.name == "controlnet-strength":  # the first ControlNet's (sd-webui-controlnet's unit 0)
+        first = replace(image.controlnets[0], strength=float(v))
+        return replace(image, controlnets=(first, *image.controlnets[1:])), strengths
     if axis.name == "prompt-sr":
         return replace(image, prompt=image.prompt.replace(str(axis.values[0]), str(v))), strengths
     assert axis.name in LORA_AXES and strengths is not None, axis.name
@@ -177,13 +185,18 @@ def _apply(
     return replace(request, image=image), strengths
 
 
-def _check(axes: Sequence[Axis], prompt: str, has_lora: bool) -> None:
+def _check(axes: Sequence[Axis], image: ImageSettings, has_lora: bool) -> None:
+    prompt = image.prompt
     names = [a.name for a in axes]
     if len(set(names)) != len(names):
         raise _bad("the same axis is given twice", "Give each axis once across the x, y and z axes")
     for a in axes:
         if a.name in LORA_AXES and not has_lora:
             raise _bad(f"a {a.name} axis needs a LoRA", "Add a LoRA file to the stack")
+        if a.name == "controlnet-strength" and not image.controlnets:
+            raise _bad(
+                "a controlnet-strength axis needs a ControlNet", "Add a ControlNet and its hint picture"
+            )
         if a.name == "prompt-sr" and str(a.values[0]) not in prompt:
             raise _bad(
                 f"the prompt does not contain {a.values[0]!r}",
@@ -209,7 +222,7 @@ def _places(x: Axis, y: Axis | None, z: Axis | None) -> list[Place]:
 def cells(base: GenerateRequest, x: Axis, y: Axis | None = None, z: Axis | None = None) -> list[Cell]:
     """Every cell of the grid, ordered so that model swaps are fewest: checkpoint first, then Z, Y, X."""
     axes = [a for a in (x, y, z) if a is not None]
-    _check(axes, base.image.prompt, bool(base.loras))
+    _check(axes, base.image, bool(base.loras))
     if any(a.name == "checkpoint" for a in axes) and base.models.diffusion_model is not None:
         raise _bad(
             "a checkpoint axis with a separate diffusion model", "Give checkpoints, not a diffusion model"
@@ -246,7 +259,7 @@ def image_cells(
     axes = [a for a in (x, y, z) if a is not None]
     if any(a.name == "checkpoint" for a in axes):
         raise _bad("a checkpoint axis changes the models", "Queue the grid to compare checkpoints")
-    _check(axes, image.prompt, strengths is not None)
+    _check(axes, image, strengths is not None)
     live_axes = any(a.name in LORA_AXES for a in axes)
     out: list[ImageCell] = []
     for (ix, iy, iz), place in _places(x, y, z):

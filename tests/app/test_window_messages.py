@@ -150,6 +150,11 @@ def test_the_panel_sends_the_sweeps_text_encoder_choice(qtbot) -> None:
     with qtbot.waitSignal(panel.sweep_requested) as sent:
         panel.generate()
     assert sent.args[1].x.name == "lora-model-strength" and sent.args[1].lora == "id1"  # the TE stays
+    panel.sweep_lora.setCurrentIndex(panel.sweep_lora.findText("ControlNet 0 strength"))
+    panel.sweep_values.setText("0.5, 1")
+    with qtbot.waitSignal(panel.sweep_requested) as sent:
+        panel.generate()
+    assert (sent.args[1].x.name, sent.args[1].x.values) == ("controlnet-strength", (0.5, 1.0))
 
 
 def test_the_loaded_models_table_shows_several_rows_however_short_its_dock(qtbot, make_window) -> None:

@@ -10,7 +10,7 @@ import pytest
 from PIL import Image
 
 from core.errors import LoadoutError
-from core.preprocess import PREPROCESSORS, UnknownPreprocessorError, preprocess
+from core.preprocess import PREPROCESSORS, UnknownPreprocessorError, preprocess, preprocessor_named
 from tests.fixtures.drawn import landscape
 
 W, H = 192, 128
@@ -34,7 +34,7 @@ def _strokes(hint: np.ndarray) -> np.ndarray:
     return hint[..., 0]
 
 
-@pytest.mark.parametrize("name", list(PREPROCESSORS))
+@pytest.mark.parametrize("name", [n for n, p in PREPROCESSORS.items() if p.run is not None])
 def test_edges_are_on_the_shapes_and_flat_areas_stay_black(picture: np.ndarray, name: str) -> None:
     s = _strokes(preprocess(name, picture))
     rows = slice(round(H * 0.55), round(H * 0.75))
@@ -62,13 +62,18 @@ def test_lineart_lines_widen_with_sigma(picture: np.ndarray) -> None:
 
 def test_a_flat_picture_has_no_edges() -> None:
     flat = np.full((64, 64, 3), 128, np.uint8)
-    for name in PREPROCESSORS:
-        assert preprocess(name, flat).max() == 0
+    for name, record in PREPROCESSORS.items():
+        if record.run is not None:
+            assert preprocess(name, flat).max() == 0
 
 
 def test_bad_input_is_refused_in_words(picture: np.ndarray, tmp_path: Path) -> None:
-    with pytest.raises(UnknownPreprocessorError, match="canny, lineart, softedge"):
+    with pytest.raises(UnknownPreprocessorError, match="canny, lineart, softedge, depth"):
+        preprocess("pose", picture)
+    with pytest.raises(LoadoutError, match="needs a Depth Anything V2 model file"):
         preprocess("depth", picture)
+    # sd-webui-controlnet's module name (what an A1111 PNG says) is the same preprocessor
+    assert preprocessor_named("depth_anything_v2") == "depth" and preprocessor_named("hed") is None
     with pytest.raises(LoadoutError, match="no setting"):
         preprocess("canny", picture, {"lo": 3})
     with pytest.raises(LoadoutError, match="out of range"):

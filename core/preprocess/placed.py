@@ -1,0 +1,118 @@
+"""Preprocessor models through a :class:`~core.session.placement.Placement`: loaded once per file
+(zero-copy, :mod:`core.loading.preprocessor`), placed by the memory manager for the "preprocess"
+phase (before the diffusion model's; whole, partly or streamed; its events name the model
+"<file> preprocessor") with room for one run's activations, and run on the manager's device; the
+model a preprocessor needs is the file given for its family, else the first of that family in the
+library."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from core.errors import ModelMismatchError
+from core.loading.loader import LoadOptions, _wrong_kind, inspect_for_loading
+from core.loading.preprocessor import LoadedPreprocessor, load_preprocessor
+from core.memory.manager import NotEnoughMemoryError
+from core.preprocess.registry import ModelRun, Preprocessor, missing_model
+from core.session.placement import Placement
+
+ROLE = "preprocessor_model"
+
+
+@dataclass
+class PreprocessorModels:
+    """The preprocessor models loaded in a session, by resolved path."""
+
+    loaded: dict[Path, LoadedPreprocessor] = field(default_factory=dict)
+
+    def get(self, path: Path, check: Callable[[], None] | None = None) -> LoadedPreprocessor:
+        key = Path(path).resolve()
+        found = self.loaded.get(key)
+        if found is None:
+            found = self.loaded[key] = load_preprocessor(key, LoadOptions(check=check))
+        return found
+
+    def keep_only(self, paths: Iterable[Path]) -> list[LoadedPreprocessor]:
+        """Forget the ones not in ``paths``; returns them (for the placement to release)."""
+        keep = {Path(p).resolve() for p in paths}
+        gone = [v for k, v in self.loaded.items() if k not in keep]
+        self.loaded = {k: v for k, v in self.loaded.items() if k in keep}
+        return gone
+
+
+def model_files(
+    records: Iterable[Preprocessor], given: Iterable[Path], library: Iterable[tuple[Path, str, str | None]]
+) -> dict[str, Path]:
+    """Family -> the model file for each model preprocessor in ``records``: a ``given`` file of its
+    family (each given file must be a preprocessor model), else the first library entry
+    ``(path, kind, family)`` of its family by name, a safetensors file before a pickle (which
+    loading refuses in words); none: refused in words."""
+    out: dict[str, Path] = {}
+    for path in given:
+        _index, det = inspect_for_loading(path)
+        if det.kind != ROLE:
+            raise _wrong_kind(Path(path).name, det, ROLE)
+        out.setdefault(det.family or "", Path(path))
+    entries = list(library)
+    for record in records:
+        family = record.model_family
+        if family is None or family in out:
+            continue
+        mine = (p for p, kind, fam in entries if kind == ROLE and fam == family)
+        found = sorted(mine, key=lambda p: (p.suffix.lower() != ".safetensors", p.name))  # pickles refused
+        if not found:
+            raise missing_model(record)
+        out[family] = found[0]
+    return out
+
+
+def place_preprocessor(placement: Placement, model: LoadedPreprocessor, rows: int, cols: int) -> torch.device:
+    """Ask the manager for ``model`` with room for a run at ``rows`` x ``cols`` pixels (the size
+    the network sees); the device to compute on (the CPU when nothing is placed)."""
+    if not placement.active:
+        return torch.device("cpu")
+    if placement.manager.find(model.module) is None:
+        placement.register(model.module, model.name)
+    fixed = placement.manager.settings.headroom_fixed
+    need = 0 if fixed else model.net.activation_bytes(model.config, rows, cols)
+    result = placement.place([model.module], need)
+    if result.refused:
+        raise NotEnoughMemoryError(
+            f"not enough memory on {placement.describe().label} to run {model.name}",
+            why=result.refused[0],
+            fix="Use a smaller picture or model, or free memory: offload or unload other models",
+        )
+    return torch.device(placement.manager.device)
+
+
+def model_run(
+    placement: Placement, models: PreprocessorModels, files: Mapping[str, Path],
+    check: Callable[[], None] = lambda: None,
+) -> ModelRun:  # fmt: skip
+    """The runner :func:`core.preprocess.preprocess` calls for a model preprocessor: its model is
+    ``files[record.model_family]`` (missing: refused in words), loaded once, placed, run."""
+
+    def run(record: Preprocessor, picture: np.ndarray, settings: Mapping[str, float]) -> np.ndarray:
+        family = record.model_family or ""
+        path = files.get(family)
+        if path is None:
+            raise missing_model(record)
+        model = models.get(path, check)
+        if model.family != family:
+            raise ModelMismatchError(
+                f"{model.path.name} is a {model.family} model, and the {record.name} preprocessor "
+                f"takes {record.model_title}",
+                fix=f"Give {record.model_title} file",
+                code="wrong_model",
+            )
+        assert record.model_hint is not None and record.model_input is not None
+        rows, cols = record.model_input(picture.shape[0], picture.shape[1], settings)
+        device = place_preprocessor(placement, model, rows, cols)
+        return record.model_hint(model.module, picture, settings, device, check)
+
+    return run
