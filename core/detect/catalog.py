@@ -119,10 +119,15 @@ def refiner_follows(family: str) -> bool:
 #: names for the ControlNet files made for it. The UNet ControlNets load through
 #: ``core.loading.controlnet``; every other one through its architecture package's ``CONTROLNETS``
 #: loader (``core.archs.catalog.CONTROLNETS``; a test holds the two together).
+#: FLUX.1 ControlNets (InstantX / Shakker-Labs, XLabs) are detected as these, by their guidance
+#: embedding; either fits every FLUX.1 model (dev, schnell, Kontext, Fill: the LoRA group "flux"), the
+#: net computing its own guidance embedding
+FLUX_CONTROLNETS = ("flux-dev", "flux-schnell")
 CONTROLNETS_FOR: dict[str, tuple[str, ...]] = {
     "sd1": ("sd1",),
     "sd2": ("sd2",),
     "sdxl": ("sdxl",),
+    "flux": FLUX_CONTROLNETS,
 }
 #: the UNet families among them (their ControlNets copy the UNet's input side)
 UNET_CONTROLNETS = ("sd1", "sd2", "sdxl")
