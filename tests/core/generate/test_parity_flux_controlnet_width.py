@@ -37,8 +37,8 @@ def test_real_width_union_controlnet_equals_diffusers(tmp_path: Path) -> None:
     with torch.device("meta"):  # no init: every weight is drawn below
         hf = diffusers.FluxControlNetModel(
             patch_size=1, in_channels=64, num_layers=1, num_single_layers=1, attention_head_dim=128,
-            num_attention_heads=24, joint_attention_dim=T5, pooled_projection_dim=POOLED, guidance_embeds=True,
-            axes_dims_rope=(16, 56, 56), num_mode=7,
+            num_attention_heads=24, joint_attention_dim=T5, pooled_projection_dim=POOLED,
+            guidance_embeds=True, axes_dims_rope=(16, 56, 56), num_mode=7,
         )  # fmt: skip
     randomize(hf.to_empty(device="cpu"), 41)
     path = tmp_path / "FLUX.1-dev-Controlnet-Union.safetensors"
@@ -49,7 +49,8 @@ def test_real_width_union_controlnet_equals_diffusers(tmp_path: Path) -> None:
     x = torch.randn(b, 16, h, w, generator=gen)
     hint = torch.randn(1, 16, h, w, generator=gen)
     t = torch.tensor([0.55, 0.55])
-    cond = Conditioning(torch.randn(b, 7, T5, generator=gen), torch.randn(b, POOLED, generator=gen), t * 0 + 3.5)
+    context, pooled = torch.randn(b, 7, T5, generator=gen), torch.randn(b, POOLED, generator=gen)
+    cond = Conditioning(context, pooled, torch.full((b,), 3.5))
     with torch.no_grad():
         want = hf(
             hidden_states=pack_latents(x), controlnet_cond=pack_latents(hint).expand(b, -1, -1),
