@@ -138,7 +138,7 @@ def _refuse_unloadable(index: TensorIndex, det: Detection) -> None:
     if det.family is None or not controlnet_applies(det.family):
         raise ModelMismatchError(
             f"{name} is a ControlNet for {det.family}, which Loadout cannot apply yet",
-            why="ControlNets are applied to SD1.x, SD2.x and SDXL UNets",
+            why="ControlNets are applied to SD1.x, SD2.x, SDXL and FLUX.1 models (docs/families.md)",
             fix="Use a ControlNet made for SD1.5 or SDXL",
             code="unsupported_family",
         )

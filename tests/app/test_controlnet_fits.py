@@ -64,3 +64,20 @@ def test_the_rows_and_the_engine_use_one_rule() -> None:
     assert controlnet_fits("sdxl", "ssd-1b") and controlnet_family_for("ssd-1b") == "sdxl"
     assert not controlnet_fits("sd1", "sdxl") and controlnet_fits(None, "sdxl")
     assert not controlnet_fits("sd1", "flux") and controlnet_fits(None, "flux")
+
+
+def test_flux_controlnets_are_offered_for_every_flux1_model(panel: GeneratePanel, tmp_path: Path) -> None:
+    """InstantX / XLabs files (detected as flux-dev, or flux-schnell without a guidance embedding)
+    fit every FLUX.1 model, by the table the engine's check reads; an SDXL one does not."""
+    union, xlabs, canny = (
+        tmp_path / n for n in ("union.safetensors", "xlabs.safetensors", "canny.safetensors")
+    )
+    nets = panel.workflows.controlnets
+    nets.set_choices((union, xlabs, canny), {union: "flux-dev", xlabs: "flux-schnell", canny: "sdxl"})
+    for model in ("flux-dev", "flux-schnell", "flux-kontext", "flux-fill"):
+        panel.set_family(model, NO_MODEL_DEFAULTS)
+        offered = [("none", True), ("union", True), ("xlabs", True), ("", False), ("canny (for sdxl)", False)]
+        assert _listed(nets.rows[0].controlnet.combo) == offered, model
+    panel.set_family("sdxl", NO_MODEL_DEFAULTS)
+    assert ("union (for flux-dev)", False) in _listed(nets.rows[0].controlnet.combo)
+    assert not controlnet_fits("flux-dev", "flux2-dev") and not controlnet_fits("flux-dev", "chroma")

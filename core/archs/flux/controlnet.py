@@ -33,6 +33,7 @@ from torch import Tensor, nn
 
 from core.archs.conditioning import Conditioning
 from core.archs.flux.net import FLUX_DEFAULT_GUIDANCE
+from core.errors import ModelMismatchError
 from core.models.attention import timestep_embedding
 from core.models.flux import (
     TIME_EMBEDDING_SIZE,
@@ -152,7 +153,12 @@ class FluxControlNet(nn.Module):
             g = timestep_embedding(guidance.to(x.device, dtype), TIME_EMBEDDING_SIZE, time_factor=1000.0)
             vec = vec + self.guidance_in(g.to(dtype))
         if cond.pooled is None:
-            raise ValueError("a FLUX.1 ControlNet needs CLIP-L's pooled output")
+            raise ModelMismatchError(
+                "a FLUX.1 ControlNet needs CLIP-L's pooled output, and the conditioning has none",
+                why="it embeds the pooled vector as the FLUX.1 network does",
+                fix="Use it with a FLUX.1 model and its CLIP-L text encoder",
+                code="wrong_controlnet",
+            )
         vec = vec + self.vector_in(cond.pooled.to(dtype))
         txt = self.txt_in(cond.context.to(dtype))
         text_tokens = txt.shape[1]  # the base network's text length
