@@ -267,10 +267,18 @@ class FluxControl:
 
 
 def _sum_lists(a: tuple[Tensor | None, ...], b: tuple[Tensor | None, ...]) -> tuple[Tensor | None, ...]:
-    """ComfyUI's ``control_merge``: position by position the earlier sum plus the later net's."""
+    """ComfyUI's ``control_merge``: position by position the earlier sum plus the later net's (one
+    sum per pair of shared tensors, so two spread nets hold no more sums than they have outputs)."""
     out: list[Tensor | None] = []
+    sums: dict[tuple[int, int], Tensor] = {}
     for i in range(max(len(a), len(b))):
         p = a[i] if i < len(a) else None
         n = b[i] if i < len(b) else None
-        out.append(n if p is None else p if n is None else p + n)
+        if p is None or n is None:
+            out.append(n if p is None else p)
+            continue
+        pair = (id(p), id(n))
+        if pair not in sums:
+            sums[pair] = p + n
+        out.append(sums[pair])
     return tuple(out)

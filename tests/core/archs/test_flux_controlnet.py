@@ -198,6 +198,9 @@ def test_spreading_and_adding_follow_comfyui() -> None:
     joint = torch.zeros(1, 7, 1)  # 3 text tokens, 2 picture tokens, 2 reference tokens
     assert merged.patches().block(joint, Site("single", 0))[0, :, 0].tolist() == [0, 0, 0, 4, 4, 0, 0]
     assert merged.patches().block(joint, Site("single", 1)) is joint
+    spread_a, spread_b = spread(outs, 19, True), spread(outs[:2], 19, True)
+    both = FluxControl(spread_a, (), 0).merged(FluxControl(spread_b, (), 0))
+    assert len({id(t) for t in both.double}) == 4  # a sum per pair of shared outputs, not per block
 
 
 def test_an_inpainting_controlnet_is_refused_in_words(tmp_path: Path) -> None:
