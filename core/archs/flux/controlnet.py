@@ -140,6 +140,21 @@ class FluxControlNet(nn.Module):
         tokens = pack_latents(hint)
         return tokens.expand(batch, -1, -1) if tokens.shape[0] == 1 else tokens
 
+    def with_mode(self, txt: Tensor, control_type: int | None) -> Tensor:
+        """A union net's control type as one more text token in front (none without a type)."""
+        if self.controlnet_mode_embedder is None or control_type is None:
+            return txt
+        modes = self.config.union_modes
+        if not 0 <= control_type < modes:
+            raise ModelMismatchError(
+                f"this union ControlNet has {modes} control types, not type {control_type}",
+                why="the type indexes the net's own embedding of its types",
+                fix="Choose one of its first types, or none",
+                code="bad_argument",
+            )
+        mode = self.controlnet_mode_embedder(torch.tensor([control_type], device=txt.device)).to(txt.dtype)
+        return torch.cat((mode[None].expand(txt.shape[0], -1, -1), txt), dim=1)
+
     def forward(
         self, x: Tensor, hint: Tensor, timesteps: Tensor, cond: Conditioning, control_type: int | None = None
     ) -> FluxControl:
@@ -162,10 +177,7 @@ class FluxControlNet(nn.Module):
         vec = vec + self.vector_in(cond.pooled.to(dtype))
         txt = self.txt_in(cond.context.to(dtype))
         text_tokens = txt.shape[1]  # the base network's text length
-        if self.controlnet_mode_embedder is not None and control_type is not None:
-            index = torch.tensor([control_type], device=x.device)
-            mode = self.controlnet_mode_embedder(index).to(dtype)
-            txt = torch.cat((mode[None].expand(b, -1, -1), txt), dim=1)
+        txt = self.with_mode(txt, control_type)
         img_ids = make_img_ids(b, h, w, device=x.device)
         ids = joint_ids(make_txt_ids(b, txt.shape[1], device=x.device), img_ids, b)
         pe = rope(ids, self.config.flux.axes_dim, self.config.flux.theta)

@@ -132,6 +132,8 @@ def test_a_union_net_without_a_type_runs_without_the_mode_token(union: tuple[Any
     d0, d1, d2 = none.double[0], typed[0].double[0], typed[1].double[0]
     assert d0 is not None and d1 is not None and d2 is not None
     assert float((d0 - d1).abs().max()) > 1e-3 and float((d1 - d2).abs().max()) > 1e-3
+    with pytest.raises(ModelMismatchError, match="7 control types"):
+        ours.control(ControlInput(x, t, cond, t, hint, control_type=7))
 
 
 def _xlabs() -> FluxControlNet:
