@@ -159,9 +159,14 @@ def parse_blocks(text: str, limits: NumberRange) -> tuple[tuple[str, float], ...
 
 def parse_controlnet(text: str) -> ControlNetUse:
     """``FILE:HINT[:STRENGTH[:START:END]]`` (``--controlnet``), or ``FILE:PICTURE:PREPROCESSOR[...]``
-    (the hint made from PICTURE when the generation runs). Windows drive letters (``C:\\...``) stay
-    part of the paths."""
+    (the hint made from PICTURE when the generation runs); a union ControlNet's control type as one
+    more part ``type=NAME`` anywhere after the paths (as a LoRA's ``lbw=``). Windows drive letters
+    (``C:\\...``) stay part of the paths."""
     parts = _split_paths(text)
+    control_type = None
+    typed = [i for i, p in enumerate(parts) if i >= 2 and p.strip().lower().startswith("type=")]
+    if typed:
+        control_type = parts.pop(typed[0]).strip()[5:].strip().lower() or None
     preprocessor = None
     if len(parts) >= 3 and preprocessor_named(parts[2]) is not None:
         preprocessor = preprocessor_named(parts.pop(2))
@@ -177,7 +182,7 @@ def parse_controlnet(text: str) -> ControlNetUse:
     nums = [r.parse(v) for r, v in zip(ranges, parts[2:], strict=False)]
     strength = nums[0] if nums else 1.0
     start, end = (nums[1], nums[2]) if len(nums) == 3 else (0.0, 1.0)
-    return ControlNetUse(Path(parts[0]), Path(parts[1]), strength, start, end, preprocessor)
+    return ControlNetUse(Path(parts[0]), Path(parts[1]), strength, start, end, preprocessor, control_type)
 
 
 def parse_patch_argument(text: str) -> GuidancePatch:

@@ -2,7 +2,7 @@
 [--negative N] [--lora FILE[:MODEL[:CLIP]]]... [--seed S] [--steps N] [--cfg X] [--sampler NAME]
 [--scheduler NAME] [--size WxH] [--batch B] [--init IMAGE [--mask MASK] --denoise D]
 [--init IMAGE --outpaint LEFT,TOP,RIGHT,BOTTOM [--feather N]] [--reference PICTURE]...
-[--controlnet FILE:HINT[:STRENGTH[:START:END]]]... [--refiner FILE [--refiner-switch F]]
+[--controlnet FILE:HINT[:STRENGTH[:START:END]][:type=NAME]]... [--refiner FILE [--refiner-switch F]]
 [--hires-scale S --hires-denoise D [--hires-steps N] [--hires-upscaler METHOD_OR_FILE]]
 [--patch NAME[:ARG=VALUE,...]]... [--lora-schedule NAME=MULT@START,...]...
 [--region [negative:]X,Y,W,H[:STRENGTH][@START-END]=PROMPT]... [--regions FILE]

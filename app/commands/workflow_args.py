@@ -19,9 +19,10 @@ def add_workflow_arguments(p: argparse.ArgumentParser) -> None:
     add_hires_arguments(p)
     p.add_argument(
         "--controlnet", action="append", default=[],
-        metavar="FILE:HINT[:PREPROCESSOR][:STRENGTH[:START:END]]",
+        metavar="FILE:HINT[:PREPROCESSOR][:STRENGTH[:START:END]][:type=NAME]",
         help="a ControlNet and its hint picture (repeatable; ComfyUI's ControlNetApplyAdvanced); with a "
-        "preprocessor (canny, lineart, softedge, depth) the hint is made from that picture",
+        "preprocessor (canny, lineart, softedge, depth) the hint is made from that picture; type=NAME "
+        "picks a union ControlNet's control type (e.g. type=depth)",
     )  # fmt: skip
     p.add_argument(
         "--preprocessor-model", action="append", default=[], metavar="FILE",

@@ -38,6 +38,7 @@ from PySide6.QtWidgets import (
 
 from app.gui.hint_preprocessor import PreprocessorPick
 from app.gui.widgets import ElidedLabel
+from core.archs.catalog import controlnet_types
 from core.detect.catalog import controlnet_fits
 from core.generate.workflow_request import ControlNetUse
 from core.generate.workflows import ControlNetParameters
@@ -47,6 +48,11 @@ MODELS = "Models (*.safetensors *.sft *.ckpt *.pt *.pth *.bin)"
 PICTURES = "Pictures (*.png *.jpg *.jpeg *.webp)"
 NONE = "none"
 _TOOLTIP = Qt.ItemDataRole.ToolTipRole
+_AUTO = "auto"
+_TYPE_TIP = (
+    "A union ControlNet's control type (auto: none given, as ComfyUI's). A ControlNet of this kind "
+    "that is no union net refuses a type when the picture is made"
+)
 #: library ControlNets that do not fit the loaded model, with the family each is for
 Unfit = tuple[tuple[Path, str], ...]
 
@@ -200,10 +206,15 @@ class ControlNetRow(QWidget):
         self.hint.changed.connect(self.pre.set_picture)
         self.strength = _spin(1.0, 10.0)
         self.start, self.end = _spin(0.0), _spin(1.0)
+        self.control_type = QComboBox(toolTip=_TYPE_TIP)  # a union ControlNet's type
+        self.type_label = QLabel("type", objectName="muted")
         numbers = QHBoxLayout()
         for label, w in (("weight", self.strength), ("start", self.start), ("end", self.end)):
             numbers.addWidget(QLabel(label, objectName="muted"))
             numbers.addWidget(w)
+        numbers.addWidget(self.type_label)
+        numbers.addWidget(self.control_type)
+        self.set_types(())
         grid = QGridLayout(self)
         grid.setContentsMargins(0, 0, 0, 0)
         grid.setVerticalSpacing(2)
@@ -217,13 +228,28 @@ class ControlNetRow(QWidget):
         grid.addLayout(numbers, 3, 0, 1, 3)
         grid.setColumnStretch(1, 1)
 
+    def set_types(self, types: tuple[str, ...]) -> None:
+        """The union control types the chosen file's kind offers (none: the choice is hidden); the
+        type chosen now stays chosen when it is among them."""
+        current = self.control_type.currentText()
+        self.control_type.clear()
+        self.control_type.addItems([_AUTO, *types])
+        self.control_type.setCurrentText(current if current in types else _AUTO)
+        self.control_type.setVisible(bool(types))
+        self.type_label.setVisible(bool(types))
+
+    @property
+    def chosen_type(self) -> str | None:
+        text = self.control_type.currentText()
+        return None if self.control_type.isHidden() or text in ("", _AUTO) else text
+
     def use(self) -> ControlNetUse | None:
         """The row as the request takes it; None until both the file and the hint are chosen."""
         if self.controlnet.path is None or self.hint.path is None:
             return None
         return ControlNetUse(
             self.controlnet.path, self.hint.path, self.strength.value(), self.start.value(), self.end.value(),
-            self.pre.name,
+            self.pre.name, self.chosen_type,
         )  # fmt: skip
 
     def show_parameters(self, p: ControlNetParameters) -> None:
@@ -233,6 +259,9 @@ class ControlNetRow(QWidget):
         self.pre.set_name(preprocessor_named(p.module))  # A1111's depth_anything_v2 is depth
         self.start.setValue(p.start)
         self.end.setValue(p.end)
+        if p.control_type and self.control_type.findText(p.control_type) < 0:
+            self.control_type.addItem(p.control_type)
+        self.control_type.setCurrentText(p.control_type or _AUTO)
         current = self.controlnet.path
         if not self.controlnet.select_named(p.model) and (current is None or current.stem != p.model):
             self.controlnet.set_path(None)
@@ -265,9 +294,11 @@ class ControlNetList(QWidget):
 
     def add_row(self) -> ControlNetRow:
         row = ControlNetRow()
+        row.controlnet.combo.currentIndexChanged.connect(lambda _=0, r=row: self._types_of(r))
         row.controlnet.set_choices(*self._split())
         if self.maker is not None:
             row.pre.set_maker(self.maker)
+        self._types_of(row)
         row.remove_requested.connect(self.remove_row)
         self.rows.append(row)
         self.column.addWidget(row)
@@ -321,6 +352,11 @@ class ControlNetList(QWidget):
         fit, unfit = self._split()
         for row in self.rows:
             row.controlnet.set_choices(fit, unfit)
+            self._types_of(row)
+
+    def _types_of(self, row: ControlNetRow) -> None:
+        path = row.controlnet.path
+        row.set_types(controlnet_types(self.families.get(path)) if path is not None else ())
 
     def uses(self) -> tuple[ControlNetUse, ...]:
         """Every complete row, top to bottom (a row missing its file or hint is left out)."""

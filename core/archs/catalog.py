@@ -77,6 +77,12 @@ def controlnet_loader(family: str | None, layout: str | None) -> ControlNetLoade
     return next((c for c in CONTROLNETS if c.accepts(family, layout)), None)
 
 
+def controlnet_types(family: str | None) -> tuple[str, ...]:
+    """The union control types the package kinds loading ControlNets of ``family`` name (a
+    ControlNet of that family may still be no union net: loading it tells)."""
+    return next((c.control_types for c in CONTROLNETS if family in c.families and c.control_types), ())
+
+
 def net_for(family: str) -> DiffusionNet:
     """The network a generating family's record names (refused in words for one that cannot)."""
     spec = diffusion_spec(family)

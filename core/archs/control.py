@@ -132,10 +132,11 @@ class BorrowsBase(Protocol):
 #: ``build(shapes, detection)``: the module on the meta device for a file whose tensors have these
 #: shapes (key -> shape); a ``ValueError`` / ``KeyError`` says why the file is not one
 BuildControl = Callable[[Mapping[str, tuple[int, ...]], "Detection"], ControlModule]
-#: ``key_map(module)``: the module's state-dict key -> the file's key (None: the same names)
-ControlKeys = Callable[[Any], Mapping[str, str]]
-#: ``key_rows(module)``: the file tensors each module tensor is made of (concatenated along dim 0:
-#: a fused ``qkv`` from diffusers' ``to_q``/``to_k``/``to_v``); used instead of ``key_map``
+#: ``key_map(module)``: the module's state-dict key -> the file's key (None: the same names), or the
+#: file's keys whose tensors are concatenated along dim 0 to make it (diffusers' separate q, k, v)
+ControlKeys = Callable[[Any], Mapping[str, str | tuple[str, ...]]]
+#: ``key_rows(module)``: the file tensors each module tensor is made of, as the diffusion models'
+#: key rows (a fused ``qkv`` from diffusers' ``to_q``/``to_k``/``to_v``); used instead of ``key_map``
 ControlKeyRows = Callable[[Any], "tuple[KeyMapping, ...] | None"]
 
 

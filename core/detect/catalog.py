@@ -119,6 +119,10 @@ def refiner_follows(family: str) -> bool:
 #: names for the ControlNet files made for it. The UNet ControlNets load through
 #: ``core.loading.controlnet``; every other one through its architecture package's ``CONTROLNETS``
 #: loader (``core.archs.catalog.CONTROLNETS``; a test holds the two together).
+#: FLUX.1 ControlNets (InstantX / Shakker-Labs, XLabs) are detected as these, by their guidance
+#: embedding; either fits every FLUX.1 model (dev, schnell, Kontext, Fill), the net computing its own
+#: guidance embedding. Not Chroma (the LoRA group "flux" too): it has no pooled CLIP-L vector to give one
+FLUX_CONTROLNETS = ("flux-dev", "flux-schnell")
 CONTROLNETS_FOR: dict[str, tuple[str, ...]] = {
     "sd1": ("sd1",),
     "sd2": ("sd2",),
@@ -132,6 +136,7 @@ CONTROLNETS_FOR: dict[str, tuple[str, ...]] = {
     "sd3": ("sd3",),
     "sd3.5-medium": ("sd3.5-medium", "sd3"),
     "sd3.5-large": ("sd3.5-large",),
+    **{family: FLUX_CONTROLNETS for family in ("flux-dev", "flux-schnell", "flux-kontext", "flux-fill")},
 }
 #: the UNet families among them (their ControlNets copy the UNet's input side)
 UNET_CONTROLNETS = ("sd1", "sd2", "sdxl")

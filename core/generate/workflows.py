@@ -82,14 +82,22 @@ def _num(v: float) -> str:
 
 
 def controlnet_parameter(
-    index: int, name: str, use_strength: float, start: float, end: float, module: str | None = None
+    index: int,
+    name: str,
+    use_strength: float,
+    start: float,
+    end: float,
+    module: str | None = None,
+    control_type: str | None = None,
 ) -> tuple[str, str]:
     """A1111's sd-webui-controlnet infotext item: ``ControlNet 0: "Module: canny, Model: ..., ..."``
-    (``Module: none``: the hint was given ready-made)."""
+    (``Module: none``: the hint was given ready-made); a union net's type as ``Control Type``."""
     text = (
         f"Module: {module or 'none'}, Model: {name}, Weight: {_num(use_strength)}, "
         f"Resize Mode: Crop and Resize, Guidance Start: {_num(start)}, Guidance End: {_num(end)}"
     )
+    if control_type:
+        text += f", Control Type: {control_type}"
     return f"ControlNet {index}", text
 
 
@@ -118,7 +126,9 @@ def _controlnets(
     made.contribution.files = tuple(net.path for net in loaded)
     made.contribution.parameters = dict(
         # sd-webui-controlnet names a model with the first 8 hex digits of its sha256
-        controlnet_parameter(i, named(Path(u.path), 8), u.strength, u.start, u.end, u.preprocessor)
+        controlnet_parameter(
+            i, named(Path(u.path), 8), u.strength, u.start, u.end, u.preprocessor, u.control_type
+        )
         for i, u in enumerate(uses)
     )
     stack = made.stack.nets
@@ -342,6 +352,7 @@ class ControlNetParameters:
     start: float
     end: float
     module: str = "none"  # the preprocessor that made the hint ("none": given ready-made)
+    control_type: str | None = None  # a union ControlNet's type
 
 
 def controlnets_in(extra: dict[str, str]) -> tuple[ControlNetParameters, ...]:
@@ -360,6 +371,7 @@ def controlnets_in(extra: dict[str, str]) -> tuple[ControlNetParameters, ...]:
                 float(fields.get("Guidance Start", "0")),
                 float(fields.get("Guidance End", "1")),
                 fields.get("Module", "none") or "none",
+                fields.get("Control Type") or None,
             )
         except (KeyError, ValueError):
             continue

@@ -220,12 +220,11 @@ def _load_packaged(index: TensorIndex, det: Detection, opts: LoadOptions) -> Loa
     lazy = LazyTensors(list(index.tensors), _Source(index).get, "")
     if rows is not None:  # module tensors fused from several of the file's
         found, get = _rows_layout(name, det, rows, meta, lazy)
-    else:
+    else:  # one file tensor per module tensor, or several joined along dim 0 (diffusers' q, k, v)
         keys = dict(kind.key_map(module)) if kind.key_map is not None else None
         to_file = keys if keys is not None else {k: k for k in module.state_dict(keep_vars=True)}
-        from_file = {v: k for k, v in to_file.items()}
-        found = {from_file.get(k, k): tuple(v.shape) for k, v in meta.items()}
-        get = lambda key: lazy[to_file[key]]  # noqa: E731 - read one tensor when it is assigned
+        found = _found_shapes({k: tuple(v.shape) for k, v in meta.items()}, to_file)
+        get = lambda key: _joined(lazy, to_file[key])  # noqa: E731 - read one tensor when it is assigned
     _refuse_other_layout(name, det, compare_layout(expected_layout(module), found))
     assign_weights(
         module,
@@ -239,7 +238,9 @@ def _load_packaged(index: TensorIndex, det: Detection, opts: LoadOptions) -> Loa
     )
     module.eval()
     layout = det.layout or "original"
-    return LoadedControlNet(index.path, det.family or "", layout, module, kind.control_types)
+    # a kind's control types are its union files' (a module without a union embedding has none)
+    types = kind.control_types if getattr(module, "union", True) else ()
+    return LoadedControlNet(index.path, det.family or "", layout, module, types)
 
 
 def _rows_layout(
@@ -270,3 +271,29 @@ def _rows_layout(
         return merge_tensors(row, [lazy[k] for k in row.diffusers])
 
     return found, get
+
+
+def _found_shapes(
+    shapes: Mapping[str, tuple[int, ...]], to_file: Mapping[str, str | tuple[str, ...]]
+) -> dict[str, tuple[int, ...]]:
+    """The file's shapes under the module's keys (tensors joined along dim 0 where the key map
+    joins them); file keys no module key takes keep their names (unexpected)."""
+    found: dict[str, tuple[int, ...]] = {}
+    used: set[str] = set()
+    for mkey, fkeys in to_file.items():
+        parts = (fkeys,) if isinstance(fkeys, str) else fkeys
+        if all(p in shapes for p in parts):
+            first = shapes[parts[0]]
+            rest = {shapes[p][1:] for p in parts}
+            joined = (sum(shapes[p][0] for p in parts), *first[1:]) if len(rest) == 1 else (-1,)
+            found[mkey] = joined
+            used.update(parts)
+    found.update({k: v for k, v in shapes.items() if k not in used})
+    return found
+
+
+def _joined(lazy: Mapping[str, torch.Tensor], keys: str | tuple[str, ...]) -> torch.Tensor:
+    """A module tensor from the file: one tensor (zero-copy) or several concatenated."""
+    if isinstance(keys, str):
+        return lazy[keys]
+    return torch.cat([lazy[k] for k in keys], dim=0)

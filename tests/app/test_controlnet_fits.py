@@ -13,6 +13,7 @@ from pytestqt.qtbot import QtBot
 from app.gui.generate_panel import GeneratePanel
 from core.detect.catalog import controlnet_family_for, controlnet_fits
 from core.detect.spec import NO_MODEL_DEFAULTS
+from core.generate.workflows import ControlNetParameters
 
 
 @pytest.fixture
@@ -128,3 +129,40 @@ def test_sd3_controlnets_are_offered_for_the_sd3_models_they_fit(
     ]
     assert not controlnet_fits("sd3", "flux-dev") and not controlnet_fits("sd3.5-large", "sd3.5-medium")
     assert controlnet_family_for("sd3.5-large") == "sd3.5-large" and controlnet_family_for("sd3") == "sd3"
+
+
+def test_flux_controlnets_are_offered_for_every_flux1_model(panel: GeneratePanel, tmp_path: Path) -> None:
+    """InstantX / XLabs files (detected as flux-dev, or flux-schnell without a guidance embedding)
+    fit every FLUX.1 model, by the table the engine's check reads; an SDXL one does not."""
+    union, xlabs, canny = (
+        tmp_path / n for n in ("union.safetensors", "xlabs.safetensors", "canny.safetensors")
+    )
+    nets = panel.workflows.controlnets
+    nets.set_choices((union, xlabs, canny), {union: "flux-dev", xlabs: "flux-schnell", canny: "sdxl"})
+    for model in ("flux-dev", "flux-schnell", "flux-kontext", "flux-fill"):
+        panel.set_family(model, NO_MODEL_DEFAULTS)
+        offered = [("none", True), ("union", True), ("xlabs", True), ("", False), ("canny (for sdxl)", False)]
+        assert _listed(nets.rows[0].controlnet.combo) == offered, model
+    panel.set_family("sdxl", NO_MODEL_DEFAULTS)
+    assert ("union (for flux-dev)", False) in _listed(nets.rows[0].controlnet.combo)
+    assert not controlnet_fits("flux-dev", "flux2-dev") and not controlnet_fits("flux-dev", "chroma")
+
+
+def test_a_flux_rows_union_type_is_chosen_and_read_back(panel: GeneratePanel, tmp_path: Path) -> None:
+    union, canny, hint = (tmp_path / n for n in ("union.safetensors", "canny.safetensors", "h.png"))
+    nets = panel.workflows.controlnets
+    nets.set_choices((union, canny), {union: "flux-dev", canny: "sd1"})
+    row = nets.rows[0]
+    row.controlnet.set_path(canny)
+    assert row.control_type.isHidden()  # an SD1 ControlNet has no types
+    row.controlnet.set_path(union)
+    assert not row.control_type.isHidden()
+    assert [row.control_type.itemText(i) for i in range(4)] == ["auto", "canny", "tile", "depth"]
+    row.hint.set_path(hint)
+    use = row.use()
+    assert use is not None and use.control_type is None  # auto
+    row.control_type.setCurrentText("depth")
+    use = row.use()
+    assert use is not None and use.control_type == "depth"
+    row.show_parameters(ControlNetParameters("union", 0.5, 0.0, 1.0, control_type="pose"))
+    assert row.chosen_type == "pose"

@@ -74,6 +74,15 @@ def test_controlnet_arguments_keep_windows_drive_letters() -> None:
     )
 
 
+def test_a_union_controlnets_type_is_one_more_part_anywhere_after_the_paths() -> None:
+    assert parse_controlnet("u.safetensors:h.png:type=depth") == ControlNetUse(
+        Path("u.safetensors"), Path("h.png"), control_type="depth"
+    )
+    assert parse_controlnet(r"C:\u.safetensors:D:\h.png:canny:0.7:Type=Low Quality:0:0.5") == ControlNetUse(
+        Path(r"C:\u.safetensors"), Path(r"D:\h.png"), 0.7, 0.0, 0.5, "canny", "low quality"
+    )
+
+
 def test_the_device_left_out_is_a_macs_gpu_where_there_is_one() -> None:
     """A Mac's command line computed on the CPU unless told (the default was "cpu")."""
     from app.cli import build_parser
