@@ -131,7 +131,7 @@ def test_a_grid_axis_keeps_its_own_values_over_the_family_record() -> None:
     request = _request(build_parser().parse_args(base))
     grid = cells(request, Axis("steps", (3, 5)))
     assert [c.request.image.sampling.steps for c in grid] == [3, 5]
-    assert all(c.request.family_defaults == ("sampler", "scheduler") for c in grid)
+    assert all(c.request.family_defaults == ("sampler", "scheduler", "patches") for c in grid)
     image = with_family_defaults(
         grid[0].request.image, generation_defaults("z-image"), grid[0].request.family_defaults
     )
