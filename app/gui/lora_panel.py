@@ -67,6 +67,11 @@ class LoraCard(QFrame):
         head = QHBoxLayout()
         head.addWidget(self.enabled)
         head.addWidget(self.name, 1)
+        # the options row (prompt, block weights) folds away: the strengths stay in view on a laptop
+        self.more = QToolButton(toolTip="Where the LoRA acts and its block weights", autoRaise=True)
+        self.more.setText("⋯")
+        self.more.setCheckable(True)
+        head.addWidget(self.more)
         for name, tip, slot in (
             ("up", "Move up (applied first)", lambda: panel.move(self.lora_id, -1)),
             ("down", "Move down", lambda: panel.move(self.lora_id, 1)),
@@ -77,6 +82,8 @@ class LoraCard(QFrame):
             button.clicked.connect(slot)
             head.addWidget(button)
         self.options = LoraOptionsRow(lambda lbw, on: panel.stack.set_options(self.lora_id, lbw, on))
+        self.options.setVisible(False)
+        self.more.toggled.connect(self.options.setVisible)
         grid = QVBoxLayout()
         grid.setContentsMargins(0, 0, 0, 0)
         grid.addWidget(self.model)
@@ -118,6 +125,8 @@ class LoraCard(QFrame):
         self.setProperty("disabledLora", not info.enabled)
         self._show_trained(info.trained_scale)
         self.options.show_options(self.panel.info.model_family, info.block_weights, info.on)
+        if info.on is not None or info.block_weights:
+            self.more.setChecked(True)  # options that are set are shown
 
     def _show_trained(self, scales: tuple[TrainedScale, ...]) -> None:
         self.trained_scale = scales

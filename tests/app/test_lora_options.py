@@ -8,6 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import torch
+from PySide6.QtCore import Qt
 
 from app.demo import DemoLibrary
 from app.gui.lora_options import NO_BLOCKS
@@ -26,6 +27,9 @@ def test_the_card_sets_the_prompt_and_block_weights_and_a_picture_brings_them(
         window.backend.add_lora(demo_library.lora, 0.8, 0.8)
     (card,) = window.lora_panel.cards.values()
     row = card.options
+    assert not row.isVisible()  # folded away until asked for (or set)
+    qtbot.mouseClick(card.more, Qt.MouseButton.LeftButton)
+    assert row.isVisible()
     assert row.on.currentData() is None and row.blocks.currentText() == NO_BLOCKS
     assert row.blocks.findText("INS") >= 0  # the SD1 table's presets
 
