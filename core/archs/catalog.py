@@ -19,6 +19,7 @@ from torch import nn
 
 import core.archs
 from core.archs.blocks import BlockTable
+from core.archs.image_encoders import ImageEncoderArchitecture
 from core.archs.layouts import Architecture
 from core.archs.protocols import DiffusionNet, LatentCodec, TextConvention
 from core.archs.references import ReferenceConvention
@@ -51,6 +52,13 @@ BLOCKS: Registry[BlockTable] = Registry("block table", _parts("BLOCKS"))
 REFERENCES: Registry[ReferenceConvention] = Registry("reference convention", _parts("REFERENCES"))
 #: the loading records (file layouts) of text encoders that live in packages (the decoder LLMs)
 ENCODER_ARCHITECTURES: tuple[Architecture, ...] = tuple(_parts("ENCODER_ARCHITECTURES"))
+#: the image encoders (vision towers image prompts read: a package's ``IMAGE_ENCODER``)
+IMAGE_ENCODERS: Registry[ImageEncoderArchitecture] = Registry("image encoder", _parts("IMAGE_ENCODER"))
+
+
+def image_encoder_for(family: str | None) -> ImageEncoderArchitecture | None:
+    """The image encoder package that builds ``family`` (None: none does)."""
+    return next((a for a in IMAGE_ENCODERS if family in a.families), None)
 
 
 def find_in_packages(module: str, name: str) -> Any:

@@ -14,9 +14,11 @@ Kind = Literal[
     "controlnet",
     "upscale_model",
     "embedding",
+    "image_encoder",
+    "ip_adapter",
     "unknown",
 ]
-Role = Literal["diffusion_model", "vae", "text_encoder"]
+Role = Literal["diffusion_model", "vae", "text_encoder", "image_encoder"]
 
 #: each kind with its article, as a sentence says it ("is a LoRA", "is an upscale model")
 _KIND_PHRASES = {
@@ -28,6 +30,8 @@ _KIND_PHRASES = {
     "controlnet": "a ControlNet",
     "upscale_model": "an upscale model",
     "embedding": "an embedding",
+    "image_encoder": "an image encoder (CLIP vision)",
+    "ip_adapter": "an IP-Adapter",
     "unknown": "a file of a kind Loadout does not recognise",
 }
 
