@@ -125,6 +125,11 @@ CONTROLNET_STRENGTH = NumberRange("a ControlNet strength", 0.0, 10.0, hint="Give
 CONTROLNET_PERCENT = NumberRange(
     "a ControlNet start/end percent", 0.0, 1.0, hint="0 is the first step, 1 the last: e.g. 0:0.6"
 )
+#: ComfyUI_IPAdapter_plus's IPAdapterAdvanced: weight -1..5, start/end percent 0..1
+IP_ADAPTER_WEIGHT = NumberRange("an IP-Adapter weight", -1.0, 5.0, hint="Give e.g. 0.8 (0 switches it off)")
+IP_ADAPTER_PERCENT = NumberRange(
+    "an IP-Adapter start/end percent", 0.0, 1.0, hint="0 is the first step, 1 the last: e.g. 0-0.8"
+)
 REFINER_SWITCH = NumberRange(
     "the refiner switch", 0.0, 0.99, lo_open=True, hint="Give a fraction between 0 and 1, e.g. 0.8"
 )

@@ -19,7 +19,7 @@ from torch import nn
 
 import core.archs
 from core.archs.blocks import BlockTable
-from core.archs.image_encoders import ImageEncoderArchitecture
+from core.archs.image_encoders import ImageEncoderArchitecture, ImagePromptAdapter
 from core.archs.layouts import Architecture
 from core.archs.protocols import DiffusionNet, LatentCodec, TextConvention
 from core.archs.references import ReferenceConvention
@@ -54,6 +54,12 @@ REFERENCES: Registry[ReferenceConvention] = Registry("reference convention", _pa
 ENCODER_ARCHITECTURES: tuple[Architecture, ...] = tuple(_parts("ENCODER_ARCHITECTURES"))
 #: the image encoders (vision towers image prompts read: a package's ``IMAGE_ENCODER``)
 IMAGE_ENCODERS: Registry[ImageEncoderArchitecture] = Registry("image encoder", _parts("IMAGE_ENCODER"))
+
+
+#: image-prompt adapters (IP-Adapter: a package's ``IMAGE_PROMPT_ADAPTER``)
+IMAGE_PROMPT_ADAPTERS: Registry[ImagePromptAdapter] = Registry(
+    "image prompt adapter", _parts("IMAGE_PROMPT_ADAPTER")
+)
 
 
 def image_encoder_for(family: str | None) -> ImageEncoderArchitecture | None:

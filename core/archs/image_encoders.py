@@ -13,6 +13,8 @@ from typing import Any, Protocol
 import torch
 from torch import Tensor, nn
 
+from core.models.patches import Site
+
 
 @dataclass(frozen=True)
 class EncodedImage:
@@ -60,3 +62,24 @@ class ImageEncoderArchitecture(Protocol):
         """Pictures [B, 3, H, W] in [0, 1] (float32) -> their encoding, computed on ``device`` in
         ``dtype`` (the op layers bring streamed weights there)."""
         ...
+
+
+class ImagePromptAdapter(Protocol):
+    """An image-prompt adapter's package (IP-Adapter: a package's ``IMAGE_PROMPT_ADAPTER``): its
+    config from a file's shapes, the network, the image projection, each of its cross-attention
+    layers' keys and values, and the diffusion network's attention sites they go to, in order."""
+
+    @property
+    def id(self) -> str: ...
+
+    def configure(self, shapes: Mapping[str, Sequence[int]]) -> Any: ...
+
+    def build(self, config: Any, device: Any, dtype: torch.dtype | None) -> nn.Module: ...
+
+    def project(self, module: nn.Module, embeds: Tensor) -> Tensor: ...
+
+    def key_value(self, module: nn.Module, layer: int, tokens: Tensor) -> tuple[Tensor, Tensor]: ...
+
+    def layers(self, module: nn.Module) -> int: ...
+
+    def sites(self, network: nn.Module) -> tuple[tuple[Site, int], ...]: ...

@@ -5,7 +5,10 @@ The passes, always in this order (:func:`ordered`):
 
 0. **references** (editing): the reference pictures VAE-encoded before the prompts (a plan's
    ``prepare`` steps), their latents in every base sampler's conditioning
-   (:mod:`core.generate.references`);
+   (:mod:`core.generate.references`); then the **image prompts** (IP-Adapter): the pictures
+   encoded and projected before the prompts, their tokens in every base sampler's conditioning
+   and their attention patch a model wrapper on every stage the base model samples
+   (:mod:`core.generate.ip_adapter`);
 1. **start** (txt2img / img2img): Empty Latent Image or VAEEncode, then a KSampler stage;
 2. **mask** (inpainting): SetLatentNoiseMask on the start latent (carried by every later stage, as
    ComfyUI's LATENT carries ``noise_mask``), and an inpainting model's extra input channels;
@@ -81,6 +84,29 @@ class References:
 NO_REFERENCES = References()
 
 
+@dataclass(frozen=True)
+class ImagePrompts:
+    """The image prompts' tokens (IP-Adapter's projected pictures, one ``[1, tokens, width]`` per
+    adapter in order): the positive prompt's conditioning carries the pictures', the negative's
+    the empty picture's (ComfyUI_IPAdapter_plus's ``cond`` and ``uncond``)."""
+
+    positive: tuple[Tensor, ...] = ()
+    negative: tuple[Tensor, ...] = ()
+
+    def attach(
+        self, positive: Conditioning, negative: Conditioning | None
+    ) -> tuple[Conditioning, Conditioning | None]:
+        if not self.positive:
+            return positive, negative
+        positive = replace(positive, image_prompts=positive.image_prompts + self.positive)
+        if negative is not None:
+            negative = replace(negative, image_prompts=negative.image_prompts + self.negative)
+        return positive, negative
+
+
+NO_IMAGE_PROMPTS = ImagePrompts()
+
+
 @dataclass
 class Run:
     """What every stage of one generation shares."""
@@ -97,6 +123,8 @@ class Run:
     references: References = NO_REFERENCES
     #: more patches of every base stage, made for its size (regions)
     stage_patches: tuple[StagePatches, ...] = ()
+    #: the image prompts' tokens the base model's samplers take (filled by their pass)
+    image_prompts: ImagePrompts = NO_IMAGE_PROMPTS
 
 
 class StagePatches(Protocol):
@@ -145,7 +173,8 @@ class KSample:
         )
         run.timings.text_encode += time.perf_counter() - t0
         run.missing += missing
-        return refs.attach(positive, negative)
+        positive, negative = refs.attach(positive, negative)
+        return run.image_prompts.attach(positive, negative) if self.pipeline is None else (positive, negative)
 
     def __call__(self, latent: Latent | None, run: Run) -> Latent:
         pipe, hooks = self.pipeline or run.pipeline, self.hooks or run.hooks
@@ -217,7 +246,10 @@ class Pass(Protocol):
 
 
 #: the passes' order in every plan
-ORDER = ("references", "start", "mask", "controlnets", "guidance", "regions", "schedules", "hires", "refiner")
+ORDER = (
+    "references", "image_prompts", "start", "mask", "controlnets", "guidance", "regions", "schedules",
+    "hires", "refiner",
+)  # fmt: skip
 
 
 @dataclass

@@ -12,7 +12,7 @@ from core.detect.prediction import PREDICTIONS
 from core.errors import LoadoutError
 from core.generate.hires_settings import HiresFix
 from core.generate.outpaint_settings import Outpaint
-from core.generate.workflow_request import ControlNetUse, RefinerUse
+from core.generate.workflow_request import ControlNetUse, IpAdapterUse, RefinerUse
 from core.guidance import GuidancePatch
 from core.patching.merge import LoraArg
 from core.patching.schedule import LoraSchedule
@@ -101,6 +101,8 @@ class ImageSettings:
     references: tuple[Path, ...] = ()
     #: parts of the picture drawn from their own prompts (core/regions), beside the prompt
     regions: tuple[Region, ...] = ()
+    #: image prompts (IP-Adapter on SD1.5/SDXL: core/generate/ip_adapter.py), applied in order
+    ip_adapters: tuple[IpAdapterUse, ...] = ()
 
     def __post_init__(self) -> None:
         problems = self.sampling.problems()
@@ -142,10 +144,11 @@ class ImageSettings:
 
     @property
     def mapped_files(self) -> tuple[Path, ...]:
-        """The model files this generation maps beyond the loaded ones: its ControlNets, the hires
-        fix's upscale model and the refiner (the hint, init, mask and reference pictures are read,
-        not mapped)."""
+        """The model files this generation maps beyond the loaded ones: its ControlNets, its
+        IP-Adapters and their image encoders, the hires fix's upscale model and the refiner (the
+        hint, init, mask, reference and image-prompt pictures are read, not mapped)."""
         paths = [use.path for use in self.controlnets]
+        paths += [p for use in self.ip_adapters for p in (use.path, use.encoder) if p is not None]
         if self.hires is not None and self.hires.model is not None:
             paths.append(self.hires.model)
         if self.refiner is not None:

@@ -10,7 +10,13 @@ from pathlib import Path
 
 from core.errors import LoadoutError
 from core.preprocess import find_preprocessor
-from core.values import CONTROLNET_PERCENT, CONTROLNET_STRENGTH, REFINER_SWITCH
+from core.values import (
+    CONTROLNET_PERCENT,
+    CONTROLNET_STRENGTH,
+    IP_ADAPTER_PERCENT,
+    IP_ADAPTER_WEIGHT,
+    REFINER_SWITCH,
+)
 
 
 def _bad(what: str, why: str, fix: str) -> LoadoutError:
@@ -40,6 +46,31 @@ class ControlNetUse:
             raise _bad(
                 f"ControlNet start {self.start} is after its end {self.end}",
                 "a ControlNet acts from its start percent to its end percent",
+                "Give a start at or before the end",
+            )
+
+
+@dataclass(frozen=True)
+class IpAdapterUse:
+    """One image prompt: the IP-Adapter file, the picture, its weight and the part of the schedule
+    it acts on (ComfyUI_IPAdapter_plus's start_at/end_at), and the image encoder (CLIP vision)
+    file that reads the picture (None: the one found for it, ``core.generate.ip_adapter``)."""
+
+    path: Path
+    picture: Path
+    weight: float = 1.0
+    start: float = 0.0
+    end: float = 1.0
+    encoder: Path | None = None
+
+    def __post_init__(self) -> None:
+        IP_ADAPTER_WEIGHT.check(self.weight)
+        IP_ADAPTER_PERCENT.check(self.start)
+        IP_ADAPTER_PERCENT.check(self.end)
+        if self.start > self.end:
+            raise _bad(
+                f"IP-Adapter start {self.start} is after its end {self.end}",
+                "an image prompt acts from its start percent to its end percent",
                 "Give a start at or before the end",
             )
 

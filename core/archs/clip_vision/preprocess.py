@@ -10,7 +10,6 @@ two differ by a few 1/255 on sharp pictures. Loadout follows ComfyUI.
 
 from __future__ import annotations
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import Tensor
@@ -18,10 +17,6 @@ from torch import Tensor
 MEAN = (0.48145466, 0.4578275, 0.40821073)
 STD = (0.26862954, 0.26130258, 0.27577711)
 
-
-def unit_pixels(rgb: np.ndarray) -> Tensor:
-    """(H, W, 3) uint8 -> [1, 3, H, W] float32 in [0, 1] (ComfyUI's LoadImage, channels first)."""
-    return torch.from_numpy(np.array(rgb)).float().div(255.0).permute(2, 0, 1)[None]
 
 
 def clip_preprocess(pixels: Tensor, size: int = 224) -> Tensor:
