@@ -91,6 +91,7 @@ class Generator:
         if session.loras.stack is not None:
             paths += [e.path for e in session.loras.stack.entries.values()]
         paths += [*self.state.upscalers, *workflows.controlnets.loaded]
+        paths += [*workflows.image_prompts.adapters, *workflows.image_prompts.encoders]
         if workflows.refiner is not None:
             paths.append(workflows.refiner.path)
         return {Path(p).resolve() for p in expand_shards(paths) if p is not None}  # every shard
@@ -114,6 +115,11 @@ class Generator:
         for net in workflows.controlnets.keep_only(set(workflows.controlnets.loaded) - changed):
             names.append(net.path)
             placement.release(net.module)
+        prompts = workflows.image_prompts
+        kept = (set(prompts.adapters) | set(prompts.encoders)) - changed
+        names += [p for p in (*prompts.adapters, *prompts.encoders) if p not in kept]
+        for module in prompts.keep_only(kept):
+            placement.release(module)
         for path in [p for p in self.state.upscalers if Path(p).resolve() in changed]:
             names.append(Path(path))
             placement.release(self.state.upscalers.pop(path).module)

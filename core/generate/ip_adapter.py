@@ -65,8 +65,8 @@ def _title(family: str) -> str:
     return found.title if found is not None else family
 
 
-def check_fits(adapter: LoadedIpAdapter, encoder: LoadedImageEncoder, family: str) -> None:
-    """Refuse, in words, an adapter made for another family or read by another vision tower."""
+def check_family(adapter: LoadedIpAdapter, family: str) -> None:
+    """Refuse, in words, an adapter made for another family."""
     if adapter.family != family:
         raise ModelMismatchError(
             f"{adapter.path.name} is an IP-Adapter for {_title(adapter.family)}, "
@@ -75,6 +75,10 @@ def check_fits(adapter: LoadedIpAdapter, encoder: LoadedImageEncoder, family: st
             fix=f"Use an IP-Adapter made for {_title(family)}",
             code="wrong_ip_adapter",
         )
+
+
+def check_encoder(adapter: LoadedIpAdapter, encoder: LoadedImageEncoder) -> None:
+    """Refuse, in words, an image encoder of another vision tower than the adapter reads."""
     if adapter.encoder is not None and encoder.family != adapter.encoder:
         raise ModelMismatchError(
             f"{adapter.path.name} reads pictures with {_title(adapter.encoder)}, and "
@@ -214,4 +218,11 @@ def encoder_ids() -> tuple[str, ...]:
     return tuple(f for a in IMAGE_ENCODERS for f in a.families)
 
 
-__all__ = ["AppliedIpAdapter", "IpAdapterPass", "IpAdapterStack", "check_fits", "encoder_ids"]
+__all__ = [
+    "AppliedIpAdapter",
+    "IpAdapterPass",
+    "IpAdapterStack",
+    "check_encoder",
+    "check_family",
+    "encoder_ids",
+]

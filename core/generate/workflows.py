@@ -25,6 +25,7 @@ from core.errors import ModelMismatchError
 from core.generate import controlnet as cn
 from core.generate.events import Phase
 from core.generate.hashes import FileHashes
+from core.generate.image_prompts import ImagePromptCache, ip_adapter_pass
 from core.generate.lora_schedule import LoraSchedulePass
 from core.generate.outpaint_settings import outpaint_parameters
 from core.generate.passes import Pass
@@ -56,6 +57,7 @@ class WorkflowState:
     """What the workflows keep between generations of one session."""
 
     controlnets: cn.ControlNetCache = field(default_factory=cn.ControlNetCache)
+    image_prompts: ImagePromptCache = field(default_factory=ImagePromptCache)
     refiner: LoadedRefiner | None = None
 
 
@@ -146,6 +148,11 @@ def prepare(
         made = ReferencePass(pictures, convention_for(parts.family, len(pictures)))
         made.contribution.sample_bytes = _reference_room(session, settings, pipeline, made)
         passes.append(made)
+    uses, cache, family = settings.ip_adapters, state.image_prompts, parts.family
+    prompts, _, names = ip_adapter_pass(session, cache, uses, family, pipeline.sampling, hooks.check, named)
+    parts.names.update(names)
+    if prompts is not None:
+        passes.append(prompts)
     control = _controlnets(session, state, settings, parts, pipeline, hooks.check, named)
     refiner = _refiner(session, state, settings, parts, pipeline, hooks)
     if control is not None:
