@@ -48,8 +48,8 @@ def setup(tmp_path_factory: pytest.TempPathFactory) -> tuple[Any, Any, Networks,
     tower = vision_reference(layers=2, seed=4)
     pipe = diffusers.StableDiffusionPipeline(
         vae=hf_vae, text_encoder=hf_clip, tokenizer=tokenizer, unet=hf_unet,
-        scheduler=discrete_scheduler("euler"), safety_checker=None, feature_extractor=None, image_encoder=None,
-        requires_safety_checker=False,
+        scheduler=discrete_scheduler("euler"), safety_checker=None, feature_extractor=None,
+        image_encoder=None, requires_safety_checker=False,
     )  # fmt: skip
     pipe.set_progress_bar_config(disable=True)
     ip = ip_adapter_file(root / "ipadapter" / "ip-adapter-plus_sd15.safetensors", plus=True, seed=6)
