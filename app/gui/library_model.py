@@ -42,6 +42,8 @@ KIND_TITLES = {
     "text_encoder": "Text encoders",
     "controlnet": "ControlNets",
     "upscale_model": "Upscalers",
+    "image_encoder": "Image encoders",
+    "ip_adapter": "IP-Adapters",
     "embedding": "Embeddings",
     "unknown": "Unknown or unreadable",
 }

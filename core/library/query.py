@@ -21,6 +21,8 @@ KIND_ORDER = (
     "text_encoder",
     "controlnet",
     "upscale_model",
+    "image_encoder",
+    "ip_adapter",
     "embedding",
     "unknown",
 )
