@@ -15,7 +15,7 @@ from core.loading.ip_adapter import load_ip_adapter
 from core.models.patches import NetworkPatches
 from core.sampling.conditioning import Conditioning
 from core.sampling.patches import ModelCall
-from tests.core.image_prompts.ip_files import diffusers_state, ip_adapter_file, unet_pair
+from tests.core.image_prompts.ip_files import diffusers_state, ip_adapter_file, sdxl_unet_pair, unet_pair
 
 diffusers = pytest.importorskip("diffusers")
 
@@ -65,6 +65,31 @@ def test_ip_adapter_unet_equals_diffusers(
     print(f"plus={plus} weight={weight}: max |ours - diffusers| = {err:.1e}")
     assert err < 1e-4
     assert float((out - plain).abs().max()) > 1e-2
+
+
+@pytest.mark.parametrize("plus", [False, True])
+def test_sdxl_width_adapter_with_two_transformer_blocks_equals_diffusers(tmp_path: Path, plus: bool) -> None:
+    hf, ours = sdxl_unet_pair()
+    path = ip_adapter_file(tmp_path / "ip-adapter_sdxl_vit-h.safetensors", plus=plus, sdxl=True)
+    loaded = load_ip_adapter(path)
+    assert (loaded.family, loaded.encoder) == ("sdxl", "clip-vit-h")
+    g = torch.Generator().manual_seed(3)
+    x, t, ctx = (
+        torch.randn(2, 4, 8, 8, generator=g),
+        torch.tensor([600.0, 600.0]),
+        torch.randn(2, 77, 2048, generator=g),
+    )
+    embeds = _embeds(plus, 2)
+    applied = AppliedIpAdapter(loaded, None, None, 0.8, (1e9, 0.0))  # type: ignore[arg-type]
+    with torch.no_grad():
+        tokens = loaded.arch.project(loaded.module, embeds)
+        patch = IpAttention((_Layer(applied, tokens, _order(applied, ours)),))
+        out = ours(x, t, ctx, patches=NetworkPatches(attention=(patch,)))
+        unet = _with_adapter(hf, path, 0.8)
+        theirs = unet(
+            x, t, encoder_hidden_states=ctx, added_cond_kwargs={"image_embeds": [embeds[:, None]]}
+        ).sample
+    assert float((out - theirs).abs().max()) < 1e-4
 
 
 def _with_adapter(hf: Any, path: Path, weight: float) -> Any:
