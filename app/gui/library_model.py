@@ -43,6 +43,8 @@ KIND_TITLES = {
     "controlnet": "ControlNets",
     "upscale_model": "Upscalers",
     "embedding": "Embeddings",
+    "image_encoder": "Image encoders",
+    "style_model": "Style models",
     "unknown": "Unknown or unreadable",
 }
 ENTRY_ROLE = Qt.ItemDataRole.UserRole + 1

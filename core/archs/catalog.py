@@ -19,6 +19,7 @@ from torch import nn
 
 import core.archs
 from core.archs.blocks import BlockTable
+from core.archs.image_prompts import ImageEncoderArchitecture, StyleModelArchitecture
 from core.archs.layouts import Architecture
 from core.archs.protocols import DiffusionNet, LatentCodec, TextConvention
 from core.archs.references import ReferenceConvention
@@ -49,6 +50,10 @@ CODECS: Registry[LatentCodec] = Registry("latent codec", _parts("CODEC"))
 BLOCKS: Registry[BlockTable] = Registry("block table", _parts("BLOCKS"))
 #: how families take reference pictures (a package's ``REFERENCES``; ``DiffusionSpec.references``)
 REFERENCES: Registry[ReferenceConvention] = Registry("reference convention", _parts("REFERENCES"))
+#: image encoders (vision towers image prompts read pictures with) and style models (FLUX Redux), by
+#: family: a package's ``IMAGE_ENCODERS`` / ``STYLE_MODELS``
+IMAGE_ENCODERS: Registry[ImageEncoderArchitecture] = Registry("image encoder", _parts("IMAGE_ENCODERS"))
+STYLE_MODELS: Registry[StyleModelArchitecture] = Registry("style model", _parts("STYLE_MODELS"))
 #: the loading records (file layouts) of text encoders that live in packages (the decoder LLMs)
 ENCODER_ARCHITECTURES: tuple[Architecture, ...] = tuple(_parts("ENCODER_ARCHITECTURES"))
 

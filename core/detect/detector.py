@@ -25,6 +25,7 @@ from core.detect.catalog import REGISTRY
 from core.detect.checkpoint import Slot, split_components
 from core.detect.diffusion import match_controlnet, match_diffusion
 from core.detect.encoders import match_text_encoder, match_vae
+from core.detect.image_prompts import match_image_encoder, match_redux
 from core.detect.keyview import KeyView
 from core.detect.lora import analyze_lora
 from core.detect.lora_alpha import scale_metadata
@@ -318,6 +319,9 @@ def _detect_standalone(memo: Memo, view: KeyView, filename: str | None, meta: Ma
             warnings=cn.warnings,
             fields=dict(cn.fields),
         )
+    prompt = _image_prompt(memo, view)
+    if prompt is not None:
+        return prompt
     roles: tuple[Role, ...] = ("diffusion_model", "vae", "text_encoder")
     for r in roles:
         match, notes = _best(memo, "", r, view, filename, meta)
@@ -342,6 +346,21 @@ def _detect_standalone(memo: Memo, view: KeyView, filename: str | None, meta: Ma
             fields=dict(up.fields),
         )
     return Detection(kind="unknown", warnings=tuple(_candidates(view)))
+
+
+def _image_prompt(memo: Memo, view: KeyView) -> Detection | None:
+    """An image encoder (a vision tower) or a style model (FLUX Redux), or None."""
+    found: list[tuple[Kind, Match | None]] = [
+        ("image_encoder", _once(memo, "image_encoder", lambda: match_image_encoder(view, REGISTRY))),
+        ("style_model", _once(memo, "style_model", lambda: match_redux(view))),
+    ]
+    for kind, match in found:
+        if match is not None:
+            return Detection(
+                kind=kind, family=match.family, variant=match.variant, layout=match.layout,
+                warnings=match.warnings, fields=dict(match.fields),
+            )  # fmt: skip
+    return None
 
 
 def _candidates(view: KeyView) -> list[str]:

@@ -14,6 +14,8 @@ Kind = Literal[
     "controlnet",
     "upscale_model",
     "embedding",
+    "image_encoder",
+    "style_model",
     "unknown",
 ]
 Role = Literal["diffusion_model", "vae", "text_encoder"]
@@ -28,6 +30,8 @@ _KIND_PHRASES = {
     "controlnet": "a ControlNet",
     "upscale_model": "an upscale model",
     "embedding": "an embedding",
+    "image_encoder": "an image encoder",
+    "style_model": "a style model",
     "unknown": "a file of a kind Loadout does not recognise",
 }
 

@@ -22,6 +22,8 @@ KIND_ORDER = (
     "controlnet",
     "upscale_model",
     "embedding",
+    "image_encoder",
+    "style_model",
     "unknown",
 )
 _DIGITS = re.compile(r"(\d+)")

@@ -35,6 +35,7 @@ FOLDER_KINDS = (
     "upscale_models",
     "embeddings",
     "clip_vision",
+    "style_models",
 )
 #: Older ComfyUI folder names that mean the same as a newer one.
 COMFY_ALIASES = {"clip": "text_encoders", "unet": "diffusion_models", "t2i_adapter": "controlnet"}
@@ -56,7 +57,7 @@ COMFY_FOLDERS: tuple[tuple[str, str | None], ...] = (
     ("upscale_models", "upscale_models"),
     ("embeddings", "embeddings"),
     ("hypernetworks", None),
-    ("style_models", None),
+    ("style_models", "style_models"),
     ("gligen", None),
     ("photomaker", None),
     ("model_patches", None),

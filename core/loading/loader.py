@@ -207,6 +207,8 @@ _WHERE = {
     "embedding": "it is a textual-inversion embedding: use it in a prompt of a loaded model",
     "controlnet": "ControlNets load beside a model, not as one",
     "upscale_model": "upscalers are not diffusion models",
+    "image_encoder": "image encoders read the pictures of image prompts: give it as the image encoder",
+    "style_model": "style models (FLUX Redux) turn a picture into prompt tokens: give it with a picture",
     "vae": "give it as the VAE beside a checkpoint or diffusion model",
     "text_encoder": "give it as a text encoder beside a diffusion model",
     "diffusion_model": "load it as a diffusion model, and add a VAE and text encoders from separate files",
