@@ -90,7 +90,7 @@ class Generator:
         paths = [m.path for m in session.loaded.values()]
         if session.loras.stack is not None:
             paths += [e.path for e in session.loras.stack.entries.values()]
-        paths += [*self.state.upscalers, *workflows.controlnets.loaded]
+        paths += [*self.state.upscalers, *workflows.controlnets.loaded, *workflows.redux.paths()]
         if workflows.refiner is not None:
             paths.append(workflows.refiner.path)
         return {Path(p).resolve() for p in expand_shards(paths) if p is not None}  # every shard
@@ -117,6 +117,9 @@ class Generator:
         for path in [p for p in self.state.upscalers if Path(p).resolve() in changed]:
             names.append(Path(path))
             placement.release(self.state.upscalers.pop(path).module)
+        for path, module in workflows.redux.drop(changed):
+            names.append(path)
+            placement.release(module)
         refiner = workflows.refiner
         if refiner is not None and refiner.path.resolve() in changed:
             names.append(refiner.path)

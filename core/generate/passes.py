@@ -6,6 +6,9 @@ The passes, always in this order (:func:`ordered`):
 0. **references** (editing): the reference pictures VAE-encoded before the prompts (a plan's
    ``prepare`` steps), their latents in every base sampler's conditioning
    (:mod:`core.generate.references`);
+0. **redux** (image prompts): each picture read by the image encoder and FLUX Redux before the
+   prompts (a ``prepare`` step), its tokens appended to every base sampler's positive prompt
+   (:mod:`core.generate.redux`);
 1. **start** (txt2img / img2img): Empty Latent Image or VAEEncode, then a KSampler stage;
 2. **mask** (inpainting): SetLatentNoiseMask on the start latent (carried by every later stage, as
    ComfyUI's LATENT carries ``noise_mask``), and an inpainting model's extra input channels;
@@ -36,6 +39,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
+import torch
 from torch import Tensor
 
 from core.archs.references import NO_PICTURES, PromptPictures
@@ -81,6 +85,18 @@ class References:
 NO_REFERENCES = References()
 
 
+def append_tokens(cond: Conditioning, tokens: tuple[Tensor, ...]) -> Conditioning:
+    """ComfyUI's ``StyleModelApply``: each ``[1, n, width]`` block of tokens appended, in order, to
+    the prompt's context (every item of its batch; the mask, where there is one, says they are real)."""
+    ctx = cond.context
+    extra = [t.to(device=ctx.device, dtype=ctx.dtype).expand(ctx.shape[0], -1, -1) for t in tokens]
+    mask = cond.mask
+    if mask is not None:
+        n = sum(t.shape[1] for t in tokens)
+        mask = torch.cat((mask, mask.new_ones((mask.shape[0], n))), dim=1)
+    return replace(cond, context=torch.cat((ctx, *extra), dim=1), mask=mask)
+
+
 @dataclass
 class Run:
     """What every stage of one generation shares."""
@@ -97,6 +113,8 @@ class Run:
     references: References = NO_REFERENCES
     #: more patches of every base stage, made for its size (regions)
     stage_patches: tuple[StagePatches, ...] = ()
+    #: prompt tokens appended to the base model's positive prompt, in order (FLUX Redux's)
+    prompt_tokens: tuple[Tensor, ...] = ()
 
 
 class StagePatches(Protocol):
@@ -145,7 +163,10 @@ class KSample:
         )
         run.timings.text_encode += time.perf_counter() - t0
         run.missing += missing
-        return refs.attach(positive, negative)
+        positive, negative = refs.attach(positive, negative)
+        if self.pipeline is None and run.prompt_tokens:
+            positive = append_tokens(positive, run.prompt_tokens)
+        return positive, negative
 
     def __call__(self, latent: Latent | None, run: Run) -> Latent:
         pipe, hooks = self.pipeline or run.pipeline, self.hooks or run.hooks
@@ -217,7 +238,18 @@ class Pass(Protocol):
 
 
 #: the passes' order in every plan
-ORDER = ("references", "start", "mask", "controlnets", "guidance", "regions", "schedules", "hires", "refiner")
+ORDER = (
+    "references",
+    "redux",
+    "start",
+    "mask",
+    "controlnets",
+    "guidance",
+    "regions",
+    "schedules",
+    "hires",
+    "refiner",
+)
 
 
 @dataclass

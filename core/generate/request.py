@@ -12,6 +12,7 @@ from core.detect.prediction import PREDICTIONS
 from core.errors import LoadoutError
 from core.generate.hires_settings import HiresFix
 from core.generate.outpaint_settings import Outpaint
+from core.generate.redux_request import ReduxUse
 from core.generate.workflow_request import ControlNetUse, RefinerUse
 from core.guidance import GuidancePatch
 from core.patching.merge import LoraArg
@@ -101,6 +102,10 @@ class ImageSettings:
     references: tuple[Path, ...] = ()
     #: parts of the picture drawn from their own prompts (core/regions), beside the prompt
     regions: tuple[Region, ...] = ()
+    #: image prompts by FLUX Redux, appended to the prompt in order (core/generate/redux.py)
+    redux: tuple[ReduxUse, ...] = ()
+    #: the image encoder image prompts read their pictures with (None: none given)
+    image_encoder: Path | None = None
 
     def __post_init__(self) -> None:
         problems = self.sampling.problems()
@@ -150,6 +155,9 @@ class ImageSettings:
             paths.append(self.hires.model)
         if self.refiner is not None:
             paths.append(self.refiner.path)
+        paths += dict.fromkeys(use.path for use in self.redux)
+        if self.redux and self.image_encoder is not None:
+            paths.append(self.image_encoder)
         return tuple(paths)
 
     @property

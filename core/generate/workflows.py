@@ -1,5 +1,6 @@
 """The passes that need models beyond the base's, or files read for the picture's parameters, made
-through a session: an edit's reference pictures (read and hashed), the ControlNets (loaded
+through a session: an edit's reference pictures (read and hashed), FLUX Redux's image prompts
+(:mod:`core.generate.redux_session`), the ControlNets (loaded
 once per session, placed with the diffusion model for the "sample" phase) and the SDXL refiner
 (loaded once per session, its text encoder and UNet placed for their own phases), with the PNG
 parameters that name what was used.
@@ -29,6 +30,7 @@ from core.generate.lora_schedule import LoraSchedulePass
 from core.generate.outpaint_settings import outpaint_parameters
 from core.generate.passes import Pass
 from core.generate.pipeline import Hooks, Pipeline
+from core.generate.redux_session import ReduxCache, redux_pass
 from core.generate.references import ReferencePass, activation_room, convention_for, read_references
 from core.generate.refiner import (
     LoadedRefiner,
@@ -57,6 +59,7 @@ class WorkflowState:
 
     controlnets: cn.ControlNetCache = field(default_factory=cn.ControlNetCache)
     refiner: LoadedRefiner | None = None
+    redux: ReduxCache = field(default_factory=ReduxCache)
 
 
 @dataclass
@@ -146,6 +149,11 @@ def prepare(
         made = ReferencePass(pictures, convention_for(parts.family, len(pictures)))
         made.contribution.sample_bytes = _reference_room(session, settings, pipeline, made)
         passes.append(made)
+    redux = redux_pass(
+        session, state.redux, settings, parts.family, parts.names, hooks.check, lambda p: named(p, 10)
+    )
+    if redux is not None:  # its pictures read, its models loaded, before any model is placed
+        passes.append(redux)
     control = _controlnets(session, state, settings, parts, pipeline, hooks.check, named)
     refiner = _refiner(session, state, settings, parts, pipeline, hooks)
     if control is not None:
