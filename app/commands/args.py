@@ -15,6 +15,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from core.errors import LoadoutError
+from core.generate.redux_request import ReduxUse
 from core.generate.workflow_request import ControlNetUse
 from core.guidance import GuidancePatch, parse_patch
 from core.patching.block_weights import BlockWeights
@@ -26,6 +27,7 @@ from core.values import (
     CONTROLNET_PERCENT,
     CONTROLNET_STRENGTH,
     LORA_STRENGTH,
+    REDUX_STRENGTH,
     SIDE,
     VRAM_LIMIT,
     BadValueError,
@@ -173,6 +175,21 @@ def parse_controlnet(text: str) -> ControlNetUse:
     strength = nums[0] if nums else 1.0
     start, end = (nums[1], nums[2]) if len(nums) == 3 else (0.0, 1.0)
     return ControlNetUse(Path(parts[0]), Path(parts[1]), strength, start, end, preprocessor)
+
+
+def parse_redux(text: str) -> ReduxUse:
+    """``FILE:PICTURE[:STRENGTH[:TYPE]]`` (``--redux``): a FLUX Redux style model, its picture, its
+    strength (ComfyUI's StyleModelApply, default 1) and strength type (multiply)."""
+    parts = _split_paths(text)
+    if len(parts) not in (2, 3, 4):
+        raise LoadoutError(
+            f"--redux {text!r} is not FILE:PICTURE[:STRENGTH]",
+            why=f"it has {len(parts)} parts",
+            fix="Give e.g. --redux flux1-redux-dev.safetensors:photo.png:0.8",
+            code="bad_argument",
+        )
+    strength = REDUX_STRENGTH.parse(parts[2]) if len(parts) > 2 else 1.0
+    return ReduxUse(Path(parts[0]), Path(parts[1]), strength, *parts[3:])
 
 
 def parse_patch_argument(text: str) -> GuidancePatch:

@@ -2,6 +2,7 @@
 [--negative N] [--lora FILE[:MODEL[:CLIP]]]... [--seed S] [--steps N] [--cfg X] [--sampler NAME]
 [--scheduler NAME] [--size WxH] [--batch B] [--init IMAGE [--mask MASK] --denoise D]
 [--init IMAGE --outpaint LEFT,TOP,RIGHT,BOTTOM [--feather N]] [--reference PICTURE]...
+[--redux FILE:PICTURE[:STRENGTH]]... [--image-encoder FILE]
 [--controlnet FILE:HINT[:STRENGTH[:START:END]]]... [--refiner FILE [--refiner-switch F]]
 [--hires-scale S --hires-denoise D [--hires-steps N] [--hires-upscaler METHOD_OR_FILE]]
 [--patch NAME[:ARG=VALUE,...]]... [--lora-schedule NAME=MULT@START,...]...
@@ -42,7 +43,7 @@ from app.commands.args import (
 from app.commands.hires_args import hires_from_arguments
 from app.commands.stopping import guarded_inputs, report_stop, stop_signals
 from app.commands.words import cli_words
-from app.commands.workflow_args import add_workflow_arguments
+from app.commands.workflow_args import add_workflow_arguments, image_prompt_settings
 from app.demo import with_demo_note
 from app.terminal import for_terminal
 from core.detect.prediction import PREDICTIONS
@@ -199,6 +200,7 @@ def _request(args: argparse.Namespace) -> GenerateRequest:
         guidance_patches=tuple(parse_patch_argument(t) for t in args.patch),
         lora_schedules=tuple(parse_schedule(t) for t in args.lora_schedule),
         references=tuple(Path(t) for t in args.reference),
+        **image_prompt_settings(args),
         regions=(
             *(read_regions_file(Path(args.regions)) if args.regions else ()),
             *(parse_region_argument(t) for t in args.region),
@@ -325,7 +327,8 @@ def run(args: argparse.Namespace) -> int:
     try:
         inputs = (
             *request.models.paths, *(a.path for a in request.loras), request.image.init_image,
-            *request.image.references,
+            *request.image.references, *(u.picture for u in request.image.redux),
+            *(u.path for u in request.image.redux), request.image.image_encoder,
         )  # fmt: skip
         with stop_signals(interrupt), guarded_inputs(inputs, interrupt):  # checked between layers and steps
             if args.x:

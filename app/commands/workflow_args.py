@@ -1,12 +1,14 @@
 """``loadout generate``'s workflow arguments: img2img's strength, the hires fix, ControlNets,
-guidance patches, LoRA schedules, regions, inpainting and outpainting, references and the SDXL
-refiner."""
+guidance patches, LoRA schedules, regions, inpainting and outpainting, references, FLUX Redux's
+image prompts and the SDXL refiner."""
 
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
+from typing import Any
 
-from app.commands.args import int_type, number_type
+from app.commands.args import int_type, number_type, parse_redux
 from app.commands.hires_args import add_hires_arguments
 from core.generate.outpaint_settings import DEFAULT_FEATHERING, FEATHERING
 from core.guidance import PATCHES
@@ -53,8 +55,26 @@ def add_workflow_arguments(p: argparse.ArgumentParser) -> None:
         "--reference", action="append", default=[], metavar="PICTURE",
         help="editing: a reference picture (repeatable; FLUX.1 Kontext, FLUX.2, Qwen-Image-Edit)",
     )  # fmt: skip
+    p.add_argument(
+        "--redux", action="append", default=[], metavar="FILE:PICTURE[:STRENGTH]",
+        help="an image prompt by FLUX Redux (repeatable, appended in order; ComfyUI's StyleModelApply): "
+        "the style model file, its picture and strength (default 1)",
+    )  # fmt: skip
+    p.add_argument(
+        "--image-encoder", metavar="FILE",
+        help="the image encoder image prompts read pictures with (FLUX Redux: "
+        "sigclip_vision_patch14_384.safetensors; default: the library's or ComfyUI's models/clip_vision)",
+    )  # fmt: skip
     p.add_argument("--refiner", metavar="FILE", help="the SDXL refiner checkpoint to finish the picture")
     p.add_argument(
         "--refiner-switch", type=number_type(REFINER_SWITCH), default=0.8,
         help="fraction of the steps before the refiner",
     )  # fmt: skip
+
+
+def image_prompt_settings(args: argparse.Namespace) -> dict[str, Any]:
+    """``ImageSettings``' image-prompt fields from ``--redux`` and ``--image-encoder``."""
+    return {
+        "redux": tuple(parse_redux(t) for t in args.redux),
+        "image_encoder": Path(args.image_encoder) if args.image_encoder else None,
+    }

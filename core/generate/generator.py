@@ -5,16 +5,19 @@ user's disk (their ComfyUI or Forge installs first, from the library's folders).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import torch
 
 from core.detect.catalog import REGISTRY
+from core.detect.image_prompts import SIGLIP_SO400M
 from core.files.shards import expand_shards
 from core.generate.events import GenerateProgress, GenerateResult
 from core.generate.hashes import FileHashes
 from core.generate.pictures import read_picture
+from core.generate.redux_session import encoder_folders, find_image_encoder
 from core.generate.request import ImageSettings
 from core.generate.session_run import GenerateState, Output, generate
 from core.session.session import Session
@@ -77,10 +80,18 @@ class Generator:
         search = self._search()  # also where TAESD decoders may be
         if loaded is not None and needs_t5(loaded.family) and self.state.t5_tokenizer is None:
             self.state.t5_tokenizer = T5Tokenizer.find(search)
+        if settings.redux and settings.image_encoder is None:  # the library's, or one beside the files
+            settings = replace(settings, image_encoder=self._image_encoder(settings.redux[0].path, search))
         return generate(
             self.session, settings, output, state=self.state, progress=progress, check=check, init=init,
             dtype=dtype,
         )  # fmt: skip
+
+    def _image_encoder(self, redux: Path, search: T5TokenizerSearch) -> Path | None:
+        index = self.session.library.index
+        known = [(e.path, e.family) for e in index.entries() if e.kind == "image_encoder"] if index else []
+        folders = encoder_folders(redux, search.comfyui_installs)
+        return find_image_encoder(SIGLIP_SO400M, folders, known)
 
     # -- the files kept mapped (the window's leases: core.files.leases) ---------------------------
     def mapped_files(self) -> set[Path]:

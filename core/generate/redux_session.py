@@ -13,7 +13,9 @@ from pathlib import Path
 
 from torch import nn
 
+from core.detect.detector import detect
 from core.errors import LoadoutError, ModelMismatchError
+from core.files import read_tensor_index
 from core.generate.redux import ReduxPass, check_family, parameter_items, read_pictures
 from core.generate.request import ImageSettings
 from core.loading.image_prompts import (
@@ -75,7 +77,7 @@ def no_encoder() -> LoadoutError:
         "FLUX Redux needs its image encoder, SigLIP so400m (patch 14, 384), and none was given",
         why="Redux reads each picture through SigLIP's vision tower before it makes prompt tokens",
         fix=f"Give the image encoder file ({ENCODER_FILE}, from Comfy-Org/sigclip_vision_384), or put it "
-        "in ComfyUI's models/clip_vision folder",
+        "in ComfyUI's models/clip_vision folder (beside the style_models folder of the Redux file)",
         code="no_model",
     )
 
@@ -157,3 +159,30 @@ def _room(encoder: LoadedImageEncoder, styles: tuple[LoadedStyleModel, ...]) -> 
     widths = [getattr(config, "mlp", 4304) * 2, getattr(config, "heads", 16) * tokens]
     widths += [3 * getattr(getattr(s.module, "config", None), "context_width", 4096) * 2 for s in styles]
     return 4 * tokens * max(widths)
+
+
+def encoder_folders(redux: Path, installs: tuple[Path, ...] = ()) -> list[Path]:
+    """Where FLUX Redux's image encoder is looked for when none is given: each ComfyUI install's
+    ``models/clip_vision``, the ``clip_vision`` folder beside the Redux file's folder (ComfyUI's
+    ``models/style_models`` -> ``models/clip_vision``) and the Redux file's own folder."""
+    here = Path(redux).resolve().parent
+    found = [root / "models" / "clip_vision" for root in installs]
+    return list(dict.fromkeys([*found, here.parent / "clip_vision", here]))
+
+
+def find_image_encoder(family: str, folders: list[Path], known: list[tuple[Path, str | None]]) -> Path | None:
+    """The first image encoder of ``family``: among ``known`` (the library's (path, family) of its
+    image encoders), then the safetensors files of ``folders`` whose header says so (no data read)."""
+    for path, fam in known:
+        if fam == family and Path(path).is_file():
+            return Path(path)
+    for folder in folders:
+        for path in sorted(folder.glob("*.safetensors")) if folder.is_dir() else []:
+            try:
+                index = read_tensor_index(path)
+            except (LoadoutError, OSError):
+                continue
+            det = detect(index.tensors, {}, path.name)
+            if det.kind == "image_encoder" and det.family == family:
+                return path
+    return None

@@ -31,7 +31,7 @@ from core.loading.loader import (
 )
 
 
-@dataclass
+@dataclass(eq=False)  # one per loaded file: told apart by identity
 class LoadedImageEncoder:
     path: Path
     family: str
@@ -39,7 +39,7 @@ class LoadedImageEncoder:
     module: nn.Module
 
 
-@dataclass
+@dataclass(eq=False)
 class LoadedStyleModel:
     path: Path
     family: str  # the LoRA group of the diffusion models it fits ("flux")
