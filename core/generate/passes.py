@@ -43,6 +43,7 @@ import torch
 from torch import Tensor
 
 from core.archs.references import NO_PICTURES, PromptPictures
+from core.errors import ModelMismatchError
 from core.generate.request import ImageSettings, Sampling
 from core.sampling.conditioning import Conditioning
 from core.sampling.patches import NO_MODEL_PATCHES, ModelPatches
@@ -89,6 +90,15 @@ def append_tokens(cond: Conditioning, tokens: tuple[Tensor, ...]) -> Conditionin
     """ComfyUI's ``StyleModelApply``: each ``[1, n, width]`` block of tokens appended, in order, to
     the prompt's context (every item of its batch; the mask, where there is one, says they are real)."""
     ctx = cond.context
+    wrong = next((t for t in tokens if t.shape[-1] != ctx.shape[-1]), None)
+    if wrong is not None:
+        raise ModelMismatchError(
+            f"the image prompt's tokens are {wrong.shape[-1]} wide, and this model's prompt tokens "
+            f"{ctx.shape[-1]}",
+            why="image prompt tokens are appended to the prompt's own",
+            fix="Use a style model made for this model's family",
+            code="wrong_kind",
+        )
     extra = [t.to(device=ctx.device, dtype=ctx.dtype).expand(ctx.shape[0], -1, -1) for t in tokens]
     mask = cond.mask
     if mask is not None:
