@@ -122,6 +122,8 @@ GUIDANCE = NumberRange("guidance", 0.0, 100.0)
 DENOISE = NumberRange("denoise", 0.0, 1.0, lo_open=True)
 #: ComfyUI's ControlNetApplyAdvanced: strength 0..10, start/end percent 0..1; A1111's refiner "switch at"
 CONTROLNET_STRENGTH = NumberRange("a ControlNet strength", 0.0, 10.0, hint="Give e.g. 1 (0 switches it off)")
+#: ComfyUI's StyleModelApply strength (FLUX Redux)
+REDUX_STRENGTH = NumberRange("a Redux strength", 0.0, 10.0, hint="Give e.g. 1 (0 leaves the picture out)")
 CONTROLNET_PERCENT = NumberRange(
     "a ControlNet start/end percent", 0.0, 1.0, hint="0 is the first step, 1 the last: e.g. 0:0.6"
 )

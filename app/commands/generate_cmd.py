@@ -3,7 +3,8 @@
 [--scheduler NAME] [--size WxH] [--batch B] [--init IMAGE [--mask MASK] --denoise D]
 [--init IMAGE --outpaint LEFT,TOP,RIGHT,BOTTOM [--feather N]] [--reference PICTURE]...
 [--controlnet FILE:HINT[:STRENGTH[:START:END]]]...
-[--ip-adapter FILE:PICTURE[:WEIGHT[@START-END]]]... [--image-encoder FILE]
+[--ip-adapter FILE:PICTURE[:WEIGHT[@START-END]]]... [--redux FILE:PICTURE[:STRENGTH]]...
+[--image-encoder FILE]
 [--refiner FILE [--refiner-switch F]]
 [--hires-scale S --hires-denoise D [--hires-steps N] [--hires-upscaler METHOD_OR_FILE]]
 [--patch NAME[:ARG=VALUE,...]]... [--lora-schedule NAME=MULT@START,...]...
@@ -42,7 +43,7 @@ from app.commands.args import (
     read_regions_file,
 )
 from app.commands.hires_args import hires_from_arguments
-from app.commands.image_prompt_args import parse_ip_adapter
+from app.commands.image_prompt_args import image_prompt_settings
 from app.commands.stopping import guarded_inputs, report_stop, stop_signals
 from app.commands.words import cli_words
 from app.commands.workflow_args import add_workflow_arguments
@@ -195,7 +196,6 @@ def _request(args: argparse.Namespace) -> GenerateRequest:
         init_image=Path(args.init) if args.init else None,
         hires=hires_from_arguments(args),
         controlnets=tuple(parse_controlnet(t) for t in args.controlnet),
-        ip_adapters=tuple(parse_ip_adapter(t, args.image_encoder) for t in args.ip_adapter),
         mask_image=Path(args.mask) if args.mask else None,
         outpaint=parse_sides(args.outpaint, args.feather) if args.outpaint else None,
         refiner=RefinerUse(Path(args.refiner), args.refiner_switch) if args.refiner else None,
@@ -203,6 +203,7 @@ def _request(args: argparse.Namespace) -> GenerateRequest:
         guidance_patches=tuple(parse_patch_argument(t) for t in args.patch),
         lora_schedules=tuple(parse_schedule(t) for t in args.lora_schedule),
         references=tuple(Path(t) for t in args.reference),
+        **image_prompt_settings(args),
         regions=(
             *(read_regions_file(Path(args.regions)) if args.regions else ()),
             *(parse_region_argument(t) for t in args.region),
@@ -329,7 +330,8 @@ def run(args: argparse.Namespace) -> int:
     try:
         inputs = (
             *request.models.paths, *(a.path for a in request.loras), request.image.init_image,
-            *request.image.references, *(u.path for u in request.image.ip_adapters),
+            *request.image.references, request.image.image_encoder,
+            *(p for u in (*request.image.ip_adapters, *request.image.redux) for p in (u.path, u.picture)),
         )  # fmt: skip
         with stop_signals(interrupt), guarded_inputs(inputs, interrupt):  # checked between layers and steps
             if args.x:

@@ -44,6 +44,7 @@ KIND_TITLES = {
     "upscale_model": "Upscalers",
     "image_encoder": "Image encoders",
     "ip_adapter": "IP-Adapters",
+    "style_model": "Style models",
     "embedding": "Embeddings",
     "unknown": "Unknown or unreadable",
 }

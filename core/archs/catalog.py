@@ -19,7 +19,11 @@ from torch import nn
 
 import core.archs
 from core.archs.blocks import BlockTable
-from core.archs.image_encoders import ImageEncoderArchitecture, ImagePromptAdapter
+from core.archs.image_encoders import (
+    ImageEncoderArchitecture,
+    ImagePromptAdapter,
+    StyleModelArchitecture,
+)
 from core.archs.layouts import Architecture
 from core.archs.protocols import DiffusionNet, LatentCodec, TextConvention
 from core.archs.references import ReferenceConvention
@@ -60,6 +64,8 @@ IMAGE_ENCODERS: Registry[ImageEncoderArchitecture] = Registry("image encoder", _
 IMAGE_PROMPT_ADAPTERS: Registry[ImagePromptAdapter] = Registry(
     "image prompt adapter", _parts("IMAGE_PROMPT_ADAPTER")
 )
+#: style models (FLUX Redux: a package's ``STYLE_MODELS``), by the LoRA group of the models they fit
+STYLE_MODELS: Registry[StyleModelArchitecture] = Registry("style model", _parts("STYLE_MODELS"))
 
 
 def image_encoder_for(family: str | None) -> ImageEncoderArchitecture | None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from core.detect.diffusion_families import register_diffusion_families
 from core.detect.encoder_families import register as register_encoder_families
-from core.detect.image_prompts import register as register_image_encoder_families
+from core.detect.image_prompts import register as register_image_prompt_families
 from core.detect.registry import Registry
 from core.detect.spec import (
     LATENT_FORMATS,
@@ -29,7 +29,7 @@ def build_registry() -> Registry:
     registry = Registry()
     register_diffusion_families(registry)
     register_encoder_families(registry)
-    register_image_encoder_families(registry)
+    register_image_prompt_families(registry)
     return registry
 
 

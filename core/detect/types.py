@@ -16,6 +16,7 @@ Kind = Literal[
     "embedding",
     "image_encoder",
     "ip_adapter",
+    "style_model",
     "unknown",
 ]
 Role = Literal["diffusion_model", "vae", "text_encoder", "image_encoder"]
@@ -30,8 +31,9 @@ _KIND_PHRASES = {
     "controlnet": "a ControlNet",
     "upscale_model": "an upscale model",
     "embedding": "an embedding",
-    "image_encoder": "an image encoder (CLIP vision)",
+    "image_encoder": "an image encoder (a vision tower: CLIP, SigLIP)",
     "ip_adapter": "an IP-Adapter",
+    "style_model": "a style model",
     "unknown": "a file of a kind Loadout does not recognise",
 }
 

@@ -1,15 +1,19 @@
-"""The session's side of image prompts (IP-Adapter): the adapter and image encoder files loaded
-once per session (:class:`ImagePromptCache`), the image encoder found for an adapter when none is
-given, each picture read and hashed, the modules registered with the placement (the encoder and
-the adapter's projection with the text encoders for "text_encode", the adapter with the UNet for
-"sample"), and the PNG parameters that name them (``IP-Adapter N``, read back by
-:func:`ip_adapters_in`)."""
+"""The session's side of image prompts (IP-Adapter, FLUX Redux): the adapter, style model and
+image encoder files loaded once per session (:class:`ImagePromptCache`), the image encoder found
+for them when the settings name none (:class:`EncoderSearch`: the library's, a ComfyUI install's
+``models/clip_vision``, or beside their files), and for IP-Adapter each picture read and hashed,
+the modules registered with the placement (the encoder and the adapter's projection with the text
+encoders for "text_encode", the adapter with the UNet for "sample"), and the PNG parameters that
+name them (``IP-Adapter N``, read back by :func:`ip_adapters_in`). FLUX Redux's pass is made by
+:mod:`core.generate.redux_session`."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from torch import nn
 
 from core.detect.catalog import REGISTRY
 from core.detect.detector import detect
@@ -18,25 +22,32 @@ from core.files import read_tensor_index
 from core.generate.ip_adapter import AppliedIpAdapter, IpAdapterPass, check_encoder, check_family
 from core.generate.pictures import read_picture
 from core.generate.references import file_sha256
+from core.generate.request import ImageSettings
 from core.generate.workflow_request import IpAdapterUse
 from core.loading.image_encoder import LoadedImageEncoder, load_image_encoder
+from core.loading.image_prompts import LoadedStyleModel, load_style_model
 from core.loading.ip_adapter import LoadedIpAdapter, load_ip_adapter
 from core.loading.loader import LoadOptions
 from core.sampling.model_sampling import ModelSampling
 from core.session.session import Session
 
-#: the folders an image encoder is looked for in, relative to the adapter's (ComfyUI keeps
-#: models/ipadapter beside models/clip_vision)
+#: the folders an image encoder is looked for in, relative to the folder of the file that needs it
+#: (ComfyUI keeps models/ipadapter and models/style_models beside models/clip_vision; h94's
+#: repositories keep models/image_encoder beside the adapters)
 ENCODER_FOLDERS = (".", "../clip_vision", "../image_encoder", "image_encoder")
 _SUFFIXES = (".safetensors", ".sft")
+#: said when an IP-Adapter's image encoder is missing: the usual file and where it comes from
+IP_ADAPTER_ENCODER = "e.g. CLIP-ViT-H-14-laion2B-s32B-b79K.safetensors, h94/IP-Adapter's models/image_encoder"
 
 
 @dataclass
 class ImagePromptCache:
-    """Loaded IP-Adapters and image encoders kept between generations of one session (by path)."""
+    """Loaded IP-Adapters, style models and image encoders kept between generations of one session
+    (by resolved path)."""
 
     adapters: dict[Path, LoadedIpAdapter] = field(default_factory=dict)
     encoders: dict[Path, LoadedImageEncoder] = field(default_factory=dict)
+    styles: dict[Path, LoadedStyleModel] = field(default_factory=dict)
 
     def adapter(self, path: Path, check: Callable[[], None] | None) -> LoadedIpAdapter:
         key = Path(path).resolve()
@@ -50,12 +61,23 @@ class ImagePromptCache:
             self.encoders[key] = load_image_encoder(key, LoadOptions(check=check))
         return self.encoders[key]
 
-    def keep_only(self, paths: set[Path]) -> list[object]:
+    def style(self, path: Path, check: Callable[[], None] | None) -> LoadedStyleModel:
+        key = Path(path).resolve()
+        if key not in self.styles:
+            self.styles[key] = load_style_model(key, LoadOptions(check=check))
+        return self.styles[key]
+
+    def paths(self) -> list[Path]:
+        """The files it keeps mapped."""
+        return [*self.adapters, *self.encoders, *self.styles]
+
+    def keep_only(self, paths: set[Path]) -> list[nn.Module]:
         """Forget the ones not used now; their modules (for the placement to release)."""
-        gone: list[object] = [v.module for k, v in self.adapters.items() if k not in paths]
-        gone += [v.module for k, v in self.encoders.items() if k not in paths]
-        self.adapters = {k: v for k, v in self.adapters.items() if k in paths}
-        self.encoders = {k: v for k, v in self.encoders.items() if k in paths}
+        gone: list[nn.Module] = []
+        for kept in (self.adapters, self.encoders, self.styles):
+            gone += [v.module for k, v in kept.items() if k not in paths]
+            for k in [k for k in kept if k not in paths]:
+                del kept[k]
         return gone
 
 
@@ -64,33 +86,62 @@ def _title(family: str | None) -> str:
     return found.title if found is not None else str(family)
 
 
-def find_image_encoder(adapter: LoadedIpAdapter) -> Path:
-    """The image encoder file an adapter reads with, looked for beside it and in the sibling
-    ``clip_vision`` folder (headers only); refused in words, saying which and where to put it."""
-    want = adapter.encoder
-    folders = [(adapter.path.parent / f).resolve() for f in ENCODER_FOLDERS]
-    for folder in dict.fromkeys(folders):
-        if not folder.is_dir():
-            continue
-        for path in sorted(folder.iterdir()):
-            if path.suffix.lower() not in _SUFFIXES or not path.is_file():
-                continue
-            try:
-                index = read_tensor_index(path)
-            except LoadoutError:
-                continue
-            det = detect(index.tensors, {}, path.name)
-            if det.kind == "image_encoder" and det.family == want:
-                return path
-    raise LoadoutError(
-        f"{adapter.path.name} needs the {_title(want)} image encoder, and none was found",
-        why=f"an IP-Adapter reads its picture with a CLIP vision model; none of {_title(want)} is in "
-        + ", ".join(str(f) for f in dict.fromkeys(folders) if f.is_dir()),
-        fix=f"Put the {_title(want)} vision model (e.g. CLIP-ViT-H-14-laion2B-s32B-b79K.safetensors, "
-        "h94/IP-Adapter's models/image_encoder) in ComfyUI's models/clip_vision beside models/ipadapter, "
-        "or name the image encoder file",
-        code="missing_image_encoder",
-    )
+@dataclass(frozen=True)
+class EncoderSearch:
+    """Where an image encoder is looked for when the settings name none, in order: the library's
+    image encoders (``known``: path, family), each ComfyUI install's ``models/clip_vision``
+    (``installs``), then the :data:`ENCODER_FOLDERS` beside the file that needs it (headers only)."""
+
+    known: tuple[tuple[Path, str | None], ...] = ()
+    installs: tuple[Path, ...] = ()
+
+    def folders(self, near: Path) -> list[Path]:
+        here = Path(near).resolve().parent
+        found = [root / "models" / "clip_vision" for root in self.installs]
+        return list(dict.fromkeys([*found, *((here / f).resolve() for f in ENCODER_FOLDERS)]))
+
+    def find(self, family: str | None, near: Path) -> Path | None:
+        """The first image encoder file of ``family`` for the file ``near``, or None."""
+        for path, fam in self.known:
+            if fam == family and Path(path).is_file():
+                return Path(path)
+        for folder in self.folders(near):
+            for path in sorted(folder.iterdir()) if folder.is_dir() else []:
+                if path.suffix.lower() not in _SUFFIXES or not path.is_file():
+                    continue
+                try:
+                    index = read_tensor_index(path)
+                except (LoadoutError, OSError):
+                    continue
+                det = detect(index.tensors, {}, path.name)
+                if det.kind == "image_encoder" and det.family == family:
+                    return path
+        return None
+
+    def missing(self, needs: Path, family: str | None, why: str, example: str) -> LoadoutError:
+        """The refusal when :meth:`find` found none: which encoder, where it was looked for, and
+        where to put it (``example``: its usual file name and where to get it)."""
+        looked = [str(f) for f in self.folders(needs) if f.is_dir()]
+        return LoadoutError(
+            f"{needs.name} needs the {_title(family)} image encoder, and none was found",
+            why=f"{why}; none of {_title(family)} is in the library"
+            + (" or in " + ", ".join(looked) if looked else ""),
+            fix=f"Put the {_title(family)} vision model ({example}) in ComfyUI's models/clip_vision "
+            "beside the folder of the file that needs it, or name the image encoder file",
+            code="missing_image_encoder",
+        )
+
+
+def image_encoder_for(
+    cache: ImagePromptCache, given: Path | None, search: EncoderSearch, family: str | None, needs: Path,
+    why: str, example: str, check: Callable[[], None] | None,
+) -> LoadedImageEncoder:  # fmt: skip
+    """The image encoder the settings name, else the one of ``family`` found for the file
+    ``needs``, loaded (once per session); refused in words when there is none."""
+    path = given if given is not None else search.find(family, needs)
+    if path is None:
+        raise search.missing(needs, family, why, example)
+    return cache.encoder(path, check)
 
 
 def _num(v: float) -> str:
@@ -109,22 +160,22 @@ def parameter_item(index: int, use: IpAdapterUse, model: str, encoder: str, sha2
 
 
 def ip_adapter_pass(
-    session: Session, cache: ImagePromptCache, uses: tuple[IpAdapterUse, ...], family: str,
-    sampling: ModelSampling, check: Callable[[], None], named: Callable[[Path, int], str],
+    session: Session, cache: ImagePromptCache, settings: ImageSettings, search: EncoderSearch,
+    family: str, sampling: ModelSampling, check: Callable[[], None], named: Callable[[Path, int], str],
 ) -> tuple[IpAdapterPass | None, dict[str, list[object]], dict[str, str]]:  # fmt: skip
-    """This generation's image prompts: the pass, the modules per phase, and their manager names."""
+    """This generation's IP-Adapter image prompts: the pass, the modules per phase, and their
+    manager names; each adapter reads with the settings' image encoder, or the one found for it."""
     placement = session.placement
     pairs = []
-    for use in uses:
+    for use in settings.ip_adapters:
         adapter = cache.adapter(use.path, check)
         check_family(adapter, family)
-        encoder_path = use.encoder if use.encoder is not None else find_image_encoder(adapter)
-        encoder = cache.encoder(encoder_path, check)
+        encoder = image_encoder_for(
+            cache, settings.image_encoder, search, adapter.encoder, adapter.path,
+            "an IP-Adapter reads its picture with a CLIP vision model", IP_ADAPTER_ENCODER, check,
+        )  # fmt: skip
         check_encoder(adapter, encoder)
         pairs.append((use, adapter, encoder))
-    wanted = {p for _, a, e in pairs for p in (a.path.resolve(), e.path.resolve())}
-    for gone in cache.keep_only(wanted):
-        placement.release(gone)
     if not pairs:
         return None, {}, {}
     applied, params, names = [], {}, {}

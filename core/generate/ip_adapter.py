@@ -33,7 +33,8 @@ from torch import Tensor
 from core.archs.catalog import IMAGE_ENCODERS
 from core.detect.catalog import REGISTRY
 from core.errors import ModelMismatchError
-from core.generate.passes import Contribution, ImagePrompts, Plan, Run
+from core.generate.passes import Contribution, Plan, Run
+from core.generate.pictures import unit_pixels
 from core.generate.request import ImageSettings
 from core.loading.image_encoder import LoadedImageEncoder
 from core.loading.ip_adapter import LoadedIpAdapter
@@ -89,11 +90,6 @@ def check_encoder(adapter: LoadedIpAdapter, encoder: LoadedImageEncoder) -> None
         )
 
 
-def unit_pixels(rgb: np.ndarray) -> Tensor:
-    """(H, W, 3) uint8 -> [1, 3, H, W] float32 in [0, 1] (ComfyUI's LoadImage, channels first)."""
-    return torch.from_numpy(np.array(rgb)).float().div(255.0).permute(2, 0, 1)[None]
-
-
 def _embeds(applied: AppliedIpAdapter, pixels: Tensor, device: torch.device, dtype: torch.dtype) -> Tensor:
     enc = applied.encoder
     out = enc.arch.encode(enc.module, pixels, device, dtype)
@@ -123,7 +119,7 @@ class EncodeImagePrompts:
                 dt = compute.diffusion_dtype
                 positive.append(arch.project(module, cond.to(dt)).float().cpu())
                 negative.append(arch.project(module, uncond.to(dt)).float().cpu())
-        run.image_prompts = ImagePrompts(tuple(positive), tuple(negative))
+        run.image_prompts = replace(run.image_prompts, positive=tuple(positive), negative=tuple(negative))
 
 
 @dataclass(frozen=True)

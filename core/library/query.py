@@ -23,6 +23,7 @@ KIND_ORDER = (
     "upscale_model",
     "image_encoder",
     "ip_adapter",
+    "style_model",
     "embedding",
     "unknown",
 )

@@ -36,6 +36,7 @@ FOLDER_KINDS = (
     "embeddings",
     "clip_vision",
     "ipadapter",
+    "style_models",
 )
 #: Older ComfyUI folder names that mean the same as a newer one.
 COMFY_ALIASES = {"clip": "text_encoders", "unet": "diffusion_models", "t2i_adapter": "controlnet"}
@@ -58,7 +59,7 @@ COMFY_FOLDERS: tuple[tuple[str, str | None], ...] = (
     ("upscale_models", "upscale_models"),
     ("embeddings", "embeddings"),
     ("hypernetworks", None),
-    ("style_models", None),
+    ("style_models", "style_models"),
     ("gligen", None),
     ("photomaker", None),
     ("model_patches", None),

@@ -1,7 +1,8 @@
 """Loading an IP-Adapter file (kind ``ip_adapter``: h94's ``ip-adapter*_sd15`` / ``_sdxl_vit-h``
 safetensors, ComfyUI's ``models/ipadapter``): the network is built on the meta device from the
 file's shapes (``core.archs.catalog.IMAGE_PROMPT_ADAPTERS``), compared with the file key by key
-before any data is read, and filled zero-copy from the memory-mapped file."""
+before any data is read, and filled zero-copy from the memory-mapped file (the check and fill
+every image-prompt file shares: :mod:`core.loading.image_prompts`)."""
 
 from __future__ import annotations
 
@@ -14,14 +15,8 @@ from torch import nn
 from core.archs.catalog import IMAGE_PROMPT_ADAPTERS
 from core.archs.image_encoders import ImagePromptAdapter
 from core.errors import ModelMismatchError
-from core.loading.assign import assign_weights, compare_layout, expected_layout
-from core.loading.loader import (
-    LoadOptions,
-    _refuse_unloadable_format,
-    _Source,
-    _wrong_kind,
-    inspect_for_loading,
-)
+from core.loading.image_prompts import checked_module, file_shapes, fill
+from core.loading.loader import LoadOptions, _refuse_unloadable_format, _wrong_kind, inspect_for_loading
 
 ARCHITECTURE = "ip-adapter"
 
@@ -53,33 +48,10 @@ def load_ip_adapter(path: str | os.PathLike[str], options: LoadOptions | None = 
         )
     _refuse_unloadable_format(index)
     arch = IMAGE_PROMPT_ADAPTERS[ARCHITECTURE]
-    shapes = {k: tuple(info.shape) for k, info in index.tensors.items()}
-    try:
-        module = arch.build(arch.configure(shapes), "meta", None)
-    except (KeyError, ValueError, TypeError, IndexError) as exc:
-        raise ModelMismatchError(
-            f"{name}: the IP-Adapter does not have a layout Loadout knows",
-            why=f"{type(exc).__name__}: {exc}"[:400],
-            fix="The file may be damaged: run `loadout inspect` on it, or get it again",
-            code="layout_mismatch",
-        ) from None
-    report = compare_layout(expected_layout(module), shapes)
-    if not report.ok:
-        bad = (report.missing or report.unexpected or report.shape_mismatches)[0]
-        raise ModelMismatchError(
-            f"{name}: the IP-Adapter's tensors do not fit together",
-            why=f"{len(report.missing)} missing, {len(report.unexpected)} unexpected, "
-            f"{len(report.shape_mismatches)} with the wrong shape (e.g. {bad})",
-            fix="The file may be damaged or another kind of adapter: run `loadout inspect` on it",
-            code="layout_mismatch",
-        )
-    source = _Source(index)
-    assign_weights(
-        module, source.get, {k: k for k in module.state_dict(keep_vars=True)},
-        component=f"IP-Adapter ({det.family})", dtype=opts.dtype, device=opts.device, check=opts.check,
-        progress=opts.progress,
-    )  # fmt: skip
-    module.eval()
+    shapes = file_shapes(index)
+    build = lambda: arch.build(arch.configure(shapes), "meta", None)  # noqa: E731
+    module = checked_module(name, "IP-Adapter", build, shapes)
+    fill(module, index, f"IP-Adapter ({det.family})", opts)
     embeds = str(det.fields.get("embeds") or "image_embeds")
     encoder = det.fields.get("encoder")
     return LoadedIpAdapter(
