@@ -30,7 +30,6 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from core.archs.catalog import IMAGE_ENCODERS
 from core.detect.catalog import REGISTRY
 from core.errors import ModelMismatchError
 from core.generate.passes import Contribution, Plan, Run
@@ -209,16 +208,4 @@ class IpAdapterPass:
         plan.patches += ModelPatches(wrappers=(IpAdapterStack(self.adapters, orders),))
 
 
-def encoder_ids() -> tuple[str, ...]:
-    """The image encoder families Loadout runs (for messages)."""
-    return tuple(f for a in IMAGE_ENCODERS for f in a.families)
-
-
-__all__ = [
-    "AppliedIpAdapter",
-    "IpAdapterPass",
-    "IpAdapterStack",
-    "check_encoder",
-    "check_family",
-    "encoder_ids",
-]
+__all__ = ["AppliedIpAdapter", "IpAdapterPass", "IpAdapterStack", "check_encoder", "check_family"]
