@@ -17,10 +17,9 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
-from core.models.attention import attention
+from core.models.encoder_layer import EncoderLayer
 from core.ops.layers import OpSet, default_ops
 
 PREFIX = "vision_model."
@@ -72,51 +71,6 @@ class VisionOutput:
     image_embeds: torch.Tensor
 
 
-class _Attention(nn.Module):
-    def __init__(self, c: CLIPVisionConfig, ops: OpSet, device: Any, dtype: torch.dtype | None) -> None:
-        super().__init__()
-        w, self.heads = c.hidden_size, c.num_heads
-        self.k_proj = ops.Linear(w, w, device=device, dtype=dtype)
-        self.v_proj = ops.Linear(w, w, device=device, dtype=dtype)
-        self.q_proj = ops.Linear(w, w, device=device, dtype=dtype)
-        self.out_proj = ops.Linear(w, w, device=device, dtype=dtype)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        out: torch.Tensor = self.out_proj(
-            attention(self.q_proj(x), self.k_proj(x), self.v_proj(x), self.heads)
-        )
-        return out
-
-
-class _MLP(nn.Module):
-    def __init__(self, c: CLIPVisionConfig, ops: OpSet, device: Any, dtype: torch.dtype | None) -> None:
-        super().__init__()
-        self.quick = c.quick_gelu
-        self.fc1 = ops.Linear(c.hidden_size, c.intermediate_size, device=device, dtype=dtype)
-        self.fc2 = ops.Linear(c.intermediate_size, c.hidden_size, device=device, dtype=dtype)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        h: torch.Tensor = self.fc1(x)
-        h = h * torch.sigmoid(1.702 * h) if self.quick else F.gelu(h)
-        out: torch.Tensor = self.fc2(h)
-        return out
-
-
-class _Layer(nn.Module):
-    def __init__(self, c: CLIPVisionConfig, ops: OpSet, device: Any, dtype: torch.dtype | None) -> None:
-        super().__init__()
-        w, eps = c.hidden_size, c.layer_norm_eps
-        self.self_attn = _Attention(c, ops, device, dtype)
-        self.layer_norm1 = ops.LayerNorm(w, eps=eps, device=device, dtype=dtype)
-        self.mlp = _MLP(c, ops, device, dtype)
-        self.layer_norm2 = ops.LayerNorm(w, eps=eps, device=device, dtype=dtype)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = x + self.self_attn(self.layer_norm1(x))
-        out: torch.Tensor = x + self.mlp(self.layer_norm2(x))
-        return out
-
-
 class _Embeddings(nn.Module):
     def __init__(self, c: CLIPVisionConfig, ops: OpSet, device: Any, dtype: torch.dtype | None) -> None:
         super().__init__()
@@ -139,7 +93,11 @@ class _Embeddings(nn.Module):
 class _Encoder(nn.Module):
     def __init__(self, c: CLIPVisionConfig, ops: OpSet, device: Any, dtype: torch.dtype | None) -> None:
         super().__init__()
-        self.layers = nn.ModuleList(_Layer(c, ops, device, dtype) for _ in range(c.num_layers))
+        act, eps = ("quick_gelu" if c.quick_gelu else "gelu"), c.layer_norm_eps
+        self.layers = nn.ModuleList(
+            EncoderLayer(c.hidden_size, c.num_heads, c.intermediate_size, act, eps, ops, device, dtype)
+            for _ in range(c.num_layers)
+        )
 
 
 class _Tower(nn.Module):

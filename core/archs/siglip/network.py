@@ -20,10 +20,9 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
-from core.models.attention import attention
+from core.models.encoder_layer import EncoderLayer
 from core.ops.layers import OpSet, default_ops
 
 _LAYER = re.compile(r"vision_model\.encoder\.layers\.(\d+)\.")
@@ -57,48 +56,6 @@ class SiglipVisionConfig:
         return cls(width=width, layers=layers, heads=heads, mlp=mlp, patch=patch, image_size=side * patch)
 
 
-class _Attention(nn.Module):
-    def __init__(self, c: SiglipVisionConfig, ops: OpSet, device: Any, dtype: Any) -> None:
-        super().__init__()
-        self.heads = c.heads
-        w = c.width
-        self.q_proj = ops.Linear(w, w, device=device, dtype=dtype)
-        self.k_proj = ops.Linear(w, w, device=device, dtype=dtype)
-        self.v_proj = ops.Linear(w, w, device=device, dtype=dtype)
-        self.out_proj = ops.Linear(w, w, device=device, dtype=dtype)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        out = attention(self.q_proj(x), self.k_proj(x), self.v_proj(x), self.heads)
-        result: torch.Tensor = self.out_proj(out)
-        return result
-
-
-class _Mlp(nn.Module):
-    def __init__(self, c: SiglipVisionConfig, ops: OpSet, device: Any, dtype: Any) -> None:
-        super().__init__()
-        self.fc1 = ops.Linear(c.width, c.mlp, device=device, dtype=dtype)
-        self.fc2 = ops.Linear(c.mlp, c.width, device=device, dtype=dtype)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        out: torch.Tensor = self.fc2(F.gelu(self.fc1(x), approximate="tanh"))
-        return out
-
-
-class _Layer(nn.Module):
-    def __init__(self, c: SiglipVisionConfig, ops: OpSet, device: Any, dtype: Any) -> None:
-        super().__init__()
-        eps = c.layer_norm_eps
-        self.layer_norm1 = ops.LayerNorm(c.width, eps=eps, device=device, dtype=dtype)
-        self.self_attn = _Attention(c, ops, device, dtype)
-        self.layer_norm2 = ops.LayerNorm(c.width, eps=eps, device=device, dtype=dtype)
-        self.mlp = _Mlp(c, ops, device, dtype)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = x + self.self_attn(self.layer_norm1(x))
-        out: torch.Tensor = x + self.mlp(self.layer_norm2(x))
-        return out
-
-
 class _Embeddings(nn.Module):
     def __init__(self, c: SiglipVisionConfig, ops: OpSet, device: Any, dtype: Any) -> None:
         super().__init__()
@@ -111,7 +68,10 @@ class _Embeddings(nn.Module):
 class _Encoder(nn.Module):
     def __init__(self, c: SiglipVisionConfig, ops: OpSet, device: Any, dtype: Any) -> None:
         super().__init__()
-        self.layers = nn.ModuleList(_Layer(c, ops, device, dtype) for _ in range(c.layers))
+        act, eps = "gelu_pytorch_tanh", c.layer_norm_eps
+        self.layers = nn.ModuleList(
+            EncoderLayer(c.width, c.heads, c.mlp, act, eps, ops, device, dtype) for _ in range(c.layers)
+        )
 
 
 class _Tower(nn.Module):
