@@ -1,7 +1,7 @@
 """The Generate panel's image prompt (IP-Adapter, SD1.5/SDXL): the adapter file, the picture (a
 thumbnail), its weight and the part of the steps it acts on. A view: it turns the row into
-``ImageSettings.ip_adapters``; core finds the image encoder beside the adapter (ComfyUI's
-models/clip_vision) and says in words when it is missing."""
+``ImageSettings.ip_adapters``; core finds the image encoder (in the library, ComfyUI's
+models/clip_vision or beside the adapter) and says in words when it is missing."""
 
 from __future__ import annotations
 

@@ -37,6 +37,12 @@ def build_registry() -> Registry:
 REGISTRY = build_registry()
 
 
+def family_title(family: str | None) -> str:
+    """A family's title as sentences say it ("CLIP ViT-H/14 vision"); the id where none is known."""
+    fam = REGISTRY.get(family) if family else None
+    return fam.title if fam is not None else str(family)
+
+
 def diffusion_spec(family: str | None, *, action: str = "generate with") -> DiffusionSpec:
     """The spec of a diffusion family that Loadout can sample from, or a clear refusal."""
     fam = REGISTRY.get(family) if family else None

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from torch import nn
 
-from core.detect.catalog import REGISTRY
+from core.detect.catalog import family_title
 from core.detect.detector import detect
 from core.errors import LoadoutError
 from core.files import read_tensor_index
@@ -81,11 +81,6 @@ class ImagePromptCache:
         return gone
 
 
-def _title(family: str | None) -> str:
-    found = REGISTRY.get(family) if family else None
-    return found.title if found is not None else str(family)
-
-
 @dataclass(frozen=True)
 class EncoderSearch:
     """Where an image encoder is looked for when the settings name none, in order: the library's
@@ -123,10 +118,10 @@ class EncoderSearch:
         where to put it (``example``: its usual file name and where to get it)."""
         looked = [str(f) for f in self.folders(needs) if f.is_dir()]
         return LoadoutError(
-            f"{needs.name} needs the {_title(family)} image encoder, and none was found",
-            why=f"{why}; none of {_title(family)} is in the library"
+            f"{needs.name} needs the {family_title(family)} image encoder, and none was found",
+            why=f"{why}; none of {family_title(family)} is in the library"
             + (" or in " + ", ".join(looked) if looked else ""),
-            fix=f"Put the {_title(family)} vision model ({example}) in ComfyUI's models/clip_vision "
+            fix=f"Put the {family_title(family)} vision model ({example}) in ComfyUI's models/clip_vision "
             "beside the folder of the file that needs it, or name the image encoder file",
             code="missing_image_encoder",
         )

@@ -30,7 +30,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from core.detect.catalog import REGISTRY
+from core.detect.catalog import family_title
 from core.errors import ModelMismatchError
 from core.generate.passes import Contribution, Plan, Run
 from core.generate.pictures import unit_pixels
@@ -60,19 +60,14 @@ class AppliedIpAdapter:
         return not (sigma > first or sigma < last)
 
 
-def _title(family: str) -> str:
-    found = REGISTRY.get(family)
-    return found.title if found is not None else family
-
-
 def check_family(adapter: LoadedIpAdapter, family: str) -> None:
     """Refuse, in words, an adapter made for another family."""
     if adapter.family != family:
         raise ModelMismatchError(
-            f"{adapter.path.name} is an IP-Adapter for {_title(adapter.family)}, "
-            f"and the model is {_title(family)}",
+            f"{adapter.path.name} is an IP-Adapter for {family_title(adapter.family)}, "
+            f"and the model is {family_title(family)}",
             why="its keys and values are made for the cross-attention of the UNet it was trained beside",
-            fix=f"Use an IP-Adapter made for {_title(family)}",
+            fix=f"Use an IP-Adapter made for {family_title(family)}",
             code="wrong_ip_adapter",
         )
 
@@ -81,10 +76,10 @@ def check_encoder(adapter: LoadedIpAdapter, encoder: LoadedImageEncoder) -> None
     """Refuse, in words, an image encoder of another vision tower than the adapter reads."""
     if adapter.encoder is not None and encoder.family != adapter.encoder:
         raise ModelMismatchError(
-            f"{adapter.path.name} reads pictures with {_title(adapter.encoder)}, and "
-            f"{encoder.path.name} is {_title(encoder.family)}",
+            f"{adapter.path.name} reads pictures with {family_title(adapter.encoder)}, and "
+            f"{encoder.path.name} is {family_title(encoder.family)}",
             why="its image projection takes that vision tower's output",
-            fix=f"Give the {_title(adapter.encoder)} image encoder (ComfyUI's models/clip_vision)",
+            fix=f"Give the {family_title(adapter.encoder)} image encoder (ComfyUI's models/clip_vision)",
             code="wrong_ip_adapter",
         )
 
@@ -179,7 +174,7 @@ def _order(applied: AppliedIpAdapter, network: torch.nn.Module) -> dict[tuple[Si
             f"{adapter.path.name} does not fit this diffusion model",
             why=f"it has {adapter.arch.layers(adapter.module)} cross-attention layers, and the "
             f"model's UNet has {len(sites)}",
-            fix=f"Use an IP-Adapter made for {_title(adapter.family)} checkpoints of this size",
+            fix=f"Use an IP-Adapter made for {family_title(adapter.family)} checkpoints of this size",
             code="wrong_ip_adapter",
         )
     return {site: i for i, site in enumerate(sites)}

@@ -16,7 +16,7 @@ from torch import nn
 
 from core.archs.catalog import IMAGE_ENCODERS, image_encoder_for
 from core.archs.image_encoders import ImageEncoderArchitecture
-from core.detect.catalog import REGISTRY
+from core.detect.catalog import family_title
 from core.detect.types import Detection
 from core.errors import ModelMismatchError
 from core.loading.image_prompts import checked_module, file_shapes, fill
@@ -32,17 +32,12 @@ class LoadedImageEncoder:
     module: nn.Module
 
 
-def _title(family: str | None) -> str:
-    found = REGISTRY.get(family) if family else None
-    return found.title if found is not None else str(family)
-
-
 def _architecture(name: str, det: Detection) -> ImageEncoderArchitecture:
     if det.kind != "image_encoder":
         raise _wrong_kind(name, det, "image_encoder")
     arch = image_encoder_for(det.family)
     if arch is None:
-        known = ", ".join(_title(f) for a in IMAGE_ENCODERS for f in a.families)
+        known = ", ".join(family_title(f) for a in IMAGE_ENCODERS for f in a.families)
         raise ModelMismatchError(
             f"{name} is a {det.family} image encoder, which Loadout cannot run yet",
             why="no network of that family is built in",
@@ -68,8 +63,7 @@ def load_image_encoder(
     used = {s.key for s in sources.values()}
     wanted = {k: s.shape(shapes) for k, s in sources.items() if s.key in shapes}
     stray = {k: v for k, v in shapes.items() if k not in used and not arch.ignored(k)}
-    module = checked_module(
-        name, _title(det.family), lambda: arch.build(arch.configure(wanted), "meta", None), wanted | stray
-    )
+    build = lambda: arch.build(arch.configure(wanted), "meta", None)  # noqa: E731
+    module = checked_module(name, family_title(det.family), build, wanted | stray)
     fill(module, index, f"image encoder ({det.family})", opts, lambda key, get: sources[key].read(get))
     return LoadedImageEncoder(index.path, det.family or "", layout, arch, module)
