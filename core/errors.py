@@ -89,6 +89,8 @@ class ErrorCode(StrEnum):
     UNSUPPORTED_VARIANT = "unsupported_variant"
     WRITE_FAILED = "write_failed"
     WRONG_CONTROLNET = "wrong_controlnet"
+    WRONG_IP_ADAPTER = "wrong_ip_adapter"
+    MISSING_IMAGE_ENCODER = "missing_image_encoder"
     WRONG_KIND = "wrong_kind"
     WRONG_MODEL = "wrong_model"
     WRONG_REFINER = "wrong_refiner"

@@ -122,8 +122,15 @@ GUIDANCE = NumberRange("guidance", 0.0, 100.0)
 DENOISE = NumberRange("denoise", 0.0, 1.0, lo_open=True)
 #: ComfyUI's ControlNetApplyAdvanced: strength 0..10, start/end percent 0..1; A1111's refiner "switch at"
 CONTROLNET_STRENGTH = NumberRange("a ControlNet strength", 0.0, 10.0, hint="Give e.g. 1 (0 switches it off)")
+#: ComfyUI's StyleModelApply strength (FLUX Redux)
+REDUX_STRENGTH = NumberRange("a Redux strength", 0.0, 10.0, hint="Give e.g. 1 (0 leaves the picture out)")
 CONTROLNET_PERCENT = NumberRange(
     "a ControlNet start/end percent", 0.0, 1.0, hint="0 is the first step, 1 the last: e.g. 0:0.6"
+)
+#: ComfyUI_IPAdapter_plus's IPAdapterAdvanced: weight -1..5, start/end percent 0..1
+IP_ADAPTER_WEIGHT = NumberRange("an IP-Adapter weight", -1.0, 5.0, hint="Give e.g. 0.8 (0 switches it off)")
+IP_ADAPTER_PERCENT = NumberRange(
+    "an IP-Adapter start/end percent", 0.0, 1.0, hint="0 is the first step, 1 the last: e.g. 0-0.8"
 )
 REFINER_SWITCH = NumberRange(
     "the refiner switch", 0.0, 0.99, lo_open=True, hint="Give a fraction between 0 and 1, e.g. 0.8"

@@ -2,7 +2,10 @@
 [--negative N] [--lora FILE[:MODEL[:CLIP]]]... [--seed S] [--steps N] [--cfg X] [--sampler NAME]
 [--scheduler NAME] [--size WxH] [--batch B] [--init IMAGE [--mask MASK] --denoise D]
 [--init IMAGE --outpaint LEFT,TOP,RIGHT,BOTTOM [--feather N]] [--reference PICTURE]...
-[--controlnet FILE:HINT[:STRENGTH[:START:END]][:type=NAME]]... [--refiner FILE [--refiner-switch F]]
+[--controlnet FILE:HINT[:STRENGTH[:START:END]][:type=NAME]]...
+[--ip-adapter FILE:PICTURE[:WEIGHT[@START-END]]]... [--redux FILE:PICTURE[:STRENGTH]]...
+[--image-encoder FILE]
+[--refiner FILE [--refiner-switch F]]
 [--hires-scale S --hires-denoise D [--hires-steps N] [--hires-upscaler METHOD_OR_FILE]]
 [--patch NAME[:ARG=VALUE,...]]... [--lora-schedule NAME=MULT@START,...]...
 [--region [negative:]X,Y,W,H[:STRENGTH][@START-END]=PROMPT]... [--regions FILE]
@@ -40,6 +43,7 @@ from app.commands.args import (
     read_regions_file,
 )
 from app.commands.hires_args import hires_from_arguments
+from app.commands.image_prompt_args import image_prompt_settings
 from app.commands.stopping import guarded_inputs, report_stop, stop_signals
 from app.commands.words import cli_words
 from app.commands.workflow_args import add_workflow_arguments
@@ -200,6 +204,7 @@ def _request(args: argparse.Namespace) -> GenerateRequest:
         guidance_patches=tuple(parse_patch_argument(t) for t in args.patch if t.strip().lower() != "none"),
         lora_schedules=tuple(parse_schedule(t) for t in args.lora_schedule),
         references=tuple(Path(t) for t in args.reference),
+        **image_prompt_settings(args),
         regions=(
             *(read_regions_file(Path(args.regions)) if args.regions else ()),
             *(parse_region_argument(t) for t in args.region),
@@ -330,7 +335,8 @@ def run(args: argparse.Namespace) -> int:
     try:
         inputs = (
             *request.models.paths, *(a.path for a in request.loras), request.image.init_image,
-            *request.image.references,
+            *request.image.references, request.image.image_encoder,
+            *(p for u in (*request.image.ip_adapters, *request.image.redux) for p in (u.path, u.picture)),
         )  # fmt: skip
         with stop_signals(interrupt), guarded_inputs(inputs, interrupt):  # checked between layers and steps
             if args.x:

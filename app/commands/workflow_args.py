@@ -8,6 +8,7 @@ import argparse
 
 from app.commands.args import int_type, number_type
 from app.commands.hires_args import add_hires_arguments
+from app.commands.image_prompt_args import add_image_prompt_arguments
 from core.generate.outpaint_settings import DEFAULT_FEATHERING, FEATHERING
 from core.guidance import PATCHES
 from core.values import DENOISE, REFINER_SWITCH
@@ -29,6 +30,7 @@ def add_workflow_arguments(p: argparse.ArgumentParser) -> None:
         help="the model file a preprocessor uses (depth: a Depth Anything V2 .safetensors; repeatable, "
         "one per kind); without it the first of its kind in the library is used",
     )  # fmt: skip
+    add_image_prompt_arguments(p)
     p.add_argument(
         "--patch", action="append", default=[], metavar="NAME[:ARG=VALUE,...]",
         help="a guidance patch, repeatable, applied in order: " + ", ".join(PATCHES)

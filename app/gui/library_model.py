@@ -43,6 +43,9 @@ KIND_TITLES = {
     "controlnet": "ControlNets",
     "upscale_model": "Upscalers",
     "preprocessor_model": "Preprocessors",
+    "image_encoder": "Image encoders",
+    "ip_adapter": "IP-Adapters",
+    "style_model": "Style models",
     "embedding": "Embeddings",
     "unknown": "Unknown or unreadable",
 }

@@ -23,7 +23,9 @@ KIND_COLORS = {
     "text_encoder": "#ffd43b",
     "controlnet": "#74c0fc",
     "upscale_model": "#a9e34b",
-    "preprocessor_model": "#e599f7",
+    "preprocessor_model": "#f783ac",
+    "image_encoder": "#38d9a9",
+    "ip_adapter": "#e599f7",
     "embedding": "#ffa94d",
     "unknown": "#868e96",
 }

@@ -1,5 +1,6 @@
 """The Generate panel's workflow rows: ControlNets with their hints (a short list, see
-``app.gui.controlnet_rows``), a starting picture with an inpainting mask or the sides to outpaint
+``app.gui.controlnet_rows``), an image prompt (IP-Adapter: ``app.gui.image_prompt_row``), a
+starting picture with an inpainting mask or the sides to outpaint
 (``app.gui.outpaint_controls``) and denoise, and the SDXL refiner. A view: it reads files the user
 picks and turns them into the ``ImageSettings`` fields core's workflows take; nothing runs here."""
 
@@ -10,8 +11,10 @@ from dataclasses import replace
 from PySide6.QtWidgets import QDoubleSpinBox, QFormLayout, QGroupBox, QHBoxLayout, QToolButton, QWidget
 
 from app.gui.controlnet_rows import MODELS, PICTURES, ControlNetList, ControlNetPick, FilePick
+from app.gui.image_prompt_row import ImagePromptRow
 from app.gui.mask_editor import MaskEditor, mask_folder
 from app.gui.outpaint_controls import OutpaintControls
+from core.generate.image_prompts import ip_adapters_in
 from core.generate.outpaint_settings import outpaint_in
 from core.generate.parameters import GenerationParameters
 from core.generate.request import ImageSettings
@@ -31,6 +34,7 @@ class WorkflowControls(QGroupBox):
         self.setCheckable(True)
         self.setChecked(False)
         self.controlnets = ControlNetList()
+        self.image_prompt = ImagePromptRow()
         self.init = FilePick("Pick the picture to start from", PICTURES, preview=True)
         self.mask = FilePick("Pick the mask (white = repaint)", PICTURES, preview=True)
         paint = QToolButton(text="Paint…", autoRaise=True, toolTip="Paint the mask over the starting picture")
@@ -47,6 +51,7 @@ class WorkflowControls(QGroupBox):
         form = QFormLayout(self)
         form.setRowWrapPolicy(QFormLayout.RowWrapPolicy.WrapLongRows)  # narrow docks: label above
         form.addRow(self.controlnets)  # its own labels: "ControlNet 1", "Hint", weight...
+        form.addRow(self.image_prompt)  # "IP-Adapter", "Image prompt", weight, from, to
         form.addRow("Start from", self.init)
         form.addRow("Mask", mask_row)
         form.addRow("Outpaint", self.outpaint)
@@ -98,7 +103,7 @@ class WorkflowControls(QGroupBox):
         mask = self.mask.path if init and outpaint is None else None  # outpainting makes its own mask
         return replace(
             settings, controlnets=controlnets, init_image=init, mask_image=mask, outpaint=outpaint,
-            refiner=refiner, sampling=sampling,
+            refiner=refiner, sampling=sampling, ip_adapters=self.image_prompt.uses(),
         )  # fmt: skip
 
     def apply_parameters(self, p: GenerationParameters) -> None:
@@ -107,6 +112,10 @@ class WorkflowControls(QGroupBox):
         if nets:
             self.setChecked(True)
             self.controlnets.show_parameters(nets)
+        prompts = ip_adapters_in(p.extra)
+        if prompts:
+            self.setChecked(True)
+            self.image_prompt.show_parameters(prompts[0])
         outpaint = outpaint_in(p.extra)
         if outpaint is not None:
             self.setChecked(True)

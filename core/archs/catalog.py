@@ -20,6 +20,11 @@ from torch import nn
 import core.archs
 from core.archs.blocks import BlockTable
 from core.archs.control import ControlNetLoader
+from core.archs.image_encoders import (
+    ImageEncoderArchitecture,
+    ImagePromptAdapter,
+    StyleModelArchitecture,
+)
 from core.archs.layouts import Architecture
 from core.archs.preprocessors import PreprocessorNet
 from core.archs.protocols import DiffusionNet, LatentCodec, TextConvention
@@ -57,6 +62,19 @@ CONTROLNETS: Registry[ControlNetLoader] = Registry("ControlNet loader", _parts("
 PREPROCESSOR_NETS: Registry[PreprocessorNet] = Registry("preprocessor network", _parts("PREPROCESSOR"))
 #: the loading records (file layouts) of text encoders that live in packages (the decoder LLMs)
 ENCODER_ARCHITECTURES: tuple[Architecture, ...] = tuple(_parts("ENCODER_ARCHITECTURES"))
+#: the image encoders (vision towers image prompts read: a package's ``IMAGE_ENCODER``)
+IMAGE_ENCODERS: Registry[ImageEncoderArchitecture] = Registry("image encoder", _parts("IMAGE_ENCODER"))
+#: image-prompt adapters (IP-Adapter: a package's ``IMAGE_PROMPT_ADAPTER``)
+IMAGE_PROMPT_ADAPTERS: Registry[ImagePromptAdapter] = Registry(
+    "image prompt adapter", _parts("IMAGE_PROMPT_ADAPTER")
+)
+#: style models (FLUX Redux: a package's ``STYLE_MODELS``), by the LoRA group of the models they fit
+STYLE_MODELS: Registry[StyleModelArchitecture] = Registry("style model", _parts("STYLE_MODELS"))
+
+
+def image_encoder_for(family: str | None) -> ImageEncoderArchitecture | None:
+    """The image encoder package that builds ``family`` (None: none does)."""
+    return next((a for a in IMAGE_ENCODERS if family in a.families), None)
 
 
 def find_in_packages(module: str, name: str) -> Any:

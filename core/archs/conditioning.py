@@ -33,7 +33,10 @@ class Conditioning:
     ``context``: token embeddings ``[B, tokens, width]``; ``pooled``: the pooled vector
     (SDXL's ``y``/adm, SD3's pooled CLIP, Flux's ``vec``) ``[B, dim]``; ``guidance``: Flux-dev's
     distilled guidance per item ``[B]``; ``mask``: which context tokens are real ``[B, tokens]``
-    (None: all of them).
+    (None: all of them); ``references``: reference pictures' latents (editing); ``image_prompts``:
+    each image prompt's tokens ``[B, tokens, width]`` (IP-Adapter's projected picture, one per
+    adapter in order: the positive prompt carries the picture's, the negative the empty one's, as
+    ComfyUI picks them per batch row by ``cond_or_uncond``), read by that feature's patches.
     """
 
     context: Tensor
@@ -41,6 +44,7 @@ class Conditioning:
     guidance: Tensor | None = None
     mask: Tensor | None = None
     references: tuple[Tensor, ...] = ()
+    image_prompts: tuple[Tensor, ...] = ()
 
     def __post_init__(self) -> None:
         if self.context.ndim != 3:
@@ -91,6 +95,7 @@ class Conditioning:
             None if self.guidance is None else self.guidance.expand(batch),
             None if self.mask is None else self.mask.expand(batch, -1),
             tuple(r.expand(batch, -1, -1, -1) for r in self.references),
+            tuple(p.expand(batch, -1, -1) for p in self.image_prompts),
         )
 
     def to(self, device: torch.device, dtype: torch.dtype) -> Conditioning:
@@ -105,4 +110,5 @@ class Conditioning:
             move(self.guidance),
             None if self.mask is None else self.mask.to(device=device),
             tuple(r.to(device=device, dtype=dtype) for r in self.references),
+            tuple(p.to(device=device, dtype=dtype) for p in self.image_prompts),
         )

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from core.detect.diffusion_families import register_diffusion_families
 from core.detect.encoder_families import register as register_encoder_families
+from core.detect.image_prompts import register as register_image_prompt_families
 from core.detect.registry import Registry
 from core.detect.spec import (
     LATENT_FORMATS,
@@ -28,11 +29,18 @@ def build_registry() -> Registry:
     registry = Registry()
     register_diffusion_families(registry)
     register_encoder_families(registry)
+    register_image_prompt_families(registry)
     return registry
 
 
 #: The one registry of the application (never changed after it is built).
 REGISTRY = build_registry()
+
+
+def family_title(family: str | None) -> str:
+    """A family's title as sentences say it ("CLIP ViT-H/14 vision"); the id where none is known."""
+    fam = REGISTRY.get(family) if family else None
+    return fam.title if fam is not None else str(family)
 
 
 def diffusion_spec(family: str | None, *, action: str = "generate with") -> DiffusionSpec:

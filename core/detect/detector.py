@@ -25,6 +25,7 @@ from core.detect.catalog import REGISTRY
 from core.detect.checkpoint import Slot, split_components
 from core.detect.diffusion import match_controlnet, match_diffusion
 from core.detect.encoders import match_text_encoder, match_vae
+from core.detect.image_prompts import match_ip_adapter, match_redux
 from core.detect.keyview import KeyView
 from core.detect.lora import analyze_lora
 from core.detect.lora_alpha import scale_metadata
@@ -307,7 +308,34 @@ def _vae_for(comp: Component, diffusion_family: str, warnings: list[str]) -> Com
     return replace(comp, family=want)
 
 
+def _detect_image_prompt(memo: Memo, view: KeyView, filename: str | None) -> Detection | None:
+    """An image encoder (a vision tower), an IP-Adapter or a style model (FLUX Redux), or None."""
+    found = _once(memo, "image_encoder", lambda: REGISTRY.match(view, "image_encoder"))
+    if found:
+        m = found[0]
+        comp = _component(memo, "image_encoder", m.family, "", view, m.layout)
+        return Detection(
+            kind="image_encoder", family=m.family, layout=m.layout, components=(comp,),
+            warnings=m.warnings, fields=dict(m.fields),
+        )  # fmt: skip
+    style = _once(memo, "style_model", lambda: match_redux(view))
+    if style is not None:
+        return Detection(
+            kind="style_model", family=style.family, layout=style.layout, fields=dict(style.fields)
+        )
+    ip = match_ip_adapter(view, filename)  # the name may say "face": not memoised
+    if ip is None:
+        return None
+    return Detection(
+        kind="ip_adapter", family=None if ip.family == "unknown" else ip.family, variant=ip.variant,
+        layout=ip.layout, warnings=ip.warnings, fields=dict(ip.fields),
+    )  # fmt: skip
+
+
 def _detect_standalone(memo: Memo, view: KeyView, filename: str | None, meta: Mapping[str, str]) -> Detection:
+    prompt = _detect_image_prompt(memo, view, filename)
+    if prompt is not None:
+        return prompt
     cn = _once(memo, "controlnet", lambda: match_controlnet(view))
     if cn is not None:
         return Detection(

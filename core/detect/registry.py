@@ -13,7 +13,7 @@ from typing import Any, Literal
 from core.detect.keyview import KeyView
 from core.detect.spec import DiffusionSpec
 
-Group = Literal["diffusion", "text_encoder", "vae", "controlnet", "upscale", "preprocessor"]
+Group = Literal["diffusion", "text_encoder", "vae", "controlnet", "upscale", "preprocessor", "image_encoder"]
 
 
 @dataclass(frozen=True)

@@ -15,9 +15,12 @@ Kind = Literal[
     "upscale_model",
     "preprocessor_model",
     "embedding",
+    "image_encoder",
+    "ip_adapter",
+    "style_model",
     "unknown",
 ]
-Role = Literal["diffusion_model", "vae", "text_encoder"]
+Role = Literal["diffusion_model", "vae", "text_encoder", "image_encoder"]
 
 #: each kind with its article, as a sentence says it ("is a LoRA", "is an upscale model")
 _KIND_PHRASES = {
@@ -30,6 +33,9 @@ _KIND_PHRASES = {
     "upscale_model": "an upscale model",
     "preprocessor_model": "a preprocessor model",
     "embedding": "an embedding",
+    "image_encoder": "an image encoder (a vision tower: CLIP, SigLIP)",
+    "ip_adapter": "an IP-Adapter",
+    "style_model": "a style model",
     "unknown": "a file of a kind Loadout does not recognise",
 }
 

@@ -14,6 +14,7 @@ from core.detect.catalog import REGISTRY
 from core.files.shards import expand_shards
 from core.generate.events import GenerateProgress, GenerateResult
 from core.generate.hashes import FileHashes
+from core.generate.image_prompts import EncoderSearch
 from core.generate.pictures import read_picture
 from core.generate.request import ImageSettings
 from core.generate.session_run import GenerateState, Output, generate
@@ -58,6 +59,8 @@ class Generator:
         if embeddings.folders != self.state.embeddings.folders:  # kept (with the files read) otherwise
             self.state.embeddings = embeddings
         comfy, forge = installs_from_origins(origins)
+        known = [(e.path, e.family) for e in index.entries() if e.kind == "image_encoder"] if index else []
+        self.state.workflows.encoder_search = EncoderSearch(tuple(known), comfy)  # image prompts' encoders
         found = (root / "models" / "vae_approx" for root in comfy)
         self.state.taesd_folders = tuple(dict.fromkeys((*self.taesd_folders, *found)))
         return T5TokenizerSearch(explicit=self.t5_path, comfyui_installs=comfy, forge_installs=forge)
@@ -91,6 +94,7 @@ class Generator:
         if session.loras.stack is not None:
             paths += [e.path for e in session.loras.stack.entries.values()]
         paths += [*self.state.upscalers, *workflows.controlnets.loaded, *workflows.preprocessors.loaded]
+        paths += workflows.image_prompts.paths()
         if workflows.refiner is not None:
             paths.append(workflows.refiner.path)
         return {Path(p).resolve() for p in expand_shards(paths) if p is not None}  # every shard
@@ -117,6 +121,11 @@ class Generator:
         for model in workflows.preprocessors.keep_only(set(workflows.preprocessors.loaded) - changed):
             names.append(model.path)
             placement.release(model.module)
+        prompts = workflows.image_prompts
+        kept = set(prompts.paths()) - changed
+        names += [p for p in prompts.paths() if p not in kept]
+        for module in prompts.keep_only(kept):
+            placement.release(module)
         for path in [p for p in self.state.upscalers if Path(p).resolve() in changed]:
             names.append(Path(path))
             placement.release(self.state.upscalers.pop(path).module)

@@ -5,7 +5,11 @@ The passes, always in this order (:func:`ordered`):
 
 0. **references** (editing): the reference pictures VAE-encoded before the prompts (a plan's
    ``prepare`` steps), their latents in every base sampler's conditioning
-   (:mod:`core.generate.references`);
+   (:mod:`core.generate.references`); then the **image prompts**: IP-Adapter's pictures encoded
+   and projected before the prompts, their tokens in every base sampler's conditioning and their
+   attention patch a model wrapper on every stage the base model samples
+   (:mod:`core.generate.ip_adapter`); FLUX Redux's pictures encoded before the prompts, their
+   tokens appended to every base sampler's positive prompt (:mod:`core.generate.redux`);
 1. **start** (txt2img / img2img): Empty Latent Image or VAEEncode, then a KSampler stage;
 2. **mask** (inpainting): SetLatentNoiseMask on the start latent (carried by every later stage, as
    ComfyUI's LATENT carries ``noise_mask``), and an inpainting model's extra input channels;
@@ -36,9 +40,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
+import torch
 from torch import Tensor
 
 from core.archs.references import NO_PICTURES, PromptPictures
+from core.errors import ModelMismatchError
 from core.generate.request import ImageSettings, Sampling
 from core.sampling.conditioning import Conditioning
 from core.sampling.patches import NO_MODEL_PATCHES, ModelPatches
@@ -81,6 +87,58 @@ class References:
 NO_REFERENCES = References()
 
 
+def append_tokens(cond: Conditioning, tokens: tuple[Tensor, ...]) -> Conditioning:
+    """ComfyUI's ``StyleModelApply``: each ``[1, n, width]`` block of tokens appended, in order, to
+    the prompt's context (every item of its batch; the mask, where there is one, says they are real)."""
+    ctx = cond.context
+    wrong = next((t for t in tokens if t.shape[-1] != ctx.shape[-1]), None)
+    if wrong is not None:
+        raise ModelMismatchError(
+            f"the image prompt's tokens are {wrong.shape[-1]} wide, and this model's prompt tokens "
+            f"{ctx.shape[-1]}",
+            why="image prompt tokens are appended to the prompt's own",
+            fix="Use a style model made for this model's family",
+            code="wrong_kind",
+        )
+    extra = [t.to(device=ctx.device, dtype=ctx.dtype).expand(ctx.shape[0], -1, -1) for t in tokens]
+    mask = cond.mask
+    if mask is not None:
+        n = sum(t.shape[1] for t in tokens)
+        mask = torch.cat((mask, mask.new_ones((mask.shape[0], n))), dim=1)
+    return replace(cond, context=torch.cat((ctx, *extra), dim=1), mask=mask)
+
+
+@dataclass(frozen=True)
+class ImagePrompts:
+    """The image prompts' tokens, filled by their passes before the prompts are encoded:
+
+    * ``positive`` / ``negative`` (IP-Adapter's projected pictures, one ``[1, tokens, width]`` per
+      adapter in order): the positive prompt's conditioning carries the pictures', the negative's
+      the empty picture's (ComfyUI_IPAdapter_plus's ``cond`` and ``uncond``), for the attention
+      patch;
+    * ``appended`` (FLUX Redux's, one ``[1, tokens, context width]`` per picture in order):
+      appended to the positive prompt's own tokens (:func:`append_tokens`)."""
+
+    positive: tuple[Tensor, ...] = ()
+    negative: tuple[Tensor, ...] = ()
+    appended: tuple[Tensor, ...] = ()
+
+    def attach(
+        self, positive: Conditioning, negative: Conditioning | None
+    ) -> tuple[Conditioning, Conditioning | None]:
+        if self.appended:
+            positive = append_tokens(positive, self.appended)
+        if not self.positive:
+            return positive, negative
+        positive = replace(positive, image_prompts=positive.image_prompts + self.positive)
+        if negative is not None:
+            negative = replace(negative, image_prompts=negative.image_prompts + self.negative)
+        return positive, negative
+
+
+NO_IMAGE_PROMPTS = ImagePrompts()
+
+
 @dataclass
 class Run:
     """What every stage of one generation shares."""
@@ -97,6 +155,8 @@ class Run:
     references: References = NO_REFERENCES
     #: more patches of every base stage, made for its size (regions)
     stage_patches: tuple[StagePatches, ...] = ()
+    #: the image prompts' tokens the base model's samplers take (filled by their passes)
+    image_prompts: ImagePrompts = NO_IMAGE_PROMPTS
 
 
 class StagePatches(Protocol):
@@ -145,7 +205,8 @@ class KSample:
         )
         run.timings.text_encode += time.perf_counter() - t0
         run.missing += missing
-        return refs.attach(positive, negative)
+        positive, negative = refs.attach(positive, negative)
+        return run.image_prompts.attach(positive, negative) if self.pipeline is None else (positive, negative)
 
     def __call__(self, latent: Latent | None, run: Run) -> Latent:
         pipe, hooks = self.pipeline or run.pipeline, self.hooks or run.hooks
@@ -217,7 +278,10 @@ class Pass(Protocol):
 
 
 #: the passes' order in every plan
-ORDER = ("references", "start", "mask", "controlnets", "guidance", "regions", "schedules", "hires", "refiner")
+ORDER = (
+    "references", "image_prompts", "redux", "start", "mask", "controlnets", "guidance", "regions",
+    "schedules", "hires", "refiner",
+)  # fmt: skip
 
 
 @dataclass

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import torch
 from PIL import Image
 
 from core.errors import FileAccessError, FileFormatError, LoadoutError
@@ -66,3 +67,8 @@ def read_mask(path: Path) -> np.ndarray:
             im = im.point(lambda v: v * (1 / 255))
         rgba = im.convert("RGBA")
         return np.asarray(rgba.getchannel("R")).astype(np.float32) / 255.0
+
+
+def unit_pixels(rgb: np.ndarray) -> torch.Tensor:
+    """(H, W, 3) uint8 -> [1, 3, H, W] float32 in [0, 1] (ComfyUI's LoadImage, channels first)."""
+    return torch.from_numpy(np.array(rgb)).float().div(255.0).permute(2, 0, 1)[None]

@@ -12,7 +12,7 @@ from core.detect.prediction import PREDICTIONS
 from core.errors import LoadoutError
 from core.generate.hires_settings import HiresFix
 from core.generate.outpaint_settings import Outpaint
-from core.generate.workflow_request import ControlNetUse, RefinerUse
+from core.generate.workflow_request import ControlNetUse, IpAdapterUse, ReduxUse, RefinerUse
 from core.guidance import GuidancePatch, default_patches
 from core.patching.merge import LoraArg
 from core.patching.schedule import LoraSchedule
@@ -104,6 +104,13 @@ class ImageSettings:
     references: tuple[Path, ...] = ()
     #: parts of the picture drawn from their own prompts (core/regions), beside the prompt
     regions: tuple[Region, ...] = ()
+    #: image prompts (IP-Adapter on SD1.5/SDXL: core/generate/ip_adapter.py), applied in order
+    ip_adapters: tuple[IpAdapterUse, ...] = ()
+    #: image prompts by FLUX Redux, appended to the prompt in order (core/generate/redux.py)
+    redux: tuple[ReduxUse, ...] = ()
+    #: the image encoder (a vision tower file) the image prompts read their pictures with (None:
+    #: the one of the family they need, found in the library or beside their files)
+    image_encoder: Path | None = None
 
     def __post_init__(self) -> None:
         problems = self.sampling.problems()
@@ -145,10 +152,14 @@ class ImageSettings:
 
     @property
     def mapped_files(self) -> tuple[Path, ...]:
-        """The model files this generation maps beyond the loaded ones: its ControlNets, the hires
-        fix's upscale model and the refiner (the hint, init, mask and reference pictures are read,
-        not mapped)."""
+        """The model files this generation maps beyond the loaded ones: its ControlNets and their
+        preprocessors' models, its image prompts' IP-Adapters, style models and image encoder, the
+        hires fix's upscale model and the refiner (the hint, init, mask, reference and image-prompt
+        pictures are read, not mapped)."""
         paths = [use.path for use in self.controlnets] + list(self.preprocessor_models)
+        paths += dict.fromkeys([*(u.path for u in self.ip_adapters), *(u.path for u in self.redux)])
+        if (self.ip_adapters or self.redux) and self.image_encoder is not None:
+            paths.append(self.image_encoder)
         if self.hires is not None and self.hires.model is not None:
             paths.append(self.hires.model)
         if self.refiner is not None:

@@ -1,7 +1,8 @@
 """What the workflows beside text-to-image ask for: ControlNets (ComfyUI's ControlNetApplyAdvanced),
-an inpainting mask (SetLatentNoiseMask / InpaintModelConditioning) and the SDXL refiner hand-off
-(two KSamplerAdvanced nodes). Plain values with their checks; the engine is in
-``core.generate.controlnet``, ``inpaint`` and ``refiner``."""
+an inpainting mask (SetLatentNoiseMask / InpaintModelConditioning), image prompts (IP-Adapter;
+FLUX Redux: StyleModelApply) and the SDXL refiner hand-off (two KSamplerAdvanced nodes). Plain
+values with their checks; the engine is in ``core.generate.controlnet``, ``inpaint``,
+``ip_adapter``, ``redux`` and ``refiner``."""
 
 from __future__ import annotations
 
@@ -10,7 +11,14 @@ from pathlib import Path
 
 from core.errors import LoadoutError
 from core.preprocess import find_preprocessor
-from core.values import CONTROLNET_PERCENT, CONTROLNET_STRENGTH, REFINER_SWITCH
+from core.values import (
+    CONTROLNET_PERCENT,
+    CONTROLNET_STRENGTH,
+    IP_ADAPTER_PERCENT,
+    IP_ADAPTER_WEIGHT,
+    REDUX_STRENGTH,
+    REFINER_SWITCH,
+)
 
 
 def _bad(what: str, why: str, fix: str) -> LoadoutError:
@@ -43,6 +51,54 @@ class ControlNetUse:
                 f"ControlNet start {self.start} is after its end {self.end}",
                 "a ControlNet acts from its start percent to its end percent",
                 "Give a start at or before the end",
+            )
+
+
+@dataclass(frozen=True)
+class IpAdapterUse:
+    """One image prompt: the IP-Adapter file, the picture, its weight and the part of the schedule
+    it acts on (ComfyUI_IPAdapter_plus's start_at/end_at); the image encoder that reads the
+    picture is the settings' (``ImageSettings.image_encoder``) or the one found for it."""
+
+    path: Path
+    picture: Path
+    weight: float = 1.0
+    start: float = 0.0
+    end: float = 1.0
+
+    def __post_init__(self) -> None:
+        IP_ADAPTER_WEIGHT.check(self.weight)
+        IP_ADAPTER_PERCENT.check(self.start)
+        IP_ADAPTER_PERCENT.check(self.end)
+        if self.start > self.end:
+            raise _bad(
+                f"IP-Adapter start {self.start} is after its end {self.end}",
+                "an image prompt acts from its start percent to its end percent",
+                "Give a start at or before the end",
+            )
+
+
+#: ComfyUI's ``strength_type``: "multiply" scales the picture's tokens; "attn_bias" adds
+#: ``log(strength)`` to the attention logits of every query on them
+STRENGTH_TYPES = ("multiply", "attn_bias")
+
+
+@dataclass(frozen=True)
+class ReduxUse:
+    """One picture given to a FLUX Redux style model, its strength and how the strength acts."""
+
+    path: Path  # the style model file (flux1-redux-dev.safetensors)
+    picture: Path
+    strength: float = 1.0
+    strength_type: str = "multiply"
+
+    def __post_init__(self) -> None:
+        REDUX_STRENGTH.check(self.strength)
+        if self.strength_type not in STRENGTH_TYPES:
+            raise LoadoutError(
+                f"{self.strength_type!r} is not a Redux strength type",
+                fix=f"Give one of {', '.join(STRENGTH_TYPES)}",
+                code="bad_argument",
             )
 
 

@@ -1,6 +1,8 @@
 """The passes that need models beyond the base's, or files read for the picture's parameters, made
-through a session: an edit's reference pictures (read and hashed), the ControlNets (loaded
-once per session, placed with the diffusion model for the "sample" phase) and the SDXL refiner
+through a session: an edit's reference pictures (read and hashed), the image prompts (IP-Adapter:
+:mod:`core.generate.image_prompts`; FLUX Redux: :mod:`core.generate.redux_session`; their files
+loaded once per session in one cache), the ControlNets (loaded once per session, placed with the
+diffusion model for the "sample" phase) and the SDXL refiner
 (loaded once per session, its text encoder and UNet placed for their own phases), with the PNG
 parameters that name what was used.
 
@@ -25,10 +27,12 @@ from core.errors import ModelMismatchError
 from core.generate import controlnet as cn
 from core.generate.events import Phase
 from core.generate.hashes import FileHashes
+from core.generate.image_prompts import EncoderSearch, ImagePromptCache, ip_adapter_pass
 from core.generate.lora_schedule import LoraSchedulePass
 from core.generate.outpaint_settings import outpaint_parameters
 from core.generate.passes import Pass
 from core.generate.pipeline import Hooks, Pipeline
+from core.generate.redux_session import redux_pass
 from core.generate.references import ReferencePass, activation_room, convention_for, read_references
 from core.generate.refiner import (
     LoadedRefiner,
@@ -60,7 +64,11 @@ class WorkflowState:
 
     controlnets: cn.ControlNetCache = field(default_factory=cn.ControlNetCache)
     preprocessors: PreprocessorModels = field(default_factory=PreprocessorModels)
+    image_prompts: ImagePromptCache = field(default_factory=ImagePromptCache)
     refiner: LoadedRefiner | None = None
+    #: where image prompts' encoders are looked for when the settings name none (the generator's
+    #: library and ComfyUI installs; beside the files that need them in any case)
+    encoder_search: EncoderSearch = field(default_factory=EncoderSearch)
 
 
 @dataclass
@@ -178,6 +186,19 @@ def prepare(
         made = ReferencePass(pictures, convention_for(parts.family, len(pictures)))
         made.contribution.sample_bytes = _reference_room(session, settings, pipeline, made)
         passes.append(made)
+    cache, search, family = state.image_prompts, state.encoder_search, parts.family
+    prompts, _, names = ip_adapter_pass(
+        session, cache, settings, search, family, pipeline.sampling, hooks.check, named
+    )
+    parts.names.update(names)
+    redux = redux_pass(
+        session, cache, settings, search, family, parts.names, hooks.check, lambda p: named(p, 10)
+    )
+    prompted: list[Pass] = [m for m in (prompts, redux) if m is not None]  # read and loaded, not placed
+    used = {Path(f).resolve() for m in prompted for f in m.contribution.files}
+    for gone in cache.keep_only(used):
+        session.placement.release(gone)
+    passes += prompted
     control = _controlnets(session, state, settings, parts, pipeline, hooks.check, named)
     refiner = _refiner(session, state, settings, parts, pipeline, hooks)
     if control is not None:

@@ -26,6 +26,9 @@ EXPECTED_KINDS: dict[str, tuple[str, ...]] = {
     "controlnet": ("controlnet",),
     "upscale_models": ("upscale_model",),
     "embeddings": ("embedding",),
+    "clip_vision": ("image_encoder",),
+    "ipadapter": ("ip_adapter",),
+    "style_models": ("style_model",),
 }
 #: The kind a pending file probably is, from its folder (used to group files before they are read).
 HINT_KIND = {hint: kinds[0] for hint, kinds in EXPECTED_KINDS.items()}

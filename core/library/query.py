@@ -22,6 +22,9 @@ KIND_ORDER = (
     "controlnet",
     "upscale_model",
     "preprocessor_model",
+    "image_encoder",
+    "ip_adapter",
+    "style_model",
     "embedding",
     "unknown",
 )

@@ -35,6 +35,8 @@ FOLDER_KINDS = (
     "upscale_models",
     "embeddings",
     "clip_vision",
+    "ipadapter",
+    "style_models",
 )
 #: Older ComfyUI folder names that mean the same as a newer one.
 COMFY_ALIASES = {"clip": "text_encoders", "unet": "diffusion_models", "t2i_adapter": "controlnet"}
@@ -51,12 +53,13 @@ COMFY_FOLDERS: tuple[tuple[str, str | None], ...] = (
     ("text_encoders", "text_encoders"),
     ("clip", "text_encoders"),
     ("clip_vision", "clip_vision"),
+    ("ipadapter", "ipadapter"),
     ("controlnet", "controlnet"),
     ("t2i_adapter", "controlnet"),
     ("upscale_models", "upscale_models"),
     ("embeddings", "embeddings"),
     ("hypernetworks", None),
-    ("style_models", None),
+    ("style_models", "style_models"),
     ("gligen", None),
     ("photomaker", None),
     ("model_patches", None),

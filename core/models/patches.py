@@ -78,10 +78,22 @@ class JoinPatch(Protocol):
 
 
 @dataclass(frozen=True)
+class ExtraAttention:
+    """A second attention of the same queries over keys and values of its own, added to the
+    attention's output times ``weight``: decoupled cross-attention (IP-Adapter's image tokens:
+    ``out = attn(q, k, v) + weight * attn(q, k_ip, v_ip)``). ``k``/``v`` (B, L, H*D)."""
+
+    k: torch.Tensor
+    v: torch.Tensor
+    weight: float
+
+
+@dataclass(frozen=True)
 class AttentionCall:
     """One attention about to run: ``q`` (B, Lq, H*D), ``k``/``v`` (B, Lk, H*D), ``mask`` boolean
     (True = attend) or additive, broadcastable to (B, H, Lq, Lk). ``layer`` numbers the attention
-    layers inside the block at ``site``."""
+    layers inside the block at ``site``. ``extra``: attentions over other keys and values whose
+    weighted outputs are added to this one's (:class:`ExtraAttention`)."""
 
     q: torch.Tensor
     k: torch.Tensor
@@ -91,6 +103,7 @@ class AttentionCall:
     layer: int
     kind: AttentionKind
     mask: torch.Tensor | None = None
+    extra: tuple[ExtraAttention, ...] = ()
 
 
 class AttentionPatch(Protocol):
@@ -154,8 +167,12 @@ class NetworkPatches:
         for patch in self.attention:
             call = patch(call)
         if self.replace_attention is not None:
-            return self.replace_attention(call)
-        return attention(call.q, call.k, call.v, call.heads, call.mask)
+            out = self.replace_attention(call)
+        else:
+            out = attention(call.q, call.k, call.v, call.heads, call.mask)
+        for more in call.extra:
+            out = out + attention(call.q, more.k, more.v, call.heads) * more.weight
+        return out
 
 
 NO_PATCHES = NetworkPatches()

@@ -32,6 +32,8 @@ def can_concat(a: Conditioning, b: Conditioning) -> bool:
         return False
     if [r.shape[1:] for r in a.references] != [r.shape[1:] for r in b.references]:
         return False  # reference tokens differ: two forward passes, as ComfyUI's unequal conds
+    if [p.shape[1:] for p in a.image_prompts] != [p.shape[1:] for p in b.image_prompts]:
+        return False
     if a.pooled is not None and b.pooled is not None and a.pooled.shape[1:] != b.pooled.shape[1:]:
         return False
     la, lb = a.context.shape[1], b.context.shape[1]
@@ -46,12 +48,14 @@ def concat(conds: Sequence[Conditioning]) -> Conditioning:
     guidance = [c.guidance for c in conds if c.guidance is not None]
     masks = [c.mask.repeat(1, tokens // c.mask.shape[1]) for c in conds if c.mask is not None]
     references = tuple(torch.cat(refs) for refs in zip(*(c.references for c in conds), strict=True))
+    prompts = tuple(torch.cat(p) for p in zip(*(c.image_prompts for c in conds), strict=True))
     return Conditioning(
         torch.cat(contexts),
         torch.cat(pooled) if pooled else None,
         torch.cat(guidance) if guidance else None,
         torch.cat(masks) if masks else None,
         references,
+        prompts,
     )
 
 

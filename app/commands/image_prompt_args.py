@@ -1,0 +1,85 @@
+"""``loadout generate``'s image prompts: ``--ip-adapter FILE:PICTURE[:WEIGHT[@START-END]]`` (SD1.5,
+SDXL), ``--redux FILE:PICTURE[:STRENGTH]`` (FLUX.1), both repeatable, and ``--image-encoder FILE``
+(the vision tower file they read pictures with; without it the one each needs is found in the
+library, a ComfyUI install's ``models/clip_vision`` or beside the adapter or style model)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from app.commands.args import _split_paths
+from core.errors import LoadoutError
+from core.generate.workflow_request import IpAdapterUse, ReduxUse
+from core.values import IP_ADAPTER_PERCENT, IP_ADAPTER_WEIGHT, REDUX_STRENGTH
+
+
+def add_image_prompt_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--ip-adapter", action="append", default=[], metavar="FILE:PICTURE[:WEIGHT[@START-END]]",
+        help="an image prompt (repeatable; SD1.5/SDXL IP-Adapter, as ComfyUI_IPAdapter_plus's "
+        "IPAdapterAdvanced): the adapter file, the picture, its weight (default 1) and the part of the "
+        "steps it acts on (e.g. ip-adapter_sd15.safetensors:cat.png:0.8@0-0.6)",
+    )  # fmt: skip
+    p.add_argument(
+        "--redux", action="append", default=[], metavar="FILE:PICTURE[:STRENGTH]",
+        help="an image prompt by FLUX Redux (repeatable, appended in order; ComfyUI's StyleModelApply): "
+        "the style model file, its picture and strength (default 1)",
+    )  # fmt: skip
+    p.add_argument(
+        "--image-encoder", metavar="FILE",
+        help="the image encoder the image prompts read pictures with (a CLIP vision file for IP-Adapter, "
+        "sigclip_vision_patch14_384.safetensors for FLUX Redux; default: the one of the right kind in the "
+        "library, ComfyUI's models/clip_vision or beside the adapter or style model)",
+    )  # fmt: skip
+
+
+def image_prompt_settings(args: argparse.Namespace) -> dict[str, Any]:
+    """``ImageSettings``' image-prompt fields from ``--ip-adapter``, ``--redux`` and ``--image-encoder``."""
+    return {
+        "ip_adapters": tuple(parse_ip_adapter(t) for t in args.ip_adapter),
+        "redux": tuple(parse_redux(t) for t in args.redux),
+        "image_encoder": Path(args.image_encoder) if args.image_encoder else None,
+    }
+
+
+def _bad(text: str, why: str) -> LoadoutError:
+    return LoadoutError(
+        f"--ip-adapter {text!r} is not FILE:PICTURE[:WEIGHT[@START-END]]",
+        why=why,
+        fix="Give e.g. --ip-adapter ip-adapter_sd15.safetensors:cat.png:0.8@0-0.6",
+        code="bad_argument",
+    )
+
+
+def parse_ip_adapter(text: str) -> IpAdapterUse:
+    """``FILE:PICTURE[:WEIGHT[@START-END]]``; Windows drive letters stay part of the paths."""
+    parts = _split_paths(text)
+    if len(parts) not in (2, 3) or not parts[0] or not parts[1]:
+        raise _bad(text, f"it has {len(parts)} parts")
+    weight, start, end = 1.0, 0.0, 1.0
+    if len(parts) == 3:
+        number, at, span = parts[2].partition("@")
+        weight = IP_ADAPTER_WEIGHT.parse(number) if number else 1.0
+        if at:
+            first, dash, last = span.partition("-")
+            if not dash:
+                raise _bad(text, f"{span!r} is not START-END")
+            start, end = IP_ADAPTER_PERCENT.parse(first), IP_ADAPTER_PERCENT.parse(last)
+    return IpAdapterUse(Path(parts[0]), Path(parts[1]), weight, start, end)
+
+
+def parse_redux(text: str) -> ReduxUse:
+    """``FILE:PICTURE[:STRENGTH[:TYPE]]`` (``--redux``): a FLUX Redux style model, its picture, its
+    strength (ComfyUI's StyleModelApply, default 1) and strength type (multiply)."""
+    parts = _split_paths(text)
+    if len(parts) not in (2, 3, 4):
+        raise LoadoutError(
+            f"--redux {text!r} is not FILE:PICTURE[:STRENGTH]",
+            why=f"it has {len(parts)} parts",
+            fix="Give e.g. --redux flux1-redux-dev.safetensors:photo.png:0.8",
+            code="bad_argument",
+        )
+    strength = REDUX_STRENGTH.parse(parts[2]) if len(parts) > 2 else 1.0
+    return ReduxUse(Path(parts[0]), Path(parts[1]), strength, *parts[3:])

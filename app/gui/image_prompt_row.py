@@ -1,0 +1,53 @@
+"""The Generate panel's image prompt (IP-Adapter, SD1.5/SDXL): the adapter file, the picture (a
+thumbnail), its weight and the part of the steps it acts on. A view: it turns the row into
+``ImageSettings.ip_adapters``; core finds the image encoder (in the library, ComfyUI's
+models/clip_vision or beside the adapter) and says in words when it is missing."""
+
+from __future__ import annotations
+
+from PySide6.QtWidgets import QDoubleSpinBox, QFormLayout, QHBoxLayout, QLabel, QWidget
+
+from app.gui.controlnet_rows import MODELS, PICTURES, FilePick
+from core.generate.image_prompts import IpAdapterParameters
+from core.generate.workflow_request import IpAdapterUse
+from core.values import IP_ADAPTER_PERCENT, IP_ADAPTER_WEIGHT
+
+
+def _spin(value: float, low: float, top: float, tip: str) -> QDoubleSpinBox:
+    box = QDoubleSpinBox(minimum=low, maximum=top, value=value, singleStep=0.05, decimals=2, toolTip=tip)
+    box.setMinimumWidth(56)
+    return box
+
+
+class ImagePromptRow(QWidget):
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.adapter = FilePick("Pick the IP-Adapter (ComfyUI's models/ipadapter)", MODELS)
+        self.picture = FilePick("Pick the image prompt's picture", PICTURES, preview=True)
+        self.weight = _spin(1.0, IP_ADAPTER_WEIGHT.lo, IP_ADAPTER_WEIGHT.hi, "Weight (0 switches it off)")
+        self.start = _spin(0.0, IP_ADAPTER_PERCENT.lo, IP_ADAPTER_PERCENT.hi, "Start (0: the first step)")
+        self.end = _spin(1.0, IP_ADAPTER_PERCENT.lo, IP_ADAPTER_PERCENT.hi, "End (1: the last step)")
+        numbers = QHBoxLayout()
+        numbers.setContentsMargins(0, 0, 0, 0)
+        for label, box in (("Weight", self.weight), ("from", self.start), ("to", self.end)):
+            numbers.addWidget(QLabel(label))
+            numbers.addWidget(box)
+        form = QFormLayout(self)
+        form.setContentsMargins(0, 0, 0, 0)
+        form.setRowWrapPolicy(QFormLayout.RowWrapPolicy.WrapLongRows)
+        form.addRow("IP-Adapter", self.adapter)
+        form.addRow("Image prompt", self.picture)
+        form.addRow("", numbers)
+
+    def uses(self) -> tuple[IpAdapterUse, ...]:
+        """The image prompt when both files are picked (start and end in order)."""
+        if self.adapter.path is None or self.picture.path is None:
+            return ()
+        start, end = sorted((self.start.value(), self.end.value()))
+        return (IpAdapterUse(self.adapter.path, self.picture.path, self.weight.value(), start, end),)
+
+    def show_parameters(self, item: IpAdapterParameters) -> None:
+        """A picture's image prompt: its numbers (the files are the user's to pick again)."""
+        self.weight.setValue(item.weight)
+        self.start.setValue(item.start)
+        self.end.setValue(item.end)

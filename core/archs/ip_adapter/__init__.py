@@ -1,0 +1,48 @@
+"""IP-Adapter (kind ``ip_adapter``, SD1.5 and SDXL): its network (``network.py``: the image
+projection and the per-layer keys and values) and where its layers go in the UNet (``sites.py``).
+The patch that applies it is ``core/generate/ip_adapter.py``'s; shared code reaches this package
+through ``core.archs.catalog.IMAGE_PROMPT_ADAPTERS``."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from core.archs.ip_adapter.network import IpAdapterConfig, IpAdapterModel, config_from_shapes
+from core.archs.ip_adapter.sites import cross_attention_order
+from core.models.patches import Site
+
+
+@dataclass(frozen=True)
+class IpAdapterArchitecture:
+    id: str = "ip-adapter"
+
+    def configure(self, shapes: Mapping[str, Sequence[int]]) -> IpAdapterConfig:
+        return config_from_shapes(shapes)
+
+    def build(self, config: Any, device: Any, dtype: torch.dtype | None) -> nn.Module:
+        return IpAdapterModel(config, device=device, dtype=dtype)
+
+    def project(self, module: nn.Module, embeds: Tensor) -> Tensor:
+        assert isinstance(module, IpAdapterModel)
+        return module.project(embeds)
+
+    def key_value(self, module: nn.Module, layer: int, tokens: Tensor) -> tuple[Tensor, Tensor]:
+        assert isinstance(module, IpAdapterModel)
+        return module.key_value(layer, tokens)
+
+    def layers(self, module: nn.Module) -> int:
+        assert isinstance(module, IpAdapterModel)
+        return len(module.config.layers)
+
+    def sites(self, network: nn.Module) -> tuple[tuple[Site, int], ...]:
+        return cross_attention_order(network)
+
+
+IMAGE_PROMPT_ADAPTER = IpAdapterArchitecture()
+
+__all__ = ["IMAGE_PROMPT_ADAPTER", "IpAdapterConfig", "IpAdapterModel", "config_from_shapes"]

@@ -1,0 +1,232 @@
+"""The session's side of image prompts (IP-Adapter, FLUX Redux): the adapter, style model and
+image encoder files loaded once per session (:class:`ImagePromptCache`), the image encoder found
+for them when the settings name none (:class:`EncoderSearch`: the library's, a ComfyUI install's
+``models/clip_vision``, or beside their files), and for IP-Adapter each picture read and hashed,
+the modules registered with the placement (the encoder and the adapter's projection with the text
+encoders for "text_encode", the adapter with the UNet for "sample"), and the PNG parameters that
+name them (``IP-Adapter N``, read back by :func:`ip_adapters_in`). FLUX Redux's pass is made by
+:mod:`core.generate.redux_session`."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from torch import nn
+
+from core.detect.catalog import family_title
+from core.detect.detector import detect
+from core.errors import LoadoutError
+from core.files import read_tensor_index
+from core.generate.ip_adapter import AppliedIpAdapter, IpAdapterPass, check_encoder, check_family
+from core.generate.pictures import read_picture
+from core.generate.references import file_sha256
+from core.generate.request import ImageSettings
+from core.generate.workflow_request import IpAdapterUse
+from core.loading.image_encoder import LoadedImageEncoder, load_image_encoder
+from core.loading.image_prompts import LoadedStyleModel, load_style_model
+from core.loading.ip_adapter import LoadedIpAdapter, load_ip_adapter
+from core.loading.loader import LoadOptions
+from core.sampling.model_sampling import ModelSampling
+from core.session.session import Session
+
+#: the folders an image encoder is looked for in, relative to the folder of the file that needs it
+#: (ComfyUI keeps models/ipadapter and models/style_models beside models/clip_vision; h94's
+#: repositories keep models/image_encoder beside the adapters)
+ENCODER_FOLDERS = (".", "../clip_vision", "../image_encoder", "image_encoder")
+_SUFFIXES = (".safetensors", ".sft")
+#: said when an IP-Adapter's image encoder is missing: the usual file and where it comes from
+IP_ADAPTER_ENCODER = "e.g. CLIP-ViT-H-14-laion2B-s32B-b79K.safetensors, h94/IP-Adapter's models/image_encoder"
+
+
+@dataclass
+class ImagePromptCache:
+    """Loaded IP-Adapters, style models and image encoders kept between generations of one session
+    (by resolved path)."""
+
+    adapters: dict[Path, LoadedIpAdapter] = field(default_factory=dict)
+    encoders: dict[Path, LoadedImageEncoder] = field(default_factory=dict)
+    styles: dict[Path, LoadedStyleModel] = field(default_factory=dict)
+
+    def adapter(self, path: Path, check: Callable[[], None] | None) -> LoadedIpAdapter:
+        key = Path(path).resolve()
+        if key not in self.adapters:
+            self.adapters[key] = load_ip_adapter(key, LoadOptions(check=check))
+        return self.adapters[key]
+
+    def encoder(self, path: Path, check: Callable[[], None] | None) -> LoadedImageEncoder:
+        key = Path(path).resolve()
+        if key not in self.encoders:
+            self.encoders[key] = load_image_encoder(key, LoadOptions(check=check))
+        return self.encoders[key]
+
+    def style(self, path: Path, check: Callable[[], None] | None) -> LoadedStyleModel:
+        key = Path(path).resolve()
+        if key not in self.styles:
+            self.styles[key] = load_style_model(key, LoadOptions(check=check))
+        return self.styles[key]
+
+    def paths(self) -> list[Path]:
+        """The files it keeps mapped."""
+        return [*self.adapters, *self.encoders, *self.styles]
+
+    def keep_only(self, paths: set[Path]) -> list[nn.Module]:
+        """Forget the ones not used now; their modules (for the placement to release)."""
+        gone: list[nn.Module] = []
+        for kept in (self.adapters, self.encoders, self.styles):
+            gone += [v.module for k, v in kept.items() if k not in paths]
+            for k in [k for k in kept if k not in paths]:
+                del kept[k]
+        return gone
+
+
+@dataclass(frozen=True)
+class EncoderSearch:
+    """Where an image encoder is looked for when the settings name none, in order: the library's
+    image encoders (``known``: path, family), each ComfyUI install's ``models/clip_vision``
+    (``installs``), then the :data:`ENCODER_FOLDERS` beside the file that needs it (headers only)."""
+
+    known: tuple[tuple[Path, str | None], ...] = ()
+    installs: tuple[Path, ...] = ()
+
+    def folders(self, near: Path) -> list[Path]:
+        here = Path(near).resolve().parent
+        found = [root / "models" / "clip_vision" for root in self.installs]
+        return list(dict.fromkeys([*found, *((here / f).resolve() for f in ENCODER_FOLDERS)]))
+
+    def find(self, family: str | None, near: Path) -> Path | None:
+        """The first image encoder file of ``family`` for the file ``near``, or None."""
+        for path, fam in self.known:
+            if fam == family and Path(path).is_file():
+                return Path(path)
+        for folder in self.folders(near):
+            for path in sorted(folder.iterdir()) if folder.is_dir() else []:
+                if path.suffix.lower() not in _SUFFIXES or not path.is_file():
+                    continue
+                try:
+                    index = read_tensor_index(path)
+                except (LoadoutError, OSError):
+                    continue
+                det = detect(index.tensors, {}, path.name)
+                if det.kind == "image_encoder" and det.family == family:
+                    return path
+        return None
+
+    def missing(self, needs: Path, family: str | None, why: str, example: str) -> LoadoutError:
+        """The refusal when :meth:`find` found none: which encoder, where it was looked for, and
+        where to put it (``example``: its usual file name and where to get it)."""
+        looked = [str(f) for f in self.folders(needs) if f.is_dir()]
+        return LoadoutError(
+            f"{needs.name} needs the {family_title(family)} image encoder, and none was found",
+            why=f"{why}; none of {family_title(family)} is in the library"
+            + (" or in " + ", ".join(looked) if looked else ""),
+            fix=f"Put the {family_title(family)} vision model ({example}) in ComfyUI's models/clip_vision "
+            "beside the folder of the file that needs it, or name the image encoder file",
+            code="missing_image_encoder",
+        )
+
+
+def image_encoder_for(
+    cache: ImagePromptCache, given: Path | None, search: EncoderSearch, family: str | None, needs: Path,
+    why: str, example: str, check: Callable[[], None] | None,
+) -> LoadedImageEncoder:  # fmt: skip
+    """The image encoder the settings name, else the one of ``family`` found for the file
+    ``needs``, loaded (once per session); refused in words when there is none."""
+    path = given if given is not None else search.find(family, needs)
+    if path is None:
+        raise search.missing(needs, family, why, example)
+    return cache.encoder(path, check)
+
+
+def _num(v: float) -> str:
+    return f"{v:g}"
+
+
+def parameter_item(index: int, use: IpAdapterUse, model: str, encoder: str, sha256: str) -> tuple[str, str]:
+    """``IP-Adapter 0: "Model: ip-adapter_sd15 [0123456789], Image: a.png: <12 hex>, Weight: 0.8,
+    Start: 0, End: 1, Encoder: clip-vit-h [hash]"``."""
+    picture = Path(use.picture).name.replace(",", "")
+    text = (
+        f"Model: {model}, Image: {picture}: {sha256[:12]}, Weight: {_num(use.weight)}, "
+        f"Start: {_num(use.start)}, End: {_num(use.end)}, Encoder: {encoder}"
+    )
+    return f"IP-Adapter {index}", text
+
+
+def ip_adapter_pass(
+    session: Session, cache: ImagePromptCache, settings: ImageSettings, search: EncoderSearch,
+    family: str, sampling: ModelSampling, check: Callable[[], None], named: Callable[[Path, int], str],
+) -> tuple[IpAdapterPass | None, dict[str, list[object]], dict[str, str]]:  # fmt: skip
+    """This generation's IP-Adapter image prompts: the pass, the modules per phase, and their
+    manager names; each adapter reads with the settings' image encoder, or the one found for it."""
+    placement = session.placement
+    pairs = []
+    for use in settings.ip_adapters:
+        adapter = cache.adapter(use.path, check)
+        check_family(adapter, family)
+        encoder = image_encoder_for(
+            cache, settings.image_encoder, search, adapter.encoder, adapter.path,
+            "an IP-Adapter reads its picture with a CLIP vision model", IP_ADAPTER_ENCODER, check,
+        )  # fmt: skip
+        check_encoder(adapter, encoder)
+        pairs.append((use, adapter, encoder))
+    if not pairs:
+        return None, {}, {}
+    applied, params, names = [], {}, {}
+    phases: dict[str, list[object]] = {"text_encode": [], "sample": []}
+    for i, (use, adapter, encoder) in enumerate(pairs):
+        picture = read_picture(use.picture, "image prompt")
+        sha = file_sha256(use.picture)
+        rng = (sampling.percent_to_sigma(use.start), sampling.percent_to_sigma(use.end))
+        applied.append(AppliedIpAdapter(adapter, encoder, picture, use.weight, rng))
+        for module, name in ((adapter.module, f"{adapter.path.stem} IP-Adapter"),
+                             (encoder.module, f"{encoder.path.stem} image encoder")):  # fmt: skip
+            if placement.active and placement.manager.find(module) is None:
+                placement.register(module, name)
+            names[name] = "ip_adapter" if module is adapter.module else "image_encoder"
+        for phase, modules in (
+            ("text_encode", (encoder.module, adapter.module)),
+            ("sample", (adapter.module,)),
+        ):
+            phases[phase] += [m for m in modules if m not in phases[phase]]
+        key, text = parameter_item(i, use, named(adapter.path, 10), named(encoder.path, 10), sha)
+        params[key] = text
+    made = IpAdapterPass(tuple(applied))
+    made.contribution.models = phases
+    made.contribution.files = tuple(dict.fromkeys(p for _, a, e in pairs for p in (a.path, e.path)))
+    made.contribution.parameters = params
+    return made, phases, names
+
+
+@dataclass(frozen=True)
+class IpAdapterParameters:
+    """One image prompt as a picture's parameters name it."""
+
+    model: str
+    image: str
+    image_hash: str
+    weight: float
+    start: float
+    end: float
+    encoder: str
+
+
+def ip_adapters_in(extra: dict[str, str]) -> tuple[IpAdapterParameters, ...]:
+    """The ``IP-Adapter 0``, ``IP-Adapter 1``... items of an infotext's extra keys, in order; items
+    that do not read as Loadout's form are left out."""
+    found: list[tuple[int, IpAdapterParameters]] = []
+    for key, text in extra.items():
+        if not key.startswith("IP-Adapter ") or not key[11:].isdigit():
+            continue
+        fields = {k.strip(): v.strip() for k, _, v in (p.partition(":") for p in text.split(", ")) if v}
+        try:
+            image, _, digest = fields["Image"].rpartition(":")
+            item = IpAdapterParameters(
+                fields["Model"], image.strip(), digest.strip(), float(fields.get("Weight", "1")),
+                float(fields.get("Start", "0")), float(fields.get("End", "1")), fields.get("Encoder", ""),
+            )  # fmt: skip
+        except (KeyError, ValueError):
+            continue
+        found.append((int(key[11:]), item))
+    return tuple(item for _, item in sorted(found, key=lambda p: p[0]))

@@ -1,0 +1,206 @@
+"""Image prompts with IP-Adapter (SD1.5, SDXL), applied as ComfyUI_IPAdapter_plus's IPAdapterAdvanced
+applies them (weight type "linear", embeds scaling "V only", no attention mask):
+
+* **encoding** (before the prompts): the picture through the CLIP vision tower as
+  ``CLIPVisionEncode`` prepares it (:mod:`core.archs.clip_vision.preprocess`), the tower's
+  ``image_embeds`` (base adapters) or penultimate hidden states (plus, plus-face) through the
+  adapter's image projection: the picture's tokens. The negative prompt's tokens are the
+  projection of what ComfyUI_IPAdapter_plus feeds it: for plus, the tower's penultimate states of an
+  all-black 224x224 picture (zeros in [0, 1], so ``-mean/std`` once normalised); for base, zero
+  embeddings (``torch.zeros_like``). diffusers' ``prepare_ip_adapter_image_embeds`` zeroes the
+  normalised pixels instead (a mid-grey picture) for plus; Loadout follows ComfyUI.
+* **the patch** (every network call of the stages the base model samples): a model wrapper that,
+  while the call's sigma is in the adapter's start/end range (``percent_to_sigma``, as
+  ControlNets), adds to each cross-attention of the UNet the attention of the same queries over
+  the adapter's keys and values of the image tokens, times the weight:
+  ``out = attn(q, k, v) + weight * attn(q, to_k_ip(tokens), to_v_ip(tokens))`` (diffusers'
+  ``IPAdapterAttnProcessor2_0``). The tokens travel in the conditioning (``image_prompts``), so each
+  batch row gets its own prompt's (positive: the picture's, negative: the empty one's), as ComfyUI
+  picks them by ``cond_or_uncond``.
+
+The encoder and the adapter are placed by the memory manager: both with the text encoders for
+the encoding, the adapter with the UNet for sampling.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from core.detect.catalog import family_title
+from core.errors import ModelMismatchError
+from core.generate.passes import Contribution, Plan, Run
+from core.generate.pictures import unit_pixels
+from core.generate.request import ImageSettings
+from core.loading.image_encoder import LoadedImageEncoder
+from core.loading.ip_adapter import LoadedIpAdapter
+from core.models.patches import AttentionCall, ExtraAttention, NetworkPatches, Site
+from core.sampling.patches import Apply, ModelCall, ModelPatches
+
+#: the size of the picture ComfyUI_IPAdapter_plus encodes for a plus adapter's negative
+EMPTY_SIZE = 224
+
+
+@dataclass(frozen=True)
+class AppliedIpAdapter:
+    """One image prompt for one generation: the loaded adapter and encoder, the picture as read
+    ((H, W, 3) uint8), its weight and its sigma range (``from``, ``to``)."""
+
+    adapter: LoadedIpAdapter
+    encoder: LoadedImageEncoder
+    picture: np.ndarray
+    weight: float
+    sigma_range: tuple[float, float]
+
+    def acts_at(self, sigma: float) -> bool:
+        first, last = self.sigma_range
+        return not (sigma > first or sigma < last)
+
+
+def check_family(adapter: LoadedIpAdapter, family: str) -> None:
+    """Refuse, in words, an adapter made for another family."""
+    if adapter.family != family:
+        raise ModelMismatchError(
+            f"{adapter.path.name} is an IP-Adapter for {family_title(adapter.family)}, "
+            f"and the model is {family_title(family)}",
+            why="its keys and values are made for the cross-attention of the UNet it was trained beside",
+            fix=f"Use an IP-Adapter made for {family_title(family)}",
+            code="wrong_ip_adapter",
+        )
+
+
+def check_encoder(adapter: LoadedIpAdapter, encoder: LoadedImageEncoder) -> None:
+    """Refuse, in words, an image encoder of another vision tower than the adapter reads."""
+    if adapter.encoder is not None and encoder.family != adapter.encoder:
+        raise ModelMismatchError(
+            f"{adapter.path.name} reads pictures with {family_title(adapter.encoder)}, and "
+            f"{encoder.path.name} is {family_title(encoder.family)}",
+            why="its image projection takes that vision tower's output",
+            fix=f"Give the {family_title(adapter.encoder)} image encoder (ComfyUI's models/clip_vision)",
+            code="wrong_ip_adapter",
+        )
+
+
+def _embeds(applied: AppliedIpAdapter, pixels: Tensor, device: torch.device, dtype: torch.dtype) -> Tensor:
+    enc = applied.encoder
+    out = enc.arch.encode(enc.module, pixels, device, dtype)
+    return out.penultimate if applied.adapter.embeds == "penultimate" else out.image_embeds
+
+
+@dataclass(frozen=True)
+class EncodeImagePrompts:
+    """Before the prompts: each picture encoded and projected, and the negative's tokens."""
+
+    adapters: tuple[AppliedIpAdapter, ...]
+
+    def __call__(self, run: Run) -> None:
+        run.hooks.place("text_encode")
+        compute = run.pipeline.compute
+        positive, negative = [], []
+        with torch.inference_mode():
+            for applied in self.adapters:
+                run.hooks.check()
+                cond = _embeds(applied, unit_pixels(applied.picture), compute.device, compute.text_dtype)
+                if applied.adapter.embeds == "penultimate":
+                    black = torch.zeros(1, 3, EMPTY_SIZE, EMPTY_SIZE)
+                    uncond = _embeds(applied, black, compute.device, compute.text_dtype)
+                else:
+                    uncond = torch.zeros_like(cond)
+                arch, module = applied.adapter.arch, applied.adapter.module
+                dt = compute.diffusion_dtype
+                positive.append(arch.project(module, cond.to(dt)).float().cpu())
+                negative.append(arch.project(module, uncond.to(dt)).float().cpu())
+        run.image_prompts = replace(run.image_prompts, positive=tuple(positive), negative=tuple(negative))
+
+
+@dataclass(frozen=True)
+class _Layer:
+    """One adapter's part of one call: its tokens for the batch, the sites it patches and its weight."""
+
+    applied: AppliedIpAdapter
+    tokens: Tensor
+    order: dict[tuple[Site, int], int]
+
+
+@dataclass(frozen=True)
+class IpAttention:
+    """The attention patch: each cross-attention gets the active adapters' extra attentions."""
+
+    layers: tuple[_Layer, ...]
+
+    def __call__(self, call: AttentionCall) -> AttentionCall:
+        if call.kind != "cross":
+            return call
+        extra = []
+        for layer in self.layers:
+            i = layer.order.get((call.site, call.layer))
+            if i is None:
+                continue
+            adapter = layer.applied.adapter
+            k, v = adapter.arch.key_value(adapter.module, i, layer.tokens.to(call.q.dtype))
+            extra.append(ExtraAttention(k, v, layer.applied.weight))
+        return replace(call, extra=call.extra + tuple(extra)) if extra else call
+
+
+@dataclass(frozen=True)
+class IpAdapterStack:
+    """Every image prompt of one generation, as a model wrapper: a network call whose sigma is in
+    an adapter's range gets that adapter's attention patch."""
+
+    adapters: tuple[AppliedIpAdapter, ...]
+    orders: tuple[dict[tuple[Site, int], int], ...]
+
+    def __call__(self, call: ModelCall, apply: Apply) -> Tensor:
+        at = float(call.sigma.reshape(-1)[0])
+        tokens = call.cond.image_prompts
+        layers = tuple(
+            _Layer(a, tokens[i], self.orders[i])
+            for i, a in enumerate(self.adapters)
+            if i < len(tokens) and a.weight != 0 and a.acts_at(at)
+        )
+        if not layers:
+            return apply(call)
+        return apply(call.with_patches(NetworkPatches(attention=(IpAttention(layers),))))
+
+
+def _order(applied: AppliedIpAdapter, network: torch.nn.Module) -> dict[tuple[Site, int], int]:
+    adapter = applied.adapter
+    sites = adapter.arch.sites(network)
+    if len(sites) != adapter.arch.layers(adapter.module):
+        raise ModelMismatchError(
+            f"{adapter.path.name} does not fit this diffusion model",
+            why=f"it has {adapter.arch.layers(adapter.module)} cross-attention layers, and the "
+            f"model's UNet has {len(sites)}",
+            fix=f"Use an IP-Adapter made for {family_title(adapter.family)} checkpoints of this size",
+            code="wrong_ip_adapter",
+        )
+    return {site: i for i, site in enumerate(sites)}
+
+
+@dataclass
+class IpAdapterPass:
+    """The image prompts of a generation: encoded before the prompts, their tokens in every base
+    sampler's conditioning, their attention patch on every stage the base model samples (not the
+    refiner's)."""
+
+    adapters: tuple[AppliedIpAdapter, ...]
+    kind: str = "image_prompts"
+    contribution: Contribution = field(default_factory=Contribution)
+
+    def plan(self, plan: Plan, settings: ImageSettings) -> None:
+        if not self.adapters:
+            return
+        plan.pipeline.adapter.patch_points.require(
+            "this IP-Adapter", "wrong_ip_adapter", attention=("cross",),
+            fix="IP-Adapters apply to SD1.5 and SDXL models",
+        )  # fmt: skip
+        network = plan.pipeline.nets.diffusion
+        orders = tuple(_order(a, network) for a in self.adapters)
+        plan.prepare.append(EncodeImagePrompts(self.adapters))
+        plan.patches += ModelPatches(wrappers=(IpAdapterStack(self.adapters, orders),))
+
+
+__all__ = ["AppliedIpAdapter", "IpAdapterPass", "IpAdapterStack", "check_encoder", "check_family"]

@@ -1,0 +1,51 @@
+"""The Generate panel's image prompt row (IP-Adapter): in the settings it emits once both files are
+picked, and a picture's IP-Adapter numbers read back into it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from pytestqt.qtbot import QtBot
+
+from app.gui.generate_panel import GeneratePanel
+from core.generate.parameters import GenerationParameters, format_parameters, parse_parameters
+from core.generate.workflow_request import IpAdapterUse
+
+
+@pytest.fixture
+def panel(qtbot: QtBot) -> GeneratePanel:
+    p = GeneratePanel()
+    qtbot.addWidget(p)
+    p.show()
+    return p
+
+
+def test_the_row_gives_an_image_prompt_once_both_files_are_picked(
+    panel: GeneratePanel, tmp_path: Path
+) -> None:
+    panel.prompt.setPlainText("a cat")
+    w = panel.workflows
+    w.setChecked(True)
+    row = w.image_prompt
+    row.adapter.set_path(tmp_path / "ip-adapter_sd15.safetensors")
+    assert panel.settings().ip_adapters == ()  # no picture yet
+    row.picture.set_path(tmp_path / "cat.png")
+    row.weight.setValue(0.7)
+    row.start.setValue(0.9)  # the ends in the wrong order are put in order
+    row.end.setValue(0.2)
+    assert panel.settings().ip_adapters == (
+        IpAdapterUse(tmp_path / "ip-adapter_sd15.safetensors", tmp_path / "cat.png", 0.7, 0.2, 0.9),
+    )
+
+
+def test_a_pictures_image_prompt_numbers_come_back(panel: GeneratePanel) -> None:
+    item = (
+        "Model: ip-adapter_sd15 [0123456789], Image: cat.png: 0123456789ab, Weight: 0.6, Start: 0.1, "
+        "End: 0.8, Encoder: vit-h"
+    )
+    text = format_parameters(GenerationParameters("x", extra={"IP-Adapter 0": item}))
+    panel.apply_parameters(parse_parameters(text))
+    row = panel.workflows.image_prompt
+    assert panel.workflows.isChecked()
+    assert (row.weight.value(), row.start.value(), row.end.value()) == (0.6, 0.1, 0.8)

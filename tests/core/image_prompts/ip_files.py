@@ -1,0 +1,131 @@
+"""IP-Adapter files in h94's layout (``image_proj.*``, ``ip_adapter.N.to_k_ip/to_v_ip``) with random
+weights at real width, for a UNet whose cross-attention layers have the given inner widths, and a
+tiny SD1-width diffusers UNet beside Loadout's copy of it."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors.torch import load_file
+
+from core.loading.convert.unet_diffusers import unet_diffusers_to_original
+from core.models.unet import UNetConfig, UNetModel
+from tests.core.generate.controlnet_pair import UNET, _blocks
+from tests.core.generate.reference import randomize
+from tests.fixtures.st_files import write_tensors
+
+CROSS = 768  # SD1's cross-attention width
+#: the tiny UNet's cross-attention layers in the adapter's order: input 1, output 2, output 3, middle
+INNER = (32, 32, 32, 64)
+SDXL_CROSS = 2048
+#: the tiny SDXL-width UNet's: input 2 (two transformer blocks), output 0 and 1 (two each), middle (two)
+SDXL_INNER = (64,) * 8
+SDXL_UNET = UNetConfig.per_level(
+    model_channels=32, channel_mult=(1, 2), num_res_blocks=1, level_depth=(0, 2), transformer_depth_middle=2,
+    context_dim=SDXL_CROSS, num_head_channels=16, use_linear_in_transformer=True,
+)  # fmt: skip
+
+
+def _w(gen: torch.Generator, *shape: int) -> torch.Tensor:
+    return torch.randn(shape, generator=gen) / math.sqrt(shape[-1])
+
+
+def _linear_proj(
+    gen: torch.Generator, embed: int, tokens: int, cross: int = CROSS
+) -> dict[str, torch.Tensor]:
+    return {
+        "image_proj.proj.weight": _w(gen, tokens * cross, embed),
+        "image_proj.proj.bias": 0.1 * torch.randn(tokens * cross, generator=gen),
+        "image_proj.norm.weight": 1 + 0.1 * torch.randn(cross, generator=gen),
+        "image_proj.norm.bias": 0.1 * torch.randn(cross, generator=gen),
+    }
+
+
+def _resampler(
+    gen: torch.Generator, embed: int, *, dim: int = CROSS, out: int = CROSS, heads: int = 12, depth: int = 4
+) -> dict[str, torch.Tensor]:
+    """The perceiver resampler (SD1.5 plus: dim 768, 12 heads; SDXL plus: dim 1280, 20 heads, out 2048)."""
+    inner, queries = 64 * heads, 16
+    state = {
+        "image_proj.latents": torch.randn(1, queries, dim, generator=gen) / math.sqrt(dim),
+        "image_proj.proj_in.weight": _w(gen, dim, embed),
+        "image_proj.proj_in.bias": 0.1 * torch.randn(dim, generator=gen),
+        "image_proj.proj_out.weight": _w(gen, out, dim),
+        "image_proj.proj_out.bias": 0.1 * torch.randn(out, generator=gen),
+        "image_proj.norm_out.weight": 1 + 0.1 * torch.randn(out, generator=gen),
+        "image_proj.norm_out.bias": 0.1 * torch.randn(out, generator=gen),
+    }
+    for i in range(depth):
+        p = f"image_proj.layers.{i}."
+        for n in ("0.norm1", "0.norm2", "1.0"):
+            state[f"{p}{n}.weight"] = 1 + 0.1 * torch.randn(dim, generator=gen)
+            state[f"{p}{n}.bias"] = 0.1 * torch.randn(dim, generator=gen)
+        state[f"{p}0.to_q.weight"] = _w(gen, inner, dim)
+        state[f"{p}0.to_kv.weight"] = _w(gen, 2 * inner, dim)
+        state[f"{p}0.to_out.weight"] = _w(gen, dim, inner)
+        state[f"{p}1.1.weight"] = _w(gen, 4 * dim, dim)
+        state[f"{p}1.3.weight"] = _w(gen, dim, 4 * dim)
+    return state
+
+
+def ip_adapter_file(path: Path, *, plus: bool, seed: int = 0, sdxl: bool = False) -> Path:
+    """An IP-Adapter reading ViT-H for the tiny UNet (SD1.5: ``INNER``) or the tiny SDXL-width UNet
+    (``SDXL_INNER``): base (the 1024-wide embeds, 4 tokens) or plus (the 1280-wide hidden states,
+    16 tokens; SDXL's resampler is 1280 wide with 20 heads, as h94's)."""
+    gen = torch.Generator().manual_seed(seed)
+    cross, inners = (SDXL_CROSS, SDXL_INNER) if sdxl else (CROSS, INNER)
+    if plus:
+        state = _resampler(gen, 1280, dim=1280, out=cross, heads=20) if sdxl else _resampler(gen, 1280)
+    else:
+        state = _linear_proj(gen, 1024, 4, cross)
+    for i, inner in enumerate(inners):
+        n = 2 * i + 1
+        state[f"ip_adapter.{n}.to_k_ip.weight"] = _w(gen, inner, cross)
+        state[f"ip_adapter.{n}.to_v_ip.weight"] = _w(gen, inner, cross)
+    return write_tensors(path, state)
+
+
+def diffusers_state(path: Path) -> dict[str, dict[str, torch.Tensor]]:
+    """The file split as diffusers' ``load_ip_adapter`` splits a safetensors IP-Adapter."""
+    flat = load_file(str(path))
+    out: dict[str, dict[str, torch.Tensor]] = {"image_proj": {}, "ip_adapter": {}}
+    for key, value in flat.items():
+        head, rest = key.split(".", 1)
+        out[head][rest] = value
+    return out
+
+
+def unet_pair(seed: int = 2) -> tuple[Any, UNetModel]:
+    """diffusers' UNet2DConditionModel (randomized) and Loadout's UNet with its weights."""
+    import diffusers
+
+    torch.manual_seed(0)
+    hf = diffusers.UNet2DConditionModel(
+        sample_size=8, up_block_types=("UpBlock2D", "CrossAttnUpBlock2D"), **_blocks()
+    )
+    randomize(hf, seed)
+    ours = UNetModel(UNET).eval()
+    ours.load_state_dict(unet_diffusers_to_original(hf.state_dict(), UNET), strict=True)
+    return hf.eval(), ours
+
+
+def sdxl_unet_pair(seed: int = 13) -> tuple[Any, UNetModel]:
+    """An SDXL-width UNet (2048-wide context, two transformer blocks per attention, linear
+    projections; no size embedding: the adapter does not see it) in diffusers and in Loadout."""
+    import diffusers
+
+    torch.manual_seed(0)
+    hf = diffusers.UNet2DConditionModel(
+        sample_size=8, block_out_channels=(32, 64), layers_per_block=1,
+        down_block_types=("DownBlock2D", "CrossAttnDownBlock2D"),
+        up_block_types=("CrossAttnUpBlock2D", "UpBlock2D"),
+        cross_attention_dim=SDXL_CROSS, attention_head_dim=(2, 4), transformer_layers_per_block=(1, 2),
+        use_linear_projection=True,
+    )  # fmt: skip
+    randomize(hf, seed)
+    ours = UNetModel(SDXL_UNET).eval()
+    ours.load_state_dict(unet_diffusers_to_original(hf.state_dict(), SDXL_UNET), strict=True)
+    return hf.eval(), ours

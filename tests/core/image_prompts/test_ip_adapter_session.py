@@ -1,0 +1,108 @@
+"""Image prompts through a session and the command line: the IP-Adapter and its image encoder (found
+in ComfyUI's models/clip_vision beside models/ipadapter) placed by the manager, the picture the same
+on a small simulated card, the PNG parameters written and read back, and the refusals in words."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from app.cli import main
+from app.demo import DemoLibrary, ensure_demo_library
+from core.errors import LoadoutError
+from core.generate.command import generate_files
+from core.generate.image_prompts import IpAdapterParameters, ip_adapters_in
+from core.generate.parameters import parse_parameters
+from core.generate.png import read_png_parameters
+from core.generate.request import GenerateRequest, ImageSettings, ModelFiles, Sampling
+from core.generate.workflow_request import IpAdapterUse
+from tests.core.image_prompts.ip_files import ip_adapter_file
+from tests.core.image_prompts.vision_files import vision_reference
+from tests.fixtures.st_files import write_tensors
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory: pytest.TempPathFactory) -> tuple[DemoLibrary, Path, Path]:
+    root = tmp_path_factory.mktemp("ipa")
+    demo = ensure_demo_library(root / "demo")
+    models = root / "ComfyUI" / "models"
+    ip = ip_adapter_file(models / "ipadapter" / "ip-adapter-plus_sd15.safetensors", plus=True)
+    tower = {k: v.half() for k, v in vision_reference(layers=1).state_dict().items()}
+    write_tensors(models / "clip_vision" / "CLIP-ViT-H-14.safetensors", tower)
+    rgb = np.random.default_rng(3).integers(0, 256, (80, 96, 3), dtype=np.uint8)
+    Image.fromarray(rgb).save(root / "cat.png")
+    return demo, ip, root / "cat.png"
+
+
+def _pixels(path: Path) -> np.ndarray:
+    with Image.open(path) as im:
+        return np.asarray(im.convert("RGB"))
+
+
+def _make(demo: DemoLibrary, out: Path, limit: int | None = None, **image: object) -> np.ndarray:
+    settings = ImageSettings("a cat", "fog", width=64, height=64, sampling=Sampling(seed=3, steps=3), **image)  # type: ignore[arg-type]
+    request = GenerateRequest(ModelFiles(checkpoint=demo.checkpoint), settings, output=out, vram_limit=limit)
+    return _pixels(generate_files(request).images[0].path)
+
+
+def test_an_image_prompt_from_the_command_line_is_placed_and_named_in_the_png(
+    files: tuple[DemoLibrary, Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    demo, ip, cat = files
+    out = tmp_path / "ip.png"
+    code = main(
+        [
+            "generate", str(demo.checkpoint), "--prompt", "a cat", "--negative", "fog", "--seed", "3",
+            "--steps", "3", "--size", "64x64", "--ip-adapter", f"{ip}:{cat}:0.8@0-0.9",
+            "--vram-limit", "48MiB", "-o", str(out), "--json",
+        ]
+    )  # fmt: skip
+    stdout, err = capsys.readouterr()
+    assert code == 0, err
+    roles = {e["role"] for e in json.loads(stdout)["events"]}
+    assert {"ip_adapter", "image_encoder"} <= roles  # placed by the manager
+    (item,) = ip_adapters_in(parse_parameters(read_png_parameters(out)).extra)
+    assert item == IpAdapterParameters(item.model, "cat.png", item.image_hash, 0.8, 0.0, 0.9, item.encoder)
+    assert item.model.startswith("ip-adapter-plus_sd15 [") and item.encoder.startswith("CLIP-ViT-H-14 [")
+    assert len(item.image_hash) == 12
+    # the encoder (42 MB) streams on the 48 MiB card: the same picture as with no card at all
+    whole = _make(demo, tmp_path / "whole.png", ip_adapters=(IpAdapterUse(ip, cat, 0.8, 0.0, 0.9),))
+    assert np.array_equal(_pixels(out), whole)
+    assert not np.array_equal(whole, _make(demo, tmp_path / "plain.png"))
+
+
+def test_refusals_say_what_is_wrong(files: tuple[DemoLibrary, Path, Path], tmp_path: Path) -> None:
+    demo, ip, cat = files
+    alone = tmp_path / "alone" / ip.name
+    alone.parent.mkdir()
+    alone.write_bytes(ip.read_bytes())
+    with pytest.raises(LoadoutError) as err:
+        _make(demo, tmp_path / "x.png", ip_adapters=(IpAdapterUse(alone, cat),))
+    assert err.value.code == "missing_image_encoder" and "CLIP ViT-H/14" in err.value.what
+    (tmp_path / "not.png").write_text("no picture")
+    with pytest.raises(LoadoutError) as err:
+        _make(demo, tmp_path / "x.png", ip_adapters=(IpAdapterUse(ip, tmp_path / "not.png"),))
+    assert err.value.code == "not_an_image"
+    sdxl = {
+        "image_proj.proj.weight": torch.zeros(4 * 2048, 1024),
+        "image_proj.proj.bias": torch.zeros(4 * 2048),
+        "image_proj.norm.weight": torch.zeros(2048),
+        "image_proj.norm.bias": torch.zeros(2048),
+        "ip_adapter.1.to_k_ip.weight": torch.zeros(640, 2048),
+        "ip_adapter.1.to_v_ip.weight": torch.zeros(640, 2048),
+    }
+    other = write_tensors(ip.parent / "ip-adapter_sdxl_vit-h.safetensors", sdxl)
+    try:
+        with pytest.raises(LoadoutError) as err:
+            _make(demo, tmp_path / "x.png", ip_adapters=(IpAdapterUse(other, cat),))
+    finally:
+        other.unlink()
+    assert err.value.code == "wrong_ip_adapter" and "for Stable Diffusion XL" in err.value.what
+    with pytest.raises(LoadoutError) as err:
+        _make(demo, tmp_path / "x.png", ip_adapters=(IpAdapterUse(demo.lora, cat),))
+    assert err.value.code == "wrong_kind"

@@ -1,0 +1,166 @@
+"""``loadout generate --redux FILE:PICTURE[:STRENGTH]`` with FLUX.1 files as artists have them, in a
+ComfyUI layout (``models/style_models``, ``models/clip_vision``: the image encoder is found there
+when ``--image-encoder`` is not given): real-width SigLIP (1 layer) and Redux (bfloat16, 1152 ->
+12288 -> 4096), a small FLUX.1 [dev] network taking T5-XXL's 4096-wide context. The picture is the
+same on a small simulated card (everything streamed) as with room for everything, the PNG names the
+pictures and strengths and reads back, and what cannot be used is refused in words."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+from safetensors.torch import save_file
+
+from app.cli import main
+from app.demo import TINY_CLIP, ensure_demo_library
+from core.generate.parameters import parse_parameters
+from core.generate.png import read_png_parameters
+from core.generate.redux import ReduxParameters, redux_in
+from core.loading.architectures import CLIP, FLUX
+from tests.core.generate.reference import vae_pair
+from tests.fixtures.drawn import landscape
+from tests.fixtures.image_prompt_files import hf_redux, hf_siglip, save
+from tests.fixtures.tiny_models import FLUX_DEV, TINY_T5, Tiny
+
+pytest.importorskip("sentencepiece")
+pytestmark = [pytest.mark.usefixtures("one_thread"), pytest.mark.filterwarnings("ignore::DeprecationWarning")]
+
+WIDE = dataclasses.replace(FLUX_DEV, vec_in_dim=768, context_in_dim=4096)
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    from core.models.vae import FLUX_LATENT
+    from tests.core.generate.reference import t5_tokenizers
+
+    root = tmp_path_factory.mktemp("comfy") / "ComfyUI" / "models"
+    for folder in ("diffusion_models", "text_encoders", "vae", "style_models", "clip_vision"):
+        (root / folder).mkdir(parents=True)
+    out = {
+        "flux": root / "diffusion_models" / "flux1-dev.safetensors",
+        "clip": root / "text_encoders" / "clip_l.safetensors",
+        "t5": root / "text_encoders" / "t5xxl_fp16.safetensors",
+        "vae": root / "vae" / "ae.safetensors",
+        "redux": root / "style_models" / "flux1-redux-dev.safetensors",
+    }
+    save_file(Tiny("flux-dev", FLUX, "flux-dev", WIDE, seed=31).file_state(), str(out["flux"]))
+    clip = Tiny("clip-l-full-vocabulary", CLIP, "clip-l", TINY_CLIP, seed=32, layout="transformers")
+    save_file(clip.file_state(), str(out["clip"]))
+    save_file(TINY_T5.file_state(), str(out["t5"]))
+    save_file({k: v.contiguous() for k, v in vae_pair(16, FLUX_LATENT, seed=33)[1].state_dict().items()},
+              str(out["vae"]))  # fmt: skip
+    save(hf_redux(4096, seed=34), out["redux"], torch.bfloat16)
+    save(hf_siglip(layers=1, seed=35), root / "clip_vision" / "sigclip_vision_patch14_384.safetensors")
+    t5_tokenizers(root.parent / "t5_tokenizer")
+    out["tokenizer"] = root.parent / "t5_tokenizer"
+    out["house"] = landscape(root.parent / "house.png", 120, 80)
+    out["sky"] = landscape(root.parent / "sky,blue.png", 50, 90)
+    return out
+
+
+def _cli(f: dict[str, Path], out: Path, *extra: str) -> list[str]:
+    return [
+        "generate", "--diffusion-model", str(f["flux"]), "--text-encoder", str(f["clip"]),
+        "--text-encoder", str(f["t5"]), "--vae", str(f["vae"]), "--prompt", "a red door", "--steps", "2",
+        "--size", "64x64", "--seed", "5", "-o", str(out), *extra,
+    ]  # fmt: skip
+
+
+def _pixels(path: Path) -> np.ndarray:
+    return np.asarray(Image.open(path).convert("RGB")).astype(np.int32)
+
+
+def test_redux_from_the_command_line_is_placed_named_and_the_same_on_a_small_card(
+    files: dict[str, Path],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    monkeypatch.setenv("LOADOUT_T5_TOKENIZER", str(files["tokenizer"]))
+    redux = (
+        "--redux",
+        f"{files['redux']}:{files['house']}:0.8",
+        "--redux",
+        f"{files['redux']}:{files['sky']}",
+    )
+    small = tmp_path / "small.png"
+    assert main([*_cli(files, small, *redux, "--vram-limit", "320MiB", "--json")]) == 0
+    report = json.loads(capsys.readouterr().out)
+    roles = {e["role"] for e in report["events"]}
+    assert {"image_encoder", "style_model"} <= roles  # placed by the manager
+    kinds = {(e["role"], e["kind"]) for e in report["events"]}
+    moved = {k for role, k in kinds if role in ("image_encoder", "style_model")}
+    assert moved & {"partial_load", "partial_unload", "unload"}  # the card has no room for all at once
+    assert main([*_cli(files, tmp_path / "whole.png", *redux, "--quiet")]) == 0
+    assert np.array_equal(_pixels(small), _pixels(tmp_path / "whole.png"))  # bit for bit
+    assert main([*_cli(files, tmp_path / "plain.png", "--quiet")]) == 0
+    assert np.abs(_pixels(small) - _pixels(tmp_path / "plain.png")).mean() > 1
+
+    p = parse_parameters(read_png_parameters(small))
+    found = redux_in(p.extra)
+    assert [(r.model, r.picture, r.strength) for r in found] == [
+        ("flux1-redux-dev", "house.png", 0.8), ("flux1-redux-dev", "skyblue.png", 1.0),
+    ]  # fmt: skip
+    assert all(isinstance(r, ReduxParameters) and len(r.hash) == 12 for r in found)
+
+
+def test_what_cannot_be_used_is_refused_in_words(
+    files: dict[str, Path],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    monkeypatch.setenv("LOADOUT_T5_TOKENIZER", str(files["tokenizer"]))
+    lone = tmp_path / "elsewhere" / "flux1-redux-dev.safetensors"
+    lone.parent.mkdir()
+    lone.write_bytes(files["redux"].read_bytes())
+    not_a_picture = tmp_path / "notes.png"
+    not_a_picture.write_text("not a picture")
+    demo = ensure_demo_library(tmp_path / "demo")
+    cases = [
+        (_cli(files, tmp_path / "a.png", "--redux", f"{lone}:{files['house']}"), "clip_vision"),
+        (_cli(files, tmp_path / "b.png", "--redux", f"{files['redux']}:{not_a_picture}"), "not a picture"),
+        (
+            _cli(files, tmp_path / "c.png", "--redux", f"{files['redux']}:{files['house']}:11"),
+            "Redux strength",
+        ),
+        (
+            _cli(
+                files,
+                tmp_path / "d.png",
+                "--redux",
+                f"{files['redux']}:{files['house']}",
+                "--image-encoder",
+                str(files["t5"]),
+            ),
+            "not an image encoder",
+        ),
+        (
+            [
+                "generate",
+                str(demo.checkpoint),
+                "--prompt",
+                "x",
+                "--size",
+                "64x64",
+                "--steps",
+                "1",
+                "-o",
+                str(tmp_path / "e.png"),
+                "--redux",
+                f"{files['redux']}:{files['house']}",
+            ],
+            "FLUX.1 models",
+        ),
+    ]
+    for args, words in cases:
+        assert main(args) != 0
+        err = capsys.readouterr().err
+        assert words in err and "Traceback" not in err, err
+        assert not Path(args[args.index("-o") + 1]).exists()
