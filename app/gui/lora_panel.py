@@ -64,23 +64,7 @@ class LoraCard(QFrame):
         self.clip.moved.connect(lambda _v: self._send(False))
         self.model.committed.connect(lambda _v: self._send(True))
         self.clip.committed.connect(lambda _v: self._send(True))
-        head = QHBoxLayout()
-        head.addWidget(self.enabled)
-        head.addWidget(self.name, 1)
-        # the options row (prompt, block weights) folds away: the strengths stay in view on a laptop
-        self.more = QToolButton(toolTip="Where the LoRA acts and its block weights", autoRaise=True)
-        self.more.setText("⋯")
-        self.more.setCheckable(True)
-        head.addWidget(self.more)
-        for name, tip, slot in (
-            ("up", "Move up (applied first)", lambda: panel.move(self.lora_id, -1)),
-            ("down", "Move down", lambda: panel.move(self.lora_id, 1)),
-            ("remove", "Remove from the stack", lambda: panel.stack.remove(self.lora_id)),
-        ):
-            button = QToolButton(toolTip=tip, autoRaise=True)
-            set_icon(button, name)
-            button.clicked.connect(slot)
-            head.addWidget(button)
+        head = self._head(panel)
         self.options = LoraOptionsRow(lambda lbw, on: panel.stack.set_options(self.lora_id, lbw, on))
         self.options.setVisible(False)
         self.more.toggled.connect(self.options.setVisible)
@@ -98,6 +82,27 @@ class LoraCard(QFrame):
         layout.addWidget(self.trained)
         layout.addLayout(grid)
         self.update_info(info)
+
+    def _head(self, panel: LoraStackPanel) -> QHBoxLayout:
+        """The switch, the name, the options toggle, and the move and remove buttons."""
+        head = QHBoxLayout()
+        head.addWidget(self.enabled)
+        head.addWidget(self.name, 1)
+        # the options row (prompt, block weights) folds away: the strengths stay in view on a laptop
+        self.more = QToolButton(toolTip="Where the LoRA acts and its block weights", autoRaise=True)
+        self.more.setText("⋯")
+        self.more.setCheckable(True)
+        head.addWidget(self.more)
+        for name, tip, slot in (
+            ("up", "Move up (applied first)", lambda: panel.move(self.lora_id, -1)),
+            ("down", "Move down", lambda: panel.move(self.lora_id, 1)),
+            ("remove", "Remove from the stack", lambda: panel.stack.remove(self.lora_id)),
+        ):
+            button = QToolButton(toolTip=tip, autoRaise=True)
+            set_icon(button, name)
+            button.clicked.connect(slot)
+            head.addWidget(button)
+        return head
 
     def _send(self, bake: bool) -> None:
         self.panel.stack.set_strength(self.lora_id, self.model.value(), self.clip.value(), bake=bake)

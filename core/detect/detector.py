@@ -338,14 +338,7 @@ def _detect_standalone(memo: Memo, view: KeyView, filename: str | None, meta: Ma
         return prompt
     cn = _once(memo, "controlnet", lambda: match_controlnet(view))
     if cn is not None:
-        return Detection(
-            kind="controlnet",
-            family=cn.family,
-            variant=cn.variant,
-            layout=cn.layout,
-            warnings=cn.warnings,
-            fields=dict(cn.fields),
-        )
+        return _plain("controlnet", cn)
     roles: tuple[Role, ...] = ("diffusion_model", "vae", "text_encoder")
     for r in roles:
         match, notes = _best(memo, "", r, view, filename, meta)
@@ -361,25 +354,19 @@ def _detect_standalone(memo: Memo, view: KeyView, filename: str | None, meta: Ma
             )
     up = _once(memo, "upscale", lambda: match_upscale(view))
     if up is not None:
-        return Detection(
-            kind="upscale_model",
-            family=up.family,
-            variant=up.variant,
-            layout=up.layout,
-            warnings=up.warnings,
-            fields=dict(up.fields),
-        )
+        return _plain("upscale_model", up)
     pre = _once(memo, "preprocessor", lambda: match_preprocessor(view))
     if pre is not None:
-        return Detection(
-            kind="preprocessor_model",
-            family=pre.family,
-            variant=pre.variant,
-            layout=pre.layout,
-            warnings=pre.warnings,
-            fields=dict(pre.fields),
-        )
+        return _plain("preprocessor_model", pre)
     return Detection(kind="unknown", warnings=tuple(_candidates(view)))
+
+
+def _plain(kind: Kind, m: Match) -> Detection:
+    """A standalone file of one part (no components): the match as it is."""
+    return Detection(
+        kind=kind, family=m.family, variant=m.variant, layout=m.layout, warnings=m.warnings,
+        fields=dict(m.fields),
+    )  # fmt: skip
 
 
 def _candidates(view: KeyView) -> list[str]:

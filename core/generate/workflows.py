@@ -27,12 +27,12 @@ from core.errors import ModelMismatchError
 from core.generate import controlnet as cn
 from core.generate.events import Phase
 from core.generate.hashes import FileHashes
-from core.generate.image_prompts import EncoderSearch, ImagePromptCache, ip_adapter_pass
+from core.generate.image_prompt_passes import image_prompt_passes
+from core.generate.image_prompts import EncoderSearch, ImagePromptCache
 from core.generate.lora_schedule import LoraSchedulePass
 from core.generate.outpaint_settings import outpaint_parameters
 from core.generate.passes import Pass
 from core.generate.pipeline import Hooks, Pipeline
-from core.generate.redux_session import redux_pass
 from core.generate.references import ReferencePass, activation_room, convention_for, read_references
 from core.generate.refiner import (
     LoadedRefiner,
@@ -186,19 +186,10 @@ def prepare(
         made = ReferencePass(pictures, convention_for(parts.family, len(pictures)))
         made.contribution.sample_bytes = _reference_room(session, settings, pipeline, made)
         passes.append(made)
-    cache, search, family = state.image_prompts, state.encoder_search, parts.family
-    prompts, _, names = ip_adapter_pass(
-        session, cache, settings, search, family, pipeline.sampling, hooks.check, named
-    )
-    parts.names.update(names)
-    redux = redux_pass(
-        session, cache, settings, search, family, parts.names, hooks.check, lambda p: named(p, 10)
-    )
-    prompted: list[Pass] = [m for m in (prompts, redux) if m is not None]  # read and loaded, not placed
-    used = {Path(f).resolve() for m in prompted for f in m.contribution.files}
-    for gone in cache.keep_only(used):
-        session.placement.release(gone)
-    passes += prompted
+    passes += image_prompt_passes(
+        session, state.image_prompts, state.encoder_search, settings, parts.family, parts.names,
+        pipeline.sampling, hooks.check, named,
+    )  # fmt: skip
     control = _controlnets(session, state, settings, parts, pipeline, hooks.check, named)
     refiner = _refiner(session, state, settings, parts, pipeline, hooks)
     if control is not None:
