@@ -118,6 +118,15 @@ def load_controlnet(path: str | os.PathLike[str], options: LoadOptions | None = 
     if det.layout == "diffusers":
         original = {v: k for k, v in controlnet_key_map(config).items()}
         get = lambda key: lazy[original[key]]  # noqa: E731 - read one tensor when it is assigned
+    _fill(module, get, det, opts)
+    return LoadedControlNet(index.path, det.family or "", det.layout or "original", module)
+
+
+def _fill(
+    module: torch.nn.Module, get: Callable[[str], torch.Tensor], det: Detection, opts: LoadOptions
+) -> None:
+    """Every weight of ``module`` from ``get`` (zero-copy views of the mapped file where the dtype
+    allows), then evaluation mode."""
     assign_weights(
         module,
         get,
@@ -129,7 +138,6 @@ def load_controlnet(path: str | os.PathLike[str], options: LoadOptions | None = 
         progress=opts.progress,
     )
     module.eval()
-    return LoadedControlNet(index.path, det.family or "", det.layout or "original", module)
 
 
 def _refuse_unloadable(index: TensorIndex, det: Detection) -> None:
@@ -226,17 +234,7 @@ def _load_packaged(index: TensorIndex, det: Detection, opts: LoadOptions) -> Loa
         found = _found_shapes({k: tuple(v.shape) for k, v in meta.items()}, to_file)
         get = lambda key: _joined(lazy, to_file[key])  # noqa: E731 - read one tensor when it is assigned
     _refuse_other_layout(name, det, compare_layout(expected_layout(module), found))
-    assign_weights(
-        module,
-        get,
-        {k: k for k in module.state_dict(keep_vars=True)},
-        component=f"controlnet ({det.family})",
-        dtype=opts.dtype,
-        device=opts.device,
-        check=opts.check,
-        progress=opts.progress,
-    )
-    module.eval()
+    _fill(module, get, det, opts)
     layout = det.layout or "original"
     # a kind's control types are its union files' (a module without a union embedding has none)
     types = kind.control_types if getattr(module, "union", True) else ()
