@@ -1,6 +1,9 @@
 """Preprocessor model files (the networks that make a ControlNet hint from a picture), from names and
 shapes only: Depth Anything V2 in its original layout (the files comfyui_controlnet_aux loads) and
-in transformers' ``DepthAnythingForDepthEstimation`` layout."""
+in transformers' ``DepthAnythingForDepthEstimation`` layout; OpenPose's body network
+(``body_pose_model.pth``: its layers at the top level, or under the network's ``model0`` ...
+blocks); and OpenPose's hand network (``hand_pose_model.pth``), known so that it is named when
+given where the body network goes."""
 
 from __future__ import annotations
 
@@ -45,3 +48,28 @@ def match_depth_anything(view: KeyView) -> Match | None:
         fields={"width": width, "blocks": view.count_blocks(blocks)},
         warnings=warnings,
     )
+
+
+#: the body network's telling layers: (key in the original layout, the block holding it)
+_BODY = (("conv1_1", "model0"), ("conv4_4_CPM", "model0"), ("conv5_5_CPM_L1", "model1_1"),
+         ("conv5_5_CPM_L2", "model1_2"))  # fmt: skip
+_HAND = ("conv1_1.weight", "conv5_2_CPM.weight", "Mconv7_stage6.weight")
+
+
+def match_openpose_body(view: KeyView) -> Match | None:
+    for layout in ("original", "module"):
+        def key(name: str, block: str, layout: str = layout) -> str:
+            return f"{name}.weight" if layout == "original" else f"{block}.{name}.weight"
+
+        if not view.has_all(key(n, b) for n, b in _BODY):
+            continue
+        stages = 1
+        while key(f"Mconv1_stage{stages + 1}_L1", f"model{stages + 1}_1") in view:
+            stages += 1
+        parts = view.dim(key("conv5_5_CPM_L2", "model1_2"), 0)
+        return Match("openpose-body", layout=layout, fields={"stages": stages, "parts": parts})
+    return None
+
+
+def match_openpose_hand(view: KeyView) -> Match | None:
+    return Match("openpose-hand", layout="original") if view.has_all(_HAND) else None

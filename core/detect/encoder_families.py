@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from functools import partial
 
-from core.detect.aux_preprocessors import match_depth_anything
+from core.detect.aux_preprocessors import match_depth_anything, match_openpose_body, match_openpose_hand
 from core.detect.aux_upscale import match_esrgan, match_srvgg, match_swin
 from core.detect.encoder_text import ClipSpec, LlmSpec, T5Spec, match_clip, match_llm, match_t5
 from core.detect.encoder_vae import KlSpec, match_kl, match_wan_vae
@@ -185,6 +185,14 @@ PREPROCESSOR_FAMILIES = (
     Family(
         "depth-anything-v2", "preprocessor", "Depth Anything V2", rule=match_depth_anything,
         default_dtype="fp32", notes="relative depth; vits, vitb, vitl; original and transformers layouts",
+    ),
+    Family(
+        "openpose-body", "preprocessor", "OpenPose body", rule=match_openpose_body, default_dtype="fp32",
+        notes="body_pose_model (lllyasviel/Annotators): 18 parts, 19 limbs; its layers bare or under model0...",
+    ),
+    Family(
+        "openpose-hand", "preprocessor", "OpenPose hand", rule=match_openpose_hand, default_dtype="fp32",
+        notes="hand_pose_model: detected to be named; Loadout draws bodies only",
     ),
 )  # fmt: skip
 

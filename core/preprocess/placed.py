@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from core.errors import ModelMismatchError
+from core.errors import FileFormatError, ModelMismatchError
 from core.loading.loader import LoadOptions, _wrong_kind, inspect_for_loading
 from core.loading.preprocessor import LoadedPreprocessor, load_preprocessor
 from core.memory.manager import NotEnoughMemoryError
@@ -54,6 +54,8 @@ def model_files(
     loading refuses in words); none: refused in words."""
     out: dict[str, Path] = {}
     for path in given:
+        if Path(path).suffix.lower() == ".onnx":
+            raise _onnx(Path(path))
         _index, det = inspect_for_loading(path)
         if det.kind != ROLE:
             raise _wrong_kind(Path(path).name, det, ROLE)
@@ -69,6 +71,18 @@ def model_files(
             raise missing_model(record)
         out[family] = found[0]
     return out
+
+
+def _onnx(path: Path) -> FileFormatError:
+    return FileFormatError(
+        f"{path.name} is an ONNX model (as DWPose's dw-ll_ucoco_384.onnx and yolox_l.onnx are), which "
+        "Loadout does not run",
+        why="preprocessor networks run in torch from safetensors files; DWPose needs an ONNX runtime "
+        "and a person detector, which are not supported yet",
+        fix="For pose, use OpenPose's body network: body_pose_model.pth of lllyasviel/Annotators, "
+        "converted to safetensors with Loadout's convert",
+        code="unsupported_format",
+    )
 
 
 def place_preprocessor(placement: Placement, model: LoadedPreprocessor, rows: int, cols: int) -> torch.device:

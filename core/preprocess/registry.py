@@ -11,7 +11,7 @@ import torch
 from torch import nn
 
 from core.errors import LoadoutError
-from core.preprocess import depth, edges
+from core.preprocess import depth, edges, pose
 from core.values import NumberRange
 
 
@@ -46,6 +46,8 @@ class Preprocessor:
     settings: tuple[Setting, ...] = ()
     model_family: str | None = None
     model_title: str = ""  # what a person calls its model files ("a Depth Anything V2 model")
+    #: where such a file is published and how to make it readable (said when none is found)
+    model_source: str = ""
     #: (placed network, picture, settings, device, stop check) -> hint, for a model preprocessor
     model_hint: ModelHint | None = None
     #: (height, width, settings) -> the size the network runs at, for its activation room
@@ -101,8 +103,19 @@ PREPROCESSORS: Mapping[str, Preprocessor] = _registry(
         "depth", "relative depth, near is white (Depth Anything V2 from a model file)", None,
         (Setting("resolution", 518, NumberRange("the depth resolution", 140, 2044, integer=True)),),
         model_family="depth-anything-v2", model_title="a Depth Anything V2 model",
+        model_source="model.safetensors of depth-anything/Depth-Anything-V2-Small-hf (or -Base-hf, -Large-hf) "
+        "on Hugging Face",
         model_hint=depth.depth_map, aliases=("depth_anything_v2",),
         model_input=lambda h, w, s: depth.input_size(h, w, int(s["resolution"])),
+    ),
+    Preprocessor(
+        "openpose", "body skeletons in OpenPose's colours on black (OpenPose body from a model file)", None,
+        (Setting("resolution", 512, NumberRange("the pose resolution", 64, 2048, integer=True)),),
+        model_family="openpose-body", model_title="an OpenPose body model",
+        model_source="body_pose_model.pth of lllyasviel/Annotators on Hugging Face, converted to safetensors "
+        "with Loadout's convert (DWPose's ONNX files are not read)",
+        model_hint=pose.pose_map, aliases=("pose", "openpose_body"),
+        model_input=lambda h, w, s: pose.input_size(h, w, int(s["resolution"])),
     ),
 )  # fmt: skip
 
@@ -122,7 +135,7 @@ def find_preprocessor(name: str) -> Preprocessor:
         raise UnknownPreprocessorError(
             f"there is no preprocessor {name!r}",
             why=f"the preprocessors are {', '.join(PREPROCESSORS)}",
-            fix="Use one of them (pose is not supported yet)",
+            fix="Use one of them",
         )
     return found
 
@@ -135,7 +148,7 @@ def missing_model(record: Preprocessor) -> MissingPreprocessorModelError:
     return MissingPreprocessorModelError(
         f"the {record.name} preprocessor needs {record.model_title} file, and none was given or found",
         why="it makes the hint with a network whose weights come from that file",
-        fix=f"Give {record.model_title} file (.safetensors), or add the folder holding it to the library",
+        fix=f"Download {record.model_source}; give that file, or put it in a folder of the library",
     )
 
 
