@@ -22,12 +22,13 @@ def add_workflow_arguments(p: argparse.ArgumentParser) -> None:
         "--controlnet", action="append", default=[],
         metavar="FILE:HINT[:PREPROCESSOR][:STRENGTH[:START:END]][:type=NAME]",
         help="a ControlNet and its hint picture (repeatable; ComfyUI's ControlNetApplyAdvanced); with a "
-        "preprocessor (canny, lineart, softedge, depth) the hint is made from that picture; type=NAME "
-        "picks a union ControlNet's control type (e.g. type=depth)",
+        "preprocessor (canny, lineart, softedge, depth, normal, openpose) the hint is made from that "
+        "picture; type=NAME picks a union ControlNet's control type (e.g. type=depth)",
     )  # fmt: skip
     p.add_argument(
         "--preprocessor-model", action="append", default=[], metavar="FILE",
-        help="the model file a preprocessor uses (depth: a Depth Anything V2 .safetensors; repeatable, "
+        help="the model file a preprocessor uses (depth: a Depth Anything V2 .safetensors, openpose: "
+        "an OpenPose body .safetensors; repeatable, "
         "one per kind); without it the first of its kind in the library is used",
     )  # fmt: skip
     add_image_prompt_arguments(p)

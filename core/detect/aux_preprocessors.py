@@ -58,6 +58,7 @@ _HAND = ("conv1_1.weight", "conv5_2_CPM.weight", "Mconv7_stage6.weight")
 
 def match_openpose_body(view: KeyView) -> Match | None:
     for layout in ("original", "module"):
+
         def key(name: str, block: str, layout: str = layout) -> str:
             return f"{name}.weight" if layout == "original" else f"{block}.{name}.weight"
 

@@ -188,7 +188,7 @@ PREPROCESSOR_FAMILIES = (
     ),
     Family(
         "openpose-body", "preprocessor", "OpenPose body", rule=match_openpose_body, default_dtype="fp32",
-        notes="body_pose_model (lllyasviel/Annotators): 18 parts, 19 limbs; its layers bare or under model0...",
+        notes="body_pose_model (lllyasviel/Annotators): 18 parts, 19 limbs; layers bare or under model0...",
     ),
     Family(
         "openpose-hand", "preprocessor", "OpenPose hand", rule=match_openpose_hand, default_dtype="fp32",

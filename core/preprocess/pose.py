@@ -86,7 +86,7 @@ def network_input(bgr: np.ndarray) -> tuple[torch.Tensor, tuple[int, int]]:
     rows, cols = small.shape[:2]
     padded = np.full((rows + (-rows) % STRIDE, cols + (-cols) % STRIDE, 3), PAD, np.uint8)
     padded[:rows, :cols] = small
-    x = np.float32(padded).transpose(2, 0, 1)[None] / 256 - 0.5
+    x = padded.astype(np.float32).transpose(2, 0, 1)[None] / 256 - 0.5
     return torch.from_numpy(np.ascontiguousarray(x)).float(), (rows, cols)
 
 
@@ -111,7 +111,10 @@ def find_people(
     found = pose_people.peaks(heatmaps)
     candidates, rows = pose_people.people(found, pose_people.limbs(found, affinity, height))
     return [
-        [None if p is None else (p[0] / float(width), p[1] / float(height)) for p in pose_people.keypoints(candidates, r)]
+        [
+            None if p is None else (p[0] / float(width), p[1] / float(height))
+            for p in pose_people.keypoints(candidates, r)
+        ]
         for r in rows
     ]
 

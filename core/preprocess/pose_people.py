@@ -50,7 +50,10 @@ def peaks(heatmaps: np.ndarray) -> list[list[Peak]]:
         left[:, 1:], right[:, :-1] = smooth[:, :-1], smooth[:, 1:]
         top = (smooth >= up) & (smooth >= down) & (smooth >= left) & (smooth >= right) & (smooth > PEAK)
         ys, xs = np.nonzero(top)
-        found = [(int(x), int(y), float(raw[y, x]), counter + i) for i, (x, y) in enumerate(zip(xs, ys, strict=True))]
+        found = [
+            (int(x), int(y), float(raw[y, x]), counter + i)
+            for i, (x, y) in enumerate(zip(xs, ys, strict=True))
+        ]
         out.append(found)
         counter += len(found)
     return out
@@ -62,8 +65,8 @@ def _pair_score(a: Peak, b: Peak, field: np.ndarray, height: int) -> float | Non
     norm = max(0.001, math.sqrt(dx * dx + dy * dy))
     ux, uy = dx / norm, dy / norm
     xs, ys = np.linspace(a[0], b[0], num=SAMPLES), np.linspace(a[1], b[1], num=SAMPLES)
-    rows = [int(round(y)) for y in ys]
-    cols = [int(round(x)) for x in xs]
+    rows = [round(float(y)) for y in ys]  # half to even, as the reference's round
+    cols = [round(float(x)) for x in xs]
     fx = np.array([field[r, c, 0] for r, c in zip(rows, cols, strict=True)])
     fy = np.array([field[r, c, 1] for r, c in zip(rows, cols, strict=True)])
     along = np.multiply(fx, ux) + np.multiply(fy, uy)
@@ -142,4 +145,7 @@ def _overlap(p: np.ndarray, q: np.ndarray) -> bool:
 
 def keypoints(candidates: np.ndarray, person: np.ndarray) -> list[tuple[float, float] | None]:
     """A person's 18 parts as (x, y) pixels (None: not found)."""
-    return [None if i == -1 else (float(candidates[i][0]), float(candidates[i][1])) for i in person[:PARTS].astype(int)]
+    return [
+        None if i == -1 else (float(candidates[i][0]), float(candidates[i][1]))
+        for i in person[:PARTS].astype(int)
+    ]

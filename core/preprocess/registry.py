@@ -11,7 +11,7 @@ import torch
 from torch import nn
 
 from core.errors import LoadoutError
-from core.preprocess import depth, edges, pose
+from core.preprocess import depth, edges, normal, pose
 from core.values import NumberRange
 
 
@@ -77,6 +77,11 @@ def _threshold(name: str) -> NumberRange:
 ModelRun = Callable[[Preprocessor, np.ndarray, Mapping[str, float]], np.ndarray]
 
 
+_DEPTH_SOURCE = (
+    "model.safetensors of depth-anything/Depth-Anything-V2-Small-hf (or -Base-hf, -Large-hf) on Hugging Face"
+)
+
+
 def _registry(*records: Preprocessor) -> Mapping[str, Preprocessor]:
     out: dict[str, Preprocessor] = {}
     for r in records:
@@ -103,9 +108,20 @@ PREPROCESSORS: Mapping[str, Preprocessor] = _registry(
         "depth", "relative depth, near is white (Depth Anything V2 from a model file)", None,
         (Setting("resolution", 518, NumberRange("the depth resolution", 140, 2044, integer=True)),),
         model_family="depth-anything-v2", model_title="a Depth Anything V2 model",
-        model_source="model.safetensors of depth-anything/Depth-Anything-V2-Small-hf (or -Base-hf, -Large-hf) "
-        "on Hugging Face",
+        model_source=_DEPTH_SOURCE,
         model_hint=depth.depth_map, aliases=("depth_anything_v2",),
+        model_input=lambda h, w, s: depth.input_size(h, w, int(s["resolution"])),
+    ),
+    Preprocessor(
+        "normal", "surface normals from the depth in NormalBAE's colours (Depth Anything V2 model file)",
+        None,
+        (
+            Setting("resolution", 518, NumberRange("the normal resolution", 140, 2044, integer=True)),
+            Setting("strength", normal.STRENGTH, NumberRange("the normal flatness", 0.01, 100.0)),
+            Setting("background", normal.BACKGROUND, NumberRange("the normal background cut", 0.0, 1.0)),
+        ),
+        model_family="depth-anything-v2", model_title="a Depth Anything V2 model",
+        model_source=_DEPTH_SOURCE, model_hint=normal.normal_map,
         model_input=lambda h, w, s: depth.input_size(h, w, int(s["resolution"])),
     ),
     Preprocessor(

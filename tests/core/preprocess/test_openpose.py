@@ -44,7 +44,12 @@ def files(reference: torch.nn.Module, tmp_path_factory: pytest.TempPathFactory) 
 
 @pytest.mark.parametrize(
     ("name", "layout", "stages"),
-    [("original", "original", 6), ("stage1", "original", 1), ("module", "module", 1), ("pickle", "original", 1)],
+    [
+        ("original", "original", 6),
+        ("stage1", "original", 1),
+        ("module", "module", 1),
+        ("pickle", "original", 1),
+    ],
 )
 def test_detected_by_its_keys(files: dict[str, Path], name: str, layout: str, stages: int) -> None:
     det = detect(read_tensor_index(files[name]).tensors, {}, files[name].name)
@@ -127,7 +132,9 @@ def test_the_map_through_the_manager(files: dict[str, Path]) -> None:
     ram = Placement(device_named("cpu"), PlacementConfig())
     plain = preprocess("openpose", picture, settings, model=model_run(ram, PreprocessorModels(), by_family))
     small = Placement(device_named("cpu"), PlacementConfig(simulate_bytes=40 << 20), cpu_is_device=True)
-    placed = preprocess("openpose", picture, settings, model=model_run(small, PreprocessorModels(), by_family))
+    placed = preprocess(
+        "openpose", picture, settings, model=model_run(small, PreprocessorModels(), by_family)
+    )
     assert plain.shape == (256, 64, 3) and plain.dtype == np.uint8
     assert np.array_equal(plain, placed)
     assert any(e.model == "body_stage1 preprocessor" for e in small.events.events())
@@ -135,7 +142,10 @@ def test_the_map_through_the_manager(files: dict[str, Path]) -> None:
 
 def test_missing_pickled_onnx_and_damaged_files_are_explained(files: dict[str, Path], tmp_path: Path) -> None:
     record = find_preprocessor("pose")  # the alias
-    with pytest.raises(LoadoutError, match=r"needs an OpenPose body model file.*body_pose_model\.pth of lllyasviel/Annotators"):
+    with pytest.raises(
+        LoadoutError,
+        match=r"needs an OpenPose body model file.*body_pose_model\.pth of lllyasviel/Annotators",
+    ):
         model_files([record], [], [])
     with pytest.raises(FileFormatError, match=r"only as safetensors"):
         load_preprocessor(files["pickle"])
@@ -151,7 +161,9 @@ def test_missing_pickled_onnx_and_damaged_files_are_explained(files: dict[str, P
     hand = {"conv1_1.weight": torch.zeros(64, 3, 3, 3), "conv5_2_CPM.weight": torch.zeros(22, 512, 1, 1),
             "Mconv7_stage6.weight": torch.zeros(22, 128, 1, 1)}  # fmt: skip
     save_file(hand, tmp_path / "hand_pose_model.safetensors")
-    with pytest.raises(ModelMismatchError, match=r"openpose-hand model, which Loadout cannot run.*OpenPose body"):
+    with pytest.raises(
+        ModelMismatchError, match=r"openpose-hand model, which Loadout cannot run.*OpenPose body"
+    ):
         load_preprocessor(tmp_path / "hand_pose_model.safetensors")
 
 
