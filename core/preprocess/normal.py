@@ -9,8 +9,9 @@ method controlnet_aux's MidasDetector uses for its normal map (``depth_and_norma
 3. the vector (d/dx, d/dy, ``strength``) (``a``, 2 pi) normalized, and mapped from -1..1 to 0..255.
 
 Convention: red is the normal's leftward part, green its upward part, blue its part toward the
-viewer (a surface facing the viewer is (127, 127, 255)). That is NormalBAE's, the maps
-``control_v11p_sd15_normalbae`` was trained on ("red is left, green is top, blue is front"). The
+viewer (a surface facing the viewer is (127, 127, 255)): the convention ControlNet 1.1 gives for
+NormalBAE's maps, which ``control_v11p_sd15_normalbae`` was trained on ("red is left, green is top,
+blue is front"). The
 aux's MiDaS map is the same vector with its channels in the opposite order (blue left, red front:
 what ControlNet 1.0's ``control_sd15_normal`` takes); Loadout writes NormalBAE's order.
 """
