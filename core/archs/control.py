@@ -108,6 +108,19 @@ class MaskedHint(Protocol):
 
 
 @runtime_checkable
+class MakesMaskedHint(Protocol):
+    """A :class:`MaskedHint` net that makes its masked hint its own way (DiffSynth's blockwise
+    Qwen-Image inpainting net: the picture encoded as given, the kept part resized ``bilinear``
+    without a crop): ``pixels`` the picture resized as any latent hint, ``keep`` (1, 1, H, W) the
+    kept part at the picture's size (None: nothing repainted), ``encode`` pixels in [0, 1] -> the
+    base model's latent space."""
+
+    def masked_latent_hint(
+        self, pixels: Tensor, keep: Tensor | None, encode: Callable[[Tensor], Tensor]
+    ) -> Tensor: ...
+
+
+@runtime_checkable
 class ShapesLatentHint(Protocol):
     """A latent-space ControlNet whose hint is made its own way (ComfyUI's ``preprocess_image`` and
     a latent format of its own): ``hint_pixels`` changes the resized picture ([0, 1], before the

@@ -2,8 +2,9 @@
 
 ``match_diffusion`` asks every diffusion family of the registry about a (prefix-stripped) view and
 returns the verdicts best first. ``match_controlnet`` reads the ControlNets built on SD1/SD2/SDXL
-(original and diffusers layouts), Flux (XLabs and diffusers/InstantX), SD3, Qwen-Image (InstantX)
-and Z-Image (Fun, in :mod:`.controlnet_nextdit`), and names the diffusion family each one is for.
+(original and diffusers layouts), Flux (XLabs and diffusers/InstantX), SD3, Qwen-Image (InstantX,
+DiffSynth's blockwise nets) and Z-Image (Fun, in :mod:`.controlnet_nextdit`), and names the
+diffusion family each one is for.
 A ControlNet is never taken for a diffusion model: both have a UNet's input side, so every
 diffusion rule refuses a view with ControlNet-only keys.
 """
@@ -155,11 +156,29 @@ def _qwen_controlnet(view: KeyView) -> Match | None:
     return finish(view, "qwen-image", layout="diffusers", probes=probes, fields=fields, variant=variant)
 
 
+def _qwen_blockwise(view: KeyView) -> Match | None:
+    """DiffSynth-Studio's blockwise Qwen-Image ControlNets (canny, depth, inpaint: ComfyUI's model
+    patches, marked by ``controlnet_blocks.0.y_rms.weight``): the inpainting net's hint projection
+    takes a mask's 2x2 patch beside the latent's."""
+    if "controlnet_blocks.0.y_rms.weight" not in view or "img_in.weight" not in view:
+        return None
+    extra = (view.dim("img_in.weight", 1) or 0) - 64
+    fields = {
+        "hidden_size": view.dim("img_in.weight", 0) or 0,
+        "controlnet_blocks": count_numbered(view, "controlnet_blocks.", ("input_proj.weight",)),
+        "extra_condition_channels": extra,
+    }
+    probes = ("controlnet_blocks.0.input_proj.weight",)
+    variant = "inpaint" if extra > 0 else None
+    return finish(view, "qwen-image", layout="blockwise", probes=probes, fields=fields, variant=variant)
+
+
 def match_controlnet(view: KeyView) -> Match | None:
     """The ControlNet in ``view`` with ``family`` = the diffusion family it is for, or None."""
     if view.has_any(("control_model.zero_convs.0.0.weight", "control_model.input_blocks.0.0.weight")):
         view = view.sub("control_model.")
-    for read in (_unet_controlnet, _flux_controlnet, _sd3_controlnet, _qwen_controlnet, z_image_controlnet):
+    dits = (_qwen_controlnet, _qwen_blockwise, z_image_controlnet)
+    for read in (_unet_controlnet, _flux_controlnet, _sd3_controlnet, *dits):
         found = read(view)
         if found is not None:
             return found

@@ -216,5 +216,5 @@ def classify_qwen_image(view: KeyView) -> list[Match]:
         family = "qwen-image-edit-2511"
     else:  # Qwen-Image, 2512 and Edit 2509 have the same keys: a file name may tell
         family = "qwen-image"
-        fields["ambiguous_with"] = ["qwen-image-edit", "qwen-image-edit-2511"]
+        fields["ambiguous_with"] = ["qwen-image-edit", "qwen-image-edit-2508", "qwen-image-edit-2511"]
     return [finish(view, family, layout="original", probes=probes, fields=fields, warnings=warnings)]

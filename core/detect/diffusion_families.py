@@ -279,6 +279,9 @@ QWEN_IMAGE_EDIT = replace(
     sampling=SamplingSpec(schedule="flow", shift=3.0, multiplier=1.0),
     defaults=replace(QWEN_IMAGE.defaults, patches=("cfg_norm",)),
 )
+#: the original Qwen-Image-Edit (August 2025): ComfyUI's ``TextEncodeQwenImageEdit`` (one picture,
+#: ``qwen_image_edit_2508``), otherwise as 2509's record
+QWEN_IMAGE_EDIT_2508 = replace(QWEN_IMAGE_EDIT, text="qwen_image_edit_2508", references="qwen-edit-2508")
 #: Qwen-Image-Edit 2511: the references modulated as at timestep 0 (the network's, from the family);
 #: ComfyUI's 2511 template's shift 3.1; the model card's 40 steps at CFG 4.
 QWEN_IMAGE_EDIT_2511 = replace(
@@ -308,6 +311,12 @@ DETECTED_FAMILIES = (
         signature=("txt_norm.weight", "img_in.weight"), latent_format="wan21",
         notes="the same shapes as Qwen-Image: told apart by the file name (qwen_image_edit_2509...)",
         spec=QWEN_IMAGE_EDIT, lora_group="qwen-image", fp16_unsafe=True,
+    ),
+    diffusion(
+        "qwen-image-edit-2508", "Qwen-Image-Edit (original, August 2025)", classify_qwen_image, 16,
+        signature=("txt_norm.weight", "img_in.weight"), latent_format="wan21",
+        notes="the same shapes as Qwen-Image: told by the file name (qwen_image_edit_bf16, no version)",
+        spec=QWEN_IMAGE_EDIT_2508, lora_group="qwen-image", fp16_unsafe=True,
     ),
     diffusion(
         "qwen-image-edit-2511", "Qwen-Image-Edit 2511", classify_qwen_image, 16,

@@ -259,7 +259,8 @@ _FAMILY_PATTERNS: tuple[tuple[re.Pattern[str], str | None], ...] = tuple(
         (r"wan(video)?21", "wan2.1"),
         (r"wan(video|\d)", "wan2.1?"),
         (r"qwen.*edit.*2511", "qwen-image-edit-2511"),
-        (r"qwen.*edit", "qwen-image-edit"),
+        (r"qwen.*edit.*(2509|plus)", "qwen-image-edit"),
+        (r"qwen.*edit", "qwen-image-edit-2508"),  # Comfy-Org's qwen_image_edit_bf16: the original
         (r"qwen", "qwen-image"),
         (r"lumina", "lumina2"),
         (r"hidream", "hidream"),

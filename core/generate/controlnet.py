@@ -36,6 +36,7 @@ from core.archs.control import (
     ControlInput,
     ControlModule,
     ControlOutput,
+    MakesMaskedHint,
     MaskedHint,
     ShapesLatentHint,
 )
@@ -54,7 +55,7 @@ from core.sampling.model_sampling import ModelSampling
 from core.sampling.patches import NO_MODEL_PATCHES, Apply, ModelCall, ModelPatches
 
 if TYPE_CHECKING:
-    from core.generate.pipeline import Hooks, Pipeline
+    from core.generate.pipeline import Pipeline
 
 
 def hint_tensor(rgb: np.ndarray) -> Tensor:
@@ -186,7 +187,7 @@ class EncodeHints:
                 continue
             run.hooks.check()
             if net.masks_hint:
-                net.latents[latent] = masked_hint(net, latent, pipe, run.hooks)
+                net.latents[latent] = masked_hint(net, latent, pipe, run)
                 continue
             pixels = net.picture_at(*latent)
             own = net.module if isinstance(net.module, ShapesLatentHint) else None
@@ -198,12 +199,18 @@ class EncodeHints:
         return NO_MODEL_PATCHES
 
 
-def masked_hint(net: AppliedControlNet, latent: tuple[int, int], pipe: Pipeline, hooks: Hooks) -> Tensor:
+def masked_hint(net: AppliedControlNet, latent: tuple[int, int], pipe: Pipeline, run: Run) -> Tensor:
     """An inpainting ControlNet's hint (ComfyUI's ControlNetInpaintingAliMamaApply and
     ``get_control``): the kept part ``1 - mask``; the picture times that part resized to the picture
     (bilinear, centre) and rounded, then resized to the latent's pixels and encoded as any latent
-    hint; the kept part resized to the latent (``nearest-exact``, centre) as one more channel."""
+    hint; the kept part resized to the latent (``nearest-exact``, centre) as one more channel. A
+    net that makes its own (:class:`~core.archs.control.MakesMaskedHint`) gets the resized picture,
+    the kept part and the encoding."""
     h, w = latent
+    if isinstance(net.module, MakesMaskedHint):
+        kept = None if net.mask is None else 1.0 - net.mask
+        return net.module.masked_latent_hint(net.picture_at(h, w), kept, _hint_encoder(pipe, run, None))
+    hooks = run.hooks
     keep = 1.0 - (net.mask if net.mask is not None else torch.zeros(1, 1, 1, 1))
     picture = net.hint
     black = center_resize(keep, picture.shape[-1], picture.shape[-2], mode="bilinear").round()

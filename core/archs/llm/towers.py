@@ -43,14 +43,17 @@ class TemplateDrop:
 @dataclass(frozen=True)
 class PictureSpec:
     """How a family puts pictures into its prompt (Qwen-Image-Edit's, ComfyUI's
-    ``TextEncodeQwenImageEditPlus``): the text put before the prompt for picture N (``prefix``,
-    ``{}`` the 1-based number), the token that stands for a picture's tokens, the area each picture
-    is scaled to first, and how many pictures a prompt takes."""
+    ``TextEncodeQwenImageEditPlus``, ``TextEncodeQwenImageEdit``): the text put before the prompt
+    for picture N (``prefix``, ``{}`` the 1-based number), the token that stands for a picture's
+    tokens, the area each picture is scaled to first, and how many pictures a prompt takes."""
 
     prefix: str
     token: int
     area: int
     most: int
+    #: the template read when no picture is given (ComfyUI's ``TextEncodeQwenImageEdit`` without
+    #: an image: the Qwen-Image tokenizer's plain template); None: the tower's own
+    bare_template: str | None = None
 
     def text(self, count: int) -> str:
         return "".join(self.prefix.format(i + 1) for i in range(count))
@@ -159,6 +162,14 @@ QWEN_EDIT_PICTURES: Final = PictureSpec(
 QWEN_IMAGE_EDIT_QWEN25VL: Final = replace(
     QWEN_IMAGE_QWEN25VL, template=QWEN_IMAGE_EDIT_TEMPLATE, pictures=QWEN_EDIT_PICTURES
 )
+#: the original Qwen-Image-Edit (August 2025; ComfyUI's ``TextEncodeQwenImageEdit``, the Qwen-Image
+#: tokenizer's ``llama_template_images``): one picture, its tokens right after ``user\n`` with no
+#: "Picture 1:" text, scaled to 1024 x 1024 px of area (unrounded sides) before the vision tower; no
+#: picture: Qwen-Image's own template (34 tokens dropped instead of 64)
+QWEN_EDIT_2508_PICTURES: Final = PictureSpec(
+    "<|vision_start|><|image_pad|><|vision_end|>", QWEN_IMAGE_PAD, 1024 * 1024, 1, QWEN_IMAGE_TEMPLATE
+)
+QWEN_IMAGE_EDIT_2508_QWEN25VL: Final = replace(QWEN_IMAGE_EDIT_QWEN25VL, pictures=QWEN_EDIT_2508_PICTURES)
 
 
 def lumina2_gemma2(system_prompt: str = "superior") -> LlmTowerSpec:
@@ -183,6 +194,9 @@ LUMINA2_TOWER: Final = TowerSpec("gemma2-2b", "gemma2_2b", "Gemma 2 2B", LUMINA2
 QWEN_IMAGE_TOWER: Final = TowerSpec("qwen2.5-vl-7b", "qwen25_7b", "Qwen2.5-VL 7B", QWEN_IMAGE_QWEN25VL)
 QWEN_IMAGE_EDIT_TOWER: Final = TowerSpec(
     "qwen2.5-vl-7b", "qwen25_7b", "Qwen2.5-VL 7B", QWEN_IMAGE_EDIT_QWEN25VL
+)
+QWEN_IMAGE_EDIT_2508_TOWER: Final = TowerSpec(
+    "qwen2.5-vl-7b", "qwen25_7b", "Qwen2.5-VL 7B", QWEN_IMAGE_EDIT_2508_QWEN25VL
 )
 
 #: FLUX.2 klein's chat template (ComfyUI ``KleinTokenizer.llama_template``: the assistant turn opened

@@ -29,7 +29,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal, cast
+from typing import TYPE_CHECKING, Literal, Protocol, cast, runtime_checkable
 
 import torch
 from torch import Tensor, nn
@@ -62,7 +62,7 @@ REQUIRED = (
 )
 
 
-def _mismatch(why: str) -> ModelMismatchError:
+def mismatch(why: str) -> ModelMismatchError:
     return ModelMismatchError(
         "the ControlNet does not fit this diffusion model",
         why=why,
@@ -116,9 +116,9 @@ class QwenControlResiduals:
             tuple((tuple(s * strength for s in samples), repeat) for samples, repeat in self.parts)
         )
 
-    def merged(self, later: object) -> QwenControlResiduals:
+    def merged(self, later: object) -> QwenControlResiduals | QwenControls:
         if not isinstance(later, QwenControlResiduals):
-            raise _mismatch("a Qwen-Image ControlNet was stacked with a ControlNet of another network")
+            return QwenControls((), self).merged(later)
         return QwenControlResiduals(self.parts + later.parts)
 
     def at(self, index: int) -> Tensor | None:
@@ -143,11 +143,56 @@ class QwenControlResiduals:
             return h
         n = residual.shape[1]
         if residual.shape[0] != h.shape[0] or residual.shape[2] != h.shape[2] or n > h.shape[1]:
-            raise _mismatch(
+            raise mismatch(
                 f"it gives a {list(residual.shape)} residual where the network has {list(h.shape)}"
             )
         head = (h[:, :n] + residual).to(h.dtype)  # ComfyUI's in-place ``+=`` on the picture's tokens
         return head if n == h.shape[1] else torch.cat([head, h[:, n:]], dim=1)
+
+
+@runtime_checkable
+class QwenModelPatch(Protocol):
+    """A Qwen-Image model patch's output (DiffSynth's blockwise ControlNets): block patches that
+    ComfyUI runs after each block before any ControlNet's residual is added."""
+
+    def scaled(self, strength: float) -> QwenModelPatch: ...
+
+    def qwen_block_patches(self) -> NetworkPatches:
+        """The block patches (its ``patches()``)."""
+        ...
+
+
+@dataclass(frozen=True)
+class QwenControls:
+    """Qwen-Image's model patches and ControlNet residuals of one call, in ComfyUI's order after
+    each block: the model patches one after the other (as they were added), then the summed
+    residuals (``control["input"]``), whatever order the nets were stacked in."""
+
+    model_patches: tuple[QwenModelPatch, ...]
+    residuals: QwenControlResiduals | None
+
+    def scaled(self, strength: float) -> QwenControls:
+        residuals = self.residuals.scaled(strength) if self.residuals is not None else None
+        return QwenControls(tuple(p.scaled(strength) for p in self.model_patches), residuals)
+
+    def merged(self, later: object) -> QwenControls:
+        if isinstance(later, QwenControls):
+            residuals = later.residuals
+            if self.residuals is not None:
+                parts = self.residuals.parts + (residuals.parts if residuals is not None else ())
+                residuals = QwenControlResiduals(parts)
+            return QwenControls(self.model_patches + later.model_patches, residuals)
+        if isinstance(later, QwenControlResiduals):
+            return self.merged(QwenControls((), later))
+        if isinstance(later, QwenModelPatch):
+            return QwenControls((*self.model_patches, later), self.residuals)
+        raise mismatch("a Qwen-Image ControlNet was stacked with a ControlNet of another network")
+
+    def patches(self) -> NetworkPatches:
+        out = NetworkPatches()
+        for part in self.model_patches:
+            out = out + part.qwen_block_patches()
+        return out + self.residuals.patches() if self.residuals is not None else out
 
 
 class QwenImageControlNet(nn.Module):
@@ -215,7 +260,7 @@ class QwenImageControlNet(nn.Module):
         hint = inp.hint[:, :, 0] if inp.hint.ndim == 5 else inp.hint
         want = self.config.latent_channels + self.extra_channels
         if hint.shape[1] != want or hint.shape[-2:] != x.shape[-2:]:
-            raise _mismatch(
+            raise mismatch(
                 f"its hint has {hint.shape[1]} channels of {list(hint.shape[-2:])} cells; it takes {want} "
                 f"channels at the latent's {list(x.shape[-2:])}"
             )
@@ -240,4 +285,4 @@ def _build(shapes: Mapping[str, tuple[int, ...]], det: Detection) -> QwenImageCo
 
 
 #: InstantX's union and inpainting nets (one layout: diffusers' names, as released and repacked)
-CONTROLNETS = (ControlNetLoader("qwen-image-instantx", ("qwen-image",), _build, layouts=("diffusers",)),)
+INSTANTX = ControlNetLoader("qwen-image-instantx", ("qwen-image",), _build, layouts=("diffusers",))

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from core.archs.llm.towers import QWEN_IMAGE_EDIT_TOWER, QWEN_IMAGE_TOWER
+from core.archs.llm.towers import QWEN_IMAGE_EDIT_2508_TOWER, QWEN_IMAGE_EDIT_TOWER, QWEN_IMAGE_TOWER
 from core.archs.protocols import TextConvention, TextOutput, TowerOutput
 from core.archs.text_base import Convention
 
@@ -23,4 +23,10 @@ QWEN_IMAGE = Convention("qwen_image", (QWEN_IMAGE_TOWER,), combine_outputs=_llm)
 #: Qwen-Image-Edit's (ComfyUI's ``TextEncodeQwenImageEditPlus``): the edit template, up to three
 #: pictures before the prompt, read by the encoder's vision tower (``QWEN_IMAGE_EDIT_TOWER``)
 QWEN_IMAGE_EDIT = Convention("qwen_image_edit", (QWEN_IMAGE_EDIT_TOWER,), combine_outputs=_llm, pictures=True)
-CONVENTIONS: tuple[TextConvention, ...] = (QWEN_IMAGE, QWEN_IMAGE_EDIT)
+#: the original Qwen-Image-Edit's (August 2025; ComfyUI's ``TextEncodeQwenImageEdit``): the same
+#: template, one picture right after ``user\n`` without "Picture 1:", read at 1024 x 1024 px of area;
+#: without a picture Qwen-Image's own template (``QWEN_IMAGE_EDIT_2508_TOWER``)
+QWEN_IMAGE_EDIT_2508 = Convention(
+    "qwen_image_edit_2508", (QWEN_IMAGE_EDIT_2508_TOWER,), combine_outputs=_llm, pictures=True
+)
+CONVENTIONS: tuple[TextConvention, ...] = (QWEN_IMAGE, QWEN_IMAGE_EDIT, QWEN_IMAGE_EDIT_2508)

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
@@ -81,9 +81,12 @@ class LlmTower:
         :class:`~core.archs.llm.towers.PictureSpec`) where ``pictures`` (an edit's reference
         pictures, or their number) are given; a tower whose family takes none refuses them."""
         count = pictures if isinstance(pictures, int) else len(pictures.images)
+        spec = self.spec
         if count:
             prompt = self._picture_spec(count).text(count) + prompt
-        text = self.spec.text(prompt)
+        elif spec.pictures is not None and spec.pictures.bare_template is not None:
+            spec = replace(spec, template=spec.pictures.bare_template)
+        text = spec.text(prompt)
         return tokenize_weighted(
             text, self.tokenizer.encode, chunk_spec(self.spec), weighted=self.spec.weighted
         )

@@ -8,6 +8,7 @@ import math
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 
 from core.models.qwen_image import QwenImageConfig, QwenImageDiT
 from tests.core.generate.reference import tame_output
@@ -105,3 +106,44 @@ def our_controlnet_from(cn: Any) -> Any:
     ours = QwenImageControlNet(config, extra, device="meta")
     ours.load_state_dict(state, assign=True, strict=True)
     return ours.eval()
+
+
+def blockwise_net(dim: int, layers: int, extra: int, seed: int) -> Any:
+    """DiffSynth's blockwise ControlNet (ours), random weights of a trained net's scale."""
+    from core.archs.qwen_image.blockwise import QwenBlockwiseControlNet
+
+    module = QwenBlockwiseControlNet(dim, layers, extra, device="meta").to_empty(device="cpu")
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in module.named_parameters():
+            if p.ndim == 2:
+                p.normal_(0.0, p.shape[1] ** -0.5, generator=gen)
+            else:
+                p.normal_(1.0 if "rms" in name else 0.0, 0.1, generator=gen)
+    return module.eval()
+
+
+# ComfyUI's computation of DiffSynth's blockwise ControlNets (``comfy_extras/nodes_model_patch.py``:
+# ``QwenImageBlockWiseControlNet``, ``DiffSynthCnetPatch``), written out as the golden reference
+
+
+def _rms(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * weight
+
+
+def comfy_residual(
+    sd: dict[str, torch.Tensor], i: int, img: torch.Tensor, hint: torch.Tensor
+) -> torch.Tensor:
+    """ComfyUI's ``BlockWiseControlBlock`` ``i`` on the picture's tokens and the projected hint."""
+    p = f"controlnet_blocks.{i}."
+    y = _rms(img, sd[p + "x_rms.weight"]) + _rms(hint, sd[p + "y_rms.weight"])
+    y = F.gelu(F.linear(y, sd[p + "input_proj.weight"], sd[p + "input_proj.bias"]))
+    return F.linear(y, sd[p + "output_proj.weight"], sd[p + "output_proj.bias"])
+
+
+def comfy_hint(sd: dict[str, torch.Tensor], latent: torch.Tensor) -> torch.Tensor:
+    """ComfyUI's ``process_input_latent_image`` after the latent format: (B, C, h, w) in 2x2
+    patches, channel-major within a token, then ``img_in``."""
+    b, c, h, w = latent.shape
+    tokens = latent.view(b, c, h // 2, 2, w // 2, 2).permute(0, 2, 4, 1, 3, 5).reshape(b, -1, c * 4)
+    return F.linear(tokens, sd["img_in.weight"], sd["img_in.bias"])

@@ -41,6 +41,9 @@ from core.sampling.model_sampling import from_spec
 from core.text.conditioning import TextEncoders
 from tests.core.archs.test_wan_vae_parity import _random_reference
 from tests.core.generate.reference_qwen_image import (
+    blockwise_net,
+    comfy_hint,
+    comfy_residual,
     our_controlnet_from,
     ours_from,
     pack,
@@ -84,7 +87,9 @@ def parts(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     }
 
 
-def _ours(parts: dict[str, Any], cn: Any, strength: float, masked: bool) -> tuple[np.ndarray, Any]:
+def _ours(
+    parts: dict[str, Any], cn: Any, strength: float, masked: bool, hint: torch.Tensor | None = None
+) -> tuple[np.ndarray, Any]:
     """The picture and the hint latent the pass made (``masked``: the generation's mask, which the
     pass hands the inpainting net; the sampler here runs no noise mask, as diffusers' pipeline)."""
     nets = Networks("qwen-image", parts["ours"], TextEncoders(), parts["vae"])
@@ -94,7 +99,7 @@ def _ours(parts: dict[str, Any], cn: Any, strength: float, masked: bool) -> tupl
     inpaint = {"init_image": folder / "init.png", "mask_image": folder / "mask.png"} if masked else {}
     settings = ImageSettings(prompt="", width=SIZE, height=SIZE, sampling=s, **inpaint)  # type: ignore[arg-type]
     full = (pipeline.sampling.percent_to_sigma(0.0), pipeline.sampling.percent_to_sigma(1.0))
-    net = AppliedControlNet(cn, parts["hint"], strength, full)
+    net = AppliedControlNet(cn, parts["hint"] if hint is None else hint, strength, full)
     plan = Plan(pipeline)
     ControlNetPass(ControlStack([net])).plan(plan, settings)
     cells = (SIZE // 8, SIZE // 8)
@@ -115,9 +120,12 @@ def _theirs(parts: dict[str, Any], pipe_cls: Any, hf_cn: Any, strength: float, *
     sampling = from_spec(diffusion_spec("qwen-image").sampling, "qwen-image")
     sigmas = ksampler_sigmas(sampling, "simple", "euler", STEPS)
     scheduler = diffusers.FlowMatchEulerDiscreteScheduler(shift=1.0, use_dynamic_shifting=False)
+    net = {} if hf_cn is None else {"controlnet": hf_cn}
+    if hf_cn is not None:
+        control["controlnet_conditioning_scale"] = strength
     pipe = pipe_cls(
         scheduler=scheduler, vae=parts["hf_vae"], text_encoder=None, tokenizer=None, transformer=parts["hf"],
-        controlnet=hf_cn,
+        **net,
     )  # fmt: skip
     pipe.set_progress_bar_config(disable=True)
     noise = torch.randn(1, 16, SIZE // 8, SIZE // 8, generator=torch.Generator("cpu").manual_seed(SEED))
@@ -126,8 +134,7 @@ def _theirs(parts: dict[str, Any], pipe_cls: Any, hf_cn: Any, strength: float, *
         images = pipe(
             prompt_embeds=ctx, prompt_embeds_mask=torch.ones(ctx.shape[:2], dtype=torch.long),
             sigmas=[float(v) for v in sigmas[:-1]], num_inference_steps=STEPS, height=SIZE, width=SIZE,
-            true_cfg_scale=1.0, latents=pack(noise), output_type="np", controlnet_conditioning_scale=strength,
-            **control,
+            true_cfg_scale=1.0, latents=pack(noise), output_type="np", **control,
         ).images  # fmt: skip
     return np.round(images[0] * 255).astype(np.int32)
 
@@ -168,3 +175,64 @@ def test_inpainting_controlnet_picture_matches_the_inpaint_pipeline(parts: dict[
     assert torch.equal(hint[0, 16], keep) and torch.equal(whole[0, 16], torch.ones(8, 8))
     assert not torch.equal(hint[:, :16], whole[:, :16])  # the repainted part blacked out
     assert np.abs(ours - unmasked).max() > 0
+
+
+def _comfy_blockwise_latent(
+    parts: dict[str, Any], picture: torch.Tensor, keep: torch.Tensor | None
+) -> torch.Tensor:
+    """ComfyUI's DiffSynth hint: the picture centre-cropped to the latent's aspect and resized with
+    ``area``, VAE-encoded (the mean), into the Wan 2.1 latent space; the inpainting net's kept part
+    resized ``bilinear`` to the latent, uncropped (ones without a mask)."""
+    rows = picture.shape[-2] - picture.shape[-1]
+    square = picture[..., rows // 2 : picture.shape[-2] - rows // 2, :]
+    pixels = torch.nn.functional.interpolate(square, size=(SIZE, SIZE), mode="area")
+    vae = parts["hf_vae"]
+    latent = vae.encode(pixels[:, :, None] * 2 - 1).latent_dist.mode()[:, :, 0]
+    mean = torch.tensor(vae.config.latents_mean).view(1, 16, 1, 1)
+    std = torch.tensor(vae.config.latents_std).view(1, 16, 1, 1)
+    latent = (latent - mean) / std
+    if keep is None:
+        return latent
+    return torch.cat(
+        [latent, torch.nn.functional.interpolate(keep, size=latent.shape[-2:], mode="bilinear")], 1
+    )
+
+
+def _hooked(parts: dict[str, Any], net: Any, hint: torch.Tensor, strength: float) -> list[Any]:
+    """diffusers' transformer with ComfyUI's ``DiffSynthCnetPatch`` after each block (forward hooks;
+    diffusers packs the picture's tokens in ComfyUI's order)."""
+    sd = net.state_dict()
+    tokens = comfy_hint(sd, hint)
+
+    def hook(i: int) -> Any:
+        def add(module: Any, args: Any, out: tuple[torch.Tensor, torch.Tensor]) -> Any:
+            txt, img = out
+            return txt, img + comfy_residual(sd, i, img, tokens) * strength
+
+        return add
+
+    return [block.register_forward_hook(hook(i)) for i, block in enumerate(parts["hf"].transformer_blocks)]
+
+
+@pytest.mark.parametrize("masked", [False, True], ids=["canny", "inpaint"])
+def test_blockwise_controlnet_picture_matches_comfyui_on_the_pipeline(
+    parts: dict[str, Any], masked: bool
+) -> None:
+    """DiffSynth's nets (canny/depth: the picture alone; inpaint: with the generation's mask) on a
+    96x80 picture (cropped and resized to the latent), against diffusers' ``QwenImagePipeline``
+    with ComfyUI's patch computed after each of its blocks."""
+    net = blockwise_net(256, 2, 1 if masked else 0, seed=21 + masked)
+    picture = torch.rand(1, 3, 96, 80, generator=torch.Generator().manual_seed(6))
+    ours, hint = _ours(parts, net, 0.8, masked, picture)
+    with torch.no_grad():
+        want = _comfy_blockwise_latent(parts, picture, 1 - parts["mask"] if masked else None)
+    assert float((hint - want).abs().max()) < 1e-4 * float(want.abs().max())
+    handles = _hooked(parts, net, want, 0.8)
+    try:
+        theirs = _theirs(parts, diffusers.QwenImagePipeline, None, 0.8)
+    finally:
+        for handle in handles:
+            handle.remove()
+    _compare("blockwise inpaint" if masked else "blockwise", ours, theirs)
+    plain = _theirs(parts, diffusers.QwenImagePipeline, None, 0.8)
+    assert np.abs(theirs - plain).max() > 10  # the net's residuals show

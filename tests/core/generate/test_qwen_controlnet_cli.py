@@ -20,6 +20,7 @@ from core.generate.command import generate_files
 from core.generate.request import GenerateRequest, ImageSettings, ModelFiles, Sampling
 from core.generate.workflow_request import ControlNetUse
 from core.models.qwen_image import QwenImageConfig
+from tests.core.generate.reference_qwen_image import blockwise_net
 from tests.core.generate.test_generate_qwen_image_cli import _files
 from tests.fixtures.controlnets import hint_picture, mask_picture
 
@@ -99,3 +100,29 @@ def test_inpainting_controlnet_takes_the_mask_same_on_a_simulated_card(
     assert np.array_equal(make("card.png", 40 << 20, mask_image=files["mask"], controlnets=use), whole)
     plain = make("plain.png", mask_image=files["mask"])
     assert not np.array_equal(whole, plain)  # the net acted on the inpainting
+
+
+def test_blockwise_controlnet_from_the_command_line(
+    files: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """DiffSynth's blockwise net (ComfyUI's model patch) in the same ``--controlnet`` flag, its range
+    and strength as any ControlNet's; written in bf16 as released."""
+    state = {k: v.to(torch.bfloat16) for k, v in blockwise_net(256, 2, 0, seed=4).state_dict().items()}
+    net = tmp_path / "qwen_image_canny_diffsynth_controlnet.safetensors"
+    save_file(state, str(net))
+
+    def run(out: Path, use: str) -> np.ndarray:
+        args = [
+            "generate", "--diffusion-model", str(files["model"]), "--text-encoder", str(files["text"]),
+            "--vae", str(files["vae"]), "--prompt", "a fox", "--steps", "2", "--cfg", "1",
+            "--scheduler", "simple", "--size", "64x64", "--seed", "3", "-o", str(out), "--quiet",
+            *(("--controlnet", use) if use else ()),
+        ]  # fmt: skip
+        assert main(args) == 0
+        capsys.readouterr()
+        return _pixels(out)
+
+    full = run(tmp_path / "full.png", f"{net}:{files['hint']}:1.0")
+    plain = run(tmp_path / "plain.png", "")
+    late = run(tmp_path / "late.png", f"{net}:{files['hint']}:1.0:0.99:1.0")  # ranged past both steps
+    assert np.abs(full.astype(int) - plain).max() > 10 and np.array_equal(late, plain)

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from core.archs.qwen_image.blockwise import QwenBlockwiseControlNet
 from core.archs.qwen_image.controlnet import QwenImageControlNet
 from core.detect.catalog import controlnet_fits
 from core.errors import LoadoutError, ModelMismatchError
@@ -54,3 +55,30 @@ def test_a_damaged_file_is_refused_in_words(tmp_path: Path) -> None:
         load_controlnet(write_tensors(tmp_path / "cut.safetensors", state))
     assert err.value.code == "layout_mismatch"
     assert "Qwen" in err.value.what or "qwen" in err.value.what
+
+
+@pytest.mark.parametrize(("extra", "variant"), [(0, None), (1, "inpaint")])
+def test_blockwise_nets_are_told_apart_and_load(tmp_path: Path, extra: int, variant: str | None) -> None:
+    """DiffSynth's blockwise nets in their released names (Comfy-Org's repack keeps them): a model
+    patch in ComfyUI, a ControlNet row here."""
+    gen = torch.Generator().manual_seed(extra)
+    state = {
+        k: torch.randn(v.shape, generator=gen, dtype=torch.bfloat16)
+        for k, v in QwenBlockwiseControlNet(128, 2, extra, device="meta").state_dict().items()
+    }
+    path = write_tensors(tmp_path / "qwen_image_canny_diffsynth_controlnet.safetensors", state)
+    rec = inspect_file(path).to_json()
+    assert (rec["kind"], rec["family"], rec["layout"]) == ("controlnet", "qwen-image", "blockwise")
+    assert (rec["variant"] if rec["variant"] == "inpaint" else None) == variant
+    net = load_controlnet(path)
+    assert isinstance(net.module, QwenBlockwiseControlNet) and net.module.mask_hint is bool(extra)
+    assert torch.equal(
+        net.module.controlnet_blocks[1].output_proj.weight, state["controlnet_blocks.1.output_proj.weight"]
+    )
+    check_fits(net, "qwen-image-edit")
+    with pytest.raises(ModelMismatchError, match="for qwen-image, and the model is z-image"):
+        check_fits(net, "z-image")
+    del state["controlnet_blocks.1.x_rms.weight"]
+    with pytest.raises(LoadoutError) as err:
+        load_controlnet(write_tensors(tmp_path / "cut.safetensors", state))
+    assert err.value.code == "layout_mismatch"

@@ -81,6 +81,8 @@ def _file(folder: Path, name: str, state: dict[str, torch.Tensor], marker: bool)
         ("renamed.safetensors", True, "qwen-image-edit-2511"),
         ("qwen-image-edit-2511-Q8.safetensors", False, "qwen-image-edit-2511"),  # a GGUF-like name
         ("qwen_image_edit_2509_fp8_e4m3fn.safetensors", False, "qwen-image-edit"),
+        ("Qwen-Image-Edit-2509-Q4_K_M.safetensors", False, "qwen-image-edit"),
+        ("qwen_image_edit_fp8_e4m3fn.safetensors", False, "qwen-image-edit-2508"),  # the original's
         ("qwen_image_bf16.safetensors", False, "qwen-image"),
     ],
 )

@@ -13,7 +13,12 @@ import pytest
 import torch
 from transformers import Qwen2_5_VLConfig, Qwen2_5_VLModel
 
-from core.archs.llm.towers import QWEN_IMAGE_EDIT_QWEN25VL, QWEN_IMAGE_QWEN25VL
+from core.archs.llm.towers import (
+    QWEN_IMAGE_EDIT_2508_QWEN25VL,
+    QWEN_IMAGE_EDIT_QWEN25VL,
+    QWEN_IMAGE_QWEN25VL,
+    QWEN_IMAGE_TEMPLATE,
+)
 from core.errors import LoadoutError, ModelMismatchError
 from core.models.llm import LlmConfig, LlmTextModel
 from core.models.llm.vision import VisionConfig, picture_patches
@@ -142,3 +147,39 @@ def test_a_file_without_the_vision_tower_says_so() -> None:
     tower = LlmTower(LlmTextModel(cfg, device="meta"), qwen_tokenizer(), QWEN_IMAGE_EDIT_QWEN25VL)
     with pytest.raises(ModelMismatchError, match="no vision tower"):
         tower.encode("x", [torch.rand(3, 64, 64)])
+
+
+def test_the_original_edit_prompt_follows_text_encode_qwen_image_edit(
+    pair: tuple[Qwen2_5_VLModel, LlmTower],
+) -> None:
+    """The original Qwen-Image-Edit (ComfyUI's ``TextEncodeQwenImageEdit``, the tokenizer's
+    ``llama_template_images``; diffusers' ``QwenImageEditPipeline`` has the same template): one
+    picture, its tokens right after ``user\\n`` with no "Picture 1:", scaled to 1024 x 1024 px of area
+    (here a smaller area on a small picture: the vision tower's cost), 64 tokens dropped; without a
+    picture Qwen-Image's own template, 34 dropped; two pictures refused."""
+    hf, tower = pair
+    spec = QWEN_IMAGE_EDIT_2508_QWEN25VL
+    assert spec.pictures is not None and (spec.pictures.area, spec.pictures.most) == (1024 * 1024, 1)
+    small = dataclasses.replace(spec, pictures=dataclasses.replace(spec.pictures, area=112 * 112))
+    original = LlmTower(tower.model, tower.tokenizer, small)
+    picture = torch.rand(3, 96, 64, generator=torch.Generator().manual_seed(8))
+    patches, grid = picture_patches(scaled(picture, 112 * 112), VisionConfig())
+    pads = "<|image_pad|>" * (grid[1] * grid[2] // 4)
+    ids = qwen_tokenizer().encode(SYSTEM + f"<|vision_start|>{pads}<|vision_end|>" + "make it night" + END)
+    with torch.no_grad():
+        ids_t = torch.tensor([ids])
+        ref = hf(
+            input_ids=ids_t, pixel_values=patches, image_grid_thw=torch.tensor([grid]),
+            mm_token_type_ids=(ids_t == 151655).int(),
+        ).last_hidden_state[:, 64:]  # fmt: skip
+    out = original.encode("make it night", [picture])
+    assert out.hidden.shape == ref.shape
+    assert float((out.hidden - ref).abs().max() / ref.abs().max()) < 1e-4
+    plus = tower.encode("make it night", [picture])  # 2509's: "Picture 1:" and 384^2 of area
+    assert plus.hidden.shape != out.hidden.shape or not torch.allclose(plus.hidden, out.hidden, atol=1e-3)
+    bare = qwen_tokenizer().encode(QWEN_IMAGE_TEMPLATE.format("a red bicycle"))
+    with torch.no_grad():
+        ref = hf(input_ids=torch.tensor([bare])).last_hidden_state[:, 34:]
+    torch.testing.assert_close(original.encode("a red bicycle").hidden, ref, rtol=1e-5, atol=1e-5)
+    with pytest.raises(LoadoutError, match="takes 1 reference pictures, 2 were given"):
+        original.encode("x", [picture, picture])
