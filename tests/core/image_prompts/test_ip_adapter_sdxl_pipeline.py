@@ -2,7 +2,7 @@
 embeds, 2048-wide keys and values) against diffusers' StableDiffusionXLPipeline with
 ``load_ip_adapter``: CLIP-L and OpenCLIP-G text towers at their real widths (768 + 1280 = SDXL's
 2048 context, 1280-wide projection), the SDXL-width UNet with its size embeddings (class vector
-2816 wide), ViT-bigG at real width with 2 layers, random weights; set up as ComfyUI computes
+2816 wide), ViT-bigG at real width with 1 layer, random weights; set up as ComfyUI computes
 (``test_parity_sdxl``'s pads, size ids, sigmas and noise; the SD1.5 test's image embeddings: the
 picture's ``image_embeds`` through ComfyUI's preprocessing, zeros for the negative as
 ComfyUI_IPAdapter_plus gives a base adapter)."""
@@ -49,7 +49,7 @@ def setup(tmp_path_factory: pytest.TempPathFactory) -> tuple[Any, Any, Networks,
     hf_g, clip_g = clip_pair(1280, act="gelu", projection=1280, seed=2)
     hf_unet, unet = sdxl_unet_pair(seed=3, sized=True)
     hf_vae, vae = vae_pair(4, SDXL_LATENT, seed=4)
-    tower = vision_reference(layers=2, seed=5, widths=VIT_BIGG)
+    tower = vision_reference(layers=1, seed=5, widths=VIT_BIGG)
     pipe = diffusers.StableDiffusionXLPipeline(
         vae=hf_vae, text_encoder=hf_l, text_encoder_2=hf_g, tokenizer=tok_l, tokenizer_2=tok_g, unet=hf_unet,
         scheduler=discrete_scheduler("euler"), force_zeros_for_empty_prompt=False, add_watermarker=False,
