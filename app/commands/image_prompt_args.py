@@ -18,7 +18,8 @@ from core.values import IP_ADAPTER_PERCENT, IP_ADAPTER_WEIGHT, REDUX_STRENGTH
 
 def add_image_prompt_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
-        "--ip-adapter", action="append", default=[], metavar="FILE:PICTURE[:WEIGHT[@START-END]][:type=NAME][:mask=FILE]",
+        "--ip-adapter", action="append", default=[],
+        metavar="FILE:PICTURE[:WEIGHT[@START-END]][:type=NAME][:mask=FILE]",
         help="an image prompt (repeatable; SD1.5/SDXL IP-Adapter, as ComfyUI_IPAdapter_plus's "
         "IPAdapterAdvanced): the adapter file, the picture, its weight (default 1) and the part of the "
         "steps it acts on (e.g. ip-adapter_sd15.safetensors:cat.png:0.8@0-0.6); after the two paths "

@@ -32,8 +32,8 @@ from torch import Tensor
 
 from core.detect.catalog import family_title
 from core.errors import ModelMismatchError
-from core.generate.passes import Contribution, Plan, Run
 from core.generate.ip_weights import layer_weight, token_mask, transformer_numbers
+from core.generate.passes import Contribution, Plan, Run
 from core.generate.pictures import unit_pixels
 from core.generate.request import ImageSettings
 from core.loading.image_encoder import LoadedImageEncoder
@@ -134,7 +134,9 @@ class _Layer:
     def weight(self, site: Site, latent: tuple[int, int], queries: int, like: Tensor) -> float | Tensor:
         """The weight at ``site`` (its weight type's), times the mask resized to the call's tokens."""
         a = self.applied
-        w = layer_weight(a.weight_type, a.weight, self.numbers.get(site, 0), site.stage, a.adapter.family == "sdxl")
+        w = layer_weight(
+            a.weight_type, a.weight, self.numbers.get(site, 0), site.stage, a.adapter.family == "sdxl"
+        )
         if a.mask is None or w == 0:
             return w
         return token_mask(a.mask, latent, queries).to(like)[None, :, None] * w

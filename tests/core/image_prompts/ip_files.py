@@ -29,8 +29,9 @@ SDXL_ADM = 1280 + 6 * 256
 
 def sdxl_unet_config(adm: int | None = None) -> UNetConfig:
     return UNetConfig.per_level(
-        model_channels=32, channel_mult=(1, 2), num_res_blocks=1, level_depth=(0, 2), transformer_depth_middle=2,
-        context_dim=SDXL_CROSS, num_head_channels=16, use_linear_in_transformer=True, adm_in_channels=adm,
+        model_channels=32, channel_mult=(1, 2), num_res_blocks=1, level_depth=(0, 2),
+        transformer_depth_middle=2, context_dim=SDXL_CROSS, num_head_channels=16,
+        use_linear_in_transformer=True, adm_in_channels=adm,
     )  # fmt: skip
 
 

@@ -55,7 +55,9 @@ def setup(tmp_path_factory: pytest.TempPathFactory) -> tuple[Any, Any, Networks,
         scheduler=discrete_scheduler("euler"), force_zeros_for_empty_prompt=False, add_watermarker=False,
     )  # fmt: skip
     pipe.set_progress_bar_config(disable=True)
-    ip = ip_adapter_file(root / "ipadapter" / "ip-adapter_sdxl.safetensors", plus=False, sdxl=True, embed=1280)
+    ip = ip_adapter_file(
+        root / "ipadapter" / "ip-adapter_sdxl.safetensors", plus=False, sdxl=True, embed=1280
+    )
     pipe.load_ip_adapter(str(ip.parent), subfolder="", weight_name=ip.name, image_encoder_folder=None)
     vision = save_transformers(tower, root / "CLIP-ViT-bigG-14.safetensors")
     nets = Networks("sdxl", unet, TextEncoders(clip_l=clip_l, clip_g=clip_g), vae)
@@ -84,10 +86,11 @@ def test_sdxl_ip_adapter_picture_equals_diffusers_set_up_as_comfyui(
     pipe.set_ip_adapter_scale(weight)
     with discrete_comfy_schedule(pipe.scheduler, for_family("sdxl"), "euler", "karras", steps) as sigmas:
         noise = torch.randn((1, 4, 10, 8), generator=torch.Generator("cpu").manual_seed(11))
+        embeds = torch.cat([torch.zeros_like(pos), pos])[:, None]  # negative, positive
         theirs = pipe(
-            "a tiny fox", negative_prompt="blurry", num_inference_steps=steps, guidance_scale=5.0, latents=noise,
-            height=80, width=64, original_size=(80, 64), target_size=(80, 64), crops_coords_top_left=(0, 0),
-            output_type="np", sigmas=sigmas, ip_adapter_image_embeds=[torch.cat([torch.zeros_like(pos), pos])[:, None]],
+            "a tiny fox", negative_prompt="blurry", num_inference_steps=steps, guidance_scale=5.0,
+            latents=noise, height=80, width=64, original_size=(80, 64), target_size=(80, 64),
+            crops_coords_top_left=(0, 0), output_type="np", sigmas=sigmas, ip_adapter_image_embeds=[embeds],
         ).images  # fmt: skip
     err = float(np.abs(ours - np.asarray(theirs)).max())
     print(f"ip-adapter sdxl weight {weight}: max |ours - diffusers| = {err:.1e}")

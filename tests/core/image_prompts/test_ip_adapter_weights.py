@@ -51,7 +51,9 @@ def test_mask_per_token_equals_the_node_packs() -> None:
 @pytest.fixture(scope="module")
 def sdxl(tmp_path_factory: pytest.TempPathFactory) -> tuple[Any, Any, Any, Path]:
     hf, ours = sdxl_unet_pair()
-    path = ip_adapter_file(tmp_path_factory.mktemp("ipw") / "ip-adapter_sdxl_vit-h.safetensors", plus=False, sdxl=True)
+    path = ip_adapter_file(
+        tmp_path_factory.mktemp("ipw") / "ip-adapter_sdxl_vit-h.safetensors", plus=False, sdxl=True
+    )
     return hf, ours, load_ip_adapter(path), path
 
 
@@ -75,7 +77,7 @@ def _ours(sdxl: tuple[Any, Any, Any, Path], weight_type: str, mask: torch.Tensor
 def test_transformer_numbers_follow_the_forward_order_as_diffusers_scales_them(
     sdxl: tuple[Any, Any, Any, Path],
 ) -> None:
-    """"ease out" (a different weight at each transformer): diffusers with each attention's scale
+    """ "ease out" (a different weight at each transformer): diffusers with each attention's scale
     set to the pack's for its ``transformer_index``: input block 2 (down_blocks.1) is 0, the middle
     block 1, the output transformers (up_blocks.0) 2 and 3."""
     import copy
@@ -94,7 +96,9 @@ def test_transformer_numbers_follow_the_forward_order_as_diffusers_scales_them(
     assert scaled == 8
     x, t, ctx, embeds = _inputs()
     with torch.no_grad():
-        theirs = unet(x, t, encoder_hidden_states=ctx, added_cond_kwargs={"image_embeds": [embeds[:, None]]}).sample
+        theirs = unet(
+            x, t, encoder_hidden_states=ctx, added_cond_kwargs={"image_embeds": [embeds[:, None]]}
+        ).sample
     out, linear = _ours(sdxl, "ease out", None), _ours(sdxl, "linear", None)
     assert float((out - theirs).abs().max()) < 1e-4
     assert float((linear - theirs).abs().max()) > 1e-3  # the per-transformer weights reach the output
