@@ -3,7 +3,8 @@ thumbnail), its weight and the part of the steps it acts on, its weight type (a 
 attention mask (a file, or painted in the mask editor over a blank square: it is stretched to the
 picture). A view: it turns the row into ``ImageSettings.ip_adapters``; core finds the image encoder
 (in the library, ComfyUI's models/clip_vision or beside the adapter) and says in words when it is
-missing."""
+missing. Below it, FLUX Redux (FLUX.1): the style model file, its picture and strength
+(``ImageSettings.redux``; ComfyUI's StyleModelApply, strength type "multiply")."""
 
 from __future__ import annotations
 
@@ -22,8 +23,9 @@ from app.gui.controlnet_rows import MODELS, PICTURES, FilePick
 from app.gui.mask_editor import MaskEditor, mask_folder
 from core.generate.image_prompts import IpAdapterParameters
 from core.generate.ip_weights import WEIGHT_TYPES
-from core.generate.workflow_request import IpAdapterUse
-from core.values import IP_ADAPTER_PERCENT, IP_ADAPTER_WEIGHT
+from core.generate.redux import ReduxParameters
+from core.generate.workflow_request import IpAdapterUse, ReduxUse
+from core.values import IP_ADAPTER_PERCENT, IP_ADAPTER_WEIGHT, REDUX_STRENGTH
 
 #: the blank square an image prompt's mask is painted on (stretched to the picture when used)
 MASK_CANVAS = 512
@@ -67,6 +69,16 @@ class ImagePromptRow(QWidget):
         form.addRow("Image prompt", self.picture)
         form.addRow("", numbers)
         form.addRow("", shape)
+        self.redux = FilePick("Pick the FLUX Redux style model (ComfyUI's models/style_models)", MODELS)
+        self.redux_picture = FilePick("Pick the picture Redux reads", PICTURES, preview=True)
+        self.redux_strength = _spin(1.0, REDUX_STRENGTH.lo, REDUX_STRENGTH.hi, "Strength (0 leaves it out)")
+        redux_row = QHBoxLayout()
+        redux_row.setContentsMargins(0, 0, 0, 0)
+        redux_row.addWidget(self.redux_picture, 1)
+        redux_row.addWidget(QLabel("Strength"))
+        redux_row.addWidget(self.redux_strength)
+        form.addRow("FLUX Redux", self.redux)
+        form.addRow("Redux picture", redux_row)
 
     def paint_mask(self) -> None:
         """Paint the mask over a blank square; it is kept in Loadout's data folder."""
@@ -86,6 +98,16 @@ class ImagePromptRow(QWidget):
             self.adapter.path, self.picture.path, self.weight.value(), start, end, weight_type, self.mask.path
         )
         return (use,)
+
+    def redux_uses(self) -> tuple[ReduxUse, ...]:
+        """The Redux picture when the style model and the picture are picked."""
+        if self.redux.path is None or self.redux_picture.path is None:
+            return ()
+        return (ReduxUse(self.redux.path, self.redux_picture.path, self.redux_strength.value()),)
+
+    def show_redux(self, item: ReduxParameters) -> None:
+        """A picture's Redux strength (the files are the user's to pick again)."""
+        self.redux_strength.setValue(item.strength)
 
     def show_parameters(self, item: IpAdapterParameters) -> None:
         """A picture's image prompt: its numbers (the files are the user's to pick again)."""
