@@ -134,9 +134,8 @@ class _Layer:
     def weight(self, site: Site, latent: tuple[int, int], queries: int, like: Tensor) -> float | Tensor:
         """The weight at ``site`` (its weight type's), times the mask resized to the call's tokens."""
         a = self.applied
-        w = layer_weight(
-            a.weight_type, a.weight, self.numbers.get(site, 0), site.stage, a.adapter.family == "sdxl"
-        )
+        n = a.adapter.arch.transformers(a.adapter.module)
+        w = layer_weight(a.weight_type, a.weight, self.numbers.get(site, 0), site.stage, n)
         if a.mask is None or w == 0:
             return w
         return token_mask(a.mask, latent, queries).to(like)[None, :, None] * w

@@ -19,8 +19,8 @@ shares its number) out of ``n`` = 11 for SDXL, 16 for SD1.5:
   4 and 5.
 
 The pack decides SDXL by the adapter's output width (2048) and ``n`` by whether the adapter has a
-101st key/value pair (a whole SDXL adapter has 70); Loadout takes both from the adapter's family
-(the same for every real file).
+101st key/value pair (a whole SDXL adapter has 70); Loadout takes both from the adapter's output
+width (the adapter package's ``transformers``: the same for every real file).
 
 **The attention mask** (``attn_mask``: (H, W) in [0, 1], any size) multiplies the adapter's
 attention output per query token: for a call with ``L`` tokens on a latent of ``oh x ow``, the
@@ -45,6 +45,7 @@ WEIGHT_TYPES = (
 )  # fmt: skip
 
 _SD1_STYLE = (0, 1, 2, 3, 9, 10, 11, 12, 13, 14, 15)
+_SDXL = 11  # transformers an SDXL UNet numbers
 
 
 def _chosen(weight_type: str, weight: float, sdxl: bool) -> dict[int, float] | None:
@@ -59,10 +60,11 @@ def _chosen(weight_type: str, weight: float, sdxl: bool) -> dict[int, float] | N
     return None
 
 
-def layer_weight(weight_type: str, weight: float, index: int, stage: str, sdxl: bool) -> float:
+def layer_weight(weight_type: str, weight: float, index: int, stage: str, n: int) -> float:
     """The adapter's weight at the UNet transformer ``index`` (forward order) of ``stage``
-    (``input``, ``middle``, ``output``); 0 where the type leaves that transformer out."""
-    n = 11 if sdxl else 16
+    (``input``, ``middle``, ``output``) out of ``n`` (11: SDXL's numbering, 16: SD1.5's); 0 where
+    the type leaves that transformer out."""
+    sdxl = n == _SDXL
     half = n / 2
     if weight_type == "ease in":
         return weight * (0.05 + 0.95 * (1 - index / n))

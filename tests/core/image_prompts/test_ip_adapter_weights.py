@@ -37,7 +37,7 @@ def _stage(t: int, sdxl: bool) -> str:
 @pytest.mark.parametrize("weight_type", WEIGHT_TYPES)
 def test_weight_types_equal_the_node_packs(weight_type: str, sdxl: bool) -> None:
     golden = GOLDEN["weights"][f"{'sdxl' if sdxl else 'sd1'}/{weight_type}"]
-    ours = [layer_weight(weight_type, 0.7, t, _stage(t, sdxl), sdxl) for t in range(len(golden))]
+    ours = [layer_weight(weight_type, 0.7, t, _stage(t, sdxl), len(golden)) for t in range(len(golden))]
     assert ours == pytest.approx(golden, abs=1e-6)
 
 
