@@ -89,11 +89,7 @@ class FluxNet:
     id = "flux"
     architecture = ARCHITECTURE
     calling = CallingConvention(
-        name="flux",
-        packed=True,
-        text_tokens=512,
-        unit_timestep=1.0,
-        inpaint=InpaintChannels(mask_cell=8),
+        name="flux", packed=True, text_tokens=512, unit_timestep=1.0, inpaint=InpaintChannels(mask_cell=8),
         references=True,
     )
     memory = MEMORY
