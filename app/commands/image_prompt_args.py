@@ -1,5 +1,6 @@
 """``loadout generate``'s image prompts: ``--ip-adapter FILE:PICTURE[:WEIGHT[@START-END]]`` (SD1.5,
-SDXL), ``--redux FILE:PICTURE[:STRENGTH]`` (FLUX.1), both repeatable, and ``--image-encoder FILE``
+SDXL; ``type=NAME`` and ``mask=FILE`` anywhere after the two paths: the weight type and the
+attention mask), ``--redux FILE:PICTURE[:STRENGTH]`` (FLUX.1), both repeatable, and ``--image-encoder FILE``
 (the vision tower file they read pictures with; without it the one each needs is found in the
 library, a ComfyUI install's ``models/clip_vision`` or beside the adapter or style model)."""
 
@@ -17,10 +18,14 @@ from core.values import IP_ADAPTER_PERCENT, IP_ADAPTER_WEIGHT, REDUX_STRENGTH
 
 def add_image_prompt_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
-        "--ip-adapter", action="append", default=[], metavar="FILE:PICTURE[:WEIGHT[@START-END]]",
+        "--ip-adapter", action="append", default=[],
+        metavar="FILE:PICTURE[:WEIGHT[@START-END]][:type=NAME][:mask=FILE]",
         help="an image prompt (repeatable; SD1.5/SDXL IP-Adapter, as ComfyUI_IPAdapter_plus's "
         "IPAdapterAdvanced): the adapter file, the picture, its weight (default 1) and the part of the "
-        "steps it acts on (e.g. ip-adapter_sd15.safetensors:cat.png:0.8@0-0.6)",
+        "steps it acts on (e.g. ip-adapter_sd15.safetensors:cat.png:0.8@0-0.6); after the two paths "
+        "type=NAME picks the weight type (linear, ease in, ease out, ease in-out, reverse in-out, weak "
+        "input, weak output, weak middle, strong middle, style transfer, composition, strong style "
+        "transfer) and mask=FILE an attention mask (white: where the image prompt acts)",
     )  # fmt: skip
     p.add_argument(
         "--redux", action="append", default=[], metavar="FILE:PICTURE[:STRENGTH]",
@@ -48,14 +53,35 @@ def _bad(text: str, why: str) -> LoadoutError:
     return LoadoutError(
         f"--ip-adapter {text!r} is not FILE:PICTURE[:WEIGHT[@START-END]]",
         why=why,
-        fix="Give e.g. --ip-adapter ip-adapter_sd15.safetensors:cat.png:0.8@0-0.6",
+        fix="Give e.g. --ip-adapter ip-adapter_sd15.safetensors:cat.png:0.8@0-0.6 or "
+        "--ip-adapter 'ip-adapter_sdxl.safetensors:cat.png:type=style transfer:mask=left.png'",
         code="bad_argument",
     )
 
 
+def _options(text: str, parts: list[str]) -> tuple[list[str], dict[str, str]]:
+    """The ``type=`` and ``mask=`` pieces after the two paths taken out (a mask's drive letter
+    joined back: ``mask=C`` then ``\\m.png``)."""
+    kept, options = parts[:2], {}
+    rest = parts[2:]
+    while rest:
+        piece = rest.pop(0)
+        name, eq, value = piece.partition("=")
+        if not eq or name not in ("type", "mask"):
+            kept.append(piece)
+            continue
+        if len(value) == 1 and value.isalpha() and rest and rest[0].startswith(("\\", "/")):
+            value = f"{value}:{rest.pop(0)}"
+        if name in options or not value:
+            raise _bad(text, f"the {name}= option is given twice or empty")
+        options[name] = value
+    return kept, options
+
+
 def parse_ip_adapter(text: str) -> IpAdapterUse:
-    """``FILE:PICTURE[:WEIGHT[@START-END]]``; Windows drive letters stay part of the paths."""
-    parts = _split_paths(text)
+    """``FILE:PICTURE[:WEIGHT[@START-END]]`` with ``type=NAME`` and ``mask=FILE`` anywhere after the
+    two paths; Windows drive letters stay part of the paths."""
+    parts, options = _options(text, _split_paths(text))
     if len(parts) not in (2, 3) or not parts[0] or not parts[1]:
         raise _bad(text, f"it has {len(parts)} parts")
     weight, start, end = 1.0, 0.0, 1.0
@@ -67,7 +93,10 @@ def parse_ip_adapter(text: str) -> IpAdapterUse:
             if not dash:
                 raise _bad(text, f"{span!r} is not START-END")
             start, end = IP_ADAPTER_PERCENT.parse(first), IP_ADAPTER_PERCENT.parse(last)
-    return IpAdapterUse(Path(parts[0]), Path(parts[1]), weight, start, end)
+    mask = Path(options["mask"]) if "mask" in options else None
+    return IpAdapterUse(
+        Path(parts[0]), Path(parts[1]), weight, start, end, options.get("type", "linear"), mask
+    )
 
 
 def parse_redux(text: str) -> ReduxUse:

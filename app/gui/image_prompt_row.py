@@ -1,16 +1,34 @@
 """The Generate panel's image prompt (IP-Adapter, SD1.5/SDXL): the adapter file, the picture (a
-thumbnail), its weight and the part of the steps it acts on. A view: it turns the row into
-``ImageSettings.ip_adapters``; core finds the image encoder (in the library, ComfyUI's
-models/clip_vision or beside the adapter) and says in words when it is missing."""
+thumbnail), its weight and the part of the steps it acts on, its weight type (a combo) and an
+attention mask (a file, or painted in the mask editor over a blank square: it is stretched to the
+picture). A view: it turns the row into ``ImageSettings.ip_adapters``; core finds the image encoder
+(in the library, ComfyUI's models/clip_vision or beside the adapter) and says in words when it is
+missing. Below it, FLUX Redux (FLUX.1): the style model file, its picture and strength
+(``ImageSettings.redux``; ComfyUI's StyleModelApply, strength type "multiply")."""
 
 from __future__ import annotations
 
-from PySide6.QtWidgets import QDoubleSpinBox, QFormLayout, QHBoxLayout, QLabel, QWidget
+from PySide6.QtGui import QColor, QImage
+from PySide6.QtWidgets import (
+    QComboBox,
+    QDoubleSpinBox,
+    QFormLayout,
+    QHBoxLayout,
+    QLabel,
+    QToolButton,
+    QWidget,
+)
 
 from app.gui.controlnet_rows import MODELS, PICTURES, FilePick
+from app.gui.mask_editor import MaskEditor, mask_folder
 from core.generate.image_prompts import IpAdapterParameters
-from core.generate.workflow_request import IpAdapterUse
-from core.values import IP_ADAPTER_PERCENT, IP_ADAPTER_WEIGHT
+from core.generate.ip_weights import WEIGHT_TYPES
+from core.generate.redux import ReduxParameters
+from core.generate.workflow_request import IpAdapterUse, ReduxUse
+from core.values import IP_ADAPTER_PERCENT, IP_ADAPTER_WEIGHT, REDUX_STRENGTH
+
+#: the blank square an image prompt's mask is painted on (stretched to the picture when used)
+MASK_CANVAS = 512
 
 
 def _spin(value: float, low: float, top: float, tip: str) -> QDoubleSpinBox:
@@ -32,22 +50,69 @@ class ImagePromptRow(QWidget):
         for label, box in (("Weight", self.weight), ("from", self.start), ("to", self.end)):
             numbers.addWidget(QLabel(label))
             numbers.addWidget(box)
+        self.weight_type = QComboBox(
+            toolTip="Weight type (ComfyUI_IPAdapter_plus's): where in the UNet it acts"
+        )
+        self.weight_type.addItems(WEIGHT_TYPES)
+        self.mask = FilePick("Pick the image prompt's mask (white: where it acts)", PICTURES, preview=True)
+        paint = QToolButton(text="Paint…", autoRaise=True, toolTip="Paint where the image prompt acts")
+        paint.clicked.connect(self.paint_mask)
+        shape = QHBoxLayout()
+        shape.setContentsMargins(0, 0, 0, 0)
+        shape.addWidget(self.weight_type)
+        shape.addWidget(self.mask, 1)
+        shape.addWidget(paint)
         form = QFormLayout(self)
         form.setContentsMargins(0, 0, 0, 0)
         form.setRowWrapPolicy(QFormLayout.RowWrapPolicy.WrapLongRows)
         form.addRow("IP-Adapter", self.adapter)
         form.addRow("Image prompt", self.picture)
         form.addRow("", numbers)
+        form.addRow("", shape)
+        self.redux = FilePick("Pick the FLUX Redux style model (ComfyUI's models/style_models)", MODELS)
+        self.redux_picture = FilePick("Pick the picture Redux reads", PICTURES, preview=True)
+        self.redux_strength = _spin(1.0, REDUX_STRENGTH.lo, REDUX_STRENGTH.hi, "Strength (0 leaves it out)")
+        redux_row = QHBoxLayout()
+        redux_row.setContentsMargins(0, 0, 0, 0)
+        redux_row.addWidget(self.redux_picture, 1)
+        redux_row.addWidget(QLabel("Strength"))
+        redux_row.addWidget(self.redux_strength)
+        form.addRow("FLUX Redux", self.redux)
+        form.addRow("Redux picture", redux_row)
+
+    def paint_mask(self) -> None:
+        """Paint the mask over a blank square; it is kept in Loadout's data folder."""
+        blank = QImage(MASK_CANVAS, MASK_CANVAS, QImage.Format.Format_RGB32)
+        blank.fill(QColor(96, 96, 96))
+        editor = MaskEditor(blank, self, what="the image prompt acts on")
+        if editor.exec():
+            self.mask.set_path(editor.save(mask_folder() / "image-prompt-mask.png"))
 
     def uses(self) -> tuple[IpAdapterUse, ...]:
         """The image prompt when both files are picked (start and end in order)."""
         if self.adapter.path is None or self.picture.path is None:
             return ()
         start, end = sorted((self.start.value(), self.end.value()))
-        return (IpAdapterUse(self.adapter.path, self.picture.path, self.weight.value(), start, end),)
+        weight_type = self.weight_type.currentText()
+        use = IpAdapterUse(
+            self.adapter.path, self.picture.path, self.weight.value(), start, end, weight_type, self.mask.path
+        )
+        return (use,)
+
+    def redux_uses(self) -> tuple[ReduxUse, ...]:
+        """The Redux picture when the style model and the picture are picked."""
+        if self.redux.path is None or self.redux_picture.path is None:
+            return ()
+        return (ReduxUse(self.redux.path, self.redux_picture.path, self.redux_strength.value()),)
+
+    def show_redux(self, item: ReduxParameters) -> None:
+        """A picture's Redux strength (the files are the user's to pick again)."""
+        self.redux_strength.setValue(item.strength)
 
     def show_parameters(self, item: IpAdapterParameters) -> None:
         """A picture's image prompt: its numbers (the files are the user's to pick again)."""
         self.weight.setValue(item.weight)
         self.start.setValue(item.start)
         self.end.setValue(item.end)
+        if item.weight_type in WEIGHT_TYPES:
+            self.weight_type.setCurrentText(item.weight_type)

@@ -17,6 +17,7 @@ from app.gui.outpaint_controls import OutpaintControls
 from core.generate.image_prompts import ip_adapters_in
 from core.generate.outpaint_settings import outpaint_in
 from core.generate.parameters import GenerationParameters
+from core.generate.redux import redux_in
 from core.generate.request import ImageSettings
 from core.generate.workflow_request import RefinerUse
 from core.generate.workflows import controlnets_in
@@ -104,6 +105,7 @@ class WorkflowControls(QGroupBox):
         return replace(
             settings, controlnets=controlnets, init_image=init, mask_image=mask, outpaint=outpaint,
             refiner=refiner, sampling=sampling, ip_adapters=self.image_prompt.uses(),
+            redux=self.image_prompt.redux_uses(),
         )  # fmt: skip
 
     def apply_parameters(self, p: GenerationParameters) -> None:
@@ -116,6 +118,10 @@ class WorkflowControls(QGroupBox):
         if prompts:
             self.setChecked(True)
             self.image_prompt.show_parameters(prompts[0])
+        styles = redux_in(p.extra)
+        if styles:
+            self.setChecked(True)
+            self.image_prompt.show_redux(styles[0])
         outpaint = outpaint_in(p.extra)
         if outpaint is not None:
             self.setChecked(True)

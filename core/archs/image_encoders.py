@@ -130,6 +130,11 @@ class ImagePromptAdapter(Protocol):
 
     def sites(self, network: nn.Module) -> tuple[tuple[Site, int], ...]: ...
 
+    def transformers(self, module: nn.Module) -> int:
+        """How many UNet transformers its weight types number (ComfyUI_IPAdapter_plus: 11 for SDXL,
+        16 for SD1.5)."""
+        ...
+
 
 @dataclass(frozen=True)
 class StyleModelArchitecture:

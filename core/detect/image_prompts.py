@@ -68,6 +68,20 @@ def match_clip_vision(view: KeyView, family: str | None = None) -> Match | None:
     return Match(found[0], layout=layout, fields=fields, warnings=warnings)
 
 
+def _unsupported_variant(view: KeyView) -> str | None:
+    """A layout ComfyUI_IPAdapter_plus reads and Loadout does not yet: ``faceid`` (the pack's
+    ``is_faceid``: LoRA keys beside the adapter's, a FaceID plus resampler, or the portrait
+    adapters' two-layer MLP projection) or ``full-face`` (the MLP projection with a norm,
+    ``proj.3``)."""
+    if "image_proj.proj.3.weight" in view:
+        return "full-face"
+    lora = any(k.startswith("ip_adapter.") and "_lora." in k for k in view)
+    portrait = "image_proj.proj.2.weight" in view
+    if lora or portrait or view.has_prefix("image_proj.perceiver_resampler."):
+        return "faceid"
+    return None
+
+
 def match_ip_adapter(view: KeyView, filename: str | None = None) -> Match | None:
     """An IP-Adapter: the diffusion family, ``plus`` (and ``plus-face`` by its name) and the vision
     tower it reads (fields ``encoder``: the CLIP family, ``tokens``, ``layers``: its cross-attention
@@ -79,6 +93,9 @@ def match_ip_adapter(view: KeyView, filename: str | None = None) -> Match | None
     layers = len(
         {k.split(".")[1] for k in view if k.startswith("ip_adapter.") and k.endswith("to_k_ip.weight")}
     )
+    unsupported = _unsupported_variant(view)
+    if unsupported is not None:
+        return Match(family or "unknown", layout="ip_adapter", variant=unsupported, fields={"layers": layers})
     if "image_proj.latents" in view and "image_proj.proj_in.weight" in view:
         latents, proj_in = view.shape("image_proj.latents"), view.shape("image_proj.proj_in.weight")
         assert latents is not None and proj_in is not None

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import torch
 from torch import nn
 
 from core.detect.catalog import family_title
@@ -20,7 +21,7 @@ from core.detect.detector import detect
 from core.errors import LoadoutError
 from core.files import read_tensor_index
 from core.generate.ip_adapter import AppliedIpAdapter, IpAdapterPass, check_encoder, check_family
-from core.generate.pictures import read_picture
+from core.generate.pictures import read_mask, read_picture
 from core.generate.references import file_sha256
 from core.generate.request import ImageSettings
 from core.generate.workflow_request import IpAdapterUse
@@ -143,14 +144,21 @@ def _num(v: float) -> str:
     return f"{v:g}"
 
 
-def parameter_item(index: int, use: IpAdapterUse, model: str, encoder: str, sha256: str) -> tuple[str, str]:
+def parameter_item(
+    index: int, use: IpAdapterUse, model: str, encoder: str, sha256: str, mask_sha256: str = ""
+) -> tuple[str, str]:
     """``IP-Adapter 0: "Model: ip-adapter_sd15 [0123456789], Image: a.png: <12 hex>, Weight: 0.8,
-    Start: 0, End: 1, Encoder: clip-vit-h [hash]"``."""
+    Start: 0, End: 1, Encoder: clip-vit-h [hash]"``, then ``, Weight type: style transfer`` when not
+    linear and ``, Mask: m.png: <12 hex>`` when masked."""
     picture = Path(use.picture).name.replace(",", "")
     text = (
         f"Model: {model}, Image: {picture}: {sha256[:12]}, Weight: {_num(use.weight)}, "
         f"Start: {_num(use.start)}, End: {_num(use.end)}, Encoder: {encoder}"
     )
+    if use.weight_type != "linear":
+        text += f", Weight type: {use.weight_type}"
+    if use.mask is not None:
+        text += f", Mask: {Path(use.mask).name.replace(',', '')}: {mask_sha256[:12]}"
     return f"IP-Adapter {index}", text
 
 
@@ -179,7 +187,8 @@ def ip_adapter_pass(
         picture = read_picture(use.picture, "image prompt")
         sha = file_sha256(use.picture)
         rng = (sampling.percent_to_sigma(use.start), sampling.percent_to_sigma(use.end))
-        applied.append(AppliedIpAdapter(adapter, encoder, picture, use.weight, rng))
+        mask = None if use.mask is None else torch.from_numpy(read_mask(use.mask))
+        applied.append(AppliedIpAdapter(adapter, encoder, picture, use.weight, rng, use.weight_type, mask))
         for module, name in ((adapter.module, f"{adapter.path.stem} IP-Adapter"),
                              (encoder.module, f"{encoder.path.stem} image encoder")):  # fmt: skip
             if placement.active and placement.manager.find(module) is None:
@@ -190,7 +199,8 @@ def ip_adapter_pass(
             ("sample", (adapter.module,)),
         ):
             phases[phase] += [m for m in modules if m not in phases[phase]]
-        key, text = parameter_item(i, use, named(adapter.path, 10), named(encoder.path, 10), sha)
+        mask_sha = "" if use.mask is None else file_sha256(use.mask)
+        key, text = parameter_item(i, use, named(adapter.path, 10), named(encoder.path, 10), sha, mask_sha)
         params[key] = text
     made = IpAdapterPass(tuple(applied))
     made.contribution.models = phases
@@ -210,6 +220,9 @@ class IpAdapterParameters:
     start: float
     end: float
     encoder: str
+    weight_type: str = "linear"
+    mask: str = ""
+    mask_hash: str = ""
 
 
 def ip_adapters_in(extra: dict[str, str]) -> tuple[IpAdapterParameters, ...]:
@@ -222,9 +235,11 @@ def ip_adapters_in(extra: dict[str, str]) -> tuple[IpAdapterParameters, ...]:
         fields = {k.strip(): v.strip() for k, _, v in (p.partition(":") for p in text.split(", ")) if v}
         try:
             image, _, digest = fields["Image"].rpartition(":")
+            mask, _, mask_digest = fields.get("Mask", "").rpartition(":")
             item = IpAdapterParameters(
                 fields["Model"], image.strip(), digest.strip(), float(fields.get("Weight", "1")),
                 float(fields.get("Start", "0")), float(fields.get("End", "1")), fields.get("Encoder", ""),
+                fields.get("Weight type", "linear"), mask.strip(), mask_digest.strip(),
             )  # fmt: skip
         except (KeyError, ValueError):
             continue

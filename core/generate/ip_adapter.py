@@ -32,6 +32,7 @@ from torch import Tensor
 
 from core.detect.catalog import family_title
 from core.errors import ModelMismatchError
+from core.generate.ip_weights import layer_weight, token_mask, transformer_numbers
 from core.generate.passes import Contribution, Plan, Run
 from core.generate.pictures import unit_pixels
 from core.generate.request import ImageSettings
@@ -47,13 +48,17 @@ EMPTY_SIZE = 224
 @dataclass(frozen=True)
 class AppliedIpAdapter:
     """One image prompt for one generation: the loaded adapter and encoder, the picture as read
-    ((H, W, 3) uint8), its weight and its sigma range (``from``, ``to``)."""
+    ((H, W, 3) uint8), its weight and its sigma range (``from``, ``to``), its weight type
+    (:data:`core.generate.ip_weights.WEIGHT_TYPES`) and its attention mask ((H, W) in [0, 1], any
+    size: where on the picture the image prompt acts; None: everywhere)."""
 
     adapter: LoadedIpAdapter
     encoder: LoadedImageEncoder
     picture: np.ndarray
     weight: float
     sigma_range: tuple[float, float]
+    weight_type: str = "linear"
+    mask: Tensor | None = None
 
     def acts_at(self, sigma: float) -> bool:
         first, last = self.sigma_range
@@ -118,18 +123,31 @@ class EncodeImagePrompts:
 
 @dataclass(frozen=True)
 class _Layer:
-    """One adapter's part of one call: its tokens for the batch, the sites it patches and its weight."""
+    """One adapter's part of one call: its tokens for the batch, the sites it patches (the
+    adapter's key/value pair of each) and each site's transformer number (the weight types')."""
 
     applied: AppliedIpAdapter
     tokens: Tensor
     order: dict[tuple[Site, int], int]
+    numbers: dict[Site, int] = field(default_factory=dict)
+
+    def weight(self, site: Site, latent: tuple[int, int], queries: int, like: Tensor) -> float | Tensor:
+        """The weight at ``site`` (its weight type's), times the mask resized to the call's tokens."""
+        a = self.applied
+        n = a.adapter.arch.transformers(a.adapter.module)
+        w = layer_weight(a.weight_type, a.weight, self.numbers.get(site, 0), site.stage, n)
+        if a.mask is None or w == 0:
+            return w
+        return token_mask(a.mask, latent, queries).to(like)[None, :, None] * w
 
 
 @dataclass(frozen=True)
 class IpAttention:
-    """The attention patch: each cross-attention gets the active adapters' extra attentions."""
+    """The attention patch: each cross-attention gets the active adapters' extra attentions;
+    ``latent`` (height, width) is the network input's, which an attention mask is fitted to."""
 
     layers: tuple[_Layer, ...]
+    latent: tuple[int, int] = (0, 0)
 
     def __call__(self, call: AttentionCall) -> AttentionCall:
         if call.kind != "cross":
@@ -139,9 +157,12 @@ class IpAttention:
             i = layer.order.get((call.site, call.layer))
             if i is None:
                 continue
+            weight = layer.weight(call.site, self.latent, call.q.shape[1], call.q)
+            if isinstance(weight, float) and weight == 0:
+                continue  # the pack's ``return 0``: the weight type leaves this transformer out
             adapter = layer.applied.adapter
             k, v = adapter.arch.key_value(adapter.module, i, layer.tokens.to(call.q.dtype))
-            extra.append(ExtraAttention(k, v, layer.applied.weight))
+            extra.append(ExtraAttention(k, v, weight))
         return replace(call, extra=call.extra + tuple(extra)) if extra else call
 
 
@@ -157,13 +178,14 @@ class IpAdapterStack:
         at = float(call.sigma.reshape(-1)[0])
         tokens = call.cond.image_prompts
         layers = tuple(
-            _Layer(a, tokens[i], self.orders[i])
+            _Layer(a, tokens[i], self.orders[i], transformer_numbers(tuple(self.orders[i])))
             for i, a in enumerate(self.adapters)
             if i < len(tokens) and a.weight != 0 and a.acts_at(at)
         )
         if not layers:
             return apply(call)
-        return apply(call.with_patches(NetworkPatches(attention=(IpAttention(layers),))))
+        latent = (int(call.x.shape[-2]), int(call.x.shape[-1]))
+        return apply(call.with_patches(NetworkPatches(attention=(IpAttention(layers, latent),))))
 
 
 def _order(applied: AppliedIpAdapter, network: torch.nn.Module) -> dict[tuple[Site, int], int]:

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from core.errors import LoadoutError
+from core.generate.ip_weights import WEIGHT_TYPES
 from core.preprocess import find_preprocessor
 from core.values import (
     CONTROLNET_PERCENT,
@@ -57,16 +58,27 @@ class ControlNetUse:
 @dataclass(frozen=True)
 class IpAdapterUse:
     """One image prompt: the IP-Adapter file, the picture, its weight and the part of the schedule
-    it acts on (ComfyUI_IPAdapter_plus's start_at/end_at); the image encoder that reads the
-    picture is the settings' (``ImageSettings.image_encoder``) or the one found for it."""
+    it acts on (ComfyUI_IPAdapter_plus's start_at/end_at), its weight type (the pack's
+    ``weight_type``: :data:`core.generate.ip_weights.WEIGHT_TYPES`) and its attention mask (a
+    picture whose white marks where the image prompt acts, the pack's ``attn_mask``); the image
+    encoder that reads the picture is the settings' (``ImageSettings.image_encoder``) or the one
+    found for it."""
 
     path: Path
     picture: Path
     weight: float = 1.0
     start: float = 0.0
     end: float = 1.0
+    weight_type: str = "linear"
+    mask: Path | None = None
 
     def __post_init__(self) -> None:
+        if self.weight_type not in WEIGHT_TYPES:
+            raise _bad(
+                f"{self.weight_type!r} is not an IP-Adapter weight type",
+                "the weight types are ComfyUI_IPAdapter_plus's: " + ", ".join(WEIGHT_TYPES),
+                "Give one of them (e.g. style transfer)",
+            )
         IP_ADAPTER_WEIGHT.check(self.weight)
         IP_ADAPTER_PERCENT.check(self.start)
         IP_ADAPTER_PERCENT.check(self.end)

@@ -32,6 +32,26 @@ class LoadedIpAdapter:
     module: nn.Module
 
 
+def _refuse_unsupported_variant(name: str, variant: str | None) -> None:
+    if variant == "faceid":
+        raise ModelMismatchError(
+            f"{name} is a FaceID IP-Adapter, which Loadout does not run yet",
+            why="a FaceID adapter reads the face with InsightFace's face analysis models (the ONNX "
+            "buffalo_l / antelopev2 files, run by the insightface and onnxruntime packages), which "
+            "Loadout does not include",
+            fix="Use an IP-Adapter that reads pictures with CLIP vision (e.g. ip-adapter-plus-face_sd15 "
+            "for faces), or ComfyUI_IPAdapter_plus with insightface for FaceID",
+            code="unsupported_variant",
+        )
+    if variant == "full-face":
+        raise ModelMismatchError(
+            f"{name} is a full-face IP-Adapter (an MLP image projection), which Loadout does not run yet",
+            why="Loadout computes the base, plus and plus-face image projections",
+            fix="Use ip-adapter-plus-face_sd15 for faces",
+            code="unsupported_variant",
+        )
+
+
 def load_ip_adapter(path: str | os.PathLike[str], options: LoadOptions | None = None) -> LoadedIpAdapter:
     """Load an IP-Adapter; refuses another kind of file and a damaged layout before reading data."""
     opts = options or LoadOptions()
@@ -39,6 +59,7 @@ def load_ip_adapter(path: str | os.PathLike[str], options: LoadOptions | None = 
     name = index.path.name
     if det.kind != "ip_adapter":
         raise _wrong_kind(name, det, "ip_adapter")
+    _refuse_unsupported_variant(name, det.variant)
     if det.family is None:
         raise ModelMismatchError(
             f"{name} is an IP-Adapter for a model family Loadout does not know",

@@ -81,11 +81,13 @@ class JoinPatch(Protocol):
 class ExtraAttention:
     """A second attention of the same queries over keys and values of its own, added to the
     attention's output times ``weight``: decoupled cross-attention (IP-Adapter's image tokens:
-    ``out = attn(q, k, v) + weight * attn(q, k_ip, v_ip)``). ``k``/``v`` (B, L, H*D)."""
+    ``out = attn(q, k, v) + weight * attn(q, k_ip, v_ip)``). ``k``/``v`` (B, L, H*D); ``weight`` a
+    number or a tensor broadcastable to the output (B, Lq, H*D): one factor per query token for a
+    masked image prompt."""
 
     k: torch.Tensor
     v: torch.Tensor
-    weight: float
+    weight: float | torch.Tensor
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ from pytestqt.qtbot import QtBot
 
 from app.gui.generate_panel import GeneratePanel
 from core.generate.parameters import GenerationParameters, format_parameters, parse_parameters
-from core.generate.workflow_request import IpAdapterUse
+from core.generate.workflow_request import IpAdapterUse, ReduxUse
 
 
 @pytest.fixture
@@ -37,15 +37,44 @@ def test_the_row_gives_an_image_prompt_once_both_files_are_picked(
     assert panel.settings().ip_adapters == (
         IpAdapterUse(tmp_path / "ip-adapter_sd15.safetensors", tmp_path / "cat.png", 0.7, 0.2, 0.9),
     )
+    row.weight_type.setCurrentText("style transfer")
+    row.mask.set_path(tmp_path / "left.png")
+    (use,) = panel.settings().ip_adapters
+    assert (use.weight_type, use.mask) == ("style transfer", tmp_path / "left.png")
 
 
 def test_a_pictures_image_prompt_numbers_come_back(panel: GeneratePanel) -> None:
     item = (
         "Model: ip-adapter_sd15 [0123456789], Image: cat.png: 0123456789ab, Weight: 0.6, Start: 0.1, "
-        "End: 0.8, Encoder: vit-h"
+        "End: 0.8, Encoder: vit-h, Weight type: ease in-out, Mask: left.png: 0123456789ab"
     )
     text = format_parameters(GenerationParameters("x", extra={"IP-Adapter 0": item}))
     panel.apply_parameters(parse_parameters(text))
     row = panel.workflows.image_prompt
     assert panel.workflows.isChecked()
     assert (row.weight.value(), row.start.value(), row.end.value()) == (0.6, 0.1, 0.8)
+    assert row.weight_type.currentText() == "ease in-out"
+
+
+def test_the_redux_row_gives_a_redux_picture_and_its_strength_comes_back(
+    panel: GeneratePanel, tmp_path: Path
+) -> None:
+    panel.prompt.setPlainText("a cat")
+    w = panel.workflows
+    w.setChecked(True)
+    row = w.image_prompt
+    row.redux.set_path(tmp_path / "flux1-redux-dev.safetensors")
+    assert panel.settings().redux == ()  # no picture yet
+    row.redux_picture.set_path(tmp_path / "photo.png")
+    row.redux_strength.setValue(0.6)
+    assert panel.settings().redux == (
+        ReduxUse(tmp_path / "flux1-redux-dev.safetensors", tmp_path / "photo.png", 0.6),
+    )
+    item = (
+        "Model: flux1-redux-dev [0123456789], Picture: photo.png [0123456789ab], Strength: 0.35, "
+        "Type: multiply"
+    )
+    panel.apply_parameters(
+        parse_parameters(format_parameters(GenerationParameters("x", extra={"Redux 0": item})))
+    )
+    assert row.redux_strength.value() == 0.35

@@ -16,6 +16,9 @@ from core.archs.ip_adapter.network import IpAdapterConfig, IpAdapterModel, confi
 from core.archs.ip_adapter.sites import cross_attention_order
 from core.models.patches import Site
 
+#: SDXL's text context width, and the UNet transformers (SpatialTransformers) SDXL and SD1.5 have
+SDXL_CONTEXT, SDXL_TRANSFORMERS, SD1_TRANSFORMERS = 2048, 11, 16
+
 
 @dataclass(frozen=True)
 class IpAdapterArchitecture:
@@ -41,6 +44,12 @@ class IpAdapterArchitecture:
 
     def sites(self, network: nn.Module) -> tuple[tuple[Site, int], ...]:
         return cross_attention_order(network)
+
+    def transformers(self, module: nn.Module) -> int:
+        """ComfyUI_IPAdapter_plus's ``layers`` for the weight types: 11 for an SDXL adapter (its
+        keys and values take SDXL's 2048-wide context, the pack's ``is_sdxl``), 16 for SD1.5."""
+        assert isinstance(module, IpAdapterModel)
+        return SDXL_TRANSFORMERS if module.config.cross_dim == SDXL_CONTEXT else SD1_TRANSFORMERS
 
 
 IMAGE_PROMPT_ADAPTER = IpAdapterArchitecture()

@@ -23,10 +23,19 @@ INNER = (32, 32, 32, 64)
 SDXL_CROSS = 2048
 #: the tiny SDXL-width UNet's: input 2 (two transformer blocks), output 0 and 1 (two each), middle (two)
 SDXL_INNER = (64,) * 8
-SDXL_UNET = UNetConfig.per_level(
-    model_channels=32, channel_mult=(1, 2), num_res_blocks=1, level_depth=(0, 2), transformer_depth_middle=2,
-    context_dim=SDXL_CROSS, num_head_channels=16, use_linear_in_transformer=True,
-)  # fmt: skip
+#: an SDXL class vector: CLIP-G's pooled 1280 and six 256-wide size embeddings (the real 2816)
+SDXL_ADM = 1280 + 6 * 256
+
+
+def sdxl_unet_config(adm: int | None = None) -> UNetConfig:
+    return UNetConfig.per_level(
+        model_channels=32, channel_mult=(1, 2), num_res_blocks=1, level_depth=(0, 2),
+        transformer_depth_middle=2, context_dim=SDXL_CROSS, num_head_channels=16,
+        use_linear_in_transformer=True, adm_in_channels=adm,
+    )  # fmt: skip
+
+
+SDXL_UNET = sdxl_unet_config()
 
 
 def _w(gen: torch.Generator, *shape: int) -> torch.Tensor:
@@ -71,16 +80,17 @@ def _resampler(
     return state
 
 
-def ip_adapter_file(path: Path, *, plus: bool, seed: int = 0, sdxl: bool = False) -> Path:
+def ip_adapter_file(path: Path, *, plus: bool, seed: int = 0, sdxl: bool = False, embed: int = 1024) -> Path:
     """An IP-Adapter reading ViT-H for the tiny UNet (SD1.5: ``INNER``) or the tiny SDXL-width UNet
-    (``SDXL_INNER``): base (the 1024-wide embeds, 4 tokens) or plus (the 1280-wide hidden states,
-    16 tokens; SDXL's resampler is 1280 wide with 20 heads, as h94's)."""
+    (``SDXL_INNER``): base (the ``embed``-wide image embeds, 4 tokens: 1024 ViT-H, 1280 ViT-bigG as
+    ip-adapter_sdxl) or plus (the 1280-wide hidden states, 16 tokens; SDXL's resampler is 1280 wide
+    with 20 heads, as h94's)."""
     gen = torch.Generator().manual_seed(seed)
     cross, inners = (SDXL_CROSS, SDXL_INNER) if sdxl else (CROSS, INNER)
     if plus:
         state = _resampler(gen, 1280, dim=1280, out=cross, heads=20) if sdxl else _resampler(gen, 1280)
     else:
-        state = _linear_proj(gen, 1024, 4, cross)
+        state = _linear_proj(gen, embed, 4, cross)
     for i, inner in enumerate(inners):
         n = 2 * i + 1
         state[f"ip_adapter.{n}.to_k_ip.weight"] = _w(gen, inner, cross)
@@ -112,10 +122,17 @@ def unet_pair(seed: int = 2) -> tuple[Any, UNetModel]:
     return hf.eval(), ours
 
 
-def sdxl_unet_pair(seed: int = 13) -> tuple[Any, UNetModel]:
+def sdxl_unet_pair(seed: int = 13, *, sized: bool = False) -> tuple[Any, UNetModel]:
     """An SDXL-width UNet (2048-wide context, two transformer blocks per attention, linear
-    projections; no size embedding: the adapter does not see it) in diffusers and in Loadout."""
+    projections) in diffusers and in Loadout; ``sized``: with SDXL's class vector (pooled text and
+    size embeddings, ``text_time``) as a whole pipeline needs, else none (the adapter does not see it)."""
     import diffusers
+
+    config = sdxl_unet_config(SDXL_ADM if sized else None)
+    extra: dict[str, Any] = {}
+    if sized:
+        extra = {"addition_embed_type": "text_time", "addition_time_embed_dim": 256,
+                 "projection_class_embeddings_input_dim": SDXL_ADM}  # fmt: skip
 
     torch.manual_seed(0)
     hf = diffusers.UNet2DConditionModel(
@@ -123,9 +140,9 @@ def sdxl_unet_pair(seed: int = 13) -> tuple[Any, UNetModel]:
         down_block_types=("DownBlock2D", "CrossAttnDownBlock2D"),
         up_block_types=("CrossAttnUpBlock2D", "UpBlock2D"),
         cross_attention_dim=SDXL_CROSS, attention_head_dim=(2, 4), transformer_layers_per_block=(1, 2),
-        use_linear_projection=True,
+        use_linear_projection=True, **extra,
     )  # fmt: skip
     randomize(hf, seed)
-    ours = UNetModel(SDXL_UNET).eval()
-    ours.load_state_dict(unet_diffusers_to_original(hf.state_dict(), SDXL_UNET), strict=True)
+    ours = UNetModel(config).eval()
+    ours.load_state_dict(unet_diffusers_to_original(hf.state_dict(), config), strict=True)
     return hf.eval(), ours

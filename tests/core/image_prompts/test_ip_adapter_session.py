@@ -106,3 +106,69 @@ def test_refusals_say_what_is_wrong(files: tuple[DemoLibrary, Path, Path], tmp_p
     with pytest.raises(LoadoutError) as err:
         _make(demo, tmp_path / "x.png", ip_adapters=(IpAdapterUse(demo.lora, cat),))
     assert err.value.code == "wrong_kind"
+
+
+def test_a_weight_type_and_a_mask_from_the_command_line_reach_the_picture_and_the_png(
+    files: tuple[DemoLibrary, Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    demo, ip, cat = files
+    left = np.zeros((64, 64), dtype=np.uint8)
+    left[:, :32] = 255
+    Image.fromarray(left).save(tmp_path / "left.png")
+    out, mask = tmp_path / "masked.png", tmp_path / "left.png"
+    code = main(
+        [
+            "generate", str(demo.checkpoint), "--prompt", "a cat", "--negative", "fog", "--seed", "3",
+            "--steps", "3", "--size", "64x64", "--ip-adapter", f"{ip}:{cat}:type=ease out:0.8:mask={mask}",
+            "-o", str(out),
+        ]
+    )  # fmt: skip
+    assert code == 0, capsys.readouterr().err
+    (item,) = ip_adapters_in(parse_parameters(read_png_parameters(out)).extra)
+    assert (item.weight, item.weight_type, item.mask, len(item.mask_hash)) == (
+        0.8,
+        "ease out",
+        "left.png",
+        12,
+    )
+    use = IpAdapterUse(ip, cat, 0.8, weight_type="ease out", mask=tmp_path / "left.png")
+    assert np.array_equal(_pixels(out), _make(demo, tmp_path / "same.png", ip_adapters=(use,)))
+    unmasked = _make(
+        demo, tmp_path / "unmasked.png", ip_adapters=(IpAdapterUse(ip, cat, 0.8, weight_type="ease out"),)
+    )
+    linear = _make(demo, tmp_path / "linear.png", ip_adapters=(IpAdapterUse(ip, cat, 0.8),))
+    assert not np.array_equal(_pixels(out), unmasked) and not np.array_equal(unmasked, linear)
+    with pytest.raises(LoadoutError) as err:
+        IpAdapterUse(ip, cat, weight_type="precise")
+    assert err.value.code == "bad_argument" and "style transfer" in err.value.why
+
+
+def test_faceid_and_full_face_adapters_are_refused_naming_what_is_missing(tmp_path: Path) -> None:
+    """h94's FaceID layouts as ComfyUI_IPAdapter_plus tells them (``is_faceid``: LoRA keys beside the
+    adapter's, or the portrait adapters' MLP projection) and the full-face MLP projection."""
+    from core.loading.ip_adapter import load_ip_adapter
+
+    kv = {
+        "ip_adapter.1.to_k_ip.weight": torch.zeros(320, 768),
+        "ip_adapter.1.to_v_ip.weight": torch.zeros(320, 768),
+    }
+    mlp = {
+        "image_proj.proj.0.weight": torch.zeros(1024, 512),
+        "image_proj.proj.2.weight": torch.zeros(3072, 1024),
+        "image_proj.norm.weight": torch.zeros(768),
+    }
+    layouts = {
+        "ip-adapter-faceid_sd15.safetensors": {
+            **mlp,
+            **kv,
+            "ip_adapter.1.to_q_lora.down.weight": torch.zeros(128, 320),
+        },
+        "ip-adapter-faceid-portrait_sd15.safetensors": {**mlp, **kv},
+        "ip-adapter-full-face_sd15.safetensors": {**mlp, "image_proj.proj.3.weight": torch.zeros(768), **kv},
+    }
+    for name, state in layouts.items():
+        with pytest.raises(LoadoutError) as err:
+            load_ip_adapter(write_tensors(tmp_path / name, state))
+        assert err.value.code == "unsupported_variant", name
+        words = err.value.what + err.value.why
+        assert ("FaceID" in words and "insightface" in words) if "faceid" in name else "full-face" in words

@@ -10,6 +10,8 @@ from safetensors.torch import save_file
 from transformers import CLIPVisionConfig, CLIPVisionModelWithProjection
 
 VIT_H = {"hidden_size": 1280, "intermediate_size": 5120, "num_attention_heads": 16, "projection_dim": 1024}
+#: ViT-bigG/14 (open_clip's laion2B-39B-b160k, h94's sdxl_models/image_encoder): what ip-adapter_sdxl reads
+VIT_BIGG = {"hidden_size": 1664, "intermediate_size": 8192, "num_attention_heads": 16, "projection_dim": 1280}
 
 
 _RENAMES = (
@@ -21,10 +23,12 @@ _RENAMES = (
 )
 
 
-def vision_reference(layers: int = 2, seed: int = 0) -> CLIPVisionModelWithProjection:
+def vision_reference(
+    layers: int = 2, seed: int = 0, widths: dict[str, int] = VIT_H
+) -> CLIPVisionModelWithProjection:
     torch.manual_seed(seed)
     cfg = CLIPVisionConfig(
-        **VIT_H, num_hidden_layers=layers, patch_size=14, image_size=224, hidden_act="gelu"
+        **widths, num_hidden_layers=layers, patch_size=14, image_size=224, hidden_act="gelu"
     )
     return CLIPVisionModelWithProjection(cfg).eval()
 
