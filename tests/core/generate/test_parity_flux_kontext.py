@@ -94,7 +94,8 @@ def encoders(tmp_path_factory: pytest.TempPathFactory) -> Encoders:
     hf_l, clip_l = clip_pair(L_WIDTH, act="quick_gelu", projection=None, seed=41)
     hf_t5, t5 = t5_pair(T5_WIDTH, vocab=len(hf_t5_tok), seed=42)
     hf_vae, vae = vae_pair(16, FLUX_LATENT, seed=44)
-    return Encoders(tok_l, hf_l, hf_t5_tok, hf_t5, hf_vae, our_t5_tok, TextEncoders(clip_l=clip_l, t5=t5), vae)
+    texts = TextEncoders(clip_l=clip_l, t5=t5)
+    return Encoders(tok_l, hf_l, hf_t5_tok, hf_t5, hf_vae, our_t5_tok, texts, vae)
 
 
 def _kontext_pipeline(parts: Encoders, hf_flux: Any) -> Any:
@@ -133,7 +134,9 @@ def _settings(refs: tuple[Path, ...] = (), steps: int = 4) -> ImageSettings:
     return ImageSettings("make the sky green", width=96, height=64, sampling=sampling, references=refs)
 
 
-def _edit(nets: Networks, t5_tok: Any, ref: Path, steps: int = 4) -> tuple[np.ndarray, Image.Image, ImageSettings]:
+def _edit(
+    nets: Networks, t5_tok: Any, ref: Path, steps: int = 4
+) -> tuple[np.ndarray, Image.Image, ImageSettings]:
     """Ours: the edit as a Loadout plan (Kontext's rule over SMALL), and the scaled reference as
     ComfyUI's FluxKontextImageScale hands it on, for diffusers."""
     rule = replace(REFERENCES["kontext"], sizes=SMALL)  # type: ignore[type-var]
@@ -246,7 +249,7 @@ def test_real_width_kontext_files_match_flux_kontext_pipeline(encoders: Encoders
     with safe_open(str(bfl), "pt") as f:
         got = from_hub.module.state_dict()
         assert set(got) == set(f.keys())
-        assert all(torch.equal(got[k], f.get_tensor(k)) for k in f.keys())
+        assert all(torch.equal(got[k], f.get_tensor(k)) for k in f.keys())  # noqa: SIM118 (safe_open has no __iter__)
 
 
 def test_several_references_are_placed_by_comfyuis_offset_method() -> None:
