@@ -1,7 +1,7 @@
 """``loadout generate [CHECKPOINT] [--diffusion-model F] [--text-encoder F]... [--vae F] --prompt P
 [--negative N] [--lora FILE[:MODEL[:CLIP]]]... [--seed S] [--steps N] [--cfg X] [--sampler NAME]
 [--scheduler NAME] [--size WxH] [--batch B] [--init IMAGE [--mask MASK] --denoise D]
-[--init IMAGE --outpaint LEFT,TOP,RIGHT,BOTTOM [--feather N]] [--reference PICTURE]...
+[--init IMAGE --outpaint LEFT,TOP,RIGHT,BOTTOM [--feather N]] [--reference PICTURE]... [--keep-reference-size]
 [--controlnet FILE:HINT[:STRENGTH[:START:END]][:type=NAME]]...
 [--ip-adapter FILE:PICTURE[:WEIGHT[@START-END]]]... [--redux FILE:PICTURE[:STRENGTH]]...
 [--image-encoder FILE]
@@ -204,6 +204,7 @@ def _request(args: argparse.Namespace) -> GenerateRequest:
         guidance_patches=tuple(parse_patch_argument(t) for t in args.patch if t.strip().lower() != "none"),
         lora_schedules=tuple(parse_schedule(t) for t in args.lora_schedule),
         references=tuple(Path(t) for t in args.reference),
+        reference_own_size=args.keep_reference_size,
         **image_prompt_settings(args),
         regions=(
             *(read_regions_file(Path(args.regions)) if args.regions else ()),

@@ -61,7 +61,14 @@ def add_workflow_arguments(p: argparse.ArgumentParser) -> None:
     )  # fmt: skip
     p.add_argument(
         "--reference", action="append", default=[], metavar="PICTURE",
-        help="editing: a reference picture (repeatable; FLUX.1 Kontext, FLUX.2, Qwen-Image-Edit)",
+        help="editing: a reference picture (repeatable; FLUX.1 Kontext, FLUX.2, Qwen-Image-Edit), scaled to "
+        "about a megapixel as the family's ComfyUI template does",
+    )  # fmt: skip
+    p.add_argument(
+        "--keep-reference-size", action="store_true",
+        help="editing: encode each --reference picture at its own size (cropped to the VAE's multiple of 8 "
+        "or 16 pixels) instead of the family's megapixel scaling, as ComfyUI's templates do without their "
+        "scale node; the PNG parameters say 'Reference size: own'",
     )  # fmt: skip
     p.add_argument("--refiner", metavar="FILE", help="the SDXL refiner checkpoint to finish the picture")
     p.add_argument(
