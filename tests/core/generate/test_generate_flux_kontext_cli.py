@@ -24,7 +24,6 @@ from PIL import Image
 from safetensors.torch import save_file
 
 from app.cli import main
-from app.demo import TINY_CLIP
 from core.archs.catalog import REFERENCES
 from core.archs.references import OwnSize
 from core.generate.parameters import parse_parameters
@@ -32,14 +31,12 @@ from core.generate.pipeline import Compute, Hooks, Networks, Pipeline
 from core.generate.png import read_png_parameters, to_uint8_rgb
 from core.generate.references import ReferencePass, read_references, references_in
 from core.generate.request import ImageSettings, Sampling
-from core.loading.architectures import CLIP, FLUX
+from core.loading.architectures import FLUX
 from core.loading.loader import inspect_for_loading, load_diffusion_model, load_text_encoder, load_vae
-from core.models.vae import FLUX_LATENT
 from core.text.conditioning import TextEncoders
 from core.text.t5_tokenizer import T5Tokenizer
-from tests.core.generate.reference import t5_tokenizers, vae_pair
 from tests.fixtures.drawn import landscape
-from tests.fixtures.tiny_models import FLUX_DEV, TINY_T5, Tiny
+from tests.fixtures.tiny_models import FLUX_DEV, Tiny
 
 pytest.importorskip("sentencepiece")
 pytestmark = [pytest.mark.usefixtures("one_thread"), pytest.mark.slow]
@@ -49,22 +46,11 @@ PROMPT, SEED, STEPS, FAMILY = "make the door red", 7, 2, "flux-kontext"
 
 
 @pytest.fixture(scope="module")
-def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+def files(tmp_path_factory: pytest.TempPathFactory, flux_encoder_files: dict[str, Path]) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("kontext")
-    out = {
-        "model": root / "flux1-kontext-dev.safetensors",
-        "clip": root / "clip_l.safetensors",
-        "t5": root / "t5xxl_fp16.safetensors",
-        "vae": root / "ae.safetensors",
-    }
+    out = dict(flux_encoder_files)
+    out["model"] = root / "flux1-kontext-dev.safetensors"
     save_file(Tiny("flux-kontext", FLUX, FAMILY, KONTEXT, seed=31).file_state(), str(out["model"]))
-    clip = Tiny("clip-l-full-vocabulary", CLIP, "clip-l", TINY_CLIP, seed=22, layout="transformers")
-    save_file(clip.file_state(), str(out["clip"]))
-    save_file(TINY_T5.file_state(), str(out["t5"]))
-    _, vae = vae_pair(16, FLUX_LATENT, seed=23)
-    save_file({k: v.contiguous() for k, v in vae.state_dict().items()}, str(out["vae"]))
-    t5_tokenizers(root / "t5_tokenizer")
-    out["tokenizer"] = root / "t5_tokenizer"
     out["reference"] = landscape(root / "house.png", 84, 52)  # cropped to 80 x 48 for the VAE
     return out
 
