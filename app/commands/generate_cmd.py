@@ -1,7 +1,7 @@
 """``loadout generate [CHECKPOINT] [--diffusion-model F] [--text-encoder F]... [--vae F] --prompt P
 [--negative N] [--lora FILE[:MODEL[:CLIP]]]... [--seed S] [--steps N] [--cfg X] [--sampler NAME]
 [--scheduler NAME] [--size WxH] [--batch B] [--init IMAGE [--mask MASK] --denoise D]
-[--init IMAGE --outpaint LEFT,TOP,RIGHT,BOTTOM [--feather N]] [--reference PICTURE]...
+[--init IMAGE --outpaint LEFT,TOP,RIGHT,BOTTOM [--feather N]] [--reference PICTURE]... [--keep-reference-size]
 [--controlnet FILE:HINT[:STRENGTH[:START:END]][:type=NAME]]...
 [--ip-adapter FILE:PICTURE[:WEIGHT[@START-END]][:type=NAME][:mask=FILE]]...
 [--redux FILE:PICTURE[:STRENGTH]]...
@@ -45,6 +45,7 @@ from app.commands.args import (
 )
 from app.commands.hires_args import hires_from_arguments
 from app.commands.image_prompt_args import image_prompt_settings
+from app.commands.reference_args import reference_settings
 from app.commands.stopping import guarded_inputs, report_stop, stop_signals
 from app.commands.words import cli_words
 from app.commands.workflow_args import add_workflow_arguments
@@ -204,7 +205,7 @@ def _request(args: argparse.Namespace) -> GenerateRequest:
         clip_skip=args.clip_skip,
         guidance_patches=tuple(parse_patch_argument(t) for t in args.patch if t.strip().lower() != "none"),
         lora_schedules=tuple(parse_schedule(t) for t in args.lora_schedule),
-        references=tuple(Path(t) for t in args.reference),
+        **reference_settings(args),
         **image_prompt_settings(args),
         regions=(
             *(read_regions_file(Path(args.regions)) if args.regions else ()),

@@ -9,6 +9,7 @@ import argparse
 from app.commands.args import int_type, number_type
 from app.commands.hires_args import add_hires_arguments
 from app.commands.image_prompt_args import add_image_prompt_arguments
+from app.commands.reference_args import add_reference_arguments
 from core.generate.outpaint_settings import DEFAULT_FEATHERING, FEATHERING
 from core.guidance import PATCHES
 from core.values import DENOISE, REFINER_SWITCH
@@ -60,10 +61,7 @@ def add_workflow_arguments(p: argparse.ArgumentParser) -> None:
         "--feather", type=int_type(FEATHERING), default=DEFAULT_FEATHERING, metavar="PIXELS",
         help=f"outpainting: how far the mask fades into the picture (default {DEFAULT_FEATHERING})",
     )  # fmt: skip
-    p.add_argument(
-        "--reference", action="append", default=[], metavar="PICTURE",
-        help="editing: a reference picture (repeatable; FLUX.1 Kontext, FLUX.2, Qwen-Image-Edit)",
-    )  # fmt: skip
+    add_reference_arguments(p)
     p.add_argument("--refiner", metavar="FILE", help="the SDXL refiner checkpoint to finish the picture")
     p.add_argument(
         "--refiner-switch", type=number_type(REFINER_SWITCH), default=0.8,

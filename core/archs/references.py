@@ -11,6 +11,10 @@ The rules are ComfyUI's nodes, as its templates wire them:
   size of a fixed area with the picture's aspect ratio, rounded (to a multiple of ``step``), no
   crop (:class:`TotalArea`).
 
+A generation may keep each picture at its own size instead (:class:`OwnSize`: ComfyUI's edit
+templates with the scale node left out, as artists do to edit at the picture's own resolution or to
+skip the ~1 megapixel of reference tokens).
+
 The scaled picture is then cropped to a multiple of the VAE's downscale around its centre, as
 ComfyUI's ``VAE.encode`` does, encoded, and its latent (in the model's space) goes into
 :attr:`core.archs.conditioning.Conditioning.references`.
@@ -28,8 +32,9 @@ from torch import Tensor
 @dataclass(frozen=True)
 class ReferenceScale:
     """The size a reference picture is scaled to, ComfyUI's ``common_upscale`` method for it
-    (``lanczos``, ``area``, ``bicubic``, ``bilinear``, ``nearest-exact``) and whether the picture is
-    first cropped around its centre to the new aspect ratio (``"center"``) or stretched."""
+    (``lanczos``, ``area``, ``bicubic``, ``bilinear``, ``nearest-exact``; ``none``: not resampled)
+    and whether the picture is first cropped around its centre to the new aspect ratio
+    (``"center"``) or stretched."""
 
     width: int
     height: int
@@ -93,6 +98,29 @@ class TotalArea:
         w = max(round(width * by / self.step) * self.step, self.step)
         h = max(round(height * by / self.step) * self.step, self.step)
         return ReferenceScale(w, h, self.method)
+
+
+@dataclass(frozen=True)
+class OwnSize:
+    """A family's convention with every picture kept at its own size, not resampled (its number of
+    pictures and negative-prompt wiring unchanged): the VAE encoder still crops it to its multiple."""
+
+    of: ReferenceConvention
+
+    @property
+    def id(self) -> str:
+        return self.of.id
+
+    @property
+    def most(self) -> int:
+        return self.of.most
+
+    @property
+    def negative(self) -> bool:
+        return self.of.negative
+
+    def scale(self, width: int, height: int) -> ReferenceScale:
+        return ReferenceScale(width, height, "none")
 
 
 @dataclass(frozen=True)

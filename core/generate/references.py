@@ -24,7 +24,7 @@ from PIL import Image
 from torch import Tensor
 
 from core.archs.catalog import references_for
-from core.archs.references import PromptPictures, ReferenceConvention, ReferenceScale
+from core.archs.references import OwnSize, PromptPictures, ReferenceConvention, ReferenceScale
 from core.detect.catalog import REGISTRY
 from core.errors import LoadoutError, ModelMismatchError
 from core.files.leases import open_input
@@ -33,8 +33,8 @@ from core.generate.pictures import read_picture
 from core.generate.request import ImageSettings
 from core.memory.inference import Workload, activation_bytes
 
-#: the PNG parameters' key
-PARAMETER = "References"
+#: the PNG parameters' keys: the pictures; their size when kept (absent: the family's scaling)
+PARAMETER, SIZE_PARAMETER = "References", "Reference size"
 _CHUNK = 1 << 20
 
 
@@ -64,8 +64,9 @@ def _title(family: str) -> str:
     return found.title if found is not None else family
 
 
-def convention_for(family: str, count: int) -> ReferenceConvention:
-    """The family's reference convention, refused in words when it takes none or fewer pictures."""
+def convention_for(family: str, count: int, own_size: bool = False) -> ReferenceConvention:
+    """The family's reference convention, refused in words when it takes none or fewer pictures;
+    ``own_size``: each picture kept at its own size (:class:`~core.archs.references.OwnSize`)."""
     rule = references_for(family)
     if rule is None:
         raise ModelMismatchError(
@@ -80,7 +81,7 @@ def convention_for(family: str, count: int) -> ReferenceConvention:
             fix=f"Give at most {rule.most} reference picture{'s' if rule.most > 1 else ''}",
             code="bad_argument",
         )
-    return rule
+    return OwnSize(rule) if own_size else rule
 
 
 def read_references(paths: tuple[Path, ...], family: str) -> tuple[ReferencePicture, ...]:
@@ -106,7 +107,10 @@ def _lanczos(pixels: Tensor, width: int, height: int) -> Tensor:
 
 def scale_picture(pixels: Tensor, scale: ReferenceScale) -> Tensor:
     """ComfyUI's ``common_upscale(pixels, width, height, method, crop)`` of ``[B, 3, H, W]`` pixels
-    in [0, 1]: the centre crop to the new aspect ratio (``crop``), then the resampling."""
+    in [0, 1]: the centre crop to the new aspect ratio (``crop``), then the resampling (none for
+    ``none``: the picture kept as it is)."""
+    if scale.method == "none":
+        return pixels
     if scale.crop:
         old_h, old_w = pixels.shape[-2], pixels.shape[-1]
         old_aspect, new_aspect = old_w / old_h, scale.width / scale.height
@@ -210,6 +214,8 @@ class ReferencePass:
 
     def __post_init__(self) -> None:
         self.contribution.parameters = {PARAMETER: parameter_text(self.pictures)}
+        if isinstance(self.rule, OwnSize):
+            self.contribution.parameters[SIZE_PARAMETER] = "own"
 
     def plan(self, plan: Plan, settings: ImageSettings) -> None:
         plan.prepare.append(EncodeReferences(self.pictures, self.rule))

@@ -102,6 +102,10 @@ class ImageSettings:
     #: editing: reference pictures (FLUX.1 Kontext, FLUX.2, Qwen-Image-Edit: core/generate/references.py),
     #: at most as many as the model's family takes
     references: tuple[Path, ...] = ()
+    #: editing: each reference picture encoded at its own size (cropped to the VAE's multiple)
+    #: rather than scaled by the family's rule to about a megapixel (ComfyUI's edit templates
+    #: without their scale node)
+    reference_own_size: bool = False
     #: parts of the picture drawn from their own prompts (core/regions), beside the prompt
     regions: tuple[Region, ...] = ()
     #: image prompts (IP-Adapter on SD1.5/SDXL: core/generate/ip_adapter.py), applied in order

@@ -183,7 +183,8 @@ def prepare(
     passes: list[Pass] = []
     if settings.references:  # read and checked before any model is placed
         pictures = read_references(settings.references, parts.family)
-        made = ReferencePass(pictures, convention_for(parts.family, len(pictures)))
+        rule = convention_for(parts.family, len(pictures), settings.reference_own_size)
+        made = ReferencePass(pictures, rule)
         made.contribution.sample_bytes = _reference_room(session, settings, pipeline, made)
         passes.append(made)
     passes += image_prompt_passes(

@@ -7,6 +7,7 @@ more tokens after the picture's, at index 1 and placed by ComfyUI's "offset" met
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import replace
 from types import MappingProxyType
 from typing import Any, Final
 
@@ -24,6 +25,7 @@ from core.errors import ModelMismatchError
 from core.models.flux import (
     Flux,
     FluxConfig,
+    count_blocks,
     make_img_ids,
     make_txt_ids,
     pack_latents,
@@ -47,13 +49,24 @@ def _preset(family: str) -> FluxConfig:
     return PRESETS[fam.network_preset]()
 
 
+def _diffusers_config(tensors: Mapping[str, Any], family: str) -> FluxConfig:
+    """The family's preset with the file's own numbers of double and single blocks (a diffusers
+    file's keys name its blocks; its widths convert as they are)."""
+    keys = dict.fromkeys(tensors, ())
+    return replace(
+        _preset(family),
+        depth=count_blocks(keys, "transformer_blocks."),
+        depth_single_blocks=count_blocks(keys, "single_transformer_blocks."),
+    )
+
+
 ARCHITECTURE = Architecture(
     "flux",
     "diffusion_model",
     tuple(f.id for f in REGISTRY if f.diffusion is not None and f.diffusion.network == "flux"),
     configure=lambda shapes, family: FluxConfig.from_shapes(shapes),
     build=lambda cfg, device, dtype: Flux(cfg, device=device, dtype=dtype),
-    to_module={"diffusers": lambda t, fam: flux_diffusers_to_original(t, _preset(fam))},
+    to_module={"diffusers": lambda t, fam: flux_diffusers_to_original(t, _diffusers_config(t, fam))},
 )
 
 #: Flux: 64,700 per token of the joint sequence, image (N) and text (512) alike: c = 64,700 * 512

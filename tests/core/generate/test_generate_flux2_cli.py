@@ -8,6 +8,7 @@ diffusers' Flux2KleinPipeline), at klein's usual settings (4 steps, CFG 1, euler
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 from pathlib import Path
 
@@ -22,7 +23,9 @@ from core.archs.catalog import TEXTS, codec_for
 from core.archs.llm.towers import KLEIN_QWEN3
 from core.archs.protocols import ExtraInputs
 from core.detect.catalog import diffusion_spec
-from core.generate.png import to_uint8_rgb
+from core.generate.parameters import parse_parameters
+from core.generate.png import read_png_parameters, to_uint8_rgb
+from core.generate.references import references_in
 from core.loading.loader import inspect_for_loading, load_diffusion_model, load_text_encoder, load_vae
 from core.models.llm import LlmConfig
 from core.sampling import SamplingRequest, empty_latent, latent_format_for, sample
@@ -30,6 +33,7 @@ from core.sampling.model_sampling import from_spec
 from core.sampling.network import NetworkAdapter
 from core.text.llm import LlmTower
 from tests.core.generate.reference_flux2 import flux2_reference, flux2_vae_reference, ours_from, vae_from
+from tests.fixtures.drawn import landscape
 from tests.fixtures.llm_files import random_state, write_comfy
 
 pytestmark = [pytest.mark.usefixtures("one_thread"), pytest.mark.slow]
@@ -50,7 +54,9 @@ def _files(folder: Path) -> tuple[Path, Path, Path]:
     return model, text, ae
 
 
-def _by_hand(model: Path, text: Path, ae: Path) -> np.ndarray:
+def _by_hand(model: Path, text: Path, ae: Path, reference: Path | None = None) -> np.ndarray:
+    """The parts composed by hand; ``reference``: a picture encoded at its own size (a multiple of
+    16) and put in the prompt's conditioning (ComfyUI's VAEEncode -> ReferenceLatent)."""
     spec = diffusion_spec(FAMILY)
     assert spec.text is not None
     convention = TEXTS[spec.text]
@@ -58,7 +64,12 @@ def _by_hand(model: Path, text: Path, ae: Path) -> np.ndarray:
     cond = convention.network_inputs(
         convention.combine({"qwen3_4b": tower.encode(PROMPT)}), ExtraInputs(64, 64)
     )
-    fmt = latent_format_for(FAMILY)
+    fmt, codec, vae = latent_format_for(FAMILY), codec_for(FAMILY), load_vae(ae).module
+    if reference is not None:
+        rgb = np.array(Image.open(reference).convert("RGB"))
+        pixels = torch.from_numpy(rgb).permute(2, 0, 1)[None].float() / 255
+        with torch.no_grad():
+            cond = dataclasses.replace(cond, references=(fmt.process_in(codec.encode(vae, pixels * 2 - 1)),))
     request = SamplingRequest(SEED, steps=4, cfg=1.0, sampler="euler", scheduler="simple")
     dit = load_diffusion_model(model).module
     latent = sample(
@@ -66,7 +77,7 @@ def _by_hand(model: Path, text: Path, ae: Path) -> np.ndarray:
         empty_latent(1, 64, 64, fmt), cond, None, request,
     )  # fmt: skip
     with torch.no_grad():
-        pixels = codec_for(FAMILY).decode(load_vae(ae).module, latent)
+        pixels = codec.decode(vae, latent)
     return to_uint8_rgb(pixels[0].float())
 
 
@@ -102,3 +113,31 @@ def test_loadout_generate_makes_a_klein_picture(
     got = np.asarray(image.convert("RGB")).astype(np.int32)
     want = _by_hand(model, text, ae).astype(np.int32)
     assert got.std() > 5 and np.abs(got - want).max() <= 1
+
+
+def test_loadout_generate_edits_a_picture_with_klein(
+    files: tuple[Path, Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--reference fox.png --keep-reference-size``: the picture encoded at its own 96 x 64 (not
+    ComfyUI's ImageScaleToTotalPixels megapixel, the default), named in the PNG parameters."""
+    model, text, ae = files
+    ref, out = landscape(tmp_path / "fox.png", 96, 64), tmp_path / "edit.png"
+    args = [
+        "generate", "--diffusion-model", str(model), "--text-encoder", str(text), "--vae", str(ae),
+        "--prompt", PROMPT, "--steps", "4", "--cfg", "1", "--sampler", "euler", "--scheduler", "simple",
+        "--size", "64x64", "--seed", str(SEED), "--reference", str(ref), "--keep-reference-size",
+        "-o", str(out), "--json", "--quiet",
+    ]  # fmt: skip
+    assert main(args) == 0
+    assert json.loads(capsys.readouterr().out)["images"] == [str(out)]
+    p = parse_parameters(read_png_parameters(out))
+    digest = hashlib.sha256(ref.read_bytes()).hexdigest()[:12]
+    assert [(r.name, r.hash) for r in references_in(p.extra)] == [("fox.png", digest)]
+    assert p.extra["Reference size"] == "own"
+    got = np.asarray(Image.open(out).convert("RGB")).astype(np.int32)
+    want = _by_hand(model, text, ae, ref).astype(np.int32)
+    without = _by_hand(model, text, ae).astype(np.int32)
+    off, moved = int(np.abs(got - want).sum()), int(np.abs(got - without).sum())
+    print(f"klein edit by the CLI: {off} levels off the engine's, {moved} off the unedited picture's")
+    # the narrow random network's prompt tokens outweigh the reference's 24: it moves pixels by a level
+    assert got.std() > 5 and np.abs(got - want).max() <= 1 and moved > 10 * off

@@ -17,20 +17,17 @@ from PIL import Image
 from safetensors.torch import save_file
 
 from app.cli import main
-from app.demo import TINY_CLIP
 from core.generate.outpaint_settings import Outpaint, outpaint_in
 from core.generate.parameters import parse_parameters
 from core.generate.pipeline import Compute, Hooks, Networks, Pipeline
 from core.generate.png import read_png_parameters, to_uint8_rgb
 from core.generate.request import ImageSettings, Sampling
-from core.loading.architectures import CLIP, FLUX
+from core.loading.architectures import FLUX
 from core.loading.loader import inspect_for_loading, load_diffusion_model, load_text_encoder, load_vae
-from core.models.vae import FLUX_LATENT
 from core.text.conditioning import TextEncoders
 from core.text.t5_tokenizer import T5Tokenizer
-from tests.core.generate.reference import t5_tokenizers, vae_pair
 from tests.fixtures.drawn import landscape
-from tests.fixtures.tiny_models import FLUX_DEV, TINY_T5, Tiny
+from tests.fixtures.tiny_models import FLUX_DEV, Tiny
 
 pytest.importorskip("sentencepiece")
 pytestmark = [pytest.mark.usefixtures("one_thread"), pytest.mark.slow]
@@ -40,22 +37,11 @@ PROMPT, SEED, STEPS = "a red door", 7, 2
 
 
 @pytest.fixture(scope="module")
-def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+def files(tmp_path_factory: pytest.TempPathFactory, flux_encoder_files: dict[str, Path]) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("fill")
-    out = {
-        "fill": root / "flux1-fill-dev.safetensors",
-        "clip": root / "clip_l.safetensors",
-        "t5": root / "t5xxl_fp16.safetensors",
-        "vae": root / "ae.safetensors",
-    }
+    out = dict(flux_encoder_files)
+    out["fill"] = root / "flux1-fill-dev.safetensors"
     save_file(Tiny("flux-fill", FLUX, "flux-fill", FILL, seed=21).file_state(), str(out["fill"]))
-    clip = Tiny("clip-l-full-vocabulary", CLIP, "clip-l", TINY_CLIP, seed=22, layout="transformers")
-    save_file(clip.file_state(), str(out["clip"]))
-    save_file(TINY_T5.file_state(), str(out["t5"]))
-    _, vae = vae_pair(16, FLUX_LATENT, seed=23)
-    save_file({k: v.contiguous() for k, v in vae.state_dict().items()}, str(out["vae"]))
-    t5_tokenizers(root / "t5_tokenizer")
-    out["tokenizer"] = root / "t5_tokenizer"
     out["init"] = landscape(root / "house.png", 64, 64)
     mask = np.zeros((64, 64), np.uint8)
     mask[16:48, 8:40] = 255

@@ -6,9 +6,9 @@ file name tells Edit 2509 from Qwen-Image), the loaders, the references pass, th
 CLI, equal to the same parts composed by hand (the composition
 ``test_parity_qwen_image_edit.py`` proves against diffusers' QwenImageEditPlusPipeline).
 
-The family's reference rule scales each picture to 1024 x 1024 px of area before the VAE; here it
-keeps the picture's 64 x 64 (the rule is the refs-api's, tested on its own) so the test's VAE
-encodes a small picture."""
+The family's reference rule scales each picture to 1024 x 1024 px of area before the VAE; here
+``--keep-reference-size`` keeps the picture's 64 x 64 (the rule is tested on its own in
+``test_references.py``) so the test's VAE encodes a small picture."""
 
 from __future__ import annotations
 
@@ -27,7 +27,6 @@ from core.archs.catalog import TEXTS, codec_for
 from core.archs.conditioning import Conditioning
 from core.archs.llm.towers import QWEN_IMAGE_EDIT_QWEN25VL
 from core.archs.protocols import ExtraInputs
-from core.archs.references import ReferenceScale, TotalArea
 from core.archs.wan_vae.keys import diffusers_to_original
 from core.archs.wan_vae.network import WanVAEConfig
 from core.detect.catalog import diffusion_spec
@@ -114,14 +113,14 @@ def _by_hand(model: Path, text: Path, ae: Path, picture: Path) -> np.ndarray:
 
 
 def test_loadout_generate_edits_a_picture_with_qwen_image_edit(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    monkeypatch.setattr(TotalArea, "scale", lambda self, w, h: ReferenceScale(w, h, self.method))
     model, text, ae, picture = _files(tmp_path)
     out = tmp_path / "edit.png"
     args = [
         "generate", "--diffusion-model", str(model), "--text-encoder", str(text), "--vae", str(ae),
-        "--prompt", PROMPT, "--reference", str(picture), "--steps", str(STEPS), "--cfg", "1",
+        "--prompt", PROMPT, "--reference", str(picture), "--keep-reference-size", "--steps", str(STEPS),
+        "--cfg", "1",
         "--scheduler", "simple", "--size", "64x64", "--seed", str(SEED), "-o", str(out), "--json", "--quiet",
     ]  # fmt: skip
     assert main(args) == 0

@@ -157,3 +157,50 @@ def test_the_reference_tokens_get_activation_room(tmp_path: Path) -> None:
     room = activation_room(KLEIN, None, work, (picture,), rule)
     want = activation_bytes(KLEIN, Workload(1024, 2048), None) - activation_bytes(KLEIN, work, None)
     assert room == want > 0 and activation_room(KLEIN, None, work, (), rule) == 0
+
+
+def test_a_kept_size_reference_is_only_cropped_and_says_so(tmp_path: Path) -> None:
+    """``reference_own_size`` (``--keep-reference-size``): the picture as read, cropped to the VAE's
+    multiple, never resampled; the family's count and wiring kept; the PNG says so; its activation
+    room is the picture's own area. Without it the family's rule scales it."""
+    from core.archs.references import OwnSize
+    from core.generate.references import SIZE_PARAMETER, activation_room
+    from core.memory.inference import Workload
+
+    path = _picture(tmp_path / "r.png", 84, 52)
+    (found,) = read_references((path,), "flux-kontext")
+    kept = convention_for("flux-kontext", 1, own_size=True)
+    assert isinstance(kept, OwnSize) and (kept.id, kept.most, kept.negative) == ("kontext", 3, True)
+    scaled = scaled_reference(found, kept, 8)
+    assert torch.equal(scaled, found.unit()[..., 2:50, 2:82])  # 84 x 52 -> 80 x 48 around the centre
+    assert scaled_reference(found, convention_for("flux-kontext", 1), 8).shape[-2:] == (800, 1328)
+    with pytest.raises(LoadoutError, match="takes at most 3"):
+        convention_for("flux-kontext", 4, own_size=True)
+    assert ReferencePass((found,), kept).contribution.parameters[SIZE_PARAMETER] == "own"
+    assert (
+        SIZE_PARAMETER
+        not in ReferencePass((found,), convention_for("flux-kontext", 1)).contribution.parameters
+    )
+    work = Workload(1024, 1024)
+    assert activation_room("flux", 3072, work, (found,), kept) < activation_room(
+        "flux", 3072, work, (found,), convention_for("flux-kontext", 1)
+    )
+
+
+def test_a_picture_already_at_the_rules_size_passes_unchanged() -> None:
+    """ComfyUI's scale nodes on a picture of the size they pick: the 8-bit Lanczos round trip of an
+    unchanged size gives the picture back bit for bit (so a reference prepared at a Kontext
+    preferred size, or at one megapixel for FLUX.2, is encoded as it is)."""
+    rgb = np.random.default_rng(3).integers(0, 256, (48, 80, 3), dtype=np.uint8)
+    unit = torch.from_numpy(rgb).float().div(255.0).permute(2, 0, 1)[None]
+    assert torch.equal(scale_picture(unit, ReferenceScale(80, 48, "lanczos", crop=True)), unit)
+
+
+def test_the_keep_size_flag_becomes_the_requests_setting() -> None:
+    from app.cli import build_parser
+    from app.commands.generate_cmd import _request
+
+    base = ["generate", "m.safetensors", "--prompt", "x", "--reference", "a.png", "-o", "o.png"]
+    assert _request(build_parser().parse_args(base)).image.reference_own_size is False
+    kept = build_parser().parse_args([*base, "--keep-reference-size"])
+    assert _request(kept).image.reference_own_size is True
