@@ -8,9 +8,10 @@ input, with the hint added to the picture's tokens after ``img_in`` through ``po
 * InstantX / Shakker-Labs (``hint_space`` "latent"): the hint picture VAE-encoded into Flux's latent
   space, packed into 2x2-patch tokens as the latent is. Alimama's inpainting net (the same layout,
   ``pos_embed_input`` over 17 channels per cell) takes the picture blacked out where it is repainted
-  and the kept part as a 17th channel (``mask_hint``: ComfyUI's ``concat_mask``), packed with it. A union net (``controlnet_mode_embedder``)
-  takes its control type as one more text token in front of the prompt's (at position 0); with no
-  type set it runs without one (ComfyUI's ``control_type`` []).
+  and the kept part as a 17th channel (``mask_hint``: ComfyUI's ``concat_mask``), packed with it.
+  A union net (``controlnet_mode_embedder``) takes its control type as one more text token in front
+  of the prompt's (at position 0); with no type set it runs without one (ComfyUI's
+  ``control_type`` []).
 * XLabs (``hint_space`` "pixels"): the picture at the latent's size in pixels, ``x * 2 - 1``,
   through ``input_hint_block`` (eight 3x3 convolutions, three of stride 2, SiLU between) and packed.
 

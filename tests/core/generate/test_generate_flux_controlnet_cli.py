@@ -63,7 +63,9 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     save_file({k: v.contiguous() for k, v in randomize(union, 24).state_dict().items()}, str(out["union"]))
     union.controlnet_x_embedder = nn.Linear(17 * 4, 32)  # Alimama's: a mask channel beside the latent
     union.controlnet_mode_embedder = None
-    save_file({k: v.contiguous() for k, v in randomize(union, 26).state_dict().items()}, str(out["inpainting"]))
+    save_file(
+        {k: v.contiguous() for k, v in randomize(union, 26).state_dict().items()}, str(out["inpainting"])
+    )
     # 19 double blocks (XLabs' files have 2): more weights than a 4.6 MiB card holds beside Flux
     deep = dataclasses.replace(DEV, depth=19, depth_single_blocks=0)
     xlabs = FluxControlNet(FluxControlConfig(deep, 64, pixels=True))

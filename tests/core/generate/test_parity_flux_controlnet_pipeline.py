@@ -181,10 +181,14 @@ def test_alimama_inpainting_controlnet_run_equals_diffusers_set_up_as_comfyui(
     applied = AppliedControlNet(loaded.module, picture, 0.9, full, mask=mask)
     ours = to_unit_image(pipeline.run(settings, Hooks(), passes=[ControlNetPass(ControlStack([applied]))])[0])
     unmasked = AppliedControlNet(loaded.module, picture, 0.9, full)
-    whole = to_unit_image(pipeline.run(settings, Hooks(), passes=[ControlNetPass(ControlStack([unmasked]))])[0])
+    whole = to_unit_image(
+        pipeline.run(settings, Hooks(), passes=[ControlNetPass(ControlStack([unmasked]))])[0]
+    )
 
     kept = 1.0 - mask
-    hf_cn.controlnet_x_embedder = _KeptPartBeside(hf_cn.controlnet_x_embedder, pack_latents(kept[..., 4::8, 4::8]))
+    hf_cn.controlnet_x_embedder = _KeptPartBeside(
+        hf_cn.controlnet_x_embedder, pack_latents(kept[..., 4::8, 4::8])
+    )
     inpaint = diffusers.FluxControlNetPipeline(**{**pipe.components, "controlnet": hf_cn})
     inpaint.set_progress_bar_config(disable=True)
     sigmas = ksampler_sigmas(for_family("flux-dev"), s.scheduler, s.sampler, s.steps)
@@ -192,7 +196,8 @@ def test_alimama_inpainting_controlnet_run_equals_diffusers_set_up_as_comfyui(
     theirs = inpaint(
         settings.prompt, control_image=picture * kept * 2 - 1, num_inference_steps=s.steps,
         sigmas=sigmas[:-1].tolist(), guidance_scale=3.5, latents=pack_latents(noise), height=SIZE,
-        width=SIZE, max_sequence_length=FLUX_T5_MIN_LENGTH, output_type="np", controlnet_conditioning_scale=0.9,
+        width=SIZE, max_sequence_length=FLUX_T5_MIN_LENGTH, output_type="np",
+        controlnet_conditioning_scale=0.9,
     ).images  # fmt: skip
     err = float(np.abs(ours - np.asarray(theirs)).max())
     print(f"alimama inpainting controlnet: max |ours - diffusers| = {err:.1e}")

@@ -97,7 +97,9 @@ def test_real_width_inpainting_controlnet_equals_diffusers(tmp_path: Path) -> No
     gen = torch.Generator().manual_seed(44)
     b, h, w = 2, 4, 6
     x = torch.randn(b, 16, h, w, generator=gen)
-    hint = torch.cat((torch.randn(1, 16, h, w, generator=gen), (torch.rand(1, 1, h, w, generator=gen) > 0.5)), 1)
+    hint = torch.cat(
+        (torch.randn(1, 16, h, w, generator=gen), (torch.rand(1, 1, h, w, generator=gen) > 0.5)), 1
+    )
     t = torch.tensor([0.35, 0.35])
     context, pooled = torch.randn(b, 7, T5, generator=gen), torch.randn(b, POOLED, generator=gen)
     cond = Conditioning(context, pooled, torch.full((b,), 3.5))
