@@ -107,6 +107,37 @@ class MaskedHint(Protocol):
     def mask_hint(self) -> bool: ...
 
 
+@dataclass(frozen=True)
+class InpaintHint:
+    """The picture to inpaint as a latent-space ControlNet's hint takes it (Z-Image Fun 2.x),
+    sized by the pass: ``picture`` (1, 3, H, W) in [0, 1] at the latent's size in pixels (the
+    module's ``hint_resize``); ``keep_pixels`` (1, 1, H, W) the kept part (1 kept, 0 repainted) at
+    that size (``bilinear``, centre) and rounded; ``keep_cells`` (1, 1, h, w) the kept part at the
+    latent's size (the module's ``mask_resize``, centre)."""
+
+    picture: Tensor
+    keep_pixels: Tensor
+    keep_cells: Tensor
+
+
+@runtime_checkable
+class MakesLatentHint(Protocol):
+    """A latent-space ControlNet that makes its hint itself from the resized control picture and
+    ``encode`` (pixels in [0, 1] -> the base model's latent space). ``inpaint_inputs`` True: the
+    hint also carries the picture to inpaint and its mask (ComfyUI's ``ZImageFunControlnet``
+    ``inpaint_image`` and ``mask``), given as ``inpaint`` when the generation repaints part of its
+    picture (None: nothing to inpaint)."""
+
+    @property
+    def inpaint_inputs(self) -> bool: ...
+
+    mask_resize: str
+
+    def latent_hint(
+        self, picture: Tensor, encode: Callable[[Tensor], Tensor], inpaint: InpaintHint | None = None
+    ) -> Tensor: ...
+
+
 @runtime_checkable
 class MakesMaskedHint(Protocol):
     """A :class:`MaskedHint` net that makes its masked hint its own way (DiffSynth's blockwise

@@ -103,7 +103,10 @@ def _flux_controlnet(view: KeyView) -> Match | None:
         "union": "controlnet_mode_embedder.weight" in view,
     }
     family = "flux-dev" if fields["guidance_embed"] else "flux-schnell"
-    return finish(view, family, layout=layout, probes=probes, fields=fields)
+    # Alimama's inpainting net: the hint embedder takes a mask's 2x2 patch beside the latent's
+    wider = (view.dim("controlnet_x_embedder.weight", 1) or 0) > (view.dim("x_embedder.weight", 1) or 0)
+    variant = "inpaint" if layout == "diffusers" and wider else None
+    return finish(view, family, layout=layout, probes=probes, fields=fields, variant=variant)
 
 
 def _sd3_controlnet(view: KeyView) -> Match | None:

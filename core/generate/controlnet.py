@@ -37,6 +37,8 @@ from core.archs.control import (
     ControlModule,
     ControlOutput,
     MakesMaskedHint,
+    InpaintHint,
+    MakesLatentHint,
     MaskedHint,
     ShapesLatentHint,
 )
@@ -91,13 +93,32 @@ class AppliedControlNet:
     _sized: dict[tuple[int, int, torch.device, torch.dtype], Tensor] = field(default_factory=dict)
     #: latent-space hints by latent (h, w), encoded before each stage (:class:`EncodeHints`)
     latents: dict[tuple[int, int], Tensor] = field(default_factory=dict)
-    #: an inpainting ControlNet's mask (1, 1, H, W) in [0, 1], white = repaint (:class:`MaskedHint`);
-    #: None: nothing repainted (ComfyUI's mask of ones when none is given)
+    #: an inpainting ControlNet's mask (1, 1, H, W) in [0, 1], white = repaint (:class:`MaskedHint`,
+    #: :class:`MakesLatentHint` with inpaint inputs); None: nothing repainted (ComfyUI's mask of
+    #: ones when none is given)
     mask: Tensor | None = None
+    #: the picture to inpaint (1, 3, H, W) in [0, 1], for a net whose hint carries it beside the
+    #: control picture (Z-Image Fun 2.x); None: nothing to inpaint
+    inpaint: Tensor | None = None
 
     @property
     def masks_hint(self) -> bool:
         return isinstance(self.module, MaskedHint) and self.module.mask_hint
+
+    @property
+    def takes_inpaint(self) -> bool:
+        return isinstance(self.module, MakesLatentHint) and self.module.inpaint_inputs
+
+    def inpaint_at(self, height: int, width: int, mask_resize: str) -> InpaintHint | None:
+        """The picture to inpaint and its kept part at a latent of ``height x width`` cells, as
+        ComfyUI's Z-Image Fun patch sizes them (None: nothing to inpaint)."""
+        if self.inpaint is None or self.mask is None:
+            return None
+        mode = getattr(self.module, "hint_resize", "nearest-exact")
+        picture = center_resize(self.inpaint, width * self.downscale, height * self.downscale, mode)
+        keep = 1.0 - self.mask
+        pixels = center_resize(keep, picture.shape[-1], picture.shape[-2], mode="bilinear").round()
+        return InpaintHint(picture, pixels, center_resize(keep, width, height, mask_resize))
 
     def picture_at(self, height: int, width: int) -> Tensor:
         """The hint picture centre-cropped and resized to a latent of ``height x width`` cells
@@ -174,9 +195,9 @@ class EncodeHints:
     VAE-encoded by the base model's VAE into its latent space (ComfyUI's ``get_control`` with a
     ``vae``: the picture resized to the latent's size in pixels, the net's ``preprocess_image``,
     ``vae.encode``, ``latent_format.process_in`` or the net's own latent format: a
-    :class:`~core.archs.control.ShapesLatentHint`); once per size. A module with a
-    ``latent_hint(picture, encode)`` makes its hint itself from the picture and that encoding
-    (Z-Image Fun's extra channels)."""
+    :class:`~core.archs.control.ShapesLatentHint`); once per size. A
+    :class:`~core.archs.control.MakesLatentHint` makes its hint itself from the picture and that
+    encoding (Z-Image Fun's extra channels), with the picture to inpaint and its mask sized here."""
 
     nets: Sequence[AppliedControlNet]
 
@@ -194,8 +215,12 @@ class EncodeHints:
             if own is not None:
                 pixels = own.hint_pixels(pixels)
             encode = _hint_encoder(pipe, run, own)
-            make = getattr(net.module, "latent_hint", None)
-            net.latents[latent] = make(pixels, encode) if make is not None else encode(pixels)
+            module = net.module
+            if isinstance(module, MakesLatentHint):
+                inpaint = net.inpaint_at(*latent, module.mask_resize) if net.takes_inpaint else None
+                net.latents[latent] = module.latent_hint(pixels, encode, inpaint)
+            else:
+                net.latents[latent] = encode(pixels)
         return NO_MODEL_PATCHES
 
 
@@ -322,9 +347,11 @@ class ControlNetPass:
             if isinstance(net.module, BorrowsBase):  # weights of the base network, per generation
                 net.module.take_from_base(plan.pipeline.nets.diffusion)
             net.downscale = plan.pipeline.latent_format.downscale
-            if net.masks_hint and net.mask is None and settings.mask_image is not None:
+            if (net.masks_hint or net.takes_inpaint) and net.mask is None and settings.mask_image is not None:
                 # an inpainting ControlNet repaints what the generation's mask repaints
                 net.mask = torch.from_numpy(read_mask(settings.mask_image))[None, None]
+                if net.takes_inpaint and net.inpaint is None and settings.init_image is not None:
+                    net.inpaint = hint_tensor(read_picture(settings.init_image))
         if any(net.module.hint_space == "latent" for net in self.stack.nets):
             plan.stage_patches.append(EncodeHints(self.stack.nets))
         plan.patches += ModelPatches(wrappers=(self.stack,))

@@ -6,9 +6,12 @@ Both are a few Flux blocks (:mod:`core.models.flux_blocks`) run beside the base 
 input, with the hint added to the picture's tokens after ``img_in`` through ``pos_embed_input``:
 
 * InstantX / Shakker-Labs (``hint_space`` "latent"): the hint picture VAE-encoded into Flux's latent
-  space, packed into 2x2-patch tokens as the latent is. A union net (``controlnet_mode_embedder``)
-  takes its control type as one more text token in front of the prompt's (at position 0); with no
-  type set it runs without one (ComfyUI's ``control_type`` []).
+  space, packed into 2x2-patch tokens as the latent is. Alimama's inpainting net (the same layout,
+  ``pos_embed_input`` over 17 channels per cell) takes the picture blacked out where it is repainted
+  and the kept part as a 17th channel (``mask_hint``: ComfyUI's ``concat_mask``), packed with it.
+  A union net (``controlnet_mode_embedder``) takes its control type as one more text token in front
+  of the prompt's (at position 0); with no type set it runs without one (ComfyUI's
+  ``control_type`` []).
 * XLabs (``hint_space`` "pixels"): the picture at the latent's size in pixels, ``x * 2 - 1``,
   through ``input_hint_block`` (eight 3x3 convolutions, three of stride 2, SiLU between) and packed.
 
@@ -132,6 +135,12 @@ class FluxControlNet(nn.Module):
             self.controlnet_mode_embedder = ops.Embedding(config.union_modes, hidden, device=dev, dtype=dtype)
         self.pos_embed_input = ops.Linear(config.hint_channels, hidden, bias=True, device=dev, dtype=dtype)
         self.input_hint_block: nn.Sequential | None = hint_block(ops, dev, dtype) if config.pixels else None
+
+    @property
+    def mask_hint(self) -> bool:
+        """Alimama's inpainting net: a latent hint wider than the latent (the mask beside it), a
+        :class:`~core.archs.control.MaskedHint`."""
+        return not self.config.pixels and self.config.hint_channels > self.config.flux.in_channels
 
     def hint_tokens(self, hint: Tensor, batch: int) -> Tensor:
         """The hint as 2x2-patch tokens for ``pos_embed_input`` (``batch`` rows)."""

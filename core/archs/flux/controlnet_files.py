@@ -7,9 +7,10 @@ layouts, and the loader records (:data:`CONTROLNETS`).
 * ``"original"``: XLabs' files (``double_blocks.N.img_attn.qkv``, ``pos_embed_input``,
   ``input_hint_block.N``), the module's own names.
 
-Refused in words: a net whose hint has a mask channel beside the latent (Alimama's inpainting
-ControlNet, ``pos_embed_input`` over 17 channels: ComfyUI's ``concat_mask``), a net with a different
-number of output layers than blocks, a file with no ``pos_embed_input``."""
+A ``"diffusers"`` net whose ``controlnet_x_embedder`` takes 17 channels per latent cell is Alimama's
+inpainting ControlNet (the masked picture's latent with the kept part beside it: ComfyUI's
+``concat_mask``, :class:`~core.archs.control.MaskedHint`). Refused in words: another hint width, a
+net with a different number of output layers than blocks, a file with no ``pos_embed_input``."""
 
 from __future__ import annotations
 
@@ -95,10 +96,10 @@ def control_config(shapes: Shapes, *, pixels: bool) -> FluxControlConfig:
             f"{flux.depth_single_blocks} single blocks"
         )
     hint = shapes["pos_embed_input.weight"][1]
-    if not pixels and hint != LATENT_CHANNELS * 4:
+    if not pixels and hint not in (LATENT_CHANNELS * 4, (LATENT_CHANNELS + 1) * 4):
         raise ValueError(
-            f"its hint takes {hint // 4} channels per latent cell: an inpainting ControlNet (the picture's "
-            "latent with a mask beside it), which Loadout cannot apply yet"
+            f"its hint takes {hint / 4:g} channels per latent cell: neither the latent's {LATENT_CHANNELS} "
+            f"nor the latent's with an inpainting mask ({LATENT_CHANNELS + 1})"
         )
     modes = shapes.get("controlnet_mode_embedder.weight", (0,))[0]
     return FluxControlConfig(flux, hint, union_modes=modes, pixels=pixels)

@@ -4,8 +4,10 @@ the 2.1 lite release) as a :class:`~core.archs.control.ControlModule`, computed 
 ``comfy_extras/nodes_model_patch.py``):
 
 * the hint is the control picture VAE-encoded into the Flux latent space (16 channels); the 2.x
-  releases take 33: the control latent, a mask channel and the latent of the picture to inpaint
-  (without one, as here: a zero mask and the latent of a 0.5-grey picture). The picture is
+  releases take 33: the control latent, a mask channel and the latent of the picture to inpaint.
+  With a picture to inpaint (:class:`~core.archs.control.InpaintHint`) the mask channel is the kept
+  part (1 kept, 0 repainted; ``nearest`` to the latent) and the picture is grey (0.5) where it is
+  repainted; without one, a zero mask and the latent of a 0.5-grey picture. The pictures are
   resized with ``"area"`` (ComfyUI's ``common_upscale(..., "area", "center")``);
 * the hint's 2x2 patches are embedded (``control_all_x_embedder.2-1``) into the control's tokens,
   one per picture token of the base network;
@@ -33,7 +35,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from core.archs.control import ControlInput, ControlOutput, HintSpace
+from core.archs.control import ControlInput, ControlOutput, HintSpace, InpaintHint
 from core.archs.nextdit.fun_blocks import FunBlock
 from core.errors import ModelMismatchError
 from core.models.nextdit.config import NextDiTConfig
@@ -60,6 +62,8 @@ class ZImageFunControl(nn.Module):
 
     hint_space: HintSpace = "latent"
     hint_resize = "area"
+    #: the kept part to the latent's size as ComfyUI's patch resizes it (not ``nearest-exact``)
+    mask_resize = "nearest"
 
     def __init__(
         self,
@@ -125,15 +129,28 @@ class ZImageFunControl(nn.Module):
         out: Tensor = self.control_all_x_embedder[f"{p}-1"](tokens)
         return out.expand(batch, -1, -1)
 
-    def latent_hint(self, picture: Tensor, encode: Callable[[Tensor], Tensor]) -> Tensor:
-        """The hint from the control picture (in [0, 1], resized) and ``encode`` (pixels in
-        [0, 1] -> the base model's latent space): the 2.x files' mask and inpaint latent with no
-        picture to inpaint (ComfyUI: a zero mask and a 0.5-grey picture)."""
+    @property
+    def inpaint_inputs(self) -> bool:
+        """The 2.x files: the hint carries a mask and a picture to inpaint
+        (:class:`~core.archs.control.MakesLatentHint`)."""
+        return self.in_channels == INPAINT_CHANNELS
+
+    def latent_hint(
+        self, picture: Tensor, encode: Callable[[Tensor], Tensor], inpaint: InpaintHint | None = None
+    ) -> Tensor:
+        """The hint from the control picture (in [0, 1], resized) and ``encode`` (pixels in [0, 1] ->
+        the base model's latent space); the 2.x files': the kept part and the picture to inpaint
+        greyed where it is repainted (ComfyUI's ``(picture - 0.5) * kept + 0.5``), or with nothing to
+        inpaint a zero mask and a 0.5-grey picture (ComfyUI's defaults)."""
         latent = encode(picture)
         if self.in_channels == LATENT_CHANNELS:
             return latent
-        grey = encode(torch.full_like(picture, 0.5))
-        return torch.cat([latent, torch.zeros_like(grey[:, :1]), grey], dim=1)
+        if inpaint is None:
+            grey = encode(torch.full_like(picture, 0.5))
+            return torch.cat([latent, torch.zeros_like(grey[:, :1]), grey], dim=1)
+        kept = encode((inpaint.picture - 0.5) * inpaint.keep_pixels + 0.5)
+        cells = inpaint.keep_cells.to(kept.dtype).expand(kept.shape[0], -1, -1, -1)
+        return torch.cat([latent, cells, kept], dim=1)
 
     def control(self, inp: ControlInput) -> ControlOutput:
         hint = inp.hint

@@ -23,10 +23,11 @@ import torch
 from safetensors.torch import save_file
 
 from core.archs.conditioning import Conditioning
-from core.archs.control import ControlInput
+from core.archs.control import ControlInput, MaskedHint
 from core.archs.flux.controlnet import FluxControl, FluxControlConfig, FluxControlNet, spread
 from core.archs.flux.net import NET
 from core.errors import ModelMismatchError
+from core.inspect import inspect_file
 from core.loading.controlnet import load_controlnet
 from core.loading.convert.dit_diffusers import flux_diffusers_to_original
 from core.models.flux import Flux, FluxConfig, make_img_ids, make_txt_ids, pack_latents, unpack_latents
@@ -205,12 +206,20 @@ def test_spreading_and_adding_follow_comfyui() -> None:
     assert len({id(t) for t in both.double}) == 4  # a sum per pair of shared outputs, not per block
 
 
-def test_an_inpainting_controlnet_is_refused_in_words(tmp_path: Path) -> None:
+def test_alimamas_inpainting_net_is_told_apart_and_another_hint_width_refused(tmp_path: Path) -> None:
     hf = diffusers.FluxControlNetModel(num_layers=1, num_single_layers=0, **{**SMALL, "in_channels": 64})
     state = {k: v.contiguous() for k, v in hf.state_dict().items()}
-    state["controlnet_x_embedder.weight"] = torch.zeros(HEADS * HEAD, 68)  # 17 channels per cell
+    for channels, name in ((17, "alimama-inpainting"), (18, "eighteen")):
+        state["controlnet_x_embedder.weight"] = torch.zeros(HEADS * HEAD, channels * 4)
+        save_file(state, str(tmp_path / f"{name}.safetensors"))
     path = tmp_path / "alimama-inpainting.safetensors"
-    save_file(state, str(path))
+    rec = inspect_file(path).to_json()
+    assert (rec["kind"], rec["family"], rec["layout"], rec["variant"]) == (
+        "controlnet", "flux-dev", "diffusers", "inpaint"
+    )  # fmt: skip
+    loaded = load_controlnet(path)
+    assert isinstance(loaded.module, MaskedHint) and loaded.module.mask_hint
+    assert loaded.module.pos_embed_input.weight.shape == (HEADS * HEAD, 68)
     with pytest.raises(ModelMismatchError) as err:
-        load_controlnet(path)
-    assert "inpainting ControlNet" in str(err.value.why)
+        load_controlnet(tmp_path / "eighteen.safetensors")
+    assert "18 channels per latent cell" in str(err.value.why)

@@ -4,6 +4,8 @@ with FLUX.1 ControlNets as artists have them (small networks, the widths detecti
 VAE-encoded) and an XLabs net (BFL's names, its own hint convolutions), through detection, the
 loaders, the session and the CLI. The picture is the same bits on a simulated 4.6 MiB card (the
 XLabs net streamed there) as without a limit, the union type reaches the net and the PNG names it.
+Alimama's inpainting net (the InstantX layout, a 17-channel hint) repaints what ``--mask`` marks,
+the same bits on the small card.
 The composition itself is proven against diffusers in test_parity_flux_controlnet_pipeline.py."""
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import numpy as np
 import pytest
 from PIL import Image
 from safetensors.torch import save_file
+from torch import nn
 
 from app.cli import main
 from app.demo import TINY_CLIP
@@ -26,6 +29,7 @@ from core.generate.workflows import ControlNetParameters, controlnets_in
 from core.loading.architectures import CLIP, FLUX
 from core.models.vae import FLUX_LATENT
 from tests.core.generate.reference import randomize, t5_tokenizers, vae_pair
+from tests.fixtures.controlnets import mask_picture
 from tests.fixtures.drawn import landscape
 from tests.fixtures.tiny_models import FLUX_DEV, TINY_T5, Tiny
 
@@ -43,7 +47,8 @@ DEV = dataclasses.replace(FLUX_DEV, vec_in_dim=768, context_in_dim=4096)
 @pytest.fixture(scope="module")
 def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("flux_cn")
-    out = {k: root / f"{k}.safetensors" for k in ("flux1-dev", "clip_l", "t5xxl", "ae", "union", "xlabs")}
+    names = ("flux1-dev", "clip_l", "t5xxl", "ae", "union", "xlabs", "inpainting")
+    out = {k: root / f"{k}.safetensors" for k in names}
     save_file(Tiny("flux-dev", FLUX, "flux-dev", DEV, seed=21).file_state(), str(out["flux1-dev"]))
     clip = Tiny("clip-l-full-vocabulary", CLIP, "clip-l", TINY_CLIP, seed=22, layout="transformers")
     save_file(clip.file_state(), str(out["clip_l"]))
@@ -56,6 +61,11 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         axes_dims_rope=(8, 4, 4), num_mode=7,
     )  # fmt: skip
     save_file({k: v.contiguous() for k, v in randomize(union, 24).state_dict().items()}, str(out["union"]))
+    union.controlnet_x_embedder = nn.Linear(17 * 4, 32)  # Alimama's: a mask channel beside the latent
+    union.controlnet_mode_embedder = None
+    save_file(
+        {k: v.contiguous() for k, v in randomize(union, 26).state_dict().items()}, str(out["inpainting"])
+    )
     # 19 double blocks (XLabs' files have 2): more weights than a 4.6 MiB card holds beside Flux
     deep = dataclasses.replace(DEV, depth=19, depth_single_blocks=0)
     xlabs = FluxControlNet(FluxControlConfig(deep, 64, pixels=True))
@@ -63,6 +73,8 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     t5_tokenizers(root / "t5_tokenizer")
     out["tokenizer"] = root / "t5_tokenizer"
     out["hint"] = landscape(root / "hint.png", 80, 64)
+    out["init"] = landscape(root / "init.png", 64, 64)
+    out["mask"] = mask_picture(root / "mask.png")
     return out
 
 
@@ -123,3 +135,17 @@ def test_a_type_for_a_net_without_types_is_refused_in_words(
     assert main(args) != 0
     assert "has no control types" in capsys.readouterr().err
     assert not (tmp_path / "x.png").exists()
+
+
+def test_alimamas_inpainting_net_repaints_the_mask_on_any_card(
+    files: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("LOADOUT_T5_TOKENIZER", str(files["tokenizer"]))
+    inpaint = ("--init", str(files["init"]), "--mask", str(files["mask"]), "--denoise", "1")
+    plain = _cli(files, tmp_path / "plain.png", *inpaint)
+    net = ("--controlnet", f"{files['inpainting']}:{files['init']}:0.9")
+    got = _cli(files, tmp_path / "inpainting.png", *inpaint, *net)
+    assert np.array_equal(got, _cli(files, tmp_path / "small.png", *inpaint, *net, "--vram-limit", "4.6MiB"))
+    assert np.abs(got - plain).max() > 2
+    p = parse_parameters(read_png_parameters(tmp_path / "inpainting.png"))
+    assert controlnets_in(p.extra) == (ControlNetParameters("inpainting", 0.9, 0.0, 1.0),)

@@ -1,8 +1,10 @@
 """A Z-Image picture with a Fun ControlNet file (the 2.1 form: 33 hint channels, refiner control
 blocks) through detection, the loaders, the manager and the command: the same picture bit for bit
 whether the weights sit in memory or are placed on a small simulated card, and not the picture
-without the ControlNet; the CLI takes the file and says it in the PNG. The composition itself is
-proven against diffusers in test_parity_zimage_control.py."""
+without the ControlNet; the CLI takes the file and says it in the PNG; with ``--init`` and
+``--mask`` the net takes the picture to inpaint and the mask (its 2.x inpainting inputs), again the
+same bits on the small card. The composition itself is proven against diffusers in
+test_parity_zimage_control.py."""
 
 from __future__ import annotations
 
@@ -22,6 +24,7 @@ from core.generate.workflow_request import ControlNetUse
 from tests.core.generate.reference_nextdit import z_image_reference
 from tests.core.generate.reference_zimage_control import control_reference
 from tests.core.generate.test_generate_zimage_cli import _files
+from tests.fixtures.controlnets import mask_picture
 
 pytestmark = [pytest.mark.usefixtures("one_thread"), pytest.mark.slow]
 
@@ -73,3 +76,28 @@ def test_the_command_line_takes_a_fun_controlnet(
     assert main(args) == 0, capsys.readouterr().err
     assert json.loads(capsys.readouterr().out)["images"] == [str(out)]
     assert "Z-Image-Turbo-Fun-Controlnet-Union-2.1" in read_png_parameters(out)
+
+
+def test_the_command_line_inpaints_with_a_fun_controlnet_on_any_card(
+    files: tuple[Path, ...], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    model, text, ae, control, hint = files
+    init = tmp_path / "init.png"
+    Image.fromarray(np.random.default_rng(4).integers(0, 256, (64, 64, 3), dtype=np.uint8)).save(init)
+    mask = mask_picture(tmp_path / "mask.png")
+
+    def run(name: str, *extra: str) -> np.ndarray:
+        args = [
+            "generate", "--diffusion-model", str(model), "--text-encoder", str(text), "--vae", str(ae),
+            "--prompt", "a red fox", "--steps", "2", "--cfg", "1", "--size", "64x64", "--seed", "7",
+            "--init", str(init), "--mask", str(mask), "--denoise", "1", "-o", str(tmp_path / name), "--quiet",
+            *extra,
+        ]  # fmt: skip
+        assert main(args) == 0, capsys.readouterr().err
+        with Image.open(tmp_path / name) as im:
+            return np.asarray(im.convert("RGB")).astype(np.int32)
+
+    net = ("--controlnet", f"{control}:{hint}:0.8")
+    memory = run("a.png", *net)
+    assert np.array_equal(memory, run("b.png", *net, "--vram-limit", "24MiB"))
+    assert np.abs(memory - run("c.png")).max() > 10

@@ -11,7 +11,14 @@ for the ControlNet ComfyUI's ``get_control`` with a VAE:
 
 The ControlNet is a diffusers ``FluxControlNetModel`` file read back through detection and the loader;
 one double and one single block, so ComfyUI's spreading over 19 + 38 blocks and diffusers' interval
-over the base's blocks give every base block its one output."""
+over the base's blocks give every base block its one output.
+
+Alimama's inpainting net (``controlnet_x_embedder`` over 17 channels per cell) has no diffusers class
+or pipeline: the reference is ``FluxControlNetPipeline`` with the net's embedder taking the kept
+part's 2x2 patch after the latent's (as Alimama's own pipeline concatenates and packs them), the
+picture handed over already blacked out, both as ComfyUI's ``ControlNetInpaintingAliMamaApply``
+computes them (the kept part is ``1 - mask``, the mask white where repainted; the mask in 8-pixel
+squares, so the latent's mask is the value at each square's centre however it is resized)."""
 
 from __future__ import annotations
 
@@ -22,6 +29,7 @@ import numpy as np
 import pytest
 import torch
 from safetensors.torch import save_file
+from torch import nn
 
 from core.generate.controlnet import AppliedControlNet, ControlNetPass, ControlStack
 from core.generate.pipeline import Compute, Hooks, Networks, Pipeline
@@ -135,3 +143,63 @@ def test_the_hint_is_encoded_once_per_size(pair: tuple[Any, Networks, Any, Any],
     pipeline.run(settings, Hooks(), passes=[ControlNetPass(ControlStack([applied]))])
     assert list(applied.latents) == [(SIZE // 8, SIZE // 8)]
     assert applied.latents[(8, 8)].shape == (1, 16, 8, 8)
+
+
+class _KeptPartBeside(nn.Module):
+    """Alimama's ``controlnet_x_embedder`` fed as its pipeline feeds it: the packed latent with the
+    packed kept part after it (17 channels, channel-major per 2x2 patch: ComfyUI's packing)."""
+
+    def __init__(self, embedder: nn.Linear, kept: torch.Tensor) -> None:
+        super().__init__()
+        self.embedder, self.kept = embedder, kept
+
+    def forward(self, cond: torch.Tensor) -> torch.Tensor:
+        return self.embedder(torch.cat((cond, self.kept.expand(cond.shape[0], -1, -1)), dim=-1))
+
+
+def test_alimama_inpainting_controlnet_run_equals_diffusers_set_up_as_comfyui(
+    pair: tuple[Any, Networks, Any, Any], tmp_path: Path
+) -> None:
+    pipe, nets, t5_tok, _ = pair
+    hf_cn = randomize(diffusers.FluxControlNetModel(num_layers=1, num_single_layers=1, **DIT), 36)
+    hf_cn.controlnet_x_embedder = randomize(nn.Linear(17 * 4, 32), 37)
+    with torch.no_grad():
+        for layer in (*hf_cn.controlnet_blocks, *hf_cn.controlnet_single_blocks):
+            layer.weight.mul_(0.3)
+    path = tmp_path / "FLUX.1-dev-Controlnet-Inpainting-Beta.safetensors"
+    save_file({k: v.contiguous() for k, v in hf_cn.state_dict().items()}, str(path))
+    loaded = load_controlnet(path)
+    assert loaded.module.mask_hint and loaded.control_types == ()
+
+    s = Sampling(seed=5, steps=3, sampler="euler", scheduler="simple")
+    settings = ImageSettings("a tiny red fox", width=SIZE, height=SIZE, sampling=s)
+    picture = torch.rand(1, 3, SIZE, SIZE, generator=torch.Generator().manual_seed(6))
+    mask = torch.zeros(1, 1, SIZE, SIZE)
+    mask[..., 8:40, 16:56] = 1.0  # white: repainted
+    pipeline = Pipeline(nets, Compute(), t5_tokenizer=t5_tok)
+    full = (pipeline.sampling.percent_to_sigma(0.0), pipeline.sampling.percent_to_sigma(1.0))
+    applied = AppliedControlNet(loaded.module, picture, 0.9, full, mask=mask)
+    ours = to_unit_image(pipeline.run(settings, Hooks(), passes=[ControlNetPass(ControlStack([applied]))])[0])
+    unmasked = AppliedControlNet(loaded.module, picture, 0.9, full)
+    whole = to_unit_image(
+        pipeline.run(settings, Hooks(), passes=[ControlNetPass(ControlStack([unmasked]))])[0]
+    )
+
+    kept = 1.0 - mask
+    hf_cn.controlnet_x_embedder = _KeptPartBeside(
+        hf_cn.controlnet_x_embedder, pack_latents(kept[..., 4::8, 4::8])
+    )
+    inpaint = diffusers.FluxControlNetPipeline(**{**pipe.components, "controlnet": hf_cn})
+    inpaint.set_progress_bar_config(disable=True)
+    sigmas = ksampler_sigmas(for_family("flux-dev"), s.scheduler, s.sampler, s.steps)
+    noise = torch.randn((1, 16, SIZE // 8, SIZE // 8), generator=torch.Generator("cpu").manual_seed(s.seed))
+    theirs = inpaint(
+        settings.prompt, control_image=picture * kept * 2 - 1, num_inference_steps=s.steps,
+        sigmas=sigmas[:-1].tolist(), guidance_scale=3.5, latents=pack_latents(noise), height=SIZE,
+        width=SIZE, max_sequence_length=FLUX_T5_MIN_LENGTH, output_type="np",
+        controlnet_conditioning_scale=0.9,
+    ).images  # fmt: skip
+    err = float(np.abs(ours - np.asarray(theirs)).max())
+    print(f"alimama inpainting controlnet: max |ours - diffusers| = {err:.1e}")
+    assert err < 1e-4
+    assert float(np.abs(ours - whole).max()) > 1e-3  # the mask changed the picture

@@ -6,7 +6,16 @@ form (16 hint channels): the 2.x files' extra channels differ by design (diffuse
 ComfyUI encodes a grey picture: docs/families.md). The hint is given at the picture's size, so
 neither side resizes it; ours goes through the ControlNet pass's own hint encoding
 (``EncodeHints``) and stack; the pipeline takes a tensor hint as it is, in [-1, 1]. Small networks
-(256 wide; the released width is tests/core/models/test_zimage_fun_control.py's)."""
+(256 wide; the released width is tests/core/models/test_zimage_fun_control.py's).
+
+The 2.1 form's inpainting inputs (a picture to inpaint and its mask beside the control picture)
+against ``ZImageControlNetInpaintPipeline``, which builds the 33 channels as ComfyUI's
+``ZImageFunControlnet`` does with ``inpaint_image`` and ``mask``: the control latent, the kept part
+(``1 - mask``, ``nearest`` to the latent) and the latent of the picture greyed where it is
+repainted (diffusers zeroes it in [-1, 1], ComfyUI sets it to 0.5 in [0, 1]: the same). The mask
+is drawn in 16-pixel squares at the picture's size, so ComfyUI's bilinear-and-round and diffusers'
+threshold agree; the pipeline starts from noise as ComfyUI's txt2img sampler, so ours runs no noise
+mask here (the command's inpainting adds one: test_generate_zimage_control.py)."""
 
 from __future__ import annotations
 
@@ -42,14 +51,23 @@ pytestmark = [pytest.mark.usefixtures("one_thread")]
 SEED, STEPS, SIZE = 42, 3, 128  # 16 x 16 latent cells: 64 picture tokens, no pads
 
 
-def _ours_picture(dit: Any, module: ZImageFunControl, vae: Any, embeds: torch.Tensor, hint: torch.Tensor,
-                  strength: float) -> np.ndarray:  # fmt: skip
+def _ours_picture(
+    dit: Any,
+    module: ZImageFunControl,
+    vae: Any,
+    embeds: torch.Tensor,
+    hint: torch.Tensor,
+    strength: float,
+    inpaint: tuple[torch.Tensor, torch.Tensor] | None = None,
+) -> np.ndarray:
     family = "z-image"
     spec = diffusion_spec(family)
     sampling = from_spec(spec.sampling, family)
     pipeline = Pipeline(Networks(family, dit, TextEncoders(), vae), Compute())
     full = (sampling.percent_to_sigma(0.0), sampling.percent_to_sigma(1.0))
     net = AppliedControlNet(module, hint, strength, full, downscale=8)
+    if inpaint is not None:  # the picture to inpaint and the mask, as the pass hands them over
+        net.inpaint, net.mask = inpaint
     settings = ImageSettings(prompt="", width=SIZE, height=SIZE, sampling=Sampling(seed=SEED, steps=STEPS))
     run = Run(pipeline, settings, Hooks(), Timings(), None)
     EncodeHints([net])(settings, (SIZE // 8, SIZE // 8), run)
@@ -98,3 +116,36 @@ def test_a_controlled_picture_matches_zimage_controlnet_pipeline(strength: float
     print(f"strength {strength}: max |ours - diffusers| = {diff.max()}/255 (mean {diff.mean():.3f}); {moved}")
     assert ours.shape == theirs.shape == (SIZE, SIZE, 3)
     assert diff.max() <= 3 and ours.std() > 5 and moved > 10
+
+
+def test_the_inpainting_inputs_match_zimage_controlnet_inpaint_pipeline() -> None:
+    hf = z_image_reference(dim=256, heads=2, layers=2, refiners=2, cap=64, seed=31)
+    cn = control_reference(hf, layers=2, in_dim=33, refiner="control_noise_refiner", refiners=2, seed=36)
+    hf_vae, vae = vae_pair(16, FLUX_LATENT, seed=32)
+    dit, module = ours_from(hf), _ours(cn)
+    assert module.inpaint_inputs
+    gen = torch.Generator().manual_seed(7)
+    embeds = torch.randn(32, 64, generator=gen)
+    hint, picture = torch.rand(1, 3, SIZE, SIZE, generator=gen), torch.rand(1, 3, SIZE, SIZE, generator=gen)
+    mask = torch.zeros(1, 1, SIZE, SIZE)
+    mask[..., 32:96, 16:80] = 1.0  # white: repainted
+    ours = _ours_picture(dit, module, vae, embeds, hint, 0.8, (picture, mask))
+    nothing = _ours_picture(dit, module, vae, embeds, hint, 0.8)  # no picture to inpaint: grey, zero mask
+
+    scheduler = diffusers.FlowMatchEulerDiscreteScheduler(shift=1.0, use_dynamic_shifting=False)
+    pipe = diffusers.ZImageControlNetInpaintPipeline(
+        vae=hf_vae, text_encoder=None, tokenizer=None, transformer=hf, controlnet=cn, scheduler=scheduler
+    )
+    noise = torch.randn(1, 16, SIZE // 8, SIZE // 8, generator=torch.Generator("cpu").manual_seed(SEED))
+    with comfy_wired(hf, cn, (SIZE // 16) ** 2, 0.8), torch.no_grad():
+        out = pipe(
+            prompt_embeds=[embeds], image=picture * 2 - 1, mask_image=mask, control_image=hint * 2 - 1,
+            controlnet_conditioning_scale=0.8, sigmas=_sigmas("z-image"), num_inference_steps=STEPS,
+            height=SIZE, width=SIZE, guidance_scale=0.0, latents=noise, output_type="np",
+        ).images  # fmt: skip
+    theirs = np.round(out[0] * 255).astype(np.int32)
+    diff = np.abs(ours.astype(np.int32) - theirs)
+    moved = np.abs(ours.astype(np.int32) - nothing.astype(np.int32)).max()
+    print(f"inpainting inputs: max |ours - diffusers| = {diff.max()}/255 (mean {diff.mean():.3f}); {moved}")
+    assert ours.shape == theirs.shape == (SIZE, SIZE, 3)
+    assert diff.max() <= 2 and ours.std() > 5 and moved > diff.max() + 2  # the inputs reached the net
