@@ -36,9 +36,9 @@ from core.archs.control import (
     ControlInput,
     ControlModule,
     ControlOutput,
-    MakesMaskedHint,
     InpaintHint,
     MakesLatentHint,
+    MakesMaskedHint,
     MaskedHint,
     ShapesLatentHint,
 )
