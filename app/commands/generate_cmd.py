@@ -35,6 +35,7 @@ from app.commands.args import (
     int_type,
     number_type,
     parse_bytes,
+    parse_control_picture,
     parse_controlnet,
     parse_lora,
     parse_patch_argument,
@@ -196,6 +197,7 @@ def _request(args: argparse.Namespace) -> GenerateRequest:
         init_image=Path(args.init) if args.init else None,
         hires=hires_from_arguments(args),
         controlnets=tuple(parse_controlnet(t) for t in args.controlnet),
+        control_picture=parse_control_picture(args.control_picture) if args.control_picture else None,
         preprocessor_models=tuple(Path(p) for p in args.preprocessor_model),
         mask_image=Path(args.mask) if args.mask else None,
         outpaint=parse_sides(args.outpaint, args.feather) if args.outpaint else None,
@@ -336,6 +338,7 @@ def run(args: argparse.Namespace) -> int:
         inputs = (
             *request.models.paths, *(a.path for a in request.loras), request.image.init_image,
             *request.image.references, request.image.image_encoder,
+            request.image.control_picture.picture if request.image.control_picture else None,
             *(p for u in (*request.image.ip_adapters, *request.image.redux) for p in (u.path, u.picture)),
         )  # fmt: skip
         with stop_signals(interrupt), guarded_inputs(inputs, interrupt):  # checked between layers and steps

@@ -26,6 +26,11 @@ def add_workflow_arguments(p: argparse.ArgumentParser) -> None:
         "picks a union ControlNet's control type (e.g. type=depth)",
     )  # fmt: skip
     p.add_argument(
+        "--control-picture", metavar="PICTURE[:PREPROCESSOR]",
+        help="the control picture of FLUX.1 Canny/Depth [dev] or of a FLUX.1 control LoRA (ComfyUI's "
+        "InstructPixToPixConditioning); with a preprocessor (canny, depth ...) it is made from that picture",
+    )  # fmt: skip
+    p.add_argument(
         "--preprocessor-model", action="append", default=[], metavar="FILE",
         help="the model file a preprocessor uses (depth: a Depth Anything V2 .safetensors; repeatable, "
         "one per kind); without it the first of its kind in the library is used",

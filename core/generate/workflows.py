@@ -22,9 +22,10 @@ from typing import Protocol
 
 import torch
 
-from core.detect.catalog import REFINER_FAMILY, refiner_follows
+from core.detect.catalog import REFINER_FAMILY, family_title, refiner_follows
 from core.errors import ModelMismatchError
 from core.generate import controlnet as cn
+from core.generate.control_picture import control_picture_pass, has_control_lora
 from core.generate.events import Phase
 from core.generate.hashes import FileHashes
 from core.generate.image_prompt_passes import image_prompt_passes
@@ -33,7 +34,13 @@ from core.generate.lora_schedule import LoraSchedulePass
 from core.generate.outpaint_settings import outpaint_parameters
 from core.generate.passes import Pass
 from core.generate.pipeline import Hooks, Pipeline
-from core.generate.references import ReferencePass, activation_room, convention_for, read_references
+from core.generate.references import (
+    ReferencePass,
+    activation_room,
+    convention_for,
+    file_sha256,
+    read_references,
+)
 from core.generate.refiner import (
     LoadedRefiner,
     RefinerPass,
@@ -155,7 +162,9 @@ def _preprocessor_run(
 ) -> ModelRun | None:
     """The runner of the model preprocessors these ControlNets use (None when none does); the
     models no longer used are let go."""
-    records = [find_preprocessor(u.preprocessor) for u in settings.controlnets if u.preprocessor]
+    uses = (*settings.controlnets, settings.control_picture)
+    names = [u.preprocessor for u in uses if u is not None and u.preprocessor]
+    records = [find_preprocessor(name) for name in names]
     records = [r for r in records if r.model_family is not None]
     index = session.library.index
     library = [(e.path, e.kind, e.family) for e in index.entries()] if index is not None and records else []
@@ -190,6 +199,12 @@ def prepare(
         session, state.image_prompts, state.encoder_search, settings, parts.family, parts.names,
         pipeline.sampling, hooks.check, named,
     )  # fmt: skip
+    picture = control_picture_pass(
+        settings, pipeline, has_control_lora(session.loras.stack), f"a {family_title(parts.family)} model",
+        _preprocessor_run(session, state, settings, hooks.check), lambda p: file_sha256(p)[:12],
+    )  # fmt: skip
+    if picture is not None:
+        passes.append(picture)
     control = _controlnets(session, state, settings, parts, pipeline, hooks.check, named)
     refiner = _refiner(session, state, settings, parts, pipeline, hooks)
     if control is not None:
