@@ -35,8 +35,6 @@ from app.commands.args import (
     int_type,
     number_type,
     parse_bytes,
-    parse_control_picture,
-    parse_controlnet,
     parse_lora,
     parse_patch_argument,
     parse_region_argument,
@@ -47,7 +45,7 @@ from app.commands.hires_args import hires_from_arguments
 from app.commands.image_prompt_args import image_prompt_settings
 from app.commands.stopping import guarded_inputs, report_stop, stop_signals
 from app.commands.words import cli_words
-from app.commands.workflow_args import add_workflow_arguments
+from app.commands.workflow_args import add_workflow_arguments, control_settings
 from app.demo import with_demo_note
 from app.terminal import for_terminal
 from core.detect.prediction import PREDICTIONS
@@ -196,9 +194,7 @@ def _request(args: argparse.Namespace) -> GenerateRequest:
         batch=args.batch,
         init_image=Path(args.init) if args.init else None,
         hires=hires_from_arguments(args),
-        controlnets=tuple(parse_controlnet(t) for t in args.controlnet),
-        control_picture=parse_control_picture(args.control_picture) if args.control_picture else None,
-        preprocessor_models=tuple(Path(p) for p in args.preprocessor_model),
+        **control_settings(args),
         mask_image=Path(args.mask) if args.mask else None,
         outpaint=parse_sides(args.outpaint, args.feather) if args.outpaint else None,
         refiner=RefinerUse(Path(args.refiner), args.refiner_switch) if args.refiner else None,

@@ -5,8 +5,10 @@ refiner."""
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
+from typing import Any
 
-from app.commands.args import int_type, number_type
+from app.commands.args import int_type, number_type, parse_control_picture, parse_controlnet
 from app.commands.hires_args import add_hires_arguments
 from app.commands.image_prompt_args import add_image_prompt_arguments
 from core.generate.outpaint_settings import DEFAULT_FEATHERING, FEATHERING
@@ -73,3 +75,13 @@ def add_workflow_arguments(p: argparse.ArgumentParser) -> None:
         "--refiner-switch", type=number_type(REFINER_SWITCH), default=0.8,
         help="fraction of the steps before the refiner",
     )  # fmt: skip
+
+
+def control_settings(args: argparse.Namespace) -> dict[str, Any]:
+    """``ImageSettings``' control fields from ``--controlnet``, ``--control-picture`` and
+    ``--preprocessor-model``."""
+    return {
+        "controlnets": tuple(parse_controlnet(t) for t in args.controlnet),
+        "control_picture": parse_control_picture(args.control_picture) if args.control_picture else None,
+        "preprocessor_models": tuple(Path(p) for p in args.preprocessor_model),
+    }

@@ -20,6 +20,8 @@ from typing import Final, Protocol
 
 from core.detect.lora_keys import KeyPart
 
+#: the family a control LoRA is made for (and the only one it goes on)
+BASE: Final = "flux-dev"
 #: img_in's inputs on FLUX.1 [dev] and on its Canny/Depth models (16 latent channels x 2x2, doubled)
 PLAIN_INPUTS: Final = 64
 CONTROL_INPUTS: Final = 128

@@ -19,7 +19,6 @@ The PNG names it: ``Control picture: "edges.png [0123456789ab]"`` (and ``, Prepr
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -28,12 +27,14 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from core.detect.catalog import family_title
 from core.detect.lora_flux_control import control_inputs
 from core.errors import LoadoutError, ModelMismatchError
 from core.generate.controlnet import center_resize
 from core.generate.inpaint import crop8, encode_unit_pixels
 from core.generate.passes import Contribution, Latent, Plan, Run, StartLatent
 from core.generate.pictures import read_picture
+from core.generate.references import file_sha256
 from core.generate.request import ImageSettings
 from core.patching.lora_stack import LoraStack
 from core.preprocess import preprocess
@@ -129,24 +130,28 @@ def has_control_lora(stack: LoraStack | None) -> bool:
 
 
 def control_picture_pass(
-    settings: ImageSettings, pipeline: Pipeline, control_lora: bool, model: str,
-    run_model: ModelRun | None, digest: Callable[[Path], str],
-) -> ControlPicturePass | None:  # fmt: skip
+    settings: ImageSettings,
+    pipeline: Pipeline,
+    stack: LoraStack | None,
+    family: str,
+    run_model: ModelRun | None,
+) -> ControlPicturePass | None:
     """The pass of this generation's control picture (None when the model takes none and none is
-    given): checked against the model (``control_lora``: a FLUX.1 control LoRA is on its stack;
-    ``model``: its name in words), read, preprocessed (``run_model`` runs a model preprocessor),
-    named in the PNG by ``digest`` (the file's short hash)."""
+    given): checked against the model (a ``family`` model with its LoRA ``stack``), read,
+    preprocessed (``run_model`` runs a model preprocessor), named in the PNG with its short hash."""
     use = settings.control_picture
     adapter = pipeline.adapter
-    takes = takes_control_picture(adapter.in_channels, pipeline.latent_format.channels, control_lora)
-    check_takes(takes, use is not None, model)
+    takes = takes_control_picture(
+        adapter.in_channels, pipeline.latent_format.channels, has_control_lora(stack)
+    )
+    check_takes(takes, use is not None, f"a {family_title(family)} model")
     if use is None:
         return None
     rgb = read_picture(use.picture, "control picture")
     if use.preprocessor is not None:
         rgb = preprocess(use.preprocessor, rgb, model=run_model)
     made = ControlPicturePass(rgb)
-    named = f"{Path(use.picture).name} [{digest(Path(use.picture))}]"
+    named = f"{Path(use.picture).name} [{file_sha256(Path(use.picture))[:12]}]"
     made.contribution.parameters = control_parameters(named, use.preprocessor)
     return made
 

@@ -22,10 +22,10 @@ from typing import Protocol
 
 import torch
 
-from core.detect.catalog import REFINER_FAMILY, family_title, refiner_follows
+from core.detect.catalog import REFINER_FAMILY, refiner_follows
 from core.errors import ModelMismatchError
 from core.generate import controlnet as cn
-from core.generate.control_picture import control_picture_pass, has_control_lora
+from core.generate.control_picture import control_picture_pass
 from core.generate.events import Phase
 from core.generate.hashes import FileHashes
 from core.generate.image_prompt_passes import image_prompt_passes
@@ -34,13 +34,7 @@ from core.generate.lora_schedule import LoraSchedulePass
 from core.generate.outpaint_settings import outpaint_parameters
 from core.generate.passes import Pass
 from core.generate.pipeline import Hooks, Pipeline
-from core.generate.references import (
-    ReferencePass,
-    activation_room,
-    convention_for,
-    file_sha256,
-    read_references,
-)
+from core.generate.references import ReferencePass, activation_room, convention_for, read_references
 from core.generate.refiner import (
     LoadedRefiner,
     RefinerPass,
@@ -199,12 +193,9 @@ def prepare(
         session, state.image_prompts, state.encoder_search, settings, parts.family, parts.names,
         pipeline.sampling, hooks.check, named,
     )  # fmt: skip
-    picture = control_picture_pass(
-        settings, pipeline, has_control_lora(session.loras.stack), f"a {family_title(parts.family)} model",
-        _preprocessor_run(session, state, settings, hooks.check), lambda p: file_sha256(p)[:12],
-    )  # fmt: skip
-    if picture is not None:
-        passes.append(picture)
+    run_model = _preprocessor_run(session, state, settings, hooks.check) if settings.control_picture else None
+    picture = control_picture_pass(settings, pipeline, session.loras.stack, parts.family, run_model)
+    passes += [picture] if picture is not None else []
     control = _controlnets(session, state, settings, parts, pipeline, hooks.check, named)
     refiner = _refiner(session, state, settings, parts, pipeline, hooks)
     if control is not None:

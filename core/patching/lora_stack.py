@@ -21,6 +21,7 @@ from core.archs.catalog import blocks_for
 from core.detect.catalog import REGISTRY, lora_fits
 from core.detect.keyview import KeyView
 from core.detect.lora import LoraAnalysis, LoraModule, analyze_lora
+from core.detect.lora_flux_control import BASE as CONTROL_BASE
 from core.detect.lora_flux_control import PLAIN_INPUTS, control_inputs
 from core.errors import FileFormatError, LoadoutError, ModelMismatchError
 from core.files.model_file import read_tensor_index
@@ -232,7 +233,7 @@ class LoraStack:
         if wide is None:
             return
         shape = self._input_shape()
-        if self.model_family != "flux-dev" or shape is None:
+        if self.model_family != CONTROL_BASE or shape is None:
             raise ModelMismatchError(
                 f"{path.name} is a FLUX.1 control LoRA; the loaded model is {_title(self.model_family)}",
                 why="a control LoRA widens FLUX.1 [dev]'s input layer to take a control picture",
