@@ -31,6 +31,7 @@ from core.models.flux import (
     unpack_latents,
 )
 from core.models.patches import NetworkPatches
+from core.models.state import get_tensor
 
 #: ComfyUI's guidance when no FluxGuidance node sets one.
 FLUX_DEFAULT_GUIDANCE: Final = 3.5
@@ -135,7 +136,7 @@ class FluxNet:
                 code="missing_conditioning",
             )
         tokens = pack_latents(x)
-        _check_inputs(tokens.shape[-1], int(model.img_in.weight.shape[1]))
+        _check_inputs(tokens.shape[-1], int(get_tensor(model, "img_in.weight").shape[1]))
         count = tokens.shape[1]
         if cond.references:  # FLUX.1 Kontext: the reference pictures' tokens after the picture's
             extra, extra_ids = reference_tokens(cond.references, b, x.dtype)

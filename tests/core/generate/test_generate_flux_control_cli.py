@@ -26,10 +26,12 @@ from core.generate.request import ImageSettings, Sampling
 from core.loading.architectures import CLIP, FLUX
 from core.loading.loader import inspect_for_loading, load_diffusion_model, load_text_encoder, load_vae
 from core.models.vae import FLUX_LATENT
+from core.patching.lora_stack import LoraStack
 from core.preprocess import preprocess
 from core.text.conditioning import TextEncoders
 from core.text.t5_tokenizer import T5Tokenizer
 from tests.core.generate.reference import t5_tokenizers, vae_pair
+from tests.core.patching.test_lora_flux_control import control_lora
 from tests.fixtures.drawn import landscape
 from tests.fixtures.tiny_models import FLUX_DEV, TINY_T5, Tiny
 
@@ -74,9 +76,16 @@ def _cli(f: dict[str, Path], model: str, out: Path, *extra: str) -> int:
     return main(args)
 
 
-def _by_hand(f: dict[str, Path], rgb: np.ndarray) -> np.ndarray:
+def _by_hand(
+    f: dict[str, Path], rgb: np.ndarray, model: str = "control", lora: Path | None = None
+) -> np.ndarray:
+    loaded = load_diffusion_model(f[model])
+    if lora is not None:
+        stack = LoraStack([loaded])
+        stack.add(lora, 0.8)
+        stack.apply()
     nets = Networks(
-        "flux-dev", load_diffusion_model(f["control"]).module,
+        "flux-dev", loaded.module,
         TextEncoders(clip_l=load_text_encoder(f["clip"]).module, t5=load_text_encoder(f["t5"]).module),
         load_vae(f["vae"]).module,
     )  # fmt: skip
@@ -117,3 +126,22 @@ def test_a_control_picture_where_none_is_taken_and_none_where_one_is_are_refused
     assert _cli(files, "control", tmp_path / "b.png") == 2
     assert "needs a control picture" in capsys.readouterr().err
     assert not (tmp_path / "a.png").exists() and not (tmp_path / "b.png").exists()
+
+
+def test_loadout_generate_with_a_control_lora_on_flux_dev_follows_the_control_picture(
+    files: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The LoRA through the session (placed by the manager, its widened img_in made on the way)
+    at strength 0.8, equal to the stack applied by hand; the model is left 64 wide."""
+    monkeypatch.setenv("LOADOUT_T5_TOKENIZER", str(files["tokenizer"]))
+    lora = tmp_path / "flux1-depth-dev-lora.safetensors"
+    control_lora(lora, hidden=DEV.hidden_size)
+    out = tmp_path / "house-lora.png"
+    edges = tmp_path / "edges.png"
+    Image.fromarray(preprocess("canny", np.asarray(Image.open(files["photo"]).convert("RGB")))).save(edges)
+    assert _cli(files, "dev", out, "--lora", f"{lora}:0.8", "--control-picture", str(edges)) == 0
+    got = np.asarray(Image.open(out).convert("RGB")).astype(np.int32)
+    p = parse_parameters(read_png_parameters(out))
+    assert control_picture_in(p.extra) == ControlPictureParameters("edges.png", None)
+    want = _by_hand(files, np.asarray(Image.open(edges).convert("RGB")), "dev", lora).astype(np.int32)
+    assert got.std() > 5 and np.abs(got - want).max() <= 1

@@ -53,7 +53,7 @@ def _model(folder: Path, inputs: int = 64, *, guidance: bool = True) -> LoadedCo
     return load_diffusion_model(write_safetensors(path, flux.state_dict()))
 
 
-def _control_lora(path: Path, seed: int = 5) -> dict[str, torch.Tensor]:
+def control_lora(path: Path, seed: int = 5, hidden: int = HIDDEN) -> dict[str, torch.Tensor]:
     """BFL's layout: lora_A/lora_B (+ lora_B.bias) on img_in (128 inputs) and one qkv, norm scales."""
     gen = torch.Generator().manual_seed(seed)
 
@@ -61,12 +61,12 @@ def _control_lora(path: Path, seed: int = 5) -> dict[str, torch.Tensor]:
         return torch.randn(*shape, generator=gen) * 0.1
 
     sd = {
-        "img_in.lora_A.weight": rand(RANK, 128), "img_in.lora_B.weight": rand(HIDDEN, RANK),
-        "img_in.lora_B.bias": rand(HIDDEN),
-        "double_blocks.0.img_attn.qkv.lora_A.weight": rand(RANK, HIDDEN),
-        "double_blocks.0.img_attn.qkv.lora_B.weight": rand(3 * HIDDEN, RANK),
-        "double_blocks.0.img_attn.qkv.lora_B.bias": rand(3 * HIDDEN),
-        **{f"{n}.scale": 1.0 + rand(128) for n in NORMS},
+        "img_in.lora_A.weight": rand(RANK, 128), "img_in.lora_B.weight": rand(hidden, RANK),
+        "img_in.lora_B.bias": rand(hidden),
+        "double_blocks.0.img_attn.qkv.lora_A.weight": rand(RANK, hidden),
+        "double_blocks.0.img_attn.qkv.lora_B.weight": rand(3 * hidden, RANK),
+        "double_blocks.0.img_attn.qkv.lora_B.bias": rand(3 * hidden),
+        **{f"{n}.scale": 1.0 + rand(hidden // 2) for n in NORMS},
     }  # fmt: skip
     write_safetensors(path, sd)
     return sd
@@ -74,7 +74,7 @@ def _control_lora(path: Path, seed: int = 5) -> dict[str, torch.Tensor]:
 
 def test_control_lora_is_detected_with_its_parts(tmp_path: Path) -> None:
     path = tmp_path / "flux1-depth-dev-lora.safetensors"
-    _control_lora(path)
+    control_lora(path)
     analysis = analyze_lora(KeyView(read_header(path).tensors))
     assert analysis is not None
     assert control_inputs(analysis.modules) == 128
@@ -90,7 +90,7 @@ def test_control_lora_widens_img_in_at_its_strength_and_restores_it(tmp_path: Pa
     original = flux.img_in.weight.data
     bias, qkv_bias = flux.img_in.bias.data.clone(), flux.double_blocks[0].img_attn.qkv.bias.data.clone()
     norm = flux.double_blocks[0].img_attn.norm.key_norm.scale.data.clone()
-    sd = _control_lora(tmp_path / "control.safetensors")
+    sd = control_lora(tmp_path / "control.safetensors")
     stack = LoraStack([loaded])
     strength = 0.5
     entry = stack.add(tmp_path / "control.safetensors", strength)
@@ -136,7 +136,7 @@ def test_control_model_without_its_picture_is_refused_in_words(tmp_path: Path) -
 
 def test_control_lora_is_refused_where_it_does_not_fit(tmp_path: Path) -> None:
     lora = tmp_path / "flux1-canny-dev-lora.safetensors"
-    _control_lora(lora)
+    control_lora(lora)
     with pytest.raises(ModelMismatchError, match="already takes a control picture"):
         LoraStack([_model(tmp_path, 128)]).add(lora)
     with pytest.raises(ModelMismatchError, match=r"control LoRA; the loaded model is FLUX.1 \[schnell\]"):
