@@ -145,3 +145,51 @@ def test_control_lora_is_refused_where_it_does_not_fit(tmp_path: Path) -> None:
     stack.add(lora)
     with pytest.raises(ModelMismatchError, match="is one already"):
         stack.add(lora)
+
+
+def test_a_control_lora_in_diffusers_layout_patches_as_the_bfl_one(tmp_path: Path) -> None:
+    """diffusers' names (``x_embedder``, ``to_q``/``to_k``/``to_v`` rows of the fused qkv with their
+    bias rows, ``attn.norm_q.weight`` ...) give the weights BFL's names give."""
+    sd = control_lora(tmp_path / "bfl.safetensors")
+    names = {"query_norm": "norm_q", "key_norm": "norm_k"}
+    hf = {
+        "transformer.x_embedder.lora_A.weight": sd["img_in.lora_A.weight"],
+        "transformer.x_embedder.lora_B.weight": sd["img_in.lora_B.weight"],
+        "transformer.x_embedder.lora_B.bias": sd["img_in.lora_B.bias"],
+        **{
+            f"transformer.transformer_blocks.0.attn.{names[n]}.weight": sd[
+                f"double_blocks.0.img_attn.norm.{n}.scale"
+            ]
+            for n in names
+        },
+        **{
+            f"transformer.transformer_blocks.0.attn.{a}.weight": sd[
+                f"double_blocks.0.txt_attn.norm.{n}.scale"
+            ]
+            for n, a in (("query_norm", "norm_added_q"), ("key_norm", "norm_added_k"))
+        },
+        **{
+            f"transformer.single_transformer_blocks.0.attn.{names[n]}.weight": sd[
+                f"single_blocks.0.norm.{n}.scale"
+            ]
+            for n in names
+        },
+    }
+    qkv = "double_blocks.0.img_attn.qkv"
+    for i, name in enumerate(("to_q", "to_k", "to_v")):
+        rows = slice(i * HIDDEN, (i + 1) * HIDDEN)
+        hf[f"transformer.transformer_blocks.0.attn.{name}.lora_A.weight"] = sd[f"{qkv}.lora_A.weight"]
+        hf[f"transformer.transformer_blocks.0.attn.{name}.lora_B.weight"] = sd[f"{qkv}.lora_B.weight"][rows]
+        hf[f"transformer.transformer_blocks.0.attn.{name}.lora_B.bias"] = sd[f"{qkv}.lora_B.bias"][rows]
+    write_safetensors(tmp_path / "hf.safetensors", hf)
+    weights = []
+    for name in ("bfl", "hf"):
+        loaded = _model(tmp_path)
+        stack = LoraStack([loaded])
+        entry = stack.add(tmp_path / f"{name}.safetensors", 0.7)
+        assert not entry.report.unmatched and not entry.report.shape_mismatches and not entry.skipped
+        stack.apply()
+        weights.append(loaded.module.state_dict())
+    assert weights[0].keys() == weights[1].keys()
+    for key, value in weights[0].items():
+        torch.testing.assert_close(weights[1][key], value, rtol=0, atol=1e-6, msg=key)
