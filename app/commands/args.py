@@ -15,7 +15,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from core.errors import LoadoutError
-from core.generate.workflow_request import ControlNetUse
+from core.generate.workflow_request import ControlNetUse, ControlPictureUse
 from core.guidance import GuidancePatch, parse_patch
 from core.patching.block_weights import BlockWeights
 from core.patching.merge import LoraArg
@@ -183,6 +183,15 @@ def parse_controlnet(text: str) -> ControlNetUse:
     strength = nums[0] if nums else 1.0
     start, end = (nums[1], nums[2]) if len(nums) == 3 else (0.0, 1.0)
     return ControlNetUse(Path(parts[0]), Path(parts[1]), strength, start, end, preprocessor, control_type)
+
+
+def parse_control_picture(text: str) -> ControlPictureUse:
+    """``PICTURE[:PREPROCESSOR]`` (``--control-picture``): a preprocessor name as the last part
+    makes the picture from PICTURE; a Windows drive letter stays part of the path."""
+    parts = _split_paths(text)
+    if len(parts) >= 2 and preprocessor_named(parts[-1]) is not None:
+        return ControlPictureUse(Path(":".join(parts[:-1])), preprocessor_named(parts[-1]))
+    return ControlPictureUse(Path(text))
 
 
 def parse_patch_argument(text: str) -> GuidancePatch:

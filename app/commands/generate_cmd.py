@@ -36,7 +36,6 @@ from app.commands.args import (
     int_type,
     number_type,
     parse_bytes,
-    parse_controlnet,
     parse_lora,
     parse_patch_argument,
     parse_region_argument,
@@ -48,7 +47,7 @@ from app.commands.image_prompt_args import image_prompt_settings
 from app.commands.reference_args import reference_settings
 from app.commands.stopping import guarded_inputs, report_stop, stop_signals
 from app.commands.words import cli_words
-from app.commands.workflow_args import add_workflow_arguments
+from app.commands.workflow_args import add_workflow_arguments, control_settings
 from app.demo import with_demo_note
 from app.terminal import for_terminal
 from core.detect.prediction import PREDICTIONS
@@ -197,8 +196,7 @@ def _request(args: argparse.Namespace) -> GenerateRequest:
         batch=args.batch,
         init_image=Path(args.init) if args.init else None,
         hires=hires_from_arguments(args),
-        controlnets=tuple(parse_controlnet(t) for t in args.controlnet),
-        preprocessor_models=tuple(Path(p) for p in args.preprocessor_model),
+        **control_settings(args),
         mask_image=Path(args.mask) if args.mask else None,
         outpaint=parse_sides(args.outpaint, args.feather) if args.outpaint else None,
         refiner=RefinerUse(Path(args.refiner), args.refiner_switch) if args.refiner else None,
@@ -338,6 +336,7 @@ def run(args: argparse.Namespace) -> int:
         inputs = (
             *request.models.paths, *(a.path for a in request.loras), request.image.init_image,
             *request.image.references, request.image.image_encoder,
+            request.image.control_picture.picture if request.image.control_picture else None,
             *(p for u in (*request.image.ip_adapters, *request.image.redux) for p in (u.path, u.picture)),
         )  # fmt: skip
         with stop_signals(interrupt), guarded_inputs(inputs, interrupt):  # checked between layers and steps

@@ -5,8 +5,10 @@ refiner."""
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
+from typing import Any
 
-from app.commands.args import int_type, number_type
+from app.commands.args import int_type, number_type, parse_control_picture, parse_controlnet
 from app.commands.hires_args import add_hires_arguments
 from app.commands.image_prompt_args import add_image_prompt_arguments
 from app.commands.reference_args import add_reference_arguments
@@ -25,6 +27,11 @@ def add_workflow_arguments(p: argparse.ArgumentParser) -> None:
         help="a ControlNet and its hint picture (repeatable; ComfyUI's ControlNetApplyAdvanced); with a "
         "preprocessor (canny, lineart, softedge, depth, normal, openpose) the hint is made from that "
         "picture; type=NAME picks a union ControlNet's control type (e.g. type=depth)",
+    )  # fmt: skip
+    p.add_argument(
+        "--control-picture", metavar="PICTURE[:PREPROCESSOR]",
+        help="the control picture of FLUX.1 Canny/Depth [dev] or of a FLUX.1 control LoRA (ComfyUI's "
+        "InstructPixToPixConditioning); with a preprocessor (canny, depth ...) it is made from that picture",
     )  # fmt: skip
     p.add_argument(
         "--preprocessor-model", action="append", default=[], metavar="FILE",
@@ -67,3 +74,13 @@ def add_workflow_arguments(p: argparse.ArgumentParser) -> None:
         "--refiner-switch", type=number_type(REFINER_SWITCH), default=0.8,
         help="fraction of the steps before the refiner",
     )  # fmt: skip
+
+
+def control_settings(args: argparse.Namespace) -> dict[str, Any]:
+    """``ImageSettings``' control fields from ``--controlnet``, ``--control-picture`` and
+    ``--preprocessor-model``."""
+    return {
+        "controlnets": tuple(parse_controlnet(t) for t in args.controlnet),
+        "control_picture": parse_control_picture(args.control_picture) if args.control_picture else None,
+        "preprocessor_models": tuple(Path(p) for p in args.preprocessor_model),
+    }

@@ -83,7 +83,12 @@ FLUX_PROBES = (
     "transformer_blocks.0.ff.net.0.proj.weight",
 )
 #: img_in input features (16 latent channels x 2x2 patch, plus any concatenated conditioning)
-FLUX_INPUTS = {64: None, 384: "fill", 128: "depth"}
+#: 128: FLUX.1 Canny/Depth [dev] (variant "control": canny or depth, the weights do not say which)
+CONTROL_NOTE = (
+    "FLUX.1 Canny/Depth [dev]: it reads a control picture beside the latent (an edge map or a depth "
+    "map: the weights do not say which it was trained on; the file name may)"
+)
+FLUX_INPUTS = {64: None, 384: "fill", 128: "control"}
 
 
 def _flux_original(view: KeyView) -> tuple[dict[str, Any], bool] | None:
@@ -145,7 +150,7 @@ def _flux_diffusers(view: KeyView) -> tuple[dict[str, Any], bool] | None:
 
 
 def classify_flux(view: KeyView) -> list[Match]:
-    """Flux dev / schnell / fill (and depth, canny: variant "depth"), and Chroma."""
+    """Flux dev / schnell / fill (and Canny/Depth [dev]: variant "control"), and Chroma."""
     if is_controlnet(view):
         return []
     layout, out_key = "original", "final_layer.linear.weight"
@@ -168,8 +173,10 @@ def classify_flux(view: KeyView) -> list[Match]:
         if fields["img_in_features"] not in FLUX_INPUTS:
             warnings.append(f"unusual Flux input width {fields['img_in_features']}")
         family = "flux-fill" if kind == "fill" else "flux-dev" if fields["guidance_embed"] else "flux-schnell"
-        variant = "depth" if kind == "depth" else None
-        if family == "flux-dev" and kind != "depth":
+        variant = "control" if kind == "control" else None
+        if variant == "control":
+            warnings.append(CONTROL_NOTE)
+        if family == "flux-dev" and kind != "control":
             fields["ambiguous_with"] = ["flux-kontext"]  # the same shapes: a name or metadata decides
     return [
         finish(

@@ -20,7 +20,9 @@ from dataclasses import dataclass, replace
 from core.detect.keyview import KeyView
 from core.detect.lora_alpha import trained_scales
 from core.detect.lora_base import FLUX_LINE, BaseGuess, encoder_id, encoder_widths, guess_base
-from core.detect.lora_keys import naming_scheme, split_key
+from core.detect.lora_flux_control import NOTE as CONTROL_NOTE
+from core.detect.lora_flux_control import control_inputs, control_overrides
+from core.detect.lora_keys import KeyPart, naming_scheme, split_key
 from core.detect.lora_modules import LoraModule, describe
 from core.detect.metadata import family_hints
 from core.detect.types import LoraSummary
@@ -61,13 +63,16 @@ class LoraAnalysis:
     warnings: tuple[str, ...]
 
 
-def _group(view: KeyView) -> tuple[dict[str, dict[str, str]], dict[str, set[str]], list[str]]:
-    """module name -> {part: key}, module name -> factor spellings, keys that are no adapter part."""
+def _group(
+    view: KeyView, overrides: Mapping[str, KeyPart]
+) -> tuple[dict[str, dict[str, str]], dict[str, set[str]], list[str]]:
+    """module name -> {part: key}, module name -> factor spellings, keys that are no adapter part
+    (``overrides``: keys a family's rule reads otherwise: a FLUX.1 control LoRA's)."""
     groups: dict[str, dict[str, str]] = {}
     spellings: dict[str, set[str]] = {}
     stray: list[str] = []
     for key in view:
-        kp = split_key(key)
+        kp = overrides.get(key) or split_key(key)
         if kp is None:
             stray.append(key)
             continue
@@ -215,12 +220,16 @@ def analyze_lora(view: KeyView, metadata: Mapping[str, str] | None = None) -> Lo
     joined = "\n".join(view) + "\n"
     if not any(mark in joined for mark in _ADAPTER_MARKS):
         return None  # fast path: no key names an adapter factor (checkpoints, VAEs, encoders)
-    groups, spellings, stray = _group(view)
+    keys = list(view)
+    widths = {k: view[k].shape[1] for k in keys if k.endswith(".lora_A.weight") and view[k].ndim == 2}
+    groups, spellings, stray = _group(view, control_overrides(keys, widths))
     modules, left, incomplete = _build(view, groups, spellings)
     adapter_keys = sum(len(m.keys) for m in modules)
     if not modules or adapter_keys < _MIN_ADAPTER_SHARE * len(view):
         return None
     warnings = _leftover_warnings(stray + left, incomplete)
+    if control_inputs(modules) is not None:
+        warnings.append(CONTROL_NOTE)
     fmt = _format(modules, warnings)
     family, evidence, base_warnings = _with_metadata(guess_base(modules), metadata)
     warnings.extend(base_warnings)

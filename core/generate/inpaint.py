@@ -36,7 +36,7 @@ from core.generate.request import ImageSettings
 from core.sampling.patches import ModelPatches
 
 
-def _crop8(h: int, w: int) -> tuple[int, int, int, int]:
+def crop8(h: int, w: int) -> tuple[int, int, int, int]:
     """(top, left, height, width) of ComfyUI's VAEEncode crop to multiples of 8."""
     ch, cw = h // 8 * 8, w // 8 * 8
     return (h % 8) // 2, (w % 8) // 2, ch, cw
@@ -58,7 +58,7 @@ def inpaint_model_concat(
     """InpaintModelConditioning: (the inpainting model's extra inputs, the noise mask at picture size)."""
     h, w = rgb.shape[0], rgb.shape[1]
     m = F.interpolate(mask.reshape(-1, 1, *mask.shape[-2:]), size=(h, w), mode="bilinear")
-    top, left, ch, cw = _crop8(h, w)
+    top, left, ch, cw = crop8(h, w)
     pixels = torch.from_numpy(np.array(rgb)).float().div(255.0).permute(2, 0, 1)[None]
     pixels = pixels[:, :, top : top + ch, left : left + cw]
     m = m[:, :, top : top + ch, left : left + cw]

@@ -279,8 +279,8 @@ class Pass(Protocol):
 
 #: the passes' order in every plan
 ORDER = (
-    "references", "image_prompts", "redux", "start", "mask", "controlnets", "guidance", "regions",
-    "schedules", "hires", "refiner",
+    "references", "image_prompts", "redux", "start", "mask", "control_picture", "controlnets", "guidance",
+    "regions", "schedules", "hires", "refiner",
 )  # fmt: skip
 
 

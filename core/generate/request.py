@@ -12,7 +12,13 @@ from core.detect.prediction import PREDICTIONS
 from core.errors import LoadoutError
 from core.generate.hires_settings import HiresFix
 from core.generate.outpaint_settings import Outpaint
-from core.generate.workflow_request import ControlNetUse, IpAdapterUse, ReduxUse, RefinerUse
+from core.generate.workflow_request import (
+    ControlNetUse,
+    ControlPictureUse,
+    IpAdapterUse,
+    ReduxUse,
+    RefinerUse,
+)
 from core.guidance import GuidancePatch, default_patches
 from core.patching.merge import LoraArg
 from core.patching.schedule import LoraSchedule
@@ -86,6 +92,8 @@ class ImageSettings:
     init_image: Path | None = None  # img2img: the picture to start from (sampling.denoise < 1)
     hires: HiresFix | None = None  # a second pass at a larger size (core.generate.hires)
     controlnets: tuple[ControlNetUse, ...] = ()  # applied in order (core/generate/controlnet.py)
+    #: the control picture a FLUX.1 Canny/Depth model or control LoRA reads (core/generate/control_picture.py)
+    control_picture: ControlPictureUse | None = None
     #: model files the ControlNets' model preprocessors (depth) use, one per family; a family not
     #: given is looked for in the library (core/preprocess/placed.py)
     preprocessor_models: tuple[Path, ...] = ()

@@ -56,6 +56,21 @@ class ControlNetUse:
 
 
 @dataclass(frozen=True)
+class ControlPictureUse:
+    """The control picture of a model that takes one in its input channels (FLUX.1 Canny/Depth
+    [dev], FLUX.1 [dev] with a control LoRA: ComfyUI's InstructPixToPixConditioning).
+    ``preprocessor``: the picture is made from ``picture`` by that preprocessor (canny, depth ...)
+    when the generation runs; None: it is given ready-made."""
+
+    picture: Path
+    preprocessor: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.preprocessor is not None:
+            find_preprocessor(self.preprocessor)
+
+
+@dataclass(frozen=True)
 class IpAdapterUse:
     """One image prompt: the IP-Adapter file, the picture, its weight and the part of the schedule
     it acts on (ComfyUI_IPAdapter_plus's start_at/end_at), its weight type (the pack's

@@ -25,6 +25,7 @@ import torch
 from core.detect.catalog import REFINER_FAMILY, refiner_follows
 from core.errors import ModelMismatchError
 from core.generate import controlnet as cn
+from core.generate.control_picture import control_picture_pass
 from core.generate.events import Phase
 from core.generate.hashes import FileHashes
 from core.generate.image_prompt_passes import image_prompt_passes
@@ -155,7 +156,9 @@ def _preprocessor_run(
 ) -> ModelRun | None:
     """The runner of the model preprocessors these ControlNets use (None when none does); the
     models no longer used are let go."""
-    records = [find_preprocessor(u.preprocessor) for u in settings.controlnets if u.preprocessor]
+    uses = (*settings.controlnets, settings.control_picture)
+    names = [u.preprocessor for u in uses if u is not None and u.preprocessor]
+    records = [find_preprocessor(name) for name in names]
     records = [r for r in records if r.model_family is not None]
     index = session.library.index
     library = [(e.path, e.kind, e.family) for e in index.entries()] if index is not None and records else []
@@ -191,6 +194,9 @@ def prepare(
         session, state.image_prompts, state.encoder_search, settings, parts.family, parts.names,
         pipeline.sampling, hooks.check, named,
     )  # fmt: skip
+    run_model = _preprocessor_run(session, state, settings, hooks.check) if settings.control_picture else None
+    picture = control_picture_pass(settings, pipeline, session.loras.stack, parts.family, run_model)
+    passes += [picture] if picture is not None else []
     control = _controlnets(session, state, settings, parts, pipeline, hooks.check, named)
     refiner = _refiner(session, state, settings, parts, pipeline, hooks)
     if control is not None:

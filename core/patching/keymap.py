@@ -31,6 +31,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from core.detect.lora import LoraAnalysis, LoraModule
+from core.detect.lora_flux_control import widens
 from core.patching.keymap_headers import header_components, lora_analysis
 from core.patching.keymap_index import (
     DIFFUSION,
@@ -198,8 +199,11 @@ def _place(m: LoraModule, candidates: list[KeyIndex]) -> tuple[Target | None, st
         target = index.resolve(m.path)
         if target is None:
             continue
-        if _fits(m, index.shape_of(target)):
+        shape = index.shape_of(target)
+        if _fits(m, shape):
             return target, None
+        if target.offset is None and widens(m.path, (m.out_features, m.in_features), shape):
+            return replace(target, pad_to=(shape[0], m.in_features or 0)), None
         mismatch = mismatch or _mismatch(m, index, target)
     return None, mismatch
 

@@ -51,12 +51,15 @@ class Target:
     ``swap_halves``: the diffusers weight the adapter was trained on stores its two halves along
     dim 0 in the other order (the final adaLN layers: [scale, shift] vs the original [shift, scale]),
     so the adapter's difference must have its halves swapped before it is added.
+    ``pad_to``: the shape the weight is widened to (zeros) before the adapter's change is added (a
+    FLUX.1 control LoRA's img_in: ComfyUI's ``reshape_weight``).
     """
 
     component: str
     key: str
     offset: Offset | None = None
     swap_halves: bool = False
+    pad_to: Shape | None = None
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"component": self.component, "key": self.key}

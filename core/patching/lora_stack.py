@@ -21,6 +21,8 @@ from core.archs.catalog import blocks_for
 from core.detect.catalog import REGISTRY, lora_fits
 from core.detect.keyview import KeyView
 from core.detect.lora import LoraAnalysis, LoraModule, analyze_lora
+from core.detect.lora_flux_control import BASE as CONTROL_BASE
+from core.detect.lora_flux_control import PLAIN_INPUTS, control_inputs
 from core.errors import FileFormatError, LoadoutError, ModelMismatchError
 from core.files.model_file import read_tensor_index
 from core.files.pickle_safe import load_pickle_state_dict
@@ -145,7 +147,9 @@ def read_patches(
             continue
         per_key = out.setdefault(target.component, {})
         if adapters.weight is not None:
-            per_key.setdefault(target.key, []).append(KeyPatch(adapters.weight, target.offset))
+            per_key.setdefault(target.key, []).append(
+                KeyPatch(adapters.weight, target.offset, pad_to=target.pad_to)
+            )
         if adapters.bias is not None and target.key.endswith(".weight"):
             bias_key = target.key[: -len("weight")] + "bias"
             offset = (0, target.offset[1], target.offset[2]) if target.offset else None
@@ -202,6 +206,7 @@ class LoraStack:
                 code="wrong_kind",
             )
         refuse_other_family(p, analysis, self.model_family, force)
+        self._check_control(p, analysis)
         report = match_lora(analysis, self._indexes)
         ident = entry_id or self._new_id(p.stem)
         entry = LoraEntry(
@@ -221,6 +226,39 @@ class LoraStack:
             entry.keys[name] = self.patchers[name].add_patches(ident, per_key, strength, scales)
         self.entries[ident] = entry
         return entry
+
+    def _check_control(self, path: Path, analysis: LoraAnalysis) -> None:
+        """A FLUX.1 control LoRA goes on FLUX.1 [dev] as it is (img_in 64 wide), once."""
+        wide = control_inputs(analysis.modules)
+        if wide is None:
+            return
+        shape = self._input_shape()
+        if self.model_family != CONTROL_BASE or shape is None:
+            raise ModelMismatchError(
+                f"{path.name} is a FLUX.1 control LoRA; the loaded model is {_title(self.model_family)}",
+                why="a control LoRA widens FLUX.1 [dev]'s input layer to take a control picture",
+                fix="Load FLUX.1 [dev] to use it",
+                code="lora_family_mismatch",
+            )
+        if shape[1] != PLAIN_INPUTS:
+            raise ModelMismatchError(
+                f"{path.name} is a FLUX.1 control LoRA, and the loaded model already takes a control picture",
+                why=f"its input layer is {shape[1]} wide (FLUX.1 Canny/Depth [dev] or Fill), not 64",
+                fix="Use the control LoRA on plain FLUX.1 [dev], or the Canny/Depth model alone",
+                code="lora_family_mismatch",
+            )
+        others = [e.path.name for e in self.entries.values() if control_inputs(e.analysis.modules)]
+        if others:
+            raise ModelMismatchError(
+                f"{path.name} is a FLUX.1 control LoRA, and {others[0]} is one already",
+                why=f"both would widen FLUX.1 [dev]'s input layer to {wide} for one control picture",
+                fix="Use one control LoRA at a time",
+                code="lora_family_mismatch",
+            )
+
+    def _input_shape(self) -> tuple[int, ...] | None:
+        index = next((i for i in self._indexes if i.component == "diffusion_model"), None)
+        return None if index is None else index.shapes.get("img_in.weight")
 
     def _block_weights(self, weights: BlockWeights | None) -> dict[str, float] | None:
         """Block name -> weight for this model (refused in words before anything is read)."""

@@ -21,11 +21,14 @@ class KeyPatch:
     """One adapter bound to one weight key (a slice of it for fused layers).
 
     ``function``, when given, transforms the (slice of the) weight right after this patch is
-    added, in the intermediate dtype (e.g. re-quantising for a scaled format)."""
+    added, in the intermediate dtype (e.g. re-quantising for a scaled format). ``pad_to``: the
+    shape the weight is widened to, with zeros, before any patch of its stack is added (ComfyUI's
+    ``reshape_weight``: a FLUX.1 control LoRA's img_in); taking the patch off restores the weight."""
 
     adapter: Adapter
     offset: Offset | None = None
     function: Callable[[Tensor], Tensor] | None = None
+    pad_to: tuple[int, ...] | None = None
 
 
 @dataclass(frozen=True)

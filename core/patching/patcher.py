@@ -29,6 +29,7 @@ from dataclasses import replace
 import torch
 from torch import Tensor, nn
 
+from core.errors import LoadoutError
 from core.models.state import get_tensor, set_tensor
 from core.patching.adapters.base import Adapter
 from core.patching.adapters.fused import fusable
@@ -195,6 +196,7 @@ class ModelPatcher:
         stack = self._stack(key)
         if not stack:
             return weight, True
+        weight = _padded(key, weight, stack)
         if isinstance(weight, DeferredWeight) or weight.dtype in FP8_DTYPES:
             return self._deferred(key, weight, stack, cache), False
         if any(p.function is not None for _, p in stack):
@@ -328,7 +330,7 @@ class ModelPatcher:
                 if not key.endswith(".weight"):
                     return False
                 for p in patches:
-                    if not has_side_path(p.adapter, p.offset):
+                    if p.pad_to is not None or not has_side_path(p.adapter, p.offset):
                         return False
                     assert isinstance(p.adapter, LoRAAdapter)
                     sides.setdefault(key[: -len(".weight")], []).append(
@@ -368,3 +370,26 @@ class ModelPatcher:
         for ident in [i for i in state.deltas if i[0] in ids]:
             _, t = state.deltas.pop(ident)
             state.delta_bytes -= t.numel() * t.element_size()
+
+
+def _padded(key: str, weight: Tensor, stack: Sequence[tuple[PatchSet, KeyPatch]]) -> Tensor:
+    """The weight widened with zeros to the largest shape its patches ask for (ComfyUI's
+    ``pad_tensor_to_shape`` before a ``reshape_weight`` LoRA's change); the weight itself when none
+    asks. The original stays the backup, so taking the patches off restores it."""
+    shapes = [p.pad_to for _, p in stack if p.pad_to is not None]
+    if not shapes:
+        return weight
+    wide = tuple(max(dims) for dims in zip(weight.shape, *shapes, strict=True))
+    if wide == tuple(weight.shape):
+        return weight
+    if isinstance(weight, DeferredWeight):
+        raise LoadoutError(
+            f"{key} cannot be widened: the layer is stored quantized",
+            why="a FLUX.1 control LoRA widens the model's input layer, which here is a quantized weight",
+            fix="Use a model file whose img_in is not quantized (fp16, bf16, fp8), or the full "
+            "Canny/Depth model",
+            code="unsupported_variant",
+        )
+    out = torch.zeros(wide, dtype=weight.dtype, device=weight.device)
+    out[tuple(slice(0, d) for d in weight.shape)] = weight
+    return out

@@ -33,6 +33,7 @@ from core.models.flux import (
     unpack_latents,
 )
 from core.models.patches import NetworkPatches
+from core.models.state import get_tensor
 
 #: ComfyUI's guidance when no FluxGuidance node sets one.
 FLUX_DEFAULT_GUIDANCE: Final = 3.5
@@ -98,6 +99,20 @@ def packed_stand_in(
     return StandIn(config.out_channels // 4, config.in_channels // 4, context, vec, guidance)
 
 
+def _check_inputs(given: int, wanted: int) -> None:
+    """Refuse a call with fewer input features than the model's img_in takes (a FLUX.1 Canny/Depth
+    model or control LoRA without its control picture, Fill without its mask): in words, not as
+    a matrix-shape error."""
+    if given < wanted:
+        raise ModelMismatchError(
+            f"this FLUX.1 model takes {wanted // 4} input channels and was given {given // 4}",
+            why="a Canny/Depth model or control LoRA reads a control picture beside the latent, "
+            "FLUX.1 Fill a picture and a mask",
+            fix="Give the control picture (Canny/Depth) or the picture and mask (Fill)",
+            code="missing_conditioning",
+        )
+
+
 class FluxNet:
     id = "flux"
     architecture = ARCHITECTURE
@@ -134,6 +149,7 @@ class FluxNet:
                 code="missing_conditioning",
             )
         tokens = pack_latents(x)
+        _check_inputs(tokens.shape[-1], int(get_tensor(model, "img_in.weight").shape[1]))
         count = tokens.shape[1]
         if cond.references:  # FLUX.1 Kontext: the reference pictures' tokens after the picture's
             extra, extra_ids = reference_tokens(cond.references, b, x.dtype)

@@ -167,7 +167,7 @@ def test_sd2_prediction_is_left_open(tmp_path: Path) -> None:
 def test_flux_depth_and_canny_are_a_dev_variant(tmp_path: Path) -> None:
     for layout in (L.flux("depth"), L.flux_diffusers("depth")):
         m = best(read_view(tmp_path, layout))
-        assert (m.family, m.variant, m.fields["in_channels"]) == ("flux-dev", "depth", 32)
+        assert (m.family, m.variant, m.fields["in_channels"]) == ("flux-dev", "control", 32)
 
 
 @pytest.mark.parametrize(
