@@ -16,8 +16,8 @@ prompt's labels before a cache miss is encoded: only the LoRAs whose text-encode
 from the one the weights have are changed (``set_clip``: the session's stack policy, baked on the
 CPU, refreshed placed copies on a device), so a run of prompts with one hook set patches nothing
 between them, and :meth:`ClipHooks.order` encodes the prompts of one call grouped by hook set, the
-set the weights have now first. :meth:`ClipHooks.finish` puts every LoRA's text-encoder part back
-at its own strength.
+set the weights have now first. :meth:`ClipHooks.finish` (or leaving a ``with`` block) puts every
+LoRA's text-encoder part back at its own strength.
 
 A LoRA with a strength schedule (keyframes) has its text-encoder part at its own text-encoder
 strength, the keyframes not applied: ComfyUI's SetClipHooks without ``schedule_clip`` (its default)
@@ -121,6 +121,13 @@ class ClipHooks:
             if self.current[p.lora] != p.strength:
                 self.set_clip(p.lora, p.strength)
                 self.current[p.lora] = p.strength
+
+    def __enter__(self) -> ClipHooks:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        """:meth:`finish`, also after a stop or an error."""
+        self.finish()
 
 
 class StackControl(Protocol):

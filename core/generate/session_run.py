@@ -346,12 +346,10 @@ def generate(
     device = pipeline.compute.device
     reset_peak(device)
     try:
-        pixels, timings, notes = pipeline.run(settings, hooks, init, workflow.passes)
+        with clip_hooks:  # after: LoRAs on one prompt have their text-encoder parts back everywhere
+            pixels, timings, notes = pipeline.run(settings, hooks, init, workflow.passes)
     finally:
-        try:
-            clip_hooks.finish()  # the text-encoder parts of LoRAs on one prompt back at their strengths
-        finally:
-            workflow.finish()  # scheduled LoRAs back at their own strengths (also after a stop)
+        workflow.finish()  # scheduled LoRAs back at their own strengths (also after a stop)
         placement.settle()  # copies fetched ahead for a next step are freed (also on a stop)
         session.note("phase_end", "done", "the generation's phases are over")
     progress(GenerateProgress("save", 0, len(pixels)))

@@ -187,7 +187,7 @@ def test_a_region_prompt_is_encoded_with_the_lora_on_it(
 
 def test_the_weights_change_only_between_hook_sets() -> None:
     """Prompts grouped by the patches they carry, the weights' group first; a LoRA's strength set
-    only when it changes; its own strength back at the end."""
+    only when it changes; its own strength back at the end (also after a stop)."""
     parts = (
         TextPart("a", "a.safetensors", 0.6, True, "", "positive"),
         TextPart("b", "b.safetensors", 1.0, True, "", None),
@@ -204,7 +204,8 @@ def test_the_weights_change_only_between_hook_sets() -> None:
     assert hooks.order([pos, region]) == [1, 0]  # the weights have region1's patches now
     assert hooks.key(neg) != hooks.key(pos) != hooks.key(region) != hooks.key(neg)
     assert hooks.key(region) == hooks.stack_key() and hooks.key(frozenset()) == hooks.key(neg)
-    hooks.apply(neg)
     calls.clear()
-    hooks.finish()
-    assert calls == [("a", 0.6), ("c", 0.5)]
+    with pytest.raises(RuntimeError, match="stopped"), hooks:  # a stop: the own strengths come back
+        hooks.apply(neg)
+        raise RuntimeError("stopped")
+    assert calls == [("a", 0.0), ("c", 0.0), ("a", 0.6), ("c", 0.5)]
