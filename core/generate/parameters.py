@@ -61,7 +61,7 @@ class LoraUse:
     clip_strength: float
     hash: str = ""  # first 12 hex digits of the file's sha256 (A1111's short hash)
     block_weights: str = ""  # LoRA block weights as the tag's ``lbw=`` writes them ("" when none)
-    on: str | None = None  # the prompt its model part acted on only (the tag's ``on=``; None: all)
+    on: str | None = None  # the prompt it acted on only (the tag's ``on=``; None: all)
 
 
 @dataclass(frozen=True)

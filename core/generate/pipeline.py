@@ -8,15 +8,16 @@ offloading the others), and ``hooks.check`` between steps and layers, which rais
 every model as it was.
 
 Prompt conditioning is cached (:class:`core.text.cache.ConditioningCache`) by the text encoders'
-identity and LoRA clip strengths (``hooks.text_key``): a new seed or a UNet LoRA strength does not
-re-encode the prompt.
+identity and LoRA clip strengths (``hooks.text_key``; with ``hooks.clip_hooks`` the text-encoder
+patches each prompt carries, :mod:`core.generate.clip_hooks`): a new seed or a UNet LoRA strength
+does not re-encode the prompt.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Hashable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -30,11 +31,11 @@ from core.archs.references import NO_PICTURES, PromptPictures
 from core.detect.catalog import diffusion_spec
 from core.errors import LoadoutError, ModelMismatchError
 from core.finite import require_finite
-from core.generate.events import GenerateProgress, Phase
+from core.generate.clip_hooks import NO_LABELS
+from core.generate.events import GenerateProgress
 from core.generate.network import NetworkAdapter
-from core.generate.preview import Previewer
+from core.generate.pipeline_records import Compute, Hooks, Networks, Timings
 from core.generate.request import ImageSettings, Sampling
-from core.memory.peak import median_step_seconds
 from core.sampling import Conditioning as SamplingConditioning
 from core.sampling import SamplingRequest, StepProgress, empty_latent, latent_format_for, sample
 from core.sampling.model_sampling import from_spec
@@ -42,80 +43,14 @@ from core.sampling.patches import NO_MODEL_PATCHES, ModelPatches
 from core.sampling.samplers import get_sampler
 from core.text.cache import CacheKey, ConditioningCache
 from core.text.clip_tokenizer import ClipTokenizer
-from core.text.conditioning import EncodeOptions, PromptConditioning, PromptEncoder, TextEncoders
+from core.text.conditioning import EncodeOptions, PromptConditioning, PromptEncoder
 from core.text.embeddings import NO_EMBEDDINGS, EmbeddingFolders
 from core.text.t5_tokenizer import T5Tokenizer
 
 if TYPE_CHECKING:
     from core.generate.passes import Pass
 
-
-@dataclass
-class Networks:
-    """The loaded networks of one generation (modules as the memory manager placed them)."""
-
-    family: str
-    diffusion: nn.Module
-    text: TextEncoders
-    vae: nn.Module  # a module of the family's latent codec (an AutoencoderKL for the KL-VAE)
-    v_prediction: bool = False
-    zero_terminal_snr: bool = False  # the ztsnr noise table (with v-prediction)
-
-
-@dataclass(frozen=True)
-class Compute:
-    """Where and in what precision each phase computes (the dtype policy's choices)."""
-
-    device: torch.device = field(default_factory=lambda: torch.device("cpu"))
-    diffusion_dtype: torch.dtype = torch.float32
-    text_dtype: torch.dtype = torch.float32  # ComfyUI encodes prompts in float32
-    vae_dtype: torch.dtype = torch.float32
-
-
-def _no_phase(phase: Phase) -> None:
-    return None
-
-
-def _no_check() -> None:
-    return None
-
-
-def _no_progress(p: GenerateProgress) -> None:
-    return None
-
-
-@dataclass
-class Hooks:
-    place: Callable[[Phase], None] = _no_phase
-    check: Callable[[], None] = _no_check
-    progress: Callable[[GenerateProgress], None] = _no_progress
-    #: identity of the text encoders and their LoRA clip strengths (the conditioning cache key)
-    text_key: Hashable = None
-    #: bytes free on the device for the VAE's activations (None: unknown, decode whole)
-    free_bytes: Callable[[], int | None] = lambda: None
-    preview: Previewer | None = None
-    image: int = 0  # which picture of a sweep, for progress
-    images: int = 1
-    #: the hires fix's upscale model: [B, 3, H, W] in [0, 1] -> the larger picture (None: no model)
-    upscale: Callable[[Tensor], Tensor] | None = None
-
-
-@dataclass
-class Timings:
-    text_encode: float = 0.0
-    sample: float = 0.0
-    decode: float = 0.0
-    upscale: float = 0.0  # the hires fix's upscale (latent, or decode + model + encode)
-    steps: list[float] = field(default_factory=list)
-    tiled_decode: bool = False
-
-    @property
-    def seconds_per_step(self) -> float:
-        return median_step_seconds(self.steps)
-
-    def as_dict(self) -> dict[str, float]:
-        out = {"text_encode": self.text_encode, "sample": self.sample, "decode": self.decode}
-        return out | ({"upscale": self.upscale} if self.upscale else {})
+__all__ = ["Compute", "Hooks", "Networks", "Pipeline", "Timings", "vae_decode_bytes"]
 
 
 def vae_decode_bytes(vae: nn.Module, batch: int, height: int, width: int, dtype: torch.dtype) -> int:
@@ -201,17 +136,22 @@ class Pipeline:
         return self._encoders[clip_skip]
 
     def _encode(
-        self, prompt: str, hooks: Hooks, clip_skip: int | None = None, pictures: PromptPictures = NO_PICTURES
-    ) -> PromptConditioning:
-        """``pictures`` reach the towers only of a convention that reads them (and key the cache)."""
+        self, prompt: str, hooks: Hooks, clip_skip: int | None = None, pictures: PromptPictures = NO_PICTURES,
+        labels: frozenset[str] = NO_LABELS,
+    ) -> PromptConditioning:  # fmt: skip
+        """``pictures`` reach the towers only of a convention that reads them (and key the cache);
+        ``labels``: the hook labels of the conditioning (which LoRAs' text-encoder parts it carries)."""
         if not self.text_convention.pictures:
             pictures = NO_PICTURES
-        text_key = (hooks.text_key, self.embeddings.key)
+        clip = hooks.clip_hooks
+        text_key = (hooks.text_key if clip is None else clip.key(labels), self.embeddings.key)
         key = CacheKey(text_key, self.text_family, self._options(clip_skip), prompt, pictures.digests)
         placed = False
 
         def encode(text: str) -> PromptConditioning:
             nonlocal placed
+            if clip is not None:
+                clip.apply(labels)  # before placing: a placed copy is refreshed, a later one made so
             if not placed:
                 hooks.place("text_encode")
                 placed = True
@@ -236,12 +176,30 @@ class Pipeline:
 
     def encode_prompt(
         self, text: str, settings: ImageSettings, hooks: Hooks, *, negative: bool = False,
-        pictures: PromptPictures = NO_PICTURES,
+        pictures: PromptPictures = NO_PICTURES, labels: frozenset[str] = NO_LABELS,
     ) -> tuple[SamplingConditioning, tuple[str, ...]]:  # fmt: skip
         """One prompt's sampling conditioning at ``settings``' size, and the embeddings it named
-        that were not found (a region's prompt is encoded as the positive prompt is)."""
-        found = self._encode(text, hooks, settings.clip_skip, pictures)
+        that were not found (a region's prompt is encoded as the positive prompt is); ``labels``:
+        its conditioning's hook labels."""
+        found = self._encode(text, hooks, settings.clip_skip, pictures, labels)
         return self._to_sampling(found, settings, negative=negative), found.missing_embeddings
+
+    def encode_many(
+        self, prompts: Sequence[tuple[str, frozenset[str], bool]], settings: ImageSettings, hooks: Hooks,
+        pictures: PromptPictures = NO_PICTURES,
+    ) -> list[tuple[SamplingConditioning, tuple[str, ...]]]:  # fmt: skip
+        """:meth:`encode_prompt` of each (text, labels, negative), in the order given; encoded
+        grouped by the text-encoder patches they carry (``hooks.clip_hooks``), so the weights
+        change once per group."""
+        labels = [group for _, group, _ in prompts]
+        order = range(len(prompts)) if hooks.clip_hooks is None else hooks.clip_hooks.order(labels)
+        out = {}
+        for i in order:
+            text, group, negative = prompts[i]
+            out[i] = self.encode_prompt(
+                text, settings, hooks, negative=negative, labels=group, pictures=pictures
+            )
+        return [out[i] for i in range(len(prompts))]
 
     def encode_prompts(
         self, settings: ImageSettings, hooks: Hooks, *, announce: bool = True,
@@ -251,12 +209,13 @@ class Pipeline:
         encoding that reads them (its convention's ``pictures``)."""
         if announce:
             hooks.progress(GenerateProgress("text_encode", 0, 0, "", None, hooks.image, hooks.images))
-        pos, missing = self.encode_prompt(settings.prompt, settings, hooks, pictures=pictures)
+        prompts = [(settings.prompt, frozenset({"positive"}), False)]
         # CFG 1 runs no negative pass, except for the CFG++ samplers, which step along it
-        if self.cfg(settings) == 1.0 and not get_sampler(settings.sampling.sampler).needs_uncond:
-            return pos, None, tuple(dict.fromkeys(missing))
-        neg, more = self.encode_prompt(settings.negative, settings, hooks, negative=True, pictures=pictures)
-        return pos, neg, tuple(dict.fromkeys(missing + more))
+        if self.cfg(settings) != 1.0 or get_sampler(settings.sampling.sampler).needs_uncond:
+            prompts.append((settings.negative, frozenset({"negative"}), True))
+        found = self.encode_many(prompts, settings, hooks, pictures)
+        missing = tuple(dict.fromkeys(m for _, more in found for m in more))
+        return found[0][0], found[1][0] if len(found) > 1 else None, missing
 
     def cfg(self, settings: ImageSettings) -> float:
         c = settings.sampling.cfg

@@ -105,4 +105,4 @@ def refiner_hooks(hooks: Hooks, place: Callable[[str], None], text_key: object) 
         else:
             hooks.place(phase)  # type: ignore[arg-type]
 
-    return replace(hooks, place=where, text_key=text_key)
+    return replace(hooks, place=where, text_key=text_key, clip_hooks=None)  # no base LoRA on its encoders

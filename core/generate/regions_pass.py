@@ -1,6 +1,7 @@
 """Regional prompting as a pass (:mod:`core.regions`): each region's prompt is encoded as the
 positive prompt is (the family's text convention, clip skip, embeddings, the stage's size
-conditioning), resolved for the latent of every stage the base model samples, and handed to the
+conditioning; the text-encoder part of a LoRA put on the region or on its side:
+:func:`region_labels`), resolved for the latent of every stage the base model samples, and handed to the
 sampler as more entries of the positive prompt's conditioning list -- a negative region's of the
 negative's -- (ComfyUI: CLIPTextEncode -> ConditioningSetArea / SetMask / SetTimestepRange ->
 ConditioningCombine with the prompt, into every base KSampler); the sampler copies each area to
@@ -27,6 +28,12 @@ from core.sampling.cond_entry import CondEntry
 from core.sampling.patches import ModelPatches
 
 
+def region_labels(index: int, region: Region) -> frozenset[str]:
+    """The hook labels of region ``index``'s conditioning: its own and its side's (which LoRAs'
+    text-encoder parts its prompt is encoded with, :mod:`core.generate.clip_hooks`)."""
+    return frozenset({region_label(index), "negative" if region.negative else "positive"})
+
+
 @dataclass(frozen=True)
 class RegionPatches:
     """The regions' entries for one stage (a :class:`core.generate.passes.StagePatches`)."""
@@ -38,8 +45,9 @@ class RegionPatches:
         pipe, picture = run.pipeline, (run.settings.width, run.settings.height)
         t0 = time.perf_counter()
         entries: list[CondEntry] = []
-        for region in self.regions:
-            cond, missing = pipe.encode_prompt(region.prompt, settings, run.hooks)
+        prompts = [(r.prompt, region_labels(i, r), False) for i, r in enumerate(self.regions)]
+        encoded = pipe.encode_many(prompts, settings, run.hooks)
+        for region, (cond, missing) in zip(self.regions, encoded, strict=True):
             run.missing += missing
             mask = None if region.mask is None else self.masks[region.mask]
             entry = region_entry(region, cond, mask, picture, latent, pipe.sampling)

@@ -22,6 +22,7 @@ from core.archs.catalog import codec_for, codec_of
 from core.detect.prediction import PREDICTIONS
 from core.detect.types import Detection
 from core.errors import ModelMismatchError
+from core.generate.clip_hooks import lbw_text, session_clip_hooks
 from core.generate.events import GeneratedImage, GenerateProgress, GenerateResult, Phase
 from core.generate.hashes import FileHashes
 from core.generate.hires import upscaler_hook
@@ -39,7 +40,6 @@ from core.memory.dtypes import DtypePolicy
 from core.memory.inference import Workload, activation_bytes, network_profile
 from core.memory.manager import NotEnoughMemoryError
 from core.memory.peak import peak_bytes, reset_peak
-from core.patching.lora_stack import LoraEntry
 from core.session.session import Session
 from core.session.slots import SlotId
 from core.session.words import kind_word
@@ -334,10 +334,9 @@ def generate(
     started = placement.events.clock()
     placer = _placer(session, parts, settings, pipeline)
     entries = list(session.loras.stack.entries.values()) if session.loras.stack else []
-    clip_state = tuple((str(e.path), e.clip_strength, e.enabled, _lbw(e)) for e in entries)
-    text_key = (parts.text_generations, clip_state)
-    hooks = Hooks(place=placer, check=check, progress=progress, text_key=text_key, free_bytes=placer.free,
-                  preview=_preview(state, parts))  # fmt: skip
+    clip_hooks = session_clip_hooks(session.loras, parts.text_generations)
+    hooks = Hooks(place=placer, check=check, progress=progress, text_key=clip_hooks.stack_key(),
+                  free_bytes=placer.free, preview=_preview(state, parts), clip_hooks=clip_hooks)  # fmt: skip
     if settings.hires is not None and settings.hires.model is not None:
         model = settings.hires.model
         hooks.upscale = upscaler_hook(placement, state.upscalers, model, check, progress, parts.names)
@@ -347,7 +346,8 @@ def generate(
     device = pipeline.compute.device
     reset_peak(device)
     try:
-        pixels, timings, notes = pipeline.run(settings, hooks, init, workflow.passes)
+        with clip_hooks:  # after: LoRAs on one prompt have their text-encoder parts back everywhere
+            pixels, timings, notes = pipeline.run(settings, hooks, init, workflow.passes)
     finally:
         workflow.finish()  # scheduled LoRAs back at their own strengths (also after a stop)
         placement.settle()  # copies fetched ahead for a next step are freed (also on a stop)
@@ -356,7 +356,8 @@ def generate(
     guidance = _guidance(settings.sampling.guidance, pipeline.spec.defaults.guidance)
     made = Made(
         cfg=pipeline.cfg(settings), model_path=parts.model_path, img2img=init is not None, guidance=guidance,
-        loras=tuple((e.path, e.model_strength, e.clip_strength, _lbw(e), e.on) for e in entries if e.enabled),
+        loras=tuple((e.path, e.model_strength, e.clip_strength, lbw_text(e), e.on) for e in entries
+                    if e.enabled),
         embeddings=tuple((name, Path(path)) for name, path in pipeline.used_embeddings.items()),
     )  # fmt: skip
     notes = (*notes, *pipeline.text_notes)
@@ -393,8 +394,3 @@ def _guidance(chosen: float | None, usual: float | None) -> float | None:
     if usual is None:
         return None
     return chosen if chosen is not None else usual
-
-
-def _lbw(entry: LoraEntry) -> str:
-    """A stack entry's block weights as a LoRA tag writes them ("" when none)."""
-    return entry.block_weights.text() if entry.block_weights is not None else ""

@@ -63,7 +63,7 @@ class LoraEntry:
     skipped: list[str] = field(default_factory=list)  # "module: why" for matched modules not applied
     keys: dict[str, list[str]] = field(default_factory=dict)  # component -> patched weight keys
     block_weights: BlockWeights | None = None  # LoRA block weights (None: the same strength everywhere)
-    #: the prompt its model part acts on only (core.patching.prompt_target; None: everywhere)
+    #: the prompt it acts on only, both parts (core.patching.prompt_target; None: everywhere)
     on: str | None = None
 
     @property

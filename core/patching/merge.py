@@ -44,7 +44,7 @@ class LoraArg:
     model: float = 1.0
     clip: float | None = None  # None: same as model
     block_weights: BlockWeights | None = None  # LoRA block weights (None: one strength everywhere)
-    on: str | None = None  # the prompt its model part acts on only (core.patching.prompt_target)
+    on: str | None = None  # the prompt it acts on only (core.patching.prompt_target)
 
     def __post_init__(self) -> None:
         LORA_STRENGTH.check(self.model)

@@ -5,8 +5,9 @@ prompt's conditioning -- ComfyUI's hook LoRA (CreateHookLora) set on that condit
 A target is a hook label (:class:`core.sampling.cond_entry.CondEntry`): ``positive`` (every entry
 of the positive prompt's list, its regions too), ``negative``, or ``regionN`` (the N-th region of
 the settings, from 1: its entry, and the copy of its area in the other prompt's list). The LoRA's
-text-encoder part is not targeted: it acts on every prompt's encoding, as the stack's does
-(ComfyUI's SetClipHooks would give it to the targeted prompt's encoding only)."""
+text-encoder part acts on the targeted prompt's encoding only (ComfyUI's SetClipHooks): the
+prompts whose conditioning carries the label (a region's with its side's label) are encoded with
+it, the others without it (:mod:`core.generate.clip_hooks`)."""
 
 from __future__ import annotations
 
