@@ -61,6 +61,9 @@ class LoraAnalysis:
     modules: tuple[LoraModule, ...]  # sorted by name
     layout: str | None  # naming of the diffusion-model paths: "original" | "diffusers" | None
     warnings: tuple[str, ...]
+    #: a FLUX.1 control LoRA's img_in width (128), None for any other LoRA (FLUX.2's img_in is 128
+    #: wide as it is: its LoRAs widen nothing)
+    control_inputs: int | None = None
 
 
 def _group(
@@ -228,10 +231,11 @@ def analyze_lora(view: KeyView, metadata: Mapping[str, str] | None = None) -> Lo
     if not modules or adapter_keys < _MIN_ADAPTER_SHARE * len(view):
         return None
     warnings = _leftover_warnings(stray + left, incomplete)
-    if control_inputs(modules) is not None:
+    family, evidence, base_warnings = _with_metadata(guess_base(modules), metadata)
+    control = control_inputs(modules) if family is None or family in FLUX_LINE else None
+    if control is not None:
         warnings.append(CONTROL_NOTE)
     fmt = _format(modules, warnings)
-    family, evidence, base_warnings = _with_metadata(guess_base(modules), metadata)
     warnings.extend(base_warnings)
     modules = _with_encoder_ids(modules, family)
     algorithms: set[str] = set()
@@ -248,4 +252,6 @@ def analyze_lora(view: KeyView, metadata: Mapping[str, str] | None = None) -> Lo
         },
         trained_scale=trained_scales(metadata, modules),
     )
-    return LoraAnalysis(summary, family, evidence, tuple(modules), _layout(modules), tuple(warnings))
+    return LoraAnalysis(
+        summary, family, evidence, tuple(modules), _layout(modules), tuple(warnings), control
+    )

@@ -28,7 +28,6 @@ import torch
 from torch import Tensor
 
 from core.detect.catalog import family_title
-from core.detect.lora_flux_control import control_inputs
 from core.errors import LoadoutError, ModelMismatchError
 from core.generate.controlnet import center_resize
 from core.generate.inpaint import crop8, encode_unit_pixels
@@ -126,7 +125,7 @@ class ControlPicturePass:
 def has_control_lora(stack: LoraStack | None) -> bool:
     """Whether a FLUX.1 control LoRA on ``stack`` widens the model now (on, strength not 0)."""
     entries = stack.entries.values() if stack is not None else ()
-    return any(e.enabled and e.model_strength != 0 and control_inputs(e.analysis.modules) for e in entries)
+    return any(e.enabled and e.model_strength != 0 and e.analysis.control_inputs for e in entries)
 
 
 def control_picture_pass(

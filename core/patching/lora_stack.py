@@ -22,7 +22,7 @@ from core.detect.catalog import REGISTRY, lora_fits
 from core.detect.keyview import KeyView
 from core.detect.lora import LoraAnalysis, LoraModule, analyze_lora
 from core.detect.lora_flux_control import BASE as CONTROL_BASE
-from core.detect.lora_flux_control import PLAIN_INPUTS, control_inputs
+from core.detect.lora_flux_control import PLAIN_INPUTS
 from core.errors import FileFormatError, LoadoutError, ModelMismatchError
 from core.files.model_file import read_tensor_index
 from core.files.pickle_safe import load_pickle_state_dict
@@ -229,7 +229,7 @@ class LoraStack:
 
     def _check_control(self, path: Path, analysis: LoraAnalysis) -> None:
         """A FLUX.1 control LoRA goes on FLUX.1 [dev] as it is (img_in 64 wide), once."""
-        wide = control_inputs(analysis.modules)
+        wide = analysis.control_inputs
         if wide is None:
             return
         shape = self._input_shape()
@@ -247,7 +247,7 @@ class LoraStack:
                 fix="Use the control LoRA on plain FLUX.1 [dev], or the Canny/Depth model alone",
                 code="lora_family_mismatch",
             )
-        others = [e.path.name for e in self.entries.values() if control_inputs(e.analysis.modules)]
+        others = [e.path.name for e in self.entries.values() if e.analysis.control_inputs]
         if others:
             raise ModelMismatchError(
                 f"{path.name} is a FLUX.1 control LoRA, and {others[0]} is one already",

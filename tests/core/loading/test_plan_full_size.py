@@ -221,7 +221,15 @@ STANDALONE: dict[str, tuple[Callable[[], Layout], str, str, str, Any]] = {
         "qwen-image",
         QwenImageConfig(),
     ),
-    # Edit 2509 has Qwen-Image's exact keys, 2511 too without Comfy-Org's marker: the names tell them
+    # Edit 2509 has Qwen-Image's exact keys, 2511 too without Comfy-Org's marker, and the August
+    # original (Comfy-Org's file names it with no version): the names tell them
+    "qwen-image-edit-2508": (
+        DIFFUSION_LAYOUTS["qwen-image"],
+        "qwen_image_edit_bf16.safetensors",
+        "diffusion_model",
+        "qwen-image-edit-2508",
+        QwenImageConfig(),
+    ),
     "qwen-image-edit": (
         DIFFUSION_LAYOUTS["qwen-image"],
         "qwen_image_edit_2509_bf16.safetensors",
