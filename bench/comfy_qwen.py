@@ -7,6 +7,9 @@ has and a copy of the Python files may lack: ``protocol.py`` (the binary event n
 module imports) and ``comfy/text_encoders/qwen25_tokenizer`` (written from the Qwen vocabulary, as
 tests/fixtures/qwen_tokenizer_files.py does: the ids equal). Packages ComfyUI imports that Loadout's
 environment lacks (torchvision, av) come from ``--comfy-deps`` (``pip install --no-deps --target``).
+``--comfy-watchdog``: the limit is on the private memory ComfyUI holds (killed when its RssAnon
+passes it) instead of the kernel's ``RLIMIT_DATA``, which refuses its copy-on-write mapping of the
+20 GB file before it reads a byte.
 """
 
 from __future__ import annotations
@@ -58,13 +61,18 @@ def comfy_row(files: tuple[Path, Path, Path], args: argparse.Namespace, data: in
     cmd = [sys.executable, "-P", str(CHILD), str(folder), str(args.size), str(args.steps),
            str(args.seed), PROMPT, str(trace), str(out)]  # fmt: skip
     load = os.getloadavg()
-    run = run_limited(cmd, data, cwd=tree, env=env, trace=trace)
+    if args.comfy_watchdog:  # the private memory it holds, not the size of its mappings
+        run = run_limited(cmd, None, cwd=tree, env=env, trace=trace, anon_cap=data)
+    else:
+        run = run_limited(cmd, data, cwd=tree, env=env, trace=trace)
     report = json.loads(run.stdout.strip().splitlines()[-1]) if run.returncode == 0 else {}
     return {
         "tool": "comfyui",
         "version": (tree / "comfyui_version.py").read_text().split('"')[1],
         "command": " ".join(cmd),
+        "limit": "RssAnon watchdog" if args.comfy_watchdog else "RLIMIT_DATA",
         "returncode": run.returncode,
+        "killed_by_watchdog": run.killed,
         "wall_seconds": run.wall_seconds,
         "seconds": report.get("seconds"),
         "seconds_per_step": (report.get("seconds") or {}).get("ksampler"),

@@ -6,6 +6,11 @@ memory counted by size, so the child cannot hold more private memory than that, 
 touches. Its ``/proc/PID/status`` is sampled every 50 ms for the peaks of VmRSS, RssAnon, RssFile
 (the page cache's pages of mapped files: shared and reclaimable) and VmData; a ``trace`` file the
 child appends lines to (``elapsed stage``) is read back, so a run that fails says after which stage.
+
+``anon_cap`` instead of (or beside) the kernel's limit: the child is killed once its private
+resident memory (RssAnon) passes it, a limit on the memory it really holds rather than on the size
+of its writable mappings (a copy-on-write mapping of a 20 GB file counts 20 GB to RLIMIT_DATA and
+nothing to RssAnon until written).
 """
 
 from __future__ import annotations
@@ -40,6 +45,8 @@ class Limited:
     stderr: str
     wall_seconds: float
     peaks: dict[str, int] = field(default_factory=dict)
+    #: killed for passing ``anon_cap``
+    killed: bool = False
     #: the peaks (and time) when each line of the trace file appeared: memory per stage
     stages: list[dict[str, object]] = field(default_factory=list)
 
@@ -54,18 +61,21 @@ class Limited:
 
 def run_limited(
     cmd: list[str],
-    data_limit: int,
+    data_limit: int | None,
     *,
     cwd: Path,
     env: dict[str, str] | None = None,
     trace: Path | None = None,
+    anon_cap: int | None = None,
 ) -> Limited:
     def cap() -> None:
-        resource.setrlimit(resource.RLIMIT_DATA, (data_limit, data_limit))
+        if data_limit is not None:
+            resource.setrlimit(resource.RLIMIT_DATA, (data_limit, data_limit))
 
     peaks: dict[str, int] = {}
     stages: list[dict[str, object]] = []
     seen = 0
+    killed = False
     proc = subprocess.Popen(
         cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=cap
     )
@@ -73,10 +83,14 @@ def run_limited(
     t0 = time.perf_counter()
 
     def sample() -> None:
-        nonlocal seen
+        nonlocal seen, killed
         while not done.is_set():
-            for k, v in status(proc.pid).items():
+            now = status(proc.pid)
+            for k, v in now.items():
                 peaks[k] = max(peaks.get(k, 0), v)
+            if anon_cap is not None and now.get("RssAnon", 0) > anon_cap and not killed:
+                proc.kill()
+                killed = True
             if trace is not None and trace.exists():
                 lines = trace.read_text().splitlines()
                 for line in lines[seen:]:
@@ -90,7 +104,7 @@ def run_limited(
     wall = time.perf_counter() - t0
     done.set()
     watcher.join()
-    return Limited(proc.returncode, stdout, stderr, round(wall, 1), peaks, stages)
+    return Limited(proc.returncode, stdout, stderr, round(wall, 1), peaks, killed=killed, stages=stages)
 
 
 def placement(report: dict) -> list[dict]:

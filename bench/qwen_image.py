@@ -91,6 +91,9 @@ def main(argv: list[str] | None = None) -> None:
     )
     p.add_argument("--comfy", metavar="DIR", help="also run ComfyUI (its source in DIR) on the same files")
     p.add_argument("--comfy-deps", metavar="DIR", help="packages ComfyUI needs that this environment lacks")
+    p.add_argument(
+        "--comfy-watchdog", action="store_true", help="ComfyUI killed past --data-limit of RssAnon"
+    )
     p.add_argument("--only-comfy", action="store_true", help="no Loadout rows (--comfy alone)")
     args = p.parse_args(argv)
     folder = Path(args.folder)
