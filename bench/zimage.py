@@ -133,26 +133,10 @@ def run(
     }
 
 
-def _status(pid: int) -> dict[str, int]:
-    out: dict[str, int] = {}
-    try:
-        with open(f"/proc/{pid}/status") as fh:
-            for line in fh:
-                key, _, rest = line.partition(":")
-                if key in ("VmRSS", "RssAnon", "RssFile", "VmData"):
-                    out[key] = int(rest.split()[0]) * 1024
-    except OSError:
-        pass
-    return out
-
-
 def picture(args: argparse.Namespace) -> dict:
     """A whole Z-Image picture through the command line, inside the RAM limit (see the notes)."""
-    import resource
-    import subprocess
-    import threading
-
     from app.commands.args import parse_bytes
+    from bench.limited import placement, run_limited
     from bench.zimage_files import picture_files
 
     folder = Path(args.picture)
@@ -169,34 +153,13 @@ def picture(args: argparse.Namespace) -> dict:
         "--vram-limit", args.vram_limit, "-o", str(out_png), "--json", "--quiet",
     ]  # fmt: skip
 
-    def cap() -> None:
-        resource.setrlimit(resource.RLIMIT_DATA, (limit, limit))
-
-    peaks: dict[str, int] = {}
-    proc = subprocess.Popen(
-        cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=cap
-    )
-    done = threading.Event()
-
-    def sample() -> None:
-        while not done.is_set():
-            for k, v in _status(proc.pid).items():
-                peaks[k] = max(peaks.get(k, 0), v)
-            done.wait(0.05)
-
-    watcher = threading.Thread(target=sample, daemon=True)
-    watcher.start()
-    t1 = time.perf_counter()
-    stdout, stderr = proc.communicate()
-    wall = time.perf_counter() - t1
-    done.set()
-    watcher.join()
-    report = json.loads(stdout) if proc.returncode == 0 else {"error": stderr[-3000:]}
+    run = run_limited(cmd, limit, cwd=ROOT)
+    report = json.loads(run.stdout) if run.returncode == 0 else {"error": run.stderr[-3000:]}
     files = {p.name: p.stat().st_size for p in (dit, text, vae)}
     return {
         "bench": "zimage_picture",
         "command": " ".join(cmd),
-        "returncode": proc.returncode,
+        "returncode": run.returncode,
         "files_bytes": files,
         "files_total_bytes": sum(files.values()),
         "files_written_seconds": round(written, 1),
@@ -204,16 +167,11 @@ def picture(args: argparse.Namespace) -> dict:
         "vram_limit": args.vram_limit,
         "size": args.size,
         "steps": args.steps,
-        "wall_seconds": round(wall, 1),
+        "wall_seconds": run.wall_seconds,
         "seconds_per_step": report.get("seconds_per_step"),
         "seconds": report.get("seconds"),
-        "peak_rss_bytes": peaks.get("VmRSS"),
-        "peak_rss_anon_bytes": peaks.get("RssAnon"),
-        "peak_rss_file_bytes": peaks.get("RssFile"),
-        "peak_vm_data_bytes": peaks.get("VmData"),
-        "placement": [
-            {k: e.get(k) for k in ("kind", "model", "role", "message")} for e in report.get("events", [])
-        ],
+        **run.memory(),
+        "placement": placement(report),
         "notes": report.get("notes"),
         "error": report.get("error"),
         "threads": torch.get_num_threads(),

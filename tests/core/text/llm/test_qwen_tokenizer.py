@@ -5,7 +5,6 @@ template gives Qwen's own ids."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
@@ -19,62 +18,15 @@ from core.text.llm.qwen_bpe import (
     read_ranks,
 )
 from tests.core.text.llm.prompts import LONG, PROMPTS
-
-
-def _byte_symbols() -> dict[int, str]:
-    printable = [
-        *range(ord("!"), ord("~") + 1),
-        *range(ord("¡"), ord("¬") + 1),
-        *range(ord("®"), ord("ÿ") + 1),
-    ]
-    others = [b for b in range(256) if b not in printable]
-    return {**{b: chr(b) for b in printable}, **{b: chr(256 + i) for i, b in enumerate(others)}}
+from tests.fixtures.qwen_tokenizer_files import write_qwen2_tokenizer
 
 
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory: pytest.TempPathFactory) -> object:
-    """transformers' Qwen2Tokenizer on vocab.json/merges.txt written from the package's ranks
-    (merges: each token's splits into two tokens, in rank order, as transformers converts)."""
+    """transformers' Qwen2Tokenizer on vocab.json/merges.txt written from the package's ranks."""
     import transformers
 
-    ranks = read_ranks(find_qwen_vocab())
-    sym = _byte_symbols()
-
-    def text(b: bytes) -> str:
-        return "".join(sym[x] for x in b)
-
-    splits = sorted(
-        (r, ranks[t[:i]], ranks[t[i:]], t[:i], t[i:])
-        for t, r in ranks.items()
-        for i in range(1, len(t))
-        if t[:i] in ranks and t[i:] in ranks
-    )
-    folder = tmp_path_factory.mktemp("qwen")
-    (folder / "vocab.json").write_text(json.dumps({text(t): r for t, r in ranks.items()}), encoding="utf-8")
-    merges = "\n".join(f"{text(a)} {text(b)}" for *_, a, b in splits)
-    (folder / "merges.txt").write_text("#version: 0.2\n" + merges + "\n", encoding="utf-8")
-    decoder = {
-        str(BPE_TOKENS + i): {
-            "content": c,
-            "lstrip": False,
-            "normalized": False,
-            "rstrip": False,
-            "single_word": False,
-            "special": special,
-        }
-        for i, (c, special) in enumerate(ADDED_TOKENS)
-    }
-    config = {
-        "added_tokens_decoder": decoder,
-        "add_prefix_space": False,
-        "bos_token": None,
-        "eos_token": "<|im_end|>",
-        "pad_token": "<|endoftext|>",
-        "unk_token": None,
-        "tokenizer_class": "Qwen2Tokenizer",
-        "errors": "replace",
-    }
-    (folder / "tokenizer_config.json").write_text(json.dumps(config), encoding="utf-8")
+    folder = write_qwen2_tokenizer(tmp_path_factory.mktemp("qwen"))
     return transformers.Qwen2Tokenizer.from_pretrained(str(folder))  # as ComfyUI loads its folder
 
 
