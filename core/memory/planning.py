@@ -384,14 +384,37 @@ def plan_load_models(
     return [*freeing.steps, *loads]
 
 
+def _least(m: ModelState, cfg: PlanSettings) -> int:
+    """Device bytes ``m`` still needs to run at all: its in-flight buffers when it streams whole."""
+    return max(0, _buffer(m.flight.values(), cfg.stream_buffers) - m.loaded_bytes)
+
+
 def _place_all(
     todo: Sequence[ModelState], free: int, memory_required: int, cfg: PlanSettings
 ) -> tuple[list[Step], int]:
-    """Each model's steps in turn, each seeing what the earlier ones left; and how many were refused."""
+    """Each model's steps in turn, each seeing what the earlier ones left; and how many were refused.
+
+    When that refuses a model, the call is planned again with the models' in-flight buffers in one
+    shared region: they run one at a time, so the largest of their least needs (:func:`_least`) is
+    kept free of every model's placed weights, not only the model's own (SD3's three text encoders
+    on a small card: CLIP-L placed in part left CLIP-G too little to stream at all)."""
+    steps, refused = _place_each(todo, free, memory_required, cfg, [0] * len(todo))
+    if refused and len(todo) > 1:
+        least = [_least(m, cfg) for m in todo]
+        shared = max(least)
+        again, still = _place_each(todo, free, memory_required, cfg, [shared - n for n in least])
+        if still < refused:
+            return again, still
+    return steps, refused
+
+
+def _place_each(
+    todo: Sequence[ModelState], free: int, memory_required: int, cfg: PlanSettings, held: Sequence[int]
+) -> tuple[list[Step], int]:
     steps: list[Step] = []
     refused = 0
-    for m in todo:
-        plan = plan_load(m, free, memory_required, cfg)
+    for m, keep in zip(todo, held, strict=True):
+        plan = plan_load(m, free - keep, memory_required, cfg)
         steps += plan.steps
         refused += plan.kind == "refuse"
         free -= plan.device_bytes - m.loaded_bytes

@@ -249,10 +249,22 @@ def test_reloading_and_unloading_keep_the_managers_books_clean(demo_library: Dem
     assert module() is None and engine.placement.mover._placed == {}
 
 
-def test_a_component_that_cannot_be_placed_is_named_with_what_was_placed(demo_library: DemoLibrary) -> None:
+def test_a_checkpoints_components_share_one_streaming_region(demo_library: DemoLibrary) -> None:
+    """On a 5 MiB card the three components placed in turn left the text encoder no room to stream
+    (the diffusion model took it); they run one at a time, so they share one in-flight region and
+    all three are placed."""
     engine = _engine(demo_library, Placement(None, card(5)))
+    engine.place(SlotId.MAIN)
+    placed = {c.role: c.placed for c in engine.models()[0].components}
+    assert placed == {"diffusion_model": True, "text_encoder": True, "vae": True}
+
+
+def test_a_component_that_cannot_be_placed_is_named_with_what_was_placed(demo_library: DemoLibrary) -> None:
+    engine = _engine(demo_library, Placement(None, card(3)))
     with pytest.raises(LoadoutError) as exc:
-        engine.place(SlotId.MAIN)  # the 86 MiB text encoder cannot even stream on a 5 MiB card
+        # the 86 MiB text encoder cannot even stream on a 3 MiB card (1 MiB kept for activations;
+        # its two largest modules in flight need 2.3 MiB)
+        engine.place(SlotId.MAIN)
     message = exc.value.message
     assert exc.value.code == "out_of_memory"
     assert "(diffusion model, VAE placed)" in message and "text encoder clip-l" in message

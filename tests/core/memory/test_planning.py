@@ -187,6 +187,29 @@ def test_modules_are_placed_smallest_first_while_they_fit() -> None:
     assert plan_load(model, 1799, 0, buffered).kind == "refuse"  # 1000 + 800 streamed at once
 
 
+def test_models_of_one_call_share_one_streaming_region_when_a_later_one_would_be_refused() -> None:
+    """SD3's three text encoders on a small card (found by the SD3 ControlNet CLI test): placed in
+    turn, CLIP-L took the room CLIP-G needed to stream at all. They run one at a time, so their
+    in-flight buffers can share one region: planned again with the largest kept free, all run."""
+    buffered = PlanSettings(min_inference_bytes=0, reserve_bytes=0, headroom=1.0, stream_buffers=2)
+    first = ModelState("first", 1000, module_sizes=tuple((f"f{i}", 100) for i in range(10)))
+    second = ModelState(
+        "second", 2000, module_sizes=(("big0", 400), ("big1", 400), *((f"s{i}", 80) for i in range(15)))
+    )
+    third = ModelState("third", 300, module_sizes=tuple((f"t{i}", 50) for i in range(6)))
+    steps = plan_load_models([first, second, third], [], 1000, 0, buffered)
+    by = {s.model: s for s in steps}
+    assert "refuse" not in {s.kind for s in steps}, [s.reason for s in steps]
+    # the region for second's two 400-byte modules stays free of every model's weights
+    assert sum(s.bytes for s in steps if s.kind in ("load", "partial_load")) <= 1000 - 800
+    assert by["second"].kind == "partial_load"
+    # alone, first fits whole as before (the shared region only when a call refuses a model)
+    assert plan_load_models([first], [], 1000, 0, buffered)[0].bytes == 1000
+    # and a call that refuses nothing is planned as before
+    roomy = plan_load_models([first, third], [], 2000, 0, buffered)
+    assert [s.kind for s in roomy] == ["load", "load"]
+
+
 def test_a_smaller_budget_sends_the_fewest_largest_resident_modules_back() -> None:
     mods = (("s", 200), ("m", 600), ("l", 1000))
     bare = PlanSettings(min_inference_bytes=0, reserve_bytes=0, headroom=1.0, stream_buffers=0)
