@@ -72,7 +72,7 @@ def test_a_png_without_parameters_says_so(qtbot, make_window, tmp_path: Path) ->
 def test_load_to_gpu_that_does_not_fit_says_what_and_that_generating_streams_it(
     qtbot, make_window, demo_library: DemoLibrary
 ) -> None:
-    window = make_window(demo_library.folder, placement=Placement(None, card(5)))
+    window = make_window(demo_library.folder, placement=Placement(None, card(3)))
     _load(qtbot, window, demo_library.checkpoint)
     with strict(qtbot, window.backend, "started", "failed", "finished"):
         window.backend.place(MAIN_KEY)
