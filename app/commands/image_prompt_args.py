@@ -1,6 +1,6 @@
 """``loadout generate``'s image prompts: ``--ip-adapter FILE:PICTURE[:WEIGHT[@START-END]]`` (SD1.5,
 SDXL; ``type=NAME`` and ``mask=FILE`` anywhere after the two paths: the weight type and the
-attention mask), ``--redux FILE:PICTURE[:STRENGTH]`` (FLUX.1), both repeatable, and ``--image-encoder FILE``
+attention mask), ``--redux FILE:PICTURE[:STRENGTH[:TYPE]]`` (FLUX.1), both repeatable, and ``--image-encoder FILE``
 (the vision tower file they read pictures with; without it the one each needs is found in the
 library, a ComfyUI install's ``models/clip_vision`` or beside the adapter or style model)."""
 
@@ -28,9 +28,12 @@ def add_image_prompt_arguments(p: argparse.ArgumentParser) -> None:
         "transfer) and mask=FILE an attention mask (white: where the image prompt acts)",
     )  # fmt: skip
     p.add_argument(
-        "--redux", action="append", default=[], metavar="FILE:PICTURE[:STRENGTH]",
+        "--redux", action="append", default=[], metavar="FILE:PICTURE[:STRENGTH[:TYPE]]",
         help="an image prompt by FLUX Redux (repeatable, appended in order; ComfyUI's StyleModelApply): "
-        "the style model file, its picture and strength (default 1)",
+        "the style model file, its picture, its strength (default 1) and how the strength acts: "
+        "multiply (the default: the picture's tokens scaled) or attn_bias (the attention on the "
+        "picture's tokens reweighted by log(strength); a strength above 0), e.g. "
+        "flux1-redux-dev.safetensors:photo.png:0.5:attn_bias",
     )  # fmt: skip
     p.add_argument(
         "--image-encoder", metavar="FILE",
@@ -105,9 +108,10 @@ def parse_redux(text: str) -> ReduxUse:
     parts = _split_paths(text)
     if len(parts) not in (2, 3, 4):
         raise LoadoutError(
-            f"--redux {text!r} is not FILE:PICTURE[:STRENGTH]",
+            f"--redux {text!r} is not FILE:PICTURE[:STRENGTH[:TYPE]]",
             why=f"it has {len(parts)} parts",
-            fix="Give e.g. --redux flux1-redux-dev.safetensors:photo.png:0.8",
+            fix="Give e.g. --redux flux1-redux-dev.safetensors:photo.png:0.8 or "
+            "--redux flux1-redux-dev.safetensors:photo.png:0.5:attn_bias",
             code="bad_argument",
         )
     strength = REDUX_STRENGTH.parse(parts[2]) if len(parts) > 2 else 1.0

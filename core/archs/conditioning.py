@@ -10,6 +10,11 @@ token, as ComfyUI's do).
 latent format's scale and shift applied), each ``[B, C, h, w]``: what ComfyUI's ``ReferenceLatent``
 / ``TextEncodeQwenImageEditPlus`` put in a conditioning's ``reference_latents`` for FLUX.1 Kontext,
 FLUX.2 and Qwen-Image-Edit. A network that takes none refuses them in words.
+
+``attention_bias`` are additive attention biases on spans of the prompt's tokens
+(:class:`PromptBias`: ComfyUI's StyleModelApply "attn_bias", which it carries as the
+conditioning's ``attention_mask``); no network reads them: a model wrapper turns them into an
+attention patch (:mod:`core.sampling.prompt_bias`).
 """
 
 from __future__ import annotations
@@ -27,6 +32,19 @@ def _bad(what: str, why: str, fix: str) -> LoadoutError:
 
 
 @dataclass(frozen=True)
+class PromptBias:
+    """``value`` added to the attention logits on the keys of the prompt tokens ``start`` to
+    ``start + count`` (of a joint attention over [prompt tokens, picture tokens]), for every query
+    except the prompt's own tokens from ``start`` on (the span's, and the tokens appended after it):
+    ComfyUI's StyleModelApply with strength type "attn_bias" (``value`` = log(strength), as float16
+    holds it)."""
+
+    start: int
+    count: int
+    value: float
+
+
+@dataclass(frozen=True)
 class Conditioning:
     """Conditioning of a diffusion network for one prompt.
 
@@ -36,7 +54,9 @@ class Conditioning:
     (None: all of them); ``references``: reference pictures' latents (editing); ``image_prompts``:
     each image prompt's tokens ``[B, tokens, width]`` (IP-Adapter's projected picture, one per
     adapter in order: the positive prompt carries the picture's, the negative the empty one's, as
-    ComfyUI picks them per batch row by ``cond_or_uncond``), read by that feature's patches.
+    ComfyUI picks them per batch row by ``cond_or_uncond``), read by that feature's patches;
+    ``attention_bias``: additive biases on spans of the context's tokens (:class:`PromptBias`),
+    the same for every batch item.
     """
 
     context: Tensor
@@ -45,6 +65,7 @@ class Conditioning:
     mask: Tensor | None = None
     references: tuple[Tensor, ...] = ()
     image_prompts: tuple[Tensor, ...] = ()
+    attention_bias: tuple[PromptBias, ...] = ()
 
     def __post_init__(self) -> None:
         if self.context.ndim != 3:
@@ -74,6 +95,14 @@ class Conditioning:
                     f"a [{batch}, channels, height, width] latent is needed, got {list(ref.shape)}",
                     "encode each reference picture with the model's VAE, one per batch item",
                 )
+        tokens = self.context.shape[1]
+        for span in self.attention_bias:
+            if span.start < 0 or span.count < 1 or span.start + span.count > tokens:
+                raise _bad(
+                    "an attention bias lies outside the prompt's tokens",
+                    f"tokens {span.start} to {span.start + span.count} of a {tokens}-token context",
+                    "bias tokens the prompt has (those appended to it)",
+                )
 
     @property
     def batch(self) -> int:
@@ -96,6 +125,7 @@ class Conditioning:
             None if self.mask is None else self.mask.expand(batch, -1),
             tuple(r.expand(batch, -1, -1, -1) for r in self.references),
             tuple(p.expand(batch, -1, -1) for p in self.image_prompts),
+            self.attention_bias,
         )
 
     def to(self, device: torch.device, dtype: torch.dtype) -> Conditioning:
@@ -111,4 +141,5 @@ class Conditioning:
             None if self.mask is None else self.mask.to(device=device),
             tuple(r.to(device=device, dtype=dtype) for r in self.references),
             tuple(p.to(device=device, dtype=dtype) for p in self.image_prompts),
+            self.attention_bias,
         )

@@ -43,6 +43,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from core.archs.conditioning import PromptBias
 from core.archs.references import NO_PICTURES, PromptPictures
 from core.errors import ModelMismatchError
 from core.generate.request import ImageSettings, Sampling
@@ -87,11 +88,23 @@ class References:
 NO_REFERENCES = References()
 
 
-def append_tokens(cond: Conditioning, tokens: tuple[Tensor, ...]) -> Conditioning:
+@dataclass(frozen=True)
+class Appended:
+    """Prompt tokens an image prompt appends (``[1, n, width]``) and the attention bias on their
+    keys (ComfyUI's StyleModelApply "attn_bias": :class:`core.archs.conditioning.PromptBias`;
+    None: no bias)."""
+
+    tokens: Tensor
+    bias: float | None = None
+
+
+def append_tokens(cond: Conditioning, blocks: Sequence[Tensor | Appended]) -> Conditioning:
     """ComfyUI's ``StyleModelApply``: each ``[1, n, width]`` block of tokens appended, in order, to
-    the prompt's context (every item of its batch; the mask, where there is one, says they are real)."""
+    the prompt's context (every item of its batch; the mask, where there is one, says they are
+    real), a block's attention bias as a span of the conditioning's."""
     ctx = cond.context
-    wrong = next((t for t in tokens if t.shape[-1] != ctx.shape[-1]), None)
+    made = [b if isinstance(b, Appended) else Appended(b) for b in blocks]
+    wrong = next((b.tokens for b in made if b.tokens.shape[-1] != ctx.shape[-1]), None)
     if wrong is not None:
         raise ModelMismatchError(
             f"the image prompt's tokens are {wrong.shape[-1]} wide, and this model's prompt tokens "
@@ -100,12 +113,18 @@ def append_tokens(cond: Conditioning, tokens: tuple[Tensor, ...]) -> Conditionin
             fix="Use a style model made for this model's family",
             code="wrong_kind",
         )
-    extra = [t.to(device=ctx.device, dtype=ctx.dtype).expand(ctx.shape[0], -1, -1) for t in tokens]
+    extra = [b.tokens.to(device=ctx.device, dtype=ctx.dtype).expand(ctx.shape[0], -1, -1) for b in made]
+    spans, start = list(cond.attention_bias), ctx.shape[1]
+    for b in made:
+        if b.bias is not None:
+            spans.append(PromptBias(start, b.tokens.shape[1], b.bias))
+        start += b.tokens.shape[1]
     mask = cond.mask
     if mask is not None:
-        n = sum(t.shape[1] for t in tokens)
+        n = sum(b.tokens.shape[1] for b in made)
         mask = torch.cat((mask, mask.new_ones((mask.shape[0], n))), dim=1)
-    return replace(cond, context=torch.cat((ctx, *extra), dim=1), mask=mask)
+    context = torch.cat((ctx, *extra), dim=1)
+    return replace(cond, context=context, mask=mask, attention_bias=tuple(spans))
 
 
 @dataclass(frozen=True)
@@ -116,12 +135,12 @@ class ImagePrompts:
       adapter in order): the positive prompt's conditioning carries the pictures', the negative's
       the empty picture's (ComfyUI_IPAdapter_plus's ``cond`` and ``uncond``), for the attention
       patch;
-    * ``appended`` (FLUX Redux's, one ``[1, tokens, context width]`` per picture in order):
-      appended to the positive prompt's own tokens (:func:`append_tokens`)."""
+    * ``appended`` (FLUX Redux's, one ``[1, tokens, context width]`` block per picture in order,
+      with its attention bias): appended to the positive prompt's own tokens (:func:`append_tokens`)."""
 
     positive: tuple[Tensor, ...] = ()
     negative: tuple[Tensor, ...] = ()
-    appended: tuple[Tensor, ...] = ()
+    appended: tuple[Appended, ...] = ()
 
     def attach(
         self, positive: Conditioning, negative: Conditioning | None

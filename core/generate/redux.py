@@ -1,16 +1,16 @@
 """Image prompts by FLUX Redux, as ComfyUI's Redux template wires them: each picture is read
 (LoadImage), encoded by SigLIP (``CLIPVisionEncode`` with its centre crop: :mod:`core.archs.image_encoders`),
-turned into 729 prompt tokens by the style model (``StyleModel.get_cond``), multiplied by its
-strength and appended to the positive prompt's T5 context (``StyleModelApply``, strength type
-"multiply"); several pictures append in order. The negative prompt is left as it is (the
-template applies the style model to the positive conditioning only).
+turned into 729 prompt tokens by the style model (``StyleModel.get_cond``) and appended to the
+positive prompt's T5 context (``StyleModelApply``); several pictures append in order. The negative
+prompt is left as it is (the template applies the style model to the positive conditioning only).
+The strength acts as ComfyUI's strength type says: "multiply" scales the tokens; "attn_bias" keeps
+them and adds ``log(strength)`` to the attention logits on their keys (a span of the positive
+conditioning's ``attention_bias`` and a model wrapper that turns it into an attention patch on
+the network's joint attention: :mod:`core.sampling.prompt_bias`; at strength 1 nothing).
 
 :func:`read_pictures` reads and hashes every picture before any model is placed;
 :class:`ReduxPass` adds the encoding to the plan as a step run before the prompts are encoded,
 which places the encoder and the style models through the manager (``place``) first.
-
-Strength type "attn_bias" (``log(strength)`` added to the attention logits on the picture's
-tokens) is not implemented: it is refused in words.
 """
 
 from __future__ import annotations
@@ -25,16 +25,20 @@ from torch import Tensor
 
 from core.detect.catalog import REGISTRY
 from core.errors import LoadoutError, ModelMismatchError
-from core.generate.passes import Contribution, Plan, Run
+from core.generate.passes import Appended, Contribution, Plan, Run
 from core.generate.pictures import read_picture, unit_pixels
 from core.generate.references import file_sha256
 from core.generate.request import ImageSettings
 from core.generate.workflow_request import ReduxUse
 from core.loading.image_encoder import LoadedImageEncoder
 from core.loading.image_prompts import LoadedStyleModel
+from core.sampling.patches import ModelPatches
+from core.sampling.prompt_bias import bias_value, prompt_bias_wrapper
 
 #: the PNG parameters' items: ``Redux 0``, ``Redux 1`` ...
 PARAMETER = "Redux"
+#: the tokens one picture appends (SigLIP so400m's 27 x 27 patches)
+REDUX_TOKENS = 729
 
 
 def takes_redux(family: str, style_family: str = "flux") -> bool:
@@ -58,13 +62,40 @@ def check_family(family: str) -> None:
 
 
 def check_strength_type(use: ReduxUse) -> None:
-    if use.strength_type != "multiply":
+    """Refused in words: strength 0 with "attn_bias" (its bias, log 0, is minus infinity: ComfyUI
+    takes it, and its mask turns into NaN where it is stretched to the picture's tokens)."""
+    if use.strength_type == "attn_bias" and use.strength <= 0:
         raise LoadoutError(
-            f"Redux strength type {use.strength_type!r} is not implemented yet",
-            why="Loadout applies a Redux strength by multiplying the picture's tokens (ComfyUI's multiply)",
-            fix="Use the strength type multiply",
+            f"Redux strength {use.strength:g} cannot be used with the strength type attn_bias",
+            why="attn_bias adds log(strength) to the attention on the picture's tokens, and the log of 0 "
+            "is minus infinity (ComfyUI's mask then holds NaN: a black picture)",
+            fix="Give a strength above 0 (e.g. 0.1), or the strength type multiply, or leave the picture out",
             code="bad_argument",
         )
+
+
+def attention_bias(use: ReduxUse) -> float | None:
+    """The bias on the picture's tokens: log(strength) for "attn_bias" (none at strength 1, as
+    ComfyUI adds its mask only then), none for "multiply"."""
+    if use.strength_type != "attn_bias" or use.strength == 1.0:
+        return None
+    return bias_value(use.strength)
+
+
+def bias_room(pictures: Sequence[ReduxPicture], size: tuple[int, int], text_tokens: int = 512) -> int:
+    """Room for the attention bias's mask while sampling (0 without one): one float32 value per
+    query and key of the joint sequence, the prompt's ``text_tokens`` plus 729 per picture and the
+    picture's tokens (FLUX.1's 2 x 2 patches of an 8 x smaller latent) at ``size`` (width, height)."""
+    if not any(attention_bias(p.use) is not None for p in pictures):
+        return 0
+    w, h = size
+    tokens = text_tokens + REDUX_TOKENS * len(pictures) + -(-w // 16) * -(-h // 16)
+    return 4 * tokens * tokens
+
+
+def token_scale(use: ReduxUse) -> float:
+    """What the tokens are multiplied by: the strength for "multiply", 1 for "attn_bias"."""
+    return use.strength if use.strength_type == "multiply" else 1.0
 
 
 @dataclass(frozen=True)
@@ -90,9 +121,10 @@ def redux_tokens(
     encoder: LoadedImageEncoder, style: LoadedStyleModel, picture: Tensor, strength: float,
     device: torch.device, dtype: torch.dtype,
 ) -> Tensor:  # fmt: skip
-    """``CLIPVisionEncode`` (centre crop) then ``StyleModelApply`` (multiply) of one ``[1, 3, H, W]``
-    picture in [0, 1], computed on ``device`` in ``dtype``: ``[1, 729, context width]`` float32
-    tokens (the encoder's last hidden state handed on in float32, as ComfyUI does)."""
+    """``CLIPVisionEncode`` (centre crop) then ``StyleModelApply``'s tokens of one ``[1, 3, H, W]``
+    picture in [0, 1] times ``strength`` (:func:`token_scale`), computed on ``device`` in ``dtype``:
+    ``[1, 729, context width]`` float32 tokens (the encoder's last hidden state handed on in
+    float32, as ComfyUI does)."""
     hidden = encoder.arch.encode(encoder.module, picture, device, dtype).last_hidden_state.float()
     cond = style.arch.tokens(style.module, hidden, device=device, dtype=dtype)
     return cond.flatten(0, 1).unsqueeze(0) * strength
@@ -114,9 +146,9 @@ class EncodeRedux:
         for picture, style in zip(self.pictures, self.styles, strict=True):
             run.hooks.check()
             with torch.no_grad():
-                unit, strength = unit_pixels(picture.rgb), picture.use.strength
-                made = redux_tokens(self.encoder, style, unit, strength, compute.device, compute.text_dtype)
-                tokens.append(made)
+                unit, scale = unit_pixels(picture.rgb), token_scale(picture.use)
+                made = redux_tokens(self.encoder, style, unit, scale, compute.device, compute.text_dtype)
+                tokens.append(Appended(made, attention_bias(picture.use)))
         prompts = run.image_prompts
         run.image_prompts = replace(prompts, appended=(*prompts.appended, *tokens))
 
@@ -181,3 +213,9 @@ class ReduxPass:
 
     def plan(self, plan: Plan, settings: ImageSettings) -> None:
         plan.prepare.append(EncodeRedux(self.pictures, self.encoder, self.styles, self.place))
+        if any(attention_bias(p.use) is not None for p in self.pictures):
+            plan.pipeline.adapter.patch_points.require(
+                "Redux's strength type attn_bias", "wrong_kind", attention=("joint",),
+                fix="Use the strength type multiply with this model",
+            )  # fmt: skip
+            plan.patches += ModelPatches(wrappers=(prompt_bias_wrapper,))

@@ -16,7 +16,7 @@ from torch import nn
 
 from core.errors import ModelMismatchError
 from core.generate.image_prompts import EncoderSearch, ImagePromptCache, image_encoder_for
-from core.generate.redux import ReduxPass, check_family, parameter_items, read_pictures
+from core.generate.redux import ReduxPass, bias_room, check_family, parameter_items, read_pictures
 from core.generate.request import ImageSettings
 from core.loading.image_encoder import LoadedImageEncoder
 from core.loading.image_prompts import LoadedStyleModel
@@ -82,6 +82,8 @@ def redux_pass(
     made = ReduxPass(pictures, encoder, loaded, place)
     made.contribution.files = (encoder.path, *dict.fromkeys(s.path for s in loaded))
     made.contribution.parameters = parameter_items(pictures, named)
+    if not placement.manager.settings.headroom_fixed:  # the user's fixed headroom stands
+        made.contribution.sample_bytes = bias_room(pictures, settings.final_size)
     return made
 
 

@@ -6,7 +6,8 @@ batch. Two conditionings concatenate when their token widths match and their tok
 within a factor 4 of their least common multiple (a 77-token negative with a 154-token prompt):
 each context is repeated along tokens up to that multiple, as ComfyUI does. Otherwise the caller
 runs them as two forward passes (also when their reference latents differ in count or
-shape). The record itself is :class:`core.archs.conditioning.Conditioning`
+shape, and when their attention biases differ: ComfyUI's conds with and without an
+``attention_mask`` never batch). The record itself is :class:`core.archs.conditioning.Conditioning`
 (every network takes it); a text mask repeats with its context.
 """
 
@@ -37,6 +38,8 @@ def can_concat(a: Conditioning, b: Conditioning) -> bool:
     if a.pooled is not None and b.pooled is not None and a.pooled.shape[1:] != b.pooled.shape[1:]:
         return False
     la, lb = a.context.shape[1], b.context.shape[1]
+    if a.attention_bias != b.attention_bias or (a.attention_bias and la != lb):
+        return False  # the biases name token positions: only the same prompt layout batches
     return math.lcm(la, lb) // min(la, lb) <= MAX_CONTEXT_REPEAT
 
 
@@ -56,6 +59,7 @@ def concat(conds: Sequence[Conditioning]) -> Conditioning:
         torch.cat(masks) if masks else None,
         references,
         prompts,
+        conds[0].attention_bias,  # every item's is the same (can_concat)
     )
 
 

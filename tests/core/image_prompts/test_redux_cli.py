@@ -3,7 +3,8 @@ ComfyUI layout (``models/style_models``, ``models/clip_vision``: the image encod
 when ``--image-encoder`` is not given): real-width SigLIP (1 layer) and Redux (bfloat16, 1152 ->
 12288 -> 4096), a small FLUX.1 [dev] network taking T5-XXL's 4096-wide context. The picture is the
 same on a small simulated card (everything streamed) as with room for everything, the PNG names the
-pictures and strengths and reads back, and what cannot be used is refused in words."""
+pictures, strengths and strength types (one picture "multiply", one "attn_bias": ComfyUI's
+StyleModelApply) and reads back, and what cannot be used is refused in words."""
 
 from __future__ import annotations
 
@@ -87,7 +88,7 @@ def test_redux_from_the_command_line_is_placed_named_and_the_same_on_a_small_car
         "--redux",
         f"{files['redux']}:{files['house']}:0.8",
         "--redux",
-        f"{files['redux']}:{files['sky']}",
+        f"{files['redux']}:{files['sky']}:0.5:attn_bias",
     )
     small = tmp_path / "small.png"
     assert main([*_cli(files, small, *redux, "--vram-limit", "320MiB", "--json")]) == 0
@@ -104,8 +105,8 @@ def test_redux_from_the_command_line_is_placed_named_and_the_same_on_a_small_car
 
     p = parse_parameters(read_png_parameters(small))
     found = redux_in(p.extra)
-    assert [(r.model, r.picture, r.strength) for r in found] == [
-        ("flux1-redux-dev", "house.png", 0.8), ("flux1-redux-dev", "skyblue.png", 1.0),
+    assert [(r.model, r.picture, r.strength, r.strength_type) for r in found] == [
+        ("flux1-redux-dev", "house.png", 0.8, "multiply"), ("flux1-redux-dev", "skyblue.png", 0.5, "attn_bias"),
     ]  # fmt: skip
     assert all(isinstance(r, ReduxParameters) and len(r.hash) == 12 for r in found)
 
@@ -129,6 +130,14 @@ def test_what_cannot_be_used_is_refused_in_words(
         (
             _cli(files, tmp_path / "c.png", "--redux", f"{files['redux']}:{files['house']}:11"),
             "Redux strength",
+        ),
+        (
+            _cli(files, tmp_path / "c0.png", "--redux", f"{files['redux']}:{files['house']}:0:attn_bias"),
+            "log of 0 is minus infinity",
+        ),
+        (
+            _cli(files, tmp_path / "c1.png", "--redux", f"{files['redux']}:{files['house']}:1:add"),
+            "not a Redux strength type",
         ),
         (
             _cli(
