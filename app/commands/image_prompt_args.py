@@ -1,8 +1,9 @@
 """``loadout generate``'s image prompts: ``--ip-adapter FILE:PICTURE[:WEIGHT[@START-END]]`` (SD1.5,
 SDXL; ``type=NAME`` and ``mask=FILE`` anywhere after the two paths: the weight type and the
-attention mask), ``--redux FILE:PICTURE[:STRENGTH[:TYPE]]`` (FLUX.1), both repeatable, and ``--image-encoder FILE``
-(the vision tower file they read pictures with; without it the one each needs is found in the
-library, a ComfyUI install's ``models/clip_vision`` or beside the adapter or style model)."""
+attention mask), ``--redux FILE:PICTURE[:STRENGTH[:TYPE]]`` (FLUX.1), both repeatable, and
+``--image-encoder FILE`` (the vision tower file they read pictures with; without it the one each
+needs is found in the library, a ComfyUI install's ``models/clip_vision`` or beside the adapter or
+style model)."""
 
 from __future__ import annotations
 

@@ -106,7 +106,8 @@ def test_redux_from_the_command_line_is_placed_named_and_the_same_on_a_small_car
     p = parse_parameters(read_png_parameters(small))
     found = redux_in(p.extra)
     assert [(r.model, r.picture, r.strength, r.strength_type) for r in found] == [
-        ("flux1-redux-dev", "house.png", 0.8, "multiply"), ("flux1-redux-dev", "skyblue.png", 0.5, "attn_bias"),
+        ("flux1-redux-dev", "house.png", 0.8, "multiply"),
+        ("flux1-redux-dev", "skyblue.png", 0.5, "attn_bias"),
     ]  # fmt: skip
     assert all(isinstance(r, ReduxParameters) and len(r.hash) == 12 for r in found)
 
