@@ -3,8 +3,9 @@ thumbnail), its weight and the part of the steps it acts on, its weight type (a 
 attention mask (a file, or painted in the mask editor over a blank square: it is stretched to the
 picture). A view: it turns the row into ``ImageSettings.ip_adapters``; core finds the image encoder
 (in the library, ComfyUI's models/clip_vision or beside the adapter) and says in words when it is
-missing. Below it, FLUX Redux (FLUX.1): the style model file, its picture and strength
-(``ImageSettings.redux``; ComfyUI's StyleModelApply, strength type "multiply")."""
+missing. Below it, FLUX Redux (FLUX.1): the style model file, its picture, its strength and how the
+strength acts (``ImageSettings.redux``; ComfyUI's StyleModelApply: "multiply" scales the picture's
+tokens, "attn_bias" reweights the attention on them by log(strength))."""
 
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ from app.gui.mask_editor import MaskEditor, mask_folder
 from core.generate.image_prompts import IpAdapterParameters
 from core.generate.ip_weights import WEIGHT_TYPES
 from core.generate.redux import ReduxParameters
-from core.generate.workflow_request import IpAdapterUse, ReduxUse
+from core.generate.workflow_request import STRENGTH_TYPES, IpAdapterUse, ReduxUse
 from core.values import IP_ADAPTER_PERCENT, IP_ADAPTER_WEIGHT, REDUX_STRENGTH
 
 #: the blank square an image prompt's mask is painted on (stretched to the picture when used)
@@ -74,14 +75,20 @@ class ImagePromptRow(QWidget):
         form.addRow("Mask", shape)
         self.redux = FilePick("Pick the FLUX Redux style model (ComfyUI's models/style_models)", MODELS)
         self.redux_picture = FilePick("Pick the picture Redux reads", PICTURES, preview=True)
-        self.redux_strength = _spin(1.0, REDUX_STRENGTH.lo, REDUX_STRENGTH.hi, "Strength (0 leaves it out)")
-        redux_row = QHBoxLayout()
-        redux_row.setContentsMargins(0, 0, 0, 0)
-        redux_row.addWidget(self.redux_picture, 1)
-        redux_row.addWidget(QLabel("Strength"))
-        redux_row.addWidget(self.redux_strength)
+        tip = "Strength (multiply: 0 leaves it out; attn_bias: above 0)"
+        self.redux_strength = _spin(1.0, REDUX_STRENGTH.lo, REDUX_STRENGTH.hi, tip)
+        self.redux_type = QComboBox(
+            toolTip="How the strength acts (ComfyUI's strength type): multiply scales the picture's "
+            "tokens; attn_bias keeps them and reweights the attention on them by log(strength)"
+        )
+        self.redux_type.addItems(STRENGTH_TYPES)
+        strength = QHBoxLayout()
+        strength.setContentsMargins(0, 0, 0, 0)
+        strength.addWidget(self.redux_strength)
+        strength.addWidget(self.redux_type, 1)
         form.addRow("FLUX Redux", self.redux)
-        form.addRow("Redux picture", redux_row)
+        form.addRow("Redux picture", self.redux_picture)
+        form.addRow("Strength", strength)
 
     def paint_mask(self) -> None:
         """Paint the mask over a blank square; it is kept in Loadout's data folder."""
@@ -106,11 +113,14 @@ class ImagePromptRow(QWidget):
         """The Redux picture when the style model and the picture are picked."""
         if self.redux.path is None or self.redux_picture.path is None:
             return ()
-        return (ReduxUse(self.redux.path, self.redux_picture.path, self.redux_strength.value()),)
+        strength, kind = self.redux_strength.value(), self.redux_type.currentText()
+        return (ReduxUse(self.redux.path, self.redux_picture.path, strength, kind),)
 
     def show_redux(self, item: ReduxParameters) -> None:
-        """A picture's Redux strength (the files are the user's to pick again)."""
+        """A picture's Redux strength and strength type (the files are the user's to pick again)."""
         self.redux_strength.setValue(item.strength)
+        if item.strength_type in STRENGTH_TYPES:
+            self.redux_type.setCurrentText(item.strength_type)
 
     def show_parameters(self, item: IpAdapterParameters) -> None:
         """A picture's image prompt: its numbers (the files are the user's to pick again)."""

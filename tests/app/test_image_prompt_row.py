@@ -1,5 +1,6 @@
-"""The Generate panel's image prompt row (IP-Adapter): in the settings it emits once both files are
-picked, and a picture's IP-Adapter numbers read back into it."""
+"""The Generate panel's image prompt row (IP-Adapter, FLUX Redux): in the settings it emits once both
+files are picked, and a picture's IP-Adapter numbers and Redux strength and strength type read back
+into it."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from pathlib import Path
 import pytest
 from pytestqt.qtbot import QtBot
 
+from app.gui.dock_layout import WIDE
 from app.gui.generate_panel import GeneratePanel
 from core.generate.parameters import GenerationParameters, format_parameters, parse_parameters
 from core.generate.workflow_request import IpAdapterUse, ReduxUse
@@ -70,6 +72,9 @@ def test_the_redux_row_gives_a_redux_picture_and_its_strength_comes_back(
     assert panel.settings().redux == (
         ReduxUse(tmp_path / "flux1-redux-dev.safetensors", tmp_path / "photo.png", 0.6),
     )
+    row.redux_type.setCurrentText("attn_bias")
+    assert panel.settings().redux[0].strength_type == "attn_bias"
+    assert panel.minimumSizeHint().width() <= WIDE["generate"]  # the Generate column (400 px)
     item = (
         "Model: flux1-redux-dev [0123456789], Picture: photo.png [0123456789ab], Strength: 0.35, "
         "Type: multiply"
@@ -77,4 +82,9 @@ def test_the_redux_row_gives_a_redux_picture_and_its_strength_comes_back(
     panel.apply_parameters(
         parse_parameters(format_parameters(GenerationParameters("x", extra={"Redux 0": item})))
     )
-    assert row.redux_strength.value() == 0.35
+    assert (row.redux_strength.value(), row.redux_type.currentText()) == (0.35, "multiply")
+    item = item.replace("0.35", "2.5").replace("multiply", "attn_bias")
+    panel.apply_parameters(
+        parse_parameters(format_parameters(GenerationParameters("x", extra={"Redux 0": item})))
+    )
+    assert (row.redux_strength.value(), row.redux_type.currentText()) == (2.5, "attn_bias")
