@@ -222,3 +222,25 @@ def test_attn_bias_equals_flux_pipeline_with_comfyuis_additive_mask(made: dict[s
           f"it differs from {({k: round(m / floor) for k, m in moved.items()})} x that")  # fmt: skip
     assert err * 255 < 3 and float(ours.std()) > 0.05
     assert all(m > 20 * floor for m in moved.values()), moved  # a wrong rule would fail here
+
+
+def test_the_patch_adds_the_bias_to_a_networks_own_mask_as_sdpa_would() -> None:
+    """Chroma's text mask (boolean, True attends) and the bias: ComfyUI reads a boolean mask as
+    log(mask) (0 or -inf) and adds; the patched joint attention equals SDPA with that sum."""
+    from core.models.patches import AttentionRoute, NetworkPatches, Site, attend_heads
+    from core.sampling.prompt_bias import BiasedPrompt
+
+    gen = torch.Generator().manual_seed(3)
+    q, k, v = (torch.randn(2, 2, 11, 8, generator=gen) for _ in range(3))  # (B, H, 5 + 3 prompt, 3 picture)
+    keep = torch.ones(2, 1, 1, 11, dtype=torch.bool)
+    keep[1, ..., 1] = False  # a padding token of the second item
+    spans = append_tokens(
+        Conditioning(torch.zeros(1, 5, 4)), [Appended(torch.ones(1, 3, 4), -0.69)]
+    ).attention_bias
+    route = AttentionRoute(NetworkPatches(attention=(BiasedPrompt(spans, 8),)), Site("double", 0))
+    ours = attend_heads(route, q, k, v, 0, "joint", keep)
+    additive = torch.zeros(2, 1, 11, 11).masked_fill(~keep, float("-inf"))
+    additive[:, :, :5, 5:8] += -0.69
+    additive[:, :, 8:, 5:8] += -0.69
+    theirs = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=additive)
+    assert torch.equal(ours, theirs.transpose(1, 2).reshape(2, 11, 16))
