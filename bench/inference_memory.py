@@ -50,6 +50,7 @@ from core.archs.pixart.network import PixArt, PixArtConfig  # noqa: E402
 from core.memory import inference  # noqa: E402
 from core.memory.tracking import ActivationTracker  # noqa: E402
 from core.models.flux import Flux, FluxConfig  # noqa: E402
+from core.models.mmdit import MMDiT, MMDiTConfig  # noqa: E402
 from core.models.unet import UNetModel  # noqa: E402
 from core.models.unet_config import UNetConfig  # noqa: E402
 from core.session.testrun import RunConfig, _Inputs  # noqa: E402
@@ -58,9 +59,20 @@ DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 TARGET = 0.15  # |predicted / measured - 1|
 
 
+#: SD3 / SD3.5 at their released widths (64-wide heads) with two joint blocks: a full one (SD3.5
+#: medium's with its picture-only second attention) and the last, whose text stream has no MLP
+MMDIT_SHAPED = {
+    "sd3_medium": MMDiTConfig(depth=2, num_heads=24),
+    "sd35_medium": MMDiTConfig(
+        depth=2, num_heads=24, pos_embed_max_size=384, qk_norm="rms", dual_attention_layers=(0,)
+    ),
+    "sd35_large": MMDiTConfig(depth=2, num_heads=38, qk_norm="rms"),
+}
+
+
 def build(kind: str) -> nn.Module:
     """The network on meta (no memory): full-size UNets, Flux widths with 1 + 1 blocks, PixArt's
-    with 1 block."""
+    with 1 block, SD3/SD3.5's with 2 joint blocks."""
     if kind == "sd1":
         return UNetModel(UNetConfig.sd1(), device="meta")
     if kind == "sdxl":
@@ -69,7 +81,9 @@ def build(kind: str) -> nn.Module:
         return Flux(FluxConfig(depth=1, depth_single_blocks=1), device="meta")
     if kind == "pixart":
         return PixArt(PixArtConfig(depth=1), device="meta")
-    raise SystemExit(f"unknown kind {kind!r}: use sd1, sdxl, flux or pixart")
+    if kind in MMDIT_SHAPED:
+        return MMDiT(MMDIT_SHAPED[kind], device="meta")
+    raise SystemExit(f"unknown kind {kind!r}: use sd1, sdxl, flux, pixart, {', '.join(MMDIT_SHAPED)}")
 
 
 def zero_weights(module: nn.Module, device: str, dtype: torch.dtype, real: bool = False) -> nn.Module:

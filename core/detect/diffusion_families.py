@@ -134,7 +134,7 @@ UNET_FAMILIES = (
 SD3 = DiffusionSpec(
     network="mmdit", sampling=SamplingSpec(schedule="flow", shift=3.0, multiplier=1000.0), text="sd3",
     text_encoders=("clip-l", "clip-g", "t5-xxl"), vae="vae-sd3",
-    defaults=GenerationDefaults(cfg=4.5, sizes=XL_SIZES),
+    defaults=GenerationDefaults(cfg=4.5, sizes=XL_SIZES), memory_profile="sd3_medium",
 )  # fmt: skip
 MMDIT_FAMILIES = (
     diffusion(
@@ -143,11 +143,13 @@ MMDIT_FAMILIES = (
     ),
     diffusion(
         "sd3.5-medium", "Stable Diffusion 3.5 Medium", classify_sd3, 16, latent_format="sd3",
-        modelspec="stable-diffusion-3.5-medium", spec=SD3, network_preset="sd35_medium",
+        modelspec="stable-diffusion-3.5-medium", spec=replace(SD3, memory_profile="sd35_medium"),
+        network_preset="sd35_medium",
     ),
     diffusion(
         "sd3.5-large", "Stable Diffusion 3.5 Large", classify_sd3, 16, latent_format="sd3",
-        modelspec="stable-diffusion-3.5-large", spec=SD3, network_preset="sd35_large",
+        modelspec="stable-diffusion-3.5-large", spec=replace(SD3, memory_profile="sd35_large"),
+        network_preset="sd35_large",
     ),
 )  # fmt: skip
 
