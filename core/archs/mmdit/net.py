@@ -80,8 +80,9 @@ def _model(name: str, config: MMDiTConfig) -> MemoryModel:
 
 #: one per preset, named as the preset (a family record's ``memory_profile``); SD3.5 medium's
 #: dual-attention blocks are its peak
+_TITLES = {"sd3_medium": "SD3 medium", "sd35_medium": "SD3.5 medium", "sd35_large": "SD3.5 large"}
 MEMORY: Mapping[str, MemoryModel] = MappingProxyType(
-    {name: _model(f"{name} MMDiT", preset()) for name, preset in PRESETS.items()}
+    {name: _model(f"{_TITLES[name]} MMDiT", preset()) for name, preset in PRESETS.items()}
 )
 
 
