@@ -2,8 +2,11 @@
 
 For each network (SD1.5 and SDXL UNets at full size; "Flux-shaped": Flux's real widths (3072
 hidden, 24 heads, 512 text tokens) with one double and one single block, since its activation peak
-is per block and does not grow with depth; "PixArt-shaped": 1152 wide, 16 heads, one block, fed
-300 T5 tokens), each resolution, batch and dtype, one forward runs
+is per block and does not grow with depth, and "Chroma-shaped" the same; "PixArt-shaped": 1152
+wide, 16 heads, one block, fed 300 T5 tokens; "SD3-shaped" (``sd3_medium``, ``sd35_medium``,
+``sd35_large``): the released widths with two joint blocks, fed 154 text tokens; the UNets that
+share a profile (``sd2``, ``sdxl-refiner``, ``ssd-1b``, ``segmind-vega``) at full size, predicted
+with their family record's profile), each resolution, batch and dtype, one forward runs
 under :class:`core.memory.tracking.ActivationTracker` (peak bytes of live activation tensors,
 weights and inputs excluded) and is compared with :func:`core.memory.inference.predict`.
 
@@ -20,7 +23,8 @@ over ``--tokens`` prompt tokens per row, against ``core.archs.llm.memory.activat
 tracker's roots are the token ids and the mask, as the tower passes them.
 
 ``--fit`` prints least-squares coefficients (relative error) for a network's memory models (the
-``MEMORY`` of its package, ``core/archs/<arch>/net.py``) from the rows measured. Usage::
+``MEMORY`` of its package, ``core/archs/<arch>/net.py``) from the rows measured, each with its
+worst relative error; a profile with two peaks is fitted per peak. Usage::
 
     python -m bench.inference_memory [--device cpu] [--kinds sd1,sdxl,flux,pixart] [--sizes 256,384]
         [--batches 1] [--dtypes fp32] [--attention default,math] [--fit]
@@ -34,7 +38,7 @@ import json
 import platform
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -46,10 +50,15 @@ if str(ROOT) not in sys.path:
 import torch  # noqa: E402
 from torch import nn  # noqa: E402
 
+from core.archs.catalog import net_of  # noqa: E402
+from core.archs.memory import Profile  # noqa: E402
 from core.archs.pixart.network import PixArt, PixArtConfig  # noqa: E402
+from core.detect.catalog import memory_profile  # noqa: E402
 from core.memory import inference  # noqa: E402
 from core.memory.tracking import ActivationTracker  # noqa: E402
+from core.models.chroma import Chroma, ChromaConfig  # noqa: E402
 from core.models.flux import Flux, FluxConfig  # noqa: E402
+from core.models.mmdit import MMDiT, MMDiTConfig  # noqa: E402
 from core.models.unet import UNetModel  # noqa: E402
 from core.models.unet_config import UNetConfig  # noqa: E402
 from core.session.testrun import RunConfig, _Inputs  # noqa: E402
@@ -58,18 +67,42 @@ DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 TARGET = 0.15  # |predicted / measured - 1|
 
 
+#: SD3 / SD3.5 at their released widths (64-wide heads) with two joint blocks: a full one (SD3.5
+#: medium's with its picture-only second attention) and the last, whose text stream has no MLP
+MMDIT_SHAPED = {
+    "sd3_medium": MMDiTConfig(depth=2, num_heads=24),
+    "sd35_medium": MMDiTConfig(
+        depth=2, num_heads=24, pos_embed_max_size=384, qk_norm="rms", dual_attention_layers=(0,)
+    ),
+    "sd35_large": MMDiTConfig(depth=2, num_heads=38, qk_norm="rms"),
+}
+#: each kind's network on meta (no memory): full-size UNets, Flux's and Chroma's widths with 1 + 1
+#: blocks, PixArt's with 1 block, SD3/SD3.5's with 2 joint blocks. A kind named by a family id (sd2,
+#: sdxl-refiner, ssd-1b, segmind-vega, chroma) is predicted with its record's profile, scaled to
+#: its width as the planner does
+BUILDERS: dict[str, Callable[[], nn.Module]] = {
+    "sd1": lambda: UNetModel(UNetConfig.sd1(), device="meta"),
+    "sdxl": lambda: UNetModel(UNetConfig.sdxl(), device="meta"),
+    "sd2": lambda: UNetModel(UNetConfig.sd2(), device="meta"),
+    "sdxl-refiner": lambda: UNetModel(UNetConfig.sdxl_refiner(), device="meta"),
+    "ssd-1b": lambda: UNetModel(UNetConfig.ssd_1b(), device="meta"),
+    "segmind-vega": lambda: UNetModel(UNetConfig.segmind_vega(), device="meta"),
+    "flux": lambda: Flux(FluxConfig(depth=1, depth_single_blocks=1), device="meta"),
+    "chroma": lambda: Chroma(ChromaConfig(depth=1, depth_single_blocks=1), device="meta"),
+    "pixart": lambda: PixArt(PixArtConfig(depth=1), device="meta"),
+    **{k: (lambda c=c: MMDiT(c, device="meta")) for k, c in MMDIT_SHAPED.items()},
+}
+
+
 def build(kind: str) -> nn.Module:
-    """The network on meta (no memory): full-size UNets, Flux widths with 1 + 1 blocks, PixArt's
-    with 1 block."""
-    if kind == "sd1":
-        return UNetModel(UNetConfig.sd1(), device="meta")
-    if kind == "sdxl":
-        return UNetModel(UNetConfig.sdxl(), device="meta")
-    if kind == "flux":
-        return Flux(FluxConfig(depth=1, depth_single_blocks=1), device="meta")
-    if kind == "pixart":
-        return PixArt(PixArtConfig(depth=1), device="meta")
-    raise SystemExit(f"unknown kind {kind!r}: use sd1, sdxl, flux or pixart")
+    if kind not in BUILDERS:
+        raise SystemExit(f"unknown kind {kind!r}: use one of {', '.join(BUILDERS)}")
+    return BUILDERS[kind]()
+
+
+def profile_of(kind: str) -> str | None:
+    """The memory profile a kind is predicted with: its own name, or its family record's."""
+    return kind if kind in inference.PROFILES else memory_profile(kind)
 
 
 def zero_weights(module: nn.Module, device: str, dtype: torch.dtype, real: bool = False) -> nn.Module:
@@ -194,8 +227,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                         }  # fmt: skip
                         row |= measure(model, size, batch, DTYPES[dname], args.device, attn)
                         work = inference.Workload(size, size, batch, DTYPES[dname].itemsize, row["attention"])
-                        if kind in inference.PROFILES and inference.has_coefficients(kind, row["attention"]):
-                            row["predicted_bytes"] = inference.predict(kind, work)
+                        profile = profile_of(kind)
+                        if profile is not None and inference.has_coefficients(profile, row["attention"]):
+                            width = net_of(model).width(getattr(model, "config"))  # noqa: B009
+                            row["predicted_bytes"] = inference.predict(profile, work, width)
                             row["ratio"] = round(row["predicted_bytes"] / row["measured_bytes"], 4)
                         rows.append(row)
                         print(json.dumps(row), file=sys.stderr, flush=True)
@@ -218,33 +253,56 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     return report
 
 
-def fit(rows: list[dict[str, Any]]) -> dict[str, Any]:
-    """Per (kind, attention): least squares in relative error of
-    ``measured = bytes * batch * (a * N + q * heads * T**2 + c)`` (q only for math attention)."""
+def _lstsq(rows: list[dict[str, Any]], prof: Profile, attn: str) -> dict[str, Any]:
+    """Least squares in relative error of ``measured = bytes * batch * (a * N + q * heads * T**2 + c)``
+    (q only for math attention), with the fit's own worst relative error over its points."""
     import numpy as np
 
+    quadratic = attn == "math"
+    feats = []
+    for r in rows:
+        w = inference.Workload(r["size"], r["size"], r["batch"], DTYPES[r["dtype"]].itemsize, attn)
+        scale = w.dtype_bytes * w.batch
+        n, t = prof.positions(w.width, w.height), prof.attention_tokens(w.width, w.height)
+        feats.append([scale * n, scale] + ([scale * prof.heads * t * t] if quadratic else []))
+    a = np.array(feats, dtype=float)
+    measured = np.array([r["measured_bytes"] for r in rows], dtype=float)
+    coef, *_ = np.linalg.lstsq(a / measured[:, None], np.ones(len(rows)), rcond=None)
+    worst = float(np.max(np.abs(a @ coef / measured - 1)))
+    return {
+        "per_position": round(float(coef[0]), 2),
+        "constant": round(float(coef[1]), 1),
+        **({"per_score": round(float(coef[2]), 4)} if quadratic else {}),
+        "points": len(rows),
+        "worst_fit_error": round(worst, 6),
+    }
+
+
+def fit(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Per (kind, attention): :func:`_lstsq` over the rows. For a profile with a second peak
+    (``Coefficients.other_peak``: PixArt's cross-attention, the MMDiTs' text MLP below ~200 px), the
+    rows are split by which peak the declared model puts higher and each part fitted alone (a part
+    needs two points)."""
     out: dict[str, Any] = {}
     groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for r in rows:
         groups.setdefault((r["kind"], r["attention"]), []).append(r)
     for (kind, attn), rs in groups.items():
-        prof = inference.PROFILES[kind]
-        quadratic = attn == "math"
-        a_rows, b = [], []
+        name = profile_of(kind)
+        if name is None:
+            continue
+        prof = inference.PROFILES[name]
+        declared = inference.COEFFICIENTS.get((name, attn))
+        if declared is None or declared.other_peak is None:
+            out[f"{kind}/{attn}"] = _lstsq(rs, prof, attn)
+            continue
+        second = declared.other_peak
+        parts: dict[str, list[dict[str, Any]]] = {"main": [], "other_peak": []}
         for r in rs:
-            w = inference.Workload(r["size"], r["size"], r["batch"], DTYPES[r["dtype"]].itemsize, attn)
-            scale = w.dtype_bytes * w.batch
-            n, t = prof.positions(w.width, w.height), prof.attention_tokens(w.width, w.height)
-            feats = [scale * n, scale] + ([scale * prof.heads * t * t] if quadratic else [])
-            a_rows.append([f / r["measured_bytes"] for f in feats])
-            b.append(1.0)
-        coef, *_ = np.linalg.lstsq(np.array(a_rows), np.array(b), rcond=None)
-        out[f"{kind}/{attn}"] = {
-            "per_position": round(float(coef[0]), 2),
-            "constant": round(float(coef[1]), 1),
-            **({"per_score": round(float(coef[2]), 4)} if quadratic else {}),
-            "points": len(rs),
-        }
+            n = prof.positions(r["size"], r["size"])
+            main = declared.per_position * n + declared.constant
+            parts["other_peak" if second[0] * n + second[1] > main else "main"].append(r)
+        out[f"{kind}/{attn}"] = {part: _lstsq(p, prof, attn) for part, p in parts.items() if len(p) >= 2}
     return out
 
 

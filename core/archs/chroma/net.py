@@ -13,11 +13,10 @@ from torch import Tensor, nn
 
 from core.archs.chroma.keys import chroma_diffusers_to_original, chroma_key_map
 from core.archs.conditioning import Conditioning
-from core.archs.flux.net import MEMORY as FLUX_MEMORY
 from core.archs.flux.net import packed_stand_in, token_ids
 from core.archs.keymaps import KeyMapping
 from core.archs.layouts import Architecture
-from core.archs.memory import MemoryModel
+from core.archs.memory import CPU_MEASURED, Coefficients, MemoryModel, Profile, fitted_on_cpu
 from core.archs.protocols import CallingConvention, StandIn
 from core.detect.catalog import REGISTRY
 from core.models.chroma import Chroma, ChromaConfig
@@ -33,8 +32,34 @@ ARCHITECTURE = Architecture(
     to_module={"diffusers": lambda t, fam: chroma_diffusers_to_original(t, ChromaConfig())},
 )
 
-#: Flux's measured model: the same blocks and token counts (an upper bound: no modulation layers)
-MEMORY: Mapping[str, MemoryModel] = MappingProxyType(dict(FLUX_MEMORY))
+#: per token of the joint sequence (image and 512 text tokens): Flux's blocks, measured to the byte
+_PER_TOKEN = 64_707
+#: per sample at one double and one single block (17 modulation slots), measured
+_CONSTANT_1_1 = 33_149_441
+
+
+def chroma_coefficients(config: ChromaConfig) -> Coefficients:
+    """Measured by ``bench/inference_memory.py`` (docs/benchmarks.md) at Chroma's width with 1 + 1
+    and 2 + 2 blocks: Flux's per-token peak, and a constant that grows with the depth: the
+    approximator's modulation vectors (one width per slot: 12 per double block, 3 per single, 2
+    final) stay alive through the whole step, 344 slots at the released depth (Flux makes each
+    block's own and frees it)."""
+    slots_measured = 3 * 1 + 12 * 1 + 2
+    constant = _CONSTANT_1_1 + (config.modulation_slots - slots_measured) * config.hidden_size
+    return Coefficients(
+        float(_PER_TOKEN),
+        float(constant),
+        measured=CPU_MEASURED.format("64/128/192 px, 1 + 1 and 2 + 2 blocks"),
+    )
+
+
+MEMORY: Mapping[str, MemoryModel] = MappingProxyType(
+    {
+        "chroma": fitted_on_cpu(
+            Profile("Chroma transformer", 16, 16, 512, 24, 1024, 3072), chroma_coefficients(ChromaConfig())
+        )
+    }
+)
 
 
 class ChromaNet:

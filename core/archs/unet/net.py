@@ -82,8 +82,19 @@ MEMORY: Mapping[str, MemoryModel] = MappingProxyType(
         "sd1": fitted_on_cpu(
             Profile("SD1.x UNet", 8, 8, 0, 8, 512, 320), Coefficients(8000.0, 1281.0, measured=_CPU_FIT)
         ),
+        "sd2": fitted_on_cpu(
+            Profile("SD2.x UNet", 8, 8, 0, 5, 768, 320), Coefficients(8320.0, 1281.0, measured=_CPU_FIT)
+        ),
         "sdxl": fitted_on_cpu(
             Profile("SDXL UNet", 8, 16, 0, 10, 1024, 320), Coefficients(4880.0, 1281.0, measured=_CPU_FIT)
+        ),
+        "sdxl_distilled": fitted_on_cpu(
+            Profile("SSD-1B / Vega UNet", 8, 16, 0, 10, 1024, 320),
+            Coefficients(5040.0, 1281.0, measured=_CPU_FIT),
+        ),
+        "sdxl_refiner": fitted_on_cpu(
+            Profile("SDXL refiner UNet", 8, 16, 0, 12, 1024, 384),
+            Coefficients(6048.0, 1537.0, measured=_CPU_FIT),
         ),
     }
 )

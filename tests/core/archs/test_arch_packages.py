@@ -57,6 +57,8 @@ def missing_parts(registry: FamilyRegistry) -> list[str]:
             out.append(f"{fam.id}: references on {spec.network}, which takes none")
         if net is not None and spec.memory_profile is not None and spec.memory_profile not in net.memory:
             out.append(f"{fam.id}: memory profile {spec.memory_profile!r} of {spec.network}")
+        if spec.memory_profile is None:  # it would be planned with the fallback bound, not measured
+            out.append(f"{fam.id}: no memory profile")
     return out
 
 
@@ -72,9 +74,11 @@ def test_a_record_naming_a_part_that_does_not_exist_is_found() -> None:
     registry.add(bad)
     refs = replace(sd1, id="sd1-refs", diffusion=replace(sd1.diffusion, references="nope"))
     registry.add(refs)
+    registry.add(replace(sd1, id="sd1-unmeasured", diffusion=replace(sd1.diffusion, memory_profile=None)))
     assert missing_parts(registry) == [
         "sd1-bad: network 'no-such-net'", "sd1-bad: codec 'nope'",
         "sd1-refs: references 'nope'", "sd1-refs: references on unet, which takes none",
+        "sd1-unmeasured: no memory profile",
     ]  # fmt: skip
 
 

@@ -7,7 +7,9 @@ import pytest
 import torch
 from torch import nn
 
+from core.archs.chroma.net import chroma_coefficients
 from core.archs.pixart.network import PixArt, PixArtConfig
+from core.detect.catalog import memory_profile
 from core.memory.events import GIB, MIB
 from core.memory.inference import (
     COEFFICIENTS,
@@ -21,6 +23,7 @@ from core.memory.inference import (
 )
 from core.memory.planning import ModelState, PlanSettings, plan_load
 from core.memory.tracking import ActivationTracker
+from core.models.chroma import ChromaConfig
 from core.models.nextdit import NextDiT, NextDiTConfig
 from core.models.qwen_image import QwenImageConfig, QwenImageDiT
 from core.session.testrun import RunConfig, _Inputs
@@ -210,3 +213,35 @@ def test_the_qwen_image_profile_bounds_a_narrower_qwen_image_tightly(dim: int) -
         measured = _measured_step(model, size, batch=batch)
         predicted = activation_bytes(profile, Workload(size, size, batch, 4, "cpu_flash"), width)
         assert 0.985 * measured <= predicted <= 1.08 * measured, (size, batch, predicted / measured)
+
+
+@pytest.mark.parametrize(
+    ("family", "size", "measured"),
+    [
+        ("sd2", 128, 8_524_804),
+        ("sd2", 256, 34_083_844),
+        ("sdxl-refiner", 128, 6_199_300),
+        ("sdxl-refiner", 256, 24_778_756),
+        ("ssd-1b", 256, 20_648_964),
+        ("segmind-vega", 192, 11_617_284),
+    ],
+)
+def test_the_families_that_borrowed_a_profile_are_predicted_as_the_bench_measured_them(
+    family: str, size: int, measured: int
+) -> None:
+    """Their own profiles (docs/benchmarks.md: the full-size UNets, fp32, batch 1) to the byte; the
+    profile each borrowed before (SD1's, SDXL's) was 3-4 % under them."""
+    profile = memory_profile(family)
+    assert profile is not None and profile not in ("sd1", "sdxl")
+    assert predict(profile, Workload(size, size, 1, 4, "cpu_flash")) == measured
+
+
+def test_chroma_is_fluxs_blocks_plus_its_modulation_vectors_for_the_whole_depth() -> None:
+    """At the bench's 1 + 1 blocks (17 modulation slots) the Chroma model is the measured bytes; at
+    the released depth (344 slots) 327 more widths per sample: above Flux's, which it borrowed."""
+    small = chroma_coefficients(ChromaConfig(depth=1, depth_single_blocks=1))
+    assert 4 * (small.per_position * 16 + small.constant) == 136_739_012  # 64 px, fp32
+    full = COEFFICIENTS[("chroma", "cpu_flash")]
+    assert full.constant - small.constant == 327 * 3072 and memory_profile("chroma") == "chroma"
+    work = Workload(1024, 1024, 1, 2, "cuda_flash")
+    assert predict("chroma", work) > predict("flux", work)
