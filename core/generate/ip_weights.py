@@ -16,7 +16,15 @@ shares its number) out of ``n`` = 11 for SDXL, 16 for SD1.5:
   (the others get no image prompt): SDXL style ``{6}`` (the second output transformer, InstantStyle's
   ``up_blocks.0.attentions.1``), composition ``{3}`` (``down_blocks.2.attentions.1``), strong style
   all but 3; SD1.5 style ``{0-3, 9-15}``, composition ``{4: 0.25 w, 5: w}``, strong style all but
-  4 and 5.
+  4 and 5;
+* ``style and composition`` / ``strong style and composition``: the style blocks at ``w``, the
+  composition blocks at the composition weight ``c`` (SDXL's 3 reads the composition picture when
+  one is given: the pack's ``cond_alt``);
+* ``style transfer precise`` / ``composition precise``: the same dicts with the boost, and at some
+  transformers the picture goes to the negative rows and zeros to the positive ones (the pack's
+  ``uncond = cond; cond = cond * 0``): :meth:`BlockWeights.role`;
+* layer weights (the pack's "Mad Scientist" ``layer_weights``, ``"3:2.5, 6:1"``): ``f * w`` at the
+  listed transformers only, replacing every type but the precise ones.
 
 The pack decides SDXL by the adapter's output width (2048) and ``n`` by whether the adapter has a
 101st key/value pair (a whole SDXL adapter has 70); Loadout takes both from the adapter's output
