@@ -68,36 +68,7 @@ class ImagePromptRow(QWidget):
         self.weight_type.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
         self.weight_type.setMinimumContentsLength(10)
         self.weight_type.currentTextChanged.connect(self._show_type_rows)
-        self.composition = FilePick(
-            "Pick the composition picture (SDXL; none: the image prompt's)", PICTURES, preview=True
-        )
-        self.composition_weight = _spin(
-            1.0, IP_ADAPTER_WEIGHT.lo, IP_ADAPTER_WEIGHT.hi, "Weight of the composition blocks"
-        )
-        composing = QHBoxLayout()
-        composing.setContentsMargins(0, 0, 0, 0)
-        composing.addWidget(self.composition, 1)
-        composing.addWidget(self.composition_weight)
-        self.composing = QWidget()
-        self.composing.setLayout(composing)
-        self.boosted = QCheckBox(
-            "Boost", toolTip="The precise types' style/composition boost (off: as the weight)"
-        )
-        self.boost = _spin(1.0, IP_ADAPTER_BOOST.lo, IP_ADAPTER_BOOST.hi, "Boost")
-        self.boost.setEnabled(False)
-        self.boosted.toggled.connect(self.boost.setEnabled)
-        boosting = QHBoxLayout()
-        boosting.setContentsMargins(0, 0, 0, 0)
-        boosting.addWidget(self.boosted)
-        boosting.addWidget(self.boost)
-        boosting.addStretch(1)
-        self.boosting = QWidget()
-        self.boosting.setLayout(boosting)
-        self.layers = QLineEdit(
-            placeholderText="e.g. 3:2.5, 6:1",
-            toolTip="Layer weights (the node pack's Mad Scientist): transformer index:factor, ...; "
-            "they replace the weight type unless it is a precise one",
-        )
+        self._block_controls()
         self.mask = FilePick("Pick the image prompt's mask (white: where it acts)", PICTURES, preview=True)
         paint = QToolButton(text="Paint…", autoRaise=True, toolTip="Paint where the image prompt acts")
         paint.clicked.connect(self.paint_mask)
@@ -128,6 +99,39 @@ class ImagePromptRow(QWidget):
         form.addRow("FLUX Redux", self.redux)
         form.addRow("Redux picture", redux_row)
         self._show_type_rows(self.weight_type.currentText())
+
+    def _block_controls(self) -> None:
+        """The composition picture and weight, the boost and the layer weights (the block types')."""
+        self.composition = FilePick(
+            "Pick the composition picture (SDXL; none: the image prompt's)", PICTURES, preview=True
+        )
+        self.composition_weight = _spin(
+            1.0, IP_ADAPTER_WEIGHT.lo, IP_ADAPTER_WEIGHT.hi, "Weight of the composition blocks"
+        )
+        composing = QHBoxLayout()
+        composing.setContentsMargins(0, 0, 0, 0)
+        composing.addWidget(self.composition, 1)
+        composing.addWidget(self.composition_weight)
+        self.composing = QWidget()
+        self.composing.setLayout(composing)
+        self.boosted = QCheckBox(
+            "Boost", toolTip="The precise types' style/composition boost (off: as the weight)"
+        )
+        self.boost = _spin(1.0, IP_ADAPTER_BOOST.lo, IP_ADAPTER_BOOST.hi, "Boost")
+        self.boost.setEnabled(False)
+        self.boosted.toggled.connect(self.boost.setEnabled)
+        boosting = QHBoxLayout()
+        boosting.setContentsMargins(0, 0, 0, 0)
+        boosting.addWidget(self.boosted)
+        boosting.addWidget(self.boost)
+        boosting.addStretch(1)
+        self.boosting = QWidget()
+        self.boosting.setLayout(boosting)
+        self.layers = QLineEdit(
+            placeholderText="e.g. 3:2.5, 6:1",
+            toolTip="Layer weights (the node pack's Mad Scientist): transformer index:factor, ...; "
+            "they replace the weight type unless it is a precise one",
+        )
 
     def _show_type_rows(self, weight_type: str) -> None:
         """The composition row for the style and composition types, the boost for the precise ones."""
