@@ -1,6 +1,8 @@
 """``loadout generate``'s image prompts: ``--ip-adapter FILE:PICTURE[:WEIGHT[@START-END]]`` (SD1.5,
-SDXL; ``type=NAME`` and ``mask=FILE`` anywhere after the two paths: the weight type and the
-attention mask), ``--redux FILE:PICTURE[:STRENGTH[:TYPE]]`` (FLUX.1), both repeatable, and
+SDXL; ``type=NAME``, ``mask=FILE``, ``composition=PICTURE``, ``composition-weight=X``, ``boost=X``
+and ``layers=I:W, ...`` anywhere after the two paths: the weight type, the attention mask, the
+style and composition types' second picture and weight, the precise types' boost and the "Mad
+Scientist" layer weights), ``--redux FILE:PICTURE[:STRENGTH[:TYPE]]`` (FLUX.1), both repeatable, and
 ``--image-encoder FILE`` (the vision tower file they read pictures with; without it the one each
 needs is found in the library, a ComfyUI install's ``models/clip_vision`` or beside the adapter or
 style model)."""
@@ -8,25 +10,35 @@ style model)."""
 from __future__ import annotations
 
 import argparse
+import re
 from pathlib import Path
 from typing import Any
 
 from app.commands.args import _split_paths
 from core.errors import LoadoutError
+from core.generate.ip_weights import WEIGHT_TYPES, parse_layer_weights
 from core.generate.workflow_request import IpAdapterUse, ReduxUse
-from core.values import IP_ADAPTER_PERCENT, IP_ADAPTER_WEIGHT, REDUX_STRENGTH
+from core.values import IP_ADAPTER_BOOST, IP_ADAPTER_PERCENT, IP_ADAPTER_WEIGHT, REDUX_STRENGTH
+
+#: the NAME=VALUE options of ``--ip-adapter`` after its two paths
+_OPTIONS = ("type", "mask", "composition", "composition-weight", "boost")
+#: ``layers=`` takes colons and commas ("3:2.5, 6:1"): it runs to the next option or the end
+_LAYERS = re.compile(r":layers=(.*?)(?=:(?:" + "|".join(_OPTIONS) + r")=|$)")
 
 
 def add_image_prompt_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--ip-adapter", action="append", default=[],
-        metavar="FILE:PICTURE[:WEIGHT[@START-END]][:type=NAME][:mask=FILE]",
+        metavar="FILE:PICTURE[:WEIGHT[@START-END]][:type=NAME][:mask=FILE][:...]",
         help="an image prompt (repeatable; SD1.5/SDXL IP-Adapter, as ComfyUI_IPAdapter_plus's "
         "IPAdapterAdvanced): the adapter file, the picture, its weight (default 1) and the part of the "
         "steps it acts on (e.g. ip-adapter_sd15.safetensors:cat.png:0.8@0-0.6); after the two paths "
-        "type=NAME picks the weight type (linear, ease in, ease out, ease in-out, reverse in-out, weak "
-        "input, weak output, weak middle, strong middle, style transfer, composition, strong style "
-        "transfer) and mask=FILE an attention mask (white: where the image prompt acts)",
+        f"type=NAME picks the weight type ({', '.join(WEIGHT_TYPES)}), mask=FILE an attention mask "
+        "(white: where the image prompt acts), composition=PICTURE and composition-weight=X the style "
+        "and composition types' composition picture (SDXL) and weight (default 1), boost=X the precise "
+        "types' style/composition boost, and layers=I:W, ... the per-transformer weights of the node "
+        "pack's Mad Scientist node (e.g. layers=3:2.5, 6:1; they replace the weight type unless it is a "
+        "precise one)",
     )  # fmt: skip
     p.add_argument(
         "--redux", action="append", default=[], metavar="FILE:PICTURE[:STRENGTH[:TYPE]]",
@@ -64,14 +76,14 @@ def _bad(text: str, why: str) -> LoadoutError:
 
 
 def _options(text: str, parts: list[str]) -> tuple[list[str], dict[str, str]]:
-    """The ``type=`` and ``mask=`` pieces after the two paths taken out (a mask's drive letter
-    joined back: ``mask=C`` then ``\\m.png``)."""
+    """The ``name=value`` pieces after the two paths taken out (a file's drive letter joined back:
+    ``mask=C`` then ``\\m.png``)."""
     kept, options = parts[:2], {}
     rest = parts[2:]
     while rest:
         piece = rest.pop(0)
         name, eq, value = piece.partition("=")
-        if not eq or name not in ("type", "mask"):
+        if not eq or name not in _OPTIONS:
             kept.append(piece)
             continue
         if len(value) == 1 and value.isalpha() and rest and rest[0].startswith(("\\", "/")):
@@ -83,9 +95,12 @@ def _options(text: str, parts: list[str]) -> tuple[list[str], dict[str, str]]:
 
 
 def parse_ip_adapter(text: str) -> IpAdapterUse:
-    """``FILE:PICTURE[:WEIGHT[@START-END]]`` with ``type=NAME`` and ``mask=FILE`` anywhere after the
-    two paths; Windows drive letters stay part of the paths."""
-    parts, options = _options(text, _split_paths(text))
+    """``FILE:PICTURE[:WEIGHT[@START-END]]`` with the ``name=value`` options anywhere after the two
+    paths; Windows drive letters stay part of the paths."""
+    layers = _LAYERS.findall(text)
+    if len(layers) > 1:
+        raise _bad(text, "the layers= option is given twice")
+    parts, options = _options(text, _split_paths(_LAYERS.sub("", text)))
     if len(parts) not in (2, 3) or not parts[0] or not parts[1]:
         raise _bad(text, f"it has {len(parts)} parts")
     weight, start, end = 1.0, 0.0, 1.0
@@ -98,9 +113,15 @@ def parse_ip_adapter(text: str) -> IpAdapterUse:
                 raise _bad(text, f"{span!r} is not START-END")
             start, end = IP_ADAPTER_PERCENT.parse(first), IP_ADAPTER_PERCENT.parse(last)
     mask = Path(options["mask"]) if "mask" in options else None
+    composition = Path(options["composition"]) if "composition" in options else None
+    comp_weight = options.get("composition-weight")
+    boost = options.get("boost")
     return IpAdapterUse(
-        Path(parts[0]), Path(parts[1]), weight, start, end, options.get("type", "linear"), mask
-    )
+        Path(parts[0]), Path(parts[1]), weight, start, end, options.get("type", "linear"), mask, composition,
+        None if comp_weight is None else IP_ADAPTER_WEIGHT.parse(comp_weight),
+        None if boost is None else IP_ADAPTER_BOOST.parse(boost),
+        parse_layer_weights(layers[0]) if layers else (),
+    )  # fmt: skip
 
 
 def parse_redux(text: str) -> ReduxUse:

@@ -1,7 +1,7 @@
-"""The Generate panel's sweep row: which LoRA of the stack (or the first ControlNet), the strengths
-to compare, and what each cell's LoRA strength sets. A view: it turns its widgets into a grid of one
-strength axis, made on the loaded models (a :class:`~core.queue.session_grid.SessionGrid`; None
-when the sweep is off)."""
+"""The Generate panel's sweep row: which LoRA of the stack (or the first ControlNet's strength, the
+first image prompt's weight), the strengths to compare, and what each cell's LoRA strength sets. A
+view: it turns its widgets into a grid of one strength axis, made on the loaded models (a
+:class:`~core.queue.session_grid.SessionGrid`; None when the sweep is off)."""
 
 from __future__ import annotations
 
@@ -12,6 +12,8 @@ from core.queue.session_grid import SessionGrid
 
 #: the sweep choice that compares strengths of the first ControlNet row (not a LoRA id)
 CONTROLNET = "controlnet-strength"
+#: the sweep choice that compares weights of the image prompt (IP-Adapter)
+IP_ADAPTER = "ip-adapter-weight"
 
 
 class SweepControls(QWidget):
@@ -51,6 +53,7 @@ class SweepControls(QWidget):
         for lora_id, name in loras:
             self.lora.addItem(name, lora_id)
         self.lora.addItem("ControlNet 0 strength", CONTROLNET)
+        self.lora.addItem("IP-Adapter weight", IP_ADAPTER)
         i = self.lora.findData(current)
         self.lora.setCurrentIndex(max(0, i))
         self.lora.blockSignals(False)
@@ -60,7 +63,7 @@ class SweepControls(QWidget):
         lora_id = self.lora.currentData()
         if not lora_id:
             return None
-        if lora_id == CONTROLNET:
-            return SessionGrid(axis_of(CONTROLNET, self.values.text()))
+        if lora_id in (CONTROLNET, IP_ADAPTER):
+            return SessionGrid(axis_of(str(lora_id), self.values.text()))
         axis = "lora-strength" if self.target.currentData() else "lora-model-strength"
         return SessionGrid(axis_of(axis, self.values.text()), lora=str(lora_id))

@@ -21,6 +21,7 @@ from core.detect.detector import detect
 from core.errors import LoadoutError
 from core.files import read_tensor_index
 from core.generate.ip_adapter import AppliedIpAdapter, IpAdapterPass, check_encoder, check_family
+from core.generate.ip_weights import BlockWeights, parse_layer_weights, show_layer_weights
 from core.generate.pictures import read_mask, read_picture
 from core.generate.references import file_sha256
 from core.generate.request import ImageSettings
@@ -144,21 +145,34 @@ def _num(v: float) -> str:
     return f"{v:g}"
 
 
+def _file(path: Path) -> str:
+    return Path(path).name.replace(",", "")
+
+
 def parameter_item(
-    index: int, use: IpAdapterUse, model: str, encoder: str, sha256: str, mask_sha256: str = ""
-) -> tuple[str, str]:
+    index: int, use: IpAdapterUse, model: str, encoder: str, sha256: str, mask_sha256: str = "",
+    composition_sha256: str = "",
+) -> tuple[str, str]:  # fmt: skip
     """``IP-Adapter 0: "Model: ip-adapter_sd15 [0123456789], Image: a.png: <12 hex>, Weight: 0.8,
     Start: 0, End: 1, Encoder: clip-vit-h [hash]"``, then ``, Weight type: style transfer`` when not
-    linear and ``, Mask: m.png: <12 hex>`` when masked."""
-    picture = Path(use.picture).name.replace(",", "")
+    linear, ``, Mask: m.png: <12 hex>`` when masked, ``, Composition: c.png: <12 hex>``,
+    ``, Composition weight: 0.5``, ``, Boost: 1.2`` and ``, Layer weights: 3:2.5,6:1`` when given."""
     text = (
-        f"Model: {model}, Image: {picture}: {sha256[:12]}, Weight: {_num(use.weight)}, "
+        f"Model: {model}, Image: {_file(use.picture)}: {sha256[:12]}, Weight: {_num(use.weight)}, "
         f"Start: {_num(use.start)}, End: {_num(use.end)}, Encoder: {encoder}"
     )
     if use.weight_type != "linear":
         text += f", Weight type: {use.weight_type}"
     if use.mask is not None:
-        text += f", Mask: {Path(use.mask).name.replace(',', '')}: {mask_sha256[:12]}"
+        text += f", Mask: {_file(use.mask)}: {mask_sha256[:12]}"
+    if use.composition is not None:
+        text += f", Composition: {_file(use.composition)}: {composition_sha256[:12]}"
+    if use.composition_weight is not None:
+        text += f", Composition weight: {_num(use.composition_weight)}"
+    if use.boost is not None:
+        text += f", Boost: {_num(use.boost)}"
+    if use.layer_weights:
+        text += f", Layer weights: {show_layer_weights(use.layer_weights)}"
     return f"IP-Adapter {index}", text
 
 
@@ -173,6 +187,11 @@ def ip_adapter_pass(
     for use in settings.ip_adapters:
         adapter = cache.adapter(use.path, check)
         check_family(adapter, family)
+        blocks = BlockWeights(
+            use.weight_type, use.weight, use.composition_weight, use.boost, use.layer_weights,
+            use.composition is not None,
+        )  # fmt: skip
+        blocks.check(adapter.arch.transformers(adapter.module), adapter.path.name)
         encoder = image_encoder_for(
             cache, settings.image_encoder, search, adapter.encoder, adapter.path,
             "an IP-Adapter reads its picture with a CLIP vision model", IP_ADAPTER_ENCODER, check,
@@ -188,7 +207,12 @@ def ip_adapter_pass(
         sha = file_sha256(use.picture)
         rng = (sampling.percent_to_sigma(use.start), sampling.percent_to_sigma(use.end))
         mask = None if use.mask is None else torch.from_numpy(read_mask(use.mask))
-        applied.append(AppliedIpAdapter(adapter, encoder, picture, use.weight, rng, use.weight_type, mask))
+        comp = None if use.composition is None else read_picture(use.composition, "composition picture")
+        item = AppliedIpAdapter(
+            adapter, encoder, picture, use.weight, rng, use.weight_type, mask, comp,
+            use.composition_weight, use.boost, use.layer_weights,
+        )  # fmt: skip
+        applied.append(item)
         for module, name in ((adapter.module, f"{adapter.path.stem} IP-Adapter"),
                              (encoder.module, f"{encoder.path.stem} image encoder")):  # fmt: skip
             if placement.active and placement.manager.find(module) is None:
@@ -200,7 +224,10 @@ def ip_adapter_pass(
         ):
             phases[phase] += [m for m in modules if m not in phases[phase]]
         mask_sha = "" if use.mask is None else file_sha256(use.mask)
-        key, text = parameter_item(i, use, named(adapter.path, 10), named(encoder.path, 10), sha, mask_sha)
+        comp_sha = "" if use.composition is None else file_sha256(use.composition)
+        key, text = parameter_item(
+            i, use, named(adapter.path, 10), named(encoder.path, 10), sha, mask_sha, comp_sha
+        )
         params[key] = text
     made = IpAdapterPass(tuple(applied))
     made.contribution.models = phases
@@ -223,6 +250,15 @@ class IpAdapterParameters:
     weight_type: str = "linear"
     mask: str = ""
     mask_hash: str = ""
+    composition: str = ""
+    composition_hash: str = ""
+    composition_weight: float | None = None
+    boost: float | None = None
+    layer_weights: tuple[tuple[int, float], ...] = ()
+
+
+def _optional(fields: dict[str, str], key: str) -> float | None:
+    return float(fields[key]) if key in fields else None
 
 
 def ip_adapters_in(extra: dict[str, str]) -> tuple[IpAdapterParameters, ...]:
@@ -236,12 +272,16 @@ def ip_adapters_in(extra: dict[str, str]) -> tuple[IpAdapterParameters, ...]:
         try:
             image, _, digest = fields["Image"].rpartition(":")
             mask, _, mask_digest = fields.get("Mask", "").rpartition(":")
+            comp, _, comp_digest = fields.get("Composition", "").rpartition(":")
+            layers = fields.get("Layer weights", "")
             item = IpAdapterParameters(
                 fields["Model"], image.strip(), digest.strip(), float(fields.get("Weight", "1")),
                 float(fields.get("Start", "0")), float(fields.get("End", "1")), fields.get("Encoder", ""),
-                fields.get("Weight type", "linear"), mask.strip(), mask_digest.strip(),
+                fields.get("Weight type", "linear"), mask.strip(), mask_digest.strip(), comp.strip(),
+                comp_digest.strip(), _optional(fields, "Composition weight"), _optional(fields, "Boost"),
+                parse_layer_weights(layers) if layers else (),
             )  # fmt: skip
-        except (KeyError, ValueError):
+        except (KeyError, ValueError, LoadoutError):
             continue
         found.append((int(key[11:]), item))
     return tuple(item for _, item in sorted(found, key=lambda p: p[0]))

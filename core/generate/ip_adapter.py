@@ -32,7 +32,7 @@ from torch import Tensor
 
 from core.detect.catalog import family_title
 from core.errors import ModelMismatchError
-from core.generate.ip_weights import layer_weight, token_mask, transformer_numbers
+from core.generate.ip_weights import BlockWeights, token_mask, transformer_numbers
 from core.generate.passes import Contribution, Plan, Run
 from core.generate.pictures import unit_pixels
 from core.generate.request import ImageSettings
@@ -50,7 +50,10 @@ class AppliedIpAdapter:
     """One image prompt for one generation: the loaded adapter and encoder, the picture as read
     ((H, W, 3) uint8), its weight and its sigma range (``from``, ``to``), its weight type
     (:data:`core.generate.ip_weights.WEIGHT_TYPES`) and its attention mask ((H, W) in [0, 1], any
-    size: where on the picture the image prompt acts; None: everywhere)."""
+    size: where on the picture the image prompt acts; None: everywhere); for the style and
+    composition types a second picture read at the composition block (``composition``, SDXL) and
+    the composition blocks' weight; the precise types' ``boost``; the "Mad Scientist" layer weights
+    (:class:`core.generate.ip_weights.BlockWeights`)."""
 
     adapter: LoadedIpAdapter
     encoder: LoadedImageEncoder
@@ -59,6 +62,17 @@ class AppliedIpAdapter:
     sigma_range: tuple[float, float]
     weight_type: str = "linear"
     mask: Tensor | None = None
+    composition: np.ndarray | None = None
+    composition_weight: float | None = None
+    boost: float | None = None
+    layer_weights: tuple[tuple[int, float], ...] = ()
+
+    @property
+    def blocks(self) -> BlockWeights:
+        return BlockWeights(
+            self.weight_type, self.weight, self.composition_weight, self.boost, self.layer_weights,
+            self.composition is not None,
+        )  # fmt: skip
 
     def acts_at(self, sigma: float) -> bool:
         first, last = self.sigma_range
@@ -116,8 +130,18 @@ class EncodeImagePrompts:
                     uncond = torch.zeros_like(cond)
                 arch, module = applied.adapter.arch, applied.adapter.module
                 dt = compute.diffusion_dtype
-                positive.append(arch.project(module, cond.to(dt)).float().cpu())
-                negative.append(arch.project(module, uncond.to(dt)).float().cpu())
+                pos = arch.project(module, cond.to(dt)).float().cpu()
+                neg = arch.project(module, uncond.to(dt)).float().cpu()
+                if applied.blocks.roles > 1:
+                    comp = pos
+                    if applied.composition is not None:
+                        pixels = unit_pixels(applied.composition)
+                        embeds = _embeds(applied, pixels, compute.device, compute.text_dtype)
+                        comp = arch.project(module, embeds.to(dt)).float().cpu()
+                    # the token sets of MAIN, SWAPPED and COMPOSITION side by side (ip_weights)
+                    pos, neg = torch.cat([pos, pos * 0, comp], 1), torch.cat([neg, pos, neg], 1)
+                positive.append(pos)
+                negative.append(neg)
         run.image_prompts = replace(run.image_prompts, positive=tuple(positive), negative=tuple(negative))
 
 
@@ -131,14 +155,21 @@ class _Layer:
     order: dict[tuple[Site, int], int]
     numbers: dict[Site, int] = field(default_factory=dict)
 
-    def weight(self, site: Site, latent: tuple[int, int], queries: int, like: Tensor) -> float | Tensor:
-        """The weight at ``site`` (its weight type's), times the mask resized to the call's tokens."""
+    def weight(
+        self, site: Site, latent: tuple[int, int], queries: int, like: Tensor
+    ) -> tuple[float | Tensor, Tensor]:
+        """The weight at ``site`` (its weight type's), times the mask resized to the call's
+        tokens, and the image tokens that transformer reads."""
         a = self.applied
         n = a.adapter.arch.transformers(a.adapter.module)
-        w = layer_weight(a.weight_type, a.weight, self.numbers.get(site, 0), site.stage, n)
+        blocks = a.blocks
+        w, role = blocks.at(self.numbers.get(site, 0), site.stage, n)
+        roles = blocks.roles
+        count = self.tokens.shape[1] // roles
+        tokens = self.tokens[:, role * count : (role + 1) * count] if roles > 1 else self.tokens
         if a.mask is None or w == 0:
-            return w
-        return token_mask(a.mask, latent, queries).to(like)[None, :, None] * w
+            return w, tokens
+        return token_mask(a.mask, latent, queries).to(like)[None, :, None] * w, tokens
 
 
 @dataclass(frozen=True)
@@ -157,11 +188,11 @@ class IpAttention:
             i = layer.order.get((call.site, call.layer))
             if i is None:
                 continue
-            weight = layer.weight(call.site, self.latent, call.q.shape[1], call.q)
+            weight, tokens = layer.weight(call.site, self.latent, call.q.shape[1], call.q)
             if isinstance(weight, float) and weight == 0:
                 continue  # the pack's ``return 0``: the weight type leaves this transformer out
             adapter = layer.applied.adapter
-            k, v = adapter.arch.key_value(adapter.module, i, layer.tokens.to(call.q.dtype))
+            k, v = adapter.arch.key_value(adapter.module, i, tokens.to(call.q.dtype))
             extra.append(ExtraAttention(k, v, weight))
         return replace(call, extra=call.extra + tuple(extra)) if extra else call
 
@@ -221,6 +252,8 @@ class IpAdapterPass:
         )  # fmt: skip
         network = plan.pipeline.nets.diffusion
         orders = tuple(_order(a, network) for a in self.adapters)
+        for a in self.adapters:
+            a.blocks.check(a.adapter.arch.transformers(a.adapter.module), a.adapter.path.name)
         plan.prepare.append(EncodeImagePrompts(self.adapters))
         plan.patches += ModelPatches(wrappers=(IpAdapterStack(self.adapters, orders),))
 

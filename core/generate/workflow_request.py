@@ -10,11 +10,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from core.errors import LoadoutError
-from core.generate.ip_weights import WEIGHT_TYPES
+from core.generate.ip_weights import COMPOSITION_TYPES, PRECISE_TYPES, WEIGHT_TYPES
 from core.preprocess import find_preprocessor
 from core.values import (
     CONTROLNET_PERCENT,
     CONTROLNET_STRENGTH,
+    IP_ADAPTER_BOOST,
     IP_ADAPTER_PERCENT,
     IP_ADAPTER_WEIGHT,
     REDUX_STRENGTH,
@@ -75,9 +76,13 @@ class IpAdapterUse:
     """One image prompt: the IP-Adapter file, the picture, its weight and the part of the schedule
     it acts on (ComfyUI_IPAdapter_plus's start_at/end_at), its weight type (the pack's
     ``weight_type``: :data:`core.generate.ip_weights.WEIGHT_TYPES`) and its attention mask (a
-    picture whose white marks where the image prompt acts, the pack's ``attn_mask``); the image
-    encoder that reads the picture is the settings' (``ImageSettings.image_encoder``) or the one
-    found for it."""
+    picture whose white marks where the image prompt acts, the pack's ``attn_mask``); for the
+    style and composition types a composition picture (SDXL) and the composition blocks' weight
+    (``composition_weight``, the pack's ``weight_composition``; None: 1); for the precise types
+    the pack's ``style_boost`` / ``composition_boost`` (``boost``; None: the weight); "Mad
+    Scientist" layer weights (``layer_weights``: :func:`core.generate.ip_weights.parse_layer_weights`'
+    pairs). The image encoder that reads the pictures is the settings'
+    (``ImageSettings.image_encoder``) or the one found for it."""
 
     path: Path
     picture: Path
@@ -86,6 +91,10 @@ class IpAdapterUse:
     end: float = 1.0
     weight_type: str = "linear"
     mask: Path | None = None
+    composition: Path | None = None
+    composition_weight: float | None = None
+    boost: float | None = None
+    layer_weights: tuple[tuple[int, float], ...] = ()
 
     def __post_init__(self) -> None:
         if self.weight_type not in WEIGHT_TYPES:
@@ -94,7 +103,25 @@ class IpAdapterUse:
                 "the weight types are ComfyUI_IPAdapter_plus's: " + ", ".join(WEIGHT_TYPES),
                 "Give one of them (e.g. style transfer)",
             )
+        composing = self.composition is not None or self.composition_weight is not None
+        if composing and self.weight_type not in COMPOSITION_TYPES:
+            raise _bad(
+                f"a composition picture or weight goes with {' or '.join(COMPOSITION_TYPES)}, "
+                f"and the weight type is {self.weight_type}",
+                "only those types have composition blocks of their own",
+                "Pick the style and composition weight type, or leave the composition out",
+            )
+        if self.boost is not None and self.weight_type not in PRECISE_TYPES:
+            raise _bad(
+                f"a boost goes with {' or '.join(PRECISE_TYPES)}, and the weight type is {self.weight_type}",
+                "it is ComfyUI_IPAdapter_plus's style_boost / composition_boost of the precise types",
+                "Pick a precise weight type, or leave the boost out",
+            )
         IP_ADAPTER_WEIGHT.check(self.weight)
+        if self.composition_weight is not None:
+            IP_ADAPTER_WEIGHT.check(self.composition_weight)
+        if self.boost is not None:
+            IP_ADAPTER_BOOST.check(self.boost)
         IP_ADAPTER_PERCENT.check(self.start)
         IP_ADAPTER_PERCENT.check(self.end)
         if self.start > self.end:

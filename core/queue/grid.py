@@ -5,7 +5,9 @@ the axis values applied; strength axes do not change the LoRA list but give the 
 strengths (the first's in a queued grid), which are set live (side paths, no re-bake). A LoRA
 strength sweep is a grid with one such axis, run on the session at hand (core.queue.session_grid).
 A ``controlnet-strength`` axis sets the first ControlNet's strength (sd-webui-controlnet's axis sets
-unit 0's weight), each cell a plain generation at that strength.
+unit 0's weight), each cell a plain generation at that strength; ``ip-adapter-weight`` and
+``ip-adapter-type`` set the first image prompt's weight and weight type (a type that has no
+composition picture or boost leaves those out).
 Cells are ordered checkpoint first, so a worker loads each checkpoint once for the whole grid.
 """
 
@@ -16,17 +18,22 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from core.errors import LoadoutError
+from core.generate.ip_weights import COMPOSITION_TYPES, PRECISE_TYPES, WEIGHT_TYPES
 from core.generate.request import MAX_SEED, GenerateRequest, ImageSettings
+from core.generate.workflow_request import IpAdapterUse
 from core.sampling import SAMPLERS, SCHEDULERS
-from core.values import CLIP_SKIP, CONTROLNET_STRENGTH, LORA_STRENGTH
+from core.values import CLIP_SKIP, CONTROLNET_STRENGTH, IP_ADAPTER_WEIGHT, LORA_STRENGTH
 
 AXES = (
     "seed", "steps", "cfg", "sampler", "scheduler", "lora-strength", "lora-model-strength",
     "lora-clip-strength", "checkpoint", "prompt-sr", "clip-skip", "controlnet-strength",
+    "ip-adapter-weight", "ip-adapter-type",
 )  # fmt: skip
 _SHORT = {"seed": "seed", "steps": "steps", "cfg": "cfg", "lora-strength": "lora", "clip-skip": "clip skip",
           "lora-model-strength": "lora model", "lora-clip-strength": "lora clip",
-          "controlnet-strength": "controlnet"}  # fmt: skip
+          "controlnet-strength": "controlnet", "ip-adapter-weight": "ip-adapter"}  # fmt: skip
+#: the axes that set the first image prompt (``--ip-adapter``)
+IP_ADAPTER_AXES = ("ip-adapter-weight", "ip-adapter-type")
 LORA_AXES = ("lora-strength", "lora-model-strength", "lora-clip-strength")
 Value = int | float | str
 
@@ -96,6 +103,14 @@ def axis_of(name: str, text: str) -> Axis:
         values = [LORA_STRENGTH.parse(v) for v in raw]
     elif name == "controlnet-strength":
         values = [CONTROLNET_STRENGTH.parse(v) for v in raw]
+    elif name == "ip-adapter-weight":
+        values = [IP_ADAPTER_WEIGHT.parse(v) for v in raw]
+    elif name == "ip-adapter-type":
+        unknown = [v for v in raw if v not in WEIGHT_TYPES]
+        if unknown:
+            said = ", ".join(WEIGHT_TYPES)
+            raise _bad(f"unknown IP-Adapter weight type {unknown[0]!r}", f"Use one of {said}")
+        values = list(raw)
     elif name == "sampler" or name == "scheduler":
         known = SAMPLERS if name == "sampler" else SCHEDULERS
         unknown = [v for v in raw if v not in known]
@@ -164,12 +179,30 @@ def _apply_image(
     if axis.name == "controlnet-strength":  # the first ControlNet's (sd-webui-controlnet's unit 0)
         first = replace(image.controlnets[0], strength=float(v))
         return replace(image, controlnets=(first, *image.controlnets[1:])), strengths
+    if axis.name in IP_ADAPTER_AXES:
+        prompts = (_ip_adapter(axis.name, v, image), *image.ip_adapters[1:])
+        return replace(image, ip_adapters=prompts), strengths
     if axis.name == "prompt-sr":
         return replace(image, prompt=image.prompt.replace(str(axis.values[0]), str(v))), strengths
     assert axis.name in LORA_AXES and strengths is not None, axis.name
     m, c = strengths
     f = float(v)
     return image, (f, f) if axis.name == "lora-strength" else (f, c) if "model" in axis.name else (m, f)
+
+
+def _ip_adapter(name: str, v: Value, image: ImageSettings) -> IpAdapterUse:
+    """The first image prompt with the axis' weight or weight type (a type without a composition
+    picture or a boost drops them)."""
+    first = image.ip_adapters[0]
+    if name == "ip-adapter-weight":
+        return replace(first, weight=float(v))
+    t = str(v)
+    composing = t in COMPOSITION_TYPES
+    return replace(
+        first, weight_type=t, composition=first.composition if composing else None,
+        composition_weight=first.composition_weight if composing else None,
+        boost=first.boost if t in PRECISE_TYPES else None,
+    )  # fmt: skip
 
 
 def _apply(
@@ -197,6 +230,8 @@ def _check(axes: Sequence[Axis], image: ImageSettings, has_lora: bool) -> None:
             raise _bad(
                 "a controlnet-strength axis needs a ControlNet", "Add a ControlNet and its hint picture"
             )
+        if a.name in IP_ADAPTER_AXES and not image.ip_adapters:
+            raise _bad(f"a {a.name} axis needs an IP-Adapter", "Add an IP-Adapter and its picture")
         if a.name == "prompt-sr" and str(a.values[0]) not in prompt:
             raise _bad(
                 f"the prompt does not contain {a.values[0]!r}",

@@ -88,3 +88,48 @@ def test_the_redux_row_gives_a_redux_picture_and_its_strength_comes_back(
         parse_parameters(format_parameters(GenerationParameters("x", extra={"Redux 0": item})))
     )
     assert (row.redux_strength.value(), row.redux_type.currentText()) == (2.5, "attn_bias")
+
+
+def test_the_block_weight_controls_follow_the_weight_type_and_fit_the_column(
+    panel: GeneratePanel, tmp_path: Path
+) -> None:
+    from app.gui.dock_layout import WIDE
+    from core.errors import LoadoutError
+
+    panel.prompt.setPlainText("a cat")
+    panel.workflows.setChecked(True)
+    row = panel.workflows.image_prompt
+    row.adapter.set_path(tmp_path / "ip-adapter_sdxl.safetensors")
+    row.picture.set_path(tmp_path / "cat.png")
+    assert not row.composing.isVisible() and not row.boosting.isVisible()
+    row.weight_type.setCurrentText("style and composition")
+    assert row.composing.isVisible() and not row.boosting.isVisible()
+    row.composition.set_path(tmp_path / "room.png")
+    row.composition_weight.setValue(0.5)
+    (use,) = panel.settings().ip_adapters
+    assert (use.composition, use.composition_weight, use.boost) == (tmp_path / "room.png", 0.5, None)
+    row.weight_type.setCurrentText("style transfer precise")
+    assert not row.composing.isVisible() and row.boosting.isVisible()
+    (use,) = panel.settings().ip_adapters
+    assert (use.composition, use.boost) == (None, None)  # unchecked: the pack's default (the weight)
+    row.boosted.setChecked(True)
+    row.boost.setValue(1.5)
+    row.layers.setText("3:2.5, 6:1")
+    (use,) = panel.settings().ip_adapters
+    assert (use.boost, use.layer_weights) == (1.5, ((3, 2.5), (6, 1.0)))
+    assert panel.minimumSizeHint().width() <= WIDE["generate"]
+    row.layers.setText("3:2.5 6:1")
+    with pytest.raises(LoadoutError, match="INDEX:WEIGHT"):
+        panel.settings()
+
+
+def test_a_pictures_block_weights_come_back(panel: GeneratePanel) -> None:
+    item = (
+        "Model: ip-adapter_sdxl [0123456789], Image: cat.png: 0123456789ab, Weight: 0.6, Start: 0, "
+        "End: 1, Encoder: vit-h, Weight type: composition precise, Boost: 0.3, Layer weights: 3:2.5,6:1"
+    )
+    text = format_parameters(GenerationParameters("x", extra={"IP-Adapter 0": item}))
+    panel.apply_parameters(parse_parameters(text))
+    row = panel.workflows.image_prompt
+    assert row.weight_type.currentText() == "composition precise" and row.boosting.isVisible()
+    assert (row.boosted.isChecked(), row.boost.value(), row.layers.text()) == (True, 0.3, "3:2.5, 6:1")

@@ -80,13 +80,17 @@ def _resampler(
     return state
 
 
-def ip_adapter_file(path: Path, *, plus: bool, seed: int = 0, sdxl: bool = False, embed: int = 1024) -> Path:
+def ip_adapter_file(
+    path: Path, *, plus: bool, seed: int = 0, sdxl: bool = False, embed: int = 1024,
+    inners: tuple[int, ...] | None = None,
+) -> Path:  # fmt: skip
     """An IP-Adapter reading ViT-H for the tiny UNet (SD1.5: ``INNER``) or the tiny SDXL-width UNet
     (``SDXL_INNER``): base (the ``embed``-wide image embeds, 4 tokens: 1024 ViT-H, 1280 ViT-bigG as
     ip-adapter_sdxl) or plus (the 1280-wide hidden states, 16 tokens; SDXL's resampler is 1280 wide
-    with 20 heads, as h94's)."""
+    with 20 heads, as h94's); ``inners``: another UNet's cross-attention widths (:func:`inner_widths`)."""
     gen = torch.Generator().manual_seed(seed)
-    cross, inners = (SDXL_CROSS, SDXL_INNER) if sdxl else (CROSS, INNER)
+    cross, default = (SDXL_CROSS, SDXL_INNER) if sdxl else (CROSS, INNER)
+    inners = default if inners is None else inners
     if plus:
         state = _resampler(gen, 1280, dim=1280, out=cross, heads=20) if sdxl else _resampler(gen, 1280)
     else:
@@ -142,6 +146,58 @@ def sdxl_unet_pair(seed: int = 13, *, sized: bool = False) -> tuple[Any, UNetMod
         cross_attention_dim=SDXL_CROSS, attention_head_dim=(2, 4), transformer_layers_per_block=(1, 2),
         use_linear_projection=True, **extra,
     )  # fmt: skip
+    randomize(hf, seed)
+    ours = UNetModel(config).eval()
+    ours.load_state_dict(unet_diffusers_to_original(hf.state_dict(), config), strict=True)
+    return hf.eval(), ours
+
+
+def inner_widths(unet: UNetModel) -> tuple[int, ...]:
+    """The inner width of each cross-attention of ``unet`` in the adapter's order."""
+    from core.archs.ip_adapter.sites import cross_attention_order
+
+    widths = []
+    for site, layer in cross_attention_order(unet):
+        blocks = [unet.middle_block] if site.stage == "middle" else getattr(unet, f"{site.stage}_blocks")
+        block = blocks[0 if site.stage == "middle" else site.index]
+        attn = [m for n, m in block.named_modules() if n.endswith("attn2")][layer]
+        widths.append(int(attn.to_k.weight.shape[0]))
+    return tuple(widths)
+
+
+def layout_unet_pair(sdxl: bool, seed: int) -> tuple[Any, UNetModel]:
+    """A few-channel UNet with the real block layout, so the transformers number as on the real
+    model (ComfyUI's ``transformer_index``: SD1.5 16, SDXL 11), at the real context width (768 /
+    2048; SDXL with its class vector and linear projections), one transformer block each; in
+    diffusers and in Loadout."""
+    import diffusers
+
+    if sdxl:
+        config = UNetConfig.per_level(
+            model_channels=32, channel_mult=(1, 2, 2), num_res_blocks=2, level_depth=(0, 1, 1),
+            transformer_depth_middle=1, context_dim=SDXL_CROSS, num_head_channels=16,
+            use_linear_in_transformer=True, adm_in_channels=SDXL_ADM,
+        )  # fmt: skip
+        blocks: dict[str, Any] = {
+            "block_out_channels": (32, 64, 64), "attention_head_dim": (2, 4, 4),
+            "down_block_types": ("DownBlock2D", "CrossAttnDownBlock2D", "CrossAttnDownBlock2D"),
+            "up_block_types": ("CrossAttnUpBlock2D", "CrossAttnUpBlock2D", "UpBlock2D"),
+            "cross_attention_dim": SDXL_CROSS, "use_linear_projection": True,
+            "addition_embed_type": "text_time", "addition_time_embed_dim": 256,
+            "projection_class_embeddings_input_dim": SDXL_ADM,
+        }  # fmt: skip
+    else:
+        config = UNetConfig.per_level(
+            model_channels=32, channel_mult=(1, 1, 2, 2), num_res_blocks=2, level_depth=(1, 1, 1, 0),
+            transformer_depth_middle=1, context_dim=CROSS, num_heads=8, num_head_channels=None,
+        )  # fmt: skip
+        blocks = {
+            "block_out_channels": (32, 32, 64, 64), "attention_head_dim": 8, "cross_attention_dim": CROSS,
+            "down_block_types": ("CrossAttnDownBlock2D",) * 3 + ("DownBlock2D",),
+            "up_block_types": ("UpBlock2D",) + ("CrossAttnUpBlock2D",) * 3,
+        }  # fmt: skip
+    torch.manual_seed(0)
+    hf = diffusers.UNet2DConditionModel(sample_size=8, layers_per_block=2, **blocks)
     randomize(hf, seed)
     ours = UNetModel(config).eval()
     ours.load_state_dict(unet_diffusers_to_original(hf.state_dict(), config), strict=True)

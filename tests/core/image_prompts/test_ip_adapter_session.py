@@ -21,6 +21,7 @@ from core.generate.parameters import parse_parameters
 from core.generate.png import read_png_parameters
 from core.generate.request import GenerateRequest, ImageSettings, ModelFiles, Sampling
 from core.generate.workflow_request import IpAdapterUse
+from core.queue.grid import image_cells, parse_axis
 from tests.core.image_prompts.ip_files import ip_adapter_file
 from tests.core.image_prompts.vision_files import vision_reference
 from tests.fixtures.st_files import write_tensors
@@ -44,8 +45,11 @@ def _pixels(path: Path) -> np.ndarray:
         return np.asarray(im.convert("RGB"))
 
 
-def _make(demo: DemoLibrary, out: Path, limit: int | None = None, **image: object) -> np.ndarray:
-    settings = ImageSettings("a cat", "fog", width=64, height=64, sampling=Sampling(seed=3, steps=3), **image)  # type: ignore[arg-type]
+def _make(
+    demo: DemoLibrary, out: Path, limit: int | None = None, steps: int = 3, **image: object
+) -> np.ndarray:
+    sampling = Sampling(seed=3, steps=steps)
+    settings = ImageSettings("a cat", "fog", width=64, height=64, sampling=sampling, **image)  # type: ignore[arg-type]
     request = GenerateRequest(ModelFiles(checkpoint=demo.checkpoint), settings, output=out, vram_limit=limit)
     return _pixels(generate_files(request).images[0].path)
 
@@ -172,3 +176,61 @@ def test_faceid_and_full_face_adapters_are_refused_naming_what_is_missing(tmp_pa
         assert err.value.code == "unsupported_variant", name
         words = err.value.what + err.value.why
         assert ("FaceID" in words and "insightface" in words) if "faceid" in name else "full-face" in words
+
+
+def test_a_weight_type_grid_with_a_precise_type_is_the_same_on_a_small_card_and_read_back(
+    files: tuple[DemoLibrary, Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An ``ip-adapter-type`` axis over linear and composition precise (on the demo's four SD1.5
+    transformers, 0-3: every one swapped, the picture on the negative rows), with layer weights
+    and a boost: three token sets per row in the conditioning, batched and streamed on a 48 MiB
+    card, give the same picture as a plain generation with no card; the linear cell drops the
+    boost (whole pictures against diffusers: test_ip_adapter_block_sd15.py / _sdxl.py)."""
+    demo, ip, cat = files
+    out = tmp_path / "grid"
+    code = main(
+        [
+            "generate", str(demo.checkpoint), "--prompt", "a cat", "--negative", "fog", "--seed", "3",
+            "--steps", "2", "--size", "64x64", "--vram-limit", "48MiB", "-o", str(out), "--quiet",
+            "--ip-adapter", f"{ip}:{cat}:0.8:type=composition precise:boost=1.5:layers=0:1, 3:2",
+            "--x", "ip-adapter-type:linear,composition precise",
+        ]
+    )  # fmt: skip
+    assert code == 0, capsys.readouterr().err
+    cells = [out / "x0-y0-z0.png", out / "x1-y0-z0.png"]
+    linear, precise = (ip_adapters_in(parse_parameters(read_png_parameters(c)).extra)[0] for c in cells)
+    layers = ((0, 1.0), (3, 2.0))
+    assert (precise.weight_type, precise.boost, precise.layer_weights) == ("composition precise", 1.5, layers)
+    assert (linear.weight_type, linear.boost, linear.layer_weights) == ("linear", None, layers)
+    use = IpAdapterUse(ip, cat, 0.8, weight_type="composition precise", boost=1.5, layer_weights=layers)
+    assert np.array_equal(_pixels(cells[1]), _make(demo, tmp_path / "same.png", steps=2, ip_adapters=(use,)))
+    assert not np.array_equal(_pixels(cells[0]), _pixels(cells[1]))
+    with pytest.raises(LoadoutError, match="unknown IP-Adapter weight type"):
+        parse_axis("ip-adapter-type:linear,precise")
+    with pytest.raises(LoadoutError, match="needs an IP-Adapter"):
+        image_cells(ImageSettings("a cat"), None, parse_axis("ip-adapter-weight:0.5,1"))
+
+
+@pytest.mark.parametrize(
+    ("option", "words"),
+    [
+        ("type=style and composition:composition={cat}", "needs SDXL"),
+        ("layers=3:2.5 6:1", "is not INDEX:WEIGHT"),
+        ("layers=0:1, 16:1", "transformer 16"),  # SD1.5 numbers 16 (0-15)
+        ("type=style transfer:boost=1.2", "boost goes with"),
+    ],
+)
+def test_block_weight_refusals_from_the_command_line(
+    files: tuple[DemoLibrary, Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str],
+    option: str, words: str,
+) -> None:  # fmt: skip
+    demo, ip, cat = files
+    code = main(
+        [
+            "generate", str(demo.checkpoint), "--prompt", "a cat", "--steps", "1", "--size", "64x64",
+            "-o", str(tmp_path / "x.png"), "--ip-adapter", f"{ip}:{cat}:" + option.format(cat=cat),
+        ]
+    )  # fmt: skip
+    err = capsys.readouterr().err
+    assert code != 0 and words in err, err
+    assert not (tmp_path / "x.png").exists()
