@@ -122,8 +122,9 @@ def _controlnets(
     if not uses:
         return None
     loaded = [state.controlnets.get(u.path, check) for u in uses]
-    for net in loaded:
+    for use, net in zip(uses, loaded, strict=True):
         cn.check_fits(net, parts.family)
+        cn.check_hint(use, net, settings)
         name = f"{net.path.stem} ControlNet"
         if placement.active and placement.manager.find(net.module) is None:
             placement.register(net.module, name)

@@ -37,6 +37,9 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, ...]:
     cn = control_reference(hf, layers=2, in_dim=33, refiner="control_noise_refiner", refiners=2)
     state = {k: v.contiguous() for k, v in cn.state_dict().items() if k.startswith("control_")}
     control = write_safetensors(folder / "Z-Image-Turbo-Fun-Controlnet-Union-2.1.safetensors", state)
+    first = control_reference(hf, layers=1, in_dim=16, refiner=None, refiners=2)  # 1.0: no inpainting
+    state = {k: v.contiguous() for k, v in first.state_dict().items() if k.startswith("control_")}
+    write_safetensors(folder / "Z-Image-Turbo-Fun-Controlnet-Union.safetensors", state)
     hint = folder / "edges.png"
     rgb = np.random.default_rng(3).integers(0, 256, (96, 80, 3), dtype=np.uint8)  # another aspect: cropped
     Image.fromarray(rgb).save(hint)
@@ -101,3 +104,40 @@ def test_the_command_line_inpaints_with_a_fun_controlnet_on_any_card(
     memory = run("a.png", *net)
     assert np.array_equal(memory, run("b.png", *net, "--vram-limit", "24MiB"))
     assert np.abs(memory - run("c.png")).max() > 10
+
+
+def test_the_command_line_inpaints_with_a_fun_controlnet_and_no_hint_on_any_card(
+    files: tuple[Path, ...], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--controlnet FILE`` alone: ComfyUI's ``ZImageFunControlnet`` with ``inpaint_image`` and
+    ``mask`` and no ``image``; the same bits on a small card, not the picture without the net; with
+    nothing to inpaint, or a 1.0 file (no inpainting inputs), refused in words before any picture."""
+    model, text, ae, control, _ = files
+    init = tmp_path / "init.png"
+    Image.fromarray(np.random.default_rng(4).integers(0, 256, (64, 64, 3), dtype=np.uint8)).save(init)
+    mask = mask_picture(tmp_path / "mask.png")
+    base = [
+        "generate", "--diffusion-model", str(model), "--text-encoder", str(text), "--vae", str(ae),
+        "--prompt", "a red fox", "--steps", "2", "--cfg", "1", "--size", "64x64", "--seed", "7", "--quiet",
+    ]  # fmt: skip
+    inpaint = ["--init", str(init), "--mask", str(mask), "--denoise", "1"]
+
+    def run(name: str, *extra: str) -> np.ndarray:
+        assert main([*base, *inpaint, "-o", str(tmp_path / name), *extra]) == 0, capsys.readouterr().err
+        with Image.open(tmp_path / name) as im:
+            return np.asarray(im.convert("RGB")).astype(np.int32)
+
+    memory = run("a.png", "--controlnet", f"{control}::0.8")
+    assert np.array_equal(memory, run("b.png", "--controlnet", f"{control}::0.8", "--vram-limit", "24MiB"))
+    assert np.abs(memory - run("c.png")).max() > 10
+    assert "Z-Image-Turbo-Fun-Controlnet-Union-2.1" in read_png_parameters(tmp_path / "a.png")
+
+    first = control.with_name("Z-Image-Turbo-Fun-Controlnet-Union.safetensors")
+    for net, extra, says in (
+        (control, [], "the generation inpaints nothing"),
+        (first, inpaint, "was given no hint picture"),
+    ):
+        out = tmp_path / "refused.png"
+        assert main([*base, *extra, "--controlnet", str(net), "-o", str(out), "--json"]) != 0
+        err = capsys.readouterr().err
+        assert says in err and "Give it a hint picture" in err and not out.exists()
