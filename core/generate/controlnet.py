@@ -31,6 +31,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from core.archs.catalog import controlnet_inpaints_alone
 from core.archs.control import (
     BorrowsBase,
     ControlInput,
@@ -287,6 +288,12 @@ def check_fits(net: LoadedControlNet, diffusion_family: str) -> None:
         )
 
 
+def check_use(use: ControlNetUse, net: LoadedControlNet, family: str, settings: ImageSettings) -> None:
+    """Refuse in words a ControlNet for another family, or one without the hint it needs."""
+    check_fits(net, family)
+    check_hint(use, net, settings)
+
+
 def check_hint(use: ControlNetUse, net: LoadedControlNet, settings: ImageSettings) -> None:
     """Refuse in words a ControlNet given no hint picture unless it inpaints alone (Z-Image Fun
     2.x, ComfyUI's ``ZImageFunControlnet`` with no ``image``) and the generation inpaints: its
@@ -295,7 +302,7 @@ def check_hint(use: ControlNetUse, net: LoadedControlNet, settings: ImageSetting
         return
     module = net.module
     if not (isinstance(module, MakesLatentHint) and module.inpaint_inputs):
-        alone = " (a Z-Image Fun ControlNet 2.x inpaints alone)" * (net.family == "z-image")
+        alone = " (some of its kind inpaint alone: not this file)" * controlnet_inpaints_alone(net.family)
         raise ModelMismatchError(
             f"{net.path.name} was given no hint picture",
             why="this ControlNet makes its control from a hint picture" + alone,

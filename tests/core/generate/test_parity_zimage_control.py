@@ -154,6 +154,6 @@ def test_the_inpainting_inputs_match_zimage_controlnet_inpaint_pipeline(control:
     theirs = np.round(out[0] * 255).astype(np.int32)
     diff = np.abs(ours.astype(np.int32) - theirs)
     moved = np.abs(ours.astype(np.int32) - nothing.astype(np.int32)).max()
-    print(f"inpainting inputs ({control=}): max |ours - diffusers| = {diff.max()}/255 (mean {diff.mean():.3f}); {moved}")
+    print(f"inpainting ({control=}): max |ours - diffusers| {diff.max()}/255 mean {diff.mean():.2f}, {moved}")
     assert ours.shape == theirs.shape == (SIZE, SIZE, 3)
     assert diff.max() <= 2 and ours.std() > 5 and moved > diff.max() + 2  # the inputs reached the net
