@@ -3,7 +3,8 @@ blocks) through detection, the loaders, the manager and the command: the same pi
 whether the weights sit in memory or are placed on a small simulated card, and not the picture
 without the ControlNet; the CLI takes the file and says it in the PNG; with ``--init`` and
 ``--mask`` the net takes the picture to inpaint and the mask (its 2.x inpainting inputs), again the
-same bits on the small card. The composition itself is proven against diffusers in
+same bits on the small card, with a hint picture and without one (``--controlnet FILE``: ComfyUI's
+node with no ``image``); a hint-less net with nothing to inpaint, or a 1.0 file, is refused. The composition itself is proven against diffusers in
 test_parity_zimage_control.py."""
 
 from __future__ import annotations
