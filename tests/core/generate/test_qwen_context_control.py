@@ -183,3 +183,21 @@ def test_the_command_line_gives_the_map_to_the_union_lora_on_any_card(
         out = tmp_path / "refused.png"
         assert main([*base, "-o", str(out), *extra]) != 0
         assert says in capsys.readouterr().err and not out.exists()
+
+
+def test_the_map_is_one_reference_at_its_own_size_on_both_prompts(tmp_path: Path) -> None:
+    """ComfyUI's template: VAEEncode of the map as it is, ReferenceLatent on positive and negative;
+    reference pictures beside it are refused in words."""
+    from core.archs.references import AsGiven
+    from core.errors import LoadoutError
+    from core.generate.control_picture import reference_control_pass
+    from core.generate.request import ImageSettings
+
+    edges = tmp_path / "edges.png"
+    rgb = np.zeros((48, 80, 3), dtype=np.uint8)
+    Image.fromarray(rgb).save(edges)
+    made = reference_control_pass(ImageSettings("a fox"), edges, rgb)
+    assert isinstance(made.rule, AsGiven) and made.rule.negative and made.rule.most == 1
+    assert made.rule.scale(80, 48).method == "none" and made.pictures[0].rgb is rgb
+    with pytest.raises(LoadoutError, match="reference pictures were given beside"):
+        reference_control_pass(ImageSettings("a fox", references=(edges,)), edges, rgb)
