@@ -31,7 +31,6 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from core.archs.catalog import controlnet_inpaints_alone
 from core.archs.control import (
     BorrowsBase,
     ControlInput,
@@ -45,8 +44,9 @@ from core.archs.control import (
 )
 from core.detect.catalog import controlnet_family_for, controlnet_fits
 from core.errors import ModelMismatchError
+from core.generate.controlnet_inpaint import check_hint, hand_inpainting
 from core.generate.passes import Contribution, Plan, Run
-from core.generate.pictures import read_mask, read_picture
+from core.generate.pictures import read_picture
 from core.generate.request import ImageSettings
 from core.generate.workflow_request import ControlNetUse
 from core.loading.controlnet import LoadedControlNet, load_controlnet
@@ -294,32 +294,6 @@ def check_use(use: ControlNetUse, net: LoadedControlNet, family: str, settings: 
     check_hint(use, net, settings)
 
 
-def check_hint(use: ControlNetUse, net: LoadedControlNet, settings: ImageSettings) -> None:
-    """Refuse in words a ControlNet given no hint picture unless it inpaints alone (Z-Image Fun
-    2.x, ComfyUI's ``ZImageFunControlnet`` with no ``image``) and the generation inpaints: its
-    hint is then made from the picture to inpaint and the mask (ComfyUI's ``inpaint_image``)."""
-    if use.hint is not None:
-        return
-    module = net.module
-    if not (isinstance(module, MakesLatentHint) and module.inpaint_inputs):
-        alone = " (some of its kind inpaint alone: not this file)" * controlnet_inpaints_alone(net.family)
-        raise ModelMismatchError(
-            f"{net.path.name} was given no hint picture",
-            why="this ControlNet makes its control from a hint picture" + alone,
-            fix="Give it a hint picture",
-            code="bad_argument",
-        )
-    if settings.mask_image is None or settings.init_image is None:
-        outpaint = settings.outpaint is not None
-        raise ModelMismatchError(
-            f"{net.path.name} was given no hint picture and "
-            + ("outpainting does not hand it a mask" if outpaint else "the generation inpaints nothing"),
-            why="without a hint picture it runs on the picture to inpaint and the mask of its repainted part",
-            fix="Give it a hint picture, or inpaint: a picture to start from and a mask",
-            code="bad_argument",
-        )
-
-
 def control_type_index(use: ControlNetUse, net: LoadedControlNet) -> int | None:
     """A union ControlNet's control type as the index its file takes, refused in words for a
     ControlNet without types or a name it does not know."""
@@ -390,11 +364,7 @@ class ControlNetPass:
             if isinstance(net.module, BorrowsBase):  # weights of the base network, per generation
                 net.module.take_from_base(plan.pipeline.nets.diffusion)
             net.downscale = plan.pipeline.latent_format.downscale
-            if (net.masks_hint or net.takes_inpaint) and net.mask is None and settings.mask_image is not None:
-                # an inpainting ControlNet repaints what the generation's mask repaints
-                net.mask = torch.from_numpy(read_mask(settings.mask_image))[None, None]
-                if net.takes_inpaint and net.inpaint is None and settings.init_image is not None:
-                    net.inpaint = hint_tensor(read_picture(settings.init_image))
+            hand_inpainting(net, settings)  # an inpainting net repaints what the generation repaints
         if any(net.module.hint_space == "latent" for net in self.stack.nets):
             plan.stage_patches.append(EncodeHints(self.stack.nets))
         plan.patches += ModelPatches(wrappers=(self.stack,))
