@@ -161,8 +161,11 @@ def parse_controlnet(text: str) -> ControlNetUse:
     """``FILE:HINT[:STRENGTH[:START:END]]`` (``--controlnet``), or ``FILE:PICTURE:PREPROCESSOR[...]``
     (the hint made from PICTURE when the generation runs); a union ControlNet's control type as one
     more part ``type=NAME`` anywhere after the paths (as a LoRA's ``lbw=``). Windows drive letters
-    (``C:\\...``) stay part of the paths."""
+    (``C:\\...``) stay part of the paths. ``FILE`` alone or an empty HINT (``FILE::0.8``): no hint
+    picture (a Z-Image Fun ControlNet 2.x inpainting on the picture to inpaint alone)."""
     parts = _split_paths(text)
+    if len(parts) == 1:
+        parts.append("")
     control_type = None
     typed = [i for i, p in enumerate(parts) if i >= 2 and p.strip().lower().startswith("type=")]
     if typed:
@@ -182,7 +185,8 @@ def parse_controlnet(text: str) -> ControlNetUse:
     nums = [r.parse(v) for r, v in zip(ranges, parts[2:], strict=False)]
     strength = nums[0] if nums else 1.0
     start, end = (nums[1], nums[2]) if len(nums) == 3 else (0.0, 1.0)
-    return ControlNetUse(Path(parts[0]), Path(parts[1]), strength, start, end, preprocessor, control_type)
+    hint = Path(parts[1]) if parts[1].strip() else None
+    return ControlNetUse(Path(parts[0]), hint, strength, start, end, preprocessor, control_type)
 
 
 def parse_control_picture(text: str) -> ControlPictureUse:

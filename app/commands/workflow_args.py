@@ -26,7 +26,8 @@ def add_workflow_arguments(p: argparse.ArgumentParser) -> None:
         metavar="FILE:HINT[:PREPROCESSOR][:STRENGTH[:START:END]][:type=NAME]",
         help="a ControlNet and its hint picture (repeatable; ComfyUI's ControlNetApplyAdvanced); with a "
         "preprocessor (canny, lineart, softedge, depth, normal, openpose) the hint is made from that "
-        "picture; type=NAME picks a union ControlNet's control type (e.g. type=depth)",
+        "picture; type=NAME picks a union ControlNet's control type (e.g. type=depth); FILE alone (or an "
+        "empty HINT, FILE::0.8): a Z-Image Fun 2.x net inpainting on --init and --mask with no hint",
     )  # fmt: skip
     p.add_argument(
         "--control-picture", metavar="PICTURE[:PREPROCESSOR]",

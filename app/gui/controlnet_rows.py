@@ -38,7 +38,7 @@ from PySide6.QtWidgets import (
 
 from app.gui.hint_preprocessor import PreprocessorPick
 from app.gui.widgets import ElidedLabel
-from core.archs.catalog import controlnet_types
+from core.archs.catalog import controlnet_inpaints_alone, controlnet_types
 from core.detect.catalog import controlnet_fits
 from core.generate.workflow_request import ControlNetUse
 from core.generate.workflows import ControlNetParameters
@@ -52,6 +52,10 @@ _AUTO = "auto"
 _TYPE_TIP = (
     "A union ControlNet's control type (auto: none given, as ComfyUI's). A ControlNet of this kind "
     "that is no union net refuses a type when the picture is made"
+)
+_HINTLESS_TIP = (
+    "Optional while inpainting: with no hint this ControlNet runs on the picture to inpaint and its "
+    "mask alone (ComfyUI's Z-Image Fun ControlNet node with no image)"
 )
 #: library ControlNets that do not fit the loaded model, with the family each is for
 Unfit = tuple[tuple[Path, str], ...]
@@ -70,6 +74,7 @@ class FilePick(QWidget):
         super().__init__(parent)
         self.caption, self.filters = caption, filters
         self.path: Path | None = None
+        self.empty = NONE  # the name shown with no file
         self.thumb = QLabel()
         self.thumb.setFixedSize(self.THUMB, self.THUMB)
         self.thumb.setVisible(preview)
@@ -94,7 +99,7 @@ class FilePick(QWidget):
 
     def set_path(self, path: Path | None) -> None:
         self.path = path
-        self.label.setText(path.name if path else NONE)
+        self.label.setText(path.name if path else self.empty)
         self.label.setToolTip(str(path) if path else "")  # after setText: the full path
         self.changed.emit(path)
         if self.preview:
@@ -207,6 +212,7 @@ class ControlNetRow(QWidget):
         self.strength = _spin(1.0, 10.0)
         self.start, self.end = _spin(0.0), _spin(1.0)
         self.control_type = QComboBox(toolTip=_TYPE_TIP)  # a union ControlNet's type
+        self.hint_optional = False
         self.type_label = QLabel("type", objectName="muted")
         numbers = QHBoxLayout()
         for label, w in (("weight", self.strength), ("start", self.start), ("end", self.end)):
@@ -243,9 +249,20 @@ class ControlNetRow(QWidget):
         text = self.control_type.currentText()
         return None if self.control_type.isHidden() or text in ("", _AUTO) else text
 
+    def set_hint_optional(self, optional: bool) -> None:
+        """Whether the chosen file's kind may run with no hint while inpainting (Z-Image Fun 2.x:
+        on the picture to inpaint and its mask alone, as ComfyUI's node with no ``image``)."""
+        self.hint_optional = optional
+        self.hint.empty = "none (inpaints alone)" if optional else NONE
+        self.hint.setToolTip(_HINTLESS_TIP if optional else "")
+        if self.hint.path is None:
+            self.hint.label.setText(self.hint.empty)
+
     def use(self) -> ControlNetUse | None:
-        """The row as the request takes it; None until both the file and the hint are chosen."""
-        if self.controlnet.path is None or self.hint.path is None:
+        """The row as the request takes it; None until both the file and the hint are chosen (the
+        file alone for a kind that inpaints alone: the engine refuses it in words when nothing is
+        inpainted)."""
+        if self.controlnet.path is None or (self.hint.path is None and not self.hint_optional):
             return None
         return ControlNetUse(
             self.controlnet.path, self.hint.path, self.strength.value(), self.start.value(), self.end.value(),
@@ -356,10 +373,13 @@ class ControlNetList(QWidget):
 
     def _types_of(self, row: ControlNetRow) -> None:
         path = row.controlnet.path
-        row.set_types(controlnet_types(self.families.get(path)) if path is not None else ())
+        family = self.families.get(path) if path is not None else None
+        row.set_types(controlnet_types(family) if path is not None else ())
+        row.set_hint_optional(path is not None and controlnet_inpaints_alone(family))
 
     def uses(self) -> tuple[ControlNetUse, ...]:
-        """Every complete row, top to bottom (a row missing its file or hint is left out)."""
+        """Every complete row, top to bottom (a row missing its file, or its hint where one is needed, is
+        left out)."""
         return tuple(u for u in (row.use() for row in self.rows) if u is not None)
 
     def show_parameters(self, nets: tuple[ControlNetParameters, ...]) -> None:

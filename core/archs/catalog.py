@@ -101,6 +101,12 @@ def controlnet_types(family: str | None) -> tuple[str, ...]:
     return next((c.control_types for c in CONTROLNETS if family in c.families and c.control_types), ())
 
 
+def controlnet_inpaints_alone(family: str | None) -> bool:
+    """Whether ControlNets of ``family`` may run with no control picture while inpainting (some
+    files of that family may still need one: loading tells)."""
+    return any(c.inpaints_alone for c in CONTROLNETS if family in c.families)
+
+
 def net_for(family: str) -> DiffusionNet:
     """The network a generating family's record names (refused in words for one that cannot)."""
     spec = diffusion_spec(family)

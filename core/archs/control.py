@@ -126,7 +126,8 @@ class MakesLatentHint(Protocol):
     ``encode`` (pixels in [0, 1] -> the base model's latent space). ``inpaint_inputs`` True: the
     hint also carries the picture to inpaint and its mask (ComfyUI's ``ZImageFunControlnet``
     ``inpaint_image`` and ``mask``), given as ``inpaint`` when the generation repaints part of its
-    picture (None: nothing to inpaint)."""
+    picture (None: nothing to inpaint). With inpaint inputs the control picture may be left out
+    (``picture`` None: ComfyUI's node without an ``image``) when there is a picture to inpaint."""
 
     @property
     def inpaint_inputs(self) -> bool: ...
@@ -134,7 +135,7 @@ class MakesLatentHint(Protocol):
     mask_resize: str
 
     def latent_hint(
-        self, picture: Tensor, encode: Callable[[Tensor], Tensor], inpaint: InpaintHint | None = None
+        self, picture: Tensor | None, encode: Callable[[Tensor], Tensor], inpaint: InpaintHint | None = None
     ) -> Tensor: ...
 
 
@@ -201,6 +202,9 @@ class ControlNetLoader:
     key_rows: ControlKeyRows | None = None
     #: union ControlNets: the control types by name, in the file's index order
     control_types: tuple[str, ...] = ()
+    #: its files may run with no control picture while inpainting (the picture to inpaint and its
+    #: mask alone: Z-Image Fun 2.x); some of them may not (loading tells)
+    inpaints_alone: bool = False
 
     def accepts(self, family: str | None, layout: str | None) -> bool:
         return family in self.families and (not self.layouts or layout in self.layouts)

@@ -124,6 +124,20 @@ class OwnSize:
 
 
 @dataclass(frozen=True)
+class AsGiven:
+    """Pictures at their own size on both prompts, whatever the family (ComfyUI's ``VAEEncode`` and
+    ``ReferenceLatent`` with no scale node): a control LoRA's control picture (DiffSynth's Qwen-Image
+    In-Context Control Union); the VAE encoder still crops it to its multiple."""
+
+    id: str
+    most: int = 1
+    negative: bool = True
+
+    def scale(self, width: int, height: int) -> ReferenceScale:
+        return ReferenceScale(width, height, "none")
+
+
+@dataclass(frozen=True)
 class PromptPictures:
     """The reference pictures as the prompt encoding may see them: each ``[1, 3, H, W]`` float32
     in [0, 1], as read (before the family's reference scaling: a vision tower scales them its own

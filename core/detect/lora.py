@@ -64,6 +64,9 @@ class LoraAnalysis:
     #: a FLUX.1 control LoRA's img_in width (128), None for any other LoRA (FLUX.2's img_in is 128
     #: wide as it is: its LoRAs widen nothing)
     control_inputs: int | None = None
+    #: a LoRA that takes a control picture as a reference latent (DiffSynth's Qwen-Image In-Context
+    #: Control Union: told by its file name, :mod:`core.detect.lora_qwen_control`)
+    control_reference: bool = False
 
 
 def _group(

@@ -11,9 +11,16 @@ ComfyUI's templates run them: InstructPixToPixConditioning and the Flux model's 
   ``common_upscale``), as ``concat_cond`` does for the noise; so the picture's size does not have
   to be the generation's, and the hires pass gets it at its own size.
 
+DiffSynth's In-Context Control Union LoRA for Qwen-Image (:mod:`core.detect.lora_qwen_control`)
+takes its control picture otherwise, as ComfyUI's template wires it: ``VAEEncode`` of the picture
+at its own size (cropped to the VAE's multiple) and ``ReferenceLatent`` on the positive and the
+negative prompt -- a reference latent (:class:`~core.generate.references.ReferencePass` with the
+``AsGiven`` convention), its tokens after the picture's.
+
 Whether a model takes a control picture is read from the model (its input width, or a control
 LoRA on the stack): one given to a model that takes none is refused in words (ComfyUI drops it
-silently), as is a control model or LoRA without one (ComfyUI feeds zeros: a picture of nothing).
+silently), as is a control model or LoRA without one (ComfyUI feeds zeros: a picture of nothing;
+the Qwen-Image LoRA would run as a plain LoRA).
 The PNG names it: ``Control picture: "edges.png [0123456789ab]"`` (and ``, Preprocessor: canny``).
 """
 
@@ -27,13 +34,14 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from core.archs.references import AsGiven
 from core.detect.catalog import family_title
 from core.errors import LoadoutError, ModelMismatchError
 from core.generate.controlnet import center_resize
 from core.generate.inpaint import crop8, encode_unit_pixels
 from core.generate.passes import Contribution, Latent, Plan, Run, StartLatent
 from core.generate.pictures import read_picture
-from core.generate.references import file_sha256
+from core.generate.references import ReferencePass, ReferencePicture, file_sha256
 from core.generate.request import ImageSettings
 from core.patching.lora_stack import LoraStack
 from core.preprocess import preprocess
@@ -58,17 +66,17 @@ def check_takes(takes: bool, given: bool, model: str) -> None:
     if given and not takes:
         raise ModelMismatchError(
             f"the control picture is for a model that takes one, and {model} takes none",
-            why="FLUX.1 Canny/Depth [dev] and FLUX.1 [dev] with a Canny/Depth control LoRA read a "
-            "control picture in their input",
-            fix="Load FLUX.1 Canny/Depth [dev] or add a FLUX.1 control LoRA, or leave the control "
-            "picture out (a ControlNet takes its own hint)",
+            why="FLUX.1 Canny/Depth [dev], FLUX.1 [dev] with a Canny/Depth control LoRA and Qwen-Image "
+            "with DiffSynth's In-Context Control Union LoRA read a control picture",
+            fix="Load FLUX.1 Canny/Depth [dev], or add a FLUX.1 control LoRA or the Qwen-Image union "
+            "control LoRA, or leave the control picture out (a ControlNet takes its own hint)",
             code="wrong_kind",
         )
     if takes and not given:
         raise LoadoutError(
             f"{model} needs a control picture",
-            why="a FLUX.1 Canny/Depth model or control LoRA follows a picture (an edge map or a depth "
-            "map) that it reads beside the latent",
+            why="a FLUX.1 Canny/Depth model or control LoRA (or the Qwen-Image union control LoRA) "
+            "follows a picture (an edge map, a depth map ...) that it reads beside the latent",
             fix="Give the control picture (or a photo and the canny or depth preprocessor), or take "
             "the control LoRA off",
             code="bad_argument",
@@ -128,19 +136,40 @@ def has_control_lora(stack: LoraStack | None) -> bool:
     return any(e.enabled and e.model_strength != 0 and e.analysis.control_inputs for e in entries)
 
 
+def has_reference_control_lora(stack: LoraStack | None) -> bool:
+    """Whether a LoRA on ``stack`` that takes its control picture as a reference latent acts now."""
+    entries = stack.entries.values() if stack is not None else ()
+    return any(e.enabled and e.model_strength != 0 and e.analysis.control_reference for e in entries)
+
+
+def reference_control_pass(settings: ImageSettings, picture: Path, rgb: np.ndarray) -> ReferencePass:
+    """The control picture as the reference latent of a LoRA that takes it so (ComfyUI's
+    ``VAEEncode`` + ``ReferenceLatent`` on both prompts); refused beside reference pictures."""
+    if settings.references:
+        raise LoadoutError(
+            "reference pictures were given beside the Qwen-Image union control LoRA's control picture",
+            why="the LoRA reads its control picture as the one reference latent it was trained with",
+            fix="Leave the reference pictures out, or the control LoRA",
+            code="bad_argument",
+        )
+    read = ReferencePicture(picture, rgb, file_sha256(picture))
+    return ReferencePass((read,), AsGiven("control-reference"))
+
+
 def control_picture_pass(
     settings: ImageSettings,
     pipeline: Pipeline,
     stack: LoraStack | None,
     family: str,
     run_model: ModelRun | None,
-) -> ControlPicturePass | None:
+) -> ControlPicturePass | ReferencePass | None:
     """The pass of this generation's control picture (None when the model takes none and none is
     given): checked against the model (a ``family`` model with its LoRA ``stack``), read,
     preprocessed (``run_model`` runs a model preprocessor), named in the PNG with its short hash."""
     use = settings.control_picture
     adapter = pipeline.adapter
-    takes = takes_control_picture(
+    as_reference = has_reference_control_lora(stack)
+    takes = as_reference or takes_control_picture(
         adapter.in_channels, pipeline.latent_format.channels, has_control_lora(stack)
     )
     check_takes(takes, use is not None, f"a {family_title(family)} model")
@@ -149,7 +178,9 @@ def control_picture_pass(
     rgb = read_picture(use.picture, "control picture")
     if use.preprocessor is not None:
         rgb = preprocess(use.preprocessor, rgb, model=run_model)
-    made = ControlPicturePass(rgb)
+    made: ControlPicturePass | ReferencePass = (
+        reference_control_pass(settings, Path(use.picture), rgb) if as_reference else ControlPicturePass(rgb)
+    )
     named = f"{Path(use.picture).name} [{file_sha256(Path(use.picture))[:12]}]"
     made.contribution.parameters = control_parameters(named, use.preprocessor)
     return made

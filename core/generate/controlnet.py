@@ -44,8 +44,9 @@ from core.archs.control import (
 )
 from core.detect.catalog import controlnet_family_for, controlnet_fits
 from core.errors import ModelMismatchError
+from core.generate.controlnet_inpaint import check_hint, hand_inpainting
 from core.generate.passes import Contribution, Plan, Run
-from core.generate.pictures import read_mask, read_picture
+from core.generate.pictures import read_picture
 from core.generate.request import ImageSettings
 from core.generate.workflow_request import ControlNetUse
 from core.loading.controlnet import LoadedControlNet, load_controlnet
@@ -85,7 +86,9 @@ class AppliedControlNet:
     pixels per latent cell of the base model (8; FLUX.2's 16)."""
 
     module: ControlModule
-    hint: Tensor  # (1, C, H, W) float32 in [0, 1], as read
+    #: (1, C, H, W) float32 in [0, 1], as read; None: no control picture (a net that inpaints
+    #: alone, :func:`check_hint`)
+    hint: Tensor | None
     strength: float
     sigma_range: tuple[float, float]  # (from, to): sigmas above ``from`` or below ``to`` skip it
     downscale: int = 8
@@ -124,7 +127,12 @@ class AppliedControlNet:
         """The hint picture centre-cropped and resized to a latent of ``height x width`` cells
         (``nearest-exact``, or the module's ``hint_resize``: Z-Image Fun's ``area``)."""
         mode = getattr(self.module, "hint_resize", "nearest-exact")
-        return center_resize(self.hint, width * self.downscale, height * self.downscale, mode)
+        return center_resize(self.given_hint, width * self.downscale, height * self.downscale, mode)
+
+    @property
+    def given_hint(self) -> Tensor:
+        assert self.hint is not None, "only a net that inpaints alone runs without a hint (check_hint)"
+        return self.hint
 
     def hint_for(self, x: Tensor) -> Tensor:
         if self.module.hint_space == "latent":
@@ -140,7 +148,7 @@ class AppliedControlNet:
         key = (x.shape[-1] * self.downscale, x.shape[-2] * self.downscale, x.device, x.dtype)
         sized = self._sized.get(key)
         if sized is None:
-            sized = center_resize(self.hint, key[0], key[1]).to(device=x.device, dtype=x.dtype)
+            sized = center_resize(self.given_hint, key[0], key[1]).to(device=x.device, dtype=x.dtype)
             self._sized = {key: sized}
         return sized
 
@@ -210,16 +218,17 @@ class EncodeHints:
             if net.masks_hint:
                 net.latents[latent] = masked_hint(net, latent, pipe, run)
                 continue
-            pixels = net.picture_at(*latent)
-            own = net.module if isinstance(net.module, ShapesLatentHint) else None
-            if own is not None:
+            module = net.module
+            own = module if isinstance(module, ShapesLatentHint) else None
+            pixels = None if net.hint is None else net.picture_at(*latent)  # None: inpaints alone
+            if own is not None and pixels is not None:
                 pixels = own.hint_pixels(pixels)
             encode = _hint_encoder(pipe, run, own)
-            module = net.module
             if isinstance(module, MakesLatentHint):
                 inpaint = net.inpaint_at(*latent, module.mask_resize) if net.takes_inpaint else None
                 net.latents[latent] = module.latent_hint(pixels, encode, inpaint)
             else:
+                assert pixels is not None, "check_hint refuses a net that needs a hint and has none"
                 net.latents[latent] = encode(pixels)
         return NO_MODEL_PATCHES
 
@@ -237,7 +246,7 @@ def masked_hint(net: AppliedControlNet, latent: tuple[int, int], pipe: Pipeline,
         return net.module.masked_latent_hint(net.picture_at(h, w), kept, _hint_encoder(pipe, run, None))
     hooks = run.hooks
     keep = 1.0 - (net.mask if net.mask is not None else torch.zeros(1, 1, 1, 1))
-    picture = net.hint
+    picture = net.given_hint
     black = center_resize(keep, picture.shape[-1], picture.shape[-2], mode="bilinear").round()
     pixels = center_resize(picture * black, w * net.downscale, h * net.downscale)
     encoded = pipe.latent_format.process_in(pipe.encode_pixels(pixels * 2.0 - 1.0, hooks))
@@ -279,6 +288,12 @@ def check_fits(net: LoadedControlNet, diffusion_family: str) -> None:
         )
 
 
+def check_use(use: ControlNetUse, net: LoadedControlNet, family: str, settings: ImageSettings) -> None:
+    """Refuse in words a ControlNet for another family, or one without the hint it needs."""
+    check_fits(net, family)
+    check_hint(use, net, settings)
+
+
 def control_type_index(use: ControlNetUse, net: LoadedControlNet) -> int | None:
     """A union ControlNet's control type as the index its file takes, refused in words for a
     ControlNet without types or a name it does not know."""
@@ -311,10 +326,12 @@ def applied(
     for use, net in zip(uses, nets, strict=True):
         if use.strength == 0:
             continue
-        picture = read_picture(use.hint, "ControlNet hint")
-        if use.preprocessor is not None:
-            picture = preprocess(use.preprocessor, picture, model=model)
-        hint = hint_tensor(picture)
+        hint = None
+        if use.hint is not None:
+            picture = read_picture(use.hint, "ControlNet hint")
+            if use.preprocessor is not None:
+                picture = preprocess(use.preprocessor, picture, model=model)
+            hint = hint_tensor(picture)
         rng = (sampling.percent_to_sigma(use.start), sampling.percent_to_sigma(use.end))
         kind = control_type_index(use, net)
         out.append(AppliedControlNet(net.module, hint, use.strength, rng, control_type=kind))
@@ -347,11 +364,7 @@ class ControlNetPass:
             if isinstance(net.module, BorrowsBase):  # weights of the base network, per generation
                 net.module.take_from_base(plan.pipeline.nets.diffusion)
             net.downscale = plan.pipeline.latent_format.downscale
-            if (net.masks_hint or net.takes_inpaint) and net.mask is None and settings.mask_image is not None:
-                # an inpainting ControlNet repaints what the generation's mask repaints
-                net.mask = torch.from_numpy(read_mask(settings.mask_image))[None, None]
-                if net.takes_inpaint and net.inpaint is None and settings.init_image is not None:
-                    net.inpaint = hint_tensor(read_picture(settings.init_image))
+            hand_inpainting(net, settings)  # an inpainting net repaints what the generation repaints
         if any(net.module.hint_space == "latent" for net in self.stack.nets):
             plan.stage_patches.append(EncodeHints(self.stack.nets))
         plan.patches += ModelPatches(wrappers=(self.stack,))

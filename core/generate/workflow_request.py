@@ -31,10 +31,12 @@ def _bad(what: str, why: str, fix: str) -> LoadoutError:
 class ControlNetUse:
     """One ControlNet: its file, the hint picture, strength and the part of the schedule it acts on
     (ComfyUI's start/end percent: 0 is the first, noisiest step). ``preprocessor``: the hint is made
-    from the picture ``hint`` by that preprocessor (:mod:`core.preprocess`) when the generation runs."""
+    from the picture ``hint`` by that preprocessor (:mod:`core.preprocess`) when the generation runs.
+    ``hint`` None: no hint picture, for a ControlNet that inpaints alone (Z-Image Fun 2.x: the
+    picture to inpaint and its mask; refused in words for the others when the generation starts)."""
 
     path: Path
-    hint: Path
+    hint: Path | None
     strength: float = 1.0
     start: float = 0.0
     end: float = 1.0
@@ -45,6 +47,12 @@ class ControlNetUse:
     def __post_init__(self) -> None:
         if self.preprocessor is not None:
             find_preprocessor(self.preprocessor)
+            if self.hint is None:
+                raise _bad(
+                    f"the {self.preprocessor} preprocessor was given no picture",
+                    "a preprocessor makes the hint from a picture",
+                    "Give the ControlNet a picture, or no preprocessor",
+                )
         CONTROLNET_STRENGTH.check(self.strength)
         CONTROLNET_PERCENT.check(self.start)
         CONTROLNET_PERCENT.check(self.end)

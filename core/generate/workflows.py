@@ -122,8 +122,8 @@ def _controlnets(
     if not uses:
         return None
     loaded = [state.controlnets.get(u.path, check) for u in uses]
-    for net in loaded:
-        cn.check_fits(net, parts.family)
+    for use, net in zip(uses, loaded, strict=True):
+        cn.check_use(use, net, parts.family, settings)
         name = f"{net.path.stem} ControlNet"
         if placement.active and placement.manager.find(net.module) is None:
             placement.register(net.module, name)
@@ -196,6 +196,8 @@ def prepare(
     )  # fmt: skip
     run_model = _preprocessor_run(session, state, settings, hooks.check) if settings.control_picture else None
     picture = control_picture_pass(settings, pipeline, session.loras.stack, parts.family, run_model)
+    if isinstance(picture, ReferencePass):  # a control LoRA's control picture: reference tokens
+        picture.contribution.sample_bytes = _reference_room(session, settings, pipeline, picture)
     passes += [picture] if picture is not None else []
     control = _controlnets(session, state, settings, parts, pipeline, hooks.check, named)
     refiner = _refiner(session, state, settings, parts, pipeline, hooks)

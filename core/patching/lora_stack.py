@@ -23,6 +23,7 @@ from core.detect.keyview import KeyView
 from core.detect.lora import LoraAnalysis, LoraModule, analyze_lora
 from core.detect.lora_flux_control import BASE as CONTROL_BASE
 from core.detect.lora_flux_control import PLAIN_INPUTS
+from core.detect.lora_qwen_control import marked as context_control
 from core.errors import FileFormatError, LoadoutError, ModelMismatchError
 from core.files.model_file import read_tensor_index
 from core.files.pickle_safe import load_pickle_state_dict
@@ -198,6 +199,7 @@ class LoraStack:
         index = read_tensor_index(p)
         meta = {k: v for k, v in index.metadata.items() if isinstance(v, str)}
         analysis = analyze_lora(KeyView(index.tensors), meta)
+        analysis = context_control(analysis, p) if analysis is not None else None
         if analysis is None:
             raise ModelMismatchError(
                 f"{p.name} is not a LoRA or other adapter file",

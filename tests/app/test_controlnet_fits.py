@@ -166,3 +166,24 @@ def test_a_flux_rows_union_type_is_chosen_and_read_back(panel: GeneratePanel, tm
     assert use is not None and use.control_type == "depth"
     row.show_parameters(ControlNetParameters("union", 0.5, 0.0, 1.0, control_type="pose"))
     assert row.chosen_type == "pose"
+
+
+def test_a_z_image_fun_row_takes_no_hint_the_others_need_one(panel: GeneratePanel, tmp_path: Path) -> None:
+    """A Z-Image Fun ControlNet may inpaint with no hint (ComfyUI's node with no image): its row
+    goes into the request without one and says so; an SDXL row without a hint is left out."""
+    fun, canny, hint = (tmp_path / n for n in ("fun.safetensors", "canny.safetensors", "h.png"))
+    nets = panel.workflows.controlnets
+    nets.set_choices((fun, canny), {fun: "z-image", canny: "sdxl"})
+    row = nets.rows[0]
+    row.controlnet.set_path(canny)
+    assert row.use() is None and nets.uses() == ()
+    row.controlnet.set_path(fun)
+    use = row.use()
+    assert use is not None and use.path == fun and use.hint is None
+    assert row.hint.label.text() == "none (inpaints alone)" and "inpaint" in row.hint.toolTip()
+    row.hint.set_path(hint)
+    use = row.use()
+    assert use is not None and use.hint == hint
+    row.hint.set_path(None)
+    row.controlnet.set_path(canny)
+    assert row.use() is None and row.hint.label.text() == "none"

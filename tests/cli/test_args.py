@@ -58,7 +58,10 @@ def test_sizes(text: str, says: str) -> None:
     assert parse_size("1024x768") == (1024, 768)
 
 
-@pytest.mark.parametrize("text", ["cn.safetensors", "a:b:x", "a:b:1:0.9:0.1", "a:b:1:0", "a:b:1:0:1:2"])
+BAD_CONTROLNETS = ["cn.safetensors::canny", "a:b:x", "a:b:1:0.9:0.1", "a:b:1:0", "a:b:1:0:1:2"]
+
+
+@pytest.mark.parametrize("text", BAD_CONTROLNETS)
 def test_a_bad_controlnet_argument_is_refused_in_words(text: str) -> None:
     with pytest.raises(LoadoutError) as err:
         parse_controlnet(text)
@@ -71,6 +74,14 @@ def test_controlnet_arguments_keep_windows_drive_letters() -> None:
     )
     assert parse_controlnet("cn.safetensors:h.png:0.8:0.1:0.9") == ControlNetUse(
         Path("cn.safetensors"), Path("h.png"), 0.8, 0.1, 0.9
+    )
+
+
+def test_a_controlnet_with_no_hint_is_the_file_alone_or_an_empty_hint() -> None:
+    """A Z-Image Fun ControlNet 2.x inpainting on the picture to inpaint alone."""
+    assert parse_controlnet(r"C:\m\fun.safetensors") == ControlNetUse(Path(r"C:\m\fun.safetensors"), None)
+    assert parse_controlnet("fun.safetensors::0.8:0:0.5") == ControlNetUse(
+        Path("fun.safetensors"), None, 0.8, 0.0, 0.5
     )
 
 

@@ -59,4 +59,4 @@ def build_fun_control(shapes: Mapping[str, tuple[int, ...]], det: Detection | No
     )
 
 
-CONTROLNETS = (ControlNetLoader("z-image-fun", ("z-image",), build_fun_control),)
+CONTROLNETS = (ControlNetLoader("z-image-fun", ("z-image",), build_fun_control, inpaints_alone=True),)

@@ -7,7 +7,9 @@ the 2.1 lite release) as a :class:`~core.archs.control.ControlModule`, computed 
   releases take 33: the control latent, a mask channel and the latent of the picture to inpaint.
   With a picture to inpaint (:class:`~core.archs.control.InpaintHint`) the mask channel is the kept
   part (1 kept, 0 repainted; ``nearest`` to the latent) and the picture is grey (0.5) where it is
-  repainted; without one, a zero mask and the latent of a 0.5-grey picture. The pictures are
+  repainted; without one, a zero mask and the latent of a 0.5-grey picture. A 2.x file may run
+  with no control picture when it has a picture to inpaint (ComfyUI's node takes ``image`` as
+  optional): the control part is then the latent of a 0.5-grey picture. The pictures are
   resized with ``"area"`` (ComfyUI's ``common_upscale(..., "area", "center")``);
 * the hint's 2x2 patches are embedded (``control_all_x_embedder.2-1``) into the control's tokens,
   one per picture token of the base network;
@@ -136,20 +138,32 @@ class ZImageFunControl(nn.Module):
         return self.in_channels == INPAINT_CHANNELS
 
     def latent_hint(
-        self, picture: Tensor, encode: Callable[[Tensor], Tensor], inpaint: InpaintHint | None = None
+        self, picture: Tensor | None, encode: Callable[[Tensor], Tensor], inpaint: InpaintHint | None = None
     ) -> Tensor:
         """The hint from the control picture (in [0, 1], resized) and ``encode`` (pixels in [0, 1] ->
         the base model's latent space); the 2.x files': the kept part and the picture to inpaint
         greyed where it is repainted (ComfyUI's ``(picture - 0.5) * kept + 0.5``), or with nothing to
-        inpaint a zero mask and a 0.5-grey picture (ComfyUI's defaults)."""
-        latent = encode(picture)
+        inpaint a zero mask and a 0.5-grey picture (ComfyUI's defaults). With no control picture
+        (ComfyUI's node without an ``image``) the control part is the latent of a 0.5-grey picture
+        of the picture to inpaint's size, as ComfyUI's ``encode_latent_cond`` makes it."""
+        if picture is None and (inpaint is None or not self.inpaint_inputs):
+            raise ModelMismatchError(
+                f"{FEATURE} was given no control picture and "
+                + ("takes no picture to inpaint" if not self.inpaint_inputs else "nothing to inpaint"),
+                why="with no control picture only its 2.x files run (on a picture to inpaint and its mask)",
+                fix="Give it a control picture, or use it to inpaint a masked part of a picture",
+                code="wrong_controlnet",
+            )
         if self.in_channels == LATENT_CHANNELS:
-            return latent
+            assert picture is not None
+            return encode(picture)
         if inpaint is None:
+            assert picture is not None
             grey = encode(torch.full_like(picture, 0.5))
-            return torch.cat([latent, torch.zeros_like(grey[:, :1]), grey], dim=1)
+            return torch.cat([encode(picture), torch.zeros_like(grey[:, :1]), grey], dim=1)
         kept = encode((inpaint.picture - 0.5) * inpaint.keep_pixels + 0.5)
         cells = inpaint.keep_cells.to(kept.dtype).expand(kept.shape[0], -1, -1, -1)
+        latent = encode(torch.full_like(inpaint.picture, 0.5) if picture is None else picture)
         return torch.cat([latent, cells, kept], dim=1)
 
     def control(self, inp: ControlInput) -> ControlOutput:

@@ -3,8 +3,10 @@ blocks) through detection, the loaders, the manager and the command: the same pi
 whether the weights sit in memory or are placed on a small simulated card, and not the picture
 without the ControlNet; the CLI takes the file and says it in the PNG; with ``--init`` and
 ``--mask`` the net takes the picture to inpaint and the mask (its 2.x inpainting inputs), again the
-same bits on the small card. The composition itself is proven against diffusers in
-test_parity_zimage_control.py."""
+same bits on the small card, with a hint picture and without one (``--controlnet FILE``: ComfyUI's
+node with no ``image``), and outpainting hands it the padded picture and its mask; a hint-less net
+with nothing to inpaint, or a 1.0 file, is refused. The composition itself is proven against
+diffusers in test_parity_zimage_control.py."""
 
 from __future__ import annotations
 
@@ -37,6 +39,9 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, ...]:
     cn = control_reference(hf, layers=2, in_dim=33, refiner="control_noise_refiner", refiners=2)
     state = {k: v.contiguous() for k, v in cn.state_dict().items() if k.startswith("control_")}
     control = write_safetensors(folder / "Z-Image-Turbo-Fun-Controlnet-Union-2.1.safetensors", state)
+    first = control_reference(hf, layers=1, in_dim=16, refiner=None, refiners=2)  # 1.0: no inpainting
+    state = {k: v.contiguous() for k, v in first.state_dict().items() if k.startswith("control_")}
+    write_safetensors(folder / "Z-Image-Turbo-Fun-Controlnet-Union.safetensors", state)
     hint = folder / "edges.png"
     rgb = np.random.default_rng(3).integers(0, 256, (96, 80, 3), dtype=np.uint8)  # another aspect: cropped
     Image.fromarray(rgb).save(hint)
@@ -101,3 +106,56 @@ def test_the_command_line_inpaints_with_a_fun_controlnet_on_any_card(
     memory = run("a.png", *net)
     assert np.array_equal(memory, run("b.png", *net, "--vram-limit", "24MiB"))
     assert np.abs(memory - run("c.png")).max() > 10
+
+
+def test_the_command_line_inpaints_with_a_fun_controlnet_and_no_hint_on_any_card(
+    files: tuple[Path, ...], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--controlnet FILE`` alone: ComfyUI's ``ZImageFunControlnet`` with ``inpaint_image`` and
+    ``mask`` and no ``image``; the same bits on a small card, not the picture without the net; with
+    nothing to inpaint, or a 1.0 file (no inpainting inputs), refused in words before any picture."""
+    model, text, ae, control, _ = files
+    init = tmp_path / "init.png"
+    Image.fromarray(np.random.default_rng(4).integers(0, 256, (64, 64, 3), dtype=np.uint8)).save(init)
+    mask = mask_picture(tmp_path / "mask.png")
+    base = [
+        "generate", "--diffusion-model", str(model), "--text-encoder", str(text), "--vae", str(ae),
+        "--prompt", "a red fox", "--steps", "2", "--cfg", "1", "--size", "64x64", "--seed", "7", "--quiet",
+    ]  # fmt: skip
+    inpaint = ["--init", str(init), "--mask", str(mask), "--denoise", "1"]
+
+    def run(name: str, *extra: str) -> np.ndarray:
+        assert main([*base, *inpaint, "-o", str(tmp_path / name), *extra]) == 0, capsys.readouterr().err
+        with Image.open(tmp_path / name) as im:
+            return np.asarray(im.convert("RGB")).astype(np.int32)
+
+    memory = run("a.png", "--controlnet", f"{control}::0.8")
+    assert np.array_equal(memory, run("b.png", "--controlnet", f"{control}::0.8", "--vram-limit", "24MiB"))
+    assert np.abs(memory - run("c.png")).max() > 10
+    assert "Z-Image-Turbo-Fun-Controlnet-Union-2.1" in read_png_parameters(tmp_path / "a.png")
+
+    # outpainting: ImagePadForOutpaint's picture and mask wired to the node's inpaint_image and mask
+    # the padded size given: without it the first sampler's stage is sized by the settings (the
+    # family's default), and a latent-space hint is encoded at that size (a known gap: docs/generate.md)
+    grow = [a if a != "64x64" else "80x64" for a in base]
+    grow += ["--init", str(init), "--outpaint", "0,0,16,0", "--feather", "8"]
+
+    def grown(name: str, *extra: str) -> np.ndarray:
+        assert main([*grow, "-o", str(tmp_path / name), *extra]) == 0, capsys.readouterr().err
+        with Image.open(tmp_path / name) as im:
+            return np.asarray(im.convert("RGB")).astype(np.int32)
+
+    wide = grown("o1.png", "--controlnet", f"{control}::0.8")
+    assert wide.shape == (64, 80, 3)
+    assert np.array_equal(wide, grown("o2.png", "--controlnet", f"{control}::0.8", "--vram-limit", "24MiB"))
+    assert np.abs(wide - grown("o3.png")).max() > 10
+
+    first = control.with_name("Z-Image-Turbo-Fun-Controlnet-Union.safetensors")
+    for net, extra, says in (
+        (control, [], "the generation inpaints nothing"),
+        (first, inpaint, "was given no hint picture"),
+    ):
+        out = tmp_path / "refused.png"
+        assert main([*base, *extra, "--controlnet", str(net), "-o", str(out), "--json"]) != 0
+        err = capsys.readouterr().err
+        assert says in err and "Give it a hint picture" in err and not out.exists()

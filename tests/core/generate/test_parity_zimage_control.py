@@ -15,7 +15,9 @@ against ``ZImageControlNetInpaintPipeline``, which builds the 33 channels as Com
 repainted (diffusers zeroes it in [-1, 1], ComfyUI sets it to 0.5 in [0, 1]: the same). The mask
 is drawn in 16-pixel squares at the picture's size, so ComfyUI's bilinear-and-round and diffusers'
 threshold agree; the pipeline starts from noise as ComfyUI's txt2img sampler, so ours runs no noise
-mask here (the command's inpainting adds one: test_generate_zimage_control.py)."""
+mask here (the command's inpainting adds one: test_generate_zimage_control.py). The same with no
+control picture (ComfyUI's node takes ``image`` as optional): the control part is the latent of a
+0.5-grey picture, given to the pipeline as its control image."""
 
 from __future__ import annotations
 
@@ -56,7 +58,7 @@ def _ours_picture(
     module: ZImageFunControl,
     vae: Any,
     embeds: torch.Tensor,
-    hint: torch.Tensor,
+    hint: torch.Tensor | None,
     strength: float,
     inpaint: tuple[torch.Tensor, torch.Tensor] | None = None,
 ) -> np.ndarray:
@@ -118,7 +120,11 @@ def test_a_controlled_picture_matches_zimage_controlnet_pipeline(strength: float
     assert diff.max() <= 3 and ours.std() > 5 and moved > 10
 
 
-def test_the_inpainting_inputs_match_zimage_controlnet_inpaint_pipeline() -> None:
+@pytest.mark.parametrize("control", [True, False])
+def test_the_inpainting_inputs_match_zimage_controlnet_inpaint_pipeline(control: bool) -> None:
+    """With a control picture, and without one (ComfyUI's ``ZImageFunControlnet`` with no
+    ``image``: the control part is the latent of a 0.5-grey picture, which diffusers, requiring
+    a control image, is given as 0 in [-1, 1])."""
     hf = z_image_reference(dim=256, heads=2, layers=2, refiners=2, cap=64, seed=31)
     cn = control_reference(hf, layers=2, in_dim=33, refiner="control_noise_refiner", refiners=2, seed=36)
     hf_vae, vae = vae_pair(16, FLUX_LATENT, seed=32)
@@ -129,8 +135,10 @@ def test_the_inpainting_inputs_match_zimage_controlnet_inpaint_pipeline() -> Non
     hint, picture = torch.rand(1, 3, SIZE, SIZE, generator=gen), torch.rand(1, 3, SIZE, SIZE, generator=gen)
     mask = torch.zeros(1, 1, SIZE, SIZE)
     mask[..., 32:96, 16:80] = 1.0  # white: repainted
-    ours = _ours_picture(dit, module, vae, embeds, hint, 0.8, (picture, mask))
-    nothing = _ours_picture(dit, module, vae, embeds, hint, 0.8)  # no picture to inpaint: grey, zero mask
+    ours = _ours_picture(dit, module, vae, embeds, hint if control else None, 0.8, (picture, mask))
+    # with a control picture, none to inpaint: grey, zero mask; without, the net left out
+    nothing = _ours_picture(dit, module, vae, embeds, hint, 0.8 if control else 0.0)
+    given = hint if control else torch.full_like(hint, 0.5)
 
     scheduler = diffusers.FlowMatchEulerDiscreteScheduler(shift=1.0, use_dynamic_shifting=False)
     pipe = diffusers.ZImageControlNetInpaintPipeline(
@@ -139,13 +147,13 @@ def test_the_inpainting_inputs_match_zimage_controlnet_inpaint_pipeline() -> Non
     noise = torch.randn(1, 16, SIZE // 8, SIZE // 8, generator=torch.Generator("cpu").manual_seed(SEED))
     with comfy_wired(hf, cn, (SIZE // 16) ** 2, 0.8), torch.no_grad():
         out = pipe(
-            prompt_embeds=[embeds], image=picture * 2 - 1, mask_image=mask, control_image=hint * 2 - 1,
+            prompt_embeds=[embeds], image=picture * 2 - 1, mask_image=mask, control_image=given * 2 - 1,
             controlnet_conditioning_scale=0.8, sigmas=_sigmas("z-image"), num_inference_steps=STEPS,
             height=SIZE, width=SIZE, guidance_scale=0.0, latents=noise, output_type="np",
         ).images  # fmt: skip
     theirs = np.round(out[0] * 255).astype(np.int32)
     diff = np.abs(ours.astype(np.int32) - theirs)
     moved = np.abs(ours.astype(np.int32) - nothing.astype(np.int32)).max()
-    print(f"inpainting inputs: max |ours - diffusers| = {diff.max()}/255 (mean {diff.mean():.3f}); {moved}")
+    print(f"inpainting ({control=}): max |ours - diffusers| {diff.max()}/255 mean {diff.mean():.2f}, {moved}")
     assert ours.shape == theirs.shape == (SIZE, SIZE, 3)
     assert diff.max() <= 2 and ours.std() > 5 and moved > diff.max() + 2  # the inputs reached the net

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from core.archs.conditioning import Conditioning
-from core.archs.control import ControlInput
+from core.archs.control import ControlInput, InpaintHint
 from core.archs.nextdit.controlnets import build_fun_control
 from core.archs.nextdit.fun_control import ZImageFunControl
 from core.errors import ModelMismatchError
@@ -205,6 +205,35 @@ def test_the_2x_hint_is_the_control_a_zero_mask_and_a_grey_pictures_latent(small
     assert hint.shape == (1, 33, 8, 6)
     assert torch.equal(hint[:, :16], encode(picture)) and not hint[:, 16].any()
     assert torch.equal(hint[:, 17:], encode(torch.full_like(picture, 0.5)))
+
+
+def test_with_no_control_picture_the_control_part_is_a_grey_pictures_latent(small: Any) -> None:
+    """ComfyUI's ``encode_latent_cond`` with ``inpaint_image`` and no ``image``: [grey, kept part,
+    the picture greyed where repainted]; refused in words with nothing to inpaint and by 1.0's
+    16-channel files."""
+    hf, _ = small
+    module = _ours(control_reference(hf, layers=2, in_dim=33, refiner="control_noise_refiner", refiners=2))
+    _, vae = vae_pair(16, FLUX_LATENT, seed=2)
+    gen = torch.Generator().manual_seed(3)
+    picture = torch.rand(1, 3, 64, 48, generator=gen)
+    keep = (torch.rand(1, 1, 64, 48, generator=gen) > 0.5).float()
+    cells = (torch.rand(1, 1, 8, 6, generator=gen) > 0.5).float()
+
+    def encode(p: torch.Tensor) -> torch.Tensor:
+        with torch.no_grad():
+            out: torch.Tensor = vae.encode(p * 2 - 1)
+        return out
+
+    hint = module.latent_hint(None, encode, InpaintHint(picture, keep, cells))
+    assert hint.shape == (1, 33, 8, 6)
+    assert torch.equal(hint[:, :16], encode(torch.full_like(picture, 0.5)))
+    assert torch.equal(hint[:, 16:17], cells)
+    assert torch.equal(hint[:, 17:], encode((picture - 0.5) * keep + 0.5))
+    with pytest.raises(ModelMismatchError, match="no control picture and nothing to inpaint"):
+        module.latent_hint(None, encode)
+    first = _ours(control_reference(hf, layers=2, in_dim=16, refiner=None, refiners=2))
+    with pytest.raises(ModelMismatchError, match="takes no picture to inpaint"):
+        first.latent_hint(None, encode, InpaintHint(picture, keep, cells))
 
 
 def test_a_fun_controlnet_fits_z_image_alone(small: Any) -> None:
