@@ -14,14 +14,14 @@ Fill's included) exactly as a mask file would (:class:`~core.generate.inpaint.Se
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
 from core.errors import LoadoutError
 from core.generate.inpaint import SetNoiseMask
 from core.generate.outpaint_settings import Outpaint
-from core.generate.passes import Contribution, Latent, Plan, Run, StartLatent
+from core.generate.passes import Contribution, KSample, Latent, Plan, Run, StartLatent
 from core.generate.request import ImageSettings
 
 __all__ = ["Outpaint", "OutpaintPass", "feather_mask", "pad_for_outpaint"]
@@ -93,3 +93,6 @@ class OutpaintPass:
     def plan(self, plan: Plan, settings: ImageSettings) -> None:
         start = next(i for i, s in enumerate(plan.stages) if isinstance(s, StartLatent))
         plan.stages[start] = PadAndMask(self.outpaint)
+        first = plan.stages[start + 1] if start + 1 < len(plan.stages) else None
+        if isinstance(first, KSample):  # sized by the padded picture once it is read, not the settings
+            plan.stages[start + 1] = replace(first, size=None)

@@ -135,10 +135,9 @@ def test_the_command_line_inpaints_with_a_fun_controlnet_and_no_hint_on_any_card
     assert "Z-Image-Turbo-Fun-Controlnet-Union-2.1" in read_png_parameters(tmp_path / "a.png")
 
     # outpainting: ImagePadForOutpaint's picture and mask wired to the node's inpaint_image and mask
-    # the padded size given: without it the first sampler's stage is sized by the settings (the
-    # family's default), and a latent-space hint is encoded at that size (a known gap: docs/generate.md)
-    grow = [a if a != "64x64" else "80x64" for a in base]
-    grow += ["--init", str(init), "--outpaint", "0,0,16,0", "--feather", "8"]
+    # with --size 64x64: the first sampler stage follows the padded picture (80x64), not the settings,
+    # so the latent-space hint is encoded at the padded size (it was refused before)
+    grow = [*base, "--init", str(init), "--outpaint", "0,0,16,0", "--feather", "8"]
 
     def grown(name: str, *extra: str) -> np.ndarray:
         assert main([*grow, "-o", str(tmp_path / name), *extra]) == 0, capsys.readouterr().err
