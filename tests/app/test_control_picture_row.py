@@ -12,6 +12,8 @@ from pathlib import Path
 
 import numpy as np
 from PIL import Image
+from PySide6.QtCore import QMimeData, QPointF, Qt, QUrl
+from PySide6.QtGui import QDropEvent
 from PySide6.QtWidgets import QScrollArea
 from pytestqt.qtbot import QtBot
 
@@ -62,7 +64,13 @@ def test_the_box_shows_for_a_control_model_or_lora_warns_and_goes_into_the_setti
     assert box.isVisible() and "loaded model needs a control picture" in box.note.text()
     assert panel.settings().control_picture is None  # the engine then says so in words
     photo = landscape(tmp_path / "house.png", 96, 64)
-    box.picture.set_path(photo)
+    mime = QMimeData()
+    mime.setUrls([QUrl.fromLocalFile(str(photo))])
+    drop = QDropEvent(
+        QPointF(5, 5), Qt.DropAction.CopyAction, mime, Qt.MouseButton.NoButton, Qt.KeyboardModifier.NoModifier
+    )
+    box.dropEvent(drop)  # a picture dropped on the box
+    assert box.picture.path == photo
     box.pre.set_name("canny")
     assert box.pre.preview_button.isEnabled() and not box.pre.thumb.pixmap().isNull()
     full = np.asarray(Image.open(photo).convert("RGB"))
