@@ -270,8 +270,7 @@ class GeneratePanel(QWidget):
         self._pending = generate_fields.restore(self, saved)
 
     def set_family(self, family: str | None, defaults: GenerationDefaults) -> None:
-        """Offer the loaded family's sizes and usual settings (its record's ``defaults``); a family
-        with distilled guidance (Flux-dev) shows its guidance field."""
+        """Offer the loaded family's sizes and usual settings (its record's ``defaults``, guidance too)."""
         previous, self.family, self.defaults = self.defaults, family, defaults
         self.guidance_patches.use_family(previous.patches, defaults.patches)  # CFGNorm on Qwen-Image-Edit
         self.workflows.controlnets.set_model_family(family)  # those that fit it listed first
@@ -282,6 +281,7 @@ class GeneratePanel(QWidget):
             self.guidance_label.setVisible(guided)
         if family is not None:
             self.cfg.setValue(defaults.cfg)
+            self.guidance.setValue(self.guidance.value() if defaults.guidance is None else defaults.guidance)
         for combo, usual in ((self.sampler, defaults.sampler), (self.scheduler, defaults.scheduler)):
             if usual is not None and combo.findData(usual) >= 0:  # Z-Image, Lumina 2: res_multistep
                 combo.setCurrentIndex(combo.findData(usual))

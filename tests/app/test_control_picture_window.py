@@ -148,7 +148,7 @@ def test_the_window_control_picture_and_own_size_make_the_cli_pictures(  # type:
     qtbot.waitUntil(lambda: refs.isVisible() and not box.isVisible(), timeout=10000)
     refs.slots[0].set_path(files["door"])
     refs.own_size.setChecked(True)
-    panel.guidance.setValue(2.5)  # Kontext's FluxGuidance, the CLI's default for it (the panel kept 3.5)
+    assert panel.guidance.value() == 2.5  # Kontext's FluxGuidance, as the CLI (FLUX.1 dev's was 3.5)
     made = _generate(qtbot, window)
     own = ("--reference", str(files["door"]), "--keep-reference-size")
     _same_as_cli(files, made, "flux1-kontext-dev", tmp_path / "kontext.png", *own)
