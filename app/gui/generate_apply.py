@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from core.generate.control_picture import control_picture_in
+
 if TYPE_CHECKING:
     from app.gui.generate_panel import GeneratePanel
     from core.generate.parameters import GenerationParameters
@@ -47,6 +49,8 @@ def apply_parameters(self: GeneratePanel, p: GenerationParameters) -> None:
         self.clip_skip.setValue(p.clip_skip or 0)
     self.hires.apply(p.hires)
     self.workflows.apply_parameters(p)
+    self.references.show_parameters(p.extra)
+    self.control_picture.show_parameters(control_picture_in(p.extra))
     self.guidance_patches.apply_parameters(p)
     self.lora_schedules.apply_parameters(p)
     self.regions.apply_parameters(p)

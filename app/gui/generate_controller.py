@@ -21,7 +21,7 @@ from core.detect.spec import NO_MODEL_DEFAULTS
 from core.errors import LoadoutError
 from core.generate.request import ImageSettings
 from core.library import Entry
-from core.session import ModelInfo
+from core.session import ModelInfo, StackInfo
 
 _KEY = "generate/output_folder"
 _FIELDS = "generate/fields"
@@ -57,6 +57,7 @@ class GenerateController(QObject):
         backend.stack_changed.connect(
             lambda info: panel.set_loras(tuple((lo.id, lo.path.stem) for lo in info.loras))
         )
+        backend.stack_changed.connect(lambda info: panel.control_picture.set_loras(control_loras(info)))
         panel.error.connect(self._panel_error)
         panel.output_folder_requested.connect(self.choose_output_folder)
         backend.generate_progress.connect(panel.on_progress)
@@ -68,6 +69,7 @@ class GenerateController(QObject):
         backend.models_changed.connect(self._models)
         self.maps = HintMaps(backend)  # the depth rows' previews, made on the worker
         panel.workflows.controlnets.set_map_maker(self.maps)
+        panel.control_picture.pre.set_maker(self.maps)
         self.controlnet_files: dict[Path, bool] = {}  # the library's files: is it a ControlNet
         self.controlnet_family: dict[Path, str | None] = {}  # the family each ControlNet is for
         self._seen: set[Path] = set()  # listed by the running scan: the others are gone after it
@@ -133,6 +135,7 @@ class GenerateController(QObject):
         if family != self.panel.family:
             self.panel.set_family(family, main.defaults if main is not None else NO_MODEL_DEFAULTS)
         self.panel.references.set_limit(main.references if main is not None else 0)
+        self.panel.control_picture.set_model(main is not None and main.control_picture)
         can = main is not None and any(c.role == "diffusion_model" for c in main.components)
         self.panel.set_available(can, NO_MODEL)
         self.panel.model.set_loaded(self.main_path)
@@ -155,3 +158,9 @@ class GenerateController(QObject):
         self.store.setValue(_KEY, str(folder))
         self.panel.set_output_folder(folder)
         self.folder_changed.emit(folder)
+
+
+def control_loras(stack: StackInfo) -> tuple[str, ...]:
+    """The names of the stack's FLUX.1 control LoRAs that are on with a strength: the model then
+    reads a control picture (the engine's rule, ``core.generate.control_picture.has_control_lora``)."""
+    return tuple(lo.path.stem for lo in stack.loras if lo.control and lo.enabled and lo.model_strength != 0)

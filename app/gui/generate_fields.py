@@ -26,6 +26,8 @@ def fields(panel: GeneratePanel) -> dict[str, object]:
         "clip_skip": panel.clip_skip.value(),
         "guidance_patches": panel.guidance_patches.saved(), "lora_schedules": panel.lora_schedules.saved(),
         "regions": panel.regions.saved(), "references": panel.references.saved(),
+        "reference_own_size": panel.references.own_size.isChecked(),
+        "control_picture": panel.control_picture.saved(),
     }  # fmt: skip
 
 
@@ -43,6 +45,8 @@ def restore(panel: GeneratePanel, saved: dict[str, object]) -> dict[str, object]
     panel.lora_schedules.restore(text.get("lora_schedules", ""))
     panel.regions.restore(text.get("regions", ""))
     panel.references.restore(saved.get("references"))
+    panel.references.own_size.setChecked(saved.get("reference_own_size") is True)
+    panel.control_picture.restore(saved.get("control_picture"))
     apply_settings(panel, saved)
     return saved if isinstance(saved.get("family"), str) else None
 

@@ -35,6 +35,7 @@ from PySide6.QtWidgets import (
 
 from app.backend.progress_words import PHASE_WORDS
 from app.gui import generate_apply, generate_fields
+from app.gui.control_picture_row import ControlPictureBox
 from app.gui.guidance_controls import GuidanceControls
 from app.gui.model_picker import ModelPicker
 from app.gui.prompt_completion import PromptCompleter
@@ -57,8 +58,6 @@ from core.sampling import SAMPLERS, SCHEDULERS
 from core.values import CFG, GUIDANCE, STEPS
 
 NO_MODEL = "Load a checkpoint or diffusion model to generate."
-
-
 PROMPT_CHARS = generate_apply.PROMPT_CHARS
 
 
@@ -98,6 +97,7 @@ class GeneratePanel(QWidget):
         self.model = ModelPicker()
         self.workflows = WorkflowControls()
         self.references = ReferenceSlots()  # shown while the loaded family takes references
+        self.control_picture = ControlPictureBox()  # shown while the model or a LoRA reads one
         self.guidance_patches = GuidanceControls()
         self.lora_schedules = ScheduleControls()
         self.regions = RegionControls(lambda: (self.width_.value() // 8 * 8, self.height_.value() // 8 * 8))
@@ -106,8 +106,8 @@ class GeneratePanel(QWidget):
         inner_layout = QVBoxLayout(inner)
         inner_layout.setContentsMargins(0, 0, 4, 0)
         inner_layout.addLayout(form)
-        boxes = (self.references, self.workflows, self.guidance_patches, self.lora_schedules, self.regions)
-        for box in boxes:
+        boxes = (self.references, self.control_picture, self.workflows, self.guidance_patches)
+        for box in (*boxes, self.lora_schedules, self.regions):
             inner_layout.addWidget(box)
         inner_layout.addLayout(out_row)
         inner_layout.addStretch(1)
@@ -256,7 +256,7 @@ class GeneratePanel(QWidget):
             )
         )
         made = self.regions.apply(self.lora_schedules.apply(self.guidance_patches.apply(made)))
-        return self.references.apply(made)
+        return self.control_picture.apply(self.references.apply(made))
 
     def apply_parameters(self, p: GenerationParameters) -> None:
         """Fill the fields from a picture's parameters (``generate_apply``)."""
@@ -270,8 +270,7 @@ class GeneratePanel(QWidget):
         self._pending = generate_fields.restore(self, saved)
 
     def set_family(self, family: str | None, defaults: GenerationDefaults) -> None:
-        """Offer the loaded family's sizes and usual settings (its record's ``defaults``); a family
-        with distilled guidance (Flux-dev) shows its guidance field."""
+        """Offer the loaded family's sizes and usual settings (its record's ``defaults``, guidance too)."""
         previous, self.family, self.defaults = self.defaults, family, defaults
         self.guidance_patches.use_family(previous.patches, defaults.patches)  # CFGNorm on Qwen-Image-Edit
         self.workflows.controlnets.set_model_family(family)  # those that fit it listed first
@@ -282,6 +281,7 @@ class GeneratePanel(QWidget):
             self.guidance_label.setVisible(guided)
         if family is not None:
             self.cfg.setValue(defaults.cfg)
+            self.guidance.setValue(self.guidance.value() if defaults.guidance is None else defaults.guidance)
         for combo, usual in ((self.sampler, defaults.sampler), (self.scheduler, defaults.scheduler)):
             if usual is not None and combo.findData(usual) >= 0:  # Z-Image, Lumina 2: res_multistep
                 combo.setCurrentIndex(combo.findData(usual))

@@ -12,9 +12,11 @@ from dataclasses import replace
 from pathlib import Path
 
 from PySide6.QtGui import QDragEnterEvent, QDropEvent
-from PySide6.QtWidgets import QFormLayout, QGroupBox, QLabel, QWidget
+from PySide6.QtWidgets import QCheckBox, QFormLayout, QGroupBox, QLabel, QWidget
 
 from app.gui.controlnet_rows import PICTURES, FilePick
+from core.generate.references import PARAMETER as REFERENCES
+from core.generate.references import SIZE_PARAMETER
 from core.generate.request import ImageSettings
 
 #: the most slots the panel shows (ComfyUI's Qwen-Image-Edit node takes three)
@@ -37,6 +39,13 @@ class ReferenceSlots(QGroupBox):
         self._form.setRowWrapPolicy(QFormLayout.RowWrapPolicy.WrapLongRows)
         for i, slot in enumerate(self.slots):
             self._form.addRow(f"Picture {i + 1}", slot)
+        self.own_size = QCheckBox("Keep each picture's own size")
+        self.own_size.setToolTip(
+            "Encode each reference picture at its own size (cropped to the VAE's multiple of 8 or 16 "
+            "pixels) instead of the model's usual megapixel scaling: edit at the picture's resolution, "
+            "or skip a megapixel of reference tokens on a small picture"
+        )
+        self._form.addRow(self.own_size)
         self._form.addRow(self.note)
         self.limit = 0
         self.set_limit(0)
@@ -56,7 +65,15 @@ class ReferenceSlots(QGroupBox):
         return tuple(s.path for s in shown if s.path is not None)
 
     def apply(self, settings: ImageSettings) -> ImageSettings:
-        return replace(settings, references=self.paths())
+        paths = self.paths()
+        return replace(
+            settings, references=paths, reference_own_size=bool(paths) and self.own_size.isChecked()
+        )
+
+    def show_parameters(self, extra: dict[str, str]) -> None:
+        """A picture's ``Reference size: own`` ticks the box; an edit without it unticks it."""
+        if extra.get(REFERENCES):
+            self.own_size.setChecked(extra.get(SIZE_PARAMETER) == "own")
 
     def saved(self) -> list[str]:
         """Every slot's picture ("" for an empty one), shown or not: kept across a relaunch."""

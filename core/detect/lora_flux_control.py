@@ -26,6 +26,13 @@ BASE: Final = "flux-dev"
 PLAIN_INPUTS: Final = 64
 CONTROL_INPUTS: Final = 128
 
+
+def takes_control_picture(in_channels: int, latent_channels: int, control_lora: bool) -> bool:
+    """Whether a model's input has a control picture's latent beside the noisy one: its own
+    (FLUX.1 Canny/Depth: twice the latent's channels) or a control LoRA's widening."""
+    return control_lora or in_channels == 2 * latent_channels
+
+
 #: the module of the layer a control LoRA widens, as files name it
 _INPUT_LAYERS: Final = ("img_in", "x_embedder")
 _PREFIXES: Final = ("", "diffusion_model.", "model.diffusion_model.", "transformer.")

@@ -36,6 +36,7 @@ from torch import Tensor
 
 from core.archs.references import AsGiven
 from core.detect.catalog import family_title
+from core.detect.lora_flux_control import takes_control_picture
 from core.errors import LoadoutError, ModelMismatchError
 from core.generate.controlnet import center_resize
 from core.generate.inpaint import crop8, encode_unit_pixels
@@ -53,12 +54,6 @@ if TYPE_CHECKING:
 
 #: the PNG parameters' key
 PARAMETER = "Control picture"
-
-
-def takes_control_picture(in_channels: int, latent_channels: int, control_lora: bool) -> bool:
-    """Whether the model's input has a control picture's latent beside the noisy one: its own
-    (FLUX.1 Canny/Depth: twice the latent's channels) or a control LoRA's widening."""
-    return control_lora or in_channels == 2 * latent_channels
 
 
 def check_takes(takes: bool, given: bool, model: str) -> None:

@@ -28,7 +28,8 @@ from pathlib import Path
 from torch import nn
 
 from core.archs.catalog import reference_limit
-from core.detect.catalog import generation_defaults
+from core.detect.catalog import generation_defaults, latent_format_for
+from core.detect.lora_flux_control import takes_control_picture
 from core.detect.types import Detection
 from core.errors import LoadoutError
 from core.files.dtypes import short_name, torch_dtype_by_short
@@ -40,6 +41,7 @@ from core.memory.events import MemoryEvent
 from core.memory.manager import NotEnoughMemoryError
 from core.ops.fp8 import is_fp8
 from core.patching.lora_stack import LoraStack, component_name
+from core.sampling.network import NetworkAdapter
 from core.session.dtype_choice import asks_for_compute, diffusion_choice
 from core.session.library import Library
 from core.session.loras import LoraControl
@@ -318,6 +320,7 @@ class Session:
         return ModelInfo(
             loaded.slot.key, loaded.path, loaded.kind, loaded.family, tuple(comps), loaded.seconds,
             generation_defaults(loaded.family), reference_limit(loaded.family),
+            _reads_control_picture(loaded),
         )  # fmt: skip
 
     # -- test run ---------------------------------------------------------------------------------
@@ -351,3 +354,16 @@ class Session:
             f"on {report.device}; peak RSS {in_mib(report.peak_rss)}{moved}",
         )
         return report
+
+
+def _reads_control_picture(loaded: LoadedModel) -> bool:
+    """Whether ``loaded``'s diffusion model reads a control picture of its own (FLUX.1 Canny/Depth
+    [dev]: its input twice the latent's channels); a control LoRA's widening is the stack's."""
+    for c in loaded.components:
+        if c.role == "diffusion_model":
+            try:
+                channels = latent_format_for(c.family).channels
+                return takes_control_picture(NetworkAdapter(c.module).in_channels, channels, False)
+            except LoadoutError:
+                return False
+    return False

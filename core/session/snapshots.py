@@ -43,6 +43,8 @@ class ModelInfo:
     defaults: GenerationDefaults = NO_MODEL_DEFAULTS
     #: the most reference pictures its family takes (editing; 0: none)
     references: int = 0
+    #: whether its diffusion model reads a control picture of its own (FLUX.1 Canny/Depth [dev])
+    control_picture: bool = False
 
     @property
     def name(self) -> str:
@@ -76,6 +78,7 @@ class LoraInfo:
     trained_scale: tuple[TrainedScale, ...] = ()  # alpha / r from its metadata alone (applied at 1)
     on: str | None = None  # the prompt its model part acts on only (None: everywhere)
     block_weights: str = ""  # LoRA block weights as a tag's ``lbw=`` writes them ("": none)
+    control: bool = False  # a FLUX.1 control LoRA: the model then reads a control picture
 
     @property
     def name(self) -> str:

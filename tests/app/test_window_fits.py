@@ -108,6 +108,9 @@ def test_the_generate_panel_fits_its_side_column_with_every_workflow_row(qtbot) 
     panel.workflows.setChecked(True)
     panel.workflows.controlnet.set_path(Path("/models/controlnet") / ("a-very-long-controlnet-name" * 4))
     panel.hires.enabled.setChecked(True)
+    panel.control_picture.set_model(True)  # FLUX.1 Canny/Depth: the control picture box
+    panel.control_picture.picture.set_path(Path("/pictures") / ("a-very-long-control-picture" * 4 + ".png"))
+    panel.references.set_limit(3)  # an editing model: the reference slots and "own size"
     assert panel.minimumSizeHint().width() <= max(before, WIDE["generate"])
 
 
