@@ -30,8 +30,8 @@ class ControlPictureBox(QGroupBox):
         super().__init__("Control picture", parent)
         self.setAcceptDrops(True)
         self.setToolTip(
-            "FLUX.1 Canny/Depth and FLUX.1 control LoRAs follow this picture: an edge or depth map, "
-            "or a photo the preprocessor makes one from"
+            "FLUX.1 Canny/Depth, FLUX.1 control LoRAs and DiffSynth's Qwen-Image union LoRA follow "
+            "this picture: an edge, depth or pose map, or a photo the preprocessor makes one from"
         )
         self.picture = FilePick(
             "Pick the control picture (an edge or depth map, or a photo)", PICTURES, preview=True

@@ -243,7 +243,7 @@ class LoraControl:
                 format=e.analysis.summary.format, targets=tuple(e.keys),
                 trained_scale=e.analysis.summary.trained_scale, on=e.on,
                 block_weights=e.block_weights.text() if e.block_weights else "",
-                control=e.analysis.control_inputs is not None,
+                control=e.analysis.control_inputs is not None or e.analysis.control_reference,
             )  # fmt: skip
             loras.append(info)
         return StackInfo(fam, tuple(loras), baked, recomputed, self._applied_words())

@@ -78,7 +78,8 @@ class LoraInfo:
     trained_scale: tuple[TrainedScale, ...] = ()  # alpha / r from its metadata alone (applied at 1)
     on: str | None = None  # the prompt its model part acts on only (None: everywhere)
     block_weights: str = ""  # LoRA block weights as a tag's ``lbw=`` writes them ("": none)
-    control: bool = False  # a FLUX.1 control LoRA: the model then reads a control picture
+    #: a control LoRA (FLUX.1 Canny/Depth, DiffSynth's Qwen-Image union): the model reads a control picture
+    control: bool = False
 
     @property
     def name(self) -> str:
