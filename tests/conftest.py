@@ -2,8 +2,12 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 import pytest
+
+if TYPE_CHECKING:
+    from tests.fixtures.demo_copy import DemoAt
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
@@ -30,3 +34,12 @@ def one_thread() -> Iterator[None]:
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="session")
+def demo_library_at(tmp_path_factory: pytest.TempPathFactory) -> DemoAt:
+    """``demo_library_at(folder)``: a fresh copy of the demo library in ``folder``, of one generated
+    once per test process (tests/fixtures/demo_copy.py)."""
+    from tests.fixtures.demo_copy import demo_copier
+
+    return demo_copier(tmp_path_factory.mktemp("demo-master"))

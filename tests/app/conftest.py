@@ -23,11 +23,12 @@ from PySide6.QtCore import QSettings, QThread
 
 from app.backend.monitor import MemoryMonitor
 from app.backend.placement import Placement
-from app.demo import DemoLibrary, ensure_demo_library
+from app.demo import DemoLibrary
 from app.gui.compat import guard_none_refcount
 from app.gui.launch import build_window
 from app.gui.main_window import MainWindow
 from core.session import Loaders
+from tests.fixtures.demo_copy import DemoAt
 from tests.fixtures.layouts_diffusion import flux, sdxl_checkpoint
 from tests.fixtures.layouts_lora import clip_layers, lora_layout, unet_attention_layers
 from tests.fixtures.st_files import write_sparse
@@ -73,8 +74,8 @@ def no_dangling_qthreads(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[QThre
 
 
 @pytest.fixture(scope="session")
-def demo_library(tmp_path_factory: pytest.TempPathFactory) -> DemoLibrary:
-    return ensure_demo_library(tmp_path_factory.mktemp("demo-library"))
+def demo_library(tmp_path_factory: pytest.TempPathFactory, demo_library_at: DemoAt) -> DemoLibrary:
+    return demo_library_at(tmp_path_factory.mktemp("demo-library"))
 
 
 LORA_COUNT = 240

@@ -14,10 +14,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from app.demo import DemoLibrary, ensure_demo_library
+from app.demo import DemoLibrary
 from core.errors import FileChangedError
 from core.files.atomic import is_partial
 from core.files.safetensors import SafetensorsFile
+from tests.fixtures.demo_copy import DemoAt
 from tests.fixtures.st_files import write_tensors
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -25,8 +26,8 @@ pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="read leases are
 
 
 @pytest.fixture(scope="module")
-def demo(tmp_path_factory: pytest.TempPathFactory) -> DemoLibrary:
-    return ensure_demo_library(tmp_path_factory.mktemp("demo"))
+def demo(tmp_path_factory: pytest.TempPathFactory, demo_library_at: DemoAt) -> DemoLibrary:
+    return demo_library_at(tmp_path_factory.mktemp("demo"))
 
 
 def _start(*args: str) -> subprocess.Popen[bytes]:

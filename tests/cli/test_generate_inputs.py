@@ -18,20 +18,21 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from app.cli import main
-from app.demo import DemoLibrary, ensure_demo_library
+from app.demo import DemoLibrary
 from core.errors import InterruptedByUser, LoadoutError
 from core.files.atomic import is_partial
 from core.files.pickle_safe import load_pickle_state_dict
 from core.generate.command import generate_files
 from core.generate.events import GenerateProgress
 from core.generate.request import GenerateRequest, ImageSettings, ModelFiles, Sampling
+from tests.fixtures.demo_copy import DemoAt
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
-def demo(tmp_path_factory: pytest.TempPathFactory) -> DemoLibrary:
-    return ensure_demo_library(tmp_path_factory.mktemp("demo"))
+def demo(tmp_path_factory: pytest.TempPathFactory, demo_library_at: DemoAt) -> DemoLibrary:
+    return demo_library_at(tmp_path_factory.mktemp("demo"))
 
 
 @pytest.fixture(scope="module")

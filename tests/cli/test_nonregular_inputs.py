@@ -15,10 +15,11 @@ from pathlib import Path
 import pytest
 
 from app.cli import main
-from app.demo import DemoLibrary, ensure_demo_library
+from app.demo import DemoLibrary
 from core.errors import LoadoutError
 from core.files.leases import open_regular
 from core.files.model_file import read_tensor_index
+from tests.fixtures.demo_copy import DemoAt
 
 WAIT = float(
     os.environ.get("LOADOUT_TEST_FIFO_WAIT", "60")
@@ -26,8 +27,8 @@ WAIT = float(
 
 
 @pytest.fixture(scope="module")
-def demo(tmp_path_factory: pytest.TempPathFactory) -> DemoLibrary:
-    return ensure_demo_library(tmp_path_factory.mktemp("demo"))
+def demo(tmp_path_factory: pytest.TempPathFactory, demo_library_at: DemoAt) -> DemoLibrary:
+    return demo_library_at(tmp_path_factory.mktemp("demo"))
 
 
 @pytest.fixture

@@ -9,12 +9,13 @@ from pathlib import Path
 import pytest
 
 from app.cli import main
-from app.demo import DemoLibrary, ensure_demo_library
+from app.demo import DemoLibrary
+from tests.fixtures.demo_copy import DemoAt
 
 
 @pytest.fixture(scope="module")
-def demo(tmp_path_factory: pytest.TempPathFactory) -> DemoLibrary:
-    return ensure_demo_library(tmp_path_factory.mktemp("demo"))
+def demo(tmp_path_factory: pytest.TempPathFactory, demo_library_at: DemoAt) -> DemoLibrary:
+    return demo_library_at(tmp_path_factory.mktemp("demo"))
 
 
 def _generate(demo: DemoLibrary, out: str, *extra: str) -> list[str]:

@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from core.loading.check import check_file
 from tests.fixtures import layouts_diffusion as ld
 from tests.fixtures.layouts_lora import lora_layout, unet_attention_layers
@@ -38,7 +40,11 @@ def test_full_size_sdxl_checkpoint_checks_clean(tmp_path: Path) -> None:
         assert c["missing"] == c["unexpected"] == c["shape_mismatches"] == []
 
 
-def test_hand_edited_header_is_reported_key_by_key(tmp_path: Path) -> None:
+def test_hand_edited_header_is_reported_key_by_key(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from app.cli import main  # in this process: the test above proves the process's contract
+
     layout = dict(ld.sd1_checkpoint())
     key = "model.diffusion_model.input_blocks.1.1.proj_in.weight"
     layout[key] = (320, 321, 1, 1)
@@ -54,8 +60,9 @@ def test_hand_edited_header_is_reported_key_by_key(tmp_path: Path) -> None:
     )
     assert "extra.weight" in unet["unexpected"]
     assert vae["missing"] == ["decoder.conv_out.bias"]
-    res = _cli("check", str(p))
-    assert res.returncode == 1 and "NOT OK" in res.stdout and "Traceback" not in res.stderr
+    assert main(["check", str(p)]) == 1
+    out, err = capsys.readouterr()
+    assert "NOT OK" in out and "Traceback" not in err
 
 
 def test_lora_and_missing_files_get_clear_errors(tmp_path: Path) -> None:

@@ -59,12 +59,15 @@ def test_pickle_to_safetensors_is_bitwise(tmp_path: Path) -> None:
         assert torch.equal(got[k], v)
 
 
-def test_refusals(tmp_path: Path) -> None:
+def test_refusals(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from app.cli import main  # in this process: test_cli_converts proves the process's contract
+
     src = write_tensors(tmp_path / "m.safetensors", _sd())
     with pytest.raises(FileAccessError):
         convert_file(src, src, torch.float16)
-    res = _cli("convert", str(tmp_path / "missing.ckpt"), "-o", str(tmp_path / "x.sft"))
-    assert res.returncode == 2 and "does not exist" in res.stderr and "Traceback" not in res.stderr
+    assert main(["convert", str(tmp_path / "missing.ckpt"), "-o", str(tmp_path / "x.sft")]) == 2
+    err = capsys.readouterr().err
+    assert "does not exist" in err and "Traceback" not in err
     assert not (tmp_path / "x.sft").exists()
 
 

@@ -187,14 +187,22 @@ def test_cli_json_walks_folders_and_reports_errors_with_exit_1(tmp_path: Path) -
         assert list(r) == CONTRACT_KEYS
 
 
-def test_cli_table_and_success_exit(tmp_path: Path) -> None:
+def _main(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str]:
+    """The command in this process (the subprocess above proves the process's own contract once)."""
+    from app.cli import main
+
+    code = main(list(args))
+    return code, capsys.readouterr().out
+
+
+def test_cli_table_and_success_exit(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     p = write_sparse(tmp_path / "flux.safetensors", ld.flux_checkpoint())
-    res = _cli("inspect", str(p))
-    assert res.returncode == 0, res.stderr
-    assert "flux-dev" in res.stdout and "diffusion_model" in res.stdout and "t5-xxl" in res.stdout
+    code, out = _main(capsys, "inspect", str(p))
+    assert code == 0
+    assert "flux-dev" in out and "diffusion_model" in out and "t5-xxl" in out
 
 
-def test_cli_empty_folder(tmp_path: Path) -> None:
-    res = _cli("inspect", "--json", str(tmp_path))
-    assert res.returncode == 1
-    assert json.loads(res.stdout)[0]["error"]["code"] == "is_directory"
+def test_cli_empty_folder(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out = _main(capsys, "inspect", "--json", str(tmp_path))
+    assert code == 1
+    assert json.loads(out)[0]["error"]["code"] == "is_directory"

@@ -13,18 +13,19 @@ from pathlib import Path
 import pytest
 
 import core.files.leases as leases
-from app.demo import DemoLibrary, ensure_demo_library
+from app.demo import DemoLibrary
 from core.files.leases import MappedFiles, unloaded_error
 from core.generate.generator import Generator
 from core.session import Session
+from tests.fixtures.demo_copy import DemoAt
 
 linux = pytest.mark.skipif(sys.platform != "linux", reason="read leases are Linux's")
 TRUNCATE = "import os, sys; os.close(os.open(sys.argv[1], os.O_WRONLY | os.O_TRUNC))"
 
 
 @pytest.fixture(scope="module")
-def demo(tmp_path_factory: pytest.TempPathFactory) -> DemoLibrary:
-    return ensure_demo_library(tmp_path_factory.mktemp("demo"))
+def demo(tmp_path_factory: pytest.TempPathFactory, demo_library_at: DemoAt) -> DemoLibrary:
+    return demo_library_at(tmp_path_factory.mktemp("demo"))
 
 
 def _file(tmp_path: Path, name: str = "m.safetensors") -> Path:

@@ -24,7 +24,6 @@ import pytest
 import torch
 from PIL import Image
 
-from app.demo import ensure_demo_library
 from core.generate.command import generate_files
 from core.generate.controlnet import ControlNetCache, applied
 from core.generate.hires_settings import HiresFix
@@ -41,6 +40,7 @@ from core.sampling import SamplingRequest, empty_latent, ksampler_sigmas, sample
 from core.sampling.patches import NO_MODEL_PATCHES, ModelPatches
 from core.session import Placement, Session
 from tests.fixtures.controlnets import hint_picture, mask_picture, tiny_controlnet_file
+from tests.fixtures.demo_copy import DemoAt
 from tests.fixtures.sdxl_tiny import write_sdxl_controlnet, write_sdxl_pair
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -215,9 +215,9 @@ def test_controlnet_hires_and_refiner_as_comfyuis_graph(files: Files, graph: Gra
     assert not np.array_equal(got, without)
 
 
-def test_mask_and_controlnet_as_comfyuis_graph(tmp_path: Path) -> None:
+def test_mask_and_controlnet_as_comfyuis_graph(tmp_path: Path, demo_library_at: DemoAt) -> None:
     """VAEEncode -> SetLatentNoiseMask -> KSampler with ControlNetApplyAdvanced on the demo's SD1."""
-    demo = ensure_demo_library(tmp_path / "demo")
+    demo = demo_library_at(tmp_path / "demo")
     uses = (
         ControlNetUse(tiny_controlnet_file(tmp_path / "cn.safetensors"), hint_picture(tmp_path / "h.png")),
     )

@@ -11,8 +11,8 @@ import pytest
 from PIL import Image
 
 from app.cli import main
-from app.demo import ensure_demo_library
 from tests.fixtures.controlnets import tiny_controlnet_file
+from tests.fixtures.demo_copy import DemoAt
 from tests.fixtures.depth_anything import depth_files
 from tests.fixtures.drawn import landscape
 
@@ -22,7 +22,9 @@ def _rgb(path: Path) -> np.ndarray:
         return np.asarray(im.convert("RGB"))
 
 
-def test_depth_from_the_command_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_depth_from_the_command_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], demo_library_at: DemoAt
+) -> None:
     files = depth_files(tmp_path)
     house = landscape(tmp_path / "house.png", 64, 64)
     depth = tmp_path / "depth.png"
@@ -38,7 +40,7 @@ def test_depth_from_the_command_line(tmp_path: Path, capsys: pytest.CaptureFixtu
     err = capsys.readouterr().err
     assert "only as safetensors" in err and "Traceback" not in err and not bad.exists()
 
-    demo = ensure_demo_library(tmp_path / "demo")
+    demo = demo_library_at(tmp_path / "demo")
     cn = tiny_controlnet_file(tmp_path / "control_tiny_depth.safetensors")
 
     def make(control: str, out: Path, *extra: str) -> np.ndarray:

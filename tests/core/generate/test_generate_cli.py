@@ -11,7 +11,7 @@ import pytest
 from PIL import Image
 
 from app.cli import main
-from app.demo import DemoLibrary, ensure_demo_library
+from app.demo import DemoLibrary
 from core.errors import InterruptedByUser, LoadoutError
 from core.generate.command import generate_files
 from core.generate.events import GenerateProgress
@@ -19,11 +19,12 @@ from core.generate.parameters import parse_parameters
 from core.generate.png import read_png_parameters
 from core.generate.request import GenerateRequest, ImageSettings, ModelFiles, Sampling
 from core.patching.merge import LoraArg
+from tests.fixtures.demo_copy import DemoAt
 
 
 @pytest.fixture(scope="module")
-def demo(tmp_path_factory: pytest.TempPathFactory) -> DemoLibrary:
-    return ensure_demo_library(tmp_path_factory.mktemp("demo"))
+def demo(tmp_path_factory: pytest.TempPathFactory, demo_library_at: DemoAt) -> DemoLibrary:
+    return demo_library_at(tmp_path_factory.mktemp("demo"))
 
 
 def _run(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:

@@ -11,17 +11,18 @@ import pytest
 import torch
 from PIL import Image
 
-from app.demo import DemoLibrary, ensure_demo_library
+from app.demo import DemoLibrary
 from core.generate.command import generate_files
 from core.generate.request import GenerateRequest, ImageSettings, ModelFiles, Sampling
 from tests.core.ops.test_fp8_opt_in import ScaledMM, card
+from tests.fixtures.demo_copy import DemoAt
 
 __all__ = ["card"]  # the stand-in card fixture
 
 
 @pytest.fixture(scope="module")
-def demo(tmp_path_factory: pytest.TempPathFactory) -> DemoLibrary:
-    return ensure_demo_library(tmp_path_factory.mktemp("demo"))
+def demo(tmp_path_factory: pytest.TempPathFactory, demo_library_at: DemoAt) -> DemoLibrary:
+    return demo_library_at(tmp_path_factory.mktemp("demo"))
 
 
 def test_generate_with_fp8_matmul_multiplies_in_fp8_and_keeps_16_bit_latents(

@@ -12,9 +12,9 @@ import pytest
 from PIL import Image
 
 from app.cli import main
-from app.demo import ensure_demo_library
 from core.generate.parameters import parse_parameters
 from core.generate.png import read_png_parameters
+from tests.fixtures.demo_copy import DemoAt
 
 
 def _pixels(path: Path) -> np.ndarray:
@@ -23,9 +23,11 @@ def _pixels(path: Path) -> np.ndarray:
 
 
 def test_no_block_on_is_no_lora_and_the_tag_is_kept(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    demo_library_at: DemoAt,
 ) -> None:
-    demo = ensure_demo_library(tmp_path / "demo")
+    demo = demo_library_at(tmp_path / "demo")
     common = [
         "generate",
         str(demo.checkpoint),

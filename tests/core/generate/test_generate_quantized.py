@@ -11,15 +11,16 @@ import torch
 from PIL import Image
 from safetensors.torch import load_file, save_file
 
-from app.demo import DemoLibrary, ensure_demo_library
+from app.demo import DemoLibrary
 from core.generate.command import generate_files
 from core.generate.request import GenerateRequest, ImageSettings, ModelFiles, Sampling
+from tests.fixtures.demo_copy import DemoAt
 from tests.fixtures.gguf_quant import write_comfy_gguf
 
 
 @pytest.fixture(scope="module")
-def parts(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, Path, Path]:
-    demo: DemoLibrary = ensure_demo_library(tmp_path_factory.mktemp("demo"))
+def parts(tmp_path_factory: pytest.TempPathFactory, demo_library_at: DemoAt) -> tuple[Path, Path, Path, Path]:
+    demo: DemoLibrary = demo_library_at(tmp_path_factory.mktemp("demo"))
     d = tmp_path_factory.mktemp("split")
     tensors = load_file(str(demo.checkpoint))
 

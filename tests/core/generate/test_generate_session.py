@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from app.demo import DemoLibrary, ensure_demo_library
+from app.demo import DemoLibrary
 from core.errors import InterruptedByUser
 from core.generate.events import GenerateProgress
 from core.generate.generator import Generator
@@ -19,13 +19,14 @@ from core.generate.session_run import Output
 from core.memory.devices import cpu_device
 from core.memory.policy import MemorySettings, VramState
 from core.session import Placement, PlacementConfig, Session
+from tests.fixtures.demo_copy import DemoAt
 
 SETTINGS = ImageSettings("a harbour at dawn", "fog", Sampling(seed=11, steps=4, sampler="dpmpp_2m"), 64, 64)
 
 
 @pytest.fixture(scope="module")
-def demo(tmp_path_factory: pytest.TempPathFactory) -> DemoLibrary:
-    return ensure_demo_library(tmp_path_factory.mktemp("demo"))
+def demo(tmp_path_factory: pytest.TempPathFactory, demo_library_at: DemoAt) -> DemoLibrary:
+    return demo_library_at(tmp_path_factory.mktemp("demo"))
 
 
 def _session(demo: DemoLibrary) -> tuple[Session, Generator]:

@@ -15,7 +15,7 @@ import torch.nn.functional as F
 from PIL import Image
 
 from app.cli import main
-from app.demo import DemoLibrary, ensure_demo_library
+from app.demo import DemoLibrary
 from core.errors import InterruptedByUser
 from core.generate.command import generate_files
 from core.generate.events import GenerateProgress
@@ -29,11 +29,12 @@ from core.generate.session_run import Output, _gather
 from core.sampling import SamplingRequest, empty_latent, sample
 from core.session import Placement, Session
 from core.session.snapshots import SessionEvent
+from tests.fixtures.demo_copy import DemoAt
 
 
 @pytest.fixture(scope="module")
-def demo(tmp_path_factory: pytest.TempPathFactory) -> DemoLibrary:
-    return ensure_demo_library(tmp_path_factory.mktemp("demo"))
+def demo(tmp_path_factory: pytest.TempPathFactory, demo_library_at: DemoAt) -> DemoLibrary:
+    return demo_library_at(tmp_path_factory.mktemp("demo"))
 
 
 def _pixels(path: Path) -> np.ndarray:

@@ -13,7 +13,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from app.demo import DemoLibrary, ensure_demo_library
+from app.demo import DemoLibrary
 from core.errors import InterruptedByUser, LoadoutError
 from core.generate.generator import Generator
 from core.generate.parameters import parse_parameters
@@ -30,11 +30,12 @@ from tests.core.generate.lora_on_prompt_case import (
     patched_layer,
     session_with,
 )
+from tests.fixtures.demo_copy import DemoAt
 
 
 @pytest.fixture(scope="module")
-def demo(tmp_path_factory: pytest.TempPathFactory) -> DemoLibrary:
-    return ensure_demo_library(tmp_path_factory.mktemp("demo"))
+def demo(tmp_path_factory: pytest.TempPathFactory, demo_library_at: DemoAt) -> DemoLibrary:
+    return demo_library_at(tmp_path_factory.mktemp("demo"))
 
 
 @pytest.fixture(scope="module")

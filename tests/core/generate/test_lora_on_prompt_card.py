@@ -9,14 +9,15 @@ from pathlib import Path
 
 import pytest
 
-from app.demo import DemoLibrary, ensure_demo_library
+from app.demo import DemoLibrary
 from core.generate.png import read_png_parameters
 from tests.core.generate.lora_on_prompt_case import check_calls, cpu_weights, generate_recording, session_with
+from tests.fixtures.demo_copy import DemoAt
 
 
 @pytest.fixture(scope="module")
-def demo(tmp_path_factory: pytest.TempPathFactory) -> DemoLibrary:
-    return ensure_demo_library(tmp_path_factory.mktemp("demo"))
+def demo(tmp_path_factory: pytest.TempPathFactory, demo_library_at: DemoAt) -> DemoLibrary:
+    return demo_library_at(tmp_path_factory.mktemp("demo"))
 
 
 def test_a_cards_calls_run_each_prompts_weights(demo: DemoLibrary, tmp_path: Path) -> None:

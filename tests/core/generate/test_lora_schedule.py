@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from app.demo import DemoLibrary, ensure_demo_library
+from app.demo import DemoLibrary
 from core.detect.catalog import diffusion_spec
 from core.errors import InterruptedByUser, LoadoutError
 from core.generate.generator import Generator
@@ -27,13 +27,14 @@ from core.sampling.model_sampling import ModelSampling, from_spec
 from core.sampling.sigmas import ksampler_sigmas
 from core.session import Placement, PlacementConfig, Session
 from core.session.slots import SlotId
+from tests.fixtures.demo_copy import DemoAt
 
 STRENGTH = 0.8
 
 
 @pytest.fixture(scope="module")
-def demo(tmp_path_factory: pytest.TempPathFactory) -> DemoLibrary:
-    return ensure_demo_library(tmp_path_factory.mktemp("demo"))
+def demo(tmp_path_factory: pytest.TempPathFactory, demo_library_at: DemoAt) -> DemoLibrary:
+    return demo_library_at(tmp_path_factory.mktemp("demo"))
 
 
 def _session(demo: DemoLibrary, strength: float, *, card: bool) -> Session:

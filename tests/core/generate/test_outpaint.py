@@ -18,7 +18,7 @@ import torch.nn.functional as F
 from PIL import Image
 
 from app.cli import main
-from app.demo import DemoLibrary, ensure_demo_library
+from app.demo import DemoLibrary
 from core.errors import LoadoutError
 from core.generate.outpaint import feather_mask, pad_for_outpaint
 from core.generate.outpaint_settings import Outpaint, outpaint_in, outpaint_parameters, parse_sides
@@ -29,6 +29,7 @@ from core.generate.png import read_png_parameters
 from core.generate.request import ImageSettings, Sampling
 from core.generate.workflow_passes import passes_for
 from tests.core.generate.test_inpaint import _nets
+from tests.fixtures.demo_copy import DemoAt
 from tests.fixtures.drawn import landscape
 
 GOLDEN = json.loads((Path(__file__).parents[2] / "fixtures/golden/comfy_outpaint.json").read_text())
@@ -66,8 +67,8 @@ def test_sides_are_read_and_checked() -> None:
 
 
 @pytest.fixture(scope="module")
-def demo(tmp_path_factory: pytest.TempPathFactory) -> DemoLibrary:
-    return ensure_demo_library(tmp_path_factory.mktemp("outpaint") / "demo")
+def demo(tmp_path_factory: pytest.TempPathFactory, demo_library_at: DemoAt) -> DemoLibrary:
+    return demo_library_at(tmp_path_factory.mktemp("outpaint") / "demo")
 
 
 def _generate(demo: DemoLibrary, init: Path, out: Path, *extra: str) -> int:

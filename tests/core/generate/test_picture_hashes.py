@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from app.demo import DemoLibrary, ensure_demo_library
+from app.demo import DemoLibrary
 from core.generate.generator import Generator
 from core.generate.parameters import parse_parameters
 from core.generate.png import read_png_parameters
@@ -23,13 +23,14 @@ from core.memory.policy import MemorySettings, VramState
 from core.session import Placement, PlacementConfig, Session
 from core.session.library import Library
 from tests.core.library.test_hashes import CountingOpener
+from tests.fixtures.demo_copy import DemoAt
 
 SETTINGS = ImageSettings("a lighthouse", "", Sampling(seed=3, steps=1, sampler="euler"), 64, 64)
 
 
 @pytest.fixture(scope="module")
-def demo(tmp_path_factory: pytest.TempPathFactory) -> DemoLibrary:
-    return ensure_demo_library(tmp_path_factory.mktemp("demo"))
+def demo(tmp_path_factory: pytest.TempPathFactory, demo_library_at: DemoAt) -> DemoLibrary:
+    return demo_library_at(tmp_path_factory.mktemp("demo"))
 
 
 def _launch(demo: DemoLibrary, db: Path, opener: CountingOpener) -> tuple[Session, Generator, InspectCache]:

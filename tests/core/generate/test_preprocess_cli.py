@@ -10,12 +10,12 @@ import pytest
 from PIL import Image
 
 from app.cli import main
-from app.demo import ensure_demo_library
 from core.generate.parameters import parse_parameters
 from core.generate.png import read_png_parameters
 from core.generate.workflows import ControlNetParameters, controlnets_in
 from core.preprocess import preprocess
 from tests.fixtures.controlnets import tiny_controlnet_file
+from tests.fixtures.demo_copy import DemoAt
 from tests.fixtures.drawn import landscape
 
 
@@ -37,9 +37,11 @@ def test_preprocess_writes_the_hint(tmp_path: Path, capsys: pytest.CaptureFixtur
 
 
 def test_a_controlnet_hint_made_on_the_fly_equals_the_written_one(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    demo_library_at: DemoAt,
 ) -> None:
-    demo = ensure_demo_library(tmp_path / "demo")
+    demo = demo_library_at(tmp_path / "demo")
     cn = tiny_controlnet_file(tmp_path / "control_tiny_canny.safetensors")
     house = landscape(tmp_path / "house.png", 64, 64)
     hint = tmp_path / "hint.png"

@@ -13,7 +13,7 @@ import torch
 from PIL import Image
 
 from app.cli import main
-from app.demo import DemoLibrary, ensure_demo_library
+from app.demo import DemoLibrary
 from core.generate.generator import Generator
 from core.generate.parameters import EmbeddingUse, parse_parameters
 from core.generate.png import read_png_parameters
@@ -22,11 +22,12 @@ from core.generate.session_run import Output
 from core.queue.grid import parse_axis
 from core.session.compose import headless_session
 from tests.core.text.test_embeddings import write_a1111_pt
+from tests.fixtures.demo_copy import DemoAt
 
 
 @pytest.fixture(scope="module")
-def demo(tmp_path_factory: pytest.TempPathFactory) -> DemoLibrary:
-    return ensure_demo_library(tmp_path_factory.mktemp("demo"))
+def demo(tmp_path_factory: pytest.TempPathFactory, demo_library_at: DemoAt) -> DemoLibrary:
+    return demo_library_at(tmp_path_factory.mktemp("demo"))
 
 
 @pytest.fixture(scope="module")

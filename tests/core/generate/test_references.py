@@ -13,7 +13,6 @@ import torch
 from PIL import Image
 
 from app.cli import main
-from app.demo import ensure_demo_library
 from core.archs.catalog import REFERENCES, references_for
 from core.archs.references import ReferenceScale
 from core.errors import LoadoutError
@@ -30,6 +29,7 @@ from core.generate.references import (
     scaled_reference,
 )
 from core.generate.request import ImageSettings
+from tests.fixtures.demo_copy import DemoAt
 
 KLEIN = "flux2-klein-4b"
 
@@ -112,9 +112,11 @@ def test_the_png_parameters_name_each_reference_and_read_back(tmp_path: Path) ->
 
 
 def test_the_cli_refuses_references_for_a_model_that_takes_none(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    demo_library_at: DemoAt,
 ) -> None:
-    demo = ensure_demo_library(tmp_path / "demo")
+    demo = demo_library_at(tmp_path / "demo")
     ref = _picture(tmp_path / "r.png", 64, 64)
     out = tmp_path / "out.png"
     code = main(["generate", str(demo.checkpoint), "--prompt", "x", "--size", "64x64", "--steps", "1",

@@ -11,6 +11,7 @@ from safetensors.torch import save_file
 
 from core.errors import LoadoutError
 from core.generate.taesd import find_taesd, load_taesd, tiny_decoder
+from tests.fixtures.demo_copy import DemoAt
 
 diffusers = pytest.importorskip("diffusers")
 
@@ -51,15 +52,16 @@ def test_a_damaged_decoder_file_is_refused(tmp_path: Path) -> None:
     assert len(tiny_decoder().state_dict()) == 67  # the release's tensor count
 
 
-def test_generation_previews_through_taesd_when_the_decoder_is_beside_the_models(tmp_path: Path) -> None:
+def test_generation_previews_through_taesd_when_the_decoder_is_beside_the_models(
+    tmp_path: Path, demo_library_at: DemoAt
+) -> None:
     import shutil
 
-    from app.demo import ensure_demo_library
     from core.generate.command import generate_files
     from core.generate.events import GenerateProgress
     from core.generate.request import GenerateRequest, ImageSettings, ModelFiles, Sampling
 
-    demo = ensure_demo_library(tmp_path / "demo")
+    demo = demo_library_at(tmp_path / "demo")
     _, state = _reference()
     approx = demo.checkpoint.parent.parent / "vae_approx"  # models/vae_approx, as in ComfyUI
     approx.mkdir()

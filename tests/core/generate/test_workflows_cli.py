@@ -11,7 +11,7 @@ import pytest
 from PIL import Image
 
 from app.cli import main
-from app.demo import DemoLibrary, ensure_demo_library
+from app.demo import DemoLibrary
 from core.errors import LoadoutError
 from core.generate.command import generate_files
 from core.generate.parameters import parse_parameters
@@ -20,12 +20,15 @@ from core.generate.request import GenerateRequest, ImageSettings, ModelFiles, Sa
 from core.generate.workflow_request import ControlNetUse
 from core.generate.workflows import ControlNetParameters, controlnets_in
 from tests.fixtures.controlnets import hint_picture, mask_picture, tiny_controlnet_file
+from tests.fixtures.demo_copy import DemoAt
 
 
 @pytest.fixture(scope="module")
-def files(tmp_path_factory: pytest.TempPathFactory) -> tuple[DemoLibrary, Path, Path, Path]:
+def files(
+    tmp_path_factory: pytest.TempPathFactory, demo_library_at: DemoAt
+) -> tuple[DemoLibrary, Path, Path, Path]:
     root = tmp_path_factory.mktemp("cn")
-    demo = ensure_demo_library(root / "demo")
+    demo = demo_library_at(root / "demo")
     cn = tiny_controlnet_file(root / "control_tiny_canny.safetensors")
     return demo, cn, hint_picture(root / "hint.png", 96, 64), mask_picture(root / "mask.png")
 

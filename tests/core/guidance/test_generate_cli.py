@@ -11,17 +11,18 @@ import pytest
 from PIL import Image
 
 from app.cli import main
-from app.demo import DemoLibrary, ensure_demo_library
+from app.demo import DemoLibrary
 from core.generate.parameters import parse_parameters
 from core.generate.png import read_png_parameters
 from core.guidance import parse_patch
+from tests.fixtures.demo_copy import DemoAt
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")
-def demo(tmp_path_factory: pytest.TempPathFactory) -> DemoLibrary:
-    return ensure_demo_library(tmp_path_factory.mktemp("demo"))
+def demo(tmp_path_factory: pytest.TempPathFactory, demo_library_at: DemoAt) -> DemoLibrary:
+    return demo_library_at(tmp_path_factory.mktemp("demo"))
 
 
 def _generate(demo: DemoLibrary, out: Path, *patches: str) -> int:

@@ -101,10 +101,15 @@ def test_merge_bakes_the_stack_in_the_base_layout(tiny: tuple[Path, Path], tmp_p
     assert record[0]["file"] == "tiny_lora.safetensors" and record[0]["model_strength"] == 0.6
 
 
-def test_merge_refuses_overwriting_an_input(tiny: tuple[Path, Path]) -> None:
+def test_merge_refuses_overwriting_an_input(
+    tiny: tuple[Path, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    from app.cli import main  # in this process: the dry run above proves the process's contract
+
     base, lora = tiny
     for out in (base, lora):
         with pytest.raises(FileAccessError):
             merge(base, [LoraArg(lora)], out)
-    res = _cli("merge", str(base), "--lora", str(lora), "-o", str(lora))
-    assert res.returncode == 2 and "input" in res.stderr and "Traceback" not in res.stderr
+    assert main(["merge", str(base), "--lora", str(lora), "-o", str(lora)]) == 2
+    err = capsys.readouterr().err
+    assert "input" in err and "Traceback" not in err

@@ -12,7 +12,7 @@ import pytest
 from PIL import Image
 
 from app.cli import main
-from app.demo import DemoLibrary, ensure_demo_library
+from app.demo import DemoLibrary
 from core.errors import LoadoutError
 from core.generate.command import generate_files
 from core.generate.parameters import parse_parameters
@@ -23,13 +23,16 @@ from core.generate.workflows import controlnets_in
 from core.queue.grid import axis_of, image_cells
 from core.queue.session_grid import SessionGrid, grid_files
 from tests.fixtures.controlnets import tiny_controlnet_file
+from tests.fixtures.demo_copy import DemoAt
 from tests.fixtures.drawn import landscape
 
 
 @pytest.fixture(scope="module")
-def parts(tmp_path_factory: pytest.TempPathFactory) -> tuple[DemoLibrary, Path, Path]:
+def parts(
+    tmp_path_factory: pytest.TempPathFactory, demo_library_at: DemoAt
+) -> tuple[DemoLibrary, Path, Path]:
     folder = tmp_path_factory.mktemp("cn")
-    demo = ensure_demo_library(folder / "demo")
+    demo = demo_library_at(folder / "demo")
     net = tiny_controlnet_file(folder / "control_tiny.safetensors")
     return demo, net, landscape(folder / "house.png", 64, 64)
 

@@ -10,17 +10,18 @@ from pathlib import Path
 import pytest
 
 from app.commands.stopping import report_stop
-from app.demo import DemoLibrary, ensure_demo_library
+from app.demo import DemoLibrary
 from core.errors import InterruptedByUser
 from core.queue.command import run_grid
 from core.queue.grid import parse_axis
 from core.queue.store import Totals
 from tests.core.queue.test_queue_run import _request
+from tests.fixtures.demo_copy import DemoAt
 
 
 @pytest.fixture(scope="module")
-def demo(tmp_path_factory: pytest.TempPathFactory) -> DemoLibrary:
-    return ensure_demo_library(tmp_path_factory.mktemp("demo"))
+def demo(tmp_path_factory: pytest.TempPathFactory, demo_library_at: DemoAt) -> DemoLibrary:
+    return demo_library_at(tmp_path_factory.mktemp("demo"))
 
 
 def test_a_stop_at_a_cell_boundary_stops_the_grid_and_counts_the_pictures_on_disk(

@@ -11,7 +11,7 @@ import pytest
 from PIL import Image
 
 from app.cli import main
-from app.demo import DemoLibrary, ensure_demo_library
+from app.demo import DemoLibrary
 from core.errors import InterruptedByUser
 from core.generate.command import generate_files
 from core.generate.hashes import FileHashes
@@ -26,11 +26,12 @@ from core.queue.runner import LocalPool, Outcome, QueueRunner
 from core.queue.scheduler import pick
 from core.queue.store import JobStore
 from core.queue.worker import Worker
+from tests.fixtures.demo_copy import DemoAt
 
 
 @pytest.fixture(scope="module")
-def demo(tmp_path_factory: pytest.TempPathFactory) -> DemoLibrary:
-    return ensure_demo_library(tmp_path_factory.mktemp("demo"))
+def demo(tmp_path_factory: pytest.TempPathFactory, demo_library_at: DemoAt) -> DemoLibrary:
+    return demo_library_at(tmp_path_factory.mktemp("demo"))
 
 
 def _request(demo: DemoLibrary, steps: int = 2) -> GenerateRequest:

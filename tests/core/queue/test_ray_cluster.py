@@ -17,7 +17,7 @@ pytest.importorskip("ray")
 
 import contextlib
 
-from app.demo import DemoLibrary, ensure_demo_library
+from app.demo import DemoLibrary
 from core.generate.hashes import FileHashes
 from core.generate.request import GenerateRequest, ImageSettings, ModelFiles, Sampling
 from core.patching.merge import LoraArg
@@ -29,11 +29,12 @@ from core.queue.runner import ClusterLost, LocalPool, QueueRunner
 from core.queue.store import JobStore, Totals
 from core.queue.worker import Worker
 from core.session.snapshots import SessionEvent
+from tests.fixtures.demo_copy import DemoAt
 
 
 @pytest.fixture(scope="module")
-def demo(tmp_path_factory: pytest.TempPathFactory) -> DemoLibrary:
-    return ensure_demo_library(tmp_path_factory.mktemp("demo"))
+def demo(tmp_path_factory: pytest.TempPathFactory, demo_library_at: DemoAt) -> DemoLibrary:
+    return demo_library_at(tmp_path_factory.mktemp("demo"))
 
 
 @pytest.fixture(scope="module")

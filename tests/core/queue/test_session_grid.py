@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from app.demo import DemoLibrary, ensure_demo_library
+from app.demo import DemoLibrary
 from core.errors import LoadoutError
 from core.generate.command import Opened, open_request
 from core.generate.parameters import parse_parameters
@@ -22,11 +22,12 @@ from core.queue.runner import LocalPool, QueueRunner
 from core.queue.session_grid import SessionGrid, run_session_grid
 from core.queue.store import JobStore
 from core.queue.worker import Worker
+from tests.fixtures.demo_copy import DemoAt
 
 
 @pytest.fixture(scope="module")
-def demo(tmp_path_factory: pytest.TempPathFactory) -> DemoLibrary:
-    return ensure_demo_library(tmp_path_factory.mktemp("demo"))
+def demo(tmp_path_factory: pytest.TempPathFactory, demo_library_at: DemoAt) -> DemoLibrary:
+    return demo_library_at(tmp_path_factory.mktemp("demo"))
 
 
 def _open(demo: DemoLibrary, out: Path, model: float = 0.8, clip: float = 0.6) -> Opened:

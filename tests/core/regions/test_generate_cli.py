@@ -14,7 +14,7 @@ import torch
 from PIL import Image
 
 from app.cli import main
-from app.demo import DemoLibrary, ensure_demo_library
+from app.demo import DemoLibrary
 from core.generate.parameters import parse_parameters
 from core.generate.pictures import read_mask
 from core.generate.pipeline import Compute, Hooks, Pipeline, Timings
@@ -25,6 +25,7 @@ from core.regions import Box, Region, negative_copies, region_entry
 from core.sampling import SamplingRequest, empty_latent, sample
 from core.sampling.patches import ModelPatches
 from core.session import Placement, Session
+from tests.fixtures.demo_copy import DemoAt
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -32,8 +33,8 @@ BASE = ["--prompt", "a lighthouse", "--negative", "fog", "--seed", "3", "--steps
 
 
 @pytest.fixture(scope="module")
-def demo(tmp_path_factory: pytest.TempPathFactory) -> DemoLibrary:
-    return ensure_demo_library(tmp_path_factory.mktemp("demo"))
+def demo(tmp_path_factory: pytest.TempPathFactory, demo_library_at: DemoAt) -> DemoLibrary:
+    return demo_library_at(tmp_path_factory.mktemp("demo"))
 
 
 def _generate(demo: DemoLibrary, out: Path, *more: str) -> int:

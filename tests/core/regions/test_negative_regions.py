@@ -16,7 +16,7 @@ import torch
 from PIL import Image
 
 from app.cli import main
-from app.demo import DemoLibrary, ensure_demo_library
+from app.demo import DemoLibrary
 from core.generate.parameters import parse_parameters
 from core.generate.pipeline import Compute, Hooks, Pipeline, Timings
 from core.generate.png import read_png_parameters, to_uint8_rgb
@@ -28,6 +28,7 @@ from core.sampling import Conditioning, SamplingRequest, empty_latent, sample
 from core.sampling.cond_entry import CondEntry, LatentArea, with_area_copies
 from core.sampling.patches import ModelPatches
 from core.session import Placement, Session
+from tests.fixtures.demo_copy import DemoAt
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 WHOLE = CondEntry(None)
@@ -60,8 +61,8 @@ def test_the_text_forms_carry_the_negative_mark() -> None:
 
 
 @pytest.fixture(scope="module")
-def demo(tmp_path_factory: pytest.TempPathFactory) -> DemoLibrary:
-    return ensure_demo_library(tmp_path_factory.mktemp("demo"))
+def demo(tmp_path_factory: pytest.TempPathFactory, demo_library_at: DemoAt) -> DemoLibrary:
+    return demo_library_at(tmp_path_factory.mktemp("demo"))
 
 
 def _by_hand(demo: DemoLibrary, region: Region) -> np.ndarray:

@@ -10,18 +10,19 @@ from pathlib import Path
 import pytest
 import torch
 
-from app.demo import DemoLibrary, ensure_demo_library
+from app.demo import DemoLibrary
 from core.errors import LoadoutError
 from core.generate.parameters import parse_parameters
 from core.generate.picture_settings import plan_picture_settings
 from core.library import Entry
 from core.session import Placement, Session, SessionEvent
 from core.session.loras import StackChange
+from tests.fixtures.demo_copy import DemoAt
 
 
 @pytest.fixture(scope="module")
-def demo(tmp_path_factory: pytest.TempPathFactory) -> DemoLibrary:
-    return ensure_demo_library(tmp_path_factory.mktemp("demo"))
+def demo(tmp_path_factory: pytest.TempPathFactory, demo_library_at: DemoAt) -> DemoLibrary:
+    return demo_library_at(tmp_path_factory.mktemp("demo"))
 
 
 @pytest.fixture(scope="module")

@@ -14,7 +14,7 @@ import torch.nn.functional as F
 from PIL import Image
 from safetensors.torch import load_file
 
-from app.demo import DemoLibrary, ensure_demo_library
+from app.demo import DemoLibrary
 from core.generate.command import generate_files
 from core.generate.hires_settings import HiresFix
 from core.generate.parameters import parse_parameters
@@ -25,12 +25,13 @@ from core.generate.session_run import _gather
 from core.sampling import SamplingRequest, empty_latent, sample
 from core.session import Placement, Session
 from core.upscale.arches import registry
+from tests.fixtures.demo_copy import DemoAt
 from tests.fixtures.upscale_models import write_rrdb
 
 
 @pytest.fixture(scope="module")
-def demo(tmp_path_factory: pytest.TempPathFactory) -> DemoLibrary:
-    return ensure_demo_library(tmp_path_factory.mktemp("demo"))
+def demo(tmp_path_factory: pytest.TempPathFactory, demo_library_at: DemoAt) -> DemoLibrary:
+    return demo_library_at(tmp_path_factory.mktemp("demo"))
 
 
 @pytest.fixture(scope="module")
