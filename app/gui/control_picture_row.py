@@ -127,7 +127,8 @@ class ControlPictureBox(QGroupBox):
         current = self.picture.path
         if current is not None and current.name == p.name:
             return
-        found = next((f / p.name for f in self.folders if (f / p.name).is_file()), None)
+        bare = Path(p.name).name == p.name and p.name not in (".", "..")  # a name, never a path
+        found = next((f / p.name for f in self.folders if bare and (f / p.name).is_file()), None)
         self.picture.set_path(found)
         if found is None:
             self.note.setStyleSheet(f"color: {colors()['warn']}")

@@ -117,6 +117,12 @@ def test_the_picture_and_own_size_are_kept_and_read_back(make_window, tmp_path: 
     panel.apply_parameters(_reparsed(control_parameters("gone.png [0123456789ab]", None)))
     assert box.picture.path is None and box.pre.name is None
     assert "followed the control picture gone.png: pick it here" in box.note.text()
+    # hostile text naming a path: never looked up outside the folders pictures were chosen from
+    (tmp_path / "inner").mkdir()
+    box.folders = [tmp_path / "inner"]
+    for name in ("../house.png", str(photo)):
+        panel.apply_parameters(_reparsed(control_parameters(f"{name} [0123456789ab]", None)))
+        assert box.picture.path is None and f"control picture {name}: pick it here" in box.note.text()
 
 
 def test_screenshot_of_the_control_picture_and_reference_rows_at_1366x768(
