@@ -18,6 +18,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from app.cli import main
+from core.archs.openpose import OpenPoseBody, OpenPoseConfig
 from core.detect.detector import detect
 from core.errors import FileFormatError, LoadoutError, ModelMismatchError
 from core.files import read_tensor_index
@@ -29,7 +30,7 @@ from core.preprocess import find_preprocessor, pose_hands, pose_whole, preproces
 from core.preprocess.placed import PreprocessorModels, model_files, model_run
 from core.session.placement import Placement, PlacementConfig
 from tests.fixtures.controlnet_aux import aux, aux_hand
-from tests.fixtures.openpose import STANDING, PoseField, aux_open_pose, stage1_file, standing
+from tests.fixtures.openpose import STANDING, PoseField, aux_open_pose, standing
 from tests.fixtures.openpose_hands import (
     FACE,
     HAND,
@@ -57,8 +58,11 @@ def files(
     # a body network (trunk and stage 1, real widths) whose maps are all zero: it finds nobody, so
     # the hand and face networks (whose real-width runs at 184..736 px are too slow for a test) are
     # loaded and placed but not run where the body's file is used
-    body = load_file(stage1_file(folder / "body_pose_model.safetensors"))
-    save_file({k: torch.zeros_like(v) for k, v in body.items()}, folder / "body_pose_model.safetensors")
+    body = OpenPoseBody(OpenPoseConfig(stages=1), device="meta").state_dict()
+    save_file(
+        {k.split(".", 1)[1]: torch.zeros(v.shape) for k, v in body.items()},
+        folder / "body_pose_model.safetensors",
+    )
     out["body"] = folder / "body_pose_model.safetensors"
     return out
 
