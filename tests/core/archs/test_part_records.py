@@ -71,17 +71,9 @@ def test_a_network_that_takes_no_references_refuses_them_in_words() -> None:
     from core.sampling.network import NetworkAdapter
 
     config = UNetConfig(
-        in_channels=4,
-        out_channels=4,
-        model_channels=32,
-        channel_mult=(1,),
-        num_res_blocks=(1,),
-        transformer_depth=(1,),
-        transformer_depth_middle=1,
-        transformer_depth_output=(0, 1),
-        context_dim=8,
-        num_heads=2,
-        num_head_channels=None,
+        in_channels=4, out_channels=4, model_channels=32, channel_mult=(1,), num_res_blocks=(1,),
+        transformer_depth=(1,), transformer_depth_middle=1, transformer_depth_output=(0, 1),
+        context_dim=8, num_heads=2, num_head_channels=None,
     )
     adapter = NetworkAdapter(UNetModel(config).eval())
     cond = Conditioning(torch.zeros(1, 2, 8), references=(torch.zeros(1, 4, 4, 4),))

@@ -175,7 +175,7 @@ def test_the_command_line_gives_the_map_to_the_union_lora_on_any_card(
     other = run("c.png", "--lora", str(lora), "--control-picture", str(edges_later))
     assert not np.array_equal(memory, other)
     with Image.open(tmp_path / "a.png") as im:
-        assert "Control picture: edges.png [" in im.text["parameters"]
+        assert 'Control picture: edges.png [' in im.text["parameters"]
     for extra, says in (
         (("--lora", str(lora)), "needs a control picture"),
         (("--control-picture", str(edges)), "takes none"),
