@@ -48,7 +48,8 @@ def detect_size(height: int, width: int, resolution: int) -> tuple[int, int]:
     return int(np.round(height * k / 64.0)) * 64, int(np.round(width * k / 64.0)) * 64
 
 
-def _resized(picture: np.ndarray, resolution: int) -> np.ndarray:
+def resized(picture: np.ndarray, resolution: int) -> np.ndarray:
+    """``picture`` at :func:`detect_size` (the aux's ``resize_image``: Lanczos up, area down)."""
     cv2 = _cv2()
     rows, cols = detect_size(picture.shape[0], picture.shape[1], resolution)
     k = resolution / min(picture.shape[0], picture.shape[1])
@@ -146,7 +147,7 @@ def pose_map(
     check: Callable[[], None] = lambda: None,
 ) -> np.ndarray:  # fmt: skip
     """The pose map ``module`` (an OpenPose body network, placed) makes of an RGB ``picture``."""
-    small = _resized(picture, int(settings["resolution"]))
+    small = resized(picture, int(settings["resolution"]))
     found = find_people(module, np.ascontiguousarray(small[:, :, ::-1]), device, check)
     canvas = draw(found, small.shape[0], small.shape[1])
     if canvas.shape[:2] == picture.shape[:2]:
