@@ -19,11 +19,13 @@ def _build(cfg: Any, device: str) -> nn.Module:
 
 
 def activation_bytes(cfg: NormalBaeConfig, height: int, width: int) -> int:
-    """A float32 run's peak of live tensors (measured: bench/preprocessor_memory.py): the last
-    refinement at the full size holds its input (the 1/2 map and the prediction, each upscaled
-    by 2) and two of its inner maps, beside the decoder's finer maps."""
-    pixels = height * width
-    return 4 * pixels * (cfg.ups[3] + 4 + 2 * cfg.refine + 64)
+    """A float32 run's peak of live tensors, at the last refinement (full size): its input (the
+    1/2 map and the prediction, each upscaled by 2), two of its inner maps, the decoder's 1/2,
+    1/4 and 1/8 maps, and the predictions being normalized (18 channels' worth). Measured by
+    bench/preprocessor_memory.py: 461.2 floats a pixel at every size, this says 462."""
+    ups = cfg.ups
+    per_pixel = ups[3] + 4 + 2 * cfg.refine + ups[3] // 4 + ups[2] // 16 + ups[1] // 64 + 18
+    return 4 * height * width * per_pixel
 
 
 PREPROCESSOR = PreprocessorNet(

@@ -72,6 +72,9 @@ class BatchNorm(nn.Module):
     at forward, like the op layers' weights); state keys as ``nn.BatchNorm2d``'s, less its
     ``num_batches_tracked`` (a training counter the file carries and the network never reads)."""
 
+    running_mean: Tensor
+    running_var: Tensor
+
     def __init__(self, width: int, eps: float, *, device: torch.device | str | None = None) -> None:
         super().__init__()
         self.eps = eps
@@ -117,7 +120,7 @@ class SqueezeExcite(nn.Module):
         self.conv_expand = ops.Conv2d(middle, width, 1, device=device)
 
     def forward(self, x: Tensor) -> Tensor:
-        s = self.conv_expand(F.silu(self.conv_reduce(x.mean((2, 3), keepdim=True))))
+        s: Tensor = self.conv_expand(F.silu(self.conv_reduce(x.mean((2, 3), keepdim=True))))
         return x * s.sigmoid()
 
 
@@ -136,7 +139,7 @@ class SeparableBlock(nn.Module):
         self.bn2 = BatchNorm(cout, BN_EPS, device=device)
 
     def forward(self, x: Tensor) -> Tensor:
-        y = self.bn2(self.conv_pw(self.se(F.silu(self.bn1(self.conv_dw(x))))))
+        y: Tensor = self.bn2(self.conv_pw(self.se(F.silu(self.bn1(self.conv_dw(x))))))
         return y + x if self.residual else y
 
 
@@ -159,7 +162,7 @@ class InvertedResidual(nn.Module):
         self.bn3 = BatchNorm(cout, BN_EPS, device=device)
 
     def forward(self, x: Tensor) -> Tensor:
-        y = F.silu(self.bn1(self.conv_pw(x)))
+        y: Tensor = F.silu(self.bn1(self.conv_pw(x)))
         y = self.se(F.silu(self.bn2(self.conv_dw(y))))
         y = self.bn3(self.conv_pwl(y))
         return y + x if self.residual else y
