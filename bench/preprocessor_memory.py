@@ -24,9 +24,9 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from core.archs.normalbae import PREPROCESSOR, NormalBae, NormalBaeConfig  # noqa: E402
-from core.memory.tracking import ActivationTracker  # noqa: E402
-from core.models.state import set_tensor  # noqa: E402
+from core.archs.normalbae import PREPROCESSOR, NormalBae, NormalBaeConfig
+from core.memory.tracking import ActivationTracker
+from core.models.state import set_tensor
 
 
 def stride0(module: torch.nn.Module) -> torch.nn.Module:

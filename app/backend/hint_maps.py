@@ -1,8 +1,8 @@
-"""Preview maps of the model preprocessors (depth, openpose) for the window's ControlNet rows: made on the
-backend's worker thread (the session's placement places the model, as a generation would: the
-same cached model then serves the generation), from the picture shrunk to the preview's size, the
-model the first of its family in the library. The map (or the reason there is none) comes back
-through :attr:`HintMaps.made` on the window's thread."""
+"""Preview maps of the model preprocessors (depth, normal, openpose, normalbae) for the window's
+ControlNet rows: made on the backend's worker thread (the session's placement places the model, as
+a generation would: the same cached model then serves the generation), from the picture shrunk to
+the preview's size, the model the first of its family in the library. The map (or the reason there
+is none) comes back through :attr:`HintMaps.made` on the window's thread."""
 
 from __future__ import annotations
 
