@@ -8,6 +8,8 @@ layers, told apart by their number of heatmaps, 22 or 71; at the top level or un
 
 from __future__ import annotations
 
+import re
+
 from core.detect.keyview import KeyView
 from core.detect.registry import Match
 
@@ -103,3 +105,20 @@ def match_openpose_hand(view: KeyView) -> Match | None:
 def match_openpose_face(view: KeyView) -> Match | None:
     found = match_openpose_cpm(view)
     return found if found is not None and found.family == "openpose-face" else None
+
+
+#: NormalBAE's telling keys: the encoder's stem and head and the decoder's finest refinement head
+_NORMALBAE = ("encoder.original_model.conv_stem.weight", "encoder.original_model.conv_head.weight",
+              "decoder.up4._net.0.weight", "decoder.out_conv_res8.weight",
+              "decoder.out_conv_res1.6.weight")  # fmt: skip
+
+
+def match_normalbae(view: KeyView) -> Match | None:
+    for layout, prefix in (("original", ""), ("data_parallel", "module.")):
+        if view.has_all(prefix + k for k in _NORMALBAE):
+            stages = f"{prefix}encoder.original_model.blocks."
+            blocks = len(view.keys_matching(rf"^{re.escape(stages)}\d+\.\d+\.conv_dw\.weight$"))
+            return Match(
+                "normalbae", layout=layout, fields={"stages": view.count_blocks(stages), "blocks": blocks}
+            )
+    return None

@@ -11,6 +11,7 @@ from functools import partial
 
 from core.detect.aux_preprocessors import (
     match_depth_anything,
+    match_normalbae,
     match_openpose_body,
     match_openpose_face,
     match_openpose_hand,
@@ -202,6 +203,11 @@ PREPROCESSOR_FAMILIES = (
     Family(
         "openpose-face", "preprocessor", "OpenPose face", rule=match_openpose_face, default_dtype="fp32",
         notes="facenet (lllyasviel/Annotators): 70 keypoints and the background; the hand network's layers",
+    ),
+    Family(
+        "normalbae", "preprocessor", "NormalBAE", rule=match_normalbae, default_dtype="fp32",
+        notes="scannet.pt (lllyasviel/Annotators): EfficientNet-B5 encoder, NNET decoder; keys bare or "
+        "under module.",
     ),
 )  # fmt: skip
 

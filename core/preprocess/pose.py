@@ -49,6 +49,7 @@ def detect_size(height: int, width: int, resolution: int) -> tuple[int, int]:
 
 
 def resized(picture: np.ndarray, resolution: int) -> np.ndarray:
+    """``picture`` at :func:`detect_size` (the aux's ``resize_image``: Lanczos up, area down)."""
     cv2 = _cv2()
     rows, cols = detect_size(picture.shape[0], picture.shape[1], resolution)
     k = resolution / min(picture.shape[0], picture.shape[1])

@@ -11,7 +11,7 @@ import torch
 from torch import nn
 
 from core.errors import LoadoutError
-from core.preprocess import depth, edges, normal, pose, pose_whole
+from core.preprocess import depth, edges, normal, normal_bae, pose, pose_whole
 from core.values import NumberRange
 
 
@@ -181,6 +181,15 @@ PREPROCESSORS: Mapping[str, Preprocessor] = _registry(
             ("openpose_face", "body skeletons and faces", "body and face", (_FACE,)),
             ("openpose_faceonly", "faces (found through their bodies)", "body and face", (_FACE,)),
         )
+    ),
+    Preprocessor(
+        "normalbae", "surface normals in NormalBAE's colours (the NormalBAE network from a model file)", None,
+        (Setting("resolution", 512, NumberRange("the normalbae resolution", 64, 2048, integer=True)),),
+        model_family="normalbae", model_title="a NormalBAE model",
+        model_source="scannet.pt of lllyasviel/Annotators on Hugging Face, converted to safetensors with "
+        "Loadout's convert",
+        model_hint=normal_bae.normal_map, aliases=("normal_bae",),
+        model_input=lambda h, w, s: normal_bae.input_size(h, w, int(s["resolution"])),
     ),
 )  # fmt: skip
 
