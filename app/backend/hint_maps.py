@@ -1,8 +1,8 @@
-"""Preview maps of the model preprocessors (depth, openpose) for the window's ControlNet rows: made on the
-backend's worker thread (the session's placement places the model, as a generation would: the
-same cached model then serves the generation), from the picture shrunk to the preview's size, the
-model the first of its family in the library. The map (or the reason there is none) comes back
-through :attr:`HintMaps.made` on the window's thread."""
+"""Preview maps of the model preprocessors (depth, normal, openpose, dwpose) for the window's
+ControlNet rows: made on the backend's worker thread (the session's placement places the model, as a
+generation would: the same cached model then serves the generation), from the picture shrunk to the
+preview's size, the model the first of its family in the library. The map (or the reason there is
+none) comes back through :attr:`HintMaps.made` on the window's thread."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from app.backend.backend import Backend
 from app.backend.worker import Reporter
 from core.errors import LoadoutError
 from core.preprocess import find_preprocessor, preprocess
-from core.preprocess.placed import model_files, model_run
+from core.preprocess.placed import library_models, model_files, model_run
 
 
 def shrunk(picture: Path, side: int) -> np.ndarray:
@@ -40,10 +40,8 @@ class HintMaps(QObject):
 
         def work(r: Reporter) -> None:
             record = find_preprocessor(name)
-            index = session.library.index
-            library = [(e.path, e.kind, e.family) for e in index.entries()] if index is not None else []
             try:
-                files = model_files([record], (), library)
+                files = model_files([record], (), library_models(session.library.index, [record]))
                 run = model_run(session.placement, state.preprocessors, files, r.check)
                 made: object = preprocess(name, shrunk(picture, side), model=run)
             except (LoadoutError, OSError) as exc:

@@ -23,7 +23,8 @@ def _describe() -> str:
 def register(sub: Any) -> None:
     p = sub.add_parser(
         "preprocess",
-        help="make a ControlNet hint (canny, lineart, softedge, depth, normal, openpose) from a picture",
+        help="make a ControlNet hint (canny, lineart, softedge, depth, normal, openpose, dwpose) "
+        "from a picture",
         description="Writes the hint picture a ControlNet takes. " + _describe() + ".",
     )
     p.add_argument("name", metavar="NAME", help="the preprocessor: " + ", ".join(PREPROCESSORS))
@@ -36,7 +37,8 @@ def register(sub: Any) -> None:
     p.add_argument(
         "--model", action="append", default=[], metavar="FILE",
         help="the model file of a preprocessor that needs one (depth: a Depth Anything V2 .safetensors; "
-        "openpose: body_pose_model converted to .safetensors)",
+        "openpose: body_pose_model converted to .safetensors; dwpose: yolox_l.onnx and dw-ll_ucoco_384.onnx, "
+        "both, repeated --model)",
     )  # fmt: skip
     p.add_argument("--device", default=None, help=DEVICE_HELP)
     p.add_argument("--vram-limit", metavar="BYTES", help="e.g. 4GiB: the card size the manager sees")

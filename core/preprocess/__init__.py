@@ -5,8 +5,9 @@ its name (what a PNG's ``Module`` and the command line call it), what it makes, 
 their defaults and ranges, and a pure function ``(picture, settings) -> hint`` over (H, W, 3) uint8
 pictures, or, for one that needs a model file (depth and normal: Depth Anything V2; openpose:
 OpenPose's body network), the family of that file and the function that makes the hint with the
-placed model (:mod:`core.preprocess.placed` loads, places and runs it). The edge work is OpenCV's
-(``opencv-python-headless``), imported when a hint is made. DWPose (ONNX) is not here yet.
+placed model (:mod:`core.preprocess.placed` loads, places and runs it); dwpose runs DWPose's two
+ONNX files with ONNX Runtime (:mod:`core.preprocess.dwpose`, :mod:`core.preprocess.onnx_models`).
+The edge work is OpenCV's (``opencv-python-headless``), imported when a hint is made.
 """
 
 from core.preprocess.registry import (

@@ -11,7 +11,8 @@ import torch
 from torch import nn
 
 from core.errors import LoadoutError
-from core.preprocess import depth, edges, normal, pose
+from core.preprocess import depth, dwpose, edges, normal, pose
+from core.preprocess.onnx_models import DWPOSE_FILES, OnnxFile, OnnxModel
 from core.values import NumberRange
 
 
@@ -31,6 +32,10 @@ class Setting:
 Run = Callable[[np.ndarray, Mapping[str, float]], np.ndarray]
 ModelHint = Callable[
     [nn.Module, np.ndarray, Mapping[str, float], torch.device, Callable[[], None]], np.ndarray
+]
+#: (its ONNX sessions by family, picture, settings, stop check) -> hint
+OnnxHint = Callable[
+    [Mapping[str, OnnxModel], np.ndarray, Mapping[str, float], Callable[[], None]], np.ndarray
 ]
 
 
@@ -54,6 +59,9 @@ class Preprocessor:
     model_input: Callable[[int, int, Mapping[str, float]], tuple[int, int]] | None = None
     #: other names of the same preprocessor (sd-webui-controlnet's module names in A1111 PNGs)
     aliases: tuple[str, ...] = ()
+    #: for one that runs ONNX graphs (dwpose): the files it needs, one per family, and its hint
+    onnx_files: tuple[OnnxFile, ...] = ()
+    onnx_hint: OnnxHint | None = None
 
     def resolved(self, given: Mapping[str, float]) -> dict[str, float]:
         """The settings with ``given`` over the defaults, each checked; an unknown name is refused."""
@@ -71,6 +79,10 @@ class Preprocessor:
 
 def _threshold(name: str) -> NumberRange:
     return NumberRange(f"the canny {name} threshold", 0, 1000, integer=True)
+
+
+def _part(name: str) -> NumberRange:
+    return NumberRange(f"the dwpose {name} switch (1: drawn, 0: left out)", 0, 1, integer=True)
 
 
 #: (record, picture, resolved settings) -> hint: a model preprocessor run with its model
@@ -129,9 +141,17 @@ PREPROCESSORS: Mapping[str, Preprocessor] = _registry(
         (Setting("resolution", 512, NumberRange("the pose resolution", 64, 2048, integer=True)),),
         model_family="openpose-body", model_title="an OpenPose body model",
         model_source="body_pose_model.pth of lllyasviel/Annotators on Hugging Face, converted to safetensors "
-        "with Loadout's convert (DWPose's ONNX files are not read)",
+        "with Loadout's convert (DWPose's ONNX files are the dwpose preprocessor's)",
         model_hint=pose.pose_map, aliases=("pose", "openpose_body"),
         model_input=lambda h, w, s: pose.input_size(h, w, int(s["resolution"])),
+    ),
+    Preprocessor(
+        "dwpose", "whole-body poses (body, hands, face) in OpenPose's colours on black (DWPose's ONNX files)",
+        None,
+        tuple(Setting(part, 1, _part(part)) for part in ("body", "hands", "face")),
+        model_family="dwpose", model_title="DWPose's two ONNX files",
+        model_source="yolox_l.onnx and dw-ll_ucoco_384.onnx of yzd-v/DWPose on Hugging Face",
+        aliases=("dw_openpose_full", "dwpose_full"), onnx_files=DWPOSE_FILES, onnx_hint=dwpose.dwpose_map,
     ),
 )  # fmt: skip
 
@@ -161,6 +181,13 @@ class MissingPreprocessorModelError(LoadoutError):
 
 
 def missing_model(record: Preprocessor) -> MissingPreprocessorModelError:
+    if record.onnx_files:
+        return MissingPreprocessorModelError(
+            f"the {record.name} preprocessor needs {' and '.join(f.file for f in record.onnx_files)} "
+            f"({record.model_title}), and they were not given or found",
+            why="it makes the hint with the two networks those files hold",
+            fix=f"Download {record.model_source}; give both files, or put them in a folder of the library",
+        )
     return MissingPreprocessorModelError(
         f"the {record.name} preprocessor needs {record.model_title} file, and none was given or found",
         why="it makes the hint with a network whose weights come from that file",
