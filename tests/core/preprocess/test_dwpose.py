@@ -186,3 +186,40 @@ def test_the_command_line_and_the_png_parameters(
     key, text = controlnet_parameter(0, "control_v11p_sd15_openpose", 1.0, 0.0, 1.0, "dw_openpose_full")
     (item,) = controlnets_in({key: text})
     assert preprocessor_named(item.module) == "dwpose"
+
+
+def test_a_generation_finds_both_files_in_the_library_and_lets_them_go(
+    files: dict[str, Path], models: dict[str, Any], tmp_path: Path
+) -> None:
+    """The runner a generation's ControlNets use (``--controlnet FILE:PICTURE:dwpose``): both files
+    from the library's folders, the sessions kept between generations and let go (forgotten by the
+    manager) when no ControlNet uses them any more."""
+    from core.generate.request import ImageSettings
+    from core.generate.workflow_request import ControlNetUse
+    from core.generate.workflows import WorkflowState, _preprocessor_run
+    from core.session.session import Session
+
+    folder = tmp_path / "models"
+    folder.mkdir()
+    shutil.copy(files["detector"], folder / "yolox_l.onnx")
+    shutil.copy(files["pose"], folder / "dw-ll_ucoco_384.onnx")
+    session = Session(
+        Placement(device_named("cpu"), PlacementConfig(simulate_bytes=40 << 20), cpu_is_device=True)
+    )
+    session.library.index = LibraryIndex([ModelRoot(folder, None, "test")])
+    state = WorkflowState()
+    use = ControlNetUse(
+        tmp_path / "control.safetensors", tmp_path / "people.png", preprocessor="dw_openpose_full"
+    )
+    settings = ImageSettings("people", controlnets=(use,))
+    run = _preprocessor_run(session, state, settings, lambda: None)
+    pic = picture()
+    assert run is not None and np.array_equal(
+        preprocess("dwpose", pic, model=run), dw.dwpose_map(models, pic, ALL)
+    )
+    sessions = list(state.preprocessors.sessions.values())
+    assert len(sessions) == 2 and all(session.placement.manager.find(s) is not None for s in sessions)
+    assert _preprocessor_run(session, state, ImageSettings("people"), lambda: None) is None
+    assert not state.preprocessors.sessions and all(
+        session.placement.manager.find(s) is None for s in sessions
+    )
