@@ -16,6 +16,7 @@ import pytest
 
 from app.cli import main
 from core.errors import FileFormatError, LoadoutError
+from core.files.onnx import read_onnx_signature
 from core.generate.workflows import controlnet_parameter, controlnets_in
 from core.library.index import LibraryIndex
 from core.library.sources import ModelRoot
@@ -161,6 +162,20 @@ def test_files_found_by_signature_missing_other_and_damaged_explained(
         FileFormatError, match=r"cut\.onnx is not a whole ONNX model.*Download the file again"
     ):
         model_files([record], [files["cut"]], [])
+    # a file written with its weights also listed as graph inputs (older exporters) and a symbolic
+    # batch: the same signature
+    onnx = pytest.importorskip("onnx")
+    model = onnx.load(files["pose"])
+    model.graph.input.extend(
+        onnx.helper.make_tensor_value_info(t.name, t.data_type, list(t.dims)) for t in model.graph.initializer
+    )
+    model.graph.input[0].type.tensor_type.shape.dim[0].dim_param = "batch"
+    onnx.save(model, tmp_path / "old.onnx")
+    signature = read_onnx_signature(tmp_path / "old.onnx")
+    assert signature.describe() == "input batchx3x384x288 -> simcc_x 1x133x576, simcc_y 1x133x768"
+    assert (
+        model_files([record], [tmp_path / "old.onnx", files["detector"]], [])[POSE] == tmp_path / "old.onnx"
+    )
     empty = tmp_path / "empty.onnx"
     empty.write_bytes(b"")
     with pytest.raises(FileFormatError, match=r"empty\.onnx is not a whole ONNX model"):
