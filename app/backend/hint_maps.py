@@ -1,8 +1,10 @@
-"""Preview maps of the model preprocessors (depth, normal, openpose, dwpose) for the window's
-ControlNet rows: made on the backend's worker thread (the session's placement places the model, as a
-generation would: the same cached model then serves the generation), from the picture shrunk to the
-preview's size, the model the first of its family in the library. The map (or the reason there is
-none) comes back through :attr:`HintMaps.made` on the window's thread."""
+"""Preview maps of the model preprocessors (depth, normal, the openpose ones, dwpose) for the
+window's ControlNet rows: made on the backend's worker thread (the session's placement places the
+models, as a generation would: the same cached models then serve the generation), from the picture
+shrunk to the preview's size, each model the first of its family in the library (openpose_full: the
+body, hand and face files; dwpose: its two ONNX files, found by their graphs under the library's
+folders). The map (or the reason there is none) comes back through :attr:`HintMaps.made` on the
+window's thread."""
 
 from __future__ import annotations
 

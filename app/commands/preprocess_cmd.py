@@ -23,7 +23,8 @@ def _describe() -> str:
 def register(sub: Any) -> None:
     p = sub.add_parser(
         "preprocess",
-        help="make a ControlNet hint (canny, lineart, softedge, depth, normal, openpose, dwpose) "
+        help="make a ControlNet hint (canny, lineart, softedge, depth, normal, openpose, openpose_full ..., "
+        "dwpose) "
         "from a picture",
         description="Writes the hint picture a ControlNet takes. " + _describe() + ".",
     )
@@ -36,9 +37,10 @@ def register(sub: Any) -> None:
     )  # fmt: skip
     p.add_argument(
         "--model", action="append", default=[], metavar="FILE",
-        help="the model file of a preprocessor that needs one (depth: a Depth Anything V2 .safetensors; "
-        "openpose: body_pose_model converted to .safetensors; dwpose: yolox_l.onnx and dw-ll_ucoco_384.onnx, "
-        "both, repeated --model)",
+        help="the model file of a preprocessor that needs one, repeatable (depth: a Depth Anything V2 "
+        ".safetensors; openpose: body_pose_model converted to .safetensors; openpose_full, openpose_hand, "
+        "openpose_face: that and hand_pose_model and/or facenet converted; dwpose: yolox_l.onnx and "
+        "dw-ll_ucoco_384.onnx)",
     )  # fmt: skip
     p.add_argument("--device", default=None, help=DEVICE_HELP)
     p.add_argument("--vram-limit", metavar="BYTES", help="e.g. 4GiB: the card size the manager sees")

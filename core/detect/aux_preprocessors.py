@@ -2,8 +2,9 @@
 shapes only: Depth Anything V2 in its original layout (the files comfyui_controlnet_aux loads) and
 in transformers' ``DepthAnythingForDepthEstimation`` layout; OpenPose's body network
 (``body_pose_model.pth``: its layers at the top level, or under the network's ``model0`` ...
-blocks); and OpenPose's hand network (``hand_pose_model.pth``), known so that it is named when
-given where the body network goes."""
+blocks); and OpenPose's hand and face networks (``hand_pose_model.pth``, ``facenet.pth``: the same
+layers, told apart by their number of heatmaps, 22 or 71; at the top level or under the network's
+``model1_0`` ... blocks)."""
 
 from __future__ import annotations
 
@@ -53,7 +54,9 @@ def match_depth_anything(view: KeyView) -> Match | None:
 #: the body network's telling layers: (key in the original layout, the block holding it)
 _BODY = (("conv1_1", "model0"), ("conv4_4_CPM", "model0"), ("conv5_5_CPM_L1", "model1_1"),
          ("conv5_5_CPM_L2", "model1_2"))  # fmt: skip
-_HAND = ("conv1_1.weight", "conv5_2_CPM.weight", "Mconv7_stage6.weight")
+#: the hand and face networks' telling layers: (key in the original layout, the block holding it)
+_CPM = (("conv1_1", "model1_0"), ("conv5_3_CPM", "model1_0"), ("conv6_2_CPM", "model1_1"))
+_CPM_FAMILIES = {22: "openpose-hand", 71: "openpose-face"}
 
 
 def match_openpose_body(view: KeyView) -> Match | None:
@@ -72,5 +75,31 @@ def match_openpose_body(view: KeyView) -> Match | None:
     return None
 
 
+def match_openpose_cpm(view: KeyView) -> Match | None:
+    """OpenPose's hand (22 heatmaps) or face (71) network."""
+    for layout in ("original", "module"):
+
+        def key(name: str, block: str, layout: str = layout) -> str:
+            return f"{name}.weight" if layout == "original" else f"{block}.{name}.weight"
+
+        if not view.has_all(key(n, b) for n, b in _CPM):
+            continue
+        parts = view.dim(key("conv6_2_CPM", "model1_1"), 0)
+        family = _CPM_FAMILIES.get(parts or 0)
+        if family is None:
+            return None
+        stages = 1
+        while key(f"Mconv1_stage{stages + 1}", f"model{stages + 1}") in view:
+            stages += 1
+        return Match(family, layout=layout, fields={"stages": stages, "parts": parts})
+    return None
+
+
 def match_openpose_hand(view: KeyView) -> Match | None:
-    return Match("openpose-hand", layout="original") if view.has_all(_HAND) else None
+    found = match_openpose_cpm(view)
+    return found if found is not None and found.family == "openpose-hand" else None
+
+
+def match_openpose_face(view: KeyView) -> Match | None:
+    found = match_openpose_cpm(view)
+    return found if found is not None and found.family == "openpose-face" else None

@@ -9,7 +9,12 @@ from __future__ import annotations
 
 from functools import partial
 
-from core.detect.aux_preprocessors import match_depth_anything, match_openpose_body, match_openpose_hand
+from core.detect.aux_preprocessors import (
+    match_depth_anything,
+    match_openpose_body,
+    match_openpose_face,
+    match_openpose_hand,
+)
 from core.detect.aux_upscale import match_esrgan, match_srvgg, match_swin
 from core.detect.encoder_text import ClipSpec, LlmSpec, T5Spec, match_clip, match_llm, match_t5
 from core.detect.encoder_vae import KlSpec, match_kl, match_wan_vae
@@ -192,7 +197,11 @@ PREPROCESSOR_FAMILIES = (
     ),
     Family(
         "openpose-hand", "preprocessor", "OpenPose hand", rule=match_openpose_hand, default_dtype="fp32",
-        notes="hand_pose_model: detected to be named; Loadout draws bodies only",
+        notes="hand_pose_model (lllyasviel/Annotators): 21 keypoints and the background; bare or in blocks",
+    ),
+    Family(
+        "openpose-face", "preprocessor", "OpenPose face", rule=match_openpose_face, default_dtype="fp32",
+        notes="facenet (lllyasviel/Annotators): 70 keypoints and the background; the hand network's layers",
     ),
 )  # fmt: skip
 

@@ -4,10 +4,11 @@ Each is a :class:`Preprocessor` record in :data:`PREPROCESSORS` (one registry, d
 its name (what a PNG's ``Module`` and the command line call it), what it makes, its settings with
 their defaults and ranges, and a pure function ``(picture, settings) -> hint`` over (H, W, 3) uint8
 pictures, or, for one that needs a model file (depth and normal: Depth Anything V2; openpose:
-OpenPose's body network), the family of that file and the function that makes the hint with the
-placed model (:mod:`core.preprocess.placed` loads, places and runs it); dwpose runs DWPose's two
-ONNX files with ONNX Runtime (:mod:`core.preprocess.dwpose`, :mod:`core.preprocess.onnx_models`).
-The edge work is OpenCV's (``opencv-python-headless``), imported when a hint is made.
+OpenPose's body network, with its hand and face networks for openpose_full ...), the families of
+its files and the function that makes the hint with the placed models (:mod:`core.preprocess.placed`
+loads, places and runs them); dwpose runs DWPose's two ONNX files with ONNX Runtime
+(:mod:`core.preprocess.dwpose`, :mod:`core.preprocess.onnx_models`). The edge work is OpenCV's
+(``opencv-python-headless``), imported when a hint is made.
 """
 
 from core.preprocess.registry import (

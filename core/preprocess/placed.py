@@ -7,12 +7,13 @@ library."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import torch
+from torch import nn
 
 from core.errors import ModelMismatchError
 from core.library.index import LibraryIndex
@@ -81,7 +82,7 @@ def let_go(placement: Placement, model: LoadedPreprocessor | OnnxModel) -> None:
 def model_files(
     records: Iterable[Preprocessor], given: Iterable[Path], library: Iterable[tuple[Path, str, str | None]]
 ) -> dict[str, Path]:
-    """Family -> the model file for each model preprocessor in ``records``: a ``given`` file of its
+    """Family -> the model file for each model a preprocessor in ``records`` needs: a ``given`` file of its
     family (each given file must be a preprocessor model), else the first library entry
     ``(path, kind, family)`` of its family by name, a safetensors file before a pickle (which
     loading refuses in words); none: refused in words."""
@@ -99,14 +100,17 @@ def model_files(
         for need in record.onnx_files:
             if need.family not in out:
                 out[need.family] = _first(entries, need.family) or _refuse_missing(record, need)
-        family = record.model_family
-        if family is None or family in out or record.onnx_files:
+        if record.onnx_files:
             continue
-        mine = (p for p, kind, fam in entries if kind == ROLE and fam == family)
-        found = sorted(mine, key=lambda p: (p.suffix.lower() != ".safetensors", p.name))  # pickles refused
-        if not found:
-            raise missing_model(record)
-        out[family] = found[0]
+        for family in record.model_families:
+            if family in out:
+                continue
+            mine = (p for p, kind, fam in entries if kind == ROLE and fam == family)
+            # a safetensors file first (pickles are refused)
+            found = sorted(mine, key=lambda p: (p.suffix.lower() != ".safetensors", p.name))
+            if not found:
+                raise missing_model(record, family)
+            out[family] = found[0]
     return out
 
 
@@ -142,16 +146,26 @@ def _refuse_missing(record: Preprocessor, need: OnnxFile) -> Path:
 def place_preprocessor(placement: Placement, model: LoadedPreprocessor, rows: int, cols: int) -> torch.device:
     """Ask the manager for ``model`` with room for a run at ``rows`` x ``cols`` pixels (the size
     the network sees); the device to compute on (the CPU when nothing is placed)."""
+    return place_preprocessors(placement, [(model, rows, cols)])
+
+
+def place_preprocessors(
+    placement: Placement, runs: Sequence[tuple[LoadedPreprocessor, int, int]]
+) -> torch.device:
+    """Ask the manager for the models of ``runs`` together, with room for the largest of their
+    runs (each at its rows x cols: they run one after another); the device to compute on."""
     if not placement.active:
         return torch.device("cpu")
-    if placement.manager.find(model.module) is None:
-        placement.register(model.module, model.name)
+    for model, _rows, _cols in runs:
+        if placement.manager.find(model.module) is None:
+            placement.register(model.module, model.name)
     fixed = placement.manager.settings.headroom_fixed
-    need = 0 if fixed else model.net.activation_bytes(model.config, rows, cols)
-    result = placement.place([model.module], need)
+    need = 0 if fixed else max(m.net.activation_bytes(m.config, r, c) for m, r, c in runs)
+    result = placement.place([m.module for m, _r, _c in runs], need)
     if result.refused:
+        names = " and ".join(m.name for m, _r, _c in runs)
         raise NotEnoughMemoryError(
-            f"not enough memory on {placement.describe().label} to run {model.name}",
+            f"not enough memory on {placement.describe().label} to run {names}",
             why=result.refused[0],
             fix="Use a smaller picture or model, or free memory: offload or unload other models",
         )
@@ -172,31 +186,43 @@ def _sessions(
     return out
 
 
+def _loaded(
+    record: Preprocessor, family: str, models: PreprocessorModels, files: Mapping[str, Path],
+    check: Callable[[], None],
+) -> LoadedPreprocessor:  # fmt: skip
+    path = files.get(family)
+    if path is None:
+        raise missing_model(record, family)
+    model = models.get(path, check)
+    if model.family != family:
+        title = next((m.title for m in record.more_models if m.family == family), record.model_title)
+        raise ModelMismatchError(
+            f"{model.path.name} is a {model.family} model, and the {record.name} preprocessor takes {title}",
+            fix=f"Give {title} file",
+            code="wrong_model",
+        )
+    return model
+
+
 def model_run(
     placement: Placement, models: PreprocessorModels, files: Mapping[str, Path],
     check: Callable[[], None] = lambda: None,
 ) -> ModelRun:  # fmt: skip
-    """The runner :func:`core.preprocess.preprocess` calls for a model preprocessor: its model is
-    ``files[record.model_family]`` (missing: refused in words), loaded once, placed, run."""
+    """The runner :func:`core.preprocess.preprocess` calls for a model preprocessor: its models are
+    ``files[family]`` for each family it needs (missing: refused in words), loaded once, placed
+    together, run."""
 
     def run(record: Preprocessor, picture: np.ndarray, settings: Mapping[str, float]) -> np.ndarray:
         if record.onnx_hint is not None:
             return record.onnx_hint(_sessions(record, placement, models, files), picture, settings, check)
-        family = record.model_family or ""
-        path = files.get(family)
-        if path is None:
-            raise missing_model(record)
-        model = models.get(path, check)
-        if model.family != family:
-            raise ModelMismatchError(
-                f"{model.path.name} is a {model.family} model, and the {record.name} preprocessor "
-                f"takes {record.model_title}",
-                fix=f"Give {record.model_title} file",
-                code="wrong_model",
-            )
-        assert record.model_hint is not None and record.model_input is not None
+        loaded = [_loaded(record, family, models, files, check) for family in record.model_families]
+        assert record.model_hint is not None and record.model_input is not None and loaded
         rows, cols = record.model_input(picture.shape[0], picture.shape[1], settings)
-        device = place_preprocessor(placement, model, rows, cols)
-        return record.model_hint(model.module, picture, settings, device, check)
+        sizes = [(rows, cols), *(m.input_size for m in record.more_models)]
+        device = place_preprocessors(placement, [(m, r, c) for m, (r, c) in zip(loaded, sizes, strict=True)])
+        if not record.more_models:
+            return record.model_hint(loaded[0].module, picture, settings, device, check)
+        networks = nn.ModuleDict({m.family: m.module for m in loaded})
+        return record.model_hint(networks, picture, settings, device, check)
 
     return run

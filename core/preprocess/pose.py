@@ -48,7 +48,7 @@ def detect_size(height: int, width: int, resolution: int) -> tuple[int, int]:
     return int(np.round(height * k / 64.0)) * 64, int(np.round(width * k / 64.0)) * 64
 
 
-def _resized(picture: np.ndarray, resolution: int) -> np.ndarray:
+def resized(picture: np.ndarray, resolution: int) -> np.ndarray:
     cv2 = _cv2()
     rows, cols = detect_size(picture.shape[0], picture.shape[1], resolution)
     k = resolution / min(picture.shape[0], picture.shape[1])
@@ -57,11 +57,11 @@ def _resized(picture: np.ndarray, resolution: int) -> np.ndarray:
     return out
 
 
-def _scaled(x: np.ndarray, rows: float, cols: float) -> np.ndarray:
+def aux_scaled(x: np.ndarray, rows: float, cols: float) -> np.ndarray:
     """The aux's resize: area when shrinking, Lanczos when growing, channel by channel."""
     cv2 = _cv2()
     if x.ndim == 3 and x.shape[2] not in (1, 3):
-        return np.stack([_scaled(x[:, :, i], rows, cols) for i in range(x.shape[2])], axis=2)
+        return np.stack([aux_scaled(x[:, :, i], rows, cols) for i in range(x.shape[2])], axis=2)
     k = (rows + cols) / (x.shape[0] + x.shape[1])
     mode = cv2.INTER_AREA if k < 1 else cv2.INTER_LANCZOS4
     out: np.ndarray = cv2.resize(x, (int(cols), int(rows)), interpolation=mode)
@@ -82,7 +82,7 @@ def input_size(height: int, width: int, resolution: int) -> tuple[int, int]:
 def network_input(bgr: np.ndarray) -> tuple[torch.Tensor, tuple[int, int]]:
     """(H, W, 3) uint8 BGR -> the (1, 3, rows, cols) float32 input and the unpadded (rows, cols)."""
     scale = SCALE * BOX / bgr.shape[0]
-    small = _scaled(bgr, bgr.shape[0] * scale, bgr.shape[1] * scale)
+    small = aux_scaled(bgr, bgr.shape[0] * scale, bgr.shape[1] * scale)
     rows, cols = small.shape[:2]
     padded = np.full((rows + (-rows) % STRIDE, cols + (-cols) % STRIDE, 3), PAD, np.uint8)
     padded[:rows, :cols] = small
@@ -92,14 +92,15 @@ def network_input(bgr: np.ndarray) -> tuple[torch.Tensor, tuple[int, int]]:
 
 def _full_size(out: torch.Tensor, unpadded: tuple[int, int], height: int, width: int) -> np.ndarray:
     maps = out[0].float().cpu().numpy().transpose(1, 2, 0)
-    maps = _scaled(maps, maps.shape[0] * STRIDE, maps.shape[1] * STRIDE)[: unpadded[0], : unpadded[1]]
-    return _scaled(maps, height, width).astype(np.float64)
+    maps = aux_scaled(maps, maps.shape[0] * STRIDE, maps.shape[1] * STRIDE)[: unpadded[0], : unpadded[1]]
+    return aux_scaled(maps, height, width).astype(np.float64)
 
 
-def find_people(
+def people_in_pixels(
     module: nn.Module, bgr: np.ndarray, device: torch.device, check: Callable[[], None] = lambda: None
-) -> list[Person]:
-    """The people the placed network finds in an (H, W, 3) uint8 BGR picture."""
+) -> list[list[tuple[float, float] | None]]:
+    """The people the placed network finds in an (H, W, 3) uint8 BGR picture, their parts in its
+    pixels."""
     x, unpadded = network_input(bgr)
     check()
     with torch.inference_mode():
@@ -110,35 +111,57 @@ def find_people(
     affinity = _full_size(fields, unpadded, height, width)
     found = pose_people.peaks(heatmaps)
     candidates, rows = pose_people.people(found, pose_people.limbs(found, affinity, height))
-    return [
-        [
-            None if p is None else (p[0] / float(width), p[1] / float(height))
-            for p in pose_people.keypoints(candidates, r)
-        ]
-        for r in rows
-    ]
+    return [pose_people.keypoints(candidates, r) for r in rows]
+
+
+def normalised(person: Sequence[tuple[float, float] | None], height: int, width: int) -> Person:
+    return [None if p is None else (p[0] / float(width), p[1] / float(height)) for p in person]
+
+
+def find_people(
+    module: nn.Module, bgr: np.ndarray, device: torch.device, check: Callable[[], None] = lambda: None
+) -> list[Person]:
+    """The people the placed network finds in an (H, W, 3) uint8 BGR picture."""
+    height, width = bgr.shape[:2]
+    return [normalised(p, height, width) for p in people_in_pixels(module, bgr, device, check)]
+
+
+def draw_body(canvas: np.ndarray, person: Person) -> np.ndarray:
+    """A person's skeleton on an (H, W, 3) uint8 canvas (in place)."""
+    cv2 = _cv2()
+    height, width = canvas.shape[:2]
+    for (a, b), color in zip(pose_people.LIMBS[:DRAWN_LIMBS], COLORS, strict=False):
+        pa, pb = person[a - 1], person[b - 1]
+        if pa is None or pb is None:
+            continue
+        xs = np.array([pa[0], pb[0]]) * float(width)
+        ys = np.array([pa[1], pb[1]]) * float(height)
+        length = ((ys[0] - ys[1]) ** 2 + (xs[0] - xs[1]) ** 2) ** 0.5
+        angle = math.degrees(math.atan2(ys[0] - ys[1], xs[0] - xs[1]))
+        centre = (int(np.mean(xs)), int(np.mean(ys)))
+        polygon = cv2.ellipse2Poly(centre, (int(length / 2), STICK), int(angle), 0, 360, 1)
+        cv2.fillConvexPoly(canvas, polygon, [int(float(c) * 0.6) for c in color])
+    for part, color in zip(person, COLORS, strict=True):
+        if part is not None:
+            cv2.circle(canvas, (int(part[0] * width), int(part[1] * height)), 4, color, thickness=-1)
+    return canvas
 
 
 def draw(people: Sequence[Person], height: int, width: int) -> np.ndarray:
     """The people's skeletons on a black (height, width, 3) uint8 canvas."""
-    cv2 = _cv2()
     canvas = np.zeros((height, width, 3), np.uint8)
     for person in people:
-        for (a, b), color in zip(pose_people.LIMBS[:DRAWN_LIMBS], COLORS, strict=False):
-            pa, pb = person[a - 1], person[b - 1]
-            if pa is None or pb is None:
-                continue
-            xs = np.array([pa[0], pb[0]]) * float(width)
-            ys = np.array([pa[1], pb[1]]) * float(height)
-            length = ((ys[0] - ys[1]) ** 2 + (xs[0] - xs[1]) ** 2) ** 0.5
-            angle = math.degrees(math.atan2(ys[0] - ys[1], xs[0] - xs[1]))
-            centre = (int(np.mean(xs)), int(np.mean(ys)))
-            polygon = cv2.ellipse2Poly(centre, (int(length / 2), STICK), int(angle), 0, 360, 1)
-            cv2.fillConvexPoly(canvas, polygon, [int(float(c) * 0.6) for c in color])
-        for part, color in zip(person, COLORS, strict=True):
-            if part is not None:
-                cv2.circle(canvas, (int(part[0] * width), int(part[1] * height)), 4, color, thickness=-1)
+        draw_body(canvas, person)
     return canvas
+
+
+def resized_back(canvas: np.ndarray, picture: np.ndarray) -> np.ndarray:
+    """The map drawn at the detection size, resized (linear) to the picture's."""
+    if canvas.shape[:2] == picture.shape[:2]:
+        return canvas
+    cv2 = _cv2()
+    out: np.ndarray = cv2.resize(canvas, (picture.shape[1], picture.shape[0]), interpolation=cv2.INTER_LINEAR)
+    return out
 
 
 def pose_map(
@@ -146,11 +169,6 @@ def pose_map(
     check: Callable[[], None] = lambda: None,
 ) -> np.ndarray:  # fmt: skip
     """The pose map ``module`` (an OpenPose body network, placed) makes of an RGB ``picture``."""
-    small = _resized(picture, int(settings["resolution"]))
+    small = resized(picture, int(settings["resolution"]))
     found = find_people(module, np.ascontiguousarray(small[:, :, ::-1]), device, check)
-    canvas = draw(found, small.shape[0], small.shape[1])
-    if canvas.shape[:2] == picture.shape[:2]:
-        return canvas
-    cv2 = _cv2()
-    out: np.ndarray = cv2.resize(canvas, (picture.shape[1], picture.shape[0]), interpolation=cv2.INTER_LINEAR)
-    return out
+    return resized_back(draw(found, small.shape[0], small.shape[1]), picture)

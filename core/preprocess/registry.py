@@ -11,7 +11,7 @@ import torch
 from torch import nn
 
 from core.errors import LoadoutError
-from core.preprocess import depth, dwpose, edges, normal, pose
+from core.preprocess import depth, dwpose, edges, normal, pose, pose_whole
 from core.preprocess.onnx_models import DWPOSE_FILES, OnnxFile, OnnxModel
 from core.values import NumberRange
 
@@ -40,6 +40,18 @@ OnnxHint = Callable[
 
 
 @dataclass(frozen=True)
+class ModelNeed:
+    """Another model file a preprocessor runs beside its main one (OpenPose's hand and face
+    networks beside the body's)."""
+
+    family: str
+    title: str  # "an OpenPose hand model"
+    source: str  # where such a file is published and how to make it readable
+    #: the largest (rows, cols) the network sees in one run, for its activation room
+    input_size: tuple[int, int]
+
+
+@dataclass(frozen=True)
 class Preprocessor:
     """``run`` makes the hint; for one that needs a model file (``model_family``: the family its
     files are detected as), ``run`` is None and the caller's :data:`ModelRun` makes it with the
@@ -59,9 +71,19 @@ class Preprocessor:
     model_input: Callable[[int, int, Mapping[str, float]], tuple[int, int]] | None = None
     #: other names of the same preprocessor (sd-webui-controlnet's module names in A1111 PNGs)
     aliases: tuple[str, ...] = ()
+    #: the model files it runs beside the main one; with any, ``model_hint`` is handed the placed
+    #: networks as one ``nn.ModuleDict`` by family id (the main one's included)
+    more_models: tuple[ModelNeed, ...] = ()
     #: for one that runs ONNX graphs (dwpose): the files it needs, one per family, and its hint
     onnx_files: tuple[OnnxFile, ...] = ()
     onnx_hint: OnnxHint | None = None
+
+    @property
+    def model_families(self) -> tuple[str, ...]:
+        """Every model family it needs, the main one first (none: it needs no model)."""
+        if self.model_family is None:
+            return ()
+        return (self.model_family, *(m.family for m in self.more_models))
 
     def resolved(self, given: Mapping[str, float]) -> dict[str, float]:
         """The settings with ``given`` over the defaults, each checked; an unknown name is refused."""
@@ -92,6 +114,17 @@ ModelRun = Callable[[Preprocessor, np.ndarray, Mapping[str, float]], np.ndarray]
 _DEPTH_SOURCE = (
     "model.safetensors of depth-anything/Depth-Anything-V2-Small-hf (or -Base-hf, -Large-hf) on Hugging Face"
 )
+
+
+def _annotator(file: str) -> str:
+    return f"{file} of lllyasviel/Annotators on Hugging Face, converted to safetensors with Loadout's convert"
+
+
+_BODY_SOURCE = f"{_annotator('body_pose_model.pth')} (DWPose's ONNX files are the dwpose preprocessor's)"
+_HAND = ModelNeed(
+    "openpose-hand", "an OpenPose hand model", _annotator("hand_pose_model.pth"), pose_whole.HAND_INPUT
+)
+_FACE = ModelNeed("openpose-face", "an OpenPose face model", _annotator("facenet.pth"), pose_whole.FACE_INPUT)
 
 
 def _registry(*records: Preprocessor) -> Mapping[str, Preprocessor]:
@@ -140,10 +173,26 @@ PREPROCESSORS: Mapping[str, Preprocessor] = _registry(
         "openpose", "body skeletons in OpenPose's colours on black (OpenPose body from a model file)", None,
         (Setting("resolution", 512, NumberRange("the pose resolution", 64, 2048, integer=True)),),
         model_family="openpose-body", model_title="an OpenPose body model",
-        model_source="body_pose_model.pth of lllyasviel/Annotators on Hugging Face, converted to safetensors "
-        "with Loadout's convert (DWPose's ONNX files are the dwpose preprocessor's)",
+        model_source=_BODY_SOURCE,
         model_hint=pose.pose_map, aliases=("pose", "openpose_body"),
         model_input=lambda h, w, s: pose.input_size(h, w, int(s["resolution"])),
+    ),
+    *(
+        Preprocessor(
+            name, f"{what} in OpenPose's colours on black (OpenPose {nets} from model files)", None,
+            (Setting("resolution", 512, NumberRange("the pose resolution", 64, 2048, integer=True)),),
+            model_family="openpose-body", model_title="an OpenPose body model", model_source=_BODY_SOURCE,
+            model_hint=pose_whole.whole_map(body=name != "openpose_faceonly", hands=_HAND in more,
+                                            face=_FACE in more),
+            model_input=lambda h, w, s: pose.input_size(h, w, int(s["resolution"])),
+            more_models=more,
+        )
+        for name, what, nets, more in (
+            ("openpose_full", "body skeletons, hands and faces", "body, hand and face", (_HAND, _FACE)),
+            ("openpose_hand", "body skeletons and hands", "body and hand", (_HAND,)),
+            ("openpose_face", "body skeletons and faces", "body and face", (_FACE,)),
+            ("openpose_faceonly", "faces (found through their bodies)", "body and face", (_FACE,)),
+        )
     ),
     Preprocessor(
         "dwpose", "whole-body poses (body, hands, face) in OpenPose's colours on black (DWPose's ONNX files)",
@@ -180,7 +229,8 @@ class MissingPreprocessorModelError(LoadoutError):
     code = "missing_file"
 
 
-def missing_model(record: Preprocessor) -> MissingPreprocessorModelError:
+def missing_model(record: Preprocessor, family: str | None = None) -> MissingPreprocessorModelError:
+    """The refusal of ``record`` without its model file of ``family`` (None: its main one)."""
     if record.onnx_files:
         return MissingPreprocessorModelError(
             f"the {record.name} preprocessor needs {' and '.join(f.file for f in record.onnx_files)} "
@@ -188,10 +238,14 @@ def missing_model(record: Preprocessor) -> MissingPreprocessorModelError:
             why="it makes the hint with the two networks those files hold",
             fix=f"Download {record.model_source}; give both files, or put them in a folder of the library",
         )
+    title, source = record.model_title, record.model_source
+    for need in record.more_models:
+        if need.family == family:
+            title, source = need.title, need.source
     return MissingPreprocessorModelError(
-        f"the {record.name} preprocessor needs {record.model_title} file, and none was given or found",
+        f"the {record.name} preprocessor needs {title} file, and none was given or found",
         why="it makes the hint with a network whose weights come from that file",
-        fix=f"Download {record.model_source}; give that file, or put it in a folder of the library",
+        fix=f"Download {source}; give that file, or put it in a folder of the library",
     )
 
 

@@ -1,16 +1,19 @@
-"""Where each weight of :class:`~.net.OpenPoseBody` lives in the two layouts its files come in:
+"""Where each weight of :class:`~.net.OpenPoseBody` and :class:`~.cpm.OpenPoseCPM` (the hand and
+face networks) lives in the two layouts their files come in:
 
-* ``original``: lllyasviel's ``body_pose_model.pth`` (lllyasviel/Annotators, what
-  controlnet_aux and comfyui_controlnet_aux load) and its safetensors conversions: every layer
-  under its own name at the top level (``conv1_1.weight``, ``Mconv7_stage6_L2.bias``);
+* ``original``: lllyasviel's ``body_pose_model.pth``, ``hand_pose_model.pth`` and ``facenet.pth``
+  (lllyasviel/Annotators, what controlnet_aux and comfyui_controlnet_aux load) and their
+  safetensors conversions: every layer under its own name at the top level (``conv1_1.weight``,
+  ``Mconv7_stage6_L2.bias``, ``conv6_2_CPM.weight``);
 * ``module``: the network's own state dict saved as it is (``model0.conv1_1.weight``,
-  ``model6_2.Mconv7_stage6_L2.bias``).
+  ``model6_2.Mconv7_stage6_L2.bias``; ``model1_0.conv1_1.weight``, ``model6.Mconv7_stage6.bias``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 
+from core.archs.openpose.cpm import CPMConfig, block_name
 from core.archs.openpose.net import OpenPoseConfig
 
 Shapes = Mapping[str, tuple[int, ...]]
@@ -32,7 +35,17 @@ def config_from_shapes(shapes: Shapes, layout: str) -> OpenPoseConfig:
     return OpenPoseConfig(stages=stages, pafs=pafs, parts=parts, width=width)
 
 
-def sources(cfg: OpenPoseConfig, layout: str, module_keys: list[str]) -> dict[str, Source]:
+def cpm_config_from_shapes(shapes: Shapes, layout: str) -> CPMConfig:
+    """The hand or face network a file holds, from its shapes (KeyError when it is not complete)."""
+    stages = 1
+    while _key(f"Mconv1_stage{stages + 1}.weight", layout, block_name(stages + 1)) in shapes:
+        stages += 1
+    parts = shapes[_key("conv6_2_CPM.weight", layout, block_name(1))][0]
+    width = shapes[_key("conv5_3_CPM.weight", layout, block_name(0))][0]
+    return CPMConfig(stages=stages, parts=parts, width=width)
+
+
+def sources(cfg: OpenPoseConfig | CPMConfig, layout: str, module_keys: list[str]) -> dict[str, Source]:
     """Module key -> (file key, None) for every key of the module."""
     if layout != "original":
         return {k: (k, None) for k in module_keys}

@@ -42,7 +42,7 @@ class OpenPoseConfig:
     width: int = 128  # the trunk's map and every stage's inner width
 
 
-def _layers(
+def conv_layers(
     spec: list[tuple[str, int, int, int]], last_relu: bool, device: torch.device | str | None
 ) -> nn.Sequential:
     layers: list[tuple[str, nn.Module]] = []
@@ -81,11 +81,12 @@ class OpenPoseBody(nn.Module):
     def __init__(self, cfg: OpenPoseConfig, *, device: torch.device | str | None = None) -> None:
         super().__init__()
         self.config = cfg
-        self.model0 = _layers(list(TRUNK), True, device)
+        self.model0 = conv_layers(list(TRUNK), True, device)
         for t in range(1, cfg.stages + 1):
             for branch in (1, 2):
                 last_relu = t == cfg.stages and branch == 2  # the reference's kept ReLU
-                setattr(self, f"model{t}_{branch}", _layers(stage_spec(cfg, t, branch), last_relu, device))
+                layers = conv_layers(stage_spec(cfg, t, branch), last_relu, device)
+                setattr(self, f"model{t}_{branch}", layers)
 
     def forward(self, x: Tensor) -> tuple[Tensor, Tensor]:
         trunk = self.model0(x)
