@@ -1,5 +1,6 @@
 """A ControlNet row's openpose preprocessor in the window: with no OpenPose file in the library the
-row says which file to get; with one, its map is made on the backend's worker and shown."""
+row says which file to get; with one, its map is made on the backend's worker and shown;
+openpose_full with only the body file names the hand file to get."""
 
 from __future__ import annotations
 
@@ -49,6 +50,12 @@ def test_the_pose_row_explains_a_missing_model_then_shows_the_map(  # type: igno
     qtbot.waitUntil(lambda: row.pre.map is not None, timeout=60000)
     assert row.pre.map.shape == (256, 64, 3) and row.pre.preview_button.isEnabled()
     assert row.pre.thumb.toolTip() == "The openpose map of tall.png"
+
+    # openpose_full also needs the hand and face files: the row names the hand's
+    row.pre.set_name("openpose_full")
+    qtbot.waitUntil(lambda: row.pre.thumb.toolTip().startswith("No map"), timeout=60000)
+    tip = row.pre.thumb.toolTip()
+    assert "needs an OpenPose hand model file" in tip and "hand_pose_model.pth" in tip
 
 
 def test_the_dwpose_row_finds_the_onnx_files_in_the_library(  # type: ignore[no-untyped-def]

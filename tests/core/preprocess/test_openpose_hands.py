@@ -15,10 +15,9 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load_file
 
 from app.cli import main
-from core.archs.openpose import OpenPoseBody, OpenPoseConfig
 from core.detect.detector import detect
 from core.errors import FileFormatError, LoadoutError, ModelMismatchError
 from core.files import read_tensor_index
@@ -39,6 +38,7 @@ from tests.fixtures.openpose_hands import (
     cpm_files,
     reference_face,
     reference_hand,
+    zero_files,
 )
 
 CPU = torch.device("cpu")
@@ -58,12 +58,7 @@ def files(
     # a body network (trunk and stage 1, real widths) whose maps are all zero: it finds nobody, so
     # the hand and face networks (whose real-width runs at 184..736 px are too slow for a test) are
     # loaded and placed but not run where the body's file is used
-    body = OpenPoseBody(OpenPoseConfig(stages=1), device="meta").state_dict()
-    save_file(
-        {k.split(".", 1)[1]: torch.zeros(v.shape) for k, v in body.items()},
-        folder / "body_pose_model.safetensors",
-    )
-    out["body"] = folder / "body_pose_model.safetensors"
+    out |= zero_files(folder, ("body",))
     return out
 
 
