@@ -1,8 +1,9 @@
-"""Preview maps of the model preprocessors (depth, normal, the openpose ones, normalbae) for the
-window's ControlNet rows: made on the backend's worker thread (the session's placement places the
-models, as a generation would: the same cached models then serve the generation), from the picture
-shrunk to the preview's size, each model the first of its family in the library (openpose_full: the
-body, hand and face files). The map (or the reason there is none) comes back through
+"""Preview maps of the model preprocessors (depth, normal, the openpose ones, normalbae, dwpose) for
+the window's ControlNet rows: made on the backend's worker thread (the session's placement places
+the models, as a generation would: the same cached models then serve the generation), from the
+picture shrunk to the preview's size, each model the first of its family in the library
+(openpose_full: the body, hand and face files; dwpose: its two ONNX files, found by their graphs
+under the library's folders). The map (or the reason there is none) comes back through
 :attr:`HintMaps.made` on the window's thread."""
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from app.backend.backend import Backend
 from app.backend.worker import Reporter
 from core.errors import LoadoutError
 from core.preprocess import find_preprocessor, preprocess
-from core.preprocess.placed import model_files, model_run
+from core.preprocess.placed import library_models, model_files, model_run
 
 
 def shrunk(picture: Path, side: int) -> np.ndarray:
@@ -41,10 +42,8 @@ class HintMaps(QObject):
 
         def work(r: Reporter) -> None:
             record = find_preprocessor(name)
-            index = session.library.index
-            library = [(e.path, e.kind, e.family) for e in index.entries()] if index is not None else []
             try:
-                files = model_files([record], (), library)
+                files = model_files([record], (), library_models(session.library.index, [record]))
                 run = model_run(session.placement, state.preprocessors, files, r.check)
                 made: object = preprocess(name, shrunk(picture, side), model=run)
             except (LoadoutError, OSError) as exc:

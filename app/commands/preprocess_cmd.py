@@ -23,8 +23,8 @@ def _describe() -> str:
 def register(sub: Any) -> None:
     p = sub.add_parser(
         "preprocess",
-        help="make a ControlNet hint (canny, lineart, softedge, depth, normal, openpose, openpose_full, "
-        "normalbae ...) from a picture",
+        help="make a ControlNet hint (canny, lineart, softedge, depth, normal, openpose, openpose_full ..., "
+        "normalbae, dwpose) from a picture",
         description="Writes the hint picture a ControlNet takes. " + _describe() + ".",
     )
     p.add_argument("name", metavar="NAME", help="the preprocessor: " + ", ".join(PREPROCESSORS))
@@ -38,7 +38,8 @@ def register(sub: Any) -> None:
         "--model", action="append", default=[], metavar="FILE",
         help="the model file of a preprocessor that needs one, repeatable (depth: a Depth Anything V2 "
         ".safetensors; openpose: body_pose_model converted to .safetensors; openpose_full, openpose_hand, "
-        "openpose_face: that and hand_pose_model and/or facenet converted; normalbae: scannet.pt converted)",
+        "openpose_face: that and hand_pose_model and/or facenet converted; normalbae: scannet.pt converted; "
+        "dwpose: yolox_l.onnx and dw-ll_ucoco_384.onnx)",
     )  # fmt: skip
     p.add_argument("--device", default=None, help=DEVICE_HELP)
     p.add_argument("--vram-limit", metavar="BYTES", help="e.g. 4GiB: the card size the manager sees")

@@ -25,10 +25,10 @@ def add_workflow_arguments(p: argparse.ArgumentParser) -> None:
         "--controlnet", action="append", default=[],
         metavar="FILE:HINT[:PREPROCESSOR][:STRENGTH[:START:END]][:type=NAME]",
         help="a ControlNet and its hint picture (repeatable; ComfyUI's ControlNetApplyAdvanced); with a "
-        "preprocessor (canny, lineart, softedge, depth, normal, openpose, openpose_full, normalbae ...) the "
-        "hint is made from that picture; type=NAME picks a union ControlNet's control type (e.g. "
-        "type=depth); FILE alone (or an empty HINT, FILE::0.8): a Z-Image Fun 2.x net inpainting on --init "
-        "and --mask with no hint",
+        "preprocessor (canny, lineart, softedge, depth, normal, openpose, openpose_full ..., normalbae, "
+        "dwpose) the hint is made from that picture; type=NAME picks a union ControlNet's control type "
+        "(e.g. type=depth); FILE alone (or an empty HINT, FILE::0.8): a Z-Image Fun 2.x net inpainting "
+        "on --init and --mask with no hint",
     )  # fmt: skip
     p.add_argument(
         "--control-picture", metavar="PICTURE[:PREPROCESSOR]",
@@ -39,7 +39,7 @@ def add_workflow_arguments(p: argparse.ArgumentParser) -> None:
         "--preprocessor-model", action="append", default=[], metavar="FILE",
         help="the model file a preprocessor uses (depth: a Depth Anything V2 .safetensors, openpose: "
         "an OpenPose body .safetensors, openpose_full: also the hand and face ones, normalbae: NormalBAE's "
-        "scannet.pt as .safetensors; repeatable, "
+        "scannet.pt as .safetensors, dwpose: yolox_l.onnx and dw-ll_ucoco_384.onnx; repeatable, "
         "one per kind); without it the first of its kind in the library is used",
     )  # fmt: skip
     add_image_prompt_arguments(p)

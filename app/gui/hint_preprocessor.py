@@ -1,11 +1,11 @@
 """A ControlNet row's preprocessor: "none" (the hint picture is used as it is) or one of core's
-preprocessors (canny, lineart, softedge, depth, normal, openpose, openpose_full, normalbae ...) that
-makes the hint from the picture when the generation runs. Beside the choice, a thumbnail of the map
-that will be made, and "Preview…" to see it larger before Generate. The edge preview runs the same
-pure function on a copy of the picture shrunk to the preview's size (milliseconds; the generation
-itself makes the map at full size in the worker); a model preprocessor's (depth, normal, the
-openpose ones, normalbae) is made on the backend's worker by the map maker
-(``app.backend.hint_maps.HintMaps``) and shown when it comes back."""
+preprocessors (canny, lineart, softedge, depth, normal, openpose, openpose_full ..., normalbae,
+dwpose) that makes the hint from the picture when the generation runs. Beside the choice, a
+thumbnail of the map that will be made, and "Preview…" to see it larger before Generate. The edge
+preview runs the same pure function on a copy of the picture shrunk to the preview's size
+(milliseconds; the generation itself makes the map at full size in the worker); a model
+preprocessor's (depth, normal, the openpose ones, normalbae, dwpose) is made on the backend's worker
+by the map maker (``app.backend.hint_maps.HintMaps``) and shown when it comes back."""
 
 from __future__ import annotations
 

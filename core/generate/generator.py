@@ -18,6 +18,7 @@ from core.generate.image_prompts import EncoderSearch
 from core.generate.pictures import read_picture
 from core.generate.request import ImageSettings
 from core.generate.session_run import GenerateState, Output, generate
+from core.preprocess.placed import let_go
 from core.session.session import Session
 from core.session.slots import SlotId
 from core.text.cache import ConditioningCache
@@ -118,9 +119,9 @@ class Generator:
         for net in workflows.controlnets.keep_only(set(workflows.controlnets.loaded) - changed):
             names.append(net.path)
             placement.release(net.module)
-        for model in workflows.preprocessors.keep_only(set(workflows.preprocessors.loaded) - changed):
+        for model in workflows.preprocessors.keep_only(set(workflows.preprocessors.paths()) - changed):
             names.append(model.path)
-            placement.release(model.module)
+            let_go(placement, model)
         prompts = workflows.image_prompts
         kept = set(prompts.paths()) - changed
         names += [p for p in prompts.paths() if p not in kept]

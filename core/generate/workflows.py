@@ -47,7 +47,7 @@ from core.generate.workflow_request import RefinerUse
 from core.memory.inference import Workload, activation_bytes, network_profile
 from core.memory.manager import NotEnoughMemoryError
 from core.preprocess import find_preprocessor
-from core.preprocess.placed import PreprocessorModels, model_files, model_run
+from core.preprocess.placed import PreprocessorModels, let_go, library_models, model_files, model_run
 from core.preprocess.registry import ModelRun
 from core.session.session import Session
 from core.session.words import kind_word
@@ -160,11 +160,10 @@ def _preprocessor_run(
     names = [u.preprocessor for u in uses if u is not None and u.preprocessor]
     records = [find_preprocessor(name) for name in names]
     records = [r for r in records if r.model_family is not None]
-    index = session.library.index
-    library = [(e.path, e.kind, e.family) for e in index.entries()] if index is not None and records else []
+    library = library_models(session.library.index, records)
     files = model_files(records, settings.preprocessor_models, library) if records else {}
     for gone in state.preprocessors.keep_only(files.values()):
-        session.placement.release(gone.module)
+        let_go(session.placement, gone)
     return model_run(session.placement, state.preprocessors, files, check) if records else None
 
 

@@ -15,11 +15,21 @@ import numpy as np
 import torch
 from torch import nn
 
-from core.errors import FileFormatError, ModelMismatchError
+from core.errors import ModelMismatchError
+from core.library.index import LibraryIndex
 from core.loading.loader import LoadOptions, _wrong_kind, inspect_for_loading
 from core.loading.preprocessor import LoadedPreprocessor, load_preprocessor
 from core.memory.manager import NotEnoughMemoryError
-from core.preprocess.registry import ModelRun, Preprocessor, missing_model
+from core.preprocess.onnx_models import (
+    OnnxFile,
+    OnnxModel,
+    account,
+    forget,
+    load_onnx,
+    onnx_entries,
+    recognise,
+)
+from core.preprocess.registry import MissingPreprocessorModelError, ModelRun, Preprocessor, missing_model
 from core.session.placement import Placement
 
 ROLE = "preprocessor_model"
@@ -30,6 +40,8 @@ class PreprocessorModels:
     """The preprocessor models loaded in a session, by resolved path."""
 
     loaded: dict[Path, LoadedPreprocessor] = field(default_factory=dict)
+    #: the ONNX sessions (dwpose's), by resolved path
+    sessions: dict[Path, OnnxModel] = field(default_factory=dict)
 
     def get(self, path: Path, check: Callable[[], None] | None = None) -> LoadedPreprocessor:
         key = Path(path).resolve()
@@ -38,12 +50,33 @@ class PreprocessorModels:
             found = self.loaded[key] = load_preprocessor(key, LoadOptions(check=check))
         return found
 
-    def keep_only(self, paths: Iterable[Path]) -> list[LoadedPreprocessor]:
-        """Forget the ones not in ``paths``; returns them (for the placement to release)."""
+    def session(self, path: Path, family: str) -> OnnxModel:
+        key = Path(path).resolve()
+        found = self.sessions.get(key)
+        if found is None or found.family != family:
+            found = self.sessions[key] = load_onnx(key, family)
+        return found
+
+    def paths(self) -> list[Path]:
+        """Every file held: the torch models' and the ONNX sessions'."""
+        return [*self.loaded, *self.sessions]
+
+    def keep_only(self, paths: Iterable[Path]) -> list[LoadedPreprocessor | OnnxModel]:
+        """Forget the ones not in ``paths``; returns them (for :func:`let_go`)."""
         keep = {Path(p).resolve() for p in paths}
-        gone = [v for k, v in self.loaded.items() if k not in keep]
+        gone: list[LoadedPreprocessor | OnnxModel] = [v for k, v in self.loaded.items() if k not in keep]
+        gone += [v for k, v in self.sessions.items() if k not in keep]
         self.loaded = {k: v for k, v in self.loaded.items() if k in keep}
+        self.sessions = {k: v for k, v in self.sessions.items() if k in keep}
         return gone
+
+
+def let_go(placement: Placement, model: LoadedPreprocessor | OnnxModel) -> None:
+    """The placement drops a model :meth:`PreprocessorModels.keep_only` let go."""
+    if isinstance(model, OnnxModel):
+        forget(placement, model)
+    else:
+        placement.release(model.module)
 
 
 def model_files(
@@ -56,13 +89,19 @@ def model_files(
     out: dict[str, Path] = {}
     for path in given:
         if Path(path).suffix.lower() == ".onnx":
-            raise _onnx(Path(path))
+            out.setdefault(recognise(Path(path)), Path(path))
+            continue
         _index, det = inspect_for_loading(path)
         if det.kind != ROLE:
             raise _wrong_kind(Path(path).name, det, ROLE)
         out.setdefault(det.family or "", Path(path))
     entries = list(library)
     for record in records:
+        for need in record.onnx_files:
+            if need.family not in out:
+                out[need.family] = _first(entries, need.family) or _refuse_missing(record, need)
+        if record.onnx_files:
+            continue
         for family in record.model_families:
             if family in out:
                 continue
@@ -75,15 +114,32 @@ def model_files(
     return out
 
 
-def _onnx(path: Path) -> FileFormatError:
-    return FileFormatError(
-        f"{path.name} is an ONNX model (as DWPose's dw-ll_ucoco_384.onnx and yolox_l.onnx are), which "
-        "Loadout does not run",
-        why="preprocessor networks run in torch from safetensors files; DWPose needs an ONNX runtime "
-        "and a person detector, which are not supported yet",
-        fix="For pose, use OpenPose's body network: body_pose_model.pth of lllyasviel/Annotators, "
-        "converted to safetensors with Loadout's convert",
-        code="unsupported_format",
+def library_models(
+    index: LibraryIndex | None, records: Iterable[Preprocessor]
+) -> list[tuple[Path, str, str | None]]:
+    """The library's ``(path, kind, family)`` for ``records`` (none when no record needs a model):
+    its entries, and for a record that runs ONNX graphs the ONNX files under its folders (which the
+    index does not list)."""
+    wanted = [r for r in records if r.model_family is not None]
+    if index is None or not wanted:
+        return []
+    out: list[tuple[Path, str, str | None]] = [(e.path, e.kind, e.family) for e in index.entries()]
+    if any(r.onnx_files for r in wanted):
+        out += onnx_entries(root.path for root in index.roots)
+    return out
+
+
+def _first(entries: list[tuple[Path, str, str | None]], family: str) -> Path | None:
+    return min(
+        (p for p, kind, fam in entries if kind == ROLE and fam == family), key=lambda p: p.name, default=None
+    )
+
+
+def _refuse_missing(record: Preprocessor, need: OnnxFile) -> Path:
+    raise MissingPreprocessorModelError(
+        f"the {record.name} preprocessor needs {need.file} ({need.title}), and none was given or found",
+        why=f"it runs two ONNX graphs: {' and '.join(f.file for f in record.onnx_files)}",
+        fix=f"Download {need.source}; give that file, or put it in a folder of the library",
     )
 
 
@@ -116,6 +172,20 @@ def place_preprocessors(
     return torch.device(placement.manager.device)
 
 
+def _sessions(
+    record: Preprocessor, placement: Placement, models: PreprocessorModels, files: Mapping[str, Path]
+) -> dict[str, OnnxModel]:
+    out = {}
+    for need in record.onnx_files:
+        path = files.get(need.family)
+        if path is None:
+            _refuse_missing(record, need)
+        else:
+            out[need.family] = models.session(path, need.family)
+            account(placement, out[need.family])
+    return out
+
+
 def _loaded(
     record: Preprocessor, family: str, models: PreprocessorModels, files: Mapping[str, Path],
     check: Callable[[], None],
@@ -143,6 +213,8 @@ def model_run(
     together, run."""
 
     def run(record: Preprocessor, picture: np.ndarray, settings: Mapping[str, float]) -> np.ndarray:
+        if record.onnx_hint is not None:
+            return record.onnx_hint(_sessions(record, placement, models, files), picture, settings, check)
         loaded = [_loaded(record, family, models, files, check) for family in record.model_families]
         assert record.model_hint is not None and record.model_input is not None and loaded
         rows, cols = record.model_input(picture.shape[0], picture.shape[1], settings)

@@ -11,7 +11,8 @@ import torch
 from torch import nn
 
 from core.errors import LoadoutError
-from core.preprocess import depth, edges, normal, normal_bae, pose, pose_whole
+from core.preprocess import depth, dwpose, edges, normal, normal_bae, pose, pose_whole
+from core.preprocess.onnx_models import DWPOSE_FILES, OnnxFile, OnnxModel
 from core.values import NumberRange
 
 
@@ -31,6 +32,10 @@ class Setting:
 Run = Callable[[np.ndarray, Mapping[str, float]], np.ndarray]
 ModelHint = Callable[
     [nn.Module, np.ndarray, Mapping[str, float], torch.device, Callable[[], None]], np.ndarray
+]
+#: (its ONNX sessions by family, picture, settings, stop check) -> hint
+OnnxHint = Callable[
+    [Mapping[str, OnnxModel], np.ndarray, Mapping[str, float], Callable[[], None]], np.ndarray
 ]
 
 
@@ -69,6 +74,9 @@ class Preprocessor:
     #: the model files it runs beside the main one; with any, ``model_hint`` is handed the placed
     #: networks as one ``nn.ModuleDict`` by family id (the main one's included)
     more_models: tuple[ModelNeed, ...] = ()
+    #: for one that runs ONNX graphs (dwpose): the files it needs, one per family, and its hint
+    onnx_files: tuple[OnnxFile, ...] = ()
+    onnx_hint: OnnxHint | None = None
 
     @property
     def model_families(self) -> tuple[str, ...]:
@@ -95,6 +103,10 @@ def _threshold(name: str) -> NumberRange:
     return NumberRange(f"the canny {name} threshold", 0, 1000, integer=True)
 
 
+def _part(name: str) -> NumberRange:
+    return NumberRange(f"the dwpose {name} switch (1: drawn, 0: left out)", 0, 1, integer=True)
+
+
 #: (record, picture, resolved settings) -> hint: a model preprocessor run with its model
 ModelRun = Callable[[Preprocessor, np.ndarray, Mapping[str, float]], np.ndarray]
 
@@ -108,7 +120,7 @@ def _annotator(file: str) -> str:
     return f"{file} of lllyasviel/Annotators on Hugging Face, converted to safetensors with Loadout's convert"
 
 
-_BODY_SOURCE = f"{_annotator('body_pose_model.pth')} (DWPose's ONNX files are not read)"
+_BODY_SOURCE = f"{_annotator('body_pose_model.pth')} (DWPose's ONNX files are the dwpose preprocessor's)"
 _HAND = ModelNeed(
     "openpose-hand", "an OpenPose hand model", _annotator("hand_pose_model.pth"), pose_whole.HAND_INPUT
 )
@@ -191,6 +203,14 @@ PREPROCESSORS: Mapping[str, Preprocessor] = _registry(
         model_hint=normal_bae.normal_map, aliases=("normal_bae",),
         model_input=lambda h, w, s: normal_bae.input_size(h, w, int(s["resolution"])),
     ),
+    Preprocessor(
+        "dwpose", "whole-body poses (body, hands, face) in OpenPose's colours on black (DWPose's ONNX files)",
+        None,
+        tuple(Setting(part, 1, _part(part)) for part in ("body", "hands", "face")),
+        model_family="dwpose", model_title="DWPose's two ONNX files",
+        model_source="yolox_l.onnx and dw-ll_ucoco_384.onnx of yzd-v/DWPose on Hugging Face",
+        aliases=("dw_openpose_full", "dwpose_full"), onnx_files=DWPOSE_FILES, onnx_hint=dwpose.dwpose_map,
+    ),
 )  # fmt: skip
 
 
@@ -220,6 +240,13 @@ class MissingPreprocessorModelError(LoadoutError):
 
 def missing_model(record: Preprocessor, family: str | None = None) -> MissingPreprocessorModelError:
     """The refusal of ``record`` without its model file of ``family`` (None: its main one)."""
+    if record.onnx_files:
+        return MissingPreprocessorModelError(
+            f"the {record.name} preprocessor needs {' and '.join(f.file for f in record.onnx_files)} "
+            f"({record.model_title}), and they were not given or found",
+            why="it makes the hint with the two networks those files hold",
+            fix=f"Download {record.model_source}; give both files, or put them in a folder of the library",
+        )
     title, source = record.model_title, record.model_source
     for need in record.more_models:
         if need.family == family:

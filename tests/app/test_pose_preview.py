@@ -56,3 +56,33 @@ def test_the_pose_row_explains_a_missing_model_then_shows_the_map(  # type: igno
     qtbot.waitUntil(lambda: row.pre.thumb.toolTip().startswith("No map"), timeout=60000)
     tip = row.pre.thumb.toolTip()
     assert "needs an OpenPose hand model file" in tip and "hand_pose_model.pth" in tip
+
+
+def test_the_dwpose_row_finds_the_onnx_files_in_the_library(  # type: ignore[no-untyped-def]
+    qtbot: QtBot, make_window, tmp_path: Path
+) -> None:
+    """DWPose's two ONNX files under another name in a library folder (the index lists no ONNX
+    files; they are found by their graphs): the row's map is the one the files make."""
+    from core.preprocess import dwpose
+    from core.preprocess.onnx_models import DETECTOR, POSE, load_onnx
+    from tests.fixtures.dwpose import dwpose_files, picture
+
+    folder = tmp_path / "models"
+    made = dwpose_files(tmp_path / "dw")
+    (folder / "pose").mkdir(parents=True)
+    made["detector"].rename(folder / "pose" / "detector.onnx")
+    made["pose"].rename(folder / "pose" / "wholebody.onnx")
+    people = tmp_path / "people.png"
+    Image.fromarray(picture()).save(people)
+    window = make_window(folder)
+    qtbot.waitUntil(lambda: window.backend.session.library.index is not None, timeout=60000)
+    row = _row(window)
+    row.hint.set_path(people)
+    row.pre.set_name("dwpose")
+    qtbot.waitUntil(lambda: row.pre.map is not None, timeout=60000)
+    models = {
+        DETECTOR: load_onnx(folder / "pose" / "detector.onnx", DETECTOR),
+        POSE: load_onnx(folder / "pose" / "wholebody.onnx", POSE),
+    }
+    want = dwpose.dwpose_map(models, picture(), {"body": 1, "hands": 1, "face": 1})
+    assert np.array_equal(row.pre.map, want) and row.pre.thumb.toolTip() == "The dwpose map of people.png"

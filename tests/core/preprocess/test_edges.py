@@ -68,8 +68,9 @@ def test_a_flat_picture_has_no_edges() -> None:
 
 
 def test_bad_input_is_refused_in_words(picture: np.ndarray, tmp_path: Path) -> None:
-    with pytest.raises(UnknownPreprocessorError, match="canny, lineart, softedge, depth, normal, openpose"):
-        preprocess("dw_openpose_full", picture)
+    names = "canny, lineart, softedge, depth, normal, openpose, openpose_full.*, dwpose"
+    with pytest.raises(UnknownPreprocessorError, match=names):
+        preprocess("hed", picture)
     with pytest.raises(LoadoutError, match="needs a Depth Anything V2 model file"):
         preprocess("depth", picture)
     # sd-webui-controlnet's module name (what an A1111 PNG says) is the same preprocessor
