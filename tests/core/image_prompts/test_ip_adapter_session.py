@@ -218,6 +218,10 @@ def test_a_weight_type_grid_with_a_precise_type_is_the_same_on_a_small_card_and_
         ("layers=3:2.5 6:1", "is not INDEX:WEIGHT"),
         ("layers=0:1, 16:1", "transformer 16"),  # SD1.5 numbers 16 (0-15)
         ("type=style transfer:boost=1.2", "boost goes with"),
+        ("scaling=K+W", "is not an IP-Adapter embeds scaling"),
+        ("combine=average", "needs more than one picture"),
+        ("image={cat}:combine=max", "is not a way to combine"),
+        ("image={cat}:type=strong style and composition:composition={cat}", "do not go together"),
     ],
 )
 def test_block_weight_refusals_from_the_command_line(
@@ -234,3 +238,33 @@ def test_block_weight_refusals_from_the_command_line(
     err = capsys.readouterr().err
     assert code != 0 and words in err, err
     assert not (tmp_path / "x.png").exists()
+
+
+def test_several_pictures_a_negative_and_a_scaling_from_the_command_line_are_read_back(
+    files: tuple[DemoLibrary, Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``image=`` twice (three pictures), ``combine=``, ``negative=`` and ``scaling=``: the PNG item
+    names them and reads back; the picture is the one the same settings make in core (the
+    numerics against diffusers and the pack's formulas: test_ip_adapter_batches.py,
+    test_ip_adapter_embeds.py)."""
+    demo, ip, cat = files
+    dog, fog = tmp_path / "dog.png", tmp_path / "fog.png"
+    for i, path in enumerate((dog, fog)):
+        Image.fromarray(np.random.default_rng(i).integers(0, 256, (64, 64, 3), dtype=np.uint8)).save(path)
+    out = tmp_path / "batch.png"
+    option = f"{ip}:{cat}:0.7:image={dog}:image={cat}:combine=norm average:negative={fog}:scaling=K+V"
+    code = main(
+        [
+            "generate", str(demo.checkpoint), "--prompt", "a cat", "--negative", "fog", "--seed", "3",
+            "--steps", "2", "--size", "64x64", "-o", str(out), "--quiet", "--ip-adapter", option,
+        ]
+    )  # fmt: skip
+    assert code == 0, capsys.readouterr().err
+    (item,) = ip_adapters_in(parse_parameters(read_png_parameters(out)).extra)
+    assert (item.scaling, item.combine, item.negative) == ("K+V", "norm average", "fog.png")
+    assert [name for name, _ in item.pictures] == ["dog.png", "cat.png"]
+    assert all(len(h) == 12 for _, h in (*item.pictures, (item.negative, item.negative_hash)))
+    use = IpAdapterUse(ip, cat, 0.7, scaling="K+V", pictures=(dog, cat), combine="norm average", negative=fog)
+    assert np.array_equal(_pixels(out), _make(demo, tmp_path / "same.png", steps=2, ip_adapters=(use,)))
+    one = IpAdapterUse(ip, cat, 0.7, scaling="K+V", negative=fog)
+    assert not np.array_equal(_pixels(out), _make(demo, tmp_path / "one.png", steps=2, ip_adapters=(one,)))
