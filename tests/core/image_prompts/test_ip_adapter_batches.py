@@ -86,7 +86,8 @@ def test_several_pictures_equal_diffusers_fed_the_packs_combination(
         noise = torch.randn((1, 4, 8, 8), generator=torch.Generator("cpu").manual_seed(11))
         theirs = pipe(
             "a tiny fox", negative_prompt="blurry", num_inference_steps=STEPS, guidance_scale=6.0,
-            latents=noise, height=64, width=64, output_type="np", sigmas=sigmas, ip_adapter_image_embeds=[embeds],
+            latents=noise, height=64, width=64, output_type="np", sigmas=sigmas,
+            ip_adapter_image_embeds=[embeds],
         ).images  # fmt: skip
     err = float(np.abs(ours - np.asarray(theirs)).max())
     print(f"{mode} x{count} negative={negative}: max |ours - diffusers| = {err:.1e}")
