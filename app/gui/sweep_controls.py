@@ -1,7 +1,8 @@
 """The Generate panel's sweep row: which LoRA of the stack (or the first ControlNet's strength, the
-first image prompt's weight, the Redux picture's strength), the strengths to compare, and what each cell's LoRA strength sets. A
-view: it turns its widgets into a grid of one strength axis, made on the loaded models (a
-:class:`~core.queue.session_grid.SessionGrid`; None when the sweep is off)."""
+first image prompt's weight, the Redux picture's strength), the strengths to compare, and what
+each cell's LoRA strength sets. A view: it turns its widgets into a grid of one strength axis,
+made on the loaded models (a :class:`~core.queue.session_grid.SessionGrid`; None when the sweep
+is off)."""
 
 from __future__ import annotations
 

@@ -1,9 +1,10 @@
 """Image prompts with IP-Adapter (SD1.5, SDXL), applied as ComfyUI_IPAdapter_plus's IPAdapterAdvanced
-applies them (weight type "linear", embeds scaling "V only", no attention mask):
+applies them (the weight types and attention mask: :mod:`core.generate.ip_weights`; the embeds
+scalings and several pictures' combinations: :mod:`core.generate.ip_embeds`):
 
 * **encoding** (before the prompts): the picture through the CLIP vision tower as
   ``CLIPVisionEncode`` prepares it (:mod:`core.archs.clip_vision.preprocess`), the tower's
-  ``image_embeds`` (base adapters) or penultimate hidden states (plus, plus-face) through the
+  ``image_embeds`` (base adapters) or penultimate hidden states (plus, plus-face, full-face) through the
   adapter's image projection: the picture's tokens. The negative prompt's tokens are the
   projection of what ComfyUI_IPAdapter_plus feeds it: for plus, the tower's penultimate states of an
   all-black 224x224 picture (zeros in [0, 1], so ``-mean/std`` once normalised); for base, zero

@@ -7,7 +7,8 @@ strength sweep is a grid with one such axis, run on the session at hand (core.qu
 A ``controlnet-strength`` axis sets the first ControlNet's strength (sd-webui-controlnet's axis sets
 unit 0's weight), each cell a plain generation at that strength; ``ip-adapter-weight`` and
 ``ip-adapter-type`` set the first image prompt's weight and weight type (a type that has no
-composition picture or boost leaves those out); ``redux-strength`` the first FLUX Redux
+composition picture or boost leaves those out), ``ip-adapter-scaling`` its embeds scaling;
+``redux-strength`` the first FLUX Redux
 picture's strength.
 Cells are ordered checkpoint first, so a worker loads each checkpoint once for the whole grid.
 """
@@ -19,6 +20,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from core.errors import LoadoutError
+from core.generate.ip_embeds import EMBEDS_SCALINGS
 from core.generate.ip_weights import COMPOSITION_TYPES, PRECISE_TYPES, WEIGHT_TYPES
 from core.generate.request import MAX_SEED, GenerateRequest, ImageSettings
 from core.generate.workflow_request import IpAdapterUse
@@ -34,14 +36,14 @@ from core.values import (
 AXES = (
     "seed", "steps", "cfg", "sampler", "scheduler", "lora-strength", "lora-model-strength",
     "lora-clip-strength", "checkpoint", "prompt-sr", "clip-skip", "controlnet-strength",
-    "ip-adapter-weight", "ip-adapter-type", "redux-strength",
+    "ip-adapter-weight", "ip-adapter-type", "ip-adapter-scaling", "redux-strength",
 )  # fmt: skip
 _SHORT = {"seed": "seed", "steps": "steps", "cfg": "cfg", "lora-strength": "lora", "clip-skip": "clip skip",
           "lora-model-strength": "lora model", "lora-clip-strength": "lora clip",
           "controlnet-strength": "controlnet", "ip-adapter-weight": "ip-adapter",
           "redux-strength": "redux"}  # fmt: skip
 #: the axes that set the first image prompt (``--ip-adapter``)
-IP_ADAPTER_AXES = ("ip-adapter-weight", "ip-adapter-type")
+IP_ADAPTER_AXES = ("ip-adapter-weight", "ip-adapter-type", "ip-adapter-scaling")
 LORA_AXES = ("lora-strength", "lora-model-strength", "lora-clip-strength")
 Value = int | float | str
 
@@ -121,6 +123,12 @@ def axis_of(name: str, text: str) -> Axis:
             said = ", ".join(WEIGHT_TYPES)
             raise _bad(f"unknown IP-Adapter weight type {unknown[0]!r}", f"Use one of {said}")
         values = list(raw)
+    elif name == "ip-adapter-scaling":
+        unknown = [v for v in raw if v not in EMBEDS_SCALINGS]
+        if unknown:
+            said = ", ".join(EMBEDS_SCALINGS)
+            raise _bad(f"unknown IP-Adapter embeds scaling {unknown[0]!r}", f"Use one of {said}")
+        values = list(raw)
     elif name == "sampler" or name == "scheduler":
         known = SAMPLERS if name == "sampler" else SCHEDULERS
         unknown = [v for v in raw if v not in known]
@@ -193,8 +201,8 @@ def _apply_image(
         prompts = (_ip_adapter(axis.name, v, image), *image.ip_adapters[1:])
         return replace(image, ip_adapters=prompts), strengths
     if axis.name == "redux-strength":  # the first Redux picture's (its strength type kept)
-        first = replace(image.redux[0], strength=float(v))
-        return replace(image, redux=(first, *image.redux[1:])), strengths
+        picture = replace(image.redux[0], strength=float(v))
+        return replace(image, redux=(picture, *image.redux[1:])), strengths
     if axis.name == "prompt-sr":
         return replace(image, prompt=image.prompt.replace(str(axis.values[0]), str(v))), strengths
     assert axis.name in LORA_AXES and strengths is not None, axis.name
@@ -209,6 +217,8 @@ def _ip_adapter(name: str, v: Value, image: ImageSettings) -> IpAdapterUse:
     first = image.ip_adapters[0]
     if name == "ip-adapter-weight":
         return replace(first, weight=float(v))
+    if name == "ip-adapter-scaling":
+        return replace(first, scaling=str(v))
     t = str(v)
     composing = t in COMPOSITION_TYPES
     return replace(

@@ -207,6 +207,14 @@ def test_a_weight_type_grid_with_a_precise_type_is_the_same_on_a_small_card_and_
     assert not np.array_equal(_pixels(cells[0]), _pixels(cells[1]))
     with pytest.raises(LoadoutError, match="unknown IP-Adapter weight type"):
         parse_axis("ip-adapter-type:linear,precise")
+    with pytest.raises(LoadoutError, match="unknown IP-Adapter embeds scaling"):
+        parse_axis("ip-adapter-scaling:V only,K")
+    scaled = image_cells(
+        ImageSettings("a cat", ip_adapters=(use,)),
+        None,
+        parse_axis("ip-adapter-scaling:V only,K+mean(V) w/ C penalty"),
+    )
+    assert [c.image.ip_adapters[0].scaling for c in scaled] == ["V only", "K+mean(V) w/ C penalty"]
     with pytest.raises(LoadoutError, match="needs an IP-Adapter"):
         image_cells(ImageSettings("a cat"), None, parse_axis("ip-adapter-weight:0.5,1"))
 
