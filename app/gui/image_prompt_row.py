@@ -50,6 +50,17 @@ def _spin(value: float, low: float, top: float, tip: str) -> QDoubleSpinBox:
     return box
 
 
+def _scaling_combo() -> QComboBox:
+    box = QComboBox(
+        toolTip="Embeds scaling (ComfyUI_IPAdapter_plus's): where the weight acts, on the image "
+        "prompt's output (V only) or on its keys and values"
+    )
+    box.addItems(EMBEDS_SCALINGS)
+    box.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
+    box.setMinimumContentsLength(10)
+    return box
+
+
 class ImagePromptRow(QWidget):
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -71,13 +82,7 @@ class ImagePromptRow(QWidget):
         self.weight_type.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
         self.weight_type.setMinimumContentsLength(10)
         self.weight_type.currentTextChanged.connect(self._show_type_rows)
-        self.scaling = QComboBox(
-            toolTip="Embeds scaling (ComfyUI_IPAdapter_plus's): where the weight acts, on the image "
-            "prompt's output (V only) or on its keys and values"
-        )
-        self.scaling.addItems(EMBEDS_SCALINGS)
-        self.scaling.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
-        self.scaling.setMinimumContentsLength(10)
+        self.scaling = _scaling_combo()
         self._block_controls()
         self.mask = FilePick("Pick the image prompt's mask (white: where it acts)", PICTURES, preview=True)
         paint = QToolButton(text="Paint…", autoRaise=True, toolTip="Paint where the image prompt acts")

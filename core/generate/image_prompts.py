@@ -187,6 +187,22 @@ def parameter_item(
     return f"IP-Adapter {index}", text
 
 
+def _applied(
+    use: IpAdapterUse, adapter: LoadedIpAdapter, encoder: LoadedImageEncoder, sampling: ModelSampling
+) -> AppliedIpAdapter:
+    """One image prompt with its pictures and mask read (refused in words when unreadable)."""
+    picture = read_picture(use.picture, "image prompt")
+    rng = (sampling.percent_to_sigma(use.start), sampling.percent_to_sigma(use.end))
+    mask = None if use.mask is None else torch.from_numpy(read_mask(use.mask))
+    comp = None if use.composition is None else read_picture(use.composition, "composition picture")
+    more = tuple(read_picture(p, "image prompt") for p in use.pictures)
+    negative = None if use.negative is None else read_picture(use.negative, "negative image prompt")
+    return AppliedIpAdapter(
+        adapter, encoder, picture, use.weight, rng, use.weight_type, mask, comp,
+        use.composition_weight, use.boost, use.layer_weights, use.scaling, more, use.combine, negative,
+    )  # fmt: skip
+
+
 def ip_adapter_pass(
     session: Session, cache: ImagePromptCache, settings: ImageSettings, search: EncoderSearch,
     family: str, sampling: ModelSampling, check: Callable[[], None], named: Callable[[Path, int], str],
@@ -214,18 +230,8 @@ def ip_adapter_pass(
     applied, params, names = [], {}, {}
     phases: dict[str, list[object]] = {"text_encode": [], "sample": []}
     for i, (use, adapter, encoder) in enumerate(pairs):
-        picture = read_picture(use.picture, "image prompt")
         sha = file_sha256(use.picture)
-        rng = (sampling.percent_to_sigma(use.start), sampling.percent_to_sigma(use.end))
-        mask = None if use.mask is None else torch.from_numpy(read_mask(use.mask))
-        comp = None if use.composition is None else read_picture(use.composition, "composition picture")
-        more = tuple(read_picture(p, "image prompt") for p in use.pictures)
-        negative = None if use.negative is None else read_picture(use.negative, "negative image prompt")
-        item = AppliedIpAdapter(
-            adapter, encoder, picture, use.weight, rng, use.weight_type, mask, comp,
-            use.composition_weight, use.boost, use.layer_weights, use.scaling, more, use.combine, negative,
-        )  # fmt: skip
-        applied.append(item)
+        applied.append(_applied(use, adapter, encoder, sampling))
         for module, name in ((adapter.module, f"{adapter.path.stem} IP-Adapter"),
                              (encoder.module, f"{encoder.path.stem} image encoder")):  # fmt: skip
             if placement.active and placement.manager.find(module) is None:
