@@ -21,7 +21,11 @@ from core.generate.workflow_request import IpAdapterUse, ReduxUse
 from core.values import IP_ADAPTER_BOOST, IP_ADAPTER_PERCENT, IP_ADAPTER_WEIGHT, REDUX_STRENGTH
 
 #: the NAME=VALUE options of ``--ip-adapter`` after its two paths
-_OPTIONS = ("type", "mask", "composition", "composition-weight", "boost")
+_OPTIONS = (
+    "type", "mask", "composition", "composition-weight", "boost", "scaling", "image", "combine", "negative",
+)  # fmt: skip
+#: the options that may be given more than once (each ``image=`` one more picture)
+_REPEATABLE = ("image",)
 #: ``layers=`` takes colons and commas ("3:2.5, 6:1"): it runs to the next option or the end
 _LAYERS = re.compile(r":layers=(.*?)(?=:(?:" + "|".join(_OPTIONS) + r")=|$)")
 
@@ -38,7 +42,10 @@ def add_image_prompt_arguments(p: argparse.ArgumentParser) -> None:
         "and composition types' composition picture (SDXL) and weight (default 1), boost=X the precise "
         "types' style/composition boost, and layers=I:W, ... the per-transformer weights of the node "
         "pack's Mad Scientist node (e.g. layers=3:2.5, 6:1; they replace the weight type unless it is a "
-        "precise one)",
+        "precise one); scaling=NAME the embeds scaling (V only, K+V, K+V w/ C penalty, "
+        "K+mean(V) w/ C penalty), image=PICTURE one more picture for the same adapter (repeatable), "
+        "combine=NAME how its pictures are combined (concat, add, subtract, average, norm average; "
+        "default concat) and negative=PICTURE the picture the negative prompt reads",
     )  # fmt: skip
     p.add_argument(
         "--redux", action="append", default=[], metavar="FILE:PICTURE[:STRENGTH[:TYPE]]",
@@ -75,10 +82,10 @@ def _bad(text: str, why: str) -> LoadoutError:
     )
 
 
-def _options(text: str, parts: list[str]) -> tuple[list[str], dict[str, str]]:
+def _options(text: str, parts: list[str]) -> tuple[list[str], dict[str, str], list[str]]:
     """The ``name=value`` pieces after the two paths taken out (a file's drive letter joined back:
-    ``mask=C`` then ``\\m.png``)."""
-    kept, options = parts[:2], {}
+    ``mask=C`` then ``\\m.png``), and the ``image=`` values in order."""
+    kept, options, images = parts[:2], {}, []
     rest = parts[2:]
     while rest:
         piece = rest.pop(0)
@@ -88,10 +95,13 @@ def _options(text: str, parts: list[str]) -> tuple[list[str], dict[str, str]]:
             continue
         if len(value) == 1 and value.isalpha() and rest and rest[0].startswith(("\\", "/")):
             value = f"{value}:{rest.pop(0)}"
+        if name in _REPEATABLE and value:
+            images.append(value)
+            continue
         if name in options or not value:
             raise _bad(text, f"the {name}= option is given twice or empty")
         options[name] = value
-    return kept, options
+    return kept, options, images
 
 
 def parse_ip_adapter(text: str) -> IpAdapterUse:
@@ -100,7 +110,7 @@ def parse_ip_adapter(text: str) -> IpAdapterUse:
     layers = _LAYERS.findall(text)
     if len(layers) > 1:
         raise _bad(text, "the layers= option is given twice")
-    parts, options = _options(text, _split_paths(_LAYERS.sub("", text)))
+    parts, options, images = _options(text, _split_paths(_LAYERS.sub("", text)))
     if len(parts) not in (2, 3) or not parts[0] or not parts[1]:
         raise _bad(text, f"it has {len(parts)} parts")
     weight, start, end = 1.0, 0.0, 1.0
@@ -120,7 +130,9 @@ def parse_ip_adapter(text: str) -> IpAdapterUse:
         Path(parts[0]), Path(parts[1]), weight, start, end, options.get("type", "linear"), mask, composition,
         None if comp_weight is None else IP_ADAPTER_WEIGHT.parse(comp_weight),
         None if boost is None else IP_ADAPTER_BOOST.parse(boost),
-        parse_layer_weights(layers[0]) if layers else (),
+        parse_layer_weights(layers[0]) if layers else (), options.get("scaling", "V only"),
+        tuple(Path(p) for p in images), options.get("combine", "concat"),
+        Path(options["negative"]) if "negative" in options else None,
     )  # fmt: skip
 
 

@@ -1,13 +1,14 @@
 """The Generate panel's image prompt (IP-Adapter, SD1.5/SDXL): the adapter file, the picture (a
 thumbnail), its weight and the part of the steps it acts on, its weight type (a combo; the
 style and composition types show a composition picture and weight, the precise types a boost),
-"Mad Scientist" layer weights (a line: ``3:2.5, 6:1``) and an attention mask (a file, or painted in
-the mask editor over a blank square: it is stretched to the picture). A view: it turns the row
-into ``ImageSettings.ip_adapters``; core finds the image encoder (in the library, ComfyUI's
-models/clip_vision or beside the adapter) and says in words when it is missing. Below it, FLUX
-Redux (FLUX.1): the style model file, its picture, its strength and how the strength acts
-(``ImageSettings.redux``; ComfyUI's StyleModelApply: "multiply" scales the picture's tokens,
-"attn_bias" reweights the attention on them by log(strength))."""
+"Mad Scientist" layer weights (a line: ``3:2.5, 6:1``), the embeds scaling (a combo) and an
+attention mask (a file, or painted in the mask editor over a blank square: it is stretched to the
+picture). A view: it turns the row into ``ImageSettings.ip_adapters``; core finds the image
+encoder (in the library, ComfyUI's models/clip_vision or beside the adapter) and says in words
+when it is missing. Below it, FLUX Redux (FLUX.1): the style model file, its picture, its
+strength and how the strength acts (``ImageSettings.redux``; ComfyUI's StyleModelApply:
+"multiply" scales the picture's tokens, "attn_bias" reweights the attention on them by
+log(strength))."""
 
 from __future__ import annotations
 
@@ -27,6 +28,7 @@ from PySide6.QtWidgets import (
 from app.gui.controlnet_rows import MODELS, PICTURES, FilePick
 from app.gui.mask_editor import MaskEditor, mask_folder
 from core.generate.image_prompts import IpAdapterParameters
+from core.generate.ip_embeds import EMBEDS_SCALINGS
 from core.generate.ip_weights import (
     COMPOSITION_TYPES,
     PRECISE_TYPES,
@@ -45,6 +47,17 @@ MASK_CANVAS = 512
 def _spin(value: float, low: float, top: float, tip: str) -> QDoubleSpinBox:
     box = QDoubleSpinBox(minimum=low, maximum=top, value=value, singleStep=0.05, decimals=2, toolTip=tip)
     box.setMinimumWidth(56)
+    return box
+
+
+def _scaling_combo() -> QComboBox:
+    box = QComboBox(
+        toolTip="Embeds scaling (ComfyUI_IPAdapter_plus's): where the weight acts, on the image "
+        "prompt's output (V only) or on its keys and values"
+    )
+    box.addItems(EMBEDS_SCALINGS)
+    box.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
+    box.setMinimumContentsLength(10)
     return box
 
 
@@ -69,6 +82,7 @@ class ImagePromptRow(QWidget):
         self.weight_type.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
         self.weight_type.setMinimumContentsLength(10)
         self.weight_type.currentTextChanged.connect(self._show_type_rows)
+        self.scaling = _scaling_combo()
         self._block_controls()
         self.mask = FilePick("Pick the image prompt's mask (white: where it acts)", PICTURES, preview=True)
         paint = QToolButton(text="Paint…", autoRaise=True, toolTip="Paint where the image prompt acts")
@@ -84,6 +98,7 @@ class ImagePromptRow(QWidget):
         form.addRow("Image prompt", self.picture)
         form.addRow("", numbers)
         form.addRow("Weight type", self.weight_type)
+        form.addRow("Scaling", self.scaling)
         form.addRow("Composition", self.composing)
         form.addRow("", self.boosting)
         form.addRow("Layers", self.layers)
@@ -166,7 +181,7 @@ class ImagePromptRow(QWidget):
             self.mask.path, self.composition.path if composing else None,
             self.composition_weight.value() if composing else None,
             self.boost.value() if precise and self.boosted.isChecked() else None,
-            parse_layer_weights(layers) if layers else (),
+            parse_layer_weights(layers) if layers else (), self.scaling.currentText(),
         )  # fmt: skip
         return (use,)
 
@@ -195,3 +210,5 @@ class ImagePromptRow(QWidget):
         self.layers.setText(show_layer_weights(item.layer_weights).replace(",", ", "))
         if item.weight_type in WEIGHT_TYPES:
             self.weight_type.setCurrentText(item.weight_type)
+        if item.scaling in EMBEDS_SCALINGS:
+            self.scaling.setCurrentText(item.scaling)

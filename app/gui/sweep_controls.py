@@ -1,7 +1,8 @@
 """The Generate panel's sweep row: which LoRA of the stack (or the first ControlNet's strength, the
-first image prompt's weight), the strengths to compare, and what each cell's LoRA strength sets. A
-view: it turns its widgets into a grid of one strength axis, made on the loaded models (a
-:class:`~core.queue.session_grid.SessionGrid`; None when the sweep is off)."""
+first image prompt's weight, the Redux picture's strength), the strengths to compare, and what
+each cell's LoRA strength sets. A view: it turns its widgets into a grid of one strength axis,
+made on the loaded models (a :class:`~core.queue.session_grid.SessionGrid`; None when the sweep
+is off)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,8 @@ from core.queue.session_grid import SessionGrid
 CONTROLNET = "controlnet-strength"
 #: the sweep choice that compares weights of the image prompt (IP-Adapter)
 IP_ADAPTER = "ip-adapter-weight"
+#: the sweep choice that compares strengths of the FLUX Redux picture
+REDUX = "redux-strength"
 
 
 class SweepControls(QWidget):
@@ -54,6 +57,7 @@ class SweepControls(QWidget):
             self.lora.addItem(name, lora_id)
         self.lora.addItem("ControlNet 0 strength", CONTROLNET)
         self.lora.addItem("IP-Adapter weight", IP_ADAPTER)
+        self.lora.addItem("Redux strength", REDUX)
         i = self.lora.findData(current)
         self.lora.setCurrentIndex(max(0, i))
         self.lora.blockSignals(False)
@@ -63,7 +67,7 @@ class SweepControls(QWidget):
         lora_id = self.lora.currentData()
         if not lora_id:
             return None
-        if lora_id in (CONTROLNET, IP_ADAPTER):
+        if lora_id in (CONTROLNET, IP_ADAPTER, REDUX):
             return SessionGrid(axis_of(str(lora_id), self.values.text()))
         axis = "lora-strength" if self.target.currentData() else "lora-model-strength"
         return SessionGrid(axis_of(axis, self.values.text()), lora=str(lora_id))

@@ -71,12 +71,10 @@ def match_clip_vision(view: KeyView, family: str | None = None) -> Match | None:
 def _unsupported_variant(view: KeyView) -> str | None:
     """A layout ComfyUI_IPAdapter_plus reads and Loadout does not yet: ``faceid`` (the pack's
     ``is_faceid``: LoRA keys beside the adapter's, a FaceID plus resampler, or the portrait
-    adapters' two-layer MLP projection) or ``full-face`` (the MLP projection with a norm,
-    ``proj.3``)."""
-    if "image_proj.proj.3.weight" in view:
-        return "full-face"
+    adapters' two-layer MLP projection; the full-face MLP, with its norm ``proj.3``, is not one)."""
     lora = any(k.startswith("ip_adapter.") and "_lora." in k for k in view)
-    portrait = "image_proj.proj.2.weight" in view
+    full = "image_proj.proj.3.weight" in view
+    portrait = "image_proj.proj.2.weight" in view and not full
     if lora or portrait or view.has_prefix("image_proj.perceiver_resampler."):
         return "faceid"
     return None
@@ -103,6 +101,13 @@ def match_ip_adapter(view: KeyView, filename: str | None = None) -> Match | None
         encoder = next((f for w, (f, _) in CLIP_VISION_WIDTHS.items() if w == width), None)
         face = filename is not None and "face" in filename.lower()
         variant, embeds = ("plus-face" if face else "plus"), "penultimate"
+    elif "image_proj.proj.3.weight" in view and "image_proj.proj.0.weight" in view:
+        proj = view.shape("image_proj.proj.0.weight")
+        assert proj is not None
+        width = proj[1]
+        tokens = 257  # one per tower position: a 224 picture's 16 x 16 patches and the class token
+        encoder = next((f for w, (f, _) in CLIP_VISION_WIDTHS.items() if w == width), None)
+        variant, embeds = "full-face", "penultimate"
     elif "image_proj.proj.weight" in view and "image_proj.norm.weight" in view:
         proj, norm = view.shape("image_proj.proj.weight"), view.shape("image_proj.norm.weight")
         assert proj is not None and norm is not None

@@ -151,12 +151,15 @@ def _file(path: Path) -> str:
 
 def parameter_item(
     index: int, use: IpAdapterUse, model: str, encoder: str, sha256: str, mask_sha256: str = "",
-    composition_sha256: str = "",
+    composition_sha256: str = "", more: tuple[str, ...] = (), negative_sha256: str = "",
 ) -> tuple[str, str]:  # fmt: skip
     """``IP-Adapter 0: "Model: ip-adapter_sd15 [0123456789], Image: a.png: <12 hex>, Weight: 0.8,
     Start: 0, End: 1, Encoder: clip-vit-h [hash]"``, then ``, Weight type: style transfer`` when not
     linear, ``, Mask: m.png: <12 hex>`` when masked, ``, Composition: c.png: <12 hex>``,
-    ``, Composition weight: 0.5``, ``, Boost: 1.2`` and ``, Layer weights: 3:2.5,6:1`` when given."""
+    ``, Composition weight: 0.5``, ``, Boost: 1.2`` and ``, Layer weights: 3:2.5,6:1`` when given,
+    ``, Embeds scaling: K+V`` when not V only, ``, Image 2: b.png: <12 hex>``... for more pictures
+    (``more``: their SHA-256s) with ``, Combine: average`` when not concat, and ``, Negative:
+    n.png: <12 hex>``."""
     text = (
         f"Model: {model}, Image: {_file(use.picture)}: {sha256[:12]}, Weight: {_num(use.weight)}, "
         f"Start: {_num(use.start)}, End: {_num(use.end)}, Encoder: {encoder}"
@@ -173,7 +176,31 @@ def parameter_item(
         text += f", Boost: {_num(use.boost)}"
     if use.layer_weights:
         text += f", Layer weights: {show_layer_weights(use.layer_weights)}"
+    if use.scaling != "V only":
+        text += f", Embeds scaling: {use.scaling}"
+    for n, (picture, digest) in enumerate(zip(use.pictures, more, strict=True), 2):
+        text += f", Image {n}: {_file(picture)}: {digest[:12]}"
+    if use.combine != "concat":
+        text += f", Combine: {use.combine}"
+    if use.negative is not None:
+        text += f", Negative: {_file(use.negative)}: {negative_sha256[:12]}"
     return f"IP-Adapter {index}", text
+
+
+def _applied(
+    use: IpAdapterUse, adapter: LoadedIpAdapter, encoder: LoadedImageEncoder, sampling: ModelSampling
+) -> AppliedIpAdapter:
+    """One image prompt with its pictures and mask read (refused in words when unreadable)."""
+    picture = read_picture(use.picture, "image prompt")
+    rng = (sampling.percent_to_sigma(use.start), sampling.percent_to_sigma(use.end))
+    mask = None if use.mask is None else torch.from_numpy(read_mask(use.mask))
+    comp = None if use.composition is None else read_picture(use.composition, "composition picture")
+    more = tuple(read_picture(p, "image prompt") for p in use.pictures)
+    negative = None if use.negative is None else read_picture(use.negative, "negative image prompt")
+    return AppliedIpAdapter(
+        adapter, encoder, picture, use.weight, rng, use.weight_type, mask, comp,
+        use.composition_weight, use.boost, use.layer_weights, use.scaling, more, use.combine, negative,
+    )  # fmt: skip
 
 
 def ip_adapter_pass(
@@ -203,16 +230,8 @@ def ip_adapter_pass(
     applied, params, names = [], {}, {}
     phases: dict[str, list[object]] = {"text_encode": [], "sample": []}
     for i, (use, adapter, encoder) in enumerate(pairs):
-        picture = read_picture(use.picture, "image prompt")
         sha = file_sha256(use.picture)
-        rng = (sampling.percent_to_sigma(use.start), sampling.percent_to_sigma(use.end))
-        mask = None if use.mask is None else torch.from_numpy(read_mask(use.mask))
-        comp = None if use.composition is None else read_picture(use.composition, "composition picture")
-        item = AppliedIpAdapter(
-            adapter, encoder, picture, use.weight, rng, use.weight_type, mask, comp,
-            use.composition_weight, use.boost, use.layer_weights,
-        )  # fmt: skip
-        applied.append(item)
+        applied.append(_applied(use, adapter, encoder, sampling))
         for module, name in ((adapter.module, f"{adapter.path.stem} IP-Adapter"),
                              (encoder.module, f"{encoder.path.stem} image encoder")):  # fmt: skip
             if placement.active and placement.manager.find(module) is None:
@@ -225,9 +244,11 @@ def ip_adapter_pass(
             phases[phase] += [m for m in modules if m not in phases[phase]]
         mask_sha = "" if use.mask is None else file_sha256(use.mask)
         comp_sha = "" if use.composition is None else file_sha256(use.composition)
+        neg_sha = "" if use.negative is None else file_sha256(use.negative)
         key, text = parameter_item(
-            i, use, named(adapter.path, 10), named(encoder.path, 10), sha, mask_sha, comp_sha
-        )
+            i, use, named(adapter.path, 10), named(encoder.path, 10), sha, mask_sha, comp_sha,
+            tuple(file_sha256(p) for p in use.pictures), neg_sha,
+        )  # fmt: skip
         params[key] = text
     made = IpAdapterPass(tuple(applied))
     made.contribution.models = phases
@@ -255,6 +276,25 @@ class IpAdapterParameters:
     composition_weight: float | None = None
     boost: float | None = None
     layer_weights: tuple[tuple[int, float], ...] = ()
+    scaling: str = "V only"
+    pictures: tuple[tuple[str, str], ...] = ()  # more pictures: (name, 12 hex)
+    combine: str = "concat"
+    negative: str = ""
+    negative_hash: str = ""
+
+
+def _named_file(text: str) -> tuple[str, str]:
+    """``name.png: <12 hex>`` as (name, hex)."""
+    name, _, digest = text.rpartition(":")
+    return name.strip(), digest.strip()
+
+
+def _more_pictures(fields: dict[str, str]) -> tuple[tuple[str, str], ...]:
+    found, n = [], 2
+    while f"Image {n}" in fields:
+        found.append(_named_file(fields[f"Image {n}"]))
+        n += 1
+    return tuple(found)
 
 
 def _optional(fields: dict[str, str], key: str) -> float | None:
@@ -279,7 +319,9 @@ def ip_adapters_in(extra: dict[str, str]) -> tuple[IpAdapterParameters, ...]:
                 float(fields.get("Start", "0")), float(fields.get("End", "1")), fields.get("Encoder", ""),
                 fields.get("Weight type", "linear"), mask.strip(), mask_digest.strip(), comp.strip(),
                 comp_digest.strip(), _optional(fields, "Composition weight"), _optional(fields, "Boost"),
-                parse_layer_weights(layers) if layers else (),
+                parse_layer_weights(layers) if layers else (), fields.get("Embeds scaling", "V only"),
+                _more_pictures(fields), fields.get("Combine", "concat"),
+                *_named_file(fields.get("Negative", "")),
             )  # fmt: skip
         except (KeyError, ValueError, LoadoutError):
             continue

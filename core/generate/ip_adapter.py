@@ -1,9 +1,10 @@
 """Image prompts with IP-Adapter (SD1.5, SDXL), applied as ComfyUI_IPAdapter_plus's IPAdapterAdvanced
-applies them (weight type "linear", embeds scaling "V only", no attention mask):
+applies them (the weight types and attention mask: :mod:`core.generate.ip_weights`; the embeds
+scalings and several pictures' combinations: :mod:`core.generate.ip_embeds`):
 
 * **encoding** (before the prompts): the picture through the CLIP vision tower as
   ``CLIPVisionEncode`` prepares it (:mod:`core.archs.clip_vision.preprocess`), the tower's
-  ``image_embeds`` (base adapters) or penultimate hidden states (plus, plus-face) through the
+  ``image_embeds`` (base adapters) or penultimate hidden states (plus, plus-face, full-face) through the
   adapter's image projection: the picture's tokens. The negative prompt's tokens are the
   projection of what ComfyUI_IPAdapter_plus feeds it: for plus, the tower's penultimate states of an
   all-black 224x224 picture (zeros in [0, 1], so ``-mean/std`` once normalised); for base, zero
@@ -32,6 +33,7 @@ from torch import Tensor
 
 from core.detect.catalog import family_title
 from core.errors import ModelMismatchError
+from core.generate.ip_embeds import combine, concat_pictures, scaled_kv
 from core.generate.ip_weights import BlockWeights, token_mask, transformer_numbers
 from core.generate.passes import Contribution, Plan, Run
 from core.generate.pictures import unit_pixels
@@ -53,7 +55,10 @@ class AppliedIpAdapter:
     size: where on the picture the image prompt acts; None: everywhere); for the style and
     composition types a second picture read at the composition block (``composition``, SDXL) and
     the composition blocks' weight; the precise types' ``boost``; the "Mad Scientist" layer weights
-    (:class:`core.generate.ip_weights.BlockWeights`)."""
+    (:class:`core.generate.ip_weights.BlockWeights`); the embeds scaling (:data:`EMBEDS_SCALINGS`),
+    more pictures read with the first and combined as ``combine`` says (:data:`COMBINE_MODES`), and
+    the negative picture (the pack's ``image_negative``; None: a black one for plus, zero
+    embeddings for base)."""
 
     adapter: LoadedIpAdapter
     encoder: LoadedImageEncoder
@@ -66,6 +71,15 @@ class AppliedIpAdapter:
     composition_weight: float | None = None
     boost: float | None = None
     layer_weights: tuple[tuple[int, float], ...] = ()
+    scaling: str = "V only"
+    pictures: tuple[np.ndarray, ...] = ()
+    combine: str = "concat"
+    negative: np.ndarray | None = None
+
+    @property
+    def count(self) -> int:
+        """How many pictures the adapter reads (``picture`` and ``pictures``)."""
+        return 1 + len(self.pictures)
 
     @property
     def blocks(self) -> BlockWeights:
@@ -109,6 +123,22 @@ def _embeds(applied: AppliedIpAdapter, pixels: Tensor, device: torch.device, dty
     return out.penultimate if applied.adapter.embeds == "penultimate" else out.image_embeds
 
 
+def _conditions(applied: AppliedIpAdapter, device: torch.device, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
+    """The tower's output for the pictures (combined as ``applied.combine`` says) and for the
+    negative: the negative picture's, else a black picture's (plus) or zeros (base); as many rows
+    as the pictures for ``concat``, else one."""
+    rows = [_embeds(applied, unit_pixels(p), device, dtype) for p in (applied.picture, *applied.pictures)]
+    cond = combine(torch.cat(rows), applied.combine)
+    plus = applied.adapter.embeds == "penultimate"
+    if applied.negative is not None:
+        uncond = _embeds(applied, unit_pixels(applied.negative), device, dtype)
+    elif plus:
+        uncond = _embeds(applied, torch.zeros(1, 3, EMPTY_SIZE, EMPTY_SIZE), device, dtype)
+    else:
+        uncond = torch.zeros_like(cond[:1])
+    return cond, uncond.expand(cond.shape[0], *uncond.shape[1:])
+
+
 @dataclass(frozen=True)
 class EncodeImagePrompts:
     """Before the prompts: each picture encoded and projected, and the negative's tokens."""
@@ -122,16 +152,11 @@ class EncodeImagePrompts:
         with torch.inference_mode():
             for applied in self.adapters:
                 run.hooks.check()
-                cond = _embeds(applied, unit_pixels(applied.picture), compute.device, compute.text_dtype)
-                if applied.adapter.embeds == "penultimate":
-                    black = torch.zeros(1, 3, EMPTY_SIZE, EMPTY_SIZE)
-                    uncond = _embeds(applied, black, compute.device, compute.text_dtype)
-                else:
-                    uncond = torch.zeros_like(cond)
+                cond, uncond = _conditions(applied, compute.device, compute.text_dtype)
                 arch, module = applied.adapter.arch, applied.adapter.module
                 dt = compute.diffusion_dtype
-                pos = arch.project(module, cond.to(dt)).float().cpu()
-                neg = arch.project(module, uncond.to(dt)).float().cpu()
+                pos = concat_pictures(arch.project(module, cond.to(dt)).float().cpu())
+                neg = concat_pictures(arch.project(module, uncond.to(dt)).float().cpu())
                 if applied.blocks.roles > 1:
                     comp = pos
                     if applied.composition is not None:
@@ -157,9 +182,9 @@ class _Layer:
 
     def weight(
         self, site: Site, latent: tuple[int, int], queries: int, like: Tensor
-    ) -> tuple[float | Tensor, Tensor]:
-        """The weight at ``site`` (its weight type's), times the mask resized to the call's
-        tokens, and the image tokens that transformer reads."""
+    ) -> tuple[float, Tensor | None, Tensor]:
+        """The weight at ``site`` (its weight type's), the mask resized to the call's tokens
+        ((1, queries, 1); None: unmasked) and the image tokens that transformer reads."""
         a = self.applied
         n = a.adapter.arch.transformers(a.adapter.module)
         blocks = a.blocks
@@ -168,8 +193,8 @@ class _Layer:
         count = self.tokens.shape[1] // roles
         tokens = self.tokens[:, role * count : (role + 1) * count] if roles > 1 else self.tokens
         if a.mask is None or w == 0:
-            return w, tokens
-        return token_mask(a.mask, latent, queries).to(like)[None, :, None] * w, tokens
+            return w, None, tokens
+        return w, token_mask(a.mask, latent, queries).to(like)[None, :, None], tokens
 
 
 @dataclass(frozen=True)
@@ -188,12 +213,14 @@ class IpAttention:
             i = layer.order.get((call.site, call.layer))
             if i is None:
                 continue
-            weight, tokens = layer.weight(call.site, self.latent, call.q.shape[1], call.q)
-            if isinstance(weight, float) and weight == 0:
+            w, mask, tokens = layer.weight(call.site, self.latent, call.q.shape[1], call.q)
+            if w == 0:
                 continue  # the pack's ``return 0``: the weight type leaves this transformer out
-            adapter = layer.applied.adapter
-            k, v = adapter.arch.key_value(adapter.module, i, tokens.to(call.q.dtype))
-            extra.append(ExtraAttention(k, v, weight))
+            a = layer.applied
+            k, v = a.adapter.arch.key_value(a.adapter.module, i, tokens.to(call.q.dtype))
+            per_picture = tokens.shape[1] // (a.count if a.combine == "concat" else 1)
+            k, v, factor = scaled_kv(k, v, w, a.scaling, per_picture)
+            extra.append(ExtraAttention(k, v, factor if mask is None else mask * factor))
         return replace(call, extra=call.extra + tuple(extra)) if extra else call
 
 

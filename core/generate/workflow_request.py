@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from core.errors import LoadoutError
+from core.generate.ip_embeds import COMBINE_MODES, EMBEDS_SCALINGS
 from core.generate.ip_weights import COMPOSITION_TYPES, PRECISE_TYPES, WEIGHT_TYPES
 from core.preprocess import find_preprocessor
 from core.values import (
@@ -89,7 +90,11 @@ class IpAdapterUse:
     (``composition_weight``, the pack's ``weight_composition``; None: 1); for the precise types
     the pack's ``style_boost`` / ``composition_boost`` (``boost``; None: the weight); "Mad
     Scientist" layer weights (``layer_weights``: :func:`core.generate.ip_weights.parse_layer_weights`'
-    pairs). The image encoder that reads the pictures is the settings'
+    pairs); the embeds scaling (the pack's ``embeds_scaling``:
+    :data:`core.generate.ip_embeds.EMBEDS_SCALINGS`), more pictures for the same adapter
+    (``pictures``, after ``picture``) combined as ``combine`` says (the pack's ``combine_embeds``:
+    :data:`core.generate.ip_embeds.COMBINE_MODES`), and the negative picture (the pack's
+    ``image_negative``). The image encoder that reads the pictures is the settings'
     (``ImageSettings.image_encoder``) or the one found for it."""
 
     path: Path
@@ -103,8 +108,13 @@ class IpAdapterUse:
     composition_weight: float | None = None
     boost: float | None = None
     layer_weights: tuple[tuple[int, float], ...] = ()
+    scaling: str = "V only"
+    pictures: tuple[Path, ...] = ()
+    combine: str = "concat"
+    negative: Path | None = None
 
     def __post_init__(self) -> None:
+        self._check_embeds()
         if self.weight_type not in WEIGHT_TYPES:
             raise _bad(
                 f"{self.weight_type!r} is not an IP-Adapter weight type",
@@ -137,6 +147,33 @@ class IpAdapterUse:
                 f"IP-Adapter start {self.start} is after its end {self.end}",
                 "an image prompt acts from its start percent to its end percent",
                 "Give a start at or before the end",
+            )
+
+    def _check_embeds(self) -> None:
+        if self.scaling not in EMBEDS_SCALINGS:
+            raise _bad(
+                f"{self.scaling!r} is not an IP-Adapter embeds scaling",
+                "the scalings are ComfyUI_IPAdapter_plus's: " + ", ".join(EMBEDS_SCALINGS),
+                "Give one of them (e.g. K+V)",
+            )
+        if self.combine not in COMBINE_MODES:
+            raise _bad(
+                f"{self.combine!r} is not a way to combine an IP-Adapter's pictures",
+                "the ways are ComfyUI_IPAdapter_plus's combine_embeds: " + ", ".join(COMBINE_MODES),
+                "Give one of them (e.g. average)",
+            )
+        if self.combine != "concat" and not self.pictures:
+            raise _bad(
+                f"combining the pictures ({self.combine}) needs more than one picture",
+                "the combination says how several pictures for one IP-Adapter become one",
+                "Give more pictures for the adapter, or leave the combination out",
+            )
+        if self.pictures and self.combine == "concat" and self.composition is not None:
+            raise _bad(
+                "several concatenated pictures and a composition picture do not go together",
+                "the composition block reads one picture's tokens and the others a token row per "
+                "picture (ComfyUI_IPAdapter_plus cannot lay them side by side either)",
+                "Combine the pictures (e.g. average), or leave the composition picture out",
             )
 
 

@@ -25,7 +25,7 @@ ARCHITECTURE = "ip-adapter"
 class LoadedIpAdapter:
     path: Path
     family: str  # the diffusion family it is for
-    variant: str | None  # None (base), "plus", "plus-face"
+    variant: str | None  # None (base), "plus", "plus-face", "full-face"
     encoder: str | None  # the image encoder family it reads (clip-vit-h ...)
     embeds: str  # which output of the encoder: "image_embeds" (base) or "penultimate" (plus)
     arch: ImagePromptAdapter
@@ -41,13 +41,6 @@ def _refuse_unsupported_variant(name: str, variant: str | None) -> None:
             "Loadout does not include",
             fix="Use an IP-Adapter that reads pictures with CLIP vision (e.g. ip-adapter-plus-face_sd15 "
             "for faces), or ComfyUI_IPAdapter_plus with insightface for FaceID",
-            code="unsupported_variant",
-        )
-    if variant == "full-face":
-        raise ModelMismatchError(
-            f"{name} is a full-face IP-Adapter (an MLP image projection), which Loadout does not run yet",
-            why="Loadout computes the base, plus and plus-face image projections",
-            fix="Use ip-adapter-plus-face_sd15 for faces",
             code="unsupported_variant",
         )
 

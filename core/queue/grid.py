@@ -7,7 +7,9 @@ strength sweep is a grid with one such axis, run on the session at hand (core.qu
 A ``controlnet-strength`` axis sets the first ControlNet's strength (sd-webui-controlnet's axis sets
 unit 0's weight), each cell a plain generation at that strength; ``ip-adapter-weight`` and
 ``ip-adapter-type`` set the first image prompt's weight and weight type (a type that has no
-composition picture or boost leaves those out).
+composition picture or boost leaves those out), ``ip-adapter-scaling`` its embeds scaling;
+``redux-strength`` the first FLUX Redux
+picture's strength.
 Cells are ordered checkpoint first, so a worker loads each checkpoint once for the whole grid.
 """
 
@@ -18,22 +20,30 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from core.errors import LoadoutError
+from core.generate.ip_embeds import EMBEDS_SCALINGS
 from core.generate.ip_weights import COMPOSITION_TYPES, PRECISE_TYPES, WEIGHT_TYPES
 from core.generate.request import MAX_SEED, GenerateRequest, ImageSettings
 from core.generate.workflow_request import IpAdapterUse
 from core.sampling import SAMPLERS, SCHEDULERS
-from core.values import CLIP_SKIP, CONTROLNET_STRENGTH, IP_ADAPTER_WEIGHT, LORA_STRENGTH
+from core.values import (
+    CLIP_SKIP,
+    CONTROLNET_STRENGTH,
+    IP_ADAPTER_WEIGHT,
+    LORA_STRENGTH,
+    REDUX_STRENGTH,
+)
 
 AXES = (
     "seed", "steps", "cfg", "sampler", "scheduler", "lora-strength", "lora-model-strength",
     "lora-clip-strength", "checkpoint", "prompt-sr", "clip-skip", "controlnet-strength",
-    "ip-adapter-weight", "ip-adapter-type",
+    "ip-adapter-weight", "ip-adapter-type", "ip-adapter-scaling", "redux-strength",
 )  # fmt: skip
 _SHORT = {"seed": "seed", "steps": "steps", "cfg": "cfg", "lora-strength": "lora", "clip-skip": "clip skip",
           "lora-model-strength": "lora model", "lora-clip-strength": "lora clip",
-          "controlnet-strength": "controlnet", "ip-adapter-weight": "ip-adapter"}  # fmt: skip
+          "controlnet-strength": "controlnet", "ip-adapter-weight": "ip-adapter",
+          "redux-strength": "redux"}  # fmt: skip
 #: the axes that set the first image prompt (``--ip-adapter``)
-IP_ADAPTER_AXES = ("ip-adapter-weight", "ip-adapter-type")
+IP_ADAPTER_AXES = ("ip-adapter-weight", "ip-adapter-type", "ip-adapter-scaling")
 LORA_AXES = ("lora-strength", "lora-model-strength", "lora-clip-strength")
 Value = int | float | str
 
@@ -105,11 +115,19 @@ def axis_of(name: str, text: str) -> Axis:
         values = [CONTROLNET_STRENGTH.parse(v) for v in raw]
     elif name == "ip-adapter-weight":
         values = [IP_ADAPTER_WEIGHT.parse(v) for v in raw]
+    elif name == "redux-strength":
+        values = [REDUX_STRENGTH.parse(v) for v in raw]
     elif name == "ip-adapter-type":
         unknown = [v for v in raw if v not in WEIGHT_TYPES]
         if unknown:
             said = ", ".join(WEIGHT_TYPES)
             raise _bad(f"unknown IP-Adapter weight type {unknown[0]!r}", f"Use one of {said}")
+        values = list(raw)
+    elif name == "ip-adapter-scaling":
+        unknown = [v for v in raw if v not in EMBEDS_SCALINGS]
+        if unknown:
+            said = ", ".join(EMBEDS_SCALINGS)
+            raise _bad(f"unknown IP-Adapter embeds scaling {unknown[0]!r}", f"Use one of {said}")
         values = list(raw)
     elif name == "sampler" or name == "scheduler":
         known = SAMPLERS if name == "sampler" else SCHEDULERS
@@ -182,6 +200,9 @@ def _apply_image(
     if axis.name in IP_ADAPTER_AXES:
         prompts = (_ip_adapter(axis.name, v, image), *image.ip_adapters[1:])
         return replace(image, ip_adapters=prompts), strengths
+    if axis.name == "redux-strength":  # the first Redux picture's (its strength type kept)
+        picture = replace(image.redux[0], strength=float(v))
+        return replace(image, redux=(picture, *image.redux[1:])), strengths
     if axis.name == "prompt-sr":
         return replace(image, prompt=image.prompt.replace(str(axis.values[0]), str(v))), strengths
     assert axis.name in LORA_AXES and strengths is not None, axis.name
@@ -196,6 +217,8 @@ def _ip_adapter(name: str, v: Value, image: ImageSettings) -> IpAdapterUse:
     first = image.ip_adapters[0]
     if name == "ip-adapter-weight":
         return replace(first, weight=float(v))
+    if name == "ip-adapter-scaling":
+        return replace(first, scaling=str(v))
     t = str(v)
     composing = t in COMPOSITION_TYPES
     return replace(
@@ -232,11 +255,25 @@ def _check(axes: Sequence[Axis], image: ImageSettings, has_lora: bool) -> None:
             )
         if a.name in IP_ADAPTER_AXES and not image.ip_adapters:
             raise _bad(f"a {a.name} axis needs an IP-Adapter", "Add an IP-Adapter and its picture")
+        if a.name == "redux-strength":
+            _check_redux(a, image)
         if a.name == "prompt-sr" and str(a.values[0]) not in prompt:
             raise _bad(
                 f"the prompt does not contain {a.values[0]!r}",
                 "Prompt S/R searches the prompt for its first value: use words the prompt has",
             )
+
+
+def _check_redux(axis: Axis, image: ImageSettings) -> None:
+    if not image.redux:
+        raise _bad(
+            "a redux-strength axis needs a FLUX Redux picture", "Add a Redux style model and its picture"
+        )
+    if image.redux[0].strength_type == "attn_bias" and any(float(v) <= 0 for v in axis.values):
+        raise _bad(
+            "a redux-strength axis gives strength 0 to a Redux picture whose strength type is attn_bias",
+            "Give strengths above 0 (attn_bias adds log(strength) to the attention), or use multiply",
+        )
 
 
 Place = tuple[tuple[int, int, int], tuple[tuple[int, Axis, int], ...]]

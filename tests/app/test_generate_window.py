@@ -118,7 +118,7 @@ def test_a_lora_strength_sweep_from_the_panel_shows_each_cell_and_the_grid(
     with strict(qtbot, window.backend, "started", "stack_changed", "finished"):
         window.backend.add_lora(demo_library.lora, 0.8, 0.8)
     panel = window.generate_panel
-    assert panel.sweep_lora.count() == 4  # off, the demo LoRA, the first ControlNet, the IP-Adapter
+    assert panel.sweep_lora.count() == 5  # off, the demo LoRA, the first ControlNet, the IP-Adapter, Redux
     panel.sweep_lora.setCurrentIndex(1)
     panel.sweep_values.setText("0, 1.2")
     panel.prompt.setPlainText("a fox")

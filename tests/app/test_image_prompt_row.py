@@ -43,12 +43,15 @@ def test_the_row_gives_an_image_prompt_once_both_files_are_picked(
     row.mask.set_path(tmp_path / "left.png")
     (use,) = panel.settings().ip_adapters
     assert (use.weight_type, use.mask) == ("style transfer", tmp_path / "left.png")
+    row.scaling.setCurrentText("K+mean(V) w/ C penalty")
+    assert panel.settings().ip_adapters[0].scaling == "K+mean(V) w/ C penalty"
 
 
 def test_a_pictures_image_prompt_numbers_come_back(panel: GeneratePanel) -> None:
     item = (
         "Model: ip-adapter_sd15 [0123456789], Image: cat.png: 0123456789ab, Weight: 0.6, Start: 0.1, "
-        "End: 0.8, Encoder: vit-h, Weight type: ease in-out, Mask: left.png: 0123456789ab"
+        "End: 0.8, Encoder: vit-h, Weight type: ease in-out, Mask: left.png: 0123456789ab, "
+        "Embeds scaling: K+V w/ C penalty"
     )
     text = format_parameters(GenerationParameters("x", extra={"IP-Adapter 0": item}))
     panel.apply_parameters(parse_parameters(text))
@@ -56,6 +59,7 @@ def test_a_pictures_image_prompt_numbers_come_back(panel: GeneratePanel) -> None
     assert panel.workflows.isChecked()
     assert (row.weight.value(), row.start.value(), row.end.value()) == (0.6, 0.1, 0.8)
     assert row.weight_type.currentText() == "ease in-out"
+    assert row.scaling.currentText() == "K+V w/ C penalty"
 
 
 def test_the_redux_row_gives_a_redux_picture_and_its_strength_comes_back(

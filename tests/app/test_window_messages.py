@@ -159,6 +159,10 @@ def test_the_panel_sends_the_sweeps_text_encoder_choice(qtbot) -> None:
     with qtbot.waitSignal(panel.sweep_requested) as sent:
         panel.generate()
     assert (sent.args[1].x.name, sent.args[1].x.values) == ("ip-adapter-weight", (0.5, 1.0))
+    panel.sweep_lora.setCurrentIndex(panel.sweep_lora.findText("Redux strength"))
+    with qtbot.waitSignal(panel.sweep_requested) as sent:
+        panel.generate()
+    assert (sent.args[1].x.name, sent.args[1].x.values) == ("redux-strength", (0.5, 1.0))
 
 
 def test_the_loaded_models_table_shows_several_rows_however_short_its_dock(qtbot, make_window) -> None:

@@ -8,7 +8,11 @@ value projections ``ip_adapter.N.to_k_ip`` / ``to_v_ip`` of each cross-attention
 * plus (and plus-face): the perceiver resampler, ``image_proj.latents`` (the learned queries),
   ``proj_in``, ``layers.N.0`` (attention of the queries over [picture tokens, queries], with
   ``norm1``/``norm2``, ``to_q``, ``to_kv``, ``to_out``), ``layers.N.1`` (LayerNorm, Linear, GELU,
-  Linear; no biases), ``proj_out`` and ``norm_out``, over the tower's penultimate hidden states.
+  Linear; no biases), ``proj_out`` and ``norm_out``, over the tower's penultimate hidden states;
+* full-face: an MLP over every one of the tower's penultimate hidden states (ComfyUI_IPAdapter_plus's
+  ``MLPProjModel``, diffusers' ``IPAdapterFullImageProjection``): ``image_proj.proj.0`` (Linear,
+  hidden -> hidden), GELU, ``proj.2`` (Linear, hidden -> cross width), ``proj.3`` (LayerNorm): one
+  token per position (257 for ViT-H/14 at 224).
 """
 
 from __future__ import annotations
@@ -49,8 +53,9 @@ class IpAdapterConfig:
     cross_dim: int
     layers: tuple[tuple[str, int], ...]
     embed_dim: int  # what the image projection takes (the tower's embedding or hidden width)
-    tokens: int
+    tokens: int  # per picture (0: one per tower position, the full-face MLP)
     resampler: ResamplerConfig | None = None
+    mlp: bool = False  # the full-face MLP projection
 
 
 def config_from_shapes(shapes: Mapping[str, Sequence[int]]) -> IpAdapterConfig:
@@ -58,6 +63,8 @@ def config_from_shapes(shapes: Mapping[str, Sequence[int]]) -> IpAdapterConfig:
     numbers = sorted(int(m.group(1)) for k in shapes if (m := _KV.match(k)))
     layers = tuple((str(n), int(shapes[f"ip_adapter.{n}.to_k_ip.weight"][0])) for n in numbers)
     cross = int(shapes[f"ip_adapter.{numbers[0]}.to_k_ip.weight"][1])
+    if "image_proj.proj.3.weight" in shapes:
+        return IpAdapterConfig(cross, layers, int(shapes["image_proj.proj.0.weight"][1]), 0, mlp=True)
     if "image_proj.latents" not in shapes:
         proj, norm = shapes["image_proj.proj.weight"], shapes["image_proj.norm.weight"]
         return IpAdapterConfig(cross, layers, int(proj[1]), int(proj[0]) // int(norm[0]))
@@ -86,6 +93,23 @@ class _Linear(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         out: torch.Tensor = self.norm(self.proj(x).reshape(-1, self.tokens, self.width))
+        return out
+
+
+class _Mlp(nn.Module):
+    """The full-face projection: ``proj`` = Linear, GELU, Linear, LayerNorm, per position."""
+
+    def __init__(self, c: IpAdapterConfig, ops: OpSet, device: Any, dtype: torch.dtype | None) -> None:
+        super().__init__()
+        self.proj = nn.Sequential(
+            ops.Linear(c.embed_dim, c.embed_dim, device=device, dtype=dtype),
+            _GELU(),
+            ops.Linear(c.embed_dim, c.cross_dim, device=device, dtype=dtype),
+            ops.LayerNorm(c.cross_dim, device=device, dtype=dtype),
+        )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out: torch.Tensor = self.proj(x)
         return out
 
 
@@ -163,8 +187,10 @@ class IpAdapterModel(nn.Module):
         self.config = config
         r = config.resampler
         self.image_proj: nn.Module = (
-            _Linear(config, ops, device, dtype) if r is None else _Resampler(r, ops, device, dtype)
-        )
+            _Mlp(config, ops, device, dtype) if config.mlp
+            else _Linear(config, ops, device, dtype) if r is None
+            else _Resampler(r, ops, device, dtype)
+        )  # fmt: skip
         self.ip_adapter = nn.ModuleDict(
             {n: _KeyValue(config.cross_dim, inner, ops, device, dtype) for n, inner in config.layers}
         )

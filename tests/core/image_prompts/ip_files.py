@@ -80,18 +80,34 @@ def _resampler(
     return state
 
 
+def _mlp(gen: torch.Generator, hidden: int = 1280, cross: int = CROSS) -> dict[str, torch.Tensor]:
+    """h94's full-face MLP projection (``proj.0`` hidden -> hidden, GELU, ``proj.2`` -> cross,
+    ``proj.3`` the norm)."""
+    return {
+        "image_proj.proj.0.weight": _w(gen, hidden, hidden),
+        "image_proj.proj.0.bias": 0.1 * torch.randn(hidden, generator=gen),
+        "image_proj.proj.2.weight": _w(gen, cross, hidden),
+        "image_proj.proj.2.bias": 0.1 * torch.randn(cross, generator=gen),
+        "image_proj.proj.3.weight": 1 + 0.1 * torch.randn(cross, generator=gen),
+        "image_proj.proj.3.bias": 0.1 * torch.randn(cross, generator=gen),
+    }
+
+
 def ip_adapter_file(
     path: Path, *, plus: bool, seed: int = 0, sdxl: bool = False, embed: int = 1024,
-    inners: tuple[int, ...] | None = None,
+    inners: tuple[int, ...] | None = None, full: bool = False,
 ) -> Path:  # fmt: skip
     """An IP-Adapter reading ViT-H for the tiny UNet (SD1.5: ``INNER``) or the tiny SDXL-width UNet
     (``SDXL_INNER``): base (the ``embed``-wide image embeds, 4 tokens: 1024 ViT-H, 1280 ViT-bigG as
     ip-adapter_sdxl) or plus (the 1280-wide hidden states, 16 tokens; SDXL's resampler is 1280 wide
-    with 20 heads, as h94's); ``inners``: another UNet's cross-attention widths (:func:`inner_widths`)."""
+    with 20 heads, as h94's); ``inners``: another UNet's cross-attention widths (:func:`inner_widths`);
+    ``full``: the full-face MLP projection (SD1.5) instead."""
     gen = torch.Generator().manual_seed(seed)
     cross, default = (SDXL_CROSS, SDXL_INNER) if sdxl else (CROSS, INNER)
     inners = default if inners is None else inners
-    if plus:
+    if full:
+        state = _mlp(gen)
+    elif plus:
         state = _resampler(gen, 1280, dim=1280, out=cross, heads=20) if sdxl else _resampler(gen, 1280)
     else:
         state = _linear_proj(gen, embed, 4, cross)

@@ -24,18 +24,13 @@ from core.generate.pipeline import Compute, Hooks, Networks, Pipeline
 from core.generate.request import ImageSettings, Sampling
 from core.loading.image_encoder import load_image_encoder
 from core.loading.ip_adapter import load_ip_adapter
-from core.models.vae import SD1_LATENT
 from core.sampling import for_family
-from core.text.conditioning import TextEncoders
 from tests.core.generate.reference import (
-    clip_pair,
-    clip_tokenizer,
     discrete_comfy_schedule,
-    discrete_scheduler,
     to_unit_image,
-    vae_pair,
 )
 from tests.core.image_prompts.ip_files import inner_widths, ip_adapter_file, layout_unet_pair
+from tests.core.image_prompts.sd_pipelines import sd15_pipeline
 from tests.core.image_prompts.vision_files import save_transformers, vision_reference
 
 diffusers = pytest.importorskip("diffusers")
@@ -74,23 +69,14 @@ KINDS: dict[str, tuple[dict[str, Any], list[dict[str, Any]]]] = {
 @pytest.fixture(scope="module")
 def setup(tmp_path_factory: pytest.TempPathFactory) -> tuple[Any, Any, Networks, Path, Path, np.ndarray]:
     root = tmp_path_factory.mktemp("ipa_blocks_sd15")
-    tokenizer = clip_tokenizer(root / "clip_l", pad_with_end=True)
-    hf_clip, clip = clip_pair(768, act="quick_gelu", projection=None, seed=1)
     hf_unet, unet = layout_unet_pair(False, seed=2)
-    hf_vae, vae = vae_pair(4, SD1_LATENT, seed=3)
+    pipe, nets = sd15_pipeline(root, hf_unet, unet)
     tower = vision_reference(layers=1, seed=4)
-    pipe = diffusers.StableDiffusionPipeline(
-        vae=hf_vae, text_encoder=hf_clip, tokenizer=tokenizer, unet=hf_unet,
-        scheduler=discrete_scheduler("euler"), safety_checker=None, feature_extractor=None,
-        image_encoder=None, requires_safety_checker=False,
-    )  # fmt: skip
-    pipe.set_progress_bar_config(disable=True)
     name = "ip-adapter_sd15.safetensors"
     ip = ip_adapter_file(root / "ipadapter" / name, plus=False, seed=6, inners=inner_widths(unet))
     folder = str(ip.parent)
     pipe.load_ip_adapter([folder] * 2, subfolder=[""] * 2, weight_name=[name] * 2, image_encoder_folder=None)
     vision = save_transformers(tower, root / "clip_vision.safetensors")
-    nets = Networks("sd1", unet, TextEncoders(clip_l=clip), vae)
     plain = to_unit_image(Pipeline(nets, Compute()).run(SETTINGS, Hooks())[0])  # no image prompt
     return pipe, tower, nets, ip, vision, plain
 

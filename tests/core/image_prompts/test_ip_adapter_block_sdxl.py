@@ -28,18 +28,13 @@ from core.generate.pipeline import Compute, Hooks, Networks, Pipeline
 from core.generate.request import ImageSettings, Sampling
 from core.loading.image_encoder import load_image_encoder
 from core.loading.ip_adapter import load_ip_adapter
-from core.models.vae import SDXL_LATENT
 from core.sampling import for_family
-from core.text.conditioning import TextEncoders
 from tests.core.generate.reference import (
-    clip_pair,
-    clip_tokenizer,
     discrete_comfy_schedule,
-    discrete_scheduler,
     to_unit_image,
-    vae_pair,
 )
 from tests.core.image_prompts.ip_files import inner_widths, ip_adapter_file, layout_unet_pair
+from tests.core.image_prompts.sd_pipelines import sdxl_pipeline
 from tests.core.image_prompts.vision_files import save_transformers, vision_reference
 
 diffusers = pytest.importorskip("diffusers")
@@ -87,24 +82,14 @@ KINDS: dict[str, tuple[dict[str, Any], list[dict[str, Any]], str]] = {
 @pytest.fixture(scope="module")
 def setup(tmp_path_factory: pytest.TempPathFactory) -> tuple[Any, Any, Networks, Path, Path, np.ndarray]:
     root = tmp_path_factory.mktemp("ipa_blocks_sdxl")
-    tok_l = clip_tokenizer(root / "clip_l", pad_with_end=True)
-    tok_g = clip_tokenizer(root / "clip_g", pad_with_end=False)
-    hf_l, clip_l = clip_pair(768, act="quick_gelu", projection=None, seed=1)
-    hf_g, clip_g = clip_pair(1280, act="gelu", projection=1280, seed=2)
     hf_unet, unet = layout_unet_pair(True, seed=3)
-    hf_vae, vae = vae_pair(4, SDXL_LATENT, seed=4)
+    pipe, nets = sdxl_pipeline(root, hf_unet, unet)
     tower = vision_reference(layers=1, seed=5)
-    pipe = diffusers.StableDiffusionXLPipeline(
-        vae=hf_vae, text_encoder=hf_l, text_encoder_2=hf_g, tokenizer=tok_l, tokenizer_2=tok_g, unet=hf_unet,
-        scheduler=discrete_scheduler("euler"), force_zeros_for_empty_prompt=False, add_watermarker=False,
-    )  # fmt: skip
-    pipe.set_progress_bar_config(disable=True)
     name = "ip-adapter_sdxl_vit-h.safetensors"
     ip = ip_adapter_file(root / "ipadapter" / name, plus=False, sdxl=True, inners=inner_widths(unet))
     folder = str(ip.parent)  # loaded twice: the second picture or the swapped rows
     pipe.load_ip_adapter([folder] * 2, subfolder=[""] * 2, weight_name=[name] * 2, image_encoder_folder=None)
     vision = save_transformers(tower, root / "CLIP-ViT-H-14.safetensors")
-    nets = Networks("sdxl", unet, TextEncoders(clip_l=clip_l, clip_g=clip_g), vae)
     plain = to_unit_image(Pipeline(nets, Compute()).run(SETTINGS, Hooks())[0])  # no image prompt
     return pipe, tower, nets, ip, vision, plain
 

@@ -20,42 +20,16 @@ from core.generate.pipeline import Compute, Hooks, Networks, Pipeline
 from core.generate.request import ImageSettings, Sampling
 from core.loading.image_encoder import load_image_encoder
 from core.loading.ip_adapter import load_ip_adapter
-from core.models.vae import SD1_LATENT
 from core.sampling import for_family
-from core.text.conditioning import TextEncoders
-from tests.core.generate.reference import (
-    clip_pair,
-    clip_tokenizer,
-    discrete_comfy_schedule,
-    discrete_scheduler,
-    to_unit_image,
-    vae_pair,
-)
-from tests.core.image_prompts.ip_files import ip_adapter_file, unet_pair
-from tests.core.image_prompts.vision_files import save_transformers, vision_reference
+from tests.core.generate.reference import discrete_comfy_schedule, to_unit_image
 
 diffusers = pytest.importorskip("diffusers")
 pytestmark = [pytest.mark.filterwarnings("ignore::DeprecationWarning"), pytest.mark.usefixtures("one_thread")]
 
 
 @pytest.fixture(scope="module")
-def setup(tmp_path_factory: pytest.TempPathFactory) -> tuple[Any, Any, Networks, Path, Path]:
-    root = tmp_path_factory.mktemp("ipa_pipe")
-    tokenizer = clip_tokenizer(root / "clip_l", pad_with_end=True)
-    hf_clip, clip = clip_pair(768, act="quick_gelu", projection=None, seed=1)
-    hf_unet, unet = unet_pair(seed=2)
-    hf_vae, vae = vae_pair(4, SD1_LATENT, seed=3)
-    tower = vision_reference(layers=2, seed=4)
-    pipe = diffusers.StableDiffusionPipeline(
-        vae=hf_vae, text_encoder=hf_clip, tokenizer=tokenizer, unet=hf_unet,
-        scheduler=discrete_scheduler("euler"), safety_checker=None, feature_extractor=None,
-        image_encoder=None, requires_safety_checker=False,
-    )  # fmt: skip
-    pipe.set_progress_bar_config(disable=True)
-    ip = ip_adapter_file(root / "ipadapter" / "ip-adapter-plus_sd15.safetensors", plus=True, seed=6)
-    pipe.load_ip_adapter(str(ip.parent), subfolder="", weight_name=ip.name, image_encoder_folder=None)
-    vision = save_transformers(tower, root / "clip_vision.safetensors")
-    return pipe, tower, Networks("sd1", unet, TextEncoders(clip_l=clip), vae), ip, vision
+def setup(sd15_plus_pipe: tuple[Any, Any, Networks, Path, Path]) -> tuple[Any, Any, Networks, Path, Path]:
+    return sd15_plus_pipe  # conftest.py: shared with test_ip_adapter_batches.py
 
 
 @pytest.mark.parametrize("weight", [1.0, 0.6])

@@ -22,18 +22,13 @@ from core.generate.pipeline import Compute, Hooks, Networks, Pipeline
 from core.generate.request import ImageSettings, Sampling
 from core.loading.image_encoder import load_image_encoder
 from core.loading.ip_adapter import load_ip_adapter
-from core.models.vae import SDXL_LATENT
 from core.sampling import for_family
-from core.text.conditioning import TextEncoders
 from tests.core.generate.reference import (
-    clip_pair,
-    clip_tokenizer,
     discrete_comfy_schedule,
-    discrete_scheduler,
     to_unit_image,
-    vae_pair,
 )
 from tests.core.image_prompts.ip_files import ip_adapter_file, sdxl_unet_pair
+from tests.core.image_prompts.sd_pipelines import sdxl_pipeline
 from tests.core.image_prompts.vision_files import VIT_BIGG, save_transformers, vision_reference
 
 diffusers = pytest.importorskip("diffusers")
@@ -43,24 +38,13 @@ pytestmark = [pytest.mark.filterwarnings("ignore::DeprecationWarning"), pytest.m
 @pytest.fixture(scope="module")
 def setup(tmp_path_factory: pytest.TempPathFactory) -> tuple[Any, Any, Networks, Path, Path]:
     root = tmp_path_factory.mktemp("ipa_sdxl")
-    tok_l = clip_tokenizer(root / "clip_l", pad_with_end=True)
-    tok_g = clip_tokenizer(root / "clip_g", pad_with_end=False)
-    hf_l, clip_l = clip_pair(768, act="quick_gelu", projection=None, seed=1)
-    hf_g, clip_g = clip_pair(1280, act="gelu", projection=1280, seed=2)
-    hf_unet, unet = sdxl_unet_pair(seed=3, sized=True)
-    hf_vae, vae = vae_pair(4, SDXL_LATENT, seed=4)
+    pipe, nets = sdxl_pipeline(root, *sdxl_unet_pair(seed=3, sized=True))
     tower = vision_reference(layers=1, seed=5, widths=VIT_BIGG)
-    pipe = diffusers.StableDiffusionXLPipeline(
-        vae=hf_vae, text_encoder=hf_l, text_encoder_2=hf_g, tokenizer=tok_l, tokenizer_2=tok_g, unet=hf_unet,
-        scheduler=discrete_scheduler("euler"), force_zeros_for_empty_prompt=False, add_watermarker=False,
-    )  # fmt: skip
-    pipe.set_progress_bar_config(disable=True)
     ip = ip_adapter_file(
         root / "ipadapter" / "ip-adapter_sdxl.safetensors", plus=False, sdxl=True, embed=1280
     )
     pipe.load_ip_adapter(str(ip.parent), subfolder="", weight_name=ip.name, image_encoder_folder=None)
     vision = save_transformers(tower, root / "CLIP-ViT-bigG-14.safetensors")
-    nets = Networks("sdxl", unet, TextEncoders(clip_l=clip_l, clip_g=clip_g), vae)
     return pipe, tower, nets, ip, vision
 
 

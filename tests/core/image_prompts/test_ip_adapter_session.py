@@ -147,9 +147,10 @@ def test_a_weight_type_and_a_mask_from_the_command_line_reach_the_picture_and_th
     assert err.value.code == "bad_argument" and "style transfer" in err.value.why
 
 
-def test_faceid_and_full_face_adapters_are_refused_naming_what_is_missing(tmp_path: Path) -> None:
+def test_faceid_adapters_are_refused_naming_what_is_missing(tmp_path: Path) -> None:
     """h94's FaceID layouts as ComfyUI_IPAdapter_plus tells them (``is_faceid``: LoRA keys beside the
-    adapter's, or the portrait adapters' MLP projection) and the full-face MLP projection."""
+    adapter's, or the portrait adapters' MLP projection); the full-face MLP projection is not one
+    (it loads: test_ip_adapter_unet.py)."""
     from core.loading.ip_adapter import load_ip_adapter
 
     kv = {
@@ -168,14 +169,13 @@ def test_faceid_and_full_face_adapters_are_refused_naming_what_is_missing(tmp_pa
             "ip_adapter.1.to_q_lora.down.weight": torch.zeros(128, 320),
         },
         "ip-adapter-faceid-portrait_sd15.safetensors": {**mlp, **kv},
-        "ip-adapter-full-face_sd15.safetensors": {**mlp, "image_proj.proj.3.weight": torch.zeros(768), **kv},
     }
     for name, state in layouts.items():
         with pytest.raises(LoadoutError) as err:
             load_ip_adapter(write_tensors(tmp_path / name, state))
         assert err.value.code == "unsupported_variant", name
         words = err.value.what + err.value.why
-        assert ("FaceID" in words and "insightface" in words) if "faceid" in name else "full-face" in words
+        assert "FaceID" in words and "insightface" in words
 
 
 def test_a_weight_type_grid_with_a_precise_type_is_the_same_on_a_small_card_and_read_back(
@@ -207,6 +207,14 @@ def test_a_weight_type_grid_with_a_precise_type_is_the_same_on_a_small_card_and_
     assert not np.array_equal(_pixels(cells[0]), _pixels(cells[1]))
     with pytest.raises(LoadoutError, match="unknown IP-Adapter weight type"):
         parse_axis("ip-adapter-type:linear,precise")
+    with pytest.raises(LoadoutError, match="unknown IP-Adapter embeds scaling"):
+        parse_axis("ip-adapter-scaling:V only,K")
+    scaled = image_cells(
+        ImageSettings("a cat", ip_adapters=(use,)),
+        None,
+        parse_axis("ip-adapter-scaling:V only,K+mean(V) w/ C penalty"),
+    )
+    assert [c.image.ip_adapters[0].scaling for c in scaled] == ["V only", "K+mean(V) w/ C penalty"]
     with pytest.raises(LoadoutError, match="needs an IP-Adapter"):
         image_cells(ImageSettings("a cat"), None, parse_axis("ip-adapter-weight:0.5,1"))
 
@@ -218,6 +226,10 @@ def test_a_weight_type_grid_with_a_precise_type_is_the_same_on_a_small_card_and_
         ("layers=3:2.5 6:1", "is not INDEX:WEIGHT"),
         ("layers=0:1, 16:1", "transformer 16"),  # SD1.5 numbers 16 (0-15)
         ("type=style transfer:boost=1.2", "boost goes with"),
+        ("scaling=K+W", "is not an IP-Adapter embeds scaling"),
+        ("combine=average", "needs more than one picture"),
+        ("image={cat}:combine=max", "is not a way to combine"),
+        ("image={cat}:type=strong style and composition:composition={cat}", "do not go together"),
     ],
 )
 def test_block_weight_refusals_from_the_command_line(
@@ -234,3 +246,33 @@ def test_block_weight_refusals_from_the_command_line(
     err = capsys.readouterr().err
     assert code != 0 and words in err, err
     assert not (tmp_path / "x.png").exists()
+
+
+def test_several_pictures_a_negative_and_a_scaling_from_the_command_line_are_read_back(
+    files: tuple[DemoLibrary, Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``image=`` twice (three pictures), ``combine=``, ``negative=`` and ``scaling=``: the PNG item
+    names them and reads back; the picture is the one the same settings make in core (the
+    numerics against diffusers and the pack's formulas: test_ip_adapter_batches.py,
+    test_ip_adapter_embeds.py)."""
+    demo, ip, cat = files
+    dog, fog = tmp_path / "dog.png", tmp_path / "fog.png"
+    for i, path in enumerate((dog, fog)):
+        Image.fromarray(np.random.default_rng(i).integers(0, 256, (64, 64, 3), dtype=np.uint8)).save(path)
+    out = tmp_path / "batch.png"
+    option = f"{ip}:{cat}:0.7:image={dog}:image={cat}:combine=norm average:negative={fog}:scaling=K+V"
+    code = main(
+        [
+            "generate", str(demo.checkpoint), "--prompt", "a cat", "--negative", "fog", "--seed", "3",
+            "--steps", "2", "--size", "64x64", "-o", str(out), "--quiet", "--ip-adapter", option,
+        ]
+    )  # fmt: skip
+    assert code == 0, capsys.readouterr().err
+    (item,) = ip_adapters_in(parse_parameters(read_png_parameters(out)).extra)
+    assert (item.scaling, item.combine, item.negative) == ("K+V", "norm average", "fog.png")
+    assert [name for name, _ in item.pictures] == ["dog.png", "cat.png"]
+    assert all(len(h) == 12 for _, h in (*item.pictures, (item.negative, item.negative_hash)))
+    use = IpAdapterUse(ip, cat, 0.7, scaling="K+V", pictures=(dog, cat), combine="norm average", negative=fog)
+    assert np.array_equal(_pixels(out), _make(demo, tmp_path / "same.png", steps=2, ip_adapters=(use,)))
+    one = IpAdapterUse(ip, cat, 0.7, scaling="K+V", negative=fog)
+    assert not np.array_equal(_pixels(out), _make(demo, tmp_path / "one.png", steps=2, ip_adapters=(one,)))

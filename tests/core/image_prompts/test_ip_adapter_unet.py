@@ -67,6 +67,32 @@ def test_ip_adapter_unet_equals_diffusers(
     assert float((out - plain).abs().max()) > 1e-2
 
 
+def test_full_face_adapter_equals_diffusers(pair: tuple[Any, Any], tmp_path: Path) -> None:
+    """h94's ip-adapter-full-face_sd15 layout (the MLP projection over ViT-H's 257 penultimate
+    states: 257 tokens) against diffusers' IPAdapterFullImageProjection."""
+    hf, ours = pair
+    path = ip_adapter_file(tmp_path / "ip-adapter-full-face_sd15.safetensors", plus=False, full=True)
+    loaded = load_ip_adapter(path)
+    assert (loaded.variant, loaded.encoder, loaded.embeds) == ("full-face", "clip-vit-h", "penultimate")
+    x, t, ctx = _inputs()
+    embeds = _embeds(True, 2)
+    applied = AppliedIpAdapter(loaded, None, None, 0.7, (1e9, 0.0))  # type: ignore[arg-type]
+    with torch.no_grad():
+        tokens = loaded.arch.project(loaded.module, embeds)
+        assert tokens.shape == (2, 257, 768)
+        patch = IpAttention((_Layer(applied, tokens, _order(applied, ours)),))
+        out = ours(x, t, ctx, patches=NetworkPatches(attention=(patch,)))
+        unet = _with_adapter(hf, path, 0.7)
+        theirs = unet(
+            x, t, encoder_hidden_states=ctx, added_cond_kwargs={"image_embeds": [embeds[:, None]]}
+        ).sample
+        plain = ours(x, t, ctx)
+    err = float((out - theirs).abs().max())
+    print(f"full-face: max |ours - diffusers| = {err:.1e}")
+    assert err < 1e-4
+    assert float((out - plain).abs().max()) > 1e-2
+
+
 @pytest.mark.parametrize("plus", [False, True])
 def test_sdxl_width_adapter_with_two_transformer_blocks_equals_diffusers(tmp_path: Path, plus: bool) -> None:
     hf, ours = sdxl_unet_pair()

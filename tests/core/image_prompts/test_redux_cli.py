@@ -174,3 +174,40 @@ def test_what_cannot_be_used_is_refused_in_words(
         err = capsys.readouterr().err
         assert words in err and "Traceback" not in err, err
         assert not Path(args[args.index("-o") + 1]).exists()
+
+
+def test_a_redux_strength_grid_cell_is_a_plain_generation_at_that_strength(
+    files: dict[str, Path],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """``--x redux-strength:...`` sets the first Redux picture's strength (its type kept): a cell
+    equals ``--redux`` at that strength bit for bit and its PNG names it; refused without a Redux
+    picture, and at strength 0 for an attn_bias picture, before anything runs."""
+    from core.errors import LoadoutError
+    from core.generate.request import ImageSettings
+    from core.generate.workflow_request import ReduxUse
+    from core.queue.grid import image_cells, parse_axis
+
+    monkeypatch.setenv("LOADOUT_T5_TOKENIZER", str(files["tokenizer"]))
+    grid = tmp_path / "grid"
+    redux = f"{files['redux']}:{files['house']}:0.2:attn_bias"
+    assert main([*_cli(files, grid, "--redux", redux, "--x", "redux-strength:0.3,1.5", "--quiet")]) == 0
+    one = tmp_path / "one.png"
+    assert (
+        main([*_cli(files, one, "--redux", f"{files['redux']}:{files['house']}:1.5:attn_bias", "--quiet")])
+        == 0
+    )
+    assert np.array_equal(_pixels(grid / "x1-y0-z0.png"), _pixels(one))
+    assert not np.array_equal(_pixels(grid / "x0-y0-z0.png"), _pixels(one))
+    found = [
+        redux_in(parse_parameters(read_png_parameters(grid / f"x{i}-y0-z0.png")).extra)[0] for i in (0, 1)
+    ]
+    assert [(r.strength, r.strength_type) for r in found] == [(0.3, "attn_bias"), (1.5, "attn_bias")]
+    capsys.readouterr()
+    with pytest.raises(LoadoutError, match="needs a FLUX Redux picture"):
+        image_cells(ImageSettings("a door"), None, parse_axis("redux-strength:0.5,1"))
+    biased = ImageSettings("a door", redux=(ReduxUse(files["redux"], files["house"], 0.5, "attn_bias"),))
+    with pytest.raises(LoadoutError, match="strength 0"):
+        image_cells(biased, None, parse_axis("redux-strength:0,1"))
