@@ -32,6 +32,8 @@ from torch import Tensor
 
 from core.detect.catalog import family_title
 from core.errors import ModelMismatchError
+from core.faces.analysis import Face
+from core.generate.ip_faceid import face_tokens
 from core.generate.ip_weights import BlockWeights, token_mask, transformer_numbers
 from core.generate.passes import Contribution, Plan, Run
 from core.generate.pictures import unit_pixels
@@ -56,7 +58,7 @@ class AppliedIpAdapter:
     (:class:`core.generate.ip_weights.BlockWeights`)."""
 
     adapter: LoadedIpAdapter
-    encoder: LoadedImageEncoder
+    encoder: LoadedImageEncoder | None  # None: a FaceID adapter that reads no CLIP vision
     picture: np.ndarray
     weight: float
     sigma_range: tuple[float, float]
@@ -66,6 +68,8 @@ class AppliedIpAdapter:
     composition_weight: float | None = None
     boost: float | None = None
     layer_weights: tuple[tuple[int, float], ...] = ()
+    face: Face | None = None  # FaceID: the face read from the picture
+    face_scale: float = 1.0  # FaceID Plus v2: the shortcut's scale (the pack's weight_faceidv2)
 
     @property
     def blocks(self) -> BlockWeights:
@@ -91,9 +95,9 @@ def check_family(adapter: LoadedIpAdapter, family: str) -> None:
         )
 
 
-def check_encoder(adapter: LoadedIpAdapter, encoder: LoadedImageEncoder) -> None:
+def check_encoder(adapter: LoadedIpAdapter, encoder: LoadedImageEncoder | None) -> None:
     """Refuse, in words, an image encoder of another vision tower than the adapter reads."""
-    if adapter.encoder is not None and encoder.family != adapter.encoder:
+    if encoder is not None and adapter.encoder is not None and encoder.family != adapter.encoder:
         raise ModelMismatchError(
             f"{adapter.path.name} reads pictures with {family_title(adapter.encoder)}, and "
             f"{encoder.path.name} is {family_title(encoder.family)}",
@@ -105,8 +109,17 @@ def check_encoder(adapter: LoadedIpAdapter, encoder: LoadedImageEncoder) -> None
 
 def _embeds(applied: AppliedIpAdapter, pixels: Tensor, device: torch.device, dtype: torch.dtype) -> Tensor:
     enc = applied.encoder
+    assert enc is not None
     out = enc.arch.encode(enc.module, pixels, device, dtype)
     return out.penultimate if applied.adapter.embeds == "penultimate" else out.image_embeds
+
+
+def _roles(applied: AppliedIpAdapter, pos: Tensor, neg: Tensor, comp: Tensor) -> tuple[Tensor, Tensor]:
+    """The token sets of MAIN, SWAPPED and COMPOSITION side by side when the weight type reads more
+    than the picture's (ip_weights)."""
+    if applied.blocks.roles > 1:
+        return torch.cat([pos, pos * 0, comp], 1), torch.cat([neg, pos, neg], 1)
+    return pos, neg
 
 
 @dataclass(frozen=True)
@@ -122,6 +135,15 @@ class EncodeImagePrompts:
         with torch.inference_mode():
             for applied in self.adapters:
                 run.hooks.check()
+                if applied.face is not None:
+                    pos, neg = face_tokens(
+                        applied.adapter, applied.encoder, applied.picture, applied.face, applied.face_scale,
+                        compute.device, compute.text_dtype, compute.diffusion_dtype,
+                    )  # fmt: skip
+                    pos, neg = _roles(applied, pos, neg, pos)
+                    positive.append(pos)
+                    negative.append(neg)
+                    continue
                 cond = _embeds(applied, unit_pixels(applied.picture), compute.device, compute.text_dtype)
                 if applied.adapter.embeds == "penultimate":
                     black = torch.zeros(1, 3, EMPTY_SIZE, EMPTY_SIZE)
@@ -132,14 +154,12 @@ class EncodeImagePrompts:
                 dt = compute.diffusion_dtype
                 pos = arch.project(module, cond.to(dt)).float().cpu()
                 neg = arch.project(module, uncond.to(dt)).float().cpu()
-                if applied.blocks.roles > 1:
-                    comp = pos
-                    if applied.composition is not None:
-                        pixels = unit_pixels(applied.composition)
-                        embeds = _embeds(applied, pixels, compute.device, compute.text_dtype)
-                        comp = arch.project(module, embeds.to(dt)).float().cpu()
-                    # the token sets of MAIN, SWAPPED and COMPOSITION side by side (ip_weights)
-                    pos, neg = torch.cat([pos, pos * 0, comp], 1), torch.cat([neg, pos, neg], 1)
+                comp = pos
+                if applied.blocks.roles > 1 and applied.composition is not None:
+                    pixels = unit_pixels(applied.composition)
+                    embeds = _embeds(applied, pixels, compute.device, compute.text_dtype)
+                    comp = arch.project(module, embeds.to(dt)).float().cpu()
+                pos, neg = _roles(applied, pos, neg, comp)
                 positive.append(pos)
                 negative.append(neg)
         run.image_prompts = replace(run.image_prompts, positive=tuple(positive), negative=tuple(negative))

@@ -103,6 +103,8 @@ class IpAdapterUse:
     composition_weight: float | None = None
     boost: float | None = None
     layer_weights: tuple[tuple[int, float], ...] = ()
+    #: FaceID Plus v2's shortcut scale (the pack's ``weight_faceidv2``; None: twice the weight)
+    face_weight: float | None = None
 
     def __post_init__(self) -> None:
         if self.weight_type not in WEIGHT_TYPES:
