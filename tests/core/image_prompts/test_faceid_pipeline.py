@@ -21,11 +21,13 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from core.archs.clip_vision.preprocess import clip_preprocess
 from core.faces.analysis import open_face_reader
-from core.generate.ip_adapter import AppliedIpAdapter, IpAdapterPass
+from core.generate.ip_adapter import EMPTY_SIZE, AppliedIpAdapter, IpAdapterPass
 from core.generate.ip_faceid import read_face
 from core.generate.pipeline import Compute, Hooks, Networks, Pipeline
 from core.generate.request import ImageSettings, Sampling
+from core.loading.image_encoder import load_image_encoder
 from core.loading.ip_adapter import load_ip_adapter
 from core.loading.loader import LoadedComponent
 from core.models.vae import SD1_LATENT
@@ -44,6 +46,7 @@ from tests.core.generate.reference import (
 )
 from tests.core.image_prompts.faceid_files import faceid_file, lora_file, split_state
 from tests.core.image_prompts.ip_files import unet_pair
+from tests.core.image_prompts.vision_files import save_transformers, vision_reference
 
 diffusers = pytest.importorskip("diffusers")
 pytest.importorskip("peft")
@@ -86,14 +89,71 @@ def _diffusers(pipe: Any, embedding: np.ndarray, weight: float) -> np.ndarray:
     return np.asarray(out)
 
 
+def _face_reference(buffalo: Path, rgb: np.ndarray) -> Any:
+    app = insightface_app.FaceAnalysis(name=str(buffalo), providers=["CPUExecutionProvider"])
+    app.prepare(ctx_id=0, det_size=(640, 640))  # the pack's insightface_loader
+    return app.get(np.ascontiguousarray(rgb[..., ::-1]))[0]
+
+
+def test_faceid_plus_v2_picture_equals_diffusers(
+    setup: tuple[Any, Networks, Path, Path], tmp_path: Path
+) -> None:
+    """FaceID Plus v2: CLIP vision of the face cropped at 224 by insightface's ``norm_crop`` (the
+    pack's), diffusers' ``IPAdapterFaceIDPlusImageProjection`` given those states as ``clip_embeds``
+    with the shortcut at the face weight (the pack's ``weight_faceidv2``: here its default, twice
+    the weight)."""
+    from insightface.utils import face_align
+
+    pipe, nets, _, buffalo = setup
+    tower = vision_reference(layers=2, seed=4)
+    vision = load_image_encoder(save_transformers(tower, tmp_path / "clip_vision.safetensors"))
+    ip = faceid_file(
+        tmp_path / "ip-adapter-faceid-plusv2_sd15.safetensors", pipe.unet, 768, seed=8, plus=True
+    )
+    rgb = face_picture()
+    ref = _face_reference(buffalo, rgb)
+    face = read_face(open_face_reader(buffalo), rgb, Path("face.png"))
+    adapter = load_ip_adapter(ip)
+    assert adapter.variant == "faceid-plusv2" and adapter.encoder == "clip-vit-h"
+    s = Sampling(seed=11, steps=4, cfg=6.0, sampler="euler", scheduler="karras")
+    settings = ImageSettings(prompt="a tiny fox", negative="blurry", width=64, height=64, sampling=s)
+    pipeline = Pipeline(nets, Compute())
+    full = (pipeline.sampling.percent_to_sigma(0.0), pipeline.sampling.percent_to_sigma(1.0))
+    weight = 0.7
+    applied = AppliedIpAdapter(adapter, vision, rgb, weight, full, face=face, face_scale=2 * weight)
+    ours = to_unit_image(pipeline.run(settings, Hooks(), passes=[IpAdapterPass((applied,))])[0])
+
+    crop = face_align.norm_crop(rgb, landmark=ref.kps, image_size=224)
+    unit = torch.from_numpy(crop).float().div(255).permute(2, 0, 1)[None]
+    black = torch.zeros(1, 3, EMPTY_SIZE, EMPTY_SIZE)
+    with torch.no_grad():
+        pos, neg = (
+            tower(pixel_values=clip_preprocess(p), output_hidden_states=True).hidden_states[-2]
+            for p in (unit, black)
+        )
+    pipe.load_ip_adapter(
+        split_state(load_file(str(ip)), lora=False), subfolder="", weight_name="x", image_encoder_folder=None
+    )
+    try:
+        proj = pipe.unet.encoder_hid_proj.image_projection_layers[0]
+        proj.clip_embeds, proj.shortcut, proj.shortcut_scale = (
+            torch.cat([neg, pos])[:, None],
+            True,
+            2 * weight,
+        )
+        err = float(np.abs(ours - _diffusers(pipe, ref.normed_embedding, weight)).max())
+    finally:
+        pipe.unload_ip_adapter()
+    print(f"FaceID Plus v2: max |ours - diffusers| = {err:.1e}")
+    assert err < 3 / 255
+
+
 def test_faceid_picture_equals_diffusers_with_and_without_the_lora(
     setup: tuple[Any, Networks, Path, Path], tmp_path: Path
 ) -> None:
     pipe, nets, ip, buffalo = setup
     rgb = face_picture()
-    app = insightface_app.FaceAnalysis(name=str(buffalo), providers=["CPUExecutionProvider"])
-    app.prepare(ctx_id=0, det_size=(640, 640))
-    embedding = app.get(np.ascontiguousarray(rgb[..., ::-1]))[0].normed_embedding
+    embedding = _face_reference(buffalo, rgb).normed_embedding
     face = read_face(open_face_reader(buffalo), rgb, Path("face.png"))
     np.testing.assert_array_equal(face.normed_embedding, embedding)
 
