@@ -138,3 +138,23 @@ def test_projections_equal_diffusers(files: dict[str, Path]) -> None:
                 ours = adapter.arch.project_face_plus(adapter.module, face, clip, 1.6, True)
         assert ours.shape == ref.shape
         torch.testing.assert_close(ours, ref, rtol=0, atol=2e-5)
+
+
+def test_h94_bin_release_loads_as_the_safetensors_one(files: dict[str, Path], tmp_path: Path) -> None:
+    """h94 ships the FaceID adapters as ``.bin`` (a pickled ``{"image_proj": {...}, "ip_adapter":
+    {...}}``): read without running code, the same adapter as its safetensors conversion."""
+    from safetensors.torch import load_file
+
+    name = "ip-adapter-faceid-plusv2_sd15"
+    flat = load_file(str(files[f"{name}.safetensors"]))
+    nested: dict[str, dict[str, torch.Tensor]] = {"image_proj": {}, "ip_adapter": {}}
+    for key, value in flat.items():
+        head, rest = key.split(".", 1)
+        nested[head][rest] = value
+    torch.save(nested, tmp_path / f"{name}.bin")
+    a, b = load_ip_adapter(tmp_path / f"{name}.bin"), load_ip_adapter(files[f"{name}.safetensors"])
+    assert (a.variant, a.encoder, a.embeds) == (b.variant, b.encoder, b.embeds) == (
+        "faceid-plusv2", "clip-vit-h", "face+penultimate"
+    )  # fmt: skip
+    sa, sb = a.module.state_dict(), b.module.state_dict()
+    assert sa.keys() == sb.keys() and all(torch.equal(sa[k], sb[k]) for k in sa)
