@@ -53,6 +53,7 @@ class ErrorCode(StrEnum):
     MISSING_WEIGHTS = "missing_weights"
     MODEL_FILE_CHANGED = "model_file_changed"
     NO_DEVICE = "no_device"
+    NO_FACE = "no_face"
     NO_JOB = "no_job"
     NO_MODEL = "no_model"
     NO_PARAMETERS = "no_parameters"

@@ -131,6 +131,10 @@ CONTROLNET_PERCENT = NumberRange(
 IP_ADAPTER_WEIGHT = NumberRange("an IP-Adapter weight", -1.0, 5.0, hint="Give e.g. 0.8 (0 switches it off)")
 #: ComfyUI_IPAdapter_plus's style_boost / composition_boost (the precise weight types)
 IP_ADAPTER_BOOST = NumberRange("an IP-Adapter boost", -5.0, 5.0, hint="Give e.g. 1 (the node pack's range)")
+#: ComfyUI_IPAdapter_plus's weight_faceidv2 (IPAdapterFaceID: -1 to 5)
+IP_ADAPTER_FACE_WEIGHT = NumberRange(
+    "a FaceID face weight", -1.0, 5.0, hint="Give e.g. 1.5 (the node pack's range)"
+)
 IP_ADAPTER_PERCENT = NumberRange(
     "an IP-Adapter start/end percent", 0.0, 1.0, hint="0 is the first step, 1 the last: e.g. 0-0.8"
 )

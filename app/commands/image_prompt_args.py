@@ -5,7 +5,7 @@ style and composition types' second picture and weight, the precise types' boost
 Scientist" layer weights), ``--redux FILE:PICTURE[:STRENGTH[:TYPE]]`` (FLUX.1), both repeatable, and
 ``--image-encoder FILE`` (the vision tower file they read pictures with; without it the one each
 needs is found in the library, a ComfyUI install's ``models/clip_vision`` or beside the adapter or
-style model)."""
+style model) and ``--insightface DIR`` (FaceID's face models; ``face-weight=X``: FaceID Plus v2's)."""
 
 from __future__ import annotations
 
@@ -18,11 +18,18 @@ from app.commands.args import _split_paths
 from core.errors import LoadoutError
 from core.generate.ip_weights import WEIGHT_TYPES, parse_layer_weights
 from core.generate.workflow_request import IpAdapterUse, ReduxUse
-from core.values import IP_ADAPTER_BOOST, IP_ADAPTER_PERCENT, IP_ADAPTER_WEIGHT, REDUX_STRENGTH
+from core.values import (
+    IP_ADAPTER_BOOST,
+    IP_ADAPTER_FACE_WEIGHT,
+    IP_ADAPTER_PERCENT,
+    IP_ADAPTER_WEIGHT,
+    REDUX_STRENGTH,
+)
 
 #: the NAME=VALUE options of ``--ip-adapter`` after its two paths
 _OPTIONS = (
     "type", "mask", "composition", "composition-weight", "boost", "scaling", "image", "combine", "negative",
+    "face-weight",
 )  # fmt: skip
 #: the options that may be given more than once (each ``image=`` one more picture)
 _REPEATABLE = ("image",)
@@ -45,7 +52,9 @@ def add_image_prompt_arguments(p: argparse.ArgumentParser) -> None:
         "precise one); scaling=NAME the embeds scaling (V only, K+V, K+V w/ C penalty, "
         "K+mean(V) w/ C penalty), image=PICTURE one more picture for the same adapter (repeatable), "
         "combine=NAME how its pictures are combined (concat, add, subtract, average, norm average; "
-        "default concat) and negative=PICTURE the picture the negative prompt reads",
+        "default concat) and negative=PICTURE the picture the negative prompt reads; a FaceID adapter "
+        "(ip-adapter-faceid*) reads the picture's face with InsightFace's files (--insightface), and "
+        "face-weight=X is FaceID Plus v2's face weight (default twice the weight)",
     )  # fmt: skip
     p.add_argument(
         "--redux", action="append", default=[], metavar="FILE:PICTURE[:STRENGTH[:TYPE]]",
@@ -63,12 +72,21 @@ def add_image_prompt_arguments(p: argparse.ArgumentParser) -> None:
     )  # fmt: skip
 
 
+    p.add_argument(
+        "--insightface", metavar="DIR",
+        help="the folder of InsightFace's buffalo_l face models (det_10g.onnx, w600k_r50.onnx) FaceID "
+        "IP-Adapters read faces with (default: ComfyUI's models/insightface/models/buffalo_l, of an install "
+        "the library knows or beside the adapter's models/ipadapter)",
+    )  # fmt: skip
+
+
 def image_prompt_settings(args: argparse.Namespace) -> dict[str, Any]:
     """``ImageSettings``' image-prompt fields from ``--ip-adapter``, ``--redux`` and ``--image-encoder``."""
     return {
         "ip_adapters": tuple(parse_ip_adapter(t) for t in args.ip_adapter),
         "redux": tuple(parse_redux(t) for t in args.redux),
         "image_encoder": Path(args.image_encoder) if args.image_encoder else None,
+        "insightface": Path(args.insightface) if args.insightface else None,
     }
 
 
@@ -126,6 +144,7 @@ def parse_ip_adapter(text: str) -> IpAdapterUse:
     composition = Path(options["composition"]) if "composition" in options else None
     comp_weight = options.get("composition-weight")
     boost = options.get("boost")
+    face = options.get("face-weight")
     return IpAdapterUse(
         Path(parts[0]), Path(parts[1]), weight, start, end, options.get("type", "linear"), mask, composition,
         None if comp_weight is None else IP_ADAPTER_WEIGHT.parse(comp_weight),
@@ -133,6 +152,7 @@ def parse_ip_adapter(text: str) -> IpAdapterUse:
         parse_layer_weights(layers[0]) if layers else (), options.get("scaling", "V only"),
         tuple(Path(p) for p in images), options.get("combine", "concat"),
         Path(options["negative"]) if "negative" in options else None,
+        None if face is None else IP_ADAPTER_FACE_WEIGHT.parse(face),
     )  # fmt: skip
 
 

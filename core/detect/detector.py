@@ -178,7 +178,9 @@ def detect(
 
     # analyze_lora reads metadata through family_hints(None, metadata) and the trained scale alone.
     lora_hints = (tuple(family_hints(None, meta)), scale_metadata(meta)) if memo is not None else ()
-    lora = _once(m, ("lora", lora_hints), lambda: analyze_lora(view, meta))
+    # h94's FaceID IP-Adapters hold their LoRA's factors beside the adapter's own keys: an IP-Adapter
+    ip_layout = "ip_adapter.1.to_k_ip.weight" in view and view.has_prefix("image_proj.")
+    lora = None if ip_layout else _once(m, ("lora", lora_hints), lambda: analyze_lora(view, meta))
     if lora is not None:
         return Detection(
             kind="lora",

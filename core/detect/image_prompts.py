@@ -15,6 +15,8 @@ IP-Adapters (kind ``ip_adapter``, ``models/ipadapter``) and style models (kind `
   projection is the perceiver resampler (``image_proj.latents``), whose input is the vision
   tower's hidden width; a base adapter's linear projection takes the tower's projected embedding.
   The face variant has the plus layout: only the file name tells it (``variant`` ``plus-face``).
+  FaceID adapters (variants ``faceid``, ``faceid-portrait``, ``faceid-plus``, ``faceid-plusv2``)
+  project InsightFace's face embedding with a two-layer MLP (``image_proj.proj.0``/``proj.2``).
 * **SigLIP so400m, patch 14, 384** (``siglip-so400m``; ComfyUI's
   ``clip_vision/sigclip_vision_patch14_384.safetensors``, transformers' ``SiglipVisionModel``):
   ``vision_model.encoder.layers.N``, a 4-D *biased* patch convolution (a CLIP vision tower has no
@@ -68,16 +70,40 @@ def match_clip_vision(view: KeyView, family: str | None = None) -> Match | None:
     return Match(found[0], layout=layout, fields=fields, warnings=warnings)
 
 
-def _unsupported_variant(view: KeyView) -> str | None:
-    """A layout ComfyUI_IPAdapter_plus reads and Loadout does not yet: ``faceid`` (the pack's
-    ``is_faceid``: LoRA keys beside the adapter's, a FaceID plus resampler, or the portrait
-    adapters' two-layer MLP projection; the full-face MLP, with its norm ``proj.3``, is not one)."""
-    lora = any(k.startswith("ip_adapter.") and "_lora." in k for k in view)
-    full = "image_proj.proj.3.weight" in view
-    portrait = "image_proj.proj.2.weight" in view and not full
-    if lora or portrait or view.has_prefix("image_proj.perceiver_resampler."):
-        return "faceid"
+def _unsupported_variant(view: KeyView, filename: str | None) -> str | None:
+    """A layout ComfyUI_IPAdapter_plus reads and Loadout does not yet: the SDXL portrait adapter
+    that reads the unnormalised face embedding (``faceid-portrait-unnorm``, told by its name as the
+    pack tells it) and Kolors' FaceID (``faceid-kolors``: a 4096-wide face resampler)."""
+    if "image_proj.proj.3.weight" in view:
+        return None  # the full-face MLP projection (read below)
+    if filename is not None and "unnorm" in filename.lower():
+        return "faceid-portrait-unnorm"
+    out = view.shape("image_proj.perceiver_resampler.layers.0.0.to_out.weight")
+    if out is not None and out[0] == 4096:
+        return "faceid-kolors"
     return None
+
+
+def _faceid(view: KeyView, filename: str | None) -> tuple[str, dict[str, object]] | None:
+    """A FaceID adapter (the pack's ``is_faceid``: the two-layer MLP projection ``proj.0`` /
+    ``proj.2`` over InsightFace's 512-wide face embedding): ``faceid`` (LoRA keys beside the
+    adapter's), ``faceid-portrait`` (none, 16 tokens), ``faceid-plus`` / ``faceid-plusv2`` (the face
+    resampler ``perceiver_resampler`` over CLIP vision's penultimate states of the face crop; v2 told
+    by the file name, as the pack tells it)."""
+    first, second = view.shape("image_proj.proj.0.weight"), view.shape("image_proj.proj.2.weight")
+    norm = view.shape("image_proj.norm.weight")
+    if first is None or second is None or norm is None or len(first) != 2 or len(second) != 2:
+        return None
+    fields: dict[str, object] = {"tokens": second[0] // norm[0], "face_width": first[1], "embeds": "face"}
+    proj_in = view.shape("image_proj.perceiver_resampler.proj_in.weight")
+    if proj_in is not None and len(proj_in) == 2:
+        width = proj_in[1]
+        fields.update(encoder=next((f for w, (f, _) in CLIP_VISION_WIDTHS.items() if w == width), None),
+                      encoder_width=width, embeds="face+penultimate")  # fmt: skip
+        v2 = filename is not None and "plusv2" in filename.lower()
+        return ("faceid-plusv2" if v2 else "faceid-plus"), fields
+    lora = any(k.startswith("ip_adapter.") and "_lora." in k for k in view)
+    return ("faceid" if lora else "faceid-portrait"), fields
 
 
 def match_ip_adapter(view: KeyView, filename: str | None = None) -> Match | None:
@@ -91,9 +117,15 @@ def match_ip_adapter(view: KeyView, filename: str | None = None) -> Match | None
     layers = len(
         {k.split(".")[1] for k in view if k.startswith("ip_adapter.") and k.endswith("to_k_ip.weight")}
     )
-    unsupported = _unsupported_variant(view)
+    unsupported = _unsupported_variant(view, filename)
     if unsupported is not None:
         return Match(family or "unknown", layout="ip_adapter", variant=unsupported, fields={"layers": layers})
+    faceid = _faceid(view, filename)
+    if faceid is not None:
+        if family is None:
+            why = f"a FaceID IP-Adapter for a {kv[1]}-wide cross-attention, which no known family has"
+            return Match("unknown", layout="ip_adapter", variant=faceid[0], warnings=(why,))
+        return Match(family, layout="ip_adapter", variant=faceid[0], fields={**faceid[1], "layers": layers})
     if "image_proj.latents" in view and "image_proj.proj_in.weight" in view:
         latents, proj_in = view.shape("image_proj.latents"), view.shape("image_proj.proj_in.weight")
         assert latents is not None and proj_in is not None

@@ -19,8 +19,10 @@ from torch import nn
 from core.detect.catalog import family_title
 from core.detect.detector import detect
 from core.errors import LoadoutError
+from core.faces.analysis import FaceReader, open_face_reader
 from core.files import read_tensor_index
 from core.generate.ip_adapter import AppliedIpAdapter, IpAdapterPass, check_encoder, check_family
+from core.generate.ip_faceid import face_folder, face_scale, read_face
 from core.generate.ip_weights import BlockWeights, parse_layer_weights, show_layer_weights
 from core.generate.pictures import read_mask, read_picture
 from core.generate.references import file_sha256
@@ -28,7 +30,7 @@ from core.generate.request import ImageSettings
 from core.generate.workflow_request import IpAdapterUse
 from core.loading.image_encoder import LoadedImageEncoder, load_image_encoder
 from core.loading.image_prompts import LoadedStyleModel, load_style_model
-from core.loading.ip_adapter import LoadedIpAdapter, load_ip_adapter
+from core.loading.ip_adapter import FACEID_VARIANTS, LoadedIpAdapter, load_ip_adapter
 from core.loading.loader import LoadOptions
 from core.sampling.model_sampling import ModelSampling
 from core.session.session import Session
@@ -50,6 +52,13 @@ class ImagePromptCache:
     adapters: dict[Path, LoadedIpAdapter] = field(default_factory=dict)
     encoders: dict[Path, LoadedImageEncoder] = field(default_factory=dict)
     styles: dict[Path, LoadedStyleModel] = field(default_factory=dict)
+    faces: dict[Path, FaceReader] = field(default_factory=dict)  # InsightFace's files, by folder
+
+    def face_reader(self, folder: Path) -> FaceReader:
+        key = Path(folder).resolve()
+        if key not in self.faces:
+            self.faces[key] = open_face_reader(key)
+        return self.faces[key]
 
     def adapter(self, path: Path, check: Callable[[], None] | None) -> LoadedIpAdapter:
         key = Path(path).resolve()
@@ -156,14 +165,17 @@ def parameter_item(
     """``IP-Adapter 0: "Model: ip-adapter_sd15 [0123456789], Image: a.png: <12 hex>, Weight: 0.8,
     Start: 0, End: 1, Encoder: clip-vit-h [hash]"``, then ``, Weight type: style transfer`` when not
     linear, ``, Mask: m.png: <12 hex>`` when masked, ``, Composition: c.png: <12 hex>``,
-    ``, Composition weight: 0.5``, ``, Boost: 1.2`` and ``, Layer weights: 3:2.5,6:1`` when given,
-    ``, Embeds scaling: K+V`` when not V only, ``, Image 2: b.png: <12 hex>``... for more pictures
-    (``more``: their SHA-256s) with ``, Combine: average`` when not concat, and ``, Negative:
-    n.png: <12 hex>``."""
+    ``, Composition weight: 0.5``, ``, Boost: 1.2``, ``, Layer weights: 3:2.5,6:1`` and (FaceID Plus
+    v2) ``, Face weight: 1.5`` when given, ``, Embeds scaling: K+V`` when not V only, ``, Image 2:
+    b.png: <12 hex>``... for more pictures (``more``: their SHA-256s) with ``, Combine: average`` when
+    not concat, and ``, Negative: n.png: <12 hex>``; a FaceID adapter that reads no CLIP vision has
+    no ``Encoder``."""
     text = (
         f"Model: {model}, Image: {_file(use.picture)}: {sha256[:12]}, Weight: {_num(use.weight)}, "
-        f"Start: {_num(use.start)}, End: {_num(use.end)}, Encoder: {encoder}"
+        f"Start: {_num(use.start)}, End: {_num(use.end)}"
     )
+    if encoder:
+        text += f", Encoder: {encoder}"
     if use.weight_type != "linear":
         text += f", Weight type: {use.weight_type}"
     if use.mask is not None:
@@ -176,6 +188,8 @@ def parameter_item(
         text += f", Boost: {_num(use.boost)}"
     if use.layer_weights:
         text += f", Layer weights: {show_layer_weights(use.layer_weights)}"
+    if use.face_weight is not None:
+        text += f", Face weight: {_num(use.face_weight)}"
     if use.scaling != "V only":
         text += f", Embeds scaling: {use.scaling}"
     for n, (picture, digest) in enumerate(zip(use.pictures, more, strict=True), 2):
@@ -187,10 +201,56 @@ def parameter_item(
     return f"IP-Adapter {index}", text
 
 
+_Loaded = tuple[IpAdapterUse, LoadedIpAdapter, LoadedImageEncoder | None, FaceReader | None]
+
+
+def _load_uses(
+    cache: ImagePromptCache, settings: ImageSettings, search: EncoderSearch, family: str,
+    check: Callable[[], None],
+) -> list[_Loaded]:  # fmt: skip
+    """Each image prompt's adapter loaded and checked, with the image encoder it reads with (none
+    for a FaceID adapter that reads only the face) and InsightFace's face models (FaceID)."""
+    pairs: list[_Loaded] = []
+    for use in settings.ip_adapters:
+        adapter = cache.adapter(use.path, check)
+        check_family(adapter, family)
+        blocks = BlockWeights(
+            use.weight_type, use.weight, use.composition_weight, use.boost, use.layer_weights,
+            use.composition is not None,
+        )  # fmt: skip
+        blocks.check(adapter.arch.transformers(adapter.module), adapter.path.name)
+        encoder = None
+        if adapter.embeds != "face":
+            encoder = image_encoder_for(
+                cache, settings.image_encoder, search, adapter.encoder, adapter.path,
+                "an IP-Adapter reads its picture with a CLIP vision model", IP_ADAPTER_ENCODER, check,
+            )  # fmt: skip
+        check_encoder(adapter, encoder)
+        faces = None
+        if adapter.variant in FACEID_VARIANTS:
+            _one_face(use, adapter)
+            faces = cache.face_reader(face_folder(settings.insightface, search.installs, adapter.path))
+        pairs.append((use, adapter, encoder, faces))
+    return pairs
+
+
+def _one_face(use: IpAdapterUse, adapter: LoadedIpAdapter) -> None:
+    """A FaceID adapter reads one face: more pictures or a negative picture are refused in words."""
+    if use.pictures or use.negative is not None:
+        raise LoadoutError(
+            f"{adapter.path.name} is a FaceID IP-Adapter, which reads the face of one picture",
+            why="Loadout reads one face per FaceID image prompt; several pictures, their combination "
+            "and a negative picture are for the adapters that read CLIP vision",
+            fix="Give the FaceID adapter one picture (another image prompt for another face)",
+            code="bad_argument",
+        )
+
+
 def _applied(
-    use: IpAdapterUse, adapter: LoadedIpAdapter, encoder: LoadedImageEncoder, sampling: ModelSampling
-) -> AppliedIpAdapter:
-    """One image prompt with its pictures and mask read (refused in words when unreadable)."""
+    use: IpAdapterUse, adapter: LoadedIpAdapter, encoder: LoadedImageEncoder | None,
+    faces: FaceReader | None, sampling: ModelSampling,
+) -> AppliedIpAdapter:  # fmt: skip
+    """One image prompt with its pictures, face and mask read (refused in words when unreadable)."""
     picture = read_picture(use.picture, "image prompt")
     rng = (sampling.percent_to_sigma(use.start), sampling.percent_to_sigma(use.end))
     mask = None if use.mask is None else torch.from_numpy(read_mask(use.mask))
@@ -199,7 +259,10 @@ def _applied(
     negative = None if use.negative is None else read_picture(use.negative, "negative image prompt")
     return AppliedIpAdapter(
         adapter, encoder, picture, use.weight, rng, use.weight_type, mask, comp,
-        use.composition_weight, use.boost, use.layer_weights, use.scaling, more, use.combine, negative,
+        use.composition_weight, use.boost, use.layer_weights, scaling=use.scaling, pictures=more,
+        combine=use.combine, negative=negative,
+        face=None if faces is None else read_face(faces, picture, use.picture),
+        face_scale=face_scale(adapter, use.weight, use.face_weight),
     )  # fmt: skip
 
 
@@ -210,49 +273,37 @@ def ip_adapter_pass(
     """This generation's IP-Adapter image prompts: the pass, the modules per phase, and their
     manager names; each adapter reads with the settings' image encoder, or the one found for it."""
     placement = session.placement
-    pairs = []
-    for use in settings.ip_adapters:
-        adapter = cache.adapter(use.path, check)
-        check_family(adapter, family)
-        blocks = BlockWeights(
-            use.weight_type, use.weight, use.composition_weight, use.boost, use.layer_weights,
-            use.composition is not None,
-        )  # fmt: skip
-        blocks.check(adapter.arch.transformers(adapter.module), adapter.path.name)
-        encoder = image_encoder_for(
-            cache, settings.image_encoder, search, adapter.encoder, adapter.path,
-            "an IP-Adapter reads its picture with a CLIP vision model", IP_ADAPTER_ENCODER, check,
-        )  # fmt: skip
-        check_encoder(adapter, encoder)
-        pairs.append((use, adapter, encoder))
+    pairs = _load_uses(cache, settings, search, family, check)
     if not pairs:
         return None, {}, {}
     applied, params, names = [], {}, {}
     phases: dict[str, list[object]] = {"text_encode": [], "sample": []}
-    for i, (use, adapter, encoder) in enumerate(pairs):
+    for i, (use, adapter, encoder, faces) in enumerate(pairs):
         sha = file_sha256(use.picture)
-        applied.append(_applied(use, adapter, encoder, sampling))
-        for module, name in ((adapter.module, f"{adapter.path.stem} IP-Adapter"),
-                             (encoder.module, f"{encoder.path.stem} image encoder")):  # fmt: skip
+        applied.append(_applied(use, adapter, encoder, faces, sampling))
+        modules = [(adapter.module, f"{adapter.path.stem} IP-Adapter")]
+        if encoder is not None:
+            modules.append((encoder.module, f"{encoder.path.stem} image encoder"))
+        for module, name in modules:
             if placement.active and placement.manager.find(module) is None:
                 placement.register(module, name)
             names[name] = "ip_adapter" if module is adapter.module else "image_encoder"
-        for phase, modules in (
-            ("text_encode", (encoder.module, adapter.module)),
-            ("sample", (adapter.module,)),
-        ):
-            phases[phase] += [m for m in modules if m not in phases[phase]]
+        encoding = (adapter.module,) if encoder is None else (encoder.module, adapter.module)
+        for phase, used in (("text_encode", encoding), ("sample", (adapter.module,))):
+            phases[phase] += [m for m in used if m not in phases[phase]]
         mask_sha = "" if use.mask is None else file_sha256(use.mask)
         comp_sha = "" if use.composition is None else file_sha256(use.composition)
         neg_sha = "" if use.negative is None else file_sha256(use.negative)
         key, text = parameter_item(
-            i, use, named(adapter.path, 10), named(encoder.path, 10), sha, mask_sha, comp_sha,
-            tuple(file_sha256(p) for p in use.pictures), neg_sha,
+            i, use, named(adapter.path, 10), "" if encoder is None else named(encoder.path, 10), sha,
+            mask_sha, comp_sha, tuple(file_sha256(p) for p in use.pictures), neg_sha,
         )  # fmt: skip
         params[key] = text
     made = IpAdapterPass(tuple(applied))
     made.contribution.models = phases
-    made.contribution.files = tuple(dict.fromkeys(p for _, a, e in pairs for p in (a.path, e.path)))
+    made.contribution.files = tuple(
+        dict.fromkeys(p for _, a, e, _ in pairs for p in (a.path, *(() if e is None else (e.path,))))
+    )
     made.contribution.parameters = params
     return made, phases, names
 
@@ -276,6 +327,7 @@ class IpAdapterParameters:
     composition_weight: float | None = None
     boost: float | None = None
     layer_weights: tuple[tuple[int, float], ...] = ()
+    face_weight: float | None = None
     scaling: str = "V only"
     pictures: tuple[tuple[str, str], ...] = ()  # more pictures: (name, 12 hex)
     combine: str = "concat"
@@ -319,9 +371,9 @@ def ip_adapters_in(extra: dict[str, str]) -> tuple[IpAdapterParameters, ...]:
                 float(fields.get("Start", "0")), float(fields.get("End", "1")), fields.get("Encoder", ""),
                 fields.get("Weight type", "linear"), mask.strip(), mask_digest.strip(), comp.strip(),
                 comp_digest.strip(), _optional(fields, "Composition weight"), _optional(fields, "Boost"),
-                parse_layer_weights(layers) if layers else (), fields.get("Embeds scaling", "V only"),
-                _more_pictures(fields), fields.get("Combine", "concat"),
-                *_named_file(fields.get("Negative", "")),
+                parse_layer_weights(layers) if layers else (), _optional(fields, "Face weight"),
+                fields.get("Embeds scaling", "V only"), _more_pictures(fields),
+                fields.get("Combine", "concat"), *_named_file(fields.get("Negative", "")),
             )  # fmt: skip
         except (KeyError, ValueError, LoadoutError):
             continue

@@ -33,7 +33,9 @@ from torch import Tensor
 
 from core.detect.catalog import family_title
 from core.errors import ModelMismatchError
+from core.faces.analysis import Face
 from core.generate.ip_embeds import combine, concat_pictures, scaled_kv
+from core.generate.ip_faceid import face_tokens
 from core.generate.ip_weights import BlockWeights, token_mask, transformer_numbers
 from core.generate.passes import Contribution, Plan, Run
 from core.generate.pictures import unit_pixels
@@ -58,10 +60,10 @@ class AppliedIpAdapter:
     (:class:`core.generate.ip_weights.BlockWeights`); the embeds scaling (:data:`EMBEDS_SCALINGS`),
     more pictures read with the first and combined as ``combine`` says (:data:`COMBINE_MODES`), and
     the negative picture (the pack's ``image_negative``; None: a black one for plus, zero
-    embeddings for base)."""
+    embeddings for base); for FaceID the face read from the picture and Plus v2's shortcut scale."""
 
     adapter: LoadedIpAdapter
-    encoder: LoadedImageEncoder
+    encoder: LoadedImageEncoder | None  # None: a FaceID adapter that reads no CLIP vision
     picture: np.ndarray
     weight: float
     sigma_range: tuple[float, float]
@@ -75,6 +77,8 @@ class AppliedIpAdapter:
     pictures: tuple[np.ndarray, ...] = ()
     combine: str = "concat"
     negative: np.ndarray | None = None
+    face: Face | None = None  # FaceID: the face read from the picture
+    face_scale: float = 1.0  # FaceID Plus v2: the shortcut's scale (the pack's weight_faceidv2)
 
     @property
     def count(self) -> int:
@@ -105,9 +109,9 @@ def check_family(adapter: LoadedIpAdapter, family: str) -> None:
         )
 
 
-def check_encoder(adapter: LoadedIpAdapter, encoder: LoadedImageEncoder) -> None:
+def check_encoder(adapter: LoadedIpAdapter, encoder: LoadedImageEncoder | None) -> None:
     """Refuse, in words, an image encoder of another vision tower than the adapter reads."""
-    if adapter.encoder is not None and encoder.family != adapter.encoder:
+    if encoder is not None and adapter.encoder is not None and encoder.family != adapter.encoder:
         raise ModelMismatchError(
             f"{adapter.path.name} reads pictures with {family_title(adapter.encoder)}, and "
             f"{encoder.path.name} is {family_title(encoder.family)}",
@@ -119,6 +123,7 @@ def check_encoder(adapter: LoadedIpAdapter, encoder: LoadedImageEncoder) -> None
 
 def _embeds(applied: AppliedIpAdapter, pixels: Tensor, device: torch.device, dtype: torch.dtype) -> Tensor:
     enc = applied.encoder
+    assert enc is not None
     out = enc.arch.encode(enc.module, pixels, device, dtype)
     return out.penultimate if applied.adapter.embeds == "penultimate" else out.image_embeds
 
@@ -139,6 +144,14 @@ def _conditions(applied: AppliedIpAdapter, device: torch.device, dtype: torch.dt
     return cond, uncond.expand(cond.shape[0], *uncond.shape[1:])
 
 
+def _roles(applied: AppliedIpAdapter, pos: Tensor, neg: Tensor, comp: Tensor) -> tuple[Tensor, Tensor]:
+    """The token sets of MAIN, SWAPPED and COMPOSITION side by side when the weight type reads more
+    than the picture's (ip_weights)."""
+    if applied.blocks.roles > 1:
+        return torch.cat([pos, pos * 0, comp], 1), torch.cat([neg, pos, neg], 1)
+    return pos, neg
+
+
 @dataclass(frozen=True)
 class EncodeImagePrompts:
     """Before the prompts: each picture encoded and projected, and the negative's tokens."""
@@ -152,19 +165,26 @@ class EncodeImagePrompts:
         with torch.inference_mode():
             for applied in self.adapters:
                 run.hooks.check()
+                if applied.face is not None:
+                    pos, neg = face_tokens(
+                        applied.adapter, applied.encoder, applied.picture, applied.face, applied.face_scale,
+                        compute.device, compute.text_dtype, compute.diffusion_dtype,
+                    )  # fmt: skip
+                    pos, neg = _roles(applied, pos, neg, pos)
+                    positive.append(pos)
+                    negative.append(neg)
+                    continue
                 cond, uncond = _conditions(applied, compute.device, compute.text_dtype)
                 arch, module = applied.adapter.arch, applied.adapter.module
                 dt = compute.diffusion_dtype
                 pos = concat_pictures(arch.project(module, cond.to(dt)).float().cpu())
                 neg = concat_pictures(arch.project(module, uncond.to(dt)).float().cpu())
-                if applied.blocks.roles > 1:
-                    comp = pos
-                    if applied.composition is not None:
-                        pixels = unit_pixels(applied.composition)
-                        embeds = _embeds(applied, pixels, compute.device, compute.text_dtype)
-                        comp = arch.project(module, embeds.to(dt)).float().cpu()
-                    # the token sets of MAIN, SWAPPED and COMPOSITION side by side (ip_weights)
-                    pos, neg = torch.cat([pos, pos * 0, comp], 1), torch.cat([neg, pos, neg], 1)
+                comp = pos
+                if applied.blocks.roles > 1 and applied.composition is not None:
+                    pixels = unit_pixels(applied.composition)
+                    embeds = _embeds(applied, pixels, compute.device, compute.text_dtype)
+                    comp = arch.project(module, embeds.to(dt)).float().cpu()
+                pos, neg = _roles(applied, pos, neg, comp)
                 positive.append(pos)
                 negative.append(neg)
         run.image_prompts = replace(run.image_prompts, positive=tuple(positive), negative=tuple(negative))

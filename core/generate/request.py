@@ -123,6 +123,9 @@ class ImageSettings:
     #: the image encoder (a vision tower file) the image prompts read their pictures with (None:
     #: the one of the family they need, found in the library or beside their files)
     image_encoder: Path | None = None
+    #: the folder of InsightFace's face models FaceID IP-Adapters read faces with (buffalo_l's
+    #: det_10g.onnx and w600k_r50.onnx; None: found in ComfyUI's models/insightface)
+    insightface: Path | None = None
 
     def __post_init__(self) -> None:
         problems = self.sampling.problems()

@@ -112,6 +112,8 @@ class IpAdapterUse:
     pictures: tuple[Path, ...] = ()
     combine: str = "concat"
     negative: Path | None = None
+    #: FaceID Plus v2's shortcut scale (the pack's ``weight_faceidv2``; None: twice the weight)
+    face_weight: float | None = None
 
     def __post_init__(self) -> None:
         self._check_embeds()

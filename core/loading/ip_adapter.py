@@ -15,6 +15,7 @@ from torch import nn
 from core.archs.catalog import IMAGE_PROMPT_ADAPTERS
 from core.archs.image_encoders import ImagePromptAdapter
 from core.errors import ModelMismatchError
+from core.files import TensorIndex
 from core.loading.image_prompts import checked_module, file_shapes, fill
 from core.loading.loader import LoadOptions, _refuse_unloadable_format, _wrong_kind, inspect_for_loading
 
@@ -25,24 +26,44 @@ ARCHITECTURE = "ip-adapter"
 class LoadedIpAdapter:
     path: Path
     family: str  # the diffusion family it is for
-    variant: str | None  # None (base), "plus", "plus-face", "full-face"
+    variant: str | None  # None (base), "plus", "plus-face", "full-face", or one of FACEID_VARIANTS
     encoder: str | None  # the image encoder family it reads (clip-vit-h ...)
-    embeds: str  # which output of the encoder: "image_embeds" (base) or "penultimate" (plus)
+    embeds: str  # "image_embeds" (base), "penultimate" (plus), "face" / "face+penultimate" (FaceID)
     arch: ImagePromptAdapter
     module: nn.Module
 
 
+#: the adapters that read InsightFace's face embedding
+FACEID_VARIANTS = ("faceid", "faceid-portrait", "faceid-plus", "faceid-plusv2")
+_UNSUPPORTED = {
+    "faceid-portrait-unnorm": (
+        "the SDXL FaceID portrait adapter that reads the unnormalised face embedding",
+        "Use ip-adapter-faceid-portrait_sdxl or ip-adapter-faceid_sdxl",
+    ),
+    "faceid-kolors": ("Kolors' FaceID IP-Adapter", "Use an SD1.5 or SDXL FaceID IP-Adapter"),
+}
+
+
 def _refuse_unsupported_variant(name: str, variant: str | None) -> None:
-    if variant == "faceid":
+    if variant in _UNSUPPORTED:
+        what, fix = _UNSUPPORTED[variant]
         raise ModelMismatchError(
-            f"{name} is a FaceID IP-Adapter, which Loadout does not run yet",
-            why="a FaceID adapter reads the face with InsightFace's face analysis models (the ONNX "
-            "buffalo_l / antelopev2 files, run by the insightface and onnxruntime packages), which "
-            "Loadout does not include",
-            fix="Use an IP-Adapter that reads pictures with CLIP vision (e.g. ip-adapter-plus-face_sd15 "
-            "for faces), or ComfyUI_IPAdapter_plus with insightface for FaceID",
+            f"{name} is {what}, which Loadout does not run yet",
+            why="Loadout computes the base, plus, plus-face, full-face and FaceID (plain, portrait, Plus, "
+            "Plus v2) image projections",
+            fix=fix,
             code="unsupported_variant",
         )
+
+
+def _adapter_shapes(index: TensorIndex, variant: str | None) -> dict[str, tuple[int, ...]]:
+    """The shapes the network is checked against: a FaceID file's LoRA (``ip_adapter.N.to_q_lora``
+    ...) is left out, as ComfyUI_IPAdapter_plus leaves it (the artist loads the FaceID LoRA file
+    with the LoRAs)."""
+    shapes = file_shapes(index)
+    if variant in FACEID_VARIANTS:
+        return {k: v for k, v in shapes.items() if "_lora." not in k}
+    return shapes
 
 
 def load_ip_adapter(path: str | os.PathLike[str], options: LoadOptions | None = None) -> LoadedIpAdapter:
@@ -62,7 +83,7 @@ def load_ip_adapter(path: str | os.PathLike[str], options: LoadOptions | None = 
         )
     _refuse_unloadable_format(index)
     arch = IMAGE_PROMPT_ADAPTERS[ARCHITECTURE]
-    shapes = file_shapes(index)
+    shapes = _adapter_shapes(index, det.variant)
     build = lambda: arch.build(arch.configure(shapes), "meta", None)  # noqa: E731
     module = checked_module(name, "IP-Adapter", build, shapes)
     fill(module, index, f"IP-Adapter ({det.family})", opts)

@@ -34,6 +34,12 @@ class IpAdapterArchitecture:
         assert isinstance(module, IpAdapterModel)
         return module.project(embeds)
 
+    def project_face_plus(
+        self, module: nn.Module, face: Tensor, clip: Tensor, scale: float, shortcut: bool
+    ) -> Tensor:
+        assert isinstance(module, IpAdapterModel)
+        return module.project_face_plus(face, clip, scale, shortcut)
+
     def key_value(self, module: nn.Module, layer: int, tokens: Tensor) -> tuple[Tensor, Tensor]:
         assert isinstance(module, IpAdapterModel)
         return module.key_value(layer, tokens)

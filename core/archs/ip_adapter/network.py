@@ -26,6 +26,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from core.archs.ip_adapter.face import FaceProjConfig, FaceProjection, face_config
 from core.models.attention import attention
 from core.ops.layers import OpSet, default_ops
 
@@ -56,6 +57,7 @@ class IpAdapterConfig:
     tokens: int  # per picture (0: one per tower position, the full-face MLP)
     resampler: ResamplerConfig | None = None
     mlp: bool = False  # the full-face MLP projection
+    face: FaceProjConfig | None = None
 
 
 def config_from_shapes(shapes: Mapping[str, Sequence[int]]) -> IpAdapterConfig:
@@ -65,6 +67,9 @@ def config_from_shapes(shapes: Mapping[str, Sequence[int]]) -> IpAdapterConfig:
     cross = int(shapes[f"ip_adapter.{numbers[0]}.to_k_ip.weight"][1])
     if "image_proj.proj.3.weight" in shapes:
         return IpAdapterConfig(cross, layers, int(shapes["image_proj.proj.0.weight"][1]), 0, mlp=True)
+    face = face_config(shapes)
+    if face is not None:
+        return IpAdapterConfig(cross, layers, face.id_dim, face.tokens, face=face)
     if "image_proj.latents" not in shapes:
         proj, norm = shapes["image_proj.proj.weight"], shapes["image_proj.norm.weight"]
         return IpAdapterConfig(cross, layers, int(proj[1]), int(proj[0]) // int(norm[0]))
@@ -135,6 +140,30 @@ class _GELU(nn.Module):
         return F.gelu(x)
 
 
+def perceiver_layers(
+    r: ResamplerConfig, ops: OpSet, device: Any, dtype: torch.dtype | None
+) -> nn.ModuleList:
+    """The resampler's ``depth`` pairs of (perceiver attention, feed-forward)."""
+
+    def ff() -> nn.Sequential:
+        return nn.Sequential(
+            ops.LayerNorm(r.dim, device=device, dtype=dtype),
+            ops.Linear(r.dim, r.ff_inner, bias=False, device=device, dtype=dtype),
+            _GELU(),
+            ops.Linear(r.ff_inner, r.dim, bias=False, device=device, dtype=dtype),
+        )
+
+    pairs = (nn.ModuleList([_PerceiverAttention(r, ops, device, dtype), ff()]) for _ in range(r.depth))
+    return nn.ModuleList(pairs)
+
+
+def _face_layers(c: FaceProjConfig, ops: OpSet, device: Any, dtype: torch.dtype | None) -> nn.ModuleList:
+    assert c.plus is not None
+    depth, heads, clip, inner = c.plus
+    r = ResamplerConfig(c.cross, depth, heads, c.tokens, clip, c.cross, inner)
+    return perceiver_layers(r, ops, device, dtype)
+
+
 class _Resampler(nn.Module):
     def __init__(self, r: ResamplerConfig, ops: OpSet, device: Any, dtype: torch.dtype | None) -> None:
         super().__init__()
@@ -144,18 +173,7 @@ class _Resampler(nn.Module):
         self.proj_in = ops.Linear(r.embedding_dim, r.dim, device=device, dtype=dtype)
         self.proj_out = ops.Linear(r.dim, r.output_dim, device=device, dtype=dtype)
         self.norm_out = ops.LayerNorm(r.output_dim, device=device, dtype=dtype)
-
-        def ff() -> nn.Sequential:
-            return nn.Sequential(
-                ops.LayerNorm(r.dim, device=device, dtype=dtype),
-                ops.Linear(r.dim, r.ff_inner, bias=False, device=device, dtype=dtype),
-                _GELU(),
-                ops.Linear(r.ff_inner, r.dim, bias=False, device=device, dtype=dtype),
-            )
-
-        self.layers = nn.ModuleList(
-            nn.ModuleList([_PerceiverAttention(r, ops, device, dtype), ff()]) for _ in range(r.depth)
-        )
+        self.layers = perceiver_layers(r, ops, device, dtype)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         latents = self.latents.to(x).repeat(x.shape[0], 1, 1)
@@ -185,12 +203,17 @@ class IpAdapterModel(nn.Module):
     ) -> None:  # fmt: skip
         super().__init__()
         self.config = config
-        r = config.resampler
-        self.image_proj: nn.Module = (
-            _Mlp(config, ops, device, dtype) if config.mlp
-            else _Linear(config, ops, device, dtype) if r is None
-            else _Resampler(r, ops, device, dtype)
-        )  # fmt: skip
+        r, face = config.resampler, config.face
+        self.image_proj: nn.Module
+        if face is not None:
+            layers = lambda: _face_layers(face, ops, device, dtype)  # noqa: E731
+            self.image_proj = FaceProjection(face, layers, ops, device, dtype)
+        elif config.mlp:
+            self.image_proj = _Mlp(config, ops, device, dtype)
+        elif r is None:
+            self.image_proj = _Linear(config, ops, device, dtype)
+        else:
+            self.image_proj = _Resampler(r, ops, device, dtype)
         self.ip_adapter = nn.ModuleDict(
             {n: _KeyValue(config.cross_dim, inner, ops, device, dtype) for n, inner in config.layers}
         )
@@ -199,6 +222,13 @@ class IpAdapterModel(nn.Module):
     def project(self, embeds: torch.Tensor) -> torch.Tensor:
         out: torch.Tensor = self.image_proj(embeds)
         return out
+
+    def project_face_plus(
+        self, face: torch.Tensor, clip: torch.Tensor, scale: float, shortcut: bool
+    ) -> torch.Tensor:
+        """FaceID Plus's tokens from the identity embedding and CLIP vision's penultimate states."""
+        assert isinstance(self.image_proj, FaceProjection)
+        return self.image_proj.plus(face, clip, scale, shortcut)
 
     def key_value(self, i: int, tokens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         kv = self.ip_adapter[self._order[i]]

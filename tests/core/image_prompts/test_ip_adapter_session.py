@@ -147,37 +147,6 @@ def test_a_weight_type_and_a_mask_from_the_command_line_reach_the_picture_and_th
     assert err.value.code == "bad_argument" and "style transfer" in err.value.why
 
 
-def test_faceid_adapters_are_refused_naming_what_is_missing(tmp_path: Path) -> None:
-    """h94's FaceID layouts as ComfyUI_IPAdapter_plus tells them (``is_faceid``: LoRA keys beside the
-    adapter's, or the portrait adapters' MLP projection); the full-face MLP projection is not one
-    (it loads: test_ip_adapter_unet.py)."""
-    from core.loading.ip_adapter import load_ip_adapter
-
-    kv = {
-        "ip_adapter.1.to_k_ip.weight": torch.zeros(320, 768),
-        "ip_adapter.1.to_v_ip.weight": torch.zeros(320, 768),
-    }
-    mlp = {
-        "image_proj.proj.0.weight": torch.zeros(1024, 512),
-        "image_proj.proj.2.weight": torch.zeros(3072, 1024),
-        "image_proj.norm.weight": torch.zeros(768),
-    }
-    layouts = {
-        "ip-adapter-faceid_sd15.safetensors": {
-            **mlp,
-            **kv,
-            "ip_adapter.1.to_q_lora.down.weight": torch.zeros(128, 320),
-        },
-        "ip-adapter-faceid-portrait_sd15.safetensors": {**mlp, **kv},
-    }
-    for name, state in layouts.items():
-        with pytest.raises(LoadoutError) as err:
-            load_ip_adapter(write_tensors(tmp_path / name, state))
-        assert err.value.code == "unsupported_variant", name
-        words = err.value.what + err.value.why
-        assert "FaceID" in words and "insightface" in words
-
-
 def test_a_weight_type_grid_with_a_precise_type_is_the_same_on_a_small_card_and_read_back(
     files: tuple[DemoLibrary, Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
