@@ -1,7 +1,7 @@
 """FaceID IP-Adapters told as ComfyUI_IPAdapter_plus tells them (``is_faceid``: the MLP projection
 over the face embedding; LoRA keys beside the adapter's: FaceID; none: portrait; the face resampler:
 FaceID Plus, v2 by the file name), detected as IP-Adapters even though most of their keys are LoRA
-factors; what Loadout does not run (full-face, the SDXL portrait unnorm, Kolors' FaceID) refused in
+factors; what Loadout does not run (the SDXL portrait unnorm, Kolors' FaceID) refused in
 words; the projections at real width equal diffusers' ``IPAdapterFaceIDImageProjection`` and
 ``IPAdapterFaceIDPlusImageProjection`` loaded from the same file."""
 
@@ -80,9 +80,6 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         "ip-adapter-faceid-portrait_sd15.safetensors": {**_mlp(16, g), **_kv(False)},
         "ip-adapter-faceid-plus_sd15.safetensors": {**_mlp(4, g), **_plus(g), **_kv(True)},
         "ip-adapter-faceid-plusv2_sd15.safetensors": {**_mlp(4, g), **_plus(g), **_kv(True)},
-        "ip-adapter-full-face_sd15.safetensors": {
-            **_mlp(4, g), "image_proj.proj.3.weight": torch.zeros(768), **_kv(False)
-        },
         "ip-adapter-faceid-portrait-unnorm_sdxl.safetensors": {**_mlp(16, g), **_kv(False)},
     }  # fmt: skip
     return {name: write_tensors(root / name, state) for name, state in layouts.items()}
@@ -106,7 +103,6 @@ def test_variants_detected_as_the_pack_tells_them(files: dict[str, Path]) -> Non
 
 def test_what_is_not_run_is_refused_in_words(files: dict[str, Path]) -> None:
     for name, words in (
-        ("ip-adapter-full-face_sd15.safetensors", "full-face"),
         ("ip-adapter-faceid-portrait-unnorm_sdxl.safetensors", "unnormalised"),
     ):
         with pytest.raises(LoadoutError) as err:
