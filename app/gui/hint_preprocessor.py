@@ -51,10 +51,15 @@ class PreprocessorPick(QWidget):
         self.combo = QComboBox(
             toolTip="Make the hint from the picture with a preprocessor (none: use it as it is)"
         )
+        # the long names (openpose_faceonly) never widen the panel: the popup shows them whole and
+        # the tooltip names the one chosen
+        self.combo.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
+        self.combo.setMinimumContentsLength(5)
         self.combo.addItem(NONE, "")
         for p in PREPROCESSORS.values():
             self.combo.addItem(p.name, p.name)
             self.combo.setItemData(self.combo.count() - 1, p.description, Qt.ItemDataRole.ToolTipRole)
+        self.combo.currentIndexChanged.connect(self._name_tip)
         self.combo.currentIndexChanged.connect(self.refresh)
         self.thumb = QLabel()
         self.thumb.setFixedSize(self.THUMB, self.THUMB)
@@ -72,6 +77,13 @@ class PreprocessorPick(QWidget):
         row.addWidget(self.thumb)
         row.addWidget(self.preview_button)
         self.refresh()
+
+    def _name_tip(self) -> None:
+        name = self.name
+        self.combo.setToolTip(
+            f"{name}: {PREPROCESSORS[name].description}" if name is not None
+            else "Make the hint from the picture with a preprocessor (none: use it as it is)"
+        )  # fmt: skip
 
     @property
     def name(self) -> str | None:
