@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
 from PySide6.QtGui import QKeySequence
 from pytestqt.qtbot import QtBot
 
@@ -13,14 +12,6 @@ from app.gui.generate_panel import GeneratePanel
 from core.generate.parameters import GenerationParameters, format_parameters, parse_parameters
 from core.generate.workflow_request import ControlNetUse, RefinerUse
 from core.generate.workflows import controlnet_parameter
-
-
-@pytest.fixture
-def panel(qtbot: QtBot) -> GeneratePanel:
-    p = GeneratePanel()
-    qtbot.addWidget(p)
-    p.show()
-    return p
 
 
 def test_the_box_adds_its_workflows_only_when_on(panel: GeneratePanel, tmp_path: Path) -> None:
