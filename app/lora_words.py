@@ -1,4 +1,5 @@
-"""What a LoRA's trained scale means for the artist, in words (the CLI table, the window).
+"""What a LoRA's trained scale and its control picture mean for the artist, in words (the CLI
+table, the window).
 
 Core carries the numbers (:class:`core.detect.types.TrainedScale`); Qt-free, so ``loadout
 inspect`` and the window say the same sentence.
@@ -8,7 +9,15 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from core.detect.types import TrainedScale
+from core.detect.types import LoraControl, TrainedScale
+
+#: how a control LoRA reads its control picture (``LoraSummary.control``, the engine's decision)
+CONTROL_WORDS: dict[LoraControl, str] = {
+    "input": "a FLUX.1 control LoRA (Canny or Depth): it widens FLUX.1 [dev]'s input to read a "
+    "control picture",
+    "reference": "a Qwen-Image union control LoRA (DiffSynth's, recognised by its file name): it reads "
+    "a control picture (canny, depth, lineart, softedge, normal or pose map) as a reference latent",
+}
 
 
 def _number(value: float) -> str:

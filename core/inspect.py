@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from core.detect.detector import Memo, detect, detection_to_json
+from core.detect.lora_qwen_control import marked_detection
 from core.detect.metadata import summarize_metadata
 from core.detect.sidecars import find_preview, read_sidecar_info
 from core.detect.types import Detection
@@ -108,7 +109,8 @@ def inspect_file(path: str | os.PathLike[str]) -> InspectResult:
         return result
     result.index = index
     str_meta = {k: v for k, v in index.metadata.items() if isinstance(v, str)}
-    det = detect(index.tensors, str_meta, p.name, memo=_memo_for(index.structure))
+    # a LoRA the engine takes as DiffSynth's Qwen-Image union control LoRA (by its file name) is said so
+    det = marked_detection(detect(index.tensors, str_meta, p.name, memo=_memo_for(index.structure)), p)
     result.detection = det
     result.warnings = [*index.warnings, *det.warnings]
     result.derived = _derived(p, index, det)

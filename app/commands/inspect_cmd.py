@@ -7,7 +7,7 @@ import json
 import sys
 from typing import Any
 
-from app.lora_words import trained_scale_text
+from app.lora_words import CONTROL_WORDS, trained_scale_text
 from app.terminal import for_terminal
 from core.detect.types import TrainedScale
 from core.inspect import InspectResult, expand_paths, inspect_file
@@ -86,6 +86,8 @@ def format_table(results: list[InspectResult]) -> str:
                 f"  lora      {lora['format']}, {'+'.join(lora['algorithms'])}, rank {lora['rank']}, "
                 f"{lora['modules']} modules ({targets})"
             )
+            if lora.get("control") in CONTROL_WORDS:
+                lines.append(f"  control   {CONTROL_WORDS[lora['control']]}")
             scales = [TrainedScale.from_json(t) for t in lora.get("trained_scale") or ()]
             if scales:
                 lines.append(f"  alpha     {trained_scale_text(scales)}")

@@ -4,28 +4,32 @@ control LoRA on the stack, follow (``core.generate.control_picture``; the CLI's
 reads one, beside the ControlNet rows: the picture (picked or dropped), the preprocessor that makes
 the map from it when the generation runs (none: it is already an edge or depth map) with the map's
 thumbnail and Preview… (the ControlNet rows' :class:`~app.gui.hint_preprocessor.PreprocessorPick`),
-and a line that says, in the warning colour, when the picture is missing. A view: it turns its
-widgets into ``ImageSettings.control_picture``; core reads the file."""
+and a line that says, in the warning colour, when the picture is missing: Generate is then off
+(:meth:`ControlPictureBox.missing`, :mod:`app.gui.needed_inputs`). A view: it turns its widgets
+into ``ImageSettings.control_picture``; core reads the file."""
 
 from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
 
+from PySide6.QtCore import Signal
 from PySide6.QtGui import QDragEnterEvent, QDropEvent
 from PySide6.QtWidgets import QFormLayout, QGroupBox, QLabel, QWidget
 
 from app.gui.controlnet_rows import PICTURES, FilePick
 from app.gui.hint_preprocessor import PreprocessorPick
+from app.gui.needed_inputs import Missing
+from app.gui.picture_drops import dropped_pictures, offers_pictures
 from app.gui.theme import colors
 from core.generate.control_picture import ControlPictureParameters
 from core.generate.request import ImageSettings
 from core.generate.workflow_request import ControlPictureUse
 
-_SUFFIXES = (".png", ".jpg", ".jpeg", ".webp", ".bmp")
-
 
 class ControlPictureBox(QGroupBox):
+    needs_changed = Signal()  # the picture, or the need for one, changed
+
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__("Control picture", parent)
         self.setAcceptDrops(True)
@@ -39,6 +43,7 @@ class ControlPictureBox(QGroupBox):
         self.pre = PreprocessorPick()
         self.picture.changed.connect(self.pre.set_picture)
         self.picture.changed.connect(lambda _path: self._show_note())
+        self.picture.changed.connect(lambda _path: self.needs_changed.emit())
         self.pre.combo.currentIndexChanged.connect(lambda _i: self._show_note())
         self.folders: list[Path] = []  # where control pictures were chosen from, the latest first
         self.picture.changed.connect(self._remember)
@@ -70,6 +75,16 @@ class ControlPictureBox(QGroupBox):
     def _update(self) -> None:
         self.setVisible(self.needed)
         self._show_note()
+        self.needs_changed.emit()
+
+    def missing(self) -> Missing | None:
+        """The control picture, while the model or an active LoRA reads one and none is chosen."""
+        if not self.needed or self.picture.path is not None:
+            return None
+        return Missing(
+            f"{self._who()} needs a control picture",
+            "pick an edge or depth map, or a photo and a preprocessor (canny, depth)",
+        )
 
     def _who(self) -> str:
         if self.model_reads:
@@ -77,14 +92,12 @@ class ControlPictureBox(QGroupBox):
         return f"The control LoRA {self.loras[0]}" if len(self.loras) == 1 else "The control LoRAs"
 
     def _show_note(self) -> None:
+        need = self.missing()
         if not self.needed:
             self.note.setText("")
-        elif self.picture.path is None:
+        elif need is not None:
             self.note.setStyleSheet(f"color: {colors()['warn']}")
-            self.note.setText(
-                f"{self._who()} needs a control picture: pick an edge or depth map, or a photo and "
-                "the canny or depth preprocessor."
-            )
+            self.note.setText(need.text)
         else:
             self.note.setStyleSheet(f"color: {colors()['muted']}")
             made = f"the {self.pre.name} map of " if self.pre.name else ""
@@ -135,12 +148,10 @@ class ControlPictureBox(QGroupBox):
             self.note.setText(f"The picture followed the control picture {p.name}: pick it here.")
 
     def dragEnterEvent(self, event: QDragEnterEvent) -> None:
-        if any(u.toLocalFile().lower().endswith(_SUFFIXES) for u in event.mimeData().urls()):
+        if offers_pictures(event):
             event.acceptProposedAction()
 
     def dropEvent(self, event: QDropEvent) -> None:
-        for url in event.mimeData().urls():
-            if url.isLocalFile() and url.toLocalFile().lower().endswith(_SUFFIXES):
-                self.picture.set_path(Path(url.toLocalFile()))
-                break
+        for path in dropped_pictures(event)[:1]:
+            self.picture.set_path(path)
         event.acceptProposedAction()

@@ -288,6 +288,8 @@ class ControlNetRow(QWidget):
 class ControlNetList(QWidget):
     """The ControlNet rows (at least one) and the button that adds one."""
 
+    changed = Signal()  # a row added or removed, or a row's file or hint changed
+
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.rows: list[ControlNetRow] = []
@@ -317,9 +319,12 @@ class ControlNetList(QWidget):
             row.pre.set_maker(self.maker)
         self._types_of(row)
         row.remove_requested.connect(self.remove_row)
+        row.controlnet.combo.currentIndexChanged.connect(lambda _=0: self.changed.emit())
+        row.hint.changed.connect(lambda _path: self.changed.emit())
         self.rows.append(row)
         self.column.addWidget(row)
         self._renumber()
+        self.changed.emit()
         return row
 
     def remove_row(self, row: ControlNetRow) -> None:
@@ -332,6 +337,7 @@ class ControlNetList(QWidget):
         self.column.removeWidget(row)
         row.deleteLater()
         self._renumber()
+        self.changed.emit()
 
     def _renumber(self) -> None:
         for i, row in enumerate(self.rows):  # from 0, as the PNG parameters number them (A1111's units)
@@ -370,6 +376,7 @@ class ControlNetList(QWidget):
         for row in self.rows:
             row.controlnet.set_choices(fit, unfit)
             self._types_of(row)
+        self.changed.emit()  # a file's kind may now inpaint alone
 
     def _types_of(self, row: ControlNetRow) -> None:
         path = row.controlnet.path

@@ -32,7 +32,7 @@ from app.backend.monitor import MemoryMonitor
 from app.demo import is_sparse_demo
 from app.gui.errors import Friendly
 from app.gui.theme import colors, human_bytes, human_count, icon, kind_icon, kind_text, set_icon
-from app.lora_words import trained_scale_text
+from app.lora_words import CONTROL_WORDS, trained_scale_text
 from core.detect.notes import NOTE_PREFIX, is_note
 from core.library import Entry
 from core.library.query import Duplicate
@@ -117,6 +117,8 @@ def entry_html(e: Entry, dup: Duplicate | None = None) -> str:
             rows.append(("Variant", esc(e.variant)))
         if e.lora_text:
             rows.append(("LoRA", esc(e.lora_text)))
+        if e.lora is not None and e.lora.control is not None:
+            rows.append(("Control", esc(CONTROL_WORDS[e.lora.control])))
         if e.lora is not None and e.lora.trained_scale:
             rows.append(("Trained scale", esc(trained_scale_text(e.lora.trained_scale))))
     rows += hash_rows(e)

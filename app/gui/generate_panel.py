@@ -38,6 +38,7 @@ from app.gui import generate_apply, generate_fields
 from app.gui.control_picture_row import ControlPictureBox
 from app.gui.guidance_controls import GuidanceControls
 from app.gui.model_picker import ModelPicker
+from app.gui.needed_inputs import GenerateGate
 from app.gui.prompt_completion import PromptCompleter
 from app.gui.reference_slots import ReferenceSlots
 from app.gui.region_controls import RegionControls
@@ -79,9 +80,6 @@ class GeneratePanel(QWidget):
         self.family: str | None = None
         self.defaults: GenerationDefaults = NO_MODEL_DEFAULTS
         self.last_seed: int | None = None
-        self.busy = False
-        self.available = False
-        self._reason = NO_MODEL
         self._pending: dict[str, object] | None = None  # saved settings waiting for their family
         self._build_prompts()
         self._build_sampling()
@@ -101,6 +99,9 @@ class GeneratePanel(QWidget):
         self.guidance_patches = GuidanceControls()
         self.lora_schedules = ScheduleControls()
         self.regions = RegionControls(lambda: (self.width_.value() // 8 * 8, self.height_.value() // 8 * 8))
+        # Generate waits for a model and for every input a box says the generation needs
+        needs = (self.control_picture, self.workflows)
+        self.gate = GenerateGate(self.generate_button, self.status, needs, NO_MODEL)
         # the settings scroll; the model, prompts and the Generate row above and below them never do
         inner = QWidget()
         inner_layout = QVBoxLayout(inner)
@@ -292,15 +293,16 @@ class GeneratePanel(QWidget):
             self._pending = None  # the last session's model again: its settings, not the defaults
             generate_fields.apply_settings(self, pending)
 
+    @property
+    def available(self) -> bool:
+        return self.gate.available
+
+    @property
+    def busy(self) -> bool:
+        return self.gate.busy
+
     def set_available(self, available: bool, reason: str = "") -> None:
-        self.available = available
-        self.generate_button.setEnabled(available and not self.busy)
-        self.generate_button.setToolTip("Generate (Ctrl+Enter)" if available else reason)
-        if not available and reason:
-            self.status.setText(reason)
-            self._reason = reason
-        elif available and self.status.text() == self._reason:
-            self.status.setText("Ready: Ctrl+Enter generates.")  # the old reason no longer holds
+        self.gate.set_available(available, reason)
 
     def set_output_folder(self, folder: Path) -> None:
         self.output_label.setText(f"Saved in {folder}")
@@ -316,7 +318,7 @@ class GeneratePanel(QWidget):
             self.random_seed.setChecked(False)
 
     def generate(self) -> None:
-        if not self.available or self.busy:
+        if not self.gate.open:  # Ctrl+Enter too: a needed input missing is said on the status line
             return
         try:
             settings = self.settings()
@@ -339,19 +341,17 @@ class GeneratePanel(QWidget):
 
     # ----------------------------------------------------------------- what the backend reports
     def on_started(self) -> None:
-        self.busy = True
-        self.generate_button.setEnabled(False)
+        self.gate.set_busy(True)
         self.stop_button.show()
         self.progress.setRange(0, 0)
         self.status.setText("Starting…")
 
     def on_finished(self) -> None:
-        self.busy = False
-        self.generate_button.setEnabled(self.available)
         self.stop_button.hide()
         if self.progress.maximum() == 0:
             self.progress.setRange(0, 1)
             self.progress.setValue(0)
+        self.gate.set_busy(False)
 
     def on_stopped(self) -> None:
         """Stop (Esc) ended the run: say so instead of leaving the last step's words."""

@@ -15,13 +15,13 @@ from PySide6.QtGui import QDragEnterEvent, QDropEvent
 from PySide6.QtWidgets import QCheckBox, QFormLayout, QGroupBox, QLabel, QWidget
 
 from app.gui.controlnet_rows import PICTURES, FilePick
+from app.gui.picture_drops import dropped_pictures, offers_pictures
 from core.generate.references import PARAMETER as REFERENCES
 from core.generate.references import SIZE_PARAMETER
 from core.generate.request import ImageSettings
 
 #: the most slots the panel shows (ComfyUI's Qwen-Image-Edit node takes three)
 SLOTS = 3
-_SUFFIXES = (".png", ".jpg", ".jpeg", ".webp", ".bmp")
 
 
 class ReferenceSlots(QGroupBox):
@@ -104,11 +104,10 @@ class ReferenceSlots(QGroupBox):
         return True
 
     def dragEnterEvent(self, event: QDragEnterEvent) -> None:
-        if any(u.toLocalFile().lower().endswith(_SUFFIXES) for u in event.mimeData().urls()):
+        if offers_pictures(event):
             event.acceptProposedAction()
 
     def dropEvent(self, event: QDropEvent) -> None:
-        for url in event.mimeData().urls():
-            if url.isLocalFile() and url.toLocalFile().lower().endswith(_SUFFIXES):
-                self.add_picture(Path(url.toLocalFile()))
+        for path in dropped_pictures(event):
+            self.add_picture(path)
         event.acceptProposedAction()

@@ -30,6 +30,7 @@ KIND_COLORS = {
     "unknown": "#868e96",
 }
 _state = {"icon_color": DARK_ICON}
+_FUSION = "loadoutFusion"  # the application's property: apply_theme set the Fusion style
 ICON_PROPERTY = "loadoutIcon"
 
 
@@ -128,13 +129,21 @@ def dark_palette() -> QPalette:
 
 
 def apply_theme(app: QApplication, dark: bool) -> None:
-    """Fusion style with the dark palette and stylesheet, or the light ones."""
-    app.setStyle("Fusion")
+    """Fusion style with the dark palette and stylesheet, or the light ones. Each is set only when
+    it changes: setting them re-polishes every widget, and the same theme again changes nothing
+    (a second window, the settings saved without a theme change)."""
+    if not app.property(_FUSION):  # (with a style sheet, app.style() is the sheet's own style)
+        app.setStyle("Fusion")
+        app.setProperty(_FUSION, True)
     _state["icon_color"] = DARK_ICON if dark else LIGHT_ICON
-    app.setPalette(dark_palette() if dark else app.style().standardPalette())
+    palette = dark_palette() if dark else app.style().standardPalette()
+    if app.palette() != palette:
+        app.setPalette(palette)
     qss = resource("dark.qss" if dark else "light.qss")
     text = qss.read_text() if qss.is_file() else ""
-    app.setStyleSheet(text.replace("{icons}", (RESOURCES / "icons").as_posix()))
+    sheet = text.replace("{icons}", (RESOURCES / "icons").as_posix())
+    if app.styleSheet() != sheet:
+        app.setStyleSheet(sheet)
 
 
 def is_dark() -> bool:

@@ -2,17 +2,23 @@
 ``app.gui.controlnet_rows``), an image prompt (IP-Adapter: ``app.gui.image_prompt_row``), a
 starting picture with an inpainting mask or the sides to outpaint
 (``app.gui.outpaint_controls``) and denoise, and the SDXL refiner. A view: it reads files the user
-picks and turns them into the ``ImageSettings`` fields core's workflows take; nothing runs here."""
+picks and turns them into the ``ImageSettings`` fields core's workflows take; nothing runs here.
+While the box is on, :meth:`WorkflowControls.missing` names an input a chosen row cannot do without
+(a ControlNet's hint, an image prompt's or Redux's picture, the picture a mask or outpainting
+starts from): Generate is off until it is given (:mod:`app.gui.needed_inputs`); the rows would
+otherwise be left out of the request without a word."""
 
 from __future__ import annotations
 
 from dataclasses import replace
 
+from PySide6.QtCore import Signal
 from PySide6.QtWidgets import QDoubleSpinBox, QFormLayout, QGroupBox, QHBoxLayout, QToolButton, QWidget
 
 from app.gui.controlnet_rows import MODELS, PICTURES, ControlNetList, ControlNetPick, FilePick
 from app.gui.image_prompt_row import ImagePromptRow
 from app.gui.mask_editor import MaskEditor, mask_folder
+from app.gui.needed_inputs import Missing
 from app.gui.outpaint_controls import OutpaintControls
 from core.generate.image_prompts import ip_adapters_in
 from core.generate.outpaint_settings import outpaint_in
@@ -30,6 +36,8 @@ def _spin(value: float, top: float = 1.0, step: float = 0.05) -> QDoubleSpinBox:
 
 
 class WorkflowControls(QGroupBox):
+    needs_changed = Signal()  # the box turned on or off, or a row's file or picture changed
+
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__("ControlNet, inpainting, refiner", parent)
         self.setCheckable(True)
@@ -59,6 +67,52 @@ class WorkflowControls(QGroupBox):
         form.addRow("Denoise", self.denoise)
         form.addRow("Refiner", self.refiner)
         form.addRow("Switch at", self.switch)
+        self._watch_needs()
+
+    def _watch_needs(self) -> None:
+        self.toggled.connect(lambda _on: self.needs_changed.emit())
+        self.controlnets.changed.connect(self.needs_changed.emit)
+        prompt = self.image_prompt
+        picks = (self.init, self.mask, prompt.adapter, prompt.picture, prompt.redux, prompt.redux_picture)
+        for pick in picks:
+            pick.changed.connect(lambda _path: self.needs_changed.emit())
+        for side in self.outpaint.sides.values():
+            side.valueChanged.connect(lambda _v: self.needs_changed.emit())
+
+    def missing(self) -> Missing | None:
+        """The first input a chosen row needs and does not have (None when the box is off)."""
+        if not self.isChecked():
+            return None
+        return next((m for m in (*self._controlnets_missing(), self._pictures_missing()) if m), None)
+
+    def _controlnets_missing(self) -> tuple[Missing | None, ...]:
+        """A ControlNet chosen without its hint (one that inpaints alone: while nothing is inpainted,
+        as ``core.generate.controlnet_inpaint.check_hint`` refuses it)."""
+        inpainting = self.init.path is not None and (self.mask.path or self.outpaint.value()) is not None
+        found: list[Missing | None] = []
+        for i, row in enumerate(self.controlnets.rows):
+            net = row.controlnet.path
+            if net is None or row.hint.path is not None or (row.hint_optional and inpainting):
+                continue
+            what = f"ControlNet {i} ({net.stem}) needs a hint picture"
+            if row.hint_optional:
+                fix = "pick one, or inpaint: a picture to start from and a mask"
+                found.append(Missing(what + " unless the generation inpaints", fix))
+            else:
+                found.append(Missing(what, "pick one (or a photo and a preprocessor), or choose none"))
+        return tuple(found)
+
+    def _pictures_missing(self) -> Missing | None:
+        prompt = self.image_prompt
+        if prompt.adapter.path is not None and prompt.picture.path is None:
+            return Missing("The IP-Adapter needs its picture", "pick the image prompt, or clear the adapter")
+        if prompt.redux.path is not None and prompt.redux_picture.path is None:
+            return Missing("FLUX Redux needs its picture", "pick the Redux picture, or clear the style model")
+        if self.init.path is None and self.mask.path is not None:
+            return Missing("The mask needs a picture to start from", "pick one, or clear the mask")
+        if self.init.path is None and self.outpaint.value() is not None:
+            return Missing("Outpainting needs a picture to start from", "pick one, or set the sides to 0")
+        return None
 
     # the first ControlNet row's widgets, by the names the box had when it held one ControlNet
     @property

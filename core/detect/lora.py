@@ -254,6 +254,7 @@ def analyze_lora(view: KeyView, metadata: Mapping[str, str] | None = None) -> Lo
             "text_encoder": sum(m.role == "text_encoder" for m in modules),
         },
         trained_scale=trained_scales(metadata, modules),
+        control="input" if control is not None else None,
     )
     return LoraAnalysis(
         summary, family, evidence, tuple(modules), _layout(modules), tuple(warnings), control

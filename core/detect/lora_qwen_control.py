@@ -27,6 +27,7 @@ from core.detect.catalog import lora_fits
 
 if TYPE_CHECKING:
     from core.detect.lora import LoraAnalysis
+    from core.detect.types import Detection
 
 #: the family the LoRA is made for (it goes on the families of its LoRA group)
 BASE: Final = "qwen-image"
@@ -50,11 +51,29 @@ def named_context_control(path: Path) -> bool:
     return False
 
 
+def union_control(path: Path, base_family: str | None) -> bool:
+    """The one decision: whether the LoRA file at ``path``, made for ``base_family``, is the union
+    control LoRA (a Qwen-Image LoRA by its weights, the union control LoRA by its name). The engine
+    (:func:`marked`, on the stack) and ``loadout inspect`` and the library (:func:`marked_detection`)
+    ask it alike."""
+    return base_family is not None and lora_fits(base_family, BASE) and named_context_control(path)
+
+
 def marked(analysis: LoraAnalysis, path: Path) -> LoraAnalysis:
     """``analysis`` with ``control_reference`` set for a Qwen-Image LoRA named as the union control
     LoRA (the note added to its warnings); unchanged otherwise."""
-    if not named_context_control(path) or analysis.base_family is None:
+    if not union_control(path, analysis.base_family):
         return analysis
-    if not lora_fits(analysis.base_family, BASE):
-        return analysis
-    return replace(analysis, control_reference=True, warnings=(*analysis.warnings, NOTE))
+    summary = replace(analysis.summary, control="reference")
+    return replace(analysis, summary=summary, control_reference=True, warnings=(*analysis.warnings, NOTE))
+
+
+def marked_detection(detection: Detection, path: Path) -> Detection:
+    """A LoRA file's detection as the engine takes the file: for the union control LoRA, its
+    summary's ``control`` is "reference" and the note is among its warnings (detection reads the
+    file's name alone, and DiffSynth's ``model.safetensors`` is named by its folder)."""
+    lora = detection.lora
+    if detection.kind != "lora" or lora is None or not union_control(path, detection.family):
+        return detection
+    warnings = (*detection.warnings, NOTE)
+    return replace(detection, lora=replace(lora, control="reference"), warnings=warnings)

@@ -116,6 +116,9 @@ class TrainedScale:
         )
 
 
+LoraControl = Literal["input", "reference"]
+
+
 @dataclass(frozen=True)
 class LoraSummary:
     format: str  # "kohya" | "diffusers" | "peft" | "lycoris" | "comfyui" | ...
@@ -127,6 +130,10 @@ class LoraSummary:
     targets: dict[str, int]  # {"diffusion_model": n, "text_encoder": n}
     # per component, the scale its metadata says it was trained at (applied at 1, as ComfyUI does)
     trained_scale: tuple[TrainedScale, ...] = ()
+    #: how it reads a control picture, as the engine applies it: "input" (a FLUX.1 control LoRA
+    #: widens the model's input to take the picture's latent), "reference" (DiffSynth's Qwen-Image
+    #: union control LoRA, told by its file name: the picture as a reference latent), None: it reads none
+    control: LoraControl | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -136,6 +143,7 @@ class LoraSummary:
             "modules": self.modules,
             "targets": dict(self.targets),
             "trained_scale": [t.to_json() for t in self.trained_scale],
+            "control": self.control,
         }
 
 

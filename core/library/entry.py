@@ -7,7 +7,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
-from core.detect.types import Component, LoraSummary, TrainedScale
+from core.detect.types import Component, LoraControl, LoraSummary, TrainedScale
 
 Status = Literal["pending", "ok", "error"]
 
@@ -163,7 +163,12 @@ def _lora(value: Any) -> LoraSummary | None:
         modules=int(value["modules"]),
         targets={str(k): int(v) for k, v in value["targets"].items()},
         trained_scale=tuple(TrainedScale.from_json(t) for t in value.get("trained_scale") or ()),
+        control=_control(value.get("control")),
     )
+
+
+def _control(value: Any) -> LoraControl | None:
+    return "input" if value == "input" else "reference" if value == "reference" else None
 
 
 def _placement_warning(hint: str | None, kind: str, components: tuple[Component, ...]) -> str | None:

@@ -8,7 +8,8 @@
 - ``real_layout_folder``: a ComfyUI-style folder of sparse real-layout files from the test fixtures,
   a damaged file and a few hundred LoRAs;
 - ``make_window``: the real main window with its own backend thread, an in-memory inspect cache,
-  a throwaway QSettings file and no per-user folders.
+  a throwaway QSettings file and no per-user folders;
+- ``panel``: the Generate panel alone, shown at 900 x 700 (a file may define its own).
 """
 
 from __future__ import annotations
@@ -20,11 +21,13 @@ from pathlib import Path
 import pytest
 import shiboken6
 from PySide6.QtCore import QSettings, QThread
+from pytestqt.qtbot import QtBot
 
 from app.backend.monitor import MemoryMonitor
 from app.backend.placement import Placement
 from app.demo import DemoLibrary
 from app.gui.compat import guard_none_refcount
+from app.gui.generate_panel import GeneratePanel
 from app.gui.launch import build_window
 from app.gui.main_window import MainWindow
 from core.session import Loaders
@@ -71,6 +74,15 @@ def no_dangling_qthreads(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[QThre
         thread.wait(5000)
     if left:
         pytest.fail(f"the test left {len(left)} QThread(s) running: {names}")
+
+
+@pytest.fixture
+def panel(qtbot: QtBot) -> GeneratePanel:
+    p = GeneratePanel()
+    qtbot.addWidget(p)
+    p.resize(900, 700)
+    p.show()
+    return p
 
 
 @pytest.fixture(scope="session")

@@ -2,7 +2,8 @@
 FLUX.1 Canny [dev], then FLUX.1 [dev] with a control LoRA, then FLUX.1 Kontext [dev] (real-layout
 few-layer files, as ``test_generate_flux_control_cli.py`` and ``test_generate_flux_kontext_cli.py``
 write them; those prove the CLI against the parts composed by hand and diffusers); the control
-picture box appears with the first two and not the third, the reference box with the third; each
+picture box appears with the first two and not the third (Generate off until its picture is
+given), the reference box with the third; each
 picture clicked out of the window is the one ``loadout generate`` makes with the same settings
 (``--control-picture PICTURE:canny``, ``--lora``, ``--reference --keep-reference-size``), and a
 picture's parameters read back fill the boxes again."""
@@ -13,11 +14,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from PIL import Image
 from PySide6.QtCore import Qt
 from safetensors.torch import save_file
 
-from app.cli import main
 from app.demo import TINY_CLIP
 from core.generate.parameters import parse_parameters
 from core.generate.png import read_png_parameters
@@ -28,24 +27,12 @@ from tests.core.generate.reference import t5_tokenizers, vae_pair
 from tests.core.generate.test_generate_flux_control_cli import CONTROL, DEV
 from tests.core.generate.test_generate_flux_kontext_cli import KONTEXT
 from tests.core.patching.test_lora_flux_control import control_lora
+from tests.fixtures.cli_runs import flux_args, generate, pixels
 from tests.fixtures.drawn import landscape
 from tests.fixtures.tiny_models import TINY_T5, Tiny
 
 pytest.importorskip("sentencepiece")
 pytestmark = [pytest.mark.usefixtures("one_thread"), pytest.mark.slow]
-
-SETTINGS = [
-    "--prompt",
-    "a house",
-    "--steps",
-    "2",
-    "--sampler",
-    "euler",
-    "--scheduler",
-    "simple",
-    "--seed",
-    "7",
-]
 
 
 @pytest.fixture(scope="module")
@@ -98,16 +85,13 @@ def _generate(qtbot, window) -> Path:  # type: ignore[no-untyped-def]
 
 
 def _same_as_cli(f: dict[str, Path], made: Path, model: str, out: Path, *extra: str) -> None:
-    args = ["generate", "--diffusion-model", str(f[model]), "--text-encoder", str(f["clip_l"])]
-    args += ["--text-encoder", str(f["t5xxl_fp16"]), "--vae", str(f["ae"]), *SETTINGS, "--size", "64x64"]
-    assert main([*args, "-o", str(out), "--quiet", *extra]) == 0
-    window_rgb = np.asarray(Image.open(made).convert("RGB"), np.int32)
-    cli_rgb = np.asarray(Image.open(out).convert("RGB"), np.int32)
-    assert window_rgb.std() > 1.0 and np.abs(window_rgb - cli_rgb).max() == 0
+    args = flux_args(f[model], f["clip_l"], f["t5xxl_fp16"], f["ae"], "a house", 7)  # the window's settings
+    cli = generate(args, out, *extra)
+    window_rgb = pixels(made)
+    assert window_rgb.std() > 1.0 and np.abs(window_rgb - cli.pixels).max() == 0
     window_extra = parse_parameters(read_png_parameters(made)).extra
-    cli_extra = parse_parameters(read_png_parameters(out)).extra
     for key in ("Control picture", "References", "Reference size"):
-        assert window_extra.get(key) == cli_extra.get(key), key
+        assert window_extra.get(key) == cli.parameters.extra.get(key), key
 
 
 def test_the_window_control_picture_and_own_size_make_the_cli_pictures(  # type: ignore[no-untyped-def]
@@ -123,6 +107,8 @@ def test_the_window_control_picture_and_own_size_make_the_cli_pictures(  # type:
     _load(qtbot, backend, files["ae"], "vae")
     _load(qtbot, backend, files["flux1-canny-dev"], "diffusion_model")
     assert box.isVisible() and "needs a control picture" in box.note.text() and not refs.isVisible()
+    button = panel.generate_button  # off until the picture is given: it generates then
+    assert not button.isEnabled() and button.toolTip().startswith("The loaded model needs a control picture")
     box.picture.set_path(files["photo"])
     box.pre.set_name("canny")
     made = _generate(qtbot, window)
@@ -136,9 +122,14 @@ def test_the_window_control_picture_and_own_size_make_the_cli_pictures(  # type:
 
     _load(qtbot, backend, files["flux1-dev"], "diffusion_model")  # takes no control picture
     assert not box.isVisible() and panel.settings().control_picture is None
+    box.picture.set_path(None)
     with strict(qtbot, backend, "started", "stack_changed", "finished", timeout=120000):
         backend.add_lora(files["lora"], 0.8, 0.8)
     qtbot.waitUntil(box.isVisible, timeout=10000)
+    words = "The control LoRA flux1-depth-dev-lora needs a control picture"
+    assert not button.isEnabled() and panel.status.text().startswith(words)
+    box.picture.set_path(files["photo"])
+    box.pre.set_name("canny")
     assert "control LoRA flux1-depth-dev-lora follows the canny map" in box.note.text()
     made = _generate(qtbot, window)
     _same_as_cli(files, made, "flux1-dev", tmp_path / "lora.png", "--lora", f"{files['lora']}:0.8",

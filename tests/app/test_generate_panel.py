@@ -20,15 +20,6 @@ from core.generate.request import ImageSettings
 from core.sampling import SAMPLERS, SCHEDULERS
 
 
-@pytest.fixture
-def panel(qtbot: QtBot) -> GeneratePanel:
-    p = GeneratePanel()
-    qtbot.addWidget(p)
-    p.resize(900, 600)
-    p.show()
-    return p
-
-
 def test_generate_emits_the_typed_settings(panel: GeneratePanel, qtbot: QtBot) -> None:
     panel.set_family("sdxl", generation_defaults("sdxl"))
     panel.set_available(True)

@@ -190,9 +190,16 @@ def test_a_controlnet_and_a_painted_mask_from_the_workflow_box_on_a_simulated_ca
     box = panel.workflows
     box.setChecked(True)
     box.controlnet.set_path(tiny_controlnet_file(tmp_path / "cn.safetensors"))
+    button = panel.generate_button  # a net without its hint: Generate is off and says why
+    words = "ControlNet 0 (cn) needs a hint picture: "
+    words += "pick one (or a photo and a preprocessor), or choose none."
+    assert not button.isEnabled() and button.toolTip() == words == panel.status.text()
     box.hint.set_path(hint_picture(tmp_path / "hint.png"))
+    assert button.isEnabled() and panel.status.text() == "Ready: Ctrl+Enter generates."
+    box.mask.set_path(mask_picture(tmp_path / "mask.png"))  # a mask before its picture
+    assert not button.isEnabled() and button.toolTip().startswith("The mask needs a picture to start from")
     box.init.set_path(init)
-    box.mask.set_path(mask_picture(tmp_path / "mask.png"))
+    assert button.isEnabled()
     box.denoise.setValue(0.8)
     with strict(qtbot, window.backend, "started", "generated", "finished", timeout=120000) as rec:
         panel.generate_button.click()

@@ -20,15 +20,6 @@ from core.guidance.unet_level import FreeUV2
 from tests.app.test_workflow_hires import _drop
 
 
-@pytest.fixture
-def panel(qtbot: QtBot) -> GeneratePanel:
-    p = GeneratePanel()
-    qtbot.addWidget(p)
-    p.resize(900, 700)
-    p.show()
-    return p
-
-
 def test_the_list_is_collapsed_and_off_until_a_patch_is_switched_on(panel: GeneratePanel) -> None:
     box = panel.guidance_patches
     assert panel.settings().guidance_patches == () and not box.list.isVisible()

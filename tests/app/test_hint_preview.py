@@ -8,7 +8,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
-import pytest
 from PySide6.QtWidgets import QScrollArea
 from pytestqt.qtbot import QtBot
 
@@ -22,14 +21,6 @@ from core.generate.workflows import controlnet_parameter
 from core.preprocess import preprocess
 from tests.app.conftest import SHOTS
 from tests.fixtures.drawn import landscape
-
-
-@pytest.fixture
-def panel(qtbot: QtBot) -> GeneratePanel:
-    p = GeneratePanel()
-    qtbot.addWidget(p)
-    p.show()
-    return p
 
 
 def test_a_preprocessor_shows_its_map_and_goes_into_the_settings(

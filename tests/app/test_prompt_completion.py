@@ -20,19 +20,16 @@ def _entry(path: str, kind: str, triggers: tuple[str, ...] = (), status: str = "
 
 
 @pytest.fixture
-def panel(qtbot: QtBot) -> GeneratePanel:
-    p = GeneratePanel()
-    qtbot.addWidget(p)
-    p.resize(900, 600)
-    p.show()
+def panel(panel: GeneratePanel) -> GeneratePanel:
+    """The shared panel (tests/app/conftest.py) with the library's words to complete."""
     words = completion_words([
         _entry("embeddings/EasyNegative.pt", "embedding"),
         _entry("loras/detail.safetensors", "lora", ("hyperdetailed",)),
         _entry("embeddings/broken.pt", "embedding", status="error"),
         _entry("checkpoints/sd15.safetensors", "checkpoint"),
     ])  # fmt: skip
-    p.set_completions(words)
-    return p
+    panel.set_completions(words)
+    return panel
 
 
 def test_the_library_gives_embeddings_and_trigger_words(panel: GeneratePanel) -> None:

@@ -7,7 +7,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
-import pytest
 from PySide6.QtCore import QMimeData, QPointF, Qt, QUrl
 from PySide6.QtGui import QDropEvent
 from pytestqt.qtbot import QtBot
@@ -16,15 +15,6 @@ from app.gui.generate_panel import GeneratePanel
 from app.gui.picture_menu import PictureMenu
 from core.archs.catalog import reference_limit
 from core.generate.png import save_png
-
-
-@pytest.fixture
-def panel(qtbot: QtBot) -> GeneratePanel:
-    p = GeneratePanel()
-    qtbot.addWidget(p)
-    p.resize(900, 700)
-    p.show()
-    return p
 
 
 def _picture(path: Path) -> Path:

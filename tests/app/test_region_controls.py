@@ -23,15 +23,6 @@ from core.regions import Box, Region
 from tests.app.test_workflow_hires import _drop
 
 
-@pytest.fixture
-def panel(qtbot: QtBot) -> GeneratePanel:
-    p = GeneratePanel()
-    qtbot.addWidget(p)
-    p.resize(900, 700)
-    p.show()
-    return p
-
-
 def test_rows_added_and_removed_become_the_requests_regions(panel: GeneratePanel) -> None:
     box = panel.regions
     assert panel.settings().regions == () and not box.list.isVisible()

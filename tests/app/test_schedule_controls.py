@@ -18,15 +18,6 @@ from core.patching.schedule import parse_schedule
 from tests.app.test_workflow_hires import _drop
 
 
-@pytest.fixture
-def panel(qtbot: QtBot) -> GeneratePanel:
-    p = GeneratePanel()
-    qtbot.addWidget(p)
-    p.resize(900, 700)
-    p.show()
-    return p
-
-
 def test_a_typed_schedule_becomes_the_requests(panel: GeneratePanel) -> None:
     box = panel.lora_schedules
     assert panel.settings().lora_schedules == () and not box.body.isVisible()

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
 from PySide6.QtGui import QKeySequence
 from pytestqt.qtbot import QtBot
 
@@ -13,14 +12,6 @@ from app.gui.generate_panel import GeneratePanel
 from core.generate.parameters import GenerationParameters, format_parameters, parse_parameters
 from core.generate.workflow_request import ControlNetUse, RefinerUse
 from core.generate.workflows import controlnet_parameter
-
-
-@pytest.fixture
-def panel(qtbot: QtBot) -> GeneratePanel:
-    p = GeneratePanel()
-    qtbot.addWidget(p)
-    p.show()
-    return p
 
 
 def test_the_box_adds_its_workflows_only_when_on(panel: GeneratePanel, tmp_path: Path) -> None:
@@ -269,3 +260,43 @@ def test_the_hint_and_starting_pictures_show_a_thumbnail_and_an_unticked_box_is_
     assert not box.init.thumb.pixmap().isNull()
     hint.set_path(None)
     assert hint.thumb.pixmap().isNull() and hint.label.text() != "edges.png"
+
+
+def test_generate_is_off_while_a_chosen_row_misses_its_picture(panel: GeneratePanel, tmp_path: Path) -> None:
+    """One rule for every row (``WorkflowControls.missing``): a chosen file without the picture it
+    reads turns Generate off with words saying what to pick; given or cleared, Generate is back.
+    A Z-Image Fun net inpaints alone: it needs its hint only while nothing is inpainted."""
+    panel.set_available(True)
+    button, w = panel.generate_button, panel.workflows
+
+    def says(start: str) -> bool:
+        texts = (button.toolTip(), panel.status.text())
+        return not button.isEnabled() and all(t.startswith(start) for t in texts)
+
+    w.image_prompt.adapter.set_path(tmp_path / "ip-adapter_sd15.safetensors")
+    assert button.isEnabled()  # the box is off: its rows are not used
+    w.setChecked(True)
+    assert says("The IP-Adapter needs its picture: pick the image prompt")
+    w.image_prompt.picture.set_path(tmp_path / "face.png")
+    assert button.isEnabled() and panel.status.text() == "Ready: Ctrl+Enter generates."
+    w.image_prompt.redux.set_path(tmp_path / "flux1-redux-dev.safetensors")
+    assert says("FLUX Redux needs its picture")
+    w.image_prompt.redux.set_path(None)  # cleared: no longer needed
+    w.outpaint.sides["left"].setValue(64)
+    assert says("Outpainting needs a picture to start from")
+    w.outpaint.sides["left"].setValue(0)
+    fun = tmp_path / "Z-Image-Turbo-Fun-Controlnet-Union-2.1.safetensors"
+    canny = tmp_path / "canny.safetensors"
+    w.controlnets.set_choices((fun, canny), {fun: "z-image", canny: "sd1"})
+    w.controlnets.add_row().controlnet.set_path(fun)
+    assert says("ControlNet 1 (Z-Image-Turbo-Fun-Controlnet-Union-2.1) needs a hint picture unless")
+    w.init.set_path(tmp_path / "photo.png")
+    w.mask.set_path(tmp_path / "mask.png")  # it inpaints alone
+    assert button.isEnabled()
+    w.controlnet.set_path(canny)  # row 0: a net that never runs without a hint
+    assert says("ControlNet 0 (canny) needs a hint picture")
+    w.controlnets.remove_row(w.controlnets.rows[0])
+    assert button.isEnabled() and len(panel.settings().controlnets) == 1
+    w.setChecked(False)
+    w.controlnet.set_path(None)
+    assert button.isEnabled()

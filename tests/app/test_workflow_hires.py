@@ -7,25 +7,14 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
-import pytest
 from PySide6.QtCore import QMimeData, QPointF, Qt, QUrl
 from PySide6.QtGui import QDropEvent
-from pytestqt.qtbot import QtBot
 
 from app.gui.generate_panel import GeneratePanel
 from app.gui.workflow_hires import MODEL
 from core.generate.hires_settings import HiresFix
 from core.generate.parameters import GenerationParameters, format_parameters
 from core.generate.png import save_png
-
-
-@pytest.fixture
-def panel(qtbot: QtBot) -> GeneratePanel:
-    p = GeneratePanel()
-    qtbot.addWidget(p)
-    p.resize(900, 700)
-    p.show()
-    return p
 
 
 def _drop(panel: GeneratePanel, path: Path) -> None:

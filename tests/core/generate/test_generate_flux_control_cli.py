@@ -16,12 +16,10 @@ import pytest
 from PIL import Image
 from safetensors.torch import save_file
 
-from app.cli import main
 from app.demo import TINY_CLIP
 from core.generate.control_picture import ControlPictureParameters, ControlPicturePass, control_picture_in
-from core.generate.parameters import parse_parameters
 from core.generate.pipeline import Compute, Hooks, Networks, Pipeline
-from core.generate.png import read_png_parameters, to_uint8_rgb
+from core.generate.png import to_uint8_rgb
 from core.generate.request import ImageSettings, Sampling
 from core.loading.architectures import CLIP, FLUX
 from core.loading.loader import inspect_for_loading, load_diffusion_model, load_text_encoder, load_vae
@@ -32,6 +30,7 @@ from core.text.conditioning import TextEncoders
 from core.text.t5_tokenizer import T5Tokenizer
 from tests.core.generate.reference import t5_tokenizers, vae_pair
 from tests.core.patching.test_lora_flux_control import control_lora
+from tests.fixtures.cli_runs import flux_args, generate, refused
 from tests.fixtures.drawn import landscape
 from tests.fixtures.tiny_models import FLUX_DEV, TINY_T5, Tiny
 
@@ -66,14 +65,8 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     return out
 
 
-def _cli(f: dict[str, Path], model: str, out: Path, *extra: str) -> int:
-    args = [
-        "generate", "--diffusion-model", str(f[model]), "--text-encoder", str(f["clip"]),
-        "--text-encoder", str(f["t5"]), "--vae", str(f["vae"]), "--prompt", PROMPT, "--steps", str(STEPS),
-        "--sampler", "euler", "--scheduler", "simple", "--seed", str(SEED), "--size", "64x64",
-        "-o", str(out), "--quiet", *extra,
-    ]  # fmt: skip
-    return main(args)
+def _args(f: dict[str, Path], model: str) -> list[str]:
+    return flux_args(f[model], f["clip"], f["t5"], f["vae"], PROMPT, SEED, steps=STEPS)
 
 
 def _by_hand(
@@ -103,11 +96,10 @@ def test_loadout_generate_follows_the_canny_map_of_the_control_picture(
     found = inspect_for_loading(files["control"])[1]
     assert (found.family, found.variant) == ("flux-dev", "control")
     monkeypatch.setenv("LOADOUT_T5_TOKENIZER", str(files["tokenizer"]))
-    out = tmp_path / "house-canny.png"
-    assert _cli(files, "control", out, "--control-picture", f"{files['photo']}:canny") == 0
-    got = np.asarray(Image.open(out).convert("RGB")).astype(np.int32)
-    p = parse_parameters(read_png_parameters(out))
-    assert control_picture_in(p.extra) == ControlPictureParameters("house.png", "canny")
+    canny = ("--control-picture", f"{files['photo']}:canny")
+    made = generate(_args(files, "control"), tmp_path / "house-canny.png", *canny)
+    got = made.pixels
+    assert control_picture_in(made.parameters.extra) == ControlPictureParameters("house.png", "canny")
     edges = preprocess("canny", np.asarray(Image.open(files["photo"]).convert("RGB")))
     want = _by_hand(files, edges).astype(np.int32)
     assert got.shape == (64, 64, 3) and got.std() > 5
@@ -121,11 +113,9 @@ def test_a_control_picture_where_none_is_taken_and_none_where_one_is_are_refused
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     monkeypatch.setenv("LOADOUT_T5_TOKENIZER", str(files["tokenizer"]))
-    assert _cli(files, "dev", tmp_path / "a.png", "--control-picture", str(files["photo"])) == 2
-    assert "takes none" in capsys.readouterr().err
-    assert _cli(files, "control", tmp_path / "b.png") == 2
-    assert "needs a control picture" in capsys.readouterr().err
-    assert not (tmp_path / "a.png").exists() and not (tmp_path / "b.png").exists()
+    picture = ("--control-picture", str(files["photo"]))
+    assert "takes none" in refused(_args(files, "dev"), tmp_path / "a.png", capsys, *picture)
+    assert "needs a control picture" in refused(_args(files, "control"), tmp_path / "b.png", capsys)
 
 
 def test_loadout_generate_with_a_control_lora_on_flux_dev_follows_the_control_picture(
@@ -139,9 +129,8 @@ def test_loadout_generate_with_a_control_lora_on_flux_dev_follows_the_control_pi
     out = tmp_path / "house-lora.png"
     edges = tmp_path / "edges.png"
     Image.fromarray(preprocess("canny", np.asarray(Image.open(files["photo"]).convert("RGB")))).save(edges)
-    assert _cli(files, "dev", out, "--lora", f"{lora}:0.8", "--control-picture", str(edges)) == 0
-    got = np.asarray(Image.open(out).convert("RGB")).astype(np.int32)
-    p = parse_parameters(read_png_parameters(out))
-    assert control_picture_in(p.extra) == ControlPictureParameters("edges.png", None)
+    made = generate(_args(files, "dev"), out, "--lora", f"{lora}:0.8", "--control-picture", str(edges))
+    got = made.pixels
+    assert control_picture_in(made.parameters.extra) == ControlPictureParameters("edges.png", None)
     want = _by_hand(files, np.asarray(Image.open(edges).convert("RGB")), "dev", lora).astype(np.int32)
     assert got.std() > 5 and np.abs(got - want).max() <= 1

@@ -11,16 +11,13 @@ The composition itself is proven against diffusers in test_parity_flux_controlne
 from __future__ import annotations
 
 import dataclasses
-import json
 from pathlib import Path
 
 import numpy as np
 import pytest
-from PIL import Image
 from safetensors.torch import save_file
 from torch import nn
 
-from app.cli import main
 from app.demo import TINY_CLIP
 from core.archs.flux.controlnet import FluxControlConfig, FluxControlNet
 from core.generate.parameters import parse_parameters
@@ -29,6 +26,7 @@ from core.generate.workflows import ControlNetParameters, controlnets_in
 from core.loading.architectures import CLIP, FLUX
 from core.models.vae import FLUX_LATENT
 from tests.core.generate.reference import randomize, t5_tokenizers, vae_pair
+from tests.fixtures.cli_runs import flux_args, generate, refused
 from tests.fixtures.controlnets import mask_picture
 from tests.fixtures.drawn import landscape
 from tests.fixtures.tiny_models import FLUX_DEV, TINY_T5, Tiny
@@ -78,15 +76,12 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     return out
 
 
-def _cli(f: dict[str, Path], out: Path, *extra: str, quiet: str = "--quiet") -> np.ndarray:
-    args = [
-        "generate", "--diffusion-model", str(f["flux1-dev"]), "--text-encoder", str(f["clip_l"]),
-        "--text-encoder", str(f["t5xxl"]), "--vae", str(f["ae"]), "--prompt", "a house", "--steps", "2",
-        "--sampler", "euler", "--scheduler", "simple", "--seed", "5", "--size", "64x64", "-o", str(out),
-        quiet, *extra,
-    ]  # fmt: skip
-    assert main(args) == 0
-    return np.asarray(Image.open(out).convert("RGB")).astype(np.int32)
+def _args(f: dict[str, Path], steps: int = 2) -> list[str]:
+    return flux_args(f["flux1-dev"], f["clip_l"], f["t5xxl"], f["ae"], "a house", 5, steps=steps)
+
+
+def _cli(f: dict[str, Path], out: Path, *extra: str) -> np.ndarray:
+    return generate(_args(f), out, *extra).pixels
 
 
 def test_flux_controlnets_from_the_command_line_on_any_card(
@@ -109,13 +104,11 @@ def test_flux_controlnets_from_the_command_line_on_any_card(
 
     xlabs = f"{files['xlabs']}:{files['hint']}"
     got = _cli(files, tmp_path / "xlabs.png", "--controlnet", xlabs)
-    capsys.readouterr()
-    small = _cli(
-        files, tmp_path / "xlabs_small.png", "--controlnet", xlabs, "--vram-limit", "4.6MiB", quiet="--json"
-    )
-    assert np.array_equal(got, small) and np.abs(got - plain).max() > 2
-    events = json.loads(capsys.readouterr().out)["events"]
-    assert any(e["role"] == "controlnet" and e["kind"] == "partial_load" for e in events)  # streamed
+    card = ("--controlnet", xlabs, "--vram-limit", "4.6MiB")
+    small_run = generate(_args(files), tmp_path / "xlabs_small.png", *card, capsys=capsys)
+    assert np.array_equal(got, small_run.pixels) and np.abs(got - plain).max() > 2
+    streamed = [e for e in small_run.events if e["role"] == "controlnet" and e["kind"] == "partial_load"]
+    assert streamed
 
 
 def test_a_type_for_a_net_without_types_is_refused_in_words(
@@ -125,16 +118,9 @@ def test_a_type_for_a_net_without_types_is_refused_in_words(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     monkeypatch.setenv("LOADOUT_T5_TOKENIZER", str(files["tokenizer"]))
-    f = files
-    args = [
-        "generate", "--diffusion-model", str(f["flux1-dev"]), "--text-encoder", str(f["clip_l"]),
-        "--text-encoder", str(f["t5xxl"]), "--vae", str(f["ae"]), "--prompt", "a house", "--steps", "1",
-        "--size", "64x64", "-o", str(tmp_path / "x.png"),
-        "--controlnet", f"{f['xlabs']}:{f['hint']}:type=depth",
-    ]  # fmt: skip
-    assert main(args) != 0
-    assert "has no control types" in capsys.readouterr().err
-    assert not (tmp_path / "x.png").exists()
+    typed = f"{files['xlabs']}:{files['hint']}:type=depth"
+    err = refused(_args(files, steps=1), tmp_path / "x.png", capsys, "--controlnet", typed)
+    assert "has no control types" in err
 
 
 def test_alimamas_inpainting_net_repaints_the_mask_on_any_card(

@@ -17,29 +17,24 @@ same bits as without a limit."""
 from __future__ import annotations
 
 import dataclasses
-import json
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
-from PIL import Image
 
-from app.cli import main
 from app.demo import TINY_CLIP
-from core.generate.parameters import parse_parameters
-from core.generate.png import read_png_parameters
 from core.generate.workflows import ControlNetParameters, controlnets_in
 from core.loading.architectures import CLIP, MMDIT, VAE
 from core.models.mmdit import MMDiTConfig
 from core.models.vae import SD3_LATENT, VAEConfig
 from tests.core.generate.reference import t5_tokenizers
 from tests.core.generate.sd3_controlnet_pair import diffusers_file, joint_controlnet
+from tests.fixtures.cli_runs import generate
 from tests.fixtures.controlnets import hint_picture
 from tests.fixtures.st_files import write_tensors
 from tests.fixtures.tiny_models import CLIP_G, TINY_T5, Tiny, comfy_te_extras
 
-Capture = pytest.CaptureFixture[str]
 diffusers = pytest.importorskip("diffusers")
 pytest.importorskip("sentencepiece")
 pytestmark = [pytest.mark.usefixtures("one_thread"), pytest.mark.slow]
@@ -88,21 +83,12 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     }
 
 
-def _cli(f: dict[str, Path], out: Path, capsys: Capture, *extra: str) -> dict[str, object]:
-    args = [
+def _args(f: dict[str, Path]) -> list[str]:
+    return [
         "generate", str(f["checkpoint"]), "--prompt", "a red fox", "--negative", "blurry",
         "--steps", "2", "--cfg", "3", "--sampler", "euler", "--scheduler", "simple", "--seed", "5",
-        "--size", "64x64", "-o", str(out), "--json", "--quiet", *extra,
+        "--size", "64x64",
     ]  # fmt: skip
-    capsys.readouterr()
-    assert main(args) == 0, capsys.readouterr().err
-    report: dict[str, object] = json.loads(capsys.readouterr().out)
-    return report
-
-
-def _pixels(path: Path) -> np.ndarray:
-    with Image.open(path) as im:
-        return np.asarray(im.convert("RGB")).astype(np.int32)
 
 
 def test_sd3_controlnet_from_the_command_line(
@@ -112,12 +98,12 @@ def test_sd3_controlnet_from_the_command_line(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     monkeypatch.setenv("LOADOUT_T5_TOKENIZER", str(files["tokenizer"]))
-    _cli(files, tmp_path / "plain.png", capsys)
-    _cli(files, tmp_path / "whole.png", capsys, *_net(files))
-    whole = _pixels(tmp_path / "whole.png")
+    plain = generate(_args(files), tmp_path / "plain.png")
+    made = generate(_args(files), tmp_path / "whole.png", *_net(files))
+    whole = made.pixels
     assert np.isfinite(whole).all() and whole.std() > 5
-    assert np.abs(whole - _pixels(tmp_path / "plain.png")).max() > 2  # the ControlNet acted
-    p = parse_parameters(read_png_parameters(tmp_path / "whole.png"))
+    assert np.abs(whole - plain.pixels).max() > 2  # the ControlNet acted
+    p = made.parameters
     assert controlnets_in(p.extra) == (ControlNetParameters("SD3-Controlnet-Canny", 0.8, 0.1, 0.9),)
 
 
@@ -128,10 +114,10 @@ def test_sd3_controlnet_on_a_small_card_is_the_same_bits(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     monkeypatch.setenv("LOADOUT_T5_TOKENIZER", str(files["tokenizer"]))
-    _cli(files, tmp_path / "whole.png", capsys, *_net(files))
-    report = _cli(files, tmp_path / "card.png", capsys, *_net(files), "--vram-limit", "8MiB")
-    assert np.array_equal(_pixels(tmp_path / "card.png"), _pixels(tmp_path / "whole.png"))
-    partial = {e["role"] for e in report["events"] if e["kind"] == "partial_load"}  # type: ignore[attr-defined]
+    whole = generate(_args(files), tmp_path / "whole.png", *_net(files))
+    card = generate(_args(files), tmp_path / "card.png", *_net(files), "--vram-limit", "8MiB", capsys=capsys)
+    assert np.array_equal(card.pixels, whole.pixels)
+    partial = {e["role"] for e in card.events if e["kind"] == "partial_load"}
     assert {"diffusion_model", "controlnet"} <= partial, partial
 
 

@@ -8,7 +8,8 @@ ReferenceLatent on both prompts).
 * At the released width (3072, one block, the real shapes: 12288-wide MLPs, 18432-wide
   modulation) the file is read as a Qwen-Image LoRA that maps onto every module, and its name
   (Comfy-Org's, or DiffSynth's folder) marks it as taking a control picture; the same tensors under
-  another name do not.
+  another name do not. ``loadout inspect`` (table and JSON: ``lora.control`` "reference") and the
+  library's details say so by the same decision (``union_control``) as the stack.
 * On a narrow network its velocity with the control latent as a reference equals diffusers'
   transformer with the file loaded by ``QwenImagePipeline.load_lora_weights`` and the reference's
   tokens appended as diffusers' edit pipelines append them.
@@ -96,8 +97,46 @@ def test_the_released_layout_at_its_width_maps_fully_and_its_name_marks_it(tmp_p
     lora.parent.joinpath(folder.parent.name).mkdir()
     lora.rename(folder)
     assert _analysis(folder).control_reference
+    assert _says_union_control(folder, tmp_path / "lib")  # inspect and the library, by the folder's name
     other = folder.rename(tmp_path / "my_style_lora.safetensors")  # the weights alone do not tell it
-    assert not _analysis(other).control_reference
+    assert not _analysis(other).control_reference and not _says_union_control(other, tmp_path / "lib2")
+    comfy = other.rename(tmp_path / COMFY_NAME)
+    assert _analysis(comfy).control_reference and _says_union_control(comfy, tmp_path / "lib3")
+
+
+def _says_union_control(lora: Path, library: Path) -> bool:
+    """Whether ``loadout inspect`` (table and JSON) and the library's details call the file what
+    the engine takes it for (:func:`_analysis`: the stack's own decision): a Qwen-Image union
+    control LoRA, recognised by its name, reading a control picture."""
+    import contextlib
+    import io
+    import json
+    import shutil
+
+    from app.gui.details import entry_html
+    from core.library import LibraryIndex, ModelRoot
+
+    engine = _analysis(lora).control_reference
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert main(["inspect", "--json", str(lora)]) == 0
+        assert main(["inspect", str(lora)]) == 0
+    text = out.getvalue()
+    record = json.loads(text[: text.rindex("]") + 1])[0]
+    words = "control   a Qwen-Image union control LoRA (DiffSynth's, recognised by its file name): it reads"
+    said = (record["kind"], record["lora"]["control"], words in text)
+    assert said in (("lora", "reference", True), ("lora", None, False)), said
+    copy = library / lora.parent.name / lora.name  # the folder's name goes with it
+    copy.parent.mkdir(parents=True)
+    shutil.copy(lora, copy)
+    index = LibraryIndex([ModelRoot(library, "loras", "folder")])
+    for _ in index.scan():
+        pass
+    (entry,) = index.entries()
+    shown = "a Qwen-Image union control LoRA" in entry_html(entry)
+    assert entry.lora is not None and (entry.lora.control == "reference") == shown
+    assert engine == (said[1] == "reference") == shown  # one decision, three places
+    return engine
 
 
 @pytest.fixture(scope="module")

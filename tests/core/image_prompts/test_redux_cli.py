@@ -9,22 +9,19 @@ StyleModelApply) and reads back, and what cannot be used is refused in words."""
 from __future__ import annotations
 
 import dataclasses
-import json
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
-from PIL import Image
 from safetensors.torch import save_file
 
-from app.cli import main
-from app.demo import TINY_CLIP, ensure_demo_library
-from core.generate.parameters import parse_parameters
-from core.generate.png import read_png_parameters
+from app.demo import TINY_CLIP
 from core.generate.redux import ReduxParameters, redux_in
 from core.loading.architectures import CLIP, FLUX
 from tests.core.generate.reference import vae_pair
+from tests.fixtures.cli_runs import Made, flux_args, generate, pixels, refused
+from tests.fixtures.demo_copy import DemoAt
 from tests.fixtures.drawn import landscape
 from tests.fixtures.image_prompt_files import hf_redux, hf_siglip, save
 from tests.fixtures.tiny_models import FLUX_DEV, TINY_T5, Tiny
@@ -65,16 +62,8 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     return out
 
 
-def _cli(f: dict[str, Path], out: Path, *extra: str) -> list[str]:
-    return [
-        "generate", "--diffusion-model", str(f["flux"]), "--text-encoder", str(f["clip"]),
-        "--text-encoder", str(f["t5"]), "--vae", str(f["vae"]), "--prompt", "a red door", "--steps", "2",
-        "--size", "64x64", "--seed", "5", "-o", str(out), *extra,
-    ]  # fmt: skip
-
-
-def _pixels(path: Path) -> np.ndarray:
-    return np.asarray(Image.open(path).convert("RGB")).astype(np.int32)
+def _args(f: dict[str, Path]) -> list[str]:
+    return flux_args(f["flux"], f["clip"], f["t5"], f["vae"], "a red door", 5, sampler=None, scheduler=None)
 
 
 def test_redux_from_the_command_line_is_placed_named_and_the_same_on_a_small_card(
@@ -90,21 +79,18 @@ def test_redux_from_the_command_line_is_placed_named_and_the_same_on_a_small_car
         "--redux",
         f"{files['redux']}:{files['sky']}:0.5:attn_bias",
     )
-    small = tmp_path / "small.png"
-    assert main([*_cli(files, small, *redux, "--vram-limit", "320MiB", "--json")]) == 0
-    report = json.loads(capsys.readouterr().out)
-    roles = {e["role"] for e in report["events"]}
+    small = generate(_args(files), tmp_path / "small.png", *redux, "--vram-limit", "320MiB", capsys=capsys)
+    roles = {e["role"] for e in small.events}
     assert {"image_encoder", "style_model"} <= roles  # placed by the manager
-    kinds = {(e["role"], e["kind"]) for e in report["events"]}
+    kinds = {(e["role"], e["kind"]) for e in small.events}
     moved = {k for role, k in kinds if role in ("image_encoder", "style_model")}
     assert moved & {"partial_load", "partial_unload", "unload"}  # the card has no room for all at once
-    assert main([*_cli(files, tmp_path / "whole.png", *redux, "--quiet")]) == 0
-    assert np.array_equal(_pixels(small), _pixels(tmp_path / "whole.png"))  # bit for bit
-    assert main([*_cli(files, tmp_path / "plain.png", "--quiet")]) == 0
-    assert np.abs(_pixels(small) - _pixels(tmp_path / "plain.png")).mean() > 1
+    whole = generate(_args(files), tmp_path / "whole.png", *redux)
+    assert np.array_equal(small.pixels, whole.pixels)  # bit for bit
+    plain = generate(_args(files), tmp_path / "plain.png")
+    assert np.abs(small.pixels - plain.pixels).mean() > 1
 
-    p = parse_parameters(read_png_parameters(small))
-    found = redux_in(p.extra)
+    found = redux_in(small.parameters.extra)
     assert [(r.model, r.picture, r.strength, r.strength_type) for r in found] == [
         ("flux1-redux-dev", "house.png", 0.8, "multiply"),
         ("flux1-redux-dev", "skyblue.png", 0.5, "attn_bias"),
@@ -117,6 +103,7 @@ def test_what_cannot_be_used_is_refused_in_words(
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
+    demo_library_at: DemoAt,
 ) -> None:
     monkeypatch.setenv("LOADOUT_T5_TOKENIZER", str(files["tokenizer"]))
     lone = tmp_path / "elsewhere" / "flux1-redux-dev.safetensors"
@@ -124,63 +111,28 @@ def test_what_cannot_be_used_is_refused_in_words(
     lone.write_bytes(files["redux"].read_bytes())
     not_a_picture = tmp_path / "notes.png"
     not_a_picture.write_text("not a picture")
-    demo = ensure_demo_library(tmp_path / "demo")
+    demo = demo_library_at(tmp_path / "demo")  # the process's one demo library, copied
+    house = f"{files['redux']}:{files['house']}"
     cases = [
-        (_cli(files, tmp_path / "a.png", "--redux", f"{lone}:{files['house']}"), "clip_vision"),
-        (_cli(files, tmp_path / "b.png", "--redux", f"{files['redux']}:{not_a_picture}"), "not a picture"),
+        (_args(files), ("--redux", f"{lone}:{files['house']}"), "clip_vision"),
+        (_args(files), ("--redux", f"{files['redux']}:{not_a_picture}"), "not a picture"),
+        (_args(files), ("--redux", f"{house}:11"), "Redux strength"),
+        (_args(files), ("--redux", f"{house}:0:attn_bias"), "log of 0 is minus infinity"),
+        (_args(files), ("--redux", f"{house}:1:add"), "not a Redux strength type"),
+        (_args(files), ("--redux", house, "--image-encoder", str(files["t5"])), "not an image encoder"),
         (
-            _cli(files, tmp_path / "c.png", "--redux", f"{files['redux']}:{files['house']}:11"),
-            "Redux strength",
-        ),
-        (
-            _cli(files, tmp_path / "c0.png", "--redux", f"{files['redux']}:{files['house']}:0:attn_bias"),
-            "log of 0 is minus infinity",
-        ),
-        (
-            _cli(files, tmp_path / "c1.png", "--redux", f"{files['redux']}:{files['house']}:1:add"),
-            "not a Redux strength type",
-        ),
-        (
-            _cli(
-                files,
-                tmp_path / "d.png",
-                "--redux",
-                f"{files['redux']}:{files['house']}",
-                "--image-encoder",
-                str(files["t5"]),
-            ),
-            "not an image encoder",
-        ),
-        (
-            [
-                "generate",
-                str(demo.checkpoint),
-                "--prompt",
-                "x",
-                "--size",
-                "64x64",
-                "--steps",
-                "1",
-                "-o",
-                str(tmp_path / "e.png"),
-                "--redux",
-                f"{files['redux']}:{files['house']}",
-            ],
+            ["generate", str(demo.checkpoint), "--prompt", "x", "--size", "64x64", "--steps", "1"],
+            ("--redux", house),
             "FLUX.1 models",
         ),
     ]
-    for args, words in cases:
-        assert main(args) != 0
-        err = capsys.readouterr().err
-        assert words in err and "Traceback" not in err, err
-        assert not Path(args[args.index("-o") + 1]).exists()
+    for i, (args, extra, words) in enumerate(cases):
+        err = refused(args, tmp_path / f"{i}.png", capsys, *extra)
+        assert words in err, err
 
 
 def test_a_redux_strength_grid_cell_is_a_plain_generation_at_that_strength(
-    files: dict[str, Path],
-    tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
-    capsys: pytest.CaptureFixture[str],
+    files: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """``--x redux-strength:...`` sets the first Redux picture's strength (its type kept): a cell
     equals ``--redux`` at that strength bit for bit and its PNG names it; refused without a Redux
@@ -193,19 +145,14 @@ def test_a_redux_strength_grid_cell_is_a_plain_generation_at_that_strength(
     monkeypatch.setenv("LOADOUT_T5_TOKENIZER", str(files["tokenizer"]))
     grid = tmp_path / "grid"
     redux = f"{files['redux']}:{files['house']}:0.2:attn_bias"
-    assert main([*_cli(files, grid, "--redux", redux, "--x", "redux-strength:0.3,1.5", "--quiet")]) == 0
-    one = tmp_path / "one.png"
-    assert (
-        main([*_cli(files, one, "--redux", f"{files['redux']}:{files['house']}:1.5:attn_bias", "--quiet")])
-        == 0
+    generate(_args(files), grid, "--redux", redux, "--x", "redux-strength:0.3,1.5")
+    one = generate(
+        _args(files), tmp_path / "one.png", "--redux", f"{files['redux']}:{files['house']}:1.5:attn_bias"
     )
-    assert np.array_equal(_pixels(grid / "x1-y0-z0.png"), _pixels(one))
-    assert not np.array_equal(_pixels(grid / "x0-y0-z0.png"), _pixels(one))
-    found = [
-        redux_in(parse_parameters(read_png_parameters(grid / f"x{i}-y0-z0.png")).extra)[0] for i in (0, 1)
-    ]
+    assert np.array_equal(pixels(grid / "x1-y0-z0.png"), one.pixels)
+    assert not np.array_equal(pixels(grid / "x0-y0-z0.png"), one.pixels)
+    found = [redux_in(Made(grid / f"x{i}-y0-z0.png", None).parameters.extra)[0] for i in (0, 1)]
     assert [(r.strength, r.strength_type) for r in found] == [(0.3, "attn_bias"), (1.5, "attn_bias")]
-    capsys.readouterr()
     with pytest.raises(LoadoutError, match="needs a FLUX Redux picture"):
         image_cells(ImageSettings("a door"), None, parse_axis("redux-strength:0.5,1"))
     biased = ImageSettings("a door", redux=(ReduxUse(files["redux"], files["house"], 0.5, "attn_bias"),))

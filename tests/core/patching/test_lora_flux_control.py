@@ -77,7 +77,7 @@ def test_control_lora_is_detected_with_its_parts(tmp_path: Path) -> None:
     control_lora(path)
     analysis = analyze_lora(KeyView(read_header(path).tensors))
     assert analysis is not None
-    assert control_inputs(analysis.modules) == 128
+    assert control_inputs(analysis.modules) == 128 and analysis.summary.control == "input"
     parts = {m.path: m.parts for m in analysis.modules}
     assert parts["img_in"] == ("diff_b", "down", "up")
     assert all(parts[n] == ("set_weight",) for n in NORMS)
