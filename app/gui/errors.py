@@ -102,6 +102,7 @@ _CODES: dict[str, tuple[str, str, Level]] = {
     "wrong_controlnet": ("ControlNet does not fit", "It is for another model family.", "warning"),
     "wrong_ip_adapter": ("IP-Adapter does not fit", "It is for another family or image encoder.", "warning"),
     "missing_image_encoder": ("Image encoder missing", "An IP-Adapter needs a CLIP vision file.", "warning"),
+    "no_face": ("No face found", "FaceID needs a picture with a face it can see.", "warning"),
     "wrong_refiner": ("Refiner does not fit", "The SDXL refiner follows an SDXL base model.", "warning"),
     "bad_device": ("No such device", "That device is not on this machine; pick one from Settings.", "error"),
     "bad_output": ("Cannot save there", "That place cannot hold the output; choose another folder.", "error"),

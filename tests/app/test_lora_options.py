@@ -26,6 +26,7 @@ def test_the_card_sets_the_prompt_and_block_weights_and_a_picture_brings_them(
     with strict(qtbot, window.backend, "started", "stack_changed", "finished"):
         window.backend.add_lora(demo_library.lora, 0.8, 0.8)
     (card,) = window.lora_panel.cards.values()
+    qtbot.waitUntil(card.isVisible)  # a layout shows a new card on the event loop's next turn
     row = card.options
     assert not row.isVisible()  # folded away until asked for (or set)
     qtbot.mouseClick(card.more, Qt.MouseButton.LeftButton)
