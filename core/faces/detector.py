@@ -18,6 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from core.faces.files import OnnxModel
+from core.preprocess.boxes import nms
 from core.preprocess.edges import _cv2
 
 STRIDES = (8, 16, 32)
@@ -43,22 +44,6 @@ def _centres(height: int, width: int, stride: int) -> np.ndarray:
     ys, xs = np.mgrid[:height, :width]
     grid = np.stack([xs, ys], axis=-1).astype(np.float32)
     return np.repeat((grid * stride).reshape(-1, 2), ANCHORS, axis=0)
-
-
-def _suppress(boxes: np.ndarray, scores: np.ndarray) -> list[int]:
-    x1, y1, x2, y2 = boxes.T
-    areas = (x2 - x1 + 1) * (y2 - y1 + 1)
-    order = np.argsort(-scores, kind="stable")
-    keep: list[int] = []
-    while order.size:
-        i = int(order[0])
-        keep.append(i)
-        rest = order[1:]
-        w = np.maximum(0.0, np.minimum(x2[i], x2[rest]) - np.maximum(x1[i], x1[rest]) + 1)
-        h = np.maximum(0.0, np.minimum(y2[i], y2[rest]) - np.maximum(y1[i], y1[rest]) + 1)
-        inter = w * h
-        order = rest[inter / (areas[i] + areas[rest] - inter) <= NMS]
-    return keep
 
 
 def _input(picture: np.ndarray, size: int) -> tuple[np.ndarray, float]:
@@ -101,5 +86,5 @@ def detect_faces(model: OnnxModel, picture: np.ndarray, size: int = 640) -> Dete
     box_all = (np.concatenate(boxes) / scale).astype(np.float32)[order]
     mark_all = (np.concatenate(marks) / scale)[order]
     score_all = score_all[order]
-    keep_idx = _suppress(box_all, score_all)
+    keep_idx = nms(box_all, score_all, NMS, stable=True)
     return Detection(box_all[keep_idx], score_all[keep_idx], mark_all[keep_idx])

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from core.errors import LoadoutError
+from core.files.onnx_session import open_session
 
 #: where artists keep the files (ComfyUI_IPAdapter_plus's insightface_loader reads this folder)
 FOLDER_HINT = "ComfyUI's models/insightface/models/buffalo_l"
@@ -25,18 +26,6 @@ SOURCE_HINT = (
 #: the detector's outputs: score, box, landmarks for each stride
 DETECTOR_OUTPUTS = 9
 EMBEDDING = 512
-
-
-def _ort() -> Any:
-    try:
-        import onnxruntime
-    except ImportError:  # pragma: no cover - a dependency of the package
-        raise LoadoutError(
-            "reading faces needs onnxruntime, which is not installed",
-            fix="Install it with: pip install onnxruntime",
-            code="missing_dependency",
-        ) from None
-    return onnxruntime
 
 
 @dataclass(frozen=True)
@@ -58,18 +47,7 @@ class OnnxModel:
 
 def open_onnx(path: Path) -> OnnxModel:
     """``path`` opened with onnxruntime on the CPU; a file it cannot read is refused in words."""
-    ort = _ort()
-    options = ort.SessionOptions()
-    options.log_severity_level = 3
-    try:
-        session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
-    except Exception as e:  # onnxruntime raises its own exception types for a damaged graph
-        raise LoadoutError(
-            f"{path.name} is not an ONNX model Loadout can run",
-            why=f"onnxruntime could not read it ({str(e).splitlines()[0][:200]})",
-            fix=f"Download it again: {SOURCE_HINT}",
-            code="not_a_model",
-        ) from None
+    session = open_session(path, "reading faces", f"Download it again: {SOURCE_HINT}", "not_a_model")
     inputs, outputs = session.get_inputs(), session.get_outputs()
     first = inputs[0] if inputs else None
     return OnnxModel(

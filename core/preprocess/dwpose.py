@@ -31,6 +31,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from core.preprocess.boxes import nms
 from core.preprocess.edges import _cv2
 from core.preprocess.onnx_models import DETECTOR, POSE, OnnxModel
 
@@ -84,23 +85,6 @@ def _grid(side: int) -> tuple[np.ndarray, np.ndarray]:
         grids.append(np.stack((xs, ys), 2).reshape(-1, 2))
         strides.append(np.full((cells * cells, 1), stride))
     return np.concatenate(grids), np.concatenate(strides)
-
-
-def nms(boxes: np.ndarray, scores: np.ndarray, iou: float) -> list[int]:
-    """Greedy NMS: the boxes kept, best first (areas counted in whole pixels, as YOLOX's)."""
-    x1, y1, x2, y2 = boxes[:, 0], boxes[:, 1], boxes[:, 2], boxes[:, 3]
-    areas = (x2 - x1 + 1) * (y2 - y1 + 1)
-    order = scores.argsort()[::-1]
-    keep: list[int] = []
-    while order.size > 0:
-        i = int(order[0])
-        keep.append(i)
-        rest = order[1:]
-        w = np.maximum(0.0, np.minimum(x2[i], x2[rest]) - np.maximum(x1[i], x1[rest]) + 1)
-        h = np.maximum(0.0, np.minimum(y2[i], y2[rest]) - np.maximum(y1[i], y1[rest]) + 1)
-        inter = w * h
-        order = rest[inter / (areas[i] + areas[rest] - inter) <= iou]
-    return keep
 
 
 def decode_people(output: np.ndarray, side: int, ratio: float) -> np.ndarray:

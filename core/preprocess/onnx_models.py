@@ -22,6 +22,7 @@ import numpy as np
 
 from core.errors import FileFormatError, LoadoutError
 from core.files.onnx import OnnxSignature, read_onnx_signature
+from core.files.onnx_session import open_session
 from core.units import gib
 
 if TYPE_CHECKING:
@@ -159,31 +160,9 @@ class OnnxModel:
         return [np.asarray(o) for o in self.session.run(None, feed)]
 
 
-def _runtime() -> Any:
-    try:
-        import onnxruntime
-    except ImportError:  # pragma: no cover - a dependency of the package
-        raise LoadoutError(
-            "the dwpose preprocessor needs ONNX Runtime, which is not installed",
-            fix="Install it with: pip install onnxruntime",
-            code="missing_dependency",
-        ) from None
-    return onnxruntime
-
-
 def load_onnx(path: Path, family: str) -> OnnxModel:
     """``path``'s session on the CPU; a file ONNX Runtime cannot build is refused in words."""
-    runtime = _runtime()
-    options = runtime.SessionOptions()
-    options.log_severity_level = 3  # its warnings (unused initializers ...) are not the artist's
-    try:
-        session = runtime.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
-    except Exception as exc:  # onnxruntime raises its own (pybind) exception types
-        raise FileFormatError(
-            f"{Path(path).name} could not be opened by ONNX Runtime",
-            why=str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__,
-            fix="Download the file again",
-        ) from None
+    session = open_session(path, "the dwpose preprocessor", "Download the file again")
     return OnnxModel(Path(path), family, session, Path(path).stat().st_size)
 
 
