@@ -32,6 +32,7 @@ from core.loading.image_encoder import LoadedImageEncoder, load_image_encoder
 from core.loading.image_prompts import LoadedStyleModel, load_style_model
 from core.loading.ip_adapter import FACEID_VARIANTS, LoadedIpAdapter, load_ip_adapter
 from core.loading.loader import LoadOptions
+from core.preprocess.onnx_models import keep_in_ram
 from core.sampling.model_sampling import ModelSampling
 from core.session.session import Session
 
@@ -288,6 +289,10 @@ def ip_adapter_pass(
             if placement.active and placement.manager.find(module) is None:
                 placement.register(module, name)
             names[name] = "ip_adapter" if module is adapter.module else "image_encoder"
+        for face_model in () if faces is None else (faces.files.detector, faces.files.recogniser):
+            name = f"{face_model.path.stem} face model"
+            keep_in_ram(placement, face_model, name, face_model.path.stat().st_size)
+            names[name] = "face_model"
         encoding = (adapter.module,) if encoder is None else (encoder.module, adapter.module)
         for phase, used in (("text_encode", encoding), ("sample", (adapter.module,))):
             phases[phase] += [m for m in used if m not in phases[phase]]

@@ -168,12 +168,18 @@ def load_onnx(path: Path, family: str) -> OnnxModel:
 
 def account(placement: Placement, model: OnnxModel) -> None:
     """Register ``model`` with the manager as a RAM-resident model (once), with its "keep" event."""
+    keep_in_ram(placement, model, model.name, model.nbytes)
+
+
+def keep_in_ram(placement: Placement, model: object, name: str, nbytes: int) -> None:
+    """Register an ONNX model (any object holding a session) with the manager as ``name``, a
+    RAM-resident model of ``nbytes`` (once), with its "keep" event saying why it is not placed."""
     if not placement.active or placement.manager.find(model) is not None:
         return
-    placement.manager.register(model, model.name, sizes=(("", model.nbytes),), dtype="fp32")
+    placement.manager.register(model, name, sizes=(("", nbytes),), dtype="fp32")
     placement.events.emit(
-        "keep", model.name, model.nbytes,
-        f"{model.name} stays in RAM ({gib(model.nbytes)}) and runs on the CPU through ONNX Runtime: "
+        "keep", name, nbytes,
+        f"{name} stays in RAM ({gib(nbytes)}) and runs on the CPU through ONNX Runtime: "
         "an ONNX session is not a torch module, so it is not placed on the device.",
         details={"runtime": "onnxruntime", "provider": "CPUExecutionProvider"},
     )  # fmt: skip

@@ -75,6 +75,8 @@ def test_faceid_from_the_command_line_placed_named_and_the_same_on_a_small_card(
                    "--vram-limit", "48MiB", "-o", str(out)], capsys)  # fmt: skip
     roles = {e["role"] for e in report["events"]}
     assert "ip_adapter" in roles and "image_encoder" not in roles
+    kept = {e["model"] for e in report["events"] if e["role"] == "face_model" and e["kind"] == "keep"}
+    assert kept == {"det_10g face model", "w600k_r50 face model"}  # the manager counts them, in RAM
     (item,) = ip_adapters_in(parse_parameters(read_png_parameters(out)).extra)
     assert item.model.startswith("ip-adapter-faceid_sd15 [") and item.encoder == ""
     assert (item.image, item.weight, item.face_weight) == ("face.png", 0.8, None)
