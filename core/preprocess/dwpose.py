@@ -25,7 +25,6 @@ the whole picture then). The map (:func:`draw`) is drawn at the picture's size.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -215,7 +214,7 @@ def draw_bodies(canvas: np.ndarray, people: Sequence[WholeBody]) -> np.ndarray:
     """Every person's 17 limbs (limb by limb over the people) as ellipses 4 px thick in OpenPose's
     colours, the canvas then dimmed to 60 %, then the 18 parts as dots of radius 4 (controlnet_aux's
     DWPose ``draw_bodypose``)."""
-    from core.preprocess.pose import COLORS, DRAWN_LIMBS, STICK
+    from core.preprocess.pose import COLORS, DRAWN_LIMBS, limb_polygon
     from core.preprocess.pose_people import LIMBS
 
     cv2 = _cv2()
@@ -225,13 +224,7 @@ def draw_bodies(canvas: np.ndarray, people: Sequence[WholeBody]) -> np.ndarray:
             pa, pb = person.body[a - 1], person.body[b - 1]
             if pa is None or pb is None:
                 continue
-            xs = np.array([pa[0], pb[0]]) * float(width)
-            ys = np.array([pa[1], pb[1]]) * float(height)
-            length = ((ys[0] - ys[1]) ** 2 + (xs[0] - xs[1]) ** 2) ** 0.5
-            angle = math.degrees(math.atan2(ys[0] - ys[1], xs[0] - xs[1]))
-            centre = (int(np.mean(xs)), int(np.mean(ys)))
-            polygon = cv2.ellipse2Poly(centre, (int(length / 2), STICK), int(angle), 0, 360, 1)
-            cv2.fillConvexPoly(canvas, polygon, list(color))
+            cv2.fillConvexPoly(canvas, limb_polygon(pa, pb, width, height), list(color))
     canvas = (canvas * 0.6).astype(np.uint8)
     for i, color in enumerate(COLORS):
         for person in people:

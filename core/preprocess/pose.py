@@ -127,6 +127,18 @@ def find_people(
     return [normalised(p, height, width) for p in people_in_pixels(module, bgr, device, check)]
 
 
+def limb_polygon(pa: tuple[float, float], pb: tuple[float, float], width: int, height: int) -> np.ndarray:
+    """The ellipse OpenPose draws a limb as, between two normalised points (x, y in 0..1) on a
+    ``width`` x ``height`` canvas: STICK px thick, as a convex polygon (the aux's and DWPose's)."""
+    xs = np.array([pa[0], pb[0]]) * float(width)
+    ys = np.array([pa[1], pb[1]]) * float(height)
+    length = ((ys[0] - ys[1]) ** 2 + (xs[0] - xs[1]) ** 2) ** 0.5
+    angle = math.degrees(math.atan2(ys[0] - ys[1], xs[0] - xs[1]))
+    centre = (int(np.mean(xs)), int(np.mean(ys)))
+    polygon: np.ndarray = _cv2().ellipse2Poly(centre, (int(length / 2), STICK), int(angle), 0, 360, 1)
+    return polygon
+
+
 def draw_body(canvas: np.ndarray, person: Person) -> np.ndarray:
     """A person's skeleton on an (H, W, 3) uint8 canvas (in place)."""
     cv2 = _cv2()
@@ -135,13 +147,7 @@ def draw_body(canvas: np.ndarray, person: Person) -> np.ndarray:
         pa, pb = person[a - 1], person[b - 1]
         if pa is None or pb is None:
             continue
-        xs = np.array([pa[0], pb[0]]) * float(width)
-        ys = np.array([pa[1], pb[1]]) * float(height)
-        length = ((ys[0] - ys[1]) ** 2 + (xs[0] - xs[1]) ** 2) ** 0.5
-        angle = math.degrees(math.atan2(ys[0] - ys[1], xs[0] - xs[1]))
-        centre = (int(np.mean(xs)), int(np.mean(ys)))
-        polygon = cv2.ellipse2Poly(centre, (int(length / 2), STICK), int(angle), 0, 360, 1)
-        cv2.fillConvexPoly(canvas, polygon, [int(float(c) * 0.6) for c in color])
+        cv2.fillConvexPoly(canvas, limb_polygon(pa, pb, width, height), [int(float(c) * 0.6) for c in color])
     for part, color in zip(person, COLORS, strict=True):
         if part is not None:
             cv2.circle(canvas, (int(part[0] * width), int(part[1] * height)), 4, color, thickness=-1)
